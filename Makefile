@@ -1,0 +1,43 @@
+# Quick start: `make demo` (set up and run the default job) and `make test` (set up and run
+# the test suite). Both are idempotent: the virtual environment is rebuilt only when
+# pyproject.toml changes, and system packages are installed only where missing.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test check lint typecheck system-deps test-system-deps clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+setup: $(STAMP) system-deps
+
+system-deps:
+	@scripts/ensure-debian-packages.sh bwrap:bubblewrap
+
+test-system-deps: system-deps
+	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap
+
+demo: setup
+	$(PY) -m spu.main
+
+test: setup test-system-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check spu tests launchers benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+check: lint typecheck
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

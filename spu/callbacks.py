@@ -1,0 +1,75 @@
+"""Hydra callbacks: the results table printed when a run or a sweep ends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+RESULT_FILE = "result.json"
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def results_table(results: list[dict[str, Any]], title: str) -> Any:
+    """A rich table of job results: task, model, outcome, score."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name, justify in (("task", "left"), ("model", "left"), ("effort", "left"),
+                          ("repeat", "right"), ("outcome", "left"), ("score", "right"),
+                          ("threshold", "right"), ("time (s)", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in sorted(results, key=lambda r: (r["task"], r["model"], r["effort"], r["repeat"])):
+        table.add_row(
+            r["task"], r["model"], r["effort"], str(r["repeat"]), r["outcome"],
+            _fmt(r["score"]), _fmt(r.get("threshold")), _fmt(r.get("runtime_s"), 1),
+        )
+    return table
+
+
+def collect_results(folder: Path) -> list[dict[str, Any]]:
+    """Every ``result.json`` one level below ``folder`` (one per job)."""
+    out = []
+    for path in sorted(folder.glob(f"*/{RESULT_FILE}")) + sorted(folder.glob(RESULT_FILE)):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+class ResultsTable(Callback):
+    """Prints one row per finished job when the run or sweep ends."""
+
+    def _print(self, folder: Path, title: str, config: DictConfig) -> None:
+        from rich.console import Console
+
+        results = collect_results(folder)
+        console = Console(width=None if Console().is_terminal else 120)
+        if not results:
+            console.print(f"[yellow]no finished run under {folder}[/yellow]")
+            return
+        console.print(results_table(results, title))
+        root = Path(config.output_root).resolve()
+        uri = config.tracking.uri or f"sqlite:///{root / 'mlflow.db'}"
+        console.print(f"runs: {root / 'runs'}")
+        if config.tracking.enabled:
+            console.print(f"compare in MLflow: mlflow ui --backend-store-uri {uri}")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """After a sweep: the table of all its jobs."""
+        self._print(Path(config.hydra.sweep.dir), f"SPU sweep · {config.experiment.name}", config)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """After a single run: its row."""
+        self._print(Path(config.hydra.run.dir), f"SPU run · {config.experiment.name}", config)

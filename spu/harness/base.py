@@ -1,0 +1,149 @@
+"""The harness interface: how an agent is started in a sandbox and how its run is read back.
+
+A harness is one module holding one :class:`Harness` subclass registered with
+:func:`register_harness`; ``harness=<name>`` selects it. The runner calls, in order,
+``prepare`` (put files into the sandbox), ``command`` (what to execute, with which
+environment) and, after the process ends, ``parse`` (trajectory, usage, refusals).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from spu.config import EffortConfig, HarnessConfig, ModelConfig
+from spu.sandbox.base import RunLimits, Sandbox, SandboxPaths
+from spu.schema import ProcessEvidence, Trajectory, Usage
+from spu.tasks.package import TaskPackage
+
+
+@dataclass
+class AgentContext:
+    """Everything a harness may know about the run it starts."""
+
+    task: TaskPackage
+    paths: SandboxPaths
+    """The layout as the agent sees it."""
+    run_dir: Path
+    """Host folder of the run (logs go to ``run_dir/logs``)."""
+    run_key: str
+    limits: RunLimits
+    seed: int
+    """Seed derived from the run key, for agents that draw random numbers."""
+    gpu_ids: list[str] = field(default_factory=list)
+
+    @property
+    def log_dir(self) -> Path:
+        """Host folder for the agent's raw logs."""
+        path = self.run_dir / "logs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def base_env(self) -> dict[str, str]:
+        """The ``SPU_*`` variables every agent receives (SPEC section 4)."""
+        env = {
+            "SPU_TASK_DIR": self.paths.task,
+            "SPU_OUTPUT_DIR": self.paths.output,
+            "SPU_WORKSPACE": self.paths.workspace,
+            "SPU_TASK_ID": self.task.id,
+            "SPU_TASK_VERSION": self.task.version,
+            "SPU_TIME_LIMIT_S": str(int(self.limits.time_s)),
+            "SPU_SEED": str(self.seed),
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        if self.gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+        return env
+
+
+@dataclass
+class AgentCommand:
+    """The process to start inside the sandbox."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass
+class AgentResult:
+    """What the harness read back from a finished agent."""
+
+    trajectory: Trajectory | None = None
+    usage: Usage = field(default_factory=Usage)
+    refused: bool = False
+    refusal_label: str | None = None
+    policy_stop: bool = False
+    infra_error: str | None = None
+    """An API error, a truncated session, a CLI that did not start: retried once."""
+    cli_cost_usd: float | None = None
+    cli_version: str | None = None
+    tool_calls: int = 0
+    web_fetches: int = 0
+    used_gpu: bool = False
+
+
+class HarnessError(RuntimeError):
+    """The harness cannot start on this configuration (e.g. a missing API key)."""
+
+
+class Harness(ABC):
+    """Starts one kind of agent and reads back its run."""
+
+    name: ClassVar[str]
+
+    def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.effort = effort
+
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`HarnessError` when this model/effort cannot run in this harness."""
+
+    def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:  # noqa: B027
+        """Put what the agent needs into the sandbox (before ``command``)."""
+
+    @abstractmethod
+    def command(self, ctx: AgentContext) -> AgentCommand:
+        """The argv and environment of the agent process."""
+
+    def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
+        """Read the trajectory and usage back after the process ended."""
+        return AgentResult()
+
+
+_REGISTRY: dict[str, type[Harness]] = {}
+
+_BUILTIN_MODULES = {
+    "baseline": "spu.harness.baseline",
+    "command": "spu.harness.command",
+    "claude_code": "spu.harness.claude_code",
+    "codex": "spu.harness.codex",
+}
+
+
+def register_harness(cls: type[Harness]) -> type[Harness]:
+    """Class decorator: make a harness selectable by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_harness(name: str) -> type[Harness]:
+    """The harness class called ``name`` (or ``package.module:Class``), imported on first use."""
+    if name not in _REGISTRY:
+        if ":" in name:
+            module, _, attr = name.partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+            _REGISTRY[name] = cls
+            return cls
+        module = _BUILTIN_MODULES.get(name)
+        if module is None:
+            known = ", ".join(sorted(set(_BUILTIN_MODULES) | set(_REGISTRY)))
+            raise KeyError(f"unknown harness {name!r}; known: {known}")
+        importlib.import_module(module)
+    return _REGISTRY[name]

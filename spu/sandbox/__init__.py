@@ -1,0 +1,21 @@
+"""Sandboxes: where agents run, with the task read-only and the answers absent."""
+
+from spu.sandbox.base import (
+    RunLimits,
+    Sandbox,
+    SandboxError,
+    SandboxPaths,
+    SandboxRequest,
+    get_sandbox,
+    register_sandbox,
+)
+
+__all__ = [
+    "RunLimits",
+    "Sandbox",
+    "SandboxError",
+    "SandboxPaths",
+    "SandboxRequest",
+    "get_sandbox",
+    "register_sandbox",
+]

@@ -1,0 +1,155 @@
+"""The sandbox interface: where an agent runs, with the task read-only and the answers absent.
+
+A backend is one module holding one :class:`Sandbox` subclass registered with
+:func:`register_sandbox`; ``sandbox=<name>`` in the config selects it. Inside every
+backend the agent sees the same layout:
+
+- ``/task``: the task's public files, read-only;
+- ``/workspace``: its home and working folder, writable;
+- ``/output``: where it writes ``rankings.json``, ``report.md``, ``sources.json``, ``scripts/``.
+
+(The plain-subprocess fallback cannot remap paths and hands out host paths instead,
+through the same ``SPU_*`` environment variables.)
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from spu.schema import ProcessEvidence, SandboxInfo
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Limits asked for one run (SPEC section 4); a backend reports what it enforced."""
+
+    time_s: float = 28800.0
+    memory_gb: float = 16.0
+    cpus: int = 8
+    gpus: int = 0
+    grace_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class SandboxPaths:
+    """The three folders of the layout, as the agent sees them."""
+
+    task: str
+    workspace: str
+    output: str
+
+
+@dataclass
+class SandboxRequest:
+    """What a run asks of its sandbox."""
+
+    task_dir: Path
+    """Host folder holding only the task's public files."""
+    run_dir: Path
+    """Host folder of this run; the backend keeps workspace and output under it."""
+    limits: RunLimits = field(default_factory=RunLimits)
+    gpu_ids: Sequence[str] = ()
+    """GPU device ids assigned to this run by the launcher."""
+    network: bool = True
+    """Whether the agent has network access (the paper's agents do)."""
+    extra_ro_binds: Mapping[str, str] = field(default_factory=dict)
+    """Host path -> sandbox path, mounted read-only (e.g. a cached tools folder)."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be prepared or started: the run is an infrastructure error."""
+
+
+class Sandbox(ABC):
+    """One isolated environment for one run."""
+
+    name: ClassVar[str]
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options = dict(options or {})
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether the backend works on this machine, and why not when it does not."""
+
+    @abstractmethod
+    def prepare(self, request: SandboxRequest) -> SandboxPaths:
+        """Create the layout for ``request``; returns the paths the agent will see."""
+
+    @abstractmethod
+    def exec(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        stdout: Path,
+        stderr: Path,
+        timeout_s: float | None = None,
+    ) -> ProcessEvidence:
+        """Run ``argv`` inside the sandbox under the prepared limits and return the evidence."""
+
+    @abstractmethod
+    def host_path(self, inside: str) -> Path:
+        """The host path behind a path of the layout (for reading and writing files)."""
+
+    def write_file(self, inside: str, data: bytes, mode: int = 0o644) -> None:
+        """Write ``data`` at path ``inside`` of the layout."""
+        path = self.host_path(inside)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(mode)
+
+    def read_file(self, inside: str) -> bytes:
+        """Read the file at path ``inside`` of the layout."""
+        return self.host_path(inside).read_bytes()
+
+    @abstractmethod
+    def collect(self) -> Path:
+        """Host folder holding what the agent wrote to ``/output``."""
+
+    def cleanup(self) -> None:  # noqa: B027 - optional hook
+        """Release what the backend holds (containers, cgroups); files stay in the run folder."""
+
+    @abstractmethod
+    def info(self) -> SandboxInfo:
+        """The backend and the isolation and limits actually in force."""
+
+
+_REGISTRY: dict[str, type[Sandbox]] = {}
+
+_BUILTIN_MODULES = {
+    "local": "spu.sandbox.local",
+    "subprocess": "spu.sandbox.subprocess",
+    "docker": "spu.sandbox.docker",
+}
+
+
+def register_sandbox(cls: type[Sandbox]) -> type[Sandbox]:
+    """Class decorator: make a backend selectable by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_sandbox(name: str) -> type[Sandbox]:
+    """The backend class called ``name``, importing its module on first use.
+
+    ``name`` is a registered name or ``package.module:Class`` for a backend outside spu.
+    """
+    if name not in _REGISTRY:
+        if ":" in name:
+            module, _, attr = name.partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+            _REGISTRY[name] = cls
+            return cls
+        module = _BUILTIN_MODULES.get(name)
+        if module is None:
+            known = ", ".join(sorted(set(_BUILTIN_MODULES) | set(_REGISTRY)))
+            raise KeyError(f"unknown sandbox {name!r}; known: {known}")
+        importlib.import_module(module)
+    return _REGISTRY[name]

@@ -1,0 +1,179 @@
+"""Load a task package from disk: one loader used by every stage.
+
+A task folder holds public files (what the agent sees) and ``hidden/answers.json``
+(what only the grader sees). The answer root is configurable so that maintainers
+can keep answer keys outside the task tree.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from spu.schema import AnswerKey, Contract, TaskMeta
+
+PUBLIC_PATHS: tuple[str, ...] = (
+    "task.yaml",
+    "instruction.md",
+    "experiment.md",
+    "protocol.json",
+    "targets.csv",
+    "contract.json",
+    "files",
+)
+"""The paths of a task folder that the agent may see; nothing else is staged."""
+
+REQUIRED_PUBLIC: tuple[str, ...] = (
+    "task.yaml",
+    "instruction.md",
+    "experiment.md",
+    "protocol.json",
+    "targets.csv",
+    "contract.json",
+)
+
+
+class TaskLoadError(Exception):
+    """A task package cannot be read; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class TaskPackage:
+    """A loaded task: its folder, metadata and contract (answers are loaded apart)."""
+
+    path: Path
+    meta: TaskMeta
+    contract: Contract
+
+    @property
+    def id(self) -> str:
+        """The task id."""
+        return self.meta.id
+
+    @property
+    def version(self) -> str:
+        """The task version."""
+        return self.meta.version
+
+    @property
+    def n_items(self) -> int:
+        """Number of experiments over all comparison groups."""
+        return sum(len(g.items) for g in self.contract.groups)
+
+    def answers_path(self, answers_root: Path | None = None) -> Path:
+        """Where this task's answer key lives under ``answers_root``.
+
+        With no root the key is ``<task>/hidden/answers.json``; with a root it is
+        ``<root>/<task_id>/answers.json`` (or ``<root>/<task_id>.json``).
+        """
+        if answers_root is None:
+            return self.path / "hidden" / "answers.json"
+        nested = Path(answers_root) / self.id / "answers.json"
+        flat = Path(answers_root) / f"{self.id}.json"
+        return flat if flat.exists() and not nested.exists() else nested
+
+    def targets_rows(self) -> list[dict[str, str]]:
+        """Rows of ``targets.csv`` as dictionaries, in file order."""
+        with open(self.path / "targets.csv", newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskLoadError(f"{path}: file is missing") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TaskLoadError(f"{path}: not valid UTF-8 JSON ({exc})") from None
+
+
+def _validation_message(path: Path, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        parts.append(f"{loc}: {err['msg']}")
+    return f"{path}: " + "; ".join(parts)
+
+
+def load_meta(task_dir: Path) -> TaskMeta:
+    """Read and validate ``task.yaml``."""
+    path = Path(task_dir) / "task.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskLoadError(f"{path}: file is missing") from None
+    except yaml.YAMLError as exc:
+        raise TaskLoadError(f"{path}: not valid YAML ({exc})") from None
+    try:
+        return TaskMeta.model_validate(data)
+    except ValidationError as exc:
+        raise TaskLoadError(_validation_message(path, exc)) from None
+
+
+def load_contract(path: Path) -> Contract:
+    """Read and validate a ``contract.json``."""
+    try:
+        return Contract.model_validate(_read_json(path))
+    except ValidationError as exc:
+        raise TaskLoadError(_validation_message(path, exc)) from None
+
+
+def load_task(task_dir: str | Path) -> TaskPackage:
+    """Load the public part of a task package.
+
+    Raises
+    ------
+    TaskLoadError
+        When a required file is missing or does not match its schema; the
+        message names the file and the key.
+    """
+    task_dir = Path(task_dir).resolve()
+    if not task_dir.is_dir():
+        raise TaskLoadError(f"{task_dir}: task folder does not exist")
+    meta = load_meta(task_dir)
+    contract = load_contract(task_dir / "contract.json")
+    if contract.task_id != meta.id:
+        raise TaskLoadError(
+            f"{task_dir / 'contract.json'}: task_id {contract.task_id!r} does not match "
+            f"task.yaml id {meta.id!r}"
+        )
+    return TaskPackage(path=task_dir, meta=meta, contract=contract)
+
+
+def load_answers(path: str | Path) -> AnswerKey:
+    """Read and validate an answer key (``hidden/answers.json``)."""
+    path = Path(path)
+    try:
+        return AnswerKey.model_validate(_read_json(path))
+    except ValidationError as exc:
+        raise TaskLoadError(_validation_message(path, exc)) from None
+
+
+def discover_tasks(task_root: str | Path) -> list[Path]:
+    """Task folders directly under ``task_root`` (those holding a ``task.yaml``), sorted."""
+    root = Path(task_root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "task.yaml").is_file())
+
+
+def stage_public_files(task: TaskPackage, dest: Path) -> Path:
+    """Copy the public files of ``task`` into ``dest`` (created), and nothing else.
+
+    The agent's view of a task is built from this allow-list, so that a file
+    left in a task folder by mistake (answers, build notes) never reaches it.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PUBLIC_PATHS:
+        src = task.path / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, dirs_exist_ok=True)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+    return dest

@@ -1,0 +1,67 @@
+"""Shared fixtures: the real ``conf/`` composed and shrunk (tracking to a temporary folder)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = REPO / "tasks"
+EXAMPLE_TASK = TASKS / "example-coupling-conditions"
+EXAMPLE_TWO_GROUPS = TASKS / "example-electrolytes-and-films"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def example_task() -> Path:
+    return EXAMPLE_TASK
+
+
+@pytest.fixture
+def two_group_task() -> Path:
+    return EXAMPLE_TWO_GROUPS
+
+
+@pytest.fixture
+def compose(tmp_path: Path) -> Iterator[Callable[..., object]]:
+    """Compose the real configuration with overrides; outputs go to a temporary folder."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import spu.main  # noqa: F401  (registers the schema)
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+
+        def _compose(*overrides: str, return_hydra_config: bool = False) -> object:
+            return hydra_compose(
+                config_name="config",
+                overrides=[f"output_root={tmp_path / 'outputs'}", *overrides],
+                return_hydra_config=return_hydra_config,
+            )
+
+        yield _compose
+    GlobalHydra.instance().clear()
+
+
+def run_module(args: list[str], cwd: Path = REPO, env: dict[str, str] | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m ...`` with this interpreter, capturing text output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def have_bwrap() -> bool:
+    return shutil.which("bwrap") is not None

@@ -1,0 +1,96 @@
+"""run_one: run keys, the baseline agents' submissions, outcomes and the run record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scipy.stats import spearmanr
+
+from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
+from spu.runner import RunSpec, run_key, run_one
+from spu.schema import Outcome
+from spu.tasks import load_answers, load_task
+from tests.conftest import have_bwrap
+
+
+def _spec(task: Path, model: str, tmp_path: Path, sandbox: str = "local", **kw) -> RunSpec:
+    return RunSpec(
+        model=ModelConfig(name=model, provider="baseline"),
+        harness=HarnessConfig(name="baseline"),
+        effort=EffortConfig(name="none"),
+        task_dir=task,
+        output_root=tmp_path / "outputs",
+        sandbox=SandboxConfig(name=sandbox),
+        **kw,
+    )
+
+
+def test_run_key_is_stable_and_separates_each_component() -> None:
+    base = ("random", "baseline", "none", "t", "1.0", 0)
+    key = run_key(*base)
+    assert key == run_key(*base)
+    assert len(key) == 16 and int(key, 16) >= 0
+    variants = [
+        ("opus5", "baseline", "none", "t", "1.0", 0),
+        ("random", "command", "none", "t", "1.0", 0),
+        ("random", "baseline", "max", "t", "1.0", 0),
+        ("random", "baseline", "none", "u", "1.0", 0),
+        ("random", "baseline", "none", "t", "1.1", 0),
+        ("random", "baseline", "none", "t", "1.0", 1),
+    ]
+    keys = {run_key(*v) for v in variants}
+    assert key not in keys and len(keys) == len(variants)
+
+
+@pytest.mark.parametrize("model", ["random", "presented_order", "monotone_prior"])
+@pytest.mark.parametrize("sandbox", ["local", "subprocess"])
+def test_baselines_write_valid_submissions(model, sandbox, two_group_task, tmp_path) -> None:
+    if sandbox == "local" and not have_bwrap():
+        pytest.skip("bubblewrap is not installed (Debian package bubblewrap)")
+    record = run_one(_spec(two_group_task, model, tmp_path, sandbox=sandbox))
+    assert record.outcome is Outcome.valid
+    assert record.scored
+    assert record.grade is not None and all(g.error is None for g in record.grade.groups)
+    assert record.sandbox.backend == sandbox
+    run_dir = tmp_path / "outputs" / "runs" / record.run_key
+    saved = json.loads((run_dir / "run.json").read_text())
+    for key in ("run_key", "task_id", "task_version", "model", "harness", "effort", "repeat",
+                "outcome", "score_strict", "score_recovered", "usage", "cost_usd",
+                "runtime_s", "sandbox"):
+        assert key in saved
+    assert set(saved["usage"]) >= {"input", "cache_read", "cache_write", "output"}
+    assert (run_dir / "output" / "report.md").is_file()
+    assert not (run_dir / "task" / "hidden").exists(), "answers must not be staged"
+
+
+def test_presented_order_score_equals_scipy_on_targets_order(two_group_task, tmp_path) -> None:
+    """The presented-order baseline's score is the weighted Spearman of the targets.csv order."""
+    record = run_one(_spec(two_group_task, "presented_order", tmp_path, sandbox="subprocess"))
+    task = load_task(two_group_task)
+    answers = load_answers(task.answers_path())
+    rows = [r["experiment_id"] for r in task.targets_rows()]
+    expected = 0.0
+    for g in task.contract.groups:
+        order = [i for i in rows if i in set(g.items)]
+        rho = spearmanr(range(len(order)), [answers.groups[g.group_id][i] for i in order])[0]
+        expected += g.weight * rho
+    assert record.score_strict == pytest.approx(expected, abs=1e-12)
+
+
+def test_random_baseline_is_seeded_by_the_run_key(example_task, tmp_path) -> None:
+    a = run_one(_spec(example_task, "random", tmp_path / "a", sandbox="subprocess"))
+    b = run_one(_spec(example_task, "random", tmp_path / "b", sandbox="subprocess"))
+    c = run_one(_spec(example_task, "random", tmp_path / "c", sandbox="subprocess", repeat=1))
+    read = lambda p, r: (p / "outputs" / "runs" / r.run_key / "output" / "rankings.json").read_text()  # noqa: E731
+    assert read(tmp_path / "a", a) == read(tmp_path / "b", b)
+    assert read(tmp_path / "a", a) != read(tmp_path / "c", c)
+
+
+def test_rerun_keeps_the_earlier_attempt(example_task, tmp_path) -> None:
+    first = run_one(_spec(example_task, "random", tmp_path, sandbox="subprocess"))
+    second = run_one(_spec(example_task, "random", tmp_path, sandbox="subprocess", attempt=2))
+    run_dir = tmp_path / "outputs" / "runs" / first.run_key
+    assert second.attempt == 2
+    assert json.loads((run_dir / "attempts" / "1" / "run.json").read_text())["attempt"] == 1
