@@ -243,6 +243,7 @@ def run_one(spec: RunSpec) -> RunRecord:
                 limits=limits,
                 gpu_ids=list(spec.gpu_ids),
                 network=spec.sandbox.network,
+                extra_ro_binds=harness.sandbox_binds(),
             )
         )
         ctx = AgentContext(

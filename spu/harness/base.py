@@ -105,6 +105,10 @@ class Harness(ABC):
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise :class:`HarnessError` when this model/effort cannot run in this harness."""
 
+    def sandbox_binds(self) -> dict[str, str]:
+        """Host folders to mount read-only in the sandbox (host path -> sandbox path)."""
+        return {}
+
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:  # noqa: B027
         """Put what the agent needs into the sandbox (before ``command``)."""
 
