@@ -47,13 +47,14 @@ def _runtime_paths() -> list[Path]:
 
 def _bwrap_command(job: Path) -> list[str]:
     spu_dir = Path(spu.__file__).resolve().parent
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # Mounts made after the /tmp tmpfs, so a runtime living under /tmp stays visible.
     for path in _runtime_paths():
         cmd += ["--ro-bind", str(path), str(path)]
     cmd += [
         "--ro-bind", str(spu_dir), "/opt/spu-grader/spu",
         "--ro-bind", str(job), "/job",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
         "--chdir", "/job",
         "--setenv", "PYTHONPATH", "/opt/spu-grader",
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",

@@ -104,16 +104,14 @@ class LocalSandbox(Sandbox):
         ]  # fmt: skip
         if not self.request.network:
             cmd.append("--unshare-net")
+        # tmpfs first: binds made after it stay visible even when they live under /tmp.
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
         for d in SYSTEM_DIRS:
             if os.path.exists(d):
                 cmd += ["--ro-bind", d, d]
         for host, inside in self.request.extra_ro_binds.items():
             cmd += ["--ro-bind", str(host), inside]
         cmd += [
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--tmpfs", "/tmp",
-            "--tmpfs", "/run",
             "--ro-bind", str(self.request.task_dir), LAYOUT.task,
             "--bind", str(self.workspace), LAYOUT.workspace,
             "--bind", str(self.output), LAYOUT.output,
