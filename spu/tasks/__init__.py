@@ -1,4 +1,8 @@
-"""Task packages (SPEC section 1): loading, discovery and the public/hidden split."""
+"""Task packages (SPEC section 1): loading, discovery and the public/hidden split.
+
+Validation (:mod:`spu.tasks.validate`), chance thresholds (:mod:`spu.tasks.threshold`)
+and the builder (:mod:`spu.tasks.builder`) are imported where they are used.
+"""
 
 from spu.tasks.package import (
     PUBLIC_PATHS,
@@ -6,7 +10,10 @@ from spu.tasks.package import (
     TaskPackage,
     discover_tasks,
     load_answers,
+    load_protocol,
+    load_targets,
     load_task,
+    select_tasks,
     stage_public_files,
 )
 
@@ -16,6 +23,9 @@ __all__ = [
     "TaskPackage",
     "discover_tasks",
     "load_answers",
+    "load_protocol",
+    "load_targets",
     "load_task",
+    "select_tasks",
     "stage_public_files",
 ]

@@ -8,15 +8,17 @@ can keep answer keys outside the task tree.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from spu.schema import AnswerKey, Contract, TaskMeta
+from spu.schema import AnswerKey, Contract, Protocol, TargetRow, TaskMeta
 
 PUBLIC_PATHS: tuple[str, ...] = (
     "task.yaml",
@@ -78,6 +80,15 @@ class TaskPackage:
         flat = Path(answers_root) / f"{self.id}.json"
         return flat if flat.exists() and not nested.exists() else nested
 
+    @property
+    def protocol(self) -> Protocol:
+        """The task's ``protocol.json``, validated."""
+        return load_protocol(self.path / "protocol.json")
+
+    def targets(self) -> list[TargetRow]:
+        """The task's ``targets.csv`` rows, validated, in file order."""
+        return load_targets(self.path / "targets.csv")
+
     def targets_rows(self) -> list[dict[str, str]]:
         """Rows of ``targets.csv`` as dictionaries, in file order."""
         with open(self.path / "targets.csv", newline="", encoding="utf-8") as f:
@@ -93,7 +104,8 @@ def _read_json(path: Path) -> object:
         raise TaskLoadError(f"{path}: not valid UTF-8 JSON ({exc})") from None
 
 
-def _validation_message(path: Path, exc: ValidationError) -> str:
+def validation_message(path: Path | str, exc: ValidationError) -> str:
+    """``<path>: <key>: <problem>; ...`` for a pydantic error (keys dotted, lists by index)."""
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "<root>"
@@ -101,9 +113,26 @@ def _validation_message(path: Path, exc: ValidationError) -> str:
     return f"{path}: " + "; ".join(parts)
 
 
-def load_meta(task_dir: Path) -> TaskMeta:
-    """Read and validate ``task.yaml``."""
-    path = Path(task_dir) / "task.yaml"
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _load_json_model(path: str | Path, model: type[_Model]) -> _Model:
+    path = Path(path)
+    try:
+        return model.model_validate(_read_json(path))
+    except ValidationError as exc:
+        raise TaskLoadError(validation_message(path, exc)) from None
+
+
+def load_yaml_model(path: str | Path, model: type[_Model]) -> _Model:
+    """Read a YAML file into ``model``; errors name the file and the key.
+
+    Raises
+    ------
+    TaskLoadError
+        When the file is missing, is not YAML, or does not match ``model``.
+    """
+    path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -111,17 +140,19 @@ def load_meta(task_dir: Path) -> TaskMeta:
     except yaml.YAMLError as exc:
         raise TaskLoadError(f"{path}: not valid YAML ({exc})") from None
     try:
-        return TaskMeta.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        raise TaskLoadError(_validation_message(path, exc)) from None
+        raise TaskLoadError(validation_message(path, exc)) from None
 
 
-def load_contract(path: Path) -> Contract:
+def load_meta(task_dir: Path) -> TaskMeta:
+    """Read and validate ``task.yaml``."""
+    return load_yaml_model(Path(task_dir) / "task.yaml", TaskMeta)
+
+
+def load_contract(path: str | Path) -> Contract:
     """Read and validate a ``contract.json``."""
-    try:
-        return Contract.model_validate(_read_json(path))
-    except ValidationError as exc:
-        raise TaskLoadError(_validation_message(path, exc)) from None
+    return _load_json_model(path, Contract)
 
 
 def load_task(task_dir: str | Path) -> TaskPackage:
@@ -146,13 +177,58 @@ def load_task(task_dir: str | Path) -> TaskPackage:
     return TaskPackage(path=task_dir, meta=meta, contract=contract)
 
 
-def load_answers(path: str | Path) -> AnswerKey:
-    """Read and validate an answer key (``hidden/answers.json``)."""
+def load_protocol(path: str | Path) -> Protocol:
+    """Read and validate a ``protocol.json``."""
+    return _load_json_model(path, Protocol)
+
+
+TARGET_KEYS: tuple[str, ...] = ("experiment_id", "group_id")
+"""The first two columns of every ``targets.csv``; the varied settings follow."""
+
+
+def load_targets(path: str | Path) -> list[TargetRow]:
+    """Read ``targets.csv`` into rows, in file order.
+
+    Raises
+    ------
+    TaskLoadError
+        When the file is missing, not UTF-8, lacks the ``experiment_id`` and
+        ``group_id`` columns, or has a row with too few or too many cells; the
+        message names the file and the line.
+    """
     path = Path(path)
     try:
-        return AnswerKey.model_validate(_read_json(path))
-    except ValidationError as exc:
-        raise TaskLoadError(_validation_message(path, exc)) from None
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskLoadError(f"{path}: file is missing") from None
+    except UnicodeDecodeError as exc:
+        raise TaskLoadError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if header is None or tuple(header[:2]) != TARGET_KEYS:
+        raise TaskLoadError(
+            f"{path}: the header must start with experiment_id,group_id (found {header!r})"
+        )
+    if len(set(header)) != len(header):
+        raise TaskLoadError(f"{path}: duplicate column names in the header {header!r}")
+    rows = []
+    for line, cells in enumerate(reader, start=2):
+        if not cells:
+            continue
+        if len(cells) != len(header):
+            raise TaskLoadError(
+                f"{path}: line {line} has {len(cells)} cells, the header has {len(header)}"
+            )
+        record = dict(zip(header, cells, strict=True))
+        if not record["experiment_id"] or not record["group_id"]:
+            raise TaskLoadError(f"{path}: line {line} has an empty experiment_id or group_id")
+        rows.append(TargetRow.model_validate(record))
+    return rows
+
+
+def load_answers(path: str | Path) -> AnswerKey:
+    """Read and validate an answer key (``hidden/answers.json``)."""
+    return _load_json_model(path, AnswerKey)
 
 
 def discover_tasks(task_root: str | Path) -> list[Path]:
@@ -161,6 +237,35 @@ def discover_tasks(task_root: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and (p / "task.yaml").is_file())
+
+
+def select_tasks(
+    task_root: str | Path,
+    discipline: str | None = None,
+    visibility: str | None = None,
+    subfield: str | None = None,
+) -> list[TaskPackage]:
+    """Task packages under ``task_root`` matching every filter given, sorted by folder.
+
+    Filters compare case-insensitively with the ``task.yaml`` fields; a folder whose
+    ``task.yaml`` cannot be read raises :class:`TaskLoadError` naming it.
+    """
+    wanted = {
+        "discipline": discipline,
+        "visibility": visibility,
+        "subfield": subfield,
+    }
+    selected = []
+    for folder in discover_tasks(task_root):
+        meta = load_meta(folder)
+        values = {
+            "discipline": meta.discipline.value,
+            "visibility": meta.visibility.value,
+            "subfield": meta.subfield,
+        }
+        if all(v is None or values[k].casefold() == v.casefold() for k, v in wanted.items()):
+            selected.append(load_task(folder))
+    return selected
 
 
 def stage_public_files(task: TaskPackage, dest: Path) -> Path:

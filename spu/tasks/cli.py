@@ -1,0 +1,181 @@
+"""``spu task validate | threshold | build | list`` (SPEC section 4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add ``task`` and its subcommands to the ``spu`` parser."""
+    task = sub.add_parser("task", help="validate, measure, build and list task packages")
+    task_sub = task.add_subparsers(dest="task_command", metavar="SUBCOMMAND")
+    task.set_defaults(handler=lambda args: (task.print_help(), 2)[1])
+
+    p = task_sub.add_parser("validate", help="check task packages; exit 1 on any error")
+    p.add_argument("task_dirs", nargs="+", type=Path, metavar="TASK_DIR")
+    p.add_argument("--answers", type=Path, default=None,
+                   help="answer key (default: TASK_DIR/hidden/answers.json; one task only)")
+    p.add_argument("--strict", action="store_true",
+                   help="treat the construction screens' warnings as errors")
+    _screen_options(p)
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(handler=validate_command)
+
+    p = task_sub.add_parser("threshold", help="chance threshold, attainable maximum, "
+                                              "presented-order score")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--answers", type=Path, default=None,
+                   help="answer key (default: TASK_DIR/hidden/answers.json)")
+    p.add_argument("--draws", type=int, default=4000, help="random submissions (default 4000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    p.add_argument("--exact", action="store_true",
+                   help="report the exact threshold as 'threshold' where one exists")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=threshold_command)
+
+    p = task_sub.add_parser("build", help="build a task package from a spec and a table")
+    p.add_argument("spec", type=Path, metavar="SPEC.yaml")
+    p.add_argument("--out", type=Path, required=True, help="task folder to write")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="where downloaded packages are kept (default .cache/spu-tasks)")
+    p.add_argument("--force", action="store_true", help="replace an existing task folder")
+    p.add_argument("--strict", action="store_true", help="refuse on warnings too")
+    _screen_options(p)
+    p.set_defaults(handler=build_command)
+
+    p = task_sub.add_parser("list", help="list task packages, filtered by discipline, "
+                                         "visibility or subfield")
+    p.add_argument("--task-root", type=Path, default=Path("tasks"),
+                   help="folder of task packages (default tasks/)")
+    p.add_argument("--discipline", default=None,
+                   help="chemistry, 'materials science', biology or medicine")
+    p.add_argument("--visibility", default=None, help="public or private")
+    p.add_argument("--subfield", default=None)
+    p.add_argument("--format", choices=("table", "hydra", "json"), default="table",
+                   help="hydra: a comma list for python -m spu.main -m task=...")
+    p.set_defaults(handler=list_command)
+
+
+def _screen_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--monotone-rho", type=float, default=0.95,
+                   help="warn when |Spearman rho| with one setting reaches this (0.95)")
+    p.add_argument("--min-relative-spread", type=float, default=0.05,
+                   help="warn when (max - min) / max|value| of a group is below this (0.05)")
+
+
+def _screens(args: argparse.Namespace) -> Any:
+    from spu.tasks.validate import ScreenSettings
+
+    return ScreenSettings(monotone_rho=args.monotone_rho,
+                          min_relative_spread=args.min_relative_spread)
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    """Print each finding with its file; exit 1 when any package has an error."""
+    from spu.tasks.validate import validate_task
+
+    if args.answers is not None and len(args.task_dirs) > 1:
+        print("spu task validate: --answers applies to one task folder only", file=sys.stderr)
+        return 2
+    reports = [validate_task(d, args.answers, strict=args.strict, screens=_screens(args))
+               for d in args.task_dirs]
+    if args.json:
+        print(json.dumps([{
+            "task_dir": str(r.task_dir), "ok": r.ok,
+            "findings": [{"severity": f.severity.value, "file": f.file, "code": f.code,
+                          "message": f.message} for f in r.findings],
+        } for r in reports], indent=1))
+    else:
+        for r in reports:
+            status = "OK" if r.ok else "FAILED"
+            print(f"{r.task_dir}: {status} ({len(r.errors)} error(s), "
+                  f"{len(r.warnings)} warning(s))")
+            for f in r.findings:
+                print(f"  {f}")
+    return 0 if all(r.ok for r in reports) else 1
+
+
+def threshold_command(args: argparse.Namespace) -> int:
+    """Print the chance level; exit 2 when the task cannot be read."""
+    from spu.grading.rules import AnswerKeyError, check_answer_key
+    from spu.tasks.package import TaskLoadError, load_answers, load_task
+    from spu.tasks.threshold import task_threshold
+
+    try:
+        task = load_task(args.task_dir)
+        answers_path = args.answers or task.answers_path()
+        answers = load_answers(answers_path)
+        check_answer_key(task.contract, answers)
+        presented = [r.experiment_id for r in task.targets()]
+    except TaskLoadError as exc:
+        print(f"spu task threshold: {exc}", file=sys.stderr)
+        return 2
+    except AnswerKeyError as exc:
+        print(f"spu task threshold: {answers_path}: {exc}", file=sys.stderr)
+        return 2
+    report = task_threshold(task.contract, answers, presented, draws=args.draws,
+                            seed=args.seed, prefer_exact=args.exact)
+    if args.json:
+        print(json.dumps(report.public_json()))
+        return 0
+    print(f"task {report.task_id}")
+    print(f"  chance threshold: {report.threshold:.4f} ({report.threshold_method})")
+    print(f"  chance threshold (sampled, {report.draws} draws, seed {report.seed}): "
+          f"{report.sampled_threshold:.4f}")
+    if report.exact_threshold is not None:
+        print(f"  chance threshold (exact, {report.exact_method}): {report.exact_threshold:.4f}")
+    else:
+        print(f"  exact threshold: not computed ({report.exact_note})")
+    print(f"  attainable maximum: {report.attainable_max:.4f}")
+    print(f"  presented-order score: {report.presented_order_score:.4f}")
+    return 0
+
+
+def build_command(args: argparse.Namespace) -> int:
+    """Build a package; exit 1 (writing nothing) when the spec or validation fails."""
+    from spu.tasks.builder import BuildError, build_task
+
+    try:
+        result = build_task(args.spec, args.out, cache=args.cache, force=args.force,
+                            strict=args.strict, screens=_screens(args))
+    except BuildError as exc:
+        print(f"spu task build: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {result.path} ({result.n_items} experiments, shuffle {result.attempt})")
+    for f in result.report.findings:
+        print(f"  {f}")
+    return 0
+
+
+def list_command(args: argparse.Namespace) -> int:
+    """List the selected tasks; exit 1 when none matches (so a sweep never runs empty)."""
+    from spu.tasks.package import TaskLoadError, select_tasks
+
+    try:
+        tasks = select_tasks(args.task_root, discipline=args.discipline,
+                             visibility=args.visibility, subfield=args.subfield)
+    except TaskLoadError as exc:
+        print(f"spu task list: {exc}", file=sys.stderr)
+        return 2
+    if not tasks:
+        print(f"spu task list: no task under {args.task_root} matches", file=sys.stderr)
+        return 1
+    # Hydra selects a task by its folder name (task=<folder>).
+    if args.format == "hydra":
+        print(",".join(t.path.name for t in tasks))
+    elif args.format == "json":
+        print(json.dumps([{"task": t.path.name, "id": t.id, "version": t.version,
+                           "title": t.meta.title, "discipline": t.meta.discipline.value,
+                           "subfield": t.meta.subfield, "visibility": t.meta.visibility.value,
+                           "n_items": t.n_items, "n_groups": len(t.contract.groups)}
+                          for t in tasks], indent=1))
+    else:
+        for t in tasks:
+            print(f"{t.path.name:<34} {t.meta.discipline.value:<18} "
+                  f"{t.meta.visibility.value:<8} {t.n_items:>4} items "
+                  f"{len(t.contract.groups):>3} groups  {t.meta.title}")
+    return 0

@@ -1,0 +1,504 @@
+"""The task validator: what a package must satisfy before it is frozen.
+
+Errors make a package unusable: a required file missing or malformed, experiment ids
+that do not match one-to-one across ``targets.csv``, ``contract.json`` and the answer
+key, an experiment listed twice, weights that are not positive or do not sum to 1, a
+group with fewer than 2 experiments or with all measured values equal, a measured
+value that is not a finite number, and a leak (measured values or source identifiers
+in a public file).
+
+Warnings are the screens of the paper's construction protocol (section 2.3, steps 2
+and 3); ``strict`` turns them into errors: a group whose measured order follows one
+varied numeric setting, a group whose values lie within the stated measurement error
+or a small relative spread, experiment ids that are not anonymized, and a presented
+order (``targets.csv`` rows or contract items) that scores above the chance threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from spu.grading.rules import average_ranks
+from spu.schema import AnswerKey, Contract, Protocol, TargetRow, TaskMeta
+from spu.tasks import leaks
+from spu.tasks.package import (
+    PUBLIC_PATHS,
+    REQUIRED_PUBLIC,
+    TaskLoadError,
+    load_contract,
+    load_meta,
+    load_protocol,
+    load_targets,
+    validation_message,
+)
+
+WEIGHT_TOLERANCE = 1e-9
+"""Largest accepted distance of the sum of group weights from 1."""
+
+ANONYMIZED_ID = re.compile(r"^(?:[A-Za-z]{1,3}[-_]?\d{2,6}|(?=[A-Z0-9]*\d)[A-Z0-9]{3,8})$")
+"""What an anonymized experiment id looks like: ``E503``, ``X-0417``, ``7K2Q``."""
+
+
+class Severity(str, Enum):
+    """How serious a finding is."""
+
+    error = "error"
+    warning = "warning"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem of a task package, located in a file."""
+
+    severity: Severity
+    file: str
+    """The file concerned, relative to the task folder (or the answer key's path)."""
+    code: str
+    """Short machine-readable kind, e.g. ``id-mismatch`` or ``leak-values``."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity.value}: {self.file}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ScreenSettings:
+    """Thresholds of the construction screens (paper section 2.3, step 2)."""
+
+    monotone_rho: float = 0.95
+    """A group is monotone in a setting when ``|Spearman rho| >=`` this."""
+    min_relative_spread: float = 0.05
+    """A group is narrow when ``(max - min) / max(|value|)`` is below this."""
+    draws: int = 4000
+    """Random submissions drawn for the sampled chance threshold."""
+    seed: int = 0
+    """Seed of those draws."""
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """All findings on one task package."""
+
+    task_dir: Path
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def errors(self) -> list[Finding]:
+        """Findings that make the package unusable."""
+        return [f for f in self.findings if f.severity is Severity.error]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Findings of the construction screens."""
+        return [f for f in self.findings if f.severity is Severity.warning]
+
+    @property
+    def ok(self) -> bool:
+        """True when there is no error."""
+        return not self.errors
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+
+    def error(self, file: str, code: str, message: str) -> None:
+        self.findings.append(Finding(Severity.error, file, code, message))
+
+    def warning(self, file: str, code: str, message: str) -> None:
+        self.findings.append(Finding(Severity.warning, file, code, message))
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _read_answers(path: Path, name: str, out: _Collector) -> AnswerKey | None:
+    """The answer key, checking what pydantic would coerce or JSON would merge silently."""
+    repeated: list[str] = []
+
+    def keep_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        repeated.extend(sorted({k for k in keys if keys.count(k) > 1}))
+        return dict(pairs)
+
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=keep_pairs)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        out.error(name, "malformed", f"not valid UTF-8 JSON ({exc})")
+        return None
+    for key in repeated:
+        out.error(name, "duplicate-experiment",
+                  f"key {key!r} appears twice in one object (an experiment or group listed "
+                  f"twice)")
+    groups = raw.get("groups") if isinstance(raw, dict) else None
+    bad = bool(repeated)
+    if isinstance(groups, dict):
+        for gid, values in groups.items():
+            if not isinstance(values, dict):
+                continue
+            for eid, value in values.items():
+                if not _is_number(value):
+                    out.error(name, "non-numeric",
+                              f"groups.{gid}.{eid}: measured value {value!r} is not a "
+                              f"finite number")
+                    bad = True
+    if bad:
+        return None
+    try:
+        return AnswerKey.model_validate(raw)
+    except ValidationError as exc:
+        out.error(name, "malformed", validation_message(name, exc).removeprefix(f"{name}: "))
+        return None
+
+
+def _load(out: _Collector, name: str, loader: Any, *args: Any) -> Any:
+    try:
+        return loader(*args)
+    except TaskLoadError as exc:
+        # The loader's message starts with the absolute path; the finding names the file.
+        where = Path(args[0])
+        prefix = f"{where / name if where.is_dir() else where}: "
+        out.error(name, "malformed", str(exc).removeprefix(prefix))
+        return None
+
+
+def _check_contract(contract: Contract, out: _Collector) -> None:
+    name = "contract.json"
+    ids = [g.group_id for g in contract.groups]
+    for gid in {g for g in ids if ids.count(g) > 1}:
+        out.error(name, "duplicate-group", f"group {gid} is listed {ids.count(gid)} times")
+    if not contract.groups:
+        out.error(name, "malformed", "the contract has no comparison group")
+    seen: dict[str, str] = {}
+    for g in contract.groups:
+        if not g.weight > 0:
+            out.error(name, "weights", f"group {g.group_id} has weight {g.weight}, not positive")
+        if len(g.items) < 2:
+            out.error(name, "group-size",
+                      f"group {g.group_id} has {len(g.items)} experiment(s); at least 2 needed")
+        for eid in g.items:
+            if eid in seen:
+                where = "the same group" if seen[eid] == g.group_id else f"group {seen[eid]}"
+                out.error(name, "duplicate-experiment",
+                          f"experiment {eid} is listed twice (in group {g.group_id} and "
+                          f"{where})")
+            seen[eid] = g.group_id
+    total = math.fsum(g.weight for g in contract.groups)
+    if contract.groups and abs(total - 1.0) > WEIGHT_TOLERANCE:
+        out.error(name, "weights", f"group weights sum to {total!r}, not 1 "
+                                   f"(tolerance {WEIGHT_TOLERANCE})")
+
+
+def _check_identity(meta: TaskMeta, contract: Contract | None, answers: AnswerKey | None,
+                    answers_name: str, task_dir: Path, out: _Collector) -> None:
+    if task_dir.name != meta.id:
+        out.warning("task.yaml", "identity",
+                    f"id {meta.id!r} differs from the folder name {task_dir.name!r} "
+                    f"(Hydra selects the task as task={task_dir.name})")
+    for name, record in (("contract.json", contract), (answers_name, answers)):
+        if record is None:
+            continue
+        if record.task_id != meta.id:
+            out.error(name, "identity",
+                      f"task_id {record.task_id!r} does not match task.yaml id {meta.id!r}")
+        if record.task_version != meta.version:
+            out.error(name, "identity", f"task_version {record.task_version!r} does not "
+                                        f"match task.yaml version {meta.version!r}")
+
+
+def _check_targets(rows: list[TargetRow], contract: Contract, out: _Collector) -> None:
+    name = "targets.csv"
+    group_of = {eid: g.group_id for g in contract.groups for eid in g.items}
+    seen: set[str] = set()
+    for line, row in enumerate(rows, start=2):
+        eid = row.experiment_id
+        if eid in seen:
+            out.error(name, "duplicate-experiment", f"line {line}: experiment {eid} is "
+                                                    f"listed twice")
+        seen.add(eid)
+        if eid not in group_of:
+            out.error(name, "id-mismatch",
+                      f"line {line}: experiment {eid} (group {row.group_id}) is not in "
+                      f"contract.json")
+        elif group_of[eid] != row.group_id:
+            out.error(name, "id-mismatch",
+                      f"line {line}: experiment {eid} is in group {row.group_id} here but in "
+                      f"group {group_of[eid]} in contract.json")
+    for g in contract.groups:
+        missing = [eid for eid in g.items if eid not in seen]
+        if missing:
+            out.error(name, "id-mismatch",
+                      f"group {g.group_id}: {len(missing)} experiment(s) of contract.json "
+                      f"have no row: {', '.join(missing[:5])}")
+
+
+def _check_answers(answers: AnswerKey, contract: Contract, name: str, out: _Collector) -> None:
+    known = {g.group_id for g in contract.groups}
+    for gid in answers.groups:
+        if gid not in known:
+            out.error(name, "id-mismatch", f"group {gid} is not in contract.json")
+    for g in contract.groups:
+        measured = answers.groups.get(g.group_id)
+        if measured is None:
+            out.error(name, "id-mismatch", f"group {g.group_id} of contract.json has no "
+                                           f"measured values")
+            continue
+        extra = [eid for eid in measured if eid not in g.items]
+        missing = [eid for eid in g.items if eid not in measured]
+        if extra:
+            out.error(name, "id-mismatch", f"group {g.group_id}: experiment(s) not in the "
+                                           f"contract's group: {', '.join(extra[:5])}")
+        if missing:
+            out.error(name, "id-mismatch", f"group {g.group_id}: experiment(s) of the "
+                                           f"contract without a value: {', '.join(missing[:5])}")
+        values = [measured[eid] for eid in g.items if eid in measured]
+        if len(values) >= 2 and len(set(values)) == 1:
+            out.error(name, "constant-group", f"group {g.group_id}: all {len(values)} measured "
+                                              f"values are equal ({values[0]!r})")
+
+
+def _check_protocol(protocol: Protocol, contract: Contract, rows: list[TargetRow] | None,
+                    out: _Collector) -> None:
+    name = "protocol.json"
+    described = {g.group_id for g in protocol.groups}
+    known = {g.group_id for g in contract.groups}
+    for gid in sorted(known - described):
+        out.error(name, "id-mismatch", f"group {gid} of contract.json has no endpoint here")
+    for gid in sorted(described - known):
+        out.error(name, "id-mismatch", f"group {gid} is not in contract.json")
+    if rows:
+        columns = set(rows[0].settings)
+        for s in protocol.settings:
+            if s.name not in columns:
+                out.warning(name, "settings", f"setting {s.name!r} is not a column of "
+                                              f"targets.csv")
+
+
+def _public_files(task_dir: Path) -> list[Path]:
+    files = []
+    for name in PUBLIC_PATHS:
+        path = task_dir / name
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*") if p.is_file()))
+    return files
+
+
+def _check_leaks(task_dir: Path, rows: list[TargetRow] | None, answers: AnswerKey,
+                 out: _Collector) -> None:
+    found: list[leaks.Leak] = []
+    identifiers = leaks.source_identifiers(answers.source)
+    for path in _public_files(task_dir):
+        rel = path.relative_to(task_dir).as_posix()
+        data = path.read_bytes()
+        found += leaks.source_leaks(data, identifiers, rel)
+        if rel == "targets.csv":
+            if rows is not None:
+                found += leaks.column_leaks(rows, answers.groups, rel)
+            continue
+        if rel == "contract.json":
+            continue  # ids and weights only, checked by schema
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # images and other binary files: identifiers only
+        found += leaks.text_leaks(text, answers.groups, rel)
+    for leak in found:
+        code = "leak-source" if leak.group_id is None else "leak-values"
+        out.error(leak.file, code, f"leak: {leak.message}")
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    rx, ry = average_ranks(x), average_ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return math.nan if vx == 0 or vy == 0 else cov / math.sqrt(vx * vy)
+
+
+def _as_number(cell: str) -> float | None:
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _screen_groups(rows: list[TargetRow], contract: Contract, answers: AnswerKey,
+                   protocol: Protocol | None, screens: ScreenSettings, answers_name: str,
+                   out: _Collector) -> None:
+    by_id = {r.experiment_id: r for r in rows}
+    errors = {g.group_id: g.measurement_error for g in protocol.groups} if protocol else {}
+    for g in contract.groups:
+        measured = answers.groups.get(g.group_id, {})
+        items = [i for i in g.items if i in measured and i in by_id]
+        if len(items) < 2:
+            continue
+        values = [measured[i] for i in items]
+        spread = max(values) - min(values)
+        if spread == 0:
+            continue
+        if len(items) >= 3:
+            for col in by_id[items[0]].settings:
+                numbers = [_as_number(by_id[i].settings.get(col, "")) for i in items]
+                if any(v is None for v in numbers) or len(set(numbers)) < 3:
+                    continue
+                rho = _spearman([float(v) for v in numbers if v is not None], values)
+                if abs(rho) >= screens.monotone_rho:
+                    trend = "rises" if rho > 0 else "falls"
+                    out.warning("targets.csv", "monotone",
+                                f"group {g.group_id}: the measured order {trend} with setting "
+                                f"{col!r} (Spearman rho {rho:+.3f}); extending the trend "
+                                f"ranks it (paper 2.3, step 2)")
+        error = errors.get(g.group_id)
+        if error is not None and spread <= error:
+            out.warning(answers_name, "narrow",
+                        f"group {g.group_id}: values span {spread:g}, within the stated "
+                        f"measurement error {error:g} (paper 2.3, step 2)")
+        scale = max(abs(v) for v in values)
+        if scale > 0 and spread / scale < screens.min_relative_spread:
+            out.warning(answers_name, "narrow",
+                        f"group {g.group_id}: relative spread {spread / scale:.3f} is below "
+                        f"{screens.min_relative_spread:g} (paper 2.3, step 2)")
+
+
+def _screen_ids(rows: list[TargetRow], contract: Contract, answers: AnswerKey,
+                screens: ScreenSettings, out: _Collector) -> None:
+    name = "targets.csv"
+    descriptive = []
+    for row in rows:
+        eid = row.experiment_id
+        if not ANONYMIZED_ID.match(eid):
+            descriptive.append(eid)
+            continue
+        for col, cell in row.settings.items():
+            if len(cell) >= 3 and _as_number(cell) is None and cell.casefold() in eid.casefold():
+                descriptive.append(f"{eid} (contains {col} {cell!r})")
+                break
+    if descriptive:
+        out.warning(name, "not-anonymized",
+                    f"{len(descriptive)} experiment id(s) are not anonymized codes: "
+                    f"{', '.join(descriptive[:5])}")
+    for g in contract.groups:
+        measured = answers.groups.get(g.group_id, {})
+        codes = [(re.sub(r"\D", "", i), measured.get(i)) for i in g.items]
+        pairs = [(float(c), v) for c, v in codes if c and v is not None]
+        if len(pairs) < 4 or len(pairs) != len(g.items):
+            continue
+        rho = _spearman([c for c, _ in pairs], [v for _, v in pairs])
+        if abs(rho) >= screens.monotone_rho:
+            out.warning(name, "not-anonymized",
+                        f"group {g.group_id}: id numbers follow the measured order "
+                        f"(Spearman rho {rho:+.3f})")
+
+
+def _screen_presented_order(rows: list[TargetRow], contract: Contract, answers: AnswerKey,
+                            screens: ScreenSettings, out: _Collector) -> None:
+    from spu.tasks.threshold import presented_order_score, task_threshold
+
+    report = task_threshold(contract, answers, [r.experiment_id for r in rows],
+                            draws=screens.draws, seed=screens.seed)
+    threshold = report.exact_threshold if report.exact_threshold is not None \
+        else report.threshold
+    kind = "exact" if report.exact_threshold is not None else "sampled"
+    if report.presented_order_score > threshold:
+        out.warning("targets.csv", "presented-order",
+                    f"rows in file order score {report.presented_order_score:.3f}, above the "
+                    f"{kind} chance threshold {threshold:.3f}: shuffle them")
+    contract_order = [i for g in contract.groups for i in g.items]
+    score = presented_order_score(contract, answers, contract_order)
+    if score > threshold:
+        out.warning("contract.json", "presented-order",
+                    f"items in contract order score {score:.3f}, above the {kind} chance "
+                    f"threshold {threshold:.3f}: shuffle them")
+
+
+def validate_task(
+    task_dir: str | Path,
+    answers_path: str | Path | None = None,
+    *,
+    strict: bool = False,
+    screens: ScreenSettings | None = None,
+) -> ValidationReport:
+    """Check a task package against SPEC section 1 and the paper's construction screens.
+
+    Parameters
+    ----------
+    task_dir
+        The task folder.
+    answers_path
+        The answer key; default ``<task_dir>/hidden/answers.json``.
+    strict
+        Report the screens' warnings as errors.
+    screens
+        Thresholds of the screens.
+
+    Returns
+    -------
+    ValidationReport
+        Every finding, each naming its file; ``ok`` is False on any error.
+    """
+    task_dir = Path(task_dir).resolve()
+    screens = screens or ScreenSettings()
+    out = _Collector()
+    if not task_dir.is_dir():
+        out.error(str(task_dir), "missing-file", "task folder does not exist")
+        return ValidationReport(task_dir, tuple(out.findings))
+    answers_file = Path(answers_path) if answers_path else task_dir / "hidden" / "answers.json"
+    answers_file = answers_file.resolve()
+    try:
+        answers_name = answers_file.relative_to(task_dir).as_posix()
+    except ValueError:
+        answers_name = str(answers_file)
+    for name in REQUIRED_PUBLIC:
+        if not (task_dir / name).is_file():
+            out.error(name, "missing-file", "required file is missing")
+    if not answers_file.is_file():
+        out.error(answers_name, "missing-file", "answer key is missing")
+
+    def present(name: str) -> bool:
+        return (task_dir / name).is_file()
+
+    meta = _load(out, "task.yaml", load_meta, task_dir) if present("task.yaml") else None
+    contract = (_load(out, "contract.json", load_contract, task_dir / "contract.json")
+                if present("contract.json") else None)
+    protocol = (_load(out, "protocol.json", load_protocol, task_dir / "protocol.json")
+                if present("protocol.json") else None)
+    rows = (_load(out, "targets.csv", load_targets, task_dir / "targets.csv")
+            if present("targets.csv") else None)
+    answers = _read_answers(answers_file, answers_name, out) if answers_file.is_file() else None
+
+    if meta is not None:
+        _check_identity(meta, contract, answers, answers_name, task_dir, out)
+    if contract is not None:
+        _check_contract(contract, out)
+        if rows is not None:
+            _check_targets(rows, contract, out)
+        if answers is not None:
+            _check_answers(answers, contract, answers_name, out)
+        if protocol is not None:
+            _check_protocol(protocol, contract, rows, out)
+    if answers is not None:
+        _check_leaks(task_dir, rows, answers, out)
+    # The screens score orderings with the grader, which needs a consistent package.
+    broken = any(f.severity is Severity.error for f in out.findings)
+    if contract is not None and answers is not None and rows is not None and not broken:
+        _screen_groups(rows, contract, answers, protocol, screens, answers_name, out)
+        _screen_ids(rows, contract, answers, screens, out)
+        _screen_presented_order(rows, contract, answers, screens, out)
+    findings = out.findings
+    if strict:
+        findings = [replace(f, severity=Severity.error) for f in findings]
+    return ValidationReport(task_dir, tuple(findings))
