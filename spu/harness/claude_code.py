@@ -1,0 +1,97 @@
+"""``harness=claude_code``: the Claude Code CLI, run non-interactively in the sandbox.
+
+``claude -p <instruction> --output-format stream-json --verbose`` with permissions
+bypassed (inside the sandbox; as root this needs ``IS_SANDBOX=1``), the model with
+``--model`` and the effort with ``--effort``. ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``
+keeps its traffic to the model endpoint. Models of other providers run through their
+Anthropic-compatible endpoints (``ANTHROPIC_BASE_URL``), with every model tier
+pinned to the configured model so that sub-agents and side queries use it too.
+
+The trajectory comes from the session files in ``$HOME/.claude/projects/``
+(sub-agents included); the stream on stdout adds the CLI's own cost estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spu.harness.base import AgentCommand, AgentContext, AgentResult, register_harness
+from spu.harness.cli_agent import SCRIPTED, CLIAgentHarness, read_json_lines
+from spu.harness.trajectory.claude_code import read_claude_code_sessions
+from spu.schema import ProcessEvidence
+
+KEY_AS_API_KEY = frozenset({"anthropic", SCRIPTED})
+"""Providers whose key goes in ``ANTHROPIC_API_KEY`` (``x-api-key``); the others'
+Anthropic-compatible endpoints document ``ANTHROPIC_AUTH_TOKEN`` (a bearer token)."""
+
+MODEL_TIER_VARIABLES = (
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "CLAUDE_CODE_SUBAGENT_MODEL",
+)
+"""Every model choice Claude Code makes, pinned to the configuration's model."""
+
+
+@register_harness
+class ClaudeCodeHarness(CLIAgentHarness):
+    """Claude Code (``@anthropic-ai/claude-code``), pinned by ``conf/harness/claude_code.yaml``."""
+
+    name = "claude_code"
+    binary = "claude"
+    effort_field = "claude_code"
+
+    def instruction(self, ctx: AgentContext) -> str:
+        """The task's instruction, given as the prompt (every configuration gets the same)."""
+        return (ctx.task.path / "instruction.md").read_text(encoding="utf-8")
+
+    def command(self, ctx: AgentContext) -> AgentCommand:
+        """``claude -p`` with stream-json output, the model and the effort."""
+        api_model = self.model.api_model or self.model.name
+        argv = [self.executable(), "-p", self.instruction(ctx),
+                "--output-format", "stream-json", "--verbose",
+                "--dangerously-skip-permissions", "--model", api_model]
+        effort = self.effort_value()
+        if effort:
+            argv += ["--effort", effort]
+        env = {
+            "IS_SANDBOX": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            **dict.fromkeys(MODEL_TIER_VARIABLES, api_model),
+        }
+        endpoint = self.endpoint()
+        if endpoint:
+            env["ANTHROPIC_BASE_URL"] = endpoint
+        key_variable = ("ANTHROPIC_API_KEY" if self.model.provider in KEY_AS_API_KEY
+                        else "ANTHROPIC_AUTH_TOKEN")
+        env[key_variable] = self.api_key()
+        return AgentCommand(argv=argv, env=self.agent_env(ctx, env))
+
+    def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
+        """Trajectory from the session files; the CLI's cost and errors from stdout."""
+        home = self.home_host or ctx.run_dir / "workspace"
+        events = read_json_lines(ctx.log_dir / "agent.stdout")
+        result: dict[str, Any] = next(
+            (e for e in reversed(events) if e.get("type") == "result"), {})
+        init: dict[str, Any] = next((e for e in events if e.get("subtype") == "init"), {})
+        reading = read_claude_code_sessions(home / ".claude" / "projects",
+                                            cli_version=init.get("claude_code_version"))
+        cli_error = None
+        if result.get("is_error") and result.get("stop_reason") != "refusal":
+            cli_error = str(result.get("result") or result.get("subtype"))[:500]
+        elif not result:
+            cli_error = _stderr_tail(ctx)
+        cost = result.get("total_cost_usd")
+        return self.result(reading, evidence, cli_error,
+                           cli_cost_usd=float(cost) if cost is not None else None)
+
+
+def _stderr_tail(ctx: AgentContext) -> str | None:
+    try:
+        text = (ctx.log_dir / "agent.stderr").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text.strip()[-500:] or None

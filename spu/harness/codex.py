@@ -1,0 +1,103 @@
+"""``harness=codex``: the Codex CLI, run non-interactively in the sandbox.
+
+``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox
+-c analytics.enabled=false --disable plugins <instruction>`` with stdin closed and a
+fresh ``CODEX_HOME`` (``/workspace/.codex``) whose ``config.toml`` declares the model
+provider: a custom ``model_providers`` entry with ``base_url``, ``env_key`` and
+``wire_api = "responses"`` (this version ignores ``OPENAI_BASE_URL``), and the
+reasoning effort as ``model_reasoning_effort``.
+
+The trajectory comes from the rollout files in ``$CODEX_HOME/sessions/``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from spu.harness.base import AgentCommand, AgentContext, AgentResult, register_harness
+from spu.harness.cli_agent import CLIAgentHarness, read_json_lines
+from spu.harness.trajectory.codex import read_codex_sessions
+from spu.sandbox.base import Sandbox
+from spu.schema import ProcessEvidence
+
+CODEX_HOME = ".codex"
+"""``CODEX_HOME`` under the agent's home folder."""
+PROVIDER_ID = "spu"
+"""Name of the model provider declared in ``config.toml``."""
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+"""Responses API endpoint when the model config names none."""
+SCRIPTED_KEY_VARIABLE = "SPU_SCRIPTED_API_KEY"
+
+
+def codex_home(ctx: AgentContext) -> str:
+    """``CODEX_HOME`` as the agent sees it: fresh for every run, in its home folder."""
+    return f"{ctx.paths.workspace}/{CODEX_HOME}"
+
+
+def _toml(value: str) -> str:
+    # A JSON string is a valid TOML basic string.
+    return json.dumps(value)
+
+
+@register_harness
+class CodexHarness(CLIAgentHarness):
+    """Codex (``@openai/codex``), pinned by ``conf/harness/codex.yaml``."""
+
+    name = "codex"
+    binary = "codex"
+    effort_field = "codex"
+
+    def key_variable(self) -> str:
+        """The variable Codex reads the key from (``env_key`` of the provider)."""
+        return SCRIPTED_KEY_VARIABLE if self.scripted else str(self.model.api_key_env)
+
+    def config_toml(self) -> str:
+        """``config.toml`` declaring the provider, the model and the effort."""
+        base_url = self.endpoint()
+        if self.server is not None:
+            base_url = f"{self.server.url}/v1"
+        lines = [
+            f"model = {_toml(self.model.api_model or self.model.name)}",
+            f"model_provider = {_toml(PROVIDER_ID)}",
+        ]
+        effort = self.effort_value()
+        if effort:
+            lines.append(f"model_reasoning_effort = {_toml(effort)}")
+        lines += [
+            "check_for_update_on_startup = false",
+            "",
+            f"[model_providers.{PROVIDER_ID}]",
+            f"name = {_toml(self.model.provider)}",
+            f"base_url = {_toml(base_url or DEFAULT_BASE_URL)}",
+            f"env_key = {_toml(self.key_variable())}",
+            'wire_api = "responses"',
+        ]
+        return "\n".join(lines) + "\n"
+
+    def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
+        """Start the scripted server when asked, then write a fresh ``CODEX_HOME``."""
+        super().prepare(ctx, sandbox)
+        sandbox.write_file(f"{codex_home(ctx)}/config.toml", self.config_toml().encode(),
+                           mode=0o600)
+
+    def command(self, ctx: AgentContext) -> AgentCommand:
+        """``codex exec --json ...`` with the instruction as the prompt."""
+        instruction = (ctx.task.path / "instruction.md").read_text(encoding="utf-8")
+        argv = [self.executable(), "exec", "--json", "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "-c", "analytics.enabled=false", "--disable", "plugins",
+                "--cd", ctx.paths.workspace, instruction]
+        env = {"CODEX_HOME": codex_home(ctx), self.key_variable(): self.api_key()}
+        return AgentCommand(argv=argv, env=self.agent_env(ctx, env))
+
+    def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
+        """Trajectory from the rollout files; errors also from the ``--json`` stream."""
+        home = (self.home_host or ctx.run_dir / "workspace") / CODEX_HOME
+        reading = read_codex_sessions(home / "sessions")
+        events = read_json_lines(ctx.log_dir / "agent.stdout")
+        failed = [e for e in events if e.get("type") in ("turn.failed", "error")]
+        cli_error = None
+        if failed:
+            error = failed[-1].get("error") or failed[-1]
+            cli_error = str(error.get("message") if isinstance(error, dict) else error)[:500]
+        return self.result(reading, evidence, cli_error)

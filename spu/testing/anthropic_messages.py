@@ -1,0 +1,157 @@
+"""Answers in the Anthropic Messages API format (what Claude Code speaks), streamed as SSE.
+
+The stream follows the API: ``message_start`` carries the input usage with
+``output_tokens: 1``, each content block (thinking, text, tool_use) is started,
+filled by deltas and stopped, and ``message_delta`` carries the stop reason and the
+final usage. Claude Code writes one session entry per content block, each repeating
+the usage of ``message_start``: the parsers must de-duplicate by message id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from spu.schema import Usage
+from spu.testing.script import SUBAGENT_MARKER, ScriptedTurn
+
+SHELL_TOOL = "Bash"
+AGENT_TOOL = "Agent"
+
+Event = tuple[str, dict[str, Any]]
+
+
+def is_agent_request(body: dict[str, Any]) -> bool:
+    """True for a request of the agent loop (it offers the shell tool)."""
+    return any(t.get("name") == SHELL_TOOL for t in body.get("tools") or [])
+
+
+def is_subagent_request(body: dict[str, Any]) -> bool:
+    """True when the conversation was started by a scripted ``agent_prompt``."""
+    for message in body.get("messages") or []:
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        blocks = [content] if isinstance(content, str) else content or []
+        return any(SUBAGENT_MARKER in (b if isinstance(b, str) else str(b.get("text", "")))
+                   for b in blocks if isinstance(b, (str, dict)))
+    return False
+
+
+def turn_index(body: dict[str, Any]) -> int:
+    """How many tool results the conversation holds: the script turn to play next."""
+    count = 0
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            count += sum(1 for block in content
+                         if isinstance(block, dict) and block.get("type") == "tool_result")
+    return count
+
+
+def usage_object(usage: Usage, output_tokens: int) -> dict[str, Any]:
+    """``usage`` in the API's fields (``input_tokens`` counts uncached input only)."""
+    return {
+        "input_tokens": usage.input,
+        "cache_creation_input_tokens": usage.cache_write,
+        "cache_read_input_tokens": usage.cache_read,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": usage.cache_write - usage.cache_write_1h,
+            "ephemeral_1h_input_tokens": usage.cache_write_1h,
+        },
+        "output_tokens": output_tokens,
+        "service_tier": "standard",
+    }
+
+
+def content_blocks(turn: ScriptedTurn, tool_use_id: str) -> list[dict[str, Any]]:
+    """The content of the answer to ``turn``, as complete blocks."""
+    if turn.refusal is not None:
+        return []
+    blocks: list[dict[str, Any]] = []
+    if turn.reasoning:
+        blocks.append({"type": "thinking", "thinking": turn.reasoning,
+                       "signature": "c2NyaXB0ZWQ="})
+    if turn.text:
+        blocks.append({"type": "text", "text": turn.text})
+    if turn.command is not None:
+        blocks.append({"type": "tool_use", "id": tool_use_id, "name": SHELL_TOOL,
+                       "input": {"command": turn.command,
+                                 "description": "Scripted command"}})
+    elif turn.agent_prompt is not None:
+        blocks.append({"type": "tool_use", "id": tool_use_id, "name": AGENT_TOOL,
+                       "input": {"description": "Scripted sub-agent",
+                                 "prompt": turn.agent_prompt,
+                                 "subagent_type": "general-purpose"}})
+    return blocks
+
+
+def stop(turn: ScriptedTurn) -> tuple[str, dict[str, Any] | None]:
+    """Stop reason and stop details of the answer to ``turn``."""
+    if turn.refusal is not None:
+        return "refusal", {"type": "refusal", "category": turn.refusal,
+                           "explanation": "Scripted refusal."}
+    return ("end_turn" if turn.is_final else "tool_use"), None
+
+
+def message(turn: ScriptedTurn, usage: Usage, *, model: str, message_id: str,
+            tool_use_id: str) -> dict[str, Any]:
+    """The whole answer as one message (for requests with ``stream: false``)."""
+    reason, details = stop(turn)
+    return {
+        "id": message_id, "type": "message", "role": "assistant", "model": model,
+        "content": content_blocks(turn, tool_use_id),
+        "stop_reason": reason, "stop_sequence": None, "stop_details": details,
+        "usage": usage_object(usage, usage.output),
+    }
+
+
+def stream_events(turn: ScriptedTurn, usage: Usage, *, model: str, message_id: str,
+                  tool_use_id: str) -> list[Event]:
+    """The answer to ``turn`` as the API's server-sent events."""
+    reason, details = stop(turn)
+    events: list[Event] = [("message_start", {"type": "message_start", "message": {
+        "id": message_id, "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": usage_object(usage, 1),
+    }})]
+    for index, block in enumerate(content_blocks(turn, tool_use_id)):
+        events += _block_events(index, block)
+    final_usage = usage_object(usage, usage.output)
+    final_usage.pop("service_tier")
+    events.append(("message_delta", {
+        "type": "message_delta",
+        "delta": {"stop_reason": reason, "stop_sequence": None, "stop_details": details},
+        "usage": final_usage,
+    }))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[Event]:
+    kind = block["type"]
+    start: dict[str, Any]
+    if kind == "thinking":
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
+                  {"type": "signature_delta", "signature": block["signature"]}]
+    elif kind == "text":
+        start = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": block["text"]}]
+    else:
+        start = {**block, "input": {}}
+        deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+    return [
+        ("content_block_start", {"type": "content_block_start", "index": index,
+                                 "content_block": start}),
+        *(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                   "delta": d}) for d in deltas),
+        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
+def error_body(status: int) -> dict[str, Any]:
+    """The API's error object for HTTP ``status``."""
+    kind = {400: "invalid_request_error", 401: "authentication_error",
+            429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": f"scripted HTTP {status}"}}

@@ -1,0 +1,239 @@
+"""What the scripted model says, turn by turn, and the token usage it reports.
+
+A :class:`Script` is a list of :class:`ScriptedTurn`: each turn is one model
+response, with text, optional reasoning, and optionally one shell command that the
+agent CLI runs through its own shell tool (``Bash`` in Claude Code, ``exec_command``
+in Codex). The server picks the turn from the conversation it receives (the number of
+tool results in it), so the same script drives both CLIs and survives their retries.
+
+Every response reports a distinct, known usage (:func:`scripted_usage`), different in
+each bucket and each turn, so that tests can check usage bucket by bucket.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spu.schema import Usage
+
+LIST_TASK_FILES = 'ls -la "${SPU_TASK_DIR:-/task}"'
+
+WRITE_PRESENTED_ORDER = """python3 - <<'PY'
+import csv, json, os
+task = os.environ.get("SPU_TASK_DIR", "/task")
+out = os.environ.get("SPU_OUTPUT_DIR", "/output")
+with open(os.path.join(task, "contract.json"), encoding="utf-8") as f:
+    contract = json.load(f)
+with open(os.path.join(task, "targets.csv"), newline="", encoding="utf-8") as f:
+    position = {row["experiment_id"]: k for k, row in enumerate(csv.DictReader(f))}
+rankings = [
+    {"group_id": g["group_id"],
+     "order": sorted(g["items"], key=lambda i: position.get(i, len(position)))}
+    for g in contract["groups"]
+]
+submission = {"task_id": contract["task_id"], "task_version": contract["task_version"],
+              "rankings": rankings}
+with open(os.path.join(out, "rankings.json"), "w", encoding="utf-8") as f:
+    json.dump(submission, f, indent=1)
+print("ranked", len(rankings), "group(s) in the presented order")
+PY"""
+
+WRITE_REPORT = """out="${SPU_OUTPUT_DIR:-/output}"
+cat > "$out/report.md" <<'MD'
+# Scripted submission
+
+The scripted model server ranked every group in the presented order of targets.csv.
+No source was consulted; this run exercises the harness, not a model.
+MD
+echo '{"sources": []}' > "$out/sources.json"
+echo report written"""
+
+
+@dataclass(frozen=True)
+class ScriptedTurn:
+    """One model response of a script."""
+
+    text: str = ""
+    """Assistant text of the response."""
+    command: str | None = None
+    """Shell command the agent runs through its shell tool; None ends the conversation."""
+    reasoning: str | None = None
+    """Reasoning text (a thinking block, or a reasoning summary in the Responses API)."""
+    refusal: str | None = None
+    """Refuse instead of answering, with this provider category (``bio``, ``cyber``)."""
+    http_error: int | None = None
+    """Answer with this HTTP status instead (an API error)."""
+    agent_prompt: str | None = None
+    """Delegate to a sub-agent with this prompt (Claude Code's ``Agent`` tool) instead."""
+
+    @property
+    def is_final(self) -> bool:
+        """True when the turn ends the conversation (no tool call follows)."""
+        return self.command is None and self.agent_prompt is None
+
+
+FINAL_TURN = ScriptedTurn(text="Done.")
+
+SUBAGENT_MARKER = "[scripted sub-agent]"
+"""A conversation whose first user message holds this marker plays ``subagent_turns``."""
+
+
+@dataclass(frozen=True)
+class Script:
+    """The turns the scripted model plays, in order."""
+
+    name: str
+    turns: tuple[ScriptedTurn, ...] = field(default_factory=tuple)
+    subagent_turns: tuple[ScriptedTurn, ...] = field(default_factory=tuple)
+    """What a sub-agent started by an ``agent_prompt`` turn plays."""
+
+    def turn(self, index: int, *, subagent: bool = False) -> ScriptedTurn:
+        """Turn ``index`` (0-based); past the end, a final "Done." that stops the agent."""
+        turns = self.subagent_turns if subagent else self.turns
+        return turns[index] if 0 <= index < len(turns) else FINAL_TURN
+
+
+def default_script() -> Script:
+    """List the task files, write a ranking in presented order, write a report, stop."""
+    return Script(
+        name="presented_order",
+        turns=(
+            ScriptedTurn(
+                text="I will look at the task files first.",
+                reasoning="The task folder holds the contract and the targets; list it.",
+                command=LIST_TASK_FILES,
+            ),
+            ScriptedTurn(text="Writing a ranking in the presented order.",
+                         command=WRITE_PRESENTED_ORDER),
+            ScriptedTurn(text="Writing the report and the source record.", command=WRITE_REPORT),
+            ScriptedTurn(text="Submitted rankings.json with every group in the presented order."),
+        ),
+    )
+
+
+def subagent_script() -> Script:
+    """The default script, with the task files listed by a sub-agent (Claude Code only)."""
+    turns = default_script().turns
+    return Script(
+        name="subagent",
+        turns=(
+            ScriptedTurn(text="I will ask a sub-agent to list the task files.",
+                         agent_prompt=f"{SUBAGENT_MARKER} List the files of the task folder."),
+            *turns[1:],
+        ),
+        subagent_turns=(
+            ScriptedTurn(text="Listing the task folder.", command=LIST_TASK_FILES),
+            ScriptedTurn(text="The task folder holds contract.json and targets.csv."),
+        ),
+    )
+
+
+def refusal_script(category: str = "bio") -> Script:
+    """Look at the task once, then refuse with the provider category ``category``."""
+    return Script(
+        name=f"refusal_{category}",
+        turns=(
+            ScriptedTurn(text="I will look at the task files first.", command=LIST_TASK_FILES),
+            ScriptedTurn(refusal=category),
+        ),
+    )
+
+
+def api_error_script(status: int = 400) -> Script:
+    """Look at the task once, then answer the next request with HTTP ``status``."""
+    return Script(
+        name=f"api_error_{status}",
+        turns=(
+            ScriptedTurn(text="I will look at the task files first.", command=LIST_TASK_FILES),
+            ScriptedTurn(http_error=status),
+        ),
+    )
+
+
+BUILTIN_SCRIPTS = {
+    "presented_order": default_script,
+    "refusal": refusal_script,
+    "api_error": api_error_script,
+    "subagent": subagent_script,
+}
+"""Scripts selectable by name (``spu scripted-server --script NAME``)."""
+
+
+class ScriptError(ValueError):
+    """A script file cannot be read; the message names the file and the key."""
+
+
+def load_script(source: str | Path) -> Script:
+    """A built-in script by name, or a script file (JSON: ``{"name", "turns": [...]}``).
+
+    Each turn is an object with the fields of :class:`ScriptedTurn`.
+    """
+    if str(source) in BUILTIN_SCRIPTS:
+        return BUILTIN_SCRIPTS[str(source)]()
+    path = Path(source)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        known = ", ".join(sorted(BUILTIN_SCRIPTS))
+        raise ScriptError(f"{path}: no such script file (built-in scripts: {known})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScriptError(f"{path}: not a readable JSON file: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
+        raise ScriptError(f"{path}: key 'turns' must be a list of turns")
+    subagent = data.get("subagent_turns", [])
+    if not isinstance(subagent, list):
+        raise ScriptError(f"{path}: key 'subagent_turns' must be a list of turns")
+    return Script(
+        name=str(data.get("name", path.stem)),
+        turns=tuple(_turn(path, f"turns[{k}]", raw) for k, raw in enumerate(data["turns"])),
+        subagent_turns=tuple(_turn(path, f"subagent_turns[{k}]", raw)
+                             for k, raw in enumerate(subagent)),
+    )
+
+
+def _turn(path: Path, where: str, raw: Any) -> ScriptedTurn:
+    fields = set(ScriptedTurn.__dataclass_fields__)
+    if not isinstance(raw, dict):
+        raise ScriptError(f"{path}: {where} must be an object")
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise ScriptError(f"{path}: {where} has unknown key {unknown[0]!r} "
+                          f"(known: {', '.join(sorted(fields))})")
+    for key in ("text", "command", "reasoning", "refusal", "agent_prompt"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ScriptError(f"{path}: {where}.{key} must be a string")
+    if raw.get("http_error") is not None and (
+            isinstance(raw["http_error"], bool) or not isinstance(raw["http_error"], int)):
+        raise ScriptError(f"{path}: {where}.http_error must be an integer")
+    return ScriptedTurn(**raw)
+
+
+def scripted_usage(turn: int, *, subagent: bool = False) -> Usage:
+    """The usage the server reports for a response to turn ``turn`` (0-based).
+
+    Every bucket differs from every other and from turn to turn, so a parser that
+    swaps buckets, double counts a response or drops one gives a wrong total.
+    Sub-agent turns count from 100, so they differ from the main agent's.
+
+    Examples
+    --------
+    >>> scripted_usage(0)
+    Usage(input=101, cache_read=2003, cache_write=305, cache_write_1h=41, output=57)
+    >>> scripted_usage(2).cache_read
+    2203
+    """
+    turn = turn + 100 if subagent else turn
+    return Usage(
+        input=101 + 10 * turn,
+        cache_read=2003 + 100 * turn,
+        cache_write=305 + 20 * turn,
+        cache_write_1h=41 + 2 * turn,
+        output=57 + 7 * turn,
+    )
+
+
+SIDE_USAGE = Usage(input=13, cache_read=0, cache_write=0, output=3)
+"""Usage of an answer to a request outside the script (a title, a summary)."""

@@ -1,0 +1,340 @@
+"""The scripted model server: a local stand-in for a model provider, for offline runs.
+
+It listens on 127.0.0.1 (a free port by default) and speaks the two APIs the agent
+CLIs use: the Anthropic Messages API (``POST /v1/messages``, SSE or not, and
+``/v1/messages/count_tokens``) for Claude Code and the OpenAI Responses API
+(``POST /v1/responses``, SSE) for Codex. Requests of the agent loop get the next turn
+of the :class:`~spu.testing.script.Script`; other requests (titles, summaries) get a
+short text. Every answer reports a known usage, and every request is logged as one
+JSON line (with what was answered and the usage reported), so a test can compare the
+usage a harness parsed with what the server actually sent, bucket by bucket.
+
+What the pinned CLIs ask, found by logging every request: Claude Code 2.1.197 (``-p``,
+non-essential traffic off) sends one streaming ``POST /v1/messages?beta=true`` per
+turn, sub-agents included, and nothing else; Codex 0.171.0 sends one streaming
+``POST /v1/responses`` per turn. Token counting, non-streaming messages and ``GET``
+(model lists) are answered too, for versions that ask.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from spu.schema import Usage
+from spu.testing import anthropic_messages, openai_responses
+from spu.testing.script import SIDE_USAGE, Script, ScriptedTurn, default_script, scripted_usage
+
+LOGGED_HEADERS = ("user-agent", "anthropic-beta", "anthropic-version", "originator")
+"""Request headers kept in the log; credentials never are."""
+
+
+@dataclass(frozen=True)
+class ServedResponse:
+    """What the server answered to one request."""
+
+    api: str
+    """``anthropic``, ``openai`` or ``other``."""
+    path: str
+    """Request path."""
+    kind: str
+    """``script`` (a turn of the agent loop), ``side`` (any other generation),
+    ``count_tokens``, ``error`` (a scripted HTTP error) or ``other``."""
+    status: int
+    """HTTP status of the answer."""
+    turn: int | None = None
+    """Script turn played (``script`` and ``error`` answers)."""
+    model: str | None = None
+    """Model the request named."""
+    usage: Usage | None = None
+    """Usage reported in the answer."""
+    response_id: str | None = None
+    """Message or response id of the answer."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The log line of this answer."""
+        return {
+            "api": self.api, "path": self.path, "kind": self.kind, "status": self.status,
+            "turn": self.turn, "model": self.model, "response_id": self.response_id,
+            "usage": self.usage.model_dump() if self.usage is not None else None,
+        }
+
+
+def reported_usage(log_path: str | Path, kinds: tuple[str, ...] = ("script", "side")) -> Usage:
+    """Total usage the server reported, read back from its log file."""
+    total = Usage()
+    for line in Path(log_path).read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if entry.get("kind") in kinds and entry.get("usage"):
+            total = total + Usage(**entry["usage"])
+    return total
+
+
+class ScriptedModelServer:
+    """Serve ``script`` on 127.0.0.1 in a background thread.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    ``log_path`` receives one JSON line per request; ``log_bodies`` adds the request
+    bodies (large: every request carries the system prompt and the tool list).
+
+    Examples
+    --------
+    >>> import json, urllib.request
+    >>> with ScriptedModelServer() as server:
+    ...     body = json.dumps({"model": "scripted", "stream": False, "max_tokens": 10,
+    ...                        "messages": [{"role": "user", "content": "hi"}],
+    ...                        "tools": [{"name": "Bash", "input_schema": {}}]}).encode()
+    ...     request = urllib.request.Request(server.url + "/v1/messages", data=body,
+    ...                                      headers={"content-type": "application/json"})
+    ...     answer = json.load(urllib.request.urlopen(request))
+    >>> answer["stop_reason"], answer["usage"]["input_tokens"]
+    ('tool_use', 101)
+    """
+
+    def __init__(self, script: Script | None = None, *, host: str = "127.0.0.1",
+                 port: int = 0, log_path: str | Path | None = None,
+                 log_bodies: bool = False) -> None:
+        self.script = script or default_script()
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.log_bodies = log_bodies
+        self.responses: list[ServedResponse] = []
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._httpd = ThreadingHTTPServer((host, port), _handler_class(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:40123`` (Codex needs ``url + "/v1"``)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> ScriptedModelServer:
+        """Start serving in a daemon thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                            name="spu-scripted-model", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._httpd.server_close()
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until interrupted (``spu scripted-server``)."""
+        try:
+            self._httpd.serve_forever()
+        finally:
+            self._httpd.server_close()
+
+    def __enter__(self) -> ScriptedModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def total_usage(self, kinds: tuple[str, ...] = ("script", "side")) -> Usage:
+        """Usage reported so far over the answers of the given kinds."""
+        total = Usage()
+        for served in self.responses:
+            if served.kind in kinds and served.usage is not None:
+                total = total + served.usage
+        return total
+
+    # ------------------------------------------------------------------ internals
+
+    def next_id(self) -> int:
+        """A number unique within this server, for message, response and call ids."""
+        with self._lock:
+            self._counter += 1
+            return self._counter
+
+    def record(self, served: ServedResponse, request: dict[str, Any]) -> None:
+        """Keep ``served`` and append it, with a summary of the request, to the log."""
+        with self._lock:
+            self.responses.append(served)
+            if self.log_path is None:
+                return
+            line = {"time": round(time.time(), 3), **served.to_json(), "request": request}
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+def _request_summary(server: ScriptedModelServer, handler: BaseHTTPRequestHandler,
+                     body: Any) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "method": handler.command,
+        "headers": {k: v for k, v in handler.headers.items() if k.lower() in LOGGED_HEADERS},
+    }
+    if isinstance(body, dict):
+        summary["stream"] = body.get("stream")
+        summary["tools"] = [t.get("name") or t.get("type") for t in body.get("tools") or []
+                            if isinstance(t, dict)]
+        conversation = body.get("messages", body.get("input"))
+        summary["items"] = len(conversation) if isinstance(conversation, list) else None
+        for key in ("output_config", "reasoning", "thinking"):
+            if key in body:
+                summary[key] = body[key]
+        if server.log_bodies:
+            summary["body"] = body
+    return summary
+
+
+@dataclass(frozen=True)
+class _Play:
+    """What to answer to one generation request."""
+
+    kind: str
+    turn: ScriptedTurn
+    usage: Usage
+    index: int | None = None
+
+
+def _play(server: ScriptedModelServer, index: int | None, subagent: bool = False) -> _Play:
+    """Turn ``index`` of the script, or a side answer when the request is outside the loop."""
+    if index is None:
+        return _Play("side", ScriptedTurn(text="Scripted."), SIDE_USAGE)
+    turn = server.script.turn(index, subagent=subagent)
+    # A refusal before any output is not billed (the provider reports no tokens).
+    usage = Usage() if turn.refusal is not None else scripted_usage(index, subagent=subagent)
+    return _Play("script", turn, usage, index)
+
+
+def _handler_class(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass  # the JSON log replaces the access log
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            body = {"data": [{"id": "scripted", "type": "model", "object": "model"}]}
+            server.record(ServedResponse(api="other", path=self.path, kind="other",
+                                         status=200), _request_summary(server, self, None))
+            self._send_json(200, body)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else {}
+            except json.JSONDecodeError:
+                body = None
+            summary = _request_summary(server, self, body)
+            path = self.path.split("?", 1)[0]
+            if not isinstance(body, dict):
+                server.record(ServedResponse(api="other", path=path, kind="other",
+                                             status=400), summary)
+                self._send_json(400, anthropic_messages.error_body(400))
+            elif path.endswith("/messages/count_tokens"):
+                self._count_tokens(path, body, summary)
+            elif path.endswith("/messages"):
+                self._anthropic(path, body, summary)
+            elif path.endswith("/responses"):
+                self._openai(path, body, summary)
+            else:
+                server.record(ServedResponse(api="other", path=path, kind="other",
+                                             status=404), summary)
+                self._send_json(404, {"error": {"message": f"no route {path}"}})
+
+        # -------------------------------------------------------------- the two APIs
+        # Each answer is recorded before it is sent: a client that exits on the last
+        # answer, and a harness that then stops the server, must find it in the log.
+
+        def _count_tokens(self, path: str, body: dict[str, Any],
+                          summary: dict[str, Any]) -> None:
+            tokens = scripted_usage(anthropic_messages.turn_index(body)).input
+            server.record(ServedResponse(api="anthropic", path=path, kind="count_tokens",
+                                         status=200, model=body.get("model")), summary)
+            self._send_json(200, {"input_tokens": tokens})
+
+        def _anthropic(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
+            model = str(body.get("model") or "scripted")
+            n = server.next_id()
+            ids = {"message_id": f"msg_scripted_{n:04d}", "tool_use_id": f"toolu_scripted_{n:04d}"}
+            play = _play(server, anthropic_messages.turn_index(body)
+                         if anthropic_messages.is_agent_request(body) else None,
+                         subagent=anthropic_messages.is_subagent_request(body))
+            if self._scripted_error("anthropic", path, play, model, summary,
+                                    anthropic_messages.error_body):
+                return
+            server.record(ServedResponse(api="anthropic", path=path, kind=play.kind, status=200,
+                                         turn=play.index, model=model, usage=play.usage,
+                                         response_id=ids["message_id"]), summary)
+            if body.get("stream"):
+                self._send_sse(anthropic_messages.stream_events(play.turn, play.usage,
+                                                                model=model, **ids))
+            else:
+                self._send_json(200, anthropic_messages.message(play.turn, play.usage,
+                                                                model=model, **ids))
+
+        def _openai(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
+            model = str(body.get("model") or "scripted")
+            n = server.next_id()
+            ids = {"response": f"resp_scripted_{n:04d}", "reasoning": f"rs_scripted_{n:04d}",
+                   "message": f"msg_scripted_{n:04d}", "call_item": f"fc_scripted_{n:04d}",
+                   "call": f"call_scripted_{n:04d}"}
+            tool = openai_responses.shell_tool(body)
+            play = _play(server, openai_responses.turn_index(body) if tool else None)
+            if self._scripted_error("openai", path, play, model, summary,
+                                    openai_responses.error_body):
+                return
+            # The Responses API has no 1-hour cache writes: none are reported.
+            usage = play.usage.model_copy(update={"cache_write_1h": 0})
+            server.record(ServedResponse(api="openai", path=path, kind=play.kind, status=200,
+                                         turn=play.index, model=model, usage=usage,
+                                         response_id=ids["response"]), summary)
+            self._send_sse(openai_responses.stream_events(
+                play.turn, usage, model=model, tool=tool or "exec_command", ids=ids))
+
+        def _scripted_error(self, api: str, path: str, play: _Play, model: str,
+                            summary: dict[str, Any],
+                            error_body: Callable[[int], dict[str, Any]]) -> bool:
+            """Answer the turn's scripted HTTP error, if it has one."""
+            status = play.turn.http_error
+            if status is None:
+                return False
+            server.record(ServedResponse(api=api, path=path, kind="error", status=status,
+                                         turn=play.index, model=model), summary)
+            self._send_json(status, error_body(status))
+            return True
+
+        # -------------------------------------------------------------- transport
+
+        def _send_json(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+            data = "".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n"
+                           for name, payload in events).encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler

@@ -1,0 +1,166 @@
+"""The model catalogue, the efforts and how the CLI harnesses turn them into a command."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from spu.harness import HarnessError, get_harness
+from spu.harness.cli_agent import TOOLS_MOUNT
+from spu.harness.npm_tools import InstalledTool, install_prefix, installed
+
+CATALOGUE = {
+    # name: (provider, default harness) of the paper's configurations (section 3.1)
+    "opus55": ("anthropic", "claude_code"), "opus5": ("anthropic", "claude_code"),
+    "sonnet55": ("anthropic", "claude_code"), "fable51": ("anthropic", "claude_code"),
+    "astra": ("openai", "codex"), "sol61": ("openai", "codex"),
+    "deepseek": ("deepseek", "claude_code"), "qwen38": ("alibaba", "claude_code"),
+    "glm53": ("zhipu", "claude_code"), "doubao": ("bytedance", "claude_code"),
+    "hy4": ("tencent", "claude_code"), "kimi31": ("moonshot", "claude_code"),
+}
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
+
+def typed(cfg: Any) -> SimpleNamespace:
+    """The typed model, harness and effort of a composed config (no task selected)."""
+    return SimpleNamespace(**{k: OmegaConf.to_object(cfg[k])
+                              for k in ("model", "harness", "effort")})
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_catalogue_model_composes_with_its_default_harness(compose, name: str) -> None:
+    provider, harness = CATALOGUE[name]
+    conf = typed(compose(f"model={name}", f"harness={harness}", "effort=max"))
+    model = conf.model
+    assert (model.provider, model.default_harness) == (provider, harness)
+    assert model.api_model and model.api_key_env and model.api_key_env.endswith("_KEY")
+    if provider != "anthropic":  # Anthropic models use Claude Code's default endpoint
+        assert model.base_url and model.base_url.startswith("https://")
+    assert model.prices.input > 0 and model.prices.output > 0
+
+
+@pytest.mark.parametrize("effort", EFFORTS)
+def test_effort_maps_to_both_clis(compose, effort: str) -> None:
+    conf = typed(compose(f"effort={effort}"))
+    assert conf.effort.claude_code == effort and conf.effort.codex == effort
+
+
+def test_scripted_model_needs_no_key(compose) -> None:
+    conf = typed(compose("model=scripted", "harness=codex"))
+    assert conf.model.provider == "scripted" and conf.model.api_key_env is None
+    harness = get_harness("codex")(conf.harness, conf.model, conf.effort)
+    assert harness.api_key()
+
+
+def test_missing_api_key_is_named(compose, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    conf = typed(compose("model=deepseek", "harness=claude_code", "effort=max"))
+    harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
+    with pytest.raises(HarnessError, match="DEEPSEEK_API_KEY"):
+        harness.check()
+
+
+def test_baseline_model_is_refused(compose) -> None:
+    conf = typed(compose("model=random", "harness=codex"))
+    with pytest.raises(HarnessError, match="harness=baseline"):
+        get_harness("codex")(conf.harness, conf.model, conf.effort).check()
+
+
+def _with_tool(harness, tmp_path: Path) -> None:
+    # The install folder only names paths here; no CLI runs in these tests.
+    cfg = harness.cfg
+    harness.tool = InstalledTool(cfg.cli_package, cfg.cli_version,
+                                 install_prefix(tmp_path, cfg.cli_package, cfg.cli_version))
+    harness.cli_root = harness.mount_point()
+
+
+class _Ctx:
+    """The parts of an AgentContext the command needs."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        from spu.sandbox.base import SandboxPaths
+
+        self.paths = SandboxPaths(task="/task", workspace="/workspace", output="/output")
+        self.task = type("T", (), {"path": Path("tasks/example-coupling-conditions"),
+                                   "id": "t", "version": "1"})()
+        self.seed = 1
+        self.gpu_ids: list[str] = []
+
+    def base_env(self) -> dict[str, str]:
+        return {"SPU_TASK_DIR": "/task", "PATH": "/usr/bin:/bin"}
+
+
+def test_claude_code_command_for_a_compatible_endpoint(compose, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-deepseek")
+    conf = typed(compose("model=deepseek", "harness=claude_code", "effort=max"))
+    harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
+    _with_tool(harness, tmp_path)
+    command = harness.command(_Ctx(tmp_path))  # type: ignore[arg-type]
+    argv, env = command.argv, command.env
+    assert argv[0] == f"{TOOLS_MOUNT}/@anthropic-ai+claude-code@2.1.197/node_modules/.bin/claude"
+    assert argv[1:2] == ["-p"] and "rankings.json" in argv[2]
+    assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
+    assert argv[argv.index("--model") + 1] == "deepseek-v4.1-flash-0910"
+    assert argv[argv.index("--effort") + 1] == "max"
+    assert "--dangerously-skip-permissions" in argv
+    assert env["IS_SANDBOX"] == "1" and env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+    assert env["ANTHROPIC_BASE_URL"] == "https://api.deepseek.com/anthropic"
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "sk-deepseek" and "ANTHROPIC_API_KEY" not in env
+    assert env["CLAUDE_CODE_SUBAGENT_MODEL"] == env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == \
+        "deepseek-v4.1-flash-0910"
+
+
+def test_claude_code_command_for_anthropic(compose, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
+    conf = typed(compose("model=opus5", "harness=claude_code", "effort=max",
+                         "+harness.env.EXTRA=1"))
+    harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
+    _with_tool(harness, tmp_path)
+    env = harness.command(_Ctx(tmp_path)).env  # type: ignore[arg-type]
+    assert env["ANTHROPIC_API_KEY"] == "sk-ant" and "ANTHROPIC_BASE_URL" not in env
+    assert env["EXTRA"] == "1"
+
+
+def test_codex_config_declares_the_provider_and_effort(compose, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    conf = typed(compose("model=astra", "harness=codex", "effort=medium"))
+    harness = get_harness("codex")(conf.harness, conf.model, conf.effort)
+    parsed = tomllib.loads(harness.config_toml())
+    assert parsed["model"] == "gpt-6-astra"
+    assert parsed["model_reasoning_effort"] == "medium"
+    provider = parsed["model_providers"][parsed["model_provider"]]
+    assert provider == {"name": "openai", "base_url": "https://api.openai.com/v1",
+                        "env_key": "OPENAI_API_KEY", "wire_api": "responses"}
+    _with_tool(harness, tmp_path)
+    command = harness.command(_Ctx(tmp_path))  # type: ignore[arg-type]
+    assert command.argv[1:8] == ["exec", "--json", "--skip-git-repo-check",
+                                 "--dangerously-bypass-approvals-and-sandbox", "-c",
+                                 "analytics.enabled=false", "--disable"]
+    assert command.env["OPENAI_API_KEY"] == "sk-openai"
+    assert command.env["CODEX_HOME"] == "/workspace/.codex"
+
+
+def test_a_partial_install_is_not_taken_for_an_install(tmp_path: Path) -> None:
+    prefix = install_prefix(tmp_path, "@openai/codex", "0.171.0")
+    manifest = prefix / "node_modules" / "@openai" / "codex" / "package.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"version": "0.171.0"}')
+    assert installed("@openai/codex", "0.171.0", tmp_path) is None  # no completion marker
+    (prefix / ".spu-installed.json").write_text("{}")
+    assert installed("@openai/codex", "0.171.0", tmp_path) is not None
+    assert installed("@openai/codex", "0.172.0", tmp_path) is None
+
+
+def test_an_unknown_script_is_a_config_error(compose) -> None:
+    conf = typed(compose("model=scripted", "harness=claude_code",
+                         "model.api_model=/nonexistent/script.json"))
+    with pytest.raises(HarnessError, match=r"model.api_model: .*script.json: no such script"):
+        get_harness("claude_code")(conf.harness, conf.model, conf.effort).check()

@@ -1,0 +1,122 @@
+"""The real Claude Code and Codex CLIs, in the default sandbox, against the scripted model.
+
+These run the pinned CLIs (installed once from npm into the tools folder) inside
+bubblewrap on the example task. They skip, saying why, where npm cannot install the
+CLIs or bubblewrap cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spu.grading.rules import grade_submission
+from spu.harness.npm_tools import ToolInstallError, ensure_installed, tools_dir
+from spu.main import spec_from_config
+from spu.runner import run_one
+from spu.sandbox.local import LocalSandbox
+from spu.schema import Outcome, Usage
+from spu.tasks import load_answers, load_task
+from spu.testing import reported_usage
+from spu.tracking.trajectories import read_trajectory
+from tests.conftest import EXAMPLE_TASK, REPO, run_module
+
+pytestmark = [pytest.mark.slow, pytest.mark.cli]
+
+HARNESSES = ("claude_code", "codex")
+SHELL_TOOL = {"claude_code": "Bash", "codex": "exec_command"}
+API_PATH = {"claude_code": "/v1/messages", "codex": "/v1/responses"}
+
+
+@pytest.fixture(scope="module")
+def cli_tools() -> None:
+    """The pinned CLIs installed, and a sandbox to run them in; else skip with the reason."""
+    import yaml
+
+    ok, why = LocalSandbox.available()
+    if not ok:
+        pytest.skip(f"the default sandbox (bubblewrap) cannot run here: {why}")
+    for name in HARNESSES:
+        cfg = yaml.safe_load((REPO / "conf" / "harness" / f"{name}.yaml").read_text())
+        try:
+            ensure_installed(cfg["cli_package"], str(cfg["cli_version"]),
+                             tools_dir(cfg.get("tools_dir")))
+        except ToolInstallError as exc:
+            pytest.skip(f"the {name} CLI is not available: {exc}")
+
+
+def presented_order_score() -> float:
+    """The grader's score of the presented order (targets.csv) on the example task."""
+    task = load_task(EXAMPLE_TASK)
+    position = {row["experiment_id"]: k for k, row in enumerate(task.targets_rows())}
+    submission = {"task_id": task.id, "task_version": task.version, "rankings": [
+        {"group_id": g.group_id, "order": sorted(g.items, key=position.__getitem__)}
+        for g in task.contract.groups]}
+    answers = load_answers(task.answers_path())
+    return grade_submission(task.contract, answers, json.dumps(submission).encode()).score
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_main_runs_the_cli_offline_to_a_graded_tracked_run(cli_tools, harness: str,
+                                                          tmp_path: Path) -> None:
+    """``python -m spu.main harness=<h> model=scripted task=<task>`` (the issue's command)."""
+    out = tmp_path / "outputs"
+    proc = run_module(["spu.main", f"harness={harness}", "model=scripted",
+                       f"task={EXAMPLE_TASK.name}", f"output_root={out}"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["outcome"] == "valid" and record["scored"], record.get("process")
+    assert record["harness"] == harness and record["sandbox"]["backend"] == "local"
+    assert record["score_strict"] == pytest.approx(presented_order_score())
+    assert (out / "mlflow.db").is_file()
+
+    # The CLI asked only for the four turns of the script (no side requests).
+    log = run_dir / "logs" / "scripted_server.jsonl"
+    asked = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(a["request"]["method"], a["path"], a["kind"], a["turn"]) for a in asked] == [
+        ("POST", API_PATH[harness], "script", turn) for turn in range(4)]
+
+    # Usage equals what the server reported, bucket by bucket.
+    served = reported_usage(log)
+    assert Usage(**record["usage"]) == served
+    assert served.input > 0 and served.cache_read > 0 and served.cache_write > 0
+    assert served.output > 0
+
+    # The trajectory holds the tool call and its output.
+    trajectory = read_trajectory(run_dir / "trajectory.jsonl.gz")
+    assert trajectory.harness == harness and trajectory.usage == served
+    calls = [c for s in trajectory.steps for c in s.tool_calls]
+    assert [c.name for c in calls] == [SHELL_TOOL[harness]] * 3
+    assert "contract.json" in (calls[0].output or "")
+    assert "ranked 1 group(s)" in (calls[1].output or "")
+    assert record["tool_calls"] == 3
+    if harness == "claude_code":
+        assert record["cli_cost_usd"] > 0
+        assert trajectory.usage.cache_write_1h > 0
+
+
+def _run(compose, harness: str, script: str, tmp_path: Path):
+    cfg = compose(f"harness={harness}", "model=scripted", f"model.api_model={script}",
+                  "effort=max", f"task={EXAMPLE_TASK.name}", "limits.time_s=300")
+    record = run_one(spec_from_config(cfg))
+    run_dir = tmp_path / "outputs" / "runs" / record.run_key
+    return record, reported_usage(run_dir / "logs" / "scripted_server.jsonl")
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_a_provider_refusal_is_classified_with_its_label(cli_tools, compose, harness: str,
+                                                         tmp_path: Path) -> None:
+    record, served = _run(compose, harness, "refusal", tmp_path)
+    assert record.outcome is Outcome.refusal and not record.scored
+    assert record.refusal_label == "[bio]"
+    assert record.usage == served
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_an_api_error_is_an_infra_error(cli_tools, compose, harness: str,
+                                        tmp_path: Path) -> None:
+    record, _ = _run(compose, harness, "api_error", tmp_path)
+    assert record.outcome is Outcome.infra_error and not record.scored
