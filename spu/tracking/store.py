@@ -1,26 +1,55 @@
 """Record runs in MLflow: one MLflow run per agent run, in one experiment per sweep.
 
+Everything the runs table needs is logged as params, metrics and tags in one
+``log_batch`` call, so :mod:`spu.tracking.export` rebuilds the table from MLflow
+alone, without downloading artifacts. The run folder's files follow as artifacts:
+``run.json``, ``grade.json``, the trajectory (``trajectory.jsonl.gz``, copied as a
+stream), the submission folder ``output/`` (``rankings.json``, ``report.md``,
+``sources.json``, ``scripts/``) and the raw CLI logs ``logs/`` (gzip-compressed on
+the fly above :data:`COMPRESS_LOGS_ABOVE_BYTES`).
+
 MLflow is imported inside the functions that use it, so importing this module (and
 ``spu``) does not load it.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import spu
 from spu.config import TrackingConfig
-from spu.schema import RunRecord
+from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord
+from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_PATHS = ("run.json", "grade.json", "trajectory.json", "output", "logs")
-"""What of a run folder is logged as artifacts (the workspace and task copy are not)."""
+ARTIFACT_FILES = ("run.json", "grade.json", TRAJECTORY_FILE, LEGACY_TRAJECTORY_FILE)
+"""Files of a run folder logged at the artifact root."""
+
+ARTIFACT_DIRS = ("output", "logs")
+"""Folders of a run folder logged file by file (the workspace and task copy are not)."""
+
+COMPRESS_LOGS_ABOVE_BYTES = 1 << 20
+"""Raw logs larger than this are logged gzip-compressed (``agent.stdout.gz``)."""
+
+MAX_ARTIFACT_BYTES = 256 << 20
+"""Files of the agent's folders larger than this are not logged (a note says so)."""
+
+BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
+"""MLflow's limits per ``log_batch`` call."""
 
 
 @dataclass(frozen=True)
@@ -43,13 +72,14 @@ def resolve_target(cfg: TrackingConfig, output_root: Path, experiment: str) -> T
                           experiment=cfg.experiment or experiment)
 
 
-def client_for(target: TrackingTarget) -> MlflowClient:
-    """An MLflow client on ``target.uri`` (creating the SQLite folder if needed)."""
+def client_for(target: TrackingTarget | str) -> MlflowClient:
+    """An MLflow client on a tracking URI (creating the SQLite folder if needed)."""
     from mlflow.tracking import MlflowClient
 
-    if target.uri.startswith("sqlite:///"):
-        Path(target.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=target.uri)
+    uri = target.uri if isinstance(target, TrackingTarget) else target
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=uri)
 
 
 def experiment_id(client: MlflowClient, target: TrackingTarget) -> str:
@@ -71,67 +101,108 @@ def experiment_id(client: MlflowClient, target: TrackingTarget) -> str:
 
 
 def run_params(record: RunRecord) -> dict[str, str]:
-    """Params of a run: what identifies its configuration and task."""
+    """Params of a run: what identifies its configuration, task and software versions."""
     return {
         "model": record.model,
         "harness": record.harness,
         "effort": record.effort,
+        "config": record.config or "",
         "task": record.task_id,
         "task_version": record.task_version,
-        "repeat": str(record.repeat),
-        "run_key": record.run_key,
-        "config": record.config or "",
         "discipline": record.discipline or "",
         "subfield": record.subfield or "",
         "visibility": record.visibility or "",
+        "repeat": str(record.repeat),
+        "run_key": record.run_key,
         "grader_version": record.grade.grader_version if record.grade else "",
+        "cli_version": record.cli_version or "",
+        "spu_version": spu.__version__,
         "sandbox": record.sandbox.backend,
     }
 
 
+def metric_name(name: str) -> str:
+    """``name`` with the characters MLflow refuses in metric keys replaced by ``_``."""
+    return re.sub(r"[^0-9A-Za-z_\-. /]", "_", name)
+
+
 def run_metrics(record: RunRecord) -> dict[str, float]:
-    """Metrics of a run: scores, usage, cost, time."""
-    metrics = {
+    """Metrics of a run: scores, per-group rho, usage, cost, time, activity."""
+    usage = record.usage
+    metrics: dict[str, float] = {
         "score": record.score_recovered if record.scored else record.score_strict,
         "score_strict": record.score_strict,
         "score_recovered": record.score_recovered,
+        "input_tokens": usage.input,
+        "cache_read_tokens": usage.cache_read,
+        "cache_write_tokens": usage.cache_write,
+        "cache_write_1h_tokens": usage.cache_write_1h,
+        "output_tokens": usage.output,
+        "long_context_requests": record.long_context_requests,
         "runtime_s": record.runtime_s,
-        "input_tokens": float(record.usage.input),
-        "cache_read_tokens": float(record.usage.cache_read),
-        "cache_write_tokens": float(record.usage.cache_write),
-        "output_tokens": float(record.usage.output),
-        "tool_calls": float(record.tool_calls),
-        "web_fetches": float(record.web_fetches),
+        "tool_calls": record.tool_calls,
+        "web_fetches": record.web_fetches,
     }
-    if record.threshold is not None:
-        metrics["chance_threshold"] = record.threshold
-    if record.cost_usd is not None:
-        metrics["cost_usd"] = record.cost_usd
+    optional = {
+        "chance_threshold": record.threshold,
+        "n_items": record.n_items,
+        "cost_usd": record.cost_usd,
+        "cost_full_input_usd": record.cost_full_input_usd,
+        "cli_cost_usd": record.cli_cost_usd,
+        "requests_outside_tools": record.requests_outside_tools,
+        "peak_memory_bytes": record.process.peak_memory_bytes,
+        "gpu_seconds": record.gpu_seconds,
+    }
+    metrics.update({k: v for k, v in optional.items() if v is not None})
     if record.grade is not None:
         for g in record.grade.groups:
-            metrics[f"rho/{g.group_id}"] = g.rho
-    return metrics
+            metrics[metric_name(f"rho/{g.group_id}")] = g.rho
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def run_tags(record: RunRecord) -> dict[str, str]:
     """Tags of a run: outcome and flags, searchable in the MLflow UI."""
     tags = {
         "outcome": record.outcome.value,
-        "scored": str(record.scored).lower(),
+        "scored": _flag(record.scored),
         "run_key": record.run_key,
-        "flagged_exposure": str(record.flagged_exposure).lower(),
-        "used_gpu": str(record.used_gpu).lower(),
+        "flagged_exposure": _flag(record.flagged_exposure),
+        "used_gpu": _flag(record.used_gpu),
+        "cost_disagreement": _flag(record.cost_disagreement),
         "attempt": str(record.attempt),
+        "record_version": record.schema_version or RUN_RECORD_VERSION,
     }
-    if record.retried_from:
-        tags["retried_from"] = record.retried_from
-    if record.notes:
-        tags["warnings"] = " | ".join(record.notes)[:5000]
+    kinds = sorted({h.kind for h in record.exposure_hits})
+    optional = {
+        "exposure_kinds": ",".join(kinds),
+        "retried_from": record.retried_from,
+        "refusal_label": record.refusal_label,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "warnings": " | ".join(record.notes)[:5000],
+    }
+    tags.update({k: v for k, v in optional.items() if v})
     return tags
 
 
+def _chunks(items: list, size: int) -> Iterator[list]:  # type: ignore[type-arg]
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
 def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
-    """Record one finished run in MLflow; returns the MLflow run id."""
+    """Record one finished run in MLflow; returns the MLflow run id.
+
+    Params, metrics and tags go in one ``log_batch`` call (split only past MLflow's
+    per-call limits, e.g. a task with more than 1,000 comparison groups), then the
+    run folder's artifacts, file by file, streamed.
+    """
+    import time
+
     from mlflow.entities import Metric, Param, RunTag
 
     client = client_for(target)
@@ -139,21 +210,63 @@ def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
     run_name = f"{record.task_id}/{record.config}/r{record.repeat}"
     run = client.create_run(exp, run_name=run_name)
     run_id = run.info.run_id
-    import time
-
     now = int(time.time() * 1000)
-    client.log_batch(
-        run_id,
-        metrics=[Metric(k, float(v), now, 0) for k, v in run_metrics(record).items()],
-        params=[Param(k, v) for k, v in run_params(record).items()],
-        tags=[RunTag(k, v) for k, v in run_tags(record).items()],
-    )
-    for name in ARTIFACT_PATHS:
-        path = Path(run_dir) / name
-        if path.is_dir():
-            client.log_artifacts(run_id, str(path), artifact_path=name)
-        elif path.is_file():
-            client.log_artifact(run_id, str(path))
-    status = "FAILED" if record.outcome.value == "infra_error" else "FINISHED"
+    metrics = [Metric(k, v, now, 0) for k, v in run_metrics(record).items()]
+    params = [Param(k, v) for k, v in run_params(record).items()]
+    tags = [RunTag(k, v) for k, v in run_tags(record).items()]
+    # Params and tags go in the last batch: the ``outcome`` tag marks a complete
+    # record for the export, so a run cut short while logging is never half-exported.
+    split = max(0, len(metrics) - BATCH_LIMITS["metrics"])
+    for batch in _chunks(metrics[:split], BATCH_LIMITS["metrics"]):
+        client.log_batch(run_id, metrics=batch)
+    client.log_batch(run_id, metrics=metrics[split:], params=params, tags=tags)
+    skipped = log_run_artifacts(client, run_id, Path(run_dir))
+    if skipped:
+        client.set_tag(run_id, "artifacts_skipped", ", ".join(skipped)[:5000])
+    status = "FAILED" if record.outcome is Outcome.infra_error else "FINISHED"
     client.set_terminated(run_id, status=status)
     return run_id
+
+
+def _regular_files(folder: Path) -> Iterator[Path]:
+    """Regular files under ``folder``, never following a link the agent may have planted."""
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root) / name
+            if stat.S_ISREG(path.lstat().st_mode):
+                yield path
+
+
+def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path) -> list[str]:
+    """Log the run folder's artifacts; returns the files left out (too large)."""
+    skipped: list[str] = []
+    for name in ARTIFACT_FILES:
+        path = run_dir / name
+        if path.is_file() and not path.is_symlink():
+            client.log_artifact(run_id, str(path))
+    with tempfile.TemporaryDirectory(prefix="spu-logs-") as scratch:
+        for folder in ARTIFACT_DIRS:
+            base = run_dir / folder
+            if not base.is_dir() or base.is_symlink():
+                continue
+            for path in _regular_files(base):
+                rel = path.relative_to(run_dir)
+                size = path.lstat().st_size
+                if size > MAX_ARTIFACT_BYTES:
+                    skipped.append(f"{rel} ({size} bytes)")
+                    continue
+                if folder == "logs" and size > COMPRESS_LOGS_ABOVE_BYTES:
+                    path = _gzip_copy(path, Path(scratch) / rel.parent)
+                client.log_artifact(run_id, str(path), artifact_path=str(rel.parent))
+    return skipped
+
+
+def _gzip_copy(path: Path, folder: Path) -> Path:
+    """Stream ``path`` into ``folder/<name>.gz`` and return the new file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{path.name}.gz"
+    with open(path, "rb") as src, open(target, "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as dst:
+        shutil.copyfileobj(src, dst, length=1 << 20)
+    return target

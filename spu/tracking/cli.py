@@ -1,0 +1,67 @@
+"""``spu runs export``: the runs table of SPEC section 5, from MLflow or from run folders."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add ``runs export`` to the ``spu`` parser."""
+    runs = sub.add_parser("runs", help="the runs table (input of spu stats)")
+    runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND")
+    p = runs_sub.add_parser(
+        "export",
+        help="export one row per run to CSV or Parquet",
+        description="Export the runs table (SPEC section 5) from MLflow: one official row "
+        "per run key (its latest attempt); --all-attempts adds earlier attempts of "
+        "retried runs with official=false.",
+    )
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: sqlite:///OUTPUT_ROOT/mlflow.db)")
+    p.add_argument("--output-root", type=Path, default=Path("outputs"),
+                   help="output_root of the runs, for the default tracking URI")
+    p.add_argument("--experiment", default=None,
+                   help="one MLflow experiment (default: every experiment of the store)")
+    p.add_argument("--runs-dir", type=Path, default=None,
+                   help="read OUTPUT_ROOT/runs/*/run.json instead of MLflow "
+                   "(for runs made with tracking=none)")
+    p.add_argument("--all-attempts", action="store_true",
+                   help="also export earlier attempts of retried runs (official=false)")
+    p.add_argument("--out", type=Path, required=True, help="runs.csv or runs.parquet")
+    p.set_defaults(handler=export_command)
+    runs.set_defaults(handler=lambda args: (runs.print_help(), 2)[1])
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """Write the runs table; exit 2 when the store, a run or the output is unusable."""
+    from spu.tracking.export import (
+        RunsExportError,
+        runs_table,
+        runs_table_from_records,
+        write_runs_table,
+    )
+
+    try:
+        if args.runs_dir is not None:
+            if args.tracking_uri or args.experiment:
+                raise RunsExportError("--runs-dir reads run.json files: it takes neither "
+                                      "--tracking-uri nor --experiment")
+            df = runs_table_from_records(args.runs_dir, all_attempts=args.all_attempts)
+            source = str(args.runs_dir)
+        else:
+            uri = args.tracking_uri or f"sqlite:///{(args.output_root / 'mlflow.db').resolve()}"
+            df = runs_table(uri, args.experiment, all_attempts=args.all_attempts)
+            source = uri + (f" (experiment {args.experiment})" if args.experiment else "")
+        out = write_runs_table(df, args.out)
+    except RunsExportError as exc:
+        print(f"spu runs export: {exc}", file=sys.stderr)
+        return 2
+    official = int(df["official"].sum())
+    earlier = len(df) - official
+    print(f"wrote {len(df)} rows ({official} official"
+          + (f", {earlier} earlier attempts" if earlier else "")
+          + f") from {source} to {out}")
+    return 0

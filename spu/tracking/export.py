@@ -1,0 +1,343 @@
+"""The runs table (SPEC section 5): one row per run, from MLflow or from ``run.json`` files.
+
+The table is the input of the statistics module. Every value comes from the params,
+metrics and tags that :func:`spu.tracking.store.log_run` logs, so exporting reads
+MLflow's run store only (no artifact download), and the same row builder serves
+``run.json`` files: a record exports to the same row whichever way it is read.
+
+Retries. An ``infra_error`` run is retried (paper 3.1) and each attempt is its own
+MLflow run with the same ``run_key``. The statistics need exactly one official row
+per run key: the **latest attempt** (highest ``attempt``, then the latest logged, as
+in :mod:`spu.tracking.query`; among ``run.json`` files, the run folder's own record
+over the archived ``attempts/<n>/``). By
+default only official rows are exported, with ``attempt`` and ``n_attempts`` showing
+that earlier attempts exist; ``all_attempts=True`` (``--all-attempts``) adds them,
+with ``official`` false, so a first attempt stays visible and filterable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from spu.schema import Outcome, RunRecord
+from spu.tracking.store import run_metrics, run_params, run_tags
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SPEC_COLUMNS: tuple[str, ...] = (
+    "run_id", "config", "model", "harness", "effort", "task_id", "discipline", "subfield",
+    "visibility", "repeat", "outcome", "score_strict", "score_recovered", "scored",
+    "threshold", "n_items", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+    "output_tokens", "cost_usd", "runtime_s", "tool_calls", "web_fetches", "used_gpu",
+    "flagged_exposure",
+)
+"""The columns of SPEC section 5, in order."""
+
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "run_key", "task_version", "attempt", "n_attempts", "official", "retried_from",
+    "experiment", "cache_write_1h_tokens", "cost_full_input_usd", "cli_cost_usd",
+    "cost_disagreement", "long_context_requests", "exposure_kinds", "refusal_label",
+    "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
+    "grader_version", "sandbox", "started_at", "finished_at",
+)
+"""Further columns, after the SPEC ones."""
+
+COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
+
+INT_COLUMNS = ("repeat", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+               "output_tokens", "tool_calls", "web_fetches", "attempt", "n_attempts",
+               "cache_write_1h_tokens", "long_context_requests")
+NULLABLE_INT_COLUMNS = ("n_items", "requests_outside_tools", "peak_memory_bytes")
+BOOL_COLUMNS = ("scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement")
+FLOAT_COLUMNS = ("score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",
+                 "cost_full_input_usd", "cli_cost_usd", "gpu_seconds")
+
+OUTCOMES = frozenset(o.value for o in Outcome)
+
+
+class RunsExportError(ValueError):
+    """The runs cannot be exported; the message names the store, run or file and key."""
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """One run as tracking holds it: params, metrics and tags, plus where it came from."""
+
+    run_id: str
+    params: Mapping[str, str]
+    metrics: Mapping[str, float]
+    tags: Mapping[str, str]
+    experiment: str | None = None
+    start_time_ms: int | None = None
+
+
+def logged_from_record(record: RunRecord, run_id: str,
+                       experiment: str | None = None) -> LoggedRun:
+    """What :func:`~spu.tracking.store.log_run` would log for ``record``."""
+    return LoggedRun(run_id=run_id, params=run_params(record), metrics=run_metrics(record),
+                     tags=run_tags(record), experiment=experiment)
+
+
+def _text(value: str | None) -> str | None:
+    return value if value else None
+
+
+def _count(run: LoggedRun, key: str, required: bool = True) -> int | None:
+    value = run.metrics.get(key)
+    if value is None or math.isnan(value):
+        if required:
+            raise RunsExportError(f"run {run.run_id}: metric {key!r} is missing")
+        return None
+    return int(value)
+
+
+def _flag(run: LoggedRun, key: str) -> bool:
+    value = run.tags.get(key, "false")
+    if value not in ("true", "false"):
+        raise RunsExportError(f"run {run.run_id}: tag {key!r} is {value!r}, not true/false")
+    return value == "true"
+
+
+def runs_row(run: LoggedRun) -> dict[str, Any]:
+    """The runs-table row of one logged run (before official rows are chosen)."""
+    p, m, t = run.params, run.metrics, run.tags
+    for key in ("model", "harness", "effort", "task", "repeat", "run_key"):
+        if key not in p:
+            raise RunsExportError(f"run {run.run_id}: param {key!r} is missing")
+    outcome = t.get("outcome")
+    if outcome not in OUTCOMES:
+        raise RunsExportError(f"run {run.run_id}: tag 'outcome' is {outcome!r}, not one of "
+                              f"{', '.join(sorted(OUTCOMES))}")
+    for key in ("score_strict", "score_recovered"):
+        if key not in m:
+            raise RunsExportError(f"run {run.run_id}: metric {key!r} is missing")
+    try:
+        repeat = int(p["repeat"])
+        attempt = int(t.get("attempt", "1"))
+    except ValueError as exc:
+        raise RunsExportError(f"run {run.run_id}: param 'repeat' or tag 'attempt' is not "
+                              f"a whole number ({exc})") from None
+    return {
+        "run_id": run.run_id,
+        "config": _text(p.get("config")) or f"{p['model']}-{p['effort']}",
+        "model": p["model"],
+        "harness": p["harness"],
+        "effort": p["effort"],
+        "task_id": p["task"],
+        "discipline": _text(p.get("discipline")),
+        "subfield": _text(p.get("subfield")),
+        "visibility": _text(p.get("visibility")),
+        "repeat": repeat,
+        "outcome": outcome,
+        "score_strict": m["score_strict"],
+        "score_recovered": m["score_recovered"],
+        "scored": _flag(run, "scored"),
+        "threshold": m.get("chance_threshold", math.nan),
+        "n_items": _count(run, "n_items", required=False),
+        "input_tokens": _count(run, "input_tokens"),
+        "cache_read_tokens": _count(run, "cache_read_tokens"),
+        "cache_write_tokens": _count(run, "cache_write_tokens"),
+        "output_tokens": _count(run, "output_tokens"),
+        "cost_usd": m.get("cost_usd", math.nan),
+        "runtime_s": m.get("runtime_s", math.nan),
+        "tool_calls": _count(run, "tool_calls"),
+        "web_fetches": _count(run, "web_fetches"),
+        "used_gpu": _flag(run, "used_gpu"),
+        "flagged_exposure": _flag(run, "flagged_exposure"),
+        "run_key": p["run_key"],
+        "task_version": _text(p.get("task_version")),
+        "attempt": attempt,
+        "n_attempts": 1,
+        "official": True,
+        "retried_from": _text(t.get("retried_from")),
+        "experiment": run.experiment,
+        "cache_write_1h_tokens": _count(run, "cache_write_1h_tokens", required=False) or 0,
+        "cost_full_input_usd": m.get("cost_full_input_usd", math.nan),
+        "cli_cost_usd": m.get("cli_cost_usd", math.nan),
+        "cost_disagreement": _flag(run, "cost_disagreement"),
+        "long_context_requests": _count(run, "long_context_requests", required=False) or 0,
+        "exposure_kinds": _text(t.get("exposure_kinds")),
+        "refusal_label": _text(t.get("refusal_label")),
+        "requests_outside_tools": _count(run, "requests_outside_tools", required=False),
+        "peak_memory_bytes": _count(run, "peak_memory_bytes", required=False),
+        "gpu_seconds": m.get("gpu_seconds", math.nan),
+        "cli_version": _text(p.get("cli_version")),
+        # spu regrade records a new grader version as a tag (params cannot change).
+        "grader_version": _text(t.get("grader_version") or p.get("grader_version")),
+        "sandbox": _text(p.get("sandbox")),
+        "started_at": _text(t.get("started_at")),
+        "finished_at": _text(t.get("finished_at")),
+        "_start_ms": run.start_time_ms or 0,
+    }
+
+
+def mark_official(rows: list[dict[str, Any]], all_attempts: bool = False
+                  ) -> list[dict[str, Any]]:
+    """Choose each run key's official row (its latest attempt) and count its attempts."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_key.setdefault(row["run_key"], []).append(row)
+    out: list[dict[str, Any]] = []
+    for attempts in by_key.values():
+        attempts.sort(key=lambda r: (r["attempt"], r["_start_ms"], r["run_id"]))
+        for row in attempts:
+            row["n_attempts"] = len(attempts)
+            row["official"] = row is attempts[-1]
+        out.extend(attempts if all_attempts else attempts[-1:])
+    return out
+
+
+def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """The runs table as a DataFrame with the SPEC columns first and stable dtypes."""
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows), columns=list(COLUMNS))
+    for col in INT_COLUMNS:
+        df[col] = df[col].astype("int64")
+    for col in NULLABLE_INT_COLUMNS:
+        df[col] = df[col].astype("Int64")
+    for col in BOOL_COLUMNS:
+        df[col] = df[col].astype(bool)
+    for col in FLOAT_COLUMNS:
+        df[col] = df[col].astype("float64")
+    df = df.sort_values(["config", "task_id", "repeat", "attempt", "run_id"], kind="stable")
+    return df.reset_index(drop=True)
+
+
+def table_from_logged(runs: Iterable[LoggedRun], all_attempts: bool = False) -> pd.DataFrame:
+    """The runs table of logged runs; one row per run key unless ``all_attempts``."""
+    return frame(mark_official([runs_row(r) for r in runs], all_attempts))
+
+
+def runs_table(tracking_uri: str, experiment: str | None = None, *,
+               all_attempts: bool = False) -> pd.DataFrame:
+    """The runs table of an MLflow store (SPEC section 5).
+
+    Args:
+        tracking_uri: the MLflow tracking URI (``sqlite:///outputs/mlflow.db``, a server).
+        experiment: one experiment's name; None exports every experiment.
+        all_attempts: keep earlier attempts of retried runs (``official`` false).
+
+    Raises:
+        RunsExportError: the store or the experiment does not exist, or a run lacks a
+            value the table needs (the message names the run and the key).
+    """
+    return table_from_logged(logged_runs(tracking_uri, experiment), all_attempts)
+
+
+def logged_runs(tracking_uri: str, experiment: str | None = None) -> list[LoggedRun]:
+    """Every complete run of an MLflow store (or of one experiment), read in pages."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):])
+        if not db.is_file():
+            raise RunsExportError(f"no tracking store at {db} (tracking URI {tracking_uri})")
+    client = MlflowClient(tracking_uri=tracking_uri)
+    if experiment is not None:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            names = sorted(e.name for e in client.search_experiments())
+            raise RunsExportError(f"{tracking_uri}: no experiment named {experiment!r} "
+                                  f"(experiments: {', '.join(names) or 'none'})")
+        experiments = {found.experiment_id: found.name}
+    else:
+        experiments = {e.experiment_id: e.name for e in client.search_experiments()}
+    runs: list[LoggedRun] = []
+    token = None
+    while experiments:
+        page = client.search_runs(list(experiments), run_view_type=ViewType.ACTIVE_ONLY,
+                                  max_results=50_000, page_token=token)
+        for run in page:
+            if "outcome" not in run.data.tags:
+                continue  # logging was cut short: not a complete record (see log_run)
+            runs.append(LoggedRun(
+                run_id=run.info.run_id,
+                params=run.data.params,
+                metrics=run.data.metrics,
+                tags=run.data.tags,
+                experiment=experiments.get(run.info.experiment_id),
+                start_time_ms=run.info.start_time,
+            ))
+        token = page.token
+        if not token:
+            break
+    return runs
+
+
+def record_paths(runs_dir: Path) -> list[tuple[Path, str]]:
+    """``(run.json path, run id)`` of every attempt under ``<output_root>/runs``.
+
+    The current attempt of a run key is ``<key>/run.json`` (run id ``<key>``); earlier
+    ones are ``<key>/attempts/<n>/run.json`` (run id ``<key>/attempts/<n>``).
+    """
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise RunsExportError(f"{runs_dir}: no such runs folder")
+    found = []
+    for path in sorted(runs_dir.glob("*/run.json")) + sorted(
+            runs_dir.glob("*/attempts/*/run.json")):
+        found.append((path, path.parent.relative_to(runs_dir).as_posix()))
+    return found
+
+
+def load_record(path: Path) -> RunRecord:
+    """Read one ``run.json``; errors name the file and the key."""
+    try:
+        return RunRecord.model_validate_json(Path(path).read_bytes())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise RunsExportError(f"{path}: {loc}: {err['msg']}") from None
+    except OSError as exc:
+        raise RunsExportError(f"{path}: cannot be read ({exc})") from None
+
+
+def runs_table_from_records(runs_dir: Path, *, all_attempts: bool = False) -> pd.DataFrame:
+    """The runs table of the ``run.json`` files under ``runs_dir`` (tracking disabled).
+
+    Official rows are chosen as in :func:`runs_table`.
+    """
+    logged = []
+    for path, run_id in record_paths(runs_dir):
+        run = logged_from_record(load_record(path), run_id)
+        # The folder's own run.json is the newest; archived attempts/<n> in order of n.
+        parts = run_id.split("/")
+        order = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 1 << 62
+        logged.append(dataclasses.replace(run, start_time_ms=order))
+    return table_from_logged(logged, all_attempts)
+
+
+def write_runs_table(df: pd.DataFrame, out: Path) -> Path:
+    """Write the table as CSV or Parquet, chosen by the suffix of ``out``."""
+    out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise RunsExportError(f"{out}: the output must end in .csv or .parquet")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    if suffix == ".csv":
+        df.to_csv(tmp, index=False)
+    else:
+        df.to_parquet(tmp, index=False)
+    tmp.replace(out)
+    return out
+
+
+def read_runs_table(path: Path) -> pd.DataFrame:
+    """Read a runs table written by :func:`write_runs_table`, with its dtypes."""
+    import pandas as pd
+
+    path = Path(path)
+    if path.suffix.lower() == ".parquet":
+        return pd.read_parquet(path)
+    return pd.read_csv(path, dtype={c: "Int64" for c in NULLABLE_INT_COLUMNS})

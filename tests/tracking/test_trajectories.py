@@ -1,0 +1,99 @@
+"""The trajectory file: gzip JSON lines written and read one step at a time."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from spu.schema import ToolCall, Trajectory, TrajectoryStep, Usage
+from spu.tracking.trajectories import (
+    TRAJECTORY_FILE,
+    TrajectoryFileError,
+    find_trajectory,
+    iter_steps,
+    read_header,
+    read_trajectory,
+    write_trajectory,
+)
+
+
+def _trajectory(n: int = 3) -> Trajectory:
+    steps = [TrajectoryStep(index=i, message_id=f"m{i}", text=f"step {i}",
+                            tool_calls=[ToolCall(name="Bash", arguments={"command": "ls"},
+                                                 output="x" * 1000)],
+                            usage=Usage(input=i, output=2 * i))
+             for i in range(n)]
+    return Trajectory(harness="claude_code", cli_version="2.1.197", steps=steps,
+                      usage=Usage(input=sum(range(n)), output=2 * sum(range(n))))
+
+
+def test_round_trip_and_compression(tmp_path) -> None:
+    t = _trajectory(50)
+    path = write_trajectory(tmp_path / TRAJECTORY_FILE, t)
+    assert read_trajectory(path) == t
+    assert path.stat().st_size < len(t.model_dump_json()) / 10
+    assert find_trajectory(tmp_path) == path
+    header = read_header(path)
+    assert (header.harness, header.cli_version, header.usage) == ("claude_code", "2.1.197",
+                                                                    t.usage)
+
+
+def test_same_trajectory_same_bytes(tmp_path) -> None:
+    a = write_trajectory(tmp_path / "a.jsonl.gz", _trajectory())
+    b = write_trajectory(tmp_path / "b.jsonl.gz", _trajectory())
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_steps_are_streamed_one_line_at_a_time(tmp_path) -> None:
+    path = write_trajectory(tmp_path / TRAJECTORY_FILE, _trajectory(5))
+    steps = iter_steps(path)
+    assert isinstance(steps, types.GeneratorType)
+    assert next(steps).index == 0
+    with gzip.open(path, "rt") as f:
+        assert len(f.readlines()) == 6  # header + 5 steps
+
+
+def test_legacy_single_document_still_loads(tmp_path) -> None:
+    t = _trajectory()
+    legacy = tmp_path / "trajectory.json"
+    legacy.write_text(t.model_dump_json())
+    assert find_trajectory(tmp_path) == legacy
+    assert read_trajectory(legacy) == t
+    assert [s.index for s in iter_steps(legacy)] == [0, 1, 2]
+
+
+def test_bad_line_names_file_and_line(tmp_path) -> None:
+    path = tmp_path / TRAJECTORY_FILE
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"harness": "codex", "usage": {}}) + "\n")
+        f.write(json.dumps({"index": 0}) + "\n")
+        f.write(json.dumps({"index": "not a number"}) + "\n")
+    with pytest.raises(TrajectoryFileError, match=r"trajectory\.jsonl\.gz: line 3: index"):
+        list(iter_steps(path))
+    headless = tmp_path / "h.jsonl.gz"
+    with gzip.open(headless, "wt") as f:
+        f.write(json.dumps({"usage": {}}) + "\n")
+    with pytest.raises(TrajectoryFileError, match="line 1: header lacks key 'harness'"):
+        read_header(headless)
+    (tmp_path / "plain.jsonl.gz").write_text("not gzip")
+    with pytest.raises(TrajectoryFileError, match="not a readable gzip file"):
+        list(iter_steps(tmp_path / "plain.jsonl.gz"))
+
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize("name", ["trajectory-v1.jsonl.gz", "trajectory-v1.json"])
+def test_golden_files_of_format_1_still_load(name: str) -> None:
+    """Saved trajectories of format 1, in both layouts, keep loading unchanged."""
+    t = read_trajectory(GOLDEN / name)
+    assert (t.schema_version, t.harness, t.cli_version) == ("1", "claude_code", "2.1.197")
+    assert [s.index for s in t.steps] == [0, 1, 2]
+    assert t.steps[1].tool_calls[0].output == "contract.json\ntargets.csv"
+    # 101 + 111 = 212 uncached input; 2003 + 2103 = 4106 cache reads; 305 + 325 = 630 writes
+    assert t.usage == Usage(input=212, cache_read=4106, cache_write=630, cache_write_1h=84,
+                            output=121)
