@@ -1,0 +1,57 @@
+"""Write the report of a :class:`~spu.stats.analysis.StatsResult` to a folder.
+
+Layout under ``out``: ``tables/<name>.md`` (one per table), ``report.md`` (all tables,
+figures linked), ``figures/<name>.png`` and ``.svg``, and ``report.html`` (self-contained).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spu.report.figures import report_figures, save_figure
+from spu.report.page import CAPTIONS, render_page
+from spu.report.tables import report_tables
+from spu.stats.analysis import StatsResult
+
+TITLE = "Science Prediction Universe: results"
+
+
+def _meta(result: StatsResult) -> list[str]:
+    m = result.manifest
+    return [f"Runs table: {m.get('runs_table', '(in memory)')}, {m['rows']} rows; seed "
+            f"{m['seed']}, {m['resamples']:,} bootstrap resamples, {m['simulations']:,} "
+            f"simulated reruns; spu {m['spu_version']}."]
+
+
+def build_report(result: StatsResult, out: str | Path) -> list[Path]:
+    """Write tables, figures, ``report.md`` and ``report.html``; returns the files written."""
+    out = Path(out)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    tables = report_tables(result)
+    for table in tables:
+        path = out / "tables" / f"{table.name}.md"
+        path.write_text(table.to_markdown(), encoding="utf-8")
+        written.append(path)
+
+    pngs: dict[str, Path] = {}
+    for name, draw in report_figures(result).items():
+        paths = save_figure(draw(), out / "figures", name)
+        written += paths
+        pngs[name] = paths[0]
+
+    markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
+    for name in pngs:
+        markdown.append(f"![{name}](figures/{name}.png)\n\n*{CAPTIONS.get(name, name)}*\n")
+    markdown += [t.to_markdown() for t in tables]
+    if result.notes:
+        markdown.append("## Notes\n\n" + "".join(f"- {n}\n" for n in result.notes))
+    path = out / "report.md"
+    path.write_text("\n".join(markdown), encoding="utf-8")
+    written.append(path)
+
+    path = out / "report.html"
+    path.write_text(render_page(TITLE, _meta(result), tables, pngs, result.notes),
+                    encoding="utf-8")
+    written.append(path)
+    return written

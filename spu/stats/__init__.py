@@ -1,0 +1,21 @@
+"""Statistics of paper sections 3 and 4, computed from the runs table (SPEC section 5).
+
+One module per analysis family:
+
+- :mod:`spu.stats.runs_table`: read and check the runs table, select official public runs.
+- :mod:`spu.stats.resampling`: seeded percentile bootstrap and the Wilson interval.
+- :mod:`spu.stats.additive`: the task-adjusted mean, ``y_tc = mu_t + alpha_c`` (paper 3.1).
+- :mod:`spu.stats.means`: coverage, raw and adjusted means, above chance, disciplines.
+- :mod:`spu.stats.paired`: Wilcoxon paired tests, Holm, detectable differences (3.3, E.2).
+- :mod:`spu.stats.outcomes`: run outcomes and the scoring rules (3.2, Table 6).
+- :mod:`spu.stats.costs`: usage and cost per scored run, the Pareto frontier (3.5).
+- :mod:`spu.stats.private`: private tasks against random rankings (3.4).
+- :mod:`spu.stats.repeats`: run-to-run variation and rank stability (3.6, 4.5).
+- :mod:`spu.stats.submissions`: submitted orders read from run folders.
+- :mod:`spu.stats.agreement`: agreement and consensus (E.8).
+- :mod:`spu.stats.monotone`: the monotone prior (4.2).
+- :mod:`spu.stats.simulate`: runs tables with the paper's structure from known parameters.
+- :mod:`spu.stats.analysis`: everything above, written as ``spu stats`` writes it.
+
+Only numpy, scipy and pandas are used; nothing here imports ray, mlflow or docker.
+"""

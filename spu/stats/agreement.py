@@ -1,0 +1,195 @@
+"""Agreement between configurations and the consensus ranking (paper 4.5, E.7, E.8).
+
+- **Agreement** of two submissions on a task: the task score of one with the other's
+  order in place of the measured ranks (paper 4.5), over the groups both order
+  completely, weights renormalized over those groups. It is symmetric.
+- **Consensus** of several submissions: each item's average position over them, sorted,
+  ties broken by experiment id (E.7); it is graded like any submission.
+- **Consensus gain** on a task: the consensus score minus the average score of the
+  submissions. **Leave-one-out**: a configuration's score minus that of the consensus of
+  the other configurations scored on the same task (E.8, Figure 27b).
+
+Intervals are percentile bootstrap intervals over tasks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from spu.grading.rules import grade_submission, spearman_positions
+from spu.schema import AnswerKey, Contract
+from spu.stats.resampling import DEFAULT_RESAMPLES, bootstrap_mean, rng_for
+from spu.stats.submissions import Orders, TaskInfo, is_complete
+
+
+def rank_agreement(contract: Contract, a: Orders, b: Orders) -> float:
+    """Agreement of two submissions: ``a`` scored against ``b``'s order (paper 4.5).
+
+    Groups that either submission does not order completely are left out and the
+    weights of the others renormalized; NaN when no group is left.
+
+    Examples
+    --------
+    >>> from spu.schema import ComparisonGroup
+    >>> c = Contract(task_id="t", task_version="1", groups=[
+    ...     ComparisonGroup(group_id="G1", endpoint="y", weight=0.5, items=["a", "b", "c"]),
+    ...     ComparisonGroup(group_id="G2", endpoint="y", weight=0.5, items=["d", "e"])])
+    >>> rank_agreement(c, {"G1": ["a", "b", "c"], "G2": ["d", "e"]},
+    ...                   {"G1": ["a", "c", "b"], "G2": ["e", "d"]})  # (0.5 - 1) / 2
+    -0.25
+    """
+    total = weight = 0.0
+    for g in contract.groups:
+        oa, ob = a.get(g.group_id), b.get(g.group_id)
+        if not (is_complete(oa, g.items) and is_complete(ob, g.items)) or len(g.items) < 2:
+            continue
+        assert oa is not None and ob is not None
+        position_b = {item: i for i, item in enumerate(ob)}
+        rho = spearman_positions([float(position_b[i]) for i in oa], list(range(len(oa))))
+        total += g.weight * rho
+        weight += g.weight
+    return total / weight if weight > 0 else np.nan
+
+
+def consensus_orders(contract: Contract, submissions: Sequence[Orders]) -> Orders:
+    """Consensus ranking: items by average position over the submissions (ties by id).
+
+    A group is left out when no submission orders it completely.
+
+    Examples
+    --------
+    >>> from spu.schema import ComparisonGroup
+    >>> c = Contract(task_id="t", task_version="1", groups=[
+    ...     ComparisonGroup(group_id="G", endpoint="y", weight=1.0, items=["a", "b", "c"])])
+    >>> consensus_orders(c, [{"G": ["a", "b", "c"]}, {"G": ["b", "a", "c"]}])
+    {'G': ['a', 'b', 'c']}
+    """
+    out: Orders = {}
+    for g in contract.groups:
+        complete = [s[g.group_id] for s in submissions if is_complete(s.get(g.group_id), g.items)]
+        if not complete:
+            continue
+        total = dict.fromkeys(g.items, 0)
+        for o in complete:
+            for position, item in enumerate(o):
+                total[item] += position
+        mean_position = {item: total[item] / len(complete) for item in g.items}
+        out[g.group_id] = sorted(g.items, key=lambda item: (mean_position[item], item))
+    return out
+
+
+def orders_score(contract: Contract, answers: AnswerKey, orders: Orders) -> float:
+    """Task score of ``orders`` under the grading rules (as a submitted file would get)."""
+    document = {"task_id": contract.task_id, "task_version": contract.task_version,
+                "rankings": [{"group_id": g, "order": o} for g, o in orders.items()]}
+    return grade_submission(contract, answers, json.dumps(document).encode("utf-8")).score
+
+
+@dataclass(frozen=True)
+class AgreementResult:
+    """Per-task agreement and consensus, per-configuration leave-one-out, and summary."""
+
+    tasks: pd.DataFrame
+    """``agreement_tasks.csv``: one row per task."""
+    leave_one_out: pd.DataFrame
+    """``consensus_loo.csv``: one row per configuration."""
+    summary: list[dict[str, object]]
+    """Rows for ``summary.csv``."""
+
+
+def agreement_analysis(
+    runs: pd.DataFrame, orders: Mapping[str, Orders], tasks: Mapping[str, TaskInfo],
+    order: list[str], seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
+) -> AgreementResult:
+    """Agreement, consensus and leave-one-out consensus over the official scored runs.
+
+    Parameters
+    ----------
+    runs
+        Official scored runs of the public tasks.
+    orders
+        Submitted orders by ``run_id``.
+    tasks
+        Task packages by id (answer keys needed for consensus scores).
+    order
+        Configurations in table order.
+    seed, resamples
+        Bootstrap seed and resamples (over tasks).
+
+    References
+    ----------
+    Paper appendix E.8 ("Shared priors", "Consensus") and Figure 27.
+    """
+    task_rows = []
+    loo: dict[str, list[tuple[float, float, float]]] = {c: [] for c in order}
+    for task_id, group in runs.groupby("task_id"):
+        info = tasks.get(str(task_id))
+        if info is None:
+            continue
+        contract, answers = info.package.contract, info.answers
+        subs = {r.config: (orders[r.run_id], r.score_recovered)
+                for r in group.itertuples(index=False) if r.run_id in orders}
+        configs = [c for c in order if c in subs]
+        if len(configs) < 2:
+            continue
+        pair_agreement = [rank_agreement(contract, subs[a][0], subs[b][0])
+                          for a, b in itertools.combinations(configs, 2)]
+        score_mean = float(np.mean([subs[c][1] for c in configs]))
+        consensus = np.nan
+        if answers is not None:
+            consensus = orders_score(contract, answers,
+                                     consensus_orders(contract, [subs[c][0] for c in configs]))
+            for c in configs:
+                others = consensus_orders(contract, [subs[o][0] for o in configs if o != c])
+                loo[c].append((subs[c][1], orders_score(contract, answers, others),
+                               rank_agreement(contract, subs[c][0], others)))
+        task_rows.append({"task_id": task_id, "n_configs": len(configs),
+                          "agreement_mean": float(np.nanmean(pair_agreement)),
+                          "score_mean": score_mean, "consensus_score": consensus,
+                          "consensus_gain": consensus - score_mean})
+    columns = ["task_id", "n_configs", "agreement_mean", "score_mean", "consensus_score",
+               "consensus_gain"]
+    per_task = pd.DataFrame(task_rows, columns=columns)
+
+    loo_rows = []
+    for c in order:
+        if not loo[c]:
+            continue
+        own, cons, agree = (np.array(x) for x in zip(*loo[c], strict=True))
+        diff = bootstrap_mean(own - cons, rng_for(seed, "consensus-loo", c), resamples)
+        rho = sps.spearmanr(agree, own).statistic if own.size >= 3 else np.nan
+        loo_rows.append({"config": c, "n_tasks": own.size, "score_mean": own.mean(),
+                         "consensus_mean": cons.mean(), "diff_mean": diff.estimate,
+                         "diff_ci_low": diff.low, "diff_ci_high": diff.high,
+                         "agreement_score_spearman": float(rho)})
+    leave_one_out = pd.DataFrame(loo_rows, columns=[
+        "config", "n_tasks", "score_mean", "consensus_mean", "diff_mean", "diff_ci_low",
+        "diff_ci_high", "agreement_score_spearman"])
+
+    summary: list[dict[str, object]] = []
+    if len(per_task):
+        for name, column in (("agreement_mean", "agreement_mean"),
+                             ("score_mean", "score_mean"),
+                             ("consensus_gain", "consensus_gain")):
+            values = per_task[column].dropna().to_numpy()
+            iv = bootstrap_mean(values, rng_for(seed, "agreement", name), resamples)
+            summary.append({"analysis": "agreement", "statistic": name, "value": iv.estimate,
+                            "ci_low": iv.low, "ci_high": iv.high, "n": values.size})
+        summary.append({"analysis": "agreement", "statistic": "tasks_agreement_above_score",
+                        "value": int((per_task["agreement_mean"] > per_task["score_mean"]).sum()),
+                        "n": len(per_task)})
+        gains = per_task["consensus_gain"].dropna()
+        summary.append({"analysis": "agreement", "statistic": "tasks_consensus_above_mean",
+                        "value": int((gains > 0).sum()), "n": len(gains)})
+        if len(per_task) >= 3:
+            rho = sps.spearmanr(per_task["agreement_mean"], per_task["score_mean"]).statistic
+            summary.append({"analysis": "agreement", "statistic": "agreement_score_spearman",
+                            "value": float(rho), "n": len(per_task)})
+    return AgreementResult(per_task, leave_one_out, summary)

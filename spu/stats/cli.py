@@ -1,0 +1,88 @@
+"""``spu stats``: every analysis of paper sections 3 and 4 from a runs table (SPEC section 6).
+
+Heavy imports (numpy, scipy, pandas) happen in the handler, so ``spu --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
+    """The inputs and options shared by ``spu stats`` and ``spu report``."""
+    p.add_argument("runs", type=Path, help="runs table, CSV or parquet (spu runs export)")
+    p.add_argument("--out", type=Path, required=True, help="folder to write to")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    p.add_argument("--resamples", type=int, default=10_000,
+                   help="bootstrap resamples (default 10,000)")
+    p.add_argument("--simulations", type=int, default=10_000,
+                   help="simulated reruns of the rank-stability analysis (default 10,000)")
+    p.add_argument("--tasks", type=Path, action="append", default=[], metavar="TASK_ROOT",
+                   help="task root with the task packages (repeatable): contracts, settings and "
+                        "answer keys for agreement, the monotone prior and the exact private null")
+    p.add_argument("--answers-root", type=Path, default=None,
+                   help="answer keys kept apart from the task packages")
+    p.add_argument("--runs-dir", type=Path, default=None, metavar="OUTPUT_ROOT",
+                   help="output root whose runs/<run_key>/output/rankings.json hold the "
+                        "submitted orders")
+    p.add_argument("--top-group", type=int, default=None, metavar="K",
+                   help="size of the top group in the rank-stability analysis "
+                        "(default: the configurations above the widest gap)")
+    p.add_argument("--run-sd", type=float, default=None,
+                   help="run-to-run SD of the simulated reruns (default: pooled SD of repeats)")
+    p.add_argument("--null-draws", type=int, default=40_000,
+                   help="random submissions per private task for the exact null (default 40,000)")
+
+
+def register(sub: Any) -> None:
+    """Add ``stats`` to the ``spu`` parser."""
+    p = sub.add_parser("stats", help="statistics of a runs table (paper sections 3 and 4)",
+                       description="Write configs.csv, pairs.csv, outcomes.csv, costs.csv, "
+                       "disciplines.csv and the private-task, repeat, agreement and "
+                       "monotone-prior tables to --out.")
+    add_analysis_arguments(p)
+    p.set_defaults(handler=stats_command)
+
+
+def run_analysis(args: argparse.Namespace, command: str) -> Any:
+    """Read the table and run :func:`spu.stats.analysis.analyze`; ``None`` after an error."""
+    from spu.stats.analysis import StatsOptions, analyze
+    from spu.stats.runs_table import RunsTableError, read_runs_table
+    from spu.stats.submissions import StatsInputError
+
+    for name in ("resamples", "simulations", "null_draws"):
+        if getattr(args, name) < 1:
+            print(f"spu {command}: --{name.replace('_', '-')} must be at least 1",
+                  file=sys.stderr)
+            return None
+    options = StatsOptions(
+        seed=args.seed, resamples=args.resamples, simulations=args.simulations,
+        null_draws=args.null_draws, task_roots=tuple(args.tasks),
+        answers_root=args.answers_root, runs_dir=args.runs_dir,
+        top_group_size=args.top_group, run_sd=args.run_sd,
+    )
+    try:
+        runs = read_runs_table(args.runs)
+        result = analyze(runs, options)
+    except (RunsTableError, StatsInputError) as exc:
+        print(f"spu {command}: {exc}", file=sys.stderr)
+        return None
+    result.manifest["runs_table"] = str(args.runs)
+    return result
+
+
+def stats_command(args: argparse.Namespace) -> int:
+    """Write the statistics; exit 2 when an input cannot be used (nothing is written then)."""
+    from spu.stats.analysis import write_stats
+
+    result = run_analysis(args, "stats")
+    if result is None:
+        return 2
+    written = write_stats(result, args.out)
+    print(f"spu stats: wrote {len(written)} files to {args.out}")
+    for note in result.notes:
+        print(f"  note: {note}")
+    return 0

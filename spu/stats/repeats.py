@@ -1,0 +1,345 @@
+"""Run-to-run variation and rank stability (paper 3.6, 4.5, Figure 26).
+
+The repeated runs (``repeat`` >= 1) of a configuration on the public tasks give, over the
+tasks with at least two scored repeats: the pooled within-task standard deviation, the
+standard deviation of the task means, the one-way intraclass correlation of single-run
+scores with its interval, and the reliability of a mean of ``k`` runs (Spearman-Brown).
+Intervals are percentile bootstrap intervals over tasks, as in the paper.
+
+The simulated reruns add independent normal noise with the pooled within-task SD to
+every official score, refit the task-adjusted means and rank them; the shares of
+simulations that keep the top group above the rest, the leader first, and the whole
+order are reported, with the tasks also resampled in a second set of simulations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from spu.stats.additive import AdditiveDesign, adjusted_means, fit_additive, linear_map
+from spu.stats.resampling import (
+    DEFAULT_RESAMPLES,
+    bootstrap_mean,
+    percentile_interval,
+    resample_counts,
+    rng_for,
+)
+
+DEFAULT_SIMULATIONS = 10_000
+"""Simulated reruns of paper 4.5."""
+
+
+@dataclass(frozen=True)
+class TaskSpread:
+    """Per-task sufficient statistics of repeated scores (tasks with >= 2 scored runs)."""
+
+    tasks: tuple[str, ...]
+    """Task ids."""
+    k: np.ndarray
+    """Scored runs per task."""
+    mean: np.ndarray
+    """Mean score per task."""
+    ss: np.ndarray
+    """Sum of squared deviations from the task mean."""
+
+    @classmethod
+    def from_scores(cls, scores: pd.DataFrame) -> TaskSpread:
+        """From a frame with ``task_id`` and ``score_recovered`` (one row per scored run)."""
+        grouped = scores.groupby("task_id")["score_recovered"]
+        k = grouped.count()
+        keep = k[k >= 2].index
+        mean = grouped.mean()[keep]
+        ss = grouped.apply(lambda v: float(((v - v.mean()) ** 2).sum()))[keep]
+        return cls(tuple(str(t) for t in keep), k[keep].to_numpy(float), mean.to_numpy(float),
+                   ss.to_numpy(float))
+
+
+def variance_components(
+    spread: TaskSpread, weights: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Pooled within-task SD, SD of task means and ICC(1), for rows of task ``weights``.
+
+    Parameters
+    ----------
+    spread
+        Per-task statistics.
+    weights
+        ``(B, T)`` multiplicities of the tasks (bootstrap counts), or ``None`` for once each.
+
+    Returns
+    -------
+    dict
+        Arrays ``within_sd``, ``task_sd`` and ``icc``, one entry per row of ``weights``.
+
+    References
+    ----------
+    Shrout and Fleiss (1979), Psychol. Bull. 86, 420-428 (ICC(1) from the one-way
+    ANOVA); the unbalanced ``k0`` of Snedecor and Cochran (1989), section 13.11; paper 3.6
+    and 4.5.
+
+    Examples
+    --------
+    Hand-worked, two tasks with runs (0, 0.2) and (0.6, 0.8, 1.0): SSW = 0.02 + 0.08 = 0.1
+    on 3 df, so MSW = 1/30 and the within SD is 0.1826; task means 0.1 and 0.8 about the
+    grand mean 0.52 give SSB = 2 * 0.42^2 + 3 * 0.28^2 = 0.588 = MSB; k0 = (5 - 13/5) / 1
+    = 2.4, so ICC = (0.588 - 1/30) / (0.588 + 1.4/30) = 0.8739:
+
+    >>> s = TaskSpread(("a", "b"), np.array([2.0, 3.0]), np.array([0.1, 0.8]),
+    ...                np.array([0.02, 0.08]))
+    >>> {k: round(float(v[0]), 4) for k, v in variance_components(s).items()}
+    {'within_sd': 0.1826, 'task_sd': 0.495, 'icc': 0.8739}
+    """
+    n = spread.k.size
+    w = np.ones((1, n)) if weights is None else np.atleast_2d(weights)
+    big_n = w @ spread.k
+    sums = w @ (spread.k * spread.mean)
+    grand = sums / big_n
+    ssb = w @ (spread.k * spread.mean**2) - big_n * grand**2
+    ssw = w @ spread.ss
+    df_within = big_n - n
+    msw = ssw / df_within
+    msb = ssb / (n - 1)
+    k0 = (big_n - (w @ spread.k**2) / big_n) / (n - 1)
+    task_var = (w @ spread.mean**2 - (w @ spread.mean) ** 2 / n) / (n - 1)
+    return {
+        "within_sd": np.sqrt(msw),
+        "task_sd": np.sqrt(np.maximum(task_var, 0.0)),
+        "icc": (msb - msw) / (msb + (k0 - 1) * msw),
+    }
+
+
+def spearman_brown(icc: float | np.ndarray, k: int | np.ndarray) -> float | np.ndarray:
+    """Reliability of the mean of ``k`` runs from the single-run ICC.
+
+    References
+    ----------
+    Spearman (1910) and Brown (1910), Br. J. Psychol. 3; paper Figure 26b.
+
+    Examples
+    --------
+    >>> round(spearman_brown(0.655, 5), 4)  # 5 * 0.655 / (1 + 4 * 0.655)
+    0.9047
+    """
+    icc = np.asarray(icc, dtype=float)
+    denominator = 1 + (k - 1) * icc
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A negative ICC (less spread between tasks than within) can zero the denominator.
+        out = np.where(denominator > 0, k * icc / denominator, np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def repeats_table(
+    runs: pd.DataFrame, seed: int = 0, resamples: int = DEFAULT_RESAMPLES
+) -> pd.DataFrame:
+    """``repeats.csv``: run-to-run variation of each configuration with repeated runs.
+
+    Parameters
+    ----------
+    runs
+        Runs of the public tasks, official and repeated; repeats are ``repeat >= 1``.
+    seed, resamples
+        Bootstrap seed and resamples (over tasks).
+
+    References
+    ----------
+    Paper 3.6 ("Score variation"), 4.5 and Figure 26a-b.
+    """
+    rows = []
+    scored = runs[runs["scored"]]
+    repeated = scored[scored["repeat"] >= 1]
+    for config in sorted(repeated["config"].unique()):
+        own = repeated[repeated["config"] == config]
+        spread = TaskSpread.from_scores(own)
+        n = len(spread.tasks)
+        row: dict[str, object] = {"config": config, "n_tasks": n,
+                                  "n_runs": int(spread.k.sum())}
+        if n >= 2:
+            point = variance_components(spread)
+            counts = resample_counts(n, resamples, rng_for(seed, "repeats", config))
+            boot = variance_components(spread, counts)
+            for name in ("within_sd", "task_sd", "icc"):
+                row[name] = float(point[name][0])
+                row[f"{name}_ci_low"], row[f"{name}_ci_high"] = percentile_interval(boot[name])
+            row["median_within_sd"] = float(np.median(np.sqrt(spread.ss / (spread.k - 1))))
+        official = scored[(scored["config"] == config) & (scored["repeat"] == 0)]
+        official = official.set_index("task_id")["score_recovered"]
+        repeat_means = own.groupby("task_id")["score_recovered"].mean()
+        both = repeat_means.index.intersection(official.index)
+        gap = bootstrap_mean((official[both] - repeat_means[both]).to_numpy(),
+                             rng_for(seed, "official-vs-repeats", config), resamples)
+        row.update({"n_official_tasks": len(both), "official_minus_repeats": gap.estimate,
+                    "official_minus_repeats_ci_low": gap.low,
+                    "official_minus_repeats_ci_high": gap.high})
+        rows.append(row)
+    columns = ["config", "n_tasks", "n_runs", "within_sd", "within_sd_ci_low",
+               "within_sd_ci_high", "task_sd", "task_sd_ci_low", "task_sd_ci_high", "icc",
+               "icc_ci_low", "icc_ci_high", "median_within_sd", "n_official_tasks",
+               "official_minus_repeats", "official_minus_repeats_ci_low",
+               "official_minus_repeats_ci_high"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def reliability_table(repeats: pd.DataFrame, k_max: int = 10) -> pd.DataFrame:
+    """``reliability.csv``: Spearman-Brown reliability of a mean of 1..``k_max`` runs.
+
+    The interval maps the ends of the ICC interval (the reliability rises with the ICC).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"config": ["A"], "icc": [0.5], "icc_ci_low": [0.2],
+    ...                   "icc_ci_high": [0.8]})
+    >>> reliability_table(t, k_max=2)["reliability"].round(4).tolist()  # 2 * 0.5 / 1.5
+    [0.5, 0.6667]
+    """
+    rows = []
+    for r in repeats.itertuples(index=False):
+        for k in range(1, k_max + 1):
+            rows.append({"config": r.config, "k": k,
+                         "reliability": spearman_brown(r.icc, k),
+                         "ci_low": spearman_brown(r.icc_ci_low, k),
+                         "ci_high": spearman_brown(r.icc_ci_high, k)})
+    return pd.DataFrame(rows, columns=["config", "k", "reliability", "ci_low", "ci_high"])
+
+
+def pooled_within_sd(runs: pd.DataFrame) -> float:
+    """Pooled within-task SD of all repeated public runs (every configuration together).
+
+    Examples
+    --------
+    Hand-worked: deviations of (0.2, 0.4) and (0.5, 0.5, 0.8) from their task means give
+    SS = 0.02 + 0.06 on 1 + 2 df, so the SD is sqrt(0.08 / 3) = 0.1633:
+
+    >>> runs = pd.DataFrame({"config": "A", "scored": True, "repeat": [1, 2, 1, 2, 3],
+    ...     "task_id": ["a", "a", "b", "b", "b"],
+    ...     "score_recovered": [0.2, 0.4, 0.5, 0.5, 0.8]})
+    >>> round(pooled_within_sd(runs), 4)
+    0.1633
+    """
+    scored = runs[runs["scored"] & (runs["repeat"] >= 1)]
+    ss, df = 0.0, 0.0
+    for _, own in scored.groupby("config"):
+        spread = TaskSpread.from_scores(own)
+        ss += spread.ss.sum()
+        df += (spread.k - 1).sum()
+    return float(np.sqrt(ss / df)) if df > 0 else np.nan
+
+
+def largest_gap_group(means: np.ndarray) -> int:
+    """Size of the top group: the configurations above the widest gap between sorted means.
+
+    Examples
+    --------
+    Paper Table 1: the widest gap, 0.078, separates a leading six at 0.393 and above
+    from the rest at 0.315 and below.
+
+    >>> largest_gap_group(np.array([0.478, 0.431, 0.424, 0.421, 0.409, 0.393, 0.315,
+    ...                             0.308, 0.296, 0.254, 0.245, 0.239, 0.227]))
+    6
+    """
+    s = np.sort(np.asarray(means, dtype=float))[::-1]
+    return int(np.argmax(s[:-1] - s[1:]) + 1) if s.size >= 2 else 0
+
+
+@dataclass(frozen=True)
+class RankStability:
+    """Ranks of the task-adjusted means in simulated reruns (paper 4.5, Figure 26f)."""
+
+    table: pd.DataFrame
+    """Per configuration: observed rank, rank interval, share at the observed rank."""
+    run_sd: float
+    """SD of the noise added to every official score."""
+    top_group_size: int
+    """Configurations in the top group."""
+    simulations: int
+    """Simulated reruns."""
+    top_group_kept: float
+    """Share of reruns whose top group stays above every other configuration."""
+    leader_first: float
+    """Share of reruns whose leader stays first."""
+    exact_order: float
+    """Share of reruns that reproduce the whole order."""
+    top_group_kept_tasks_resampled: float
+    """The same share when the tasks are resampled as well."""
+
+
+def _kept(sim: np.ndarray, top: np.ndarray) -> np.ndarray:
+    return sim[:, top].min(axis=1) > np.delete(sim, top, axis=1).max(axis=1)
+
+
+def rank_stability(
+    matrix: pd.DataFrame, run_sd: float, seed: int = 0,
+    simulations: int = DEFAULT_SIMULATIONS, top_group_size: int | None = None,
+) -> RankStability | None:
+    """Simulated reruns: noise ``N(0, run_sd)`` on every official score, means refitted.
+
+    Parameters
+    ----------
+    matrix
+        Official scores, tasks x configurations (NaN where not scored).
+    run_sd
+        Run-to-run SD (the pooled within-task SD of the repeats).
+    seed, simulations
+        Seed and number of simulated reruns.
+    top_group_size
+        Size of the top group; by default the group above the widest gap of the
+        observed task-adjusted means (:func:`largest_gap_group`).
+
+    Returns
+    -------
+    RankStability or None
+        ``None`` when fewer than two configurations have a task-adjusted mean.
+
+    References
+    ----------
+    Paper section 4.5 (last paragraph) and Figure 26f.
+    """
+    fit = fit_additive(matrix)
+    keep = [c for c, a in zip(matrix.columns, fit.adjusted, strict=True) if np.isfinite(a)]
+    if len(keep) < 2 or not np.isfinite(run_sd):
+        return None
+    matrix = matrix[keep]
+    design, y = AdditiveDesign.from_matrix(matrix)
+    observed = fit_additive(matrix).adjusted
+    order = np.argsort(-observed, kind="stable")
+    observed_rank = np.empty(len(keep), dtype=int)
+    observed_rank[order] = np.arange(1, len(keep) + 1)
+    k = top_group_size if top_group_size else largest_gap_group(observed)
+    top = order[:k]
+
+    rng = rng_for(seed, "rank-stability")
+    lmap = linear_map(design)
+    ranks = np.empty((simulations, len(keep)), dtype=int)
+    kept = leader = exact = 0
+    kept_resampled: list[np.ndarray] = []
+    for start in range(0, simulations, 1000):
+        b = min(1000, simulations - start)
+        noise = rng.normal(0.0, run_sd, size=(b, y.size))
+        sim = observed + noise @ lmap.T
+        sim_order = np.argsort(-sim, axis=1, kind="stable")
+        r = np.empty_like(sim_order)
+        np.put_along_axis(r, sim_order, np.arange(1, len(keep) + 1)[None, :], axis=1)
+        ranks[start:start + b] = r
+        kept += int(_kept(sim, top).sum())
+        leader += int((sim_order[:, 0] == order[0]).sum())
+        exact += int((r == observed_rank).all(axis=1).sum())
+        weights = resample_counts(len(design.tasks), b, rng)
+        resampled = adjusted_means(design, y + noise, weights)
+        valid = np.isfinite(resampled).all(axis=1)
+        kept_resampled.append(_kept(resampled[valid], top))
+    low, high = percentile_interval(ranks.astype(float))
+    table = pd.DataFrame({
+        "config": keep, "adjusted_mean": observed, "observed_rank": observed_rank,
+        "rank_ci_low": low, "rank_ci_high": high,
+        "share_same_rank": (ranks == observed_rank).mean(axis=0),
+        "in_top_group": np.isin(np.arange(len(keep)), top),
+    }).sort_values("observed_rank").reset_index(drop=True)
+    both = np.concatenate(kept_resampled)
+    return RankStability(
+        table=table, run_sd=float(run_sd), top_group_size=k, simulations=simulations,
+        top_group_kept=kept / simulations, leader_first=leader / simulations,
+        exact_order=exact / simulations,
+        top_group_kept_tasks_resampled=float(both.mean()) if both.size else np.nan,
+    )

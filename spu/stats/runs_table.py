@@ -1,0 +1,203 @@
+"""The runs table (SPEC section 5): read it, check it, and select the runs an analysis uses.
+
+The table comes from ``spu runs export`` as CSV or parquet, one row per run. Only the
+columns the statistics use are required; every check names the file, the column and
+the row, and nothing is written before the whole table has passed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from spu.schema import Outcome
+
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "config",
+    "task_id",
+    "discipline",
+    "visibility",
+    "repeat",
+    "outcome",
+    "score_strict",
+    "score_recovered",
+    "scored",
+    "threshold",
+)
+"""Columns every analysis needs."""
+
+USAGE_COLUMNS: tuple[str, ...] = (
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "cost_usd",
+    "runtime_s",
+)
+"""Columns of the cost analysis (paper 3.5); filled with NaN when absent."""
+
+OPTIONAL_TEXT: tuple[str, ...] = ("model", "harness", "effort", "subfield")
+"""Text columns used where present (matching run folders, labels)."""
+
+ROW = "__row__"
+"""Position of each row in the file, kept while checking so messages name the right line."""
+
+BOOLEAN_TEXT = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
+                "1.0": True, "0.0": False}
+OUTCOMES = frozenset(o.value for o in Outcome)
+VISIBILITIES = frozenset({"public", "private"})
+
+
+class RunsTableError(ValueError):
+    """The runs table cannot be used; the message names the file, the column and the row."""
+
+
+def _where(path: Path, frame: pd.DataFrame, index: int) -> str:
+    run_id = frame.at[index, "run_id"] if "run_id" in frame.columns else "?"
+    row = int(frame.at[index, ROW]) if ROW in frame.columns else index
+    # CSV line numbers count the header as line 1.
+    line = f"line {row + 2}" if path.suffix.lower() == ".csv" else f"row {row}"
+    return f"{line} (run_id {run_id})"
+
+
+def _as_bool(path: Path, frame: pd.DataFrame, column: str) -> pd.Series:
+    values = []
+    for i, raw in frame[column].items():
+        if isinstance(raw, (bool, np.bool_)):
+            values.append(bool(raw))
+            continue
+        text = str(raw).strip().lower()
+        if text not in BOOLEAN_TEXT:
+            raise RunsTableError(
+                f"{path}: column {column!r}, {_where(path, frame, int(i))}: "
+                f"{raw!r} is not true or false"
+            )
+        values.append(BOOLEAN_TEXT[text])
+    return pd.Series(values, index=frame.index, dtype=bool)
+
+
+def _as_float(path: Path, frame: pd.DataFrame, column: str) -> pd.Series:
+    numbers = pd.to_numeric(frame[column], errors="coerce")
+    bad = numbers.isna() & frame[column].notna() & (frame[column].astype(str).str.strip() != "")
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise RunsTableError(
+            f"{path}: column {column!r}, {_where(path, frame, frame.index[i])}: "
+            f"{frame[column].iloc[i]!r} is not a number"
+        )
+    return numbers.astype(float)
+
+
+def read_runs_table(path: str | Path) -> pd.DataFrame:
+    """Read and check a runs table (``.csv`` or ``.parquet``).
+
+    Returns a frame with typed columns: ``repeat`` int, ``scored`` bool, scores,
+    thresholds and usage float (NaN where empty), text columns as str.
+
+    Raises
+    ------
+    RunsTableError
+        Missing file or column, a value of the wrong type, an unknown ``outcome`` or
+        ``visibility``, a score outside [-1, 1], a scored run without a score, or two
+        rows for the same configuration, task and repeat.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RunsTableError(f"{path}: runs table does not exist")
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except Exception as exc:  # pandas raises many types for unreadable files
+        raise RunsTableError(f"{path}: cannot read the runs table ({exc})") from None
+    return check_runs_table(frame, path)
+
+
+def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> pd.DataFrame:
+    """Check and type a runs table already in memory (see :func:`read_runs_table`)."""
+    path = Path(path)
+    frame = frame.reset_index(drop=True).copy()
+    frame[ROW] = np.arange(len(frame))
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise RunsTableError(
+            f"{path}: missing column(s) {', '.join(repr(c) for c in missing)} "
+            "(SPEC section 5 lists the columns of the runs table)"
+        )
+    if "official" in frame.columns:
+        # ``spu runs export --all-attempts`` keeps superseded attempts, marked not official.
+        frame = frame[_as_bool(path, frame, "official").to_numpy()].reset_index(drop=True)
+    for column in ("run_id", "config", "task_id", "discipline", "visibility", "outcome",
+                   *[c for c in OPTIONAL_TEXT if c in frame.columns]):
+        frame[column] = frame[column].astype(object)
+        empty = frame[column].isna() | (frame[column].astype(str).str.strip() == "")
+        if empty.any() and column not in OPTIONAL_TEXT:
+            i = int(np.flatnonzero(empty.to_numpy())[0])
+            raise RunsTableError(f"{path}: column {column!r}, {_where(path, frame, i)}: empty")
+        frame[column] = frame[column].where(~empty, "").astype(str).str.strip()
+
+    for column, allowed in (("outcome", OUTCOMES), ("visibility", VISIBILITIES)):
+        bad = ~frame[column].isin(allowed)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise RunsTableError(
+                f"{path}: column {column!r}, {_where(path, frame, i)}: "
+                f"{frame.at[i, column]!r} is not one of {', '.join(sorted(allowed))}"
+            )
+
+    repeat = _as_float(path, frame, "repeat")
+    bad = repeat.isna() | (repeat < 0) | (repeat != np.floor(repeat))
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise RunsTableError(f"{path}: column 'repeat', {_where(path, frame, i)}: "
+                             f"{frame.at[i, 'repeat']!r} is not a whole number >= 0")
+    frame["repeat"] = repeat.astype(int)
+    frame["scored"] = _as_bool(path, frame, "scored")
+    for column in ("score_strict", "score_recovered", "threshold"):
+        frame[column] = _as_float(path, frame, column)
+    for column in ("score_strict", "score_recovered"):
+        values = frame[column]
+        bad = values.notna() & ((values < -1 - 1e-9) | (values > 1 + 1e-9))
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise RunsTableError(f"{path}: column {column!r}, {_where(path, frame, i)}: "
+                                 f"{values.iloc[i]} is outside [-1, 1]")
+    unscored = frame["scored"] & ~np.isfinite(frame["score_recovered"])
+    if unscored.any():
+        i = int(np.flatnonzero(unscored.to_numpy())[0])
+        raise RunsTableError(f"{path}: column 'score_recovered', {_where(path, frame, i)}: "
+                             "a scored run needs a score")
+    for column in USAGE_COLUMNS:
+        frame[column] = _as_float(path, frame, column) if column in frame.columns else math.nan
+    if "n_items" in frame.columns:
+        frame["n_items"] = _as_float(path, frame, "n_items")
+
+    key = ["config", "task_id", "repeat"]
+    dup = frame.duplicated(key, keep=False)
+    if dup.any():
+        rows = np.flatnonzero(dup.to_numpy())
+        first = frame.iloc[rows[0]]
+        same = [int(r) for r in rows if (frame.iloc[r][key] == first[key]).all()]
+        raise RunsTableError(
+            f"{path}: {_where(path, frame, same[0])} and {_where(path, frame, same[1])} "
+            f"are both config {first['config']!r}, task {first['task_id']!r}, "
+            f"repeat {first['repeat']}"
+        )
+    return frame.drop(columns=[ROW])
+
+
+def official(frame: pd.DataFrame, visibility: str = "public") -> pd.DataFrame:
+    """Official runs (``repeat`` 0) on tasks of one visibility (SPEC section 6)."""
+    return frame[(frame["repeat"] == 0) & (frame["visibility"] == visibility)]
+
+
+def score_matrix(runs: pd.DataFrame, configs: list[str]) -> pd.DataFrame:
+    """Scores of scored runs as a task x configuration frame, NaN where not scored."""
+    scored = runs[runs["scored"]]
+    matrix = scored.pivot(index="task_id", columns="config", values="score_recovered")
+    return matrix.reindex(columns=configs).sort_index()

@@ -1,0 +1,328 @@
+"""Runs tables with the paper's structure, drawn from known parameters.
+
+The simulator checks the statistics (their estimates must recover the parameters within
+their intervals at the stated rate) and feeds the benchmark and the report demo. Its
+default parameters follow the paper: thirteen configurations with the task-adjusted
+means of Table 1, the outcomes of Table 6 (coverage gaps: Opus 5.5 scored on 44 public
+tasks, Fable 5.1 on 30, refusing mostly medicine, biology and chemistry), the private
+coverage of Table 2, the costs of Table 3, 100 public tasks (39 chemistry, 29 materials
+science, 20 biology, 12 medicine) and 16 private ones, and five repeats of Astra Max on
+one task of each of the 29 subfields (137 of 145 scored).
+
+The score model is ``y_tc = alpha_c + mu_t + g_tc + e_tcr`` with task effects
+``mu_t ~ N(0, task_sd)``, configuration-by-task effects ``g_tc ~ N(0, interaction_sd)``
+(shared by the repeats of a configuration on a task) and run noise
+``e ~ N(0, within_sd)``, clipped to [-1, 1]. With ``interaction_sd = 0`` (the default)
+the additive model holds, the task-adjusted mean of a configuration estimates
+``alpha_c``, and the repeats have within-task SD ``within_sd``, task SD ``task_sd`` and
+intraclass correlation ``task_sd^2 / (task_sd^2 + within_sd^2)``.
+
+``python -m spu.stats.simulate OUT.csv [--seed S]`` writes one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from spu.stats.resampling import rng_for
+
+REFUSAL_WEIGHT = (("chemistry", 0.6), ("materials science", 0.05), ("biology", 0.9),
+                  ("medicine", 1.0))
+"""Relative propensity to refuse a task of each discipline (paper 3.2, Figure 7b)."""
+
+
+@dataclass(frozen=True)
+class SimulatedConfig:
+    """One configuration of the simulation and its true parameters."""
+
+    label: str
+    """Configuration label (the ``config`` column)."""
+    model: str
+    """Model name (``conf/model``)."""
+    harness: str
+    """Harness name."""
+    effort: str
+    """Reasoning effort."""
+    mean: float
+    """True task-adjusted mean ``alpha_c`` (the task effects average 0)."""
+    excluded_public: tuple[tuple[str, int], ...] = ()
+    """Unscored official public runs by outcome (Table 6)."""
+    recovered_public: int = 0
+    """Scored public runs whose file was rejected for format and recovered (Table 6)."""
+    private_scored: int = 16
+    """Scored private tasks (Table 2)."""
+    private_excluded_outcome: str = "refusal"
+    """Outcome of the unscored private runs."""
+    cost_usd: float = 1.0
+    """Mean cost of a scored run (Table 3)."""
+    prompt_mtokens: float = 10.0
+    """Mean prompt tokens of a scored run, millions."""
+    cache_read_share: float = 0.95
+    """Share of prompt tokens read from the cache."""
+    output_mtokens: float = 0.2
+    """Mean output tokens, millions."""
+    runtime_h: float = 2.0
+    """Mean run time, hours."""
+
+
+def _c(label: str, model: str, harness: str, effort: str, mean: float,
+       excluded: dict[str, int], recovered: int, private: int, cost: float, prompt: float,
+       cache: float, output: float, hours: float, private_outcome: str = "refusal",
+       ) -> SimulatedConfig:
+    return SimulatedConfig(label, model, harness, effort, mean, tuple(excluded.items()),
+                           recovered, private, private_outcome, cost, prompt, cache, output,
+                           hours)
+
+
+PAPER_CONFIGS: tuple[SimulatedConfig, ...] = (
+    _c("Opus 5.5", "opus55", "claude_code", "max", 0.478, {"refusal": 56}, 0, 3,
+       24.11, 25.6, 0.93, 0.49, 2.74),
+    _c("Astra Medium", "astra", "codex", "medium", 0.431, {}, 0, 12, 9.59, 5.1, 0.96, 0.05, 0.46),
+    _c("Opus 5", "opus5", "claude_code", "max", 0.424, {"refusal": 1}, 18, 14,
+       37.44, 35.4, 0.96, 0.46, 3.81),
+    _c("Fable 5.1", "fable51", "claude_code", "max", 0.421, {"refusal": 69, "policy_stop": 1},
+       0, 2, 36.42, 10.8, 0.80, 0.15, 1.55),
+    _c("Astra Max", "astra", "codex", "max", 0.409, {}, 0, 12, 65.91, 30.4, 0.95, 0.34, 2.90),
+    _c("Sonnet 5.5", "sonnet55", "claude_code", "max", 0.393, {"refusal": 1, "no_file": 2}, 0,
+       11, 9.80, 20.7, 0.94, 0.49, 2.63),
+    _c("Doubao", "doubao", "claude_code", "max", 0.315, {}, 33, 16, 3.51, 14.8, 0.97, 0.13, 2.42),
+    _c("GPT-6.1 Sol", "sol61", "codex", "max", 0.308,
+       {"refusal": 2, "policy_stop": 3, "memory_limit": 1}, 0, 11, 12.55, 34.0, 0.93, 0.31, 4.19),
+    _c("Kimi-K3.1-Pro", "kimi31", "claude_code", "max", 0.296, {"policy_stop": 3, "no_file": 2},
+       4, 15, 4.61, 15.9, 0.96, 0.15, 1.92, private_outcome="policy_stop"),
+    _c("DeepSeek", "deepseek", "claude_code", "max", 0.254, {}, 3, 16, 0.22, 13.0, 0.99, 0.25,
+       1.02),
+    _c("HY4", "hy4", "claude_code", "max", 0.245, {}, 12, 16, 1.67, 15.1, 0.96, 0.21, 2.29),
+    _c("GLM-5.3", "glm53", "claude_code", "max", 0.239, {"refusal": 1, "policy_stop": 1}, 16, 16,
+       0.64, 15.4, 0.97, 0.23, 2.41),
+    _c("Qwen3.8", "qwen38", "claude_code", "max", 0.227, {"policy_stop": 2}, 8, 15, 4.26, 10.7,
+       0.94, 0.17, 2.15, private_outcome="timeout"),
+)
+"""The thirteen configurations of the paper (Tables 1, 2, 3 and 6)."""
+
+
+@dataclass(frozen=True)
+class SimulationParameters:
+    """Everything the simulated runs table is drawn from."""
+
+    configs: tuple[SimulatedConfig, ...] = PAPER_CONFIGS
+    """The configurations."""
+    public_tasks: tuple[tuple[str, int, int], ...] = (
+        ("chemistry", 39, 10), ("materials science", 29, 9), ("biology", 20, 7),
+        ("medicine", 12, 3))
+    """Public tasks per discipline: (discipline, tasks, subfields) (paper 2.2, 3.6)."""
+    private_tasks: tuple[tuple[str, int], ...] = (
+        ("biology", 8), ("chemistry", 3), ("materials science", 2), ("medicine", 3))
+    """Private tasks per discipline: VHH, reaction conditions, electrolytes, Magrolimab."""
+    task_sd: float = 0.219
+    """SD of the task effects ``mu_t``."""
+    within_sd: float = 0.150
+    """SD of the run-to-run noise."""
+    interaction_sd: float = 0.0
+    """SD of the configuration-by-task effects."""
+    repeat_config: str = "Astra Max"
+    """Configuration with repeated runs."""
+    repeats: int = 5
+    """Repeated runs per sampled task."""
+    repeat_excluded: tuple[tuple[str, int], ...] = (("policy_stop", 6), ("no_file", 2))
+    """Unscored repeated runs by outcome (paper 3.6: 137 of 145 scored)."""
+    clip: bool = True
+    """Clip scores to [-1, 1] as real scores are."""
+    median_items: tuple[tuple[str, float], ...] = (
+        ("chemistry", 15.0), ("materials science", 13.5), ("biology", 47.0), ("medicine", 18.0))
+    """Median experiments per task by discipline (paper 4.6)."""
+    cost_spread: float = 0.6
+    """SD of log cost, tokens and run time around their configuration means."""
+
+    def icc(self) -> float:
+        """True intraclass correlation of the repeated runs."""
+        between = self.task_sd**2 + self.interaction_sd**2
+        return between / (between + self.within_sd**2)
+
+
+def _weighted_sample(rng: np.random.Generator, weights: np.ndarray, k: int) -> np.ndarray:
+    """``k`` distinct indices drawn with probability proportional to ``weights``."""
+    if k <= 0:
+        return np.zeros(0, dtype=int)
+    keys = np.log(np.maximum(weights, 1e-12)) + rng.gumbel(size=weights.size)
+    return np.argsort(-keys)[:k]
+
+
+def _threshold(n_items: np.ndarray) -> np.ndarray:
+    # The 95th percentile of Spearman's rho under random order, one group, normal approximation.
+    return np.minimum(1.0, 1.6449 / np.sqrt(np.maximum(n_items - 1, 1)))
+
+
+def _tasks(params: SimulationParameters, rng: np.random.Generator) -> pd.DataFrame:
+    rows = []
+    median = dict(params.median_items)
+    for discipline, n, subfields in params.public_tasks:
+        for i in range(n):
+            rows.append({"discipline": discipline, "visibility": "public",
+                         "subfield": f"{discipline} {i % subfields + 1}"})
+    for discipline, n in params.private_tasks:
+        for _ in range(n):
+            rows.append({"discipline": discipline, "visibility": "private",
+                         "subfield": f"{discipline} private"})
+    tasks = pd.DataFrame(rows)
+    tasks.insert(0, "task_id", [f"spu-{i:04d}" for i in range(len(tasks))])
+    m = tasks["discipline"].map(median).to_numpy(dtype=float)
+    tasks["n_items"] = np.clip(np.round(m * np.exp(rng.normal(0, 0.7, len(tasks)))), 3, 400)
+    tasks["threshold"] = _threshold(tasks["n_items"].to_numpy())
+    tasks["mu"] = rng.normal(0.0, params.task_sd, len(tasks))
+    return tasks
+
+
+def _outcomes(rng: np.random.Generator, n: int, weights: np.ndarray,
+              excluded: Sequence[tuple[str, int]], recovered: int) -> np.ndarray:
+    outcome = np.full(n, "valid", dtype=object)
+    free = np.ones(n, dtype=bool)
+    for name, count in excluded:
+        w = np.where(free, weights if name == "refusal" else 1.0, 0.0)
+        pick = _weighted_sample(rng, w, count)
+        outcome[pick] = name
+        free[pick] = False
+    pick = _weighted_sample(rng, free.astype(float), recovered)
+    outcome[pick] = "recovered"
+    return outcome
+
+
+def _usage(rng: np.random.Generator, c: SimulatedConfig, scored: np.ndarray,
+           spread: float) -> dict[str, np.ndarray]:
+    n = scored.size
+    scale = np.where(scored, 1.0, 0.1)  # unscored runs stop early and spend little
+
+    def lognormal(mean: float) -> np.ndarray:
+        return mean * np.exp(rng.normal(-spread**2 / 2, spread, n)) * scale
+
+    prompt = lognormal(c.prompt_mtokens * 1e6)
+    cache_read = np.round(prompt * c.cache_read_share)
+    cache_write = np.round((prompt - cache_read) * 0.5)
+    return {
+        "input_tokens": np.round(prompt - cache_read - cache_write),
+        "cache_read_tokens": cache_read,
+        "cache_write_tokens": cache_write,
+        "output_tokens": np.round(lognormal(c.output_mtokens * 1e6)),
+        "cost_usd": lognormal(c.cost_usd),
+        "runtime_s": np.minimum(lognormal(c.runtime_h * 3600.0), 28800.0),
+    }
+
+
+def simulate_runs(params: SimulationParameters | None = None, seed: int = 0) -> pd.DataFrame:
+    """Draw a runs table (SPEC section 5 columns) from ``params``.
+
+    Parameters
+    ----------
+    params
+        True parameters; the paper's structure by default.
+    seed
+        Seed of every draw: the same seed gives the same table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Official runs of every configuration on every task, then the repeated runs.
+
+    Examples
+    --------
+    >>> runs = simulate_runs(seed=1)
+    >>> len(runs), int((runs["repeat"] == 0).sum())
+    (1653, 1508)
+    >>> runs[(runs["repeat"] == 0) & (runs["visibility"] == "public") & runs["scored"]
+    ...      ].groupby("config").size()[["Opus 5.5", "Fable 5.1", "Kimi-K3.1-Pro"]].tolist()
+    [44, 30, 95]
+    """
+    p = params or SimulationParameters()
+    rng = rng_for(seed, "simulate")
+    tasks = _tasks(p, rng)
+    refusal_weight = tasks["discipline"].map(dict(REFUSAL_WEIGHT)).fillna(0.5).to_numpy()
+    frames = []
+    for c in p.configs:
+        interaction = rng.normal(0.0, p.interaction_sd, len(tasks))
+        for visibility in ("public", "private"):
+            sel = (tasks["visibility"] == visibility).to_numpy()
+            t = tasks[sel].reset_index(drop=True)
+            if visibility == "public":
+                outcome = _outcomes(rng, len(t), refusal_weight[sel], c.excluded_public,
+                                    c.recovered_public)
+            else:
+                excluded = ((c.private_excluded_outcome, len(t) - c.private_scored),)
+                outcome = _outcomes(rng, len(t), refusal_weight[sel], excluded, 0)
+            frames.append(_runs(p, rng, c, t, interaction[sel], outcome, repeat=0))
+    repeat_c = next((c for c in p.configs if c.label == p.repeat_config), None)
+    if repeat_c is not None and p.repeats > 0:
+        public = tasks[tasks["visibility"] == "public"]
+        one_per_subfield = public.groupby("subfield").sample(1, random_state=rng)
+        t = one_per_subfield.sort_values("task_id").reset_index(drop=True)
+        interaction = rng.normal(0.0, p.interaction_sd, len(t))
+        for r in range(1, p.repeats + 1):
+            frames.append(_runs(p, rng, repeat_c, t, interaction,
+                                np.full(len(t), "valid", dtype=object), repeat=r))
+        repeats = pd.concat(frames[-p.repeats:], ignore_index=True)
+        outcome = _outcomes(rng, len(repeats), np.ones(len(repeats)), p.repeat_excluded, 0)
+        del frames[-p.repeats:]
+        frames.append(_apply_outcomes(repeats, outcome))
+    runs = pd.concat(frames, ignore_index=True).drop(columns="true_score")
+    runs.insert(0, "run_id", [f"sim{seed}-{i:05d}" for i in range(len(runs))])
+    return runs
+
+
+def _runs(p: SimulationParameters, rng: np.random.Generator, c: SimulatedConfig,
+          t: pd.DataFrame, interaction: np.ndarray, outcome: np.ndarray,
+          repeat: int) -> pd.DataFrame:
+    n = len(t)
+    score = c.mean + t["mu"].to_numpy() + interaction + rng.normal(0.0, p.within_sd, n)
+    if p.clip:
+        score = np.clip(score, -1.0, 1.0)
+    columns = {
+        "config": c.label, "model": c.model, "harness": c.harness, "effort": c.effort,
+        "task_id": t["task_id"].to_numpy(), "discipline": t["discipline"].to_numpy(),
+        "subfield": t["subfield"].to_numpy(), "visibility": t["visibility"].to_numpy(),
+        "repeat": repeat, "true_score": score, "threshold": t["threshold"].to_numpy(),
+        "n_items": t["n_items"].to_numpy(dtype=int), **_outcome_columns(score, outcome),
+    }
+    columns.update(_usage(rng, c, columns["scored"], p.cost_spread))
+    columns.update({
+        "tool_calls": rng.poisson(200, n), "web_fetches": rng.poisson(20, n),
+        "used_gpu": rng.random(n) < 0.3, "flagged_exposure": rng.random(n) < 0.03,
+    })
+    return pd.DataFrame(columns)
+
+
+def _outcome_columns(score: np.ndarray, outcome: np.ndarray) -> dict[str, np.ndarray]:
+    scored = np.isin(outcome, ["valid", "recovered"])
+    return {"outcome": outcome, "scored": scored,
+            "score_recovered": np.where(scored, score, -1.0),
+            "score_strict": np.where(outcome == "valid", score, -1.0)}
+
+
+def _apply_outcomes(frame: pd.DataFrame, outcome: np.ndarray) -> pd.DataFrame:
+    return frame.assign(**_outcome_columns(frame["true_score"].to_numpy(), outcome))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spu.stats.simulate OUT [--seed S]``: write a simulated runs table."""
+    parser = argparse.ArgumentParser(prog="python -m spu.stats.simulate",
+                                     description="Write a runs table with the paper's structure.")
+    parser.add_argument("out", type=Path, help="CSV or parquet file to write")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    args = parser.parse_args(argv)
+    runs = simulate_runs(seed=args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out.suffix.lower() in (".parquet", ".pq"):
+        runs.to_parquet(args.out, index=False)
+    else:
+        runs.to_csv(args.out, index=False)
+    print(f"wrote {len(runs)} runs to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""``spu report``: Markdown tables, PNG and SVG figures and one self-contained HTML page."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import matplotlib.image
+import pandas as pd
+import pytest
+
+from spu.report.build import build_report
+from spu.report.tables import configs_table, number, with_interval
+from spu.stats.analysis import StatsOptions, analyze
+from spu.stats.runs_table import check_runs_table
+from spu.stats.simulate import simulate_runs
+from tests.conftest import run_module
+from tests.stats.conftest import run_row, write_run, write_task
+
+FIGURES = ("means", "pareto", "heatmap", "pairs")
+
+
+@pytest.fixture(scope="module")
+def result():
+    runs = check_runs_table(simulate_runs(seed=21))
+    return analyze(runs, StatsOptions(resamples=300, simulations=300))
+
+
+@pytest.fixture(scope="module")
+def report(result, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    build_report(result, out)
+    return out
+
+
+def test_figures_are_png_and_svg(report) -> None:
+    for name in FIGURES:
+        png = report / "figures" / f"{name}.png"
+        image = matplotlib.image.imread(png)
+        assert image.shape[0] > 300 and image.shape[1] > 300, name
+        root = ET.parse(report / "figures" / f"{name}.svg").getroot()
+        assert root.tag.endswith("svg")
+
+
+def test_markdown_tables_carry_the_statistics(report, result) -> None:
+    configs = result.tables["configs.csv"]
+    text = (report / "tables" / "configs.md").read_text()
+    first = configs.iloc[0]
+    row = next(line for line in text.splitlines() if line.startswith(f"| {first.config} |"))
+    assert with_interval(first.adjusted_mean, first.adjusted_ci_low, first.adjusted_ci_high) in row
+    assert with_interval(first.raw_mean, first.raw_ci_low, first.raw_ci_high) in row
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(lines) == 2 + len(configs)  # header, alignment, one row per configuration
+    for name in ("outcomes", "costs", "disciplines", "pairs", "private", "repeats",
+                 "rank_stability", "summary"):
+        assert (report / "tables" / f"{name}.md").is_file(), name
+    report_md = (report / "report.md").read_text()
+    assert all(f"figures/{name}.png" in report_md for name in FIGURES)
+
+
+def test_html_page_is_self_contained(report) -> None:
+    page = (report / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == len(FIGURES)
+    sources = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert all(s.startswith("data:") for s in sources), sources
+    assert "<link" not in page and "<script" not in page
+    for title in ("Results on the public tasks (Table 1)", "Outcomes and scoring rules",
+                  "Estimated API cost", "Raw mean score by discipline", "Paired comparisons"):
+        assert title in page
+
+
+def test_same_input_same_report(result, report, tmp_path) -> None:
+    build_report(result, tmp_path)
+    for path in [*(report / "tables").iterdir(), report / "report.md"]:
+        assert (tmp_path / path.relative_to(report)).read_bytes() == path.read_bytes()
+    for name in FIGURES:
+        svg = f"figures/{name}.svg"
+        assert (tmp_path / svg).read_bytes() == (report / svg).read_bytes()
+
+
+def test_formatting_helpers() -> None:
+    assert number(0.12345) == "0.123" and number(float("nan")) == "-"
+    table = configs_table(pd.DataFrame([{
+        "config": "A", "n_scored": 3, "adjusted_mean": 0.5, "adjusted_ci_low": 0.4,
+        "adjusted_ci_high": 0.6, "raw_mean": float("nan"), "raw_ci_low": float("nan"),
+        "raw_ci_high": float("nan"), "above_chance": 1, "above_chance_share": 1 / 3,
+        "shared_mean": 0.5, "shared_ci_low": 0.4, "shared_ci_high": 0.6,
+        "n_shared_tasks": 2}]))
+    assert table.rows[0] == ("A", "3", "0.500 [0.400, 0.600]", "-", "1 (33%)",
+                             "0.500 [0.400, 0.600]")
+    assert "| A | 3 |" in table.to_markdown()
+
+
+def test_agreement_and_monotone_tables_when_orders_are_given(tmp_path) -> None:
+    """With task packages and run folders the report adds the consensus and monotone tables."""
+    items = {f"e{i}": float(v) for i, v in enumerate([3, 1, 4, 5, 2])}
+    settings = {f"e{i}": {"temp": 10 * i} for i in range(5)}
+    rows = []
+    for t in ("t1", "t2"):
+        write_task(tmp_path / "tasks", t, {"G": items}, settings=settings)
+        for config, order in (("A", ["e0", "e1", "e2", "e3", "e4"]),
+                              ("B", ["e1", "e4", "e0", "e2", "e3"]),
+                              ("C", ["e4", "e1", "e0", "e2", "e3"])):
+            key = f"{config}-{t}"
+            write_run(tmp_path / "outputs", key, t, [{"group_id": "G", "order": order}])
+            rows.append(run_row(config, t, {"A": 0.2, "B": 1.0, "C": 0.9}[config], run_key=key))
+    result = analyze(check_runs_table(pd.DataFrame(rows)), StatsOptions(
+        resamples=100, simulations=100, task_roots=(tmp_path / "tasks",),
+        runs_dir=tmp_path / "outputs"))
+    build_report(result, tmp_path / "report")
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "Against the consensus of the other configurations" in page
+    assert "The monotone prior" in page
+    monotone = (tmp_path / "report" / "tables" / "monotone.md").read_text()
+    assert "| A | 2 | 1.000 | 0.200 | 100% | 0% |" in monotone
+
+
+@pytest.mark.slow
+def test_cli_writes_the_report_and_refuses_bad_input(tmp_path) -> None:
+    runs = tmp_path / "runs.csv"
+    simulate_runs(seed=3).to_csv(runs, index=False)
+    done = run_module(["spu", "report", str(runs), "--out", str(tmp_path / "rep"),
+                       "--resamples", "200", "--simulations", "200", "--with-csv"])
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "rep" / "report.html").is_file()
+    assert (tmp_path / "rep" / "stats" / "configs.csv").is_file()
+    bad = pd.read_csv(runs).drop(columns=["outcome"])
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    done = run_module(["spu", "report", str(tmp_path / "bad.csv"), "--out",
+                       str(tmp_path / "nothing")])
+    assert done.returncode == 2 and "missing column(s) 'outcome'" in done.stderr
+    assert not (tmp_path / "nothing").exists()
