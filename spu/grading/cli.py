@@ -1,16 +1,17 @@
-"""``spu grade``: grade one submission against a task (SPEC section 4)."""
+"""``spu grade`` (SPEC section 4) and ``spu regrade``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 
 def register(sub: Any) -> None:
-    """Add ``grade`` to the ``spu`` parser."""
+    """Add ``grade`` and ``regrade`` to the ``spu`` parser."""
     p = sub.add_parser("grade", help="grade a rankings.json against a task")
     p.add_argument("submission", type=Path, help="the rankings.json to grade")
     p.add_argument("--task", type=Path, required=True, help="task folder")
@@ -21,25 +22,52 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the SPEC section 4 JSON object")
     p.set_defaults(handler=grade_command)
 
+    r = sub.add_parser(
+        "regrade",
+        help="re-score the stored submissions of finished runs (agents are not re-run)",
+        description="Grade every run under OUTPUT_ROOT/runs again from its stored "
+        "output/rankings.json, in the isolated grading process; update run.json and "
+        "grade.json, keeping the replaced grades; with --tracking-uri, update the MLflow runs.",
+    )
+    r.add_argument("output_root", type=Path, nargs="?", default=Path("outputs"),
+                   help="output root holding runs/<run_key>/ (default: outputs)")
+    r.add_argument("--task-root", type=Path, default=Path("tasks"),
+                   help="where the tasks are found by id (default: tasks)")
+    r.add_argument("--answers-root", type=Path, default=None,
+                   help="answer keys as <root>/<task_id>/answers.json "
+                        "(default: each task's hidden/answers.json)")
+    r.add_argument("--run-key", action="append", default=None, dest="run_keys",
+                   help="regrade only this run (repeatable)")
+    r.add_argument("--tracking-uri", default=None,
+                   help="also update the MLflow runs in this tracking store")
+    r.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "netns", "none"],
+                   help="isolation of the grading process (default: the strongest available)")
+    r.add_argument("--reason", default=None, help="why, kept with the replaced grades")
+    r.add_argument("--accept-version-change", action="store_true",
+                   help="grade runs of an older task version against the current key")
+    r.add_argument("--json", action="store_true", help="print one JSON object per run")
+    r.set_defaults(handler=regrade_command)
+
 
 def grade_command(args: argparse.Namespace) -> int:
     """Print the grade; exit 0 whatever the score, 2 when the task cannot be read."""
-    from spu.grading.rules import grade_submission
+    from spu.grading.rules import AnswerKeyError, grade_submission
+    from spu.grading.submission import read_submission_file
     from spu.tasks.package import TaskLoadError, load_answers, load_task
 
     try:
         task = load_task(args.task)
-        answers = load_answers(args.answers or task.answers_path())
+        answers_path = args.answers or task.answers_path()
+        answers = load_answers(answers_path)
+        data = read_submission_file(args.submission, follow_links=True)
+        grade = grade_submission(task.contract, answers, data,
+                                 recover=args.recover)
     except TaskLoadError as exc:
         print(f"spu grade: {exc}", file=sys.stderr)
         return 2
-    try:
-        data: bytes | None = args.submission.read_bytes()
-    except FileNotFoundError:
-        data = None
-    except IsADirectoryError:
-        data = b""
-    grade = grade_submission(task.contract, answers, data, recover=args.recover)
+    except AnswerKeyError as exc:
+        print(f"spu grade: {answers_path}: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(grade.public_json()))
         return 0
@@ -52,3 +80,28 @@ def grade_command(args: argparse.Namespace) -> int:
     if grade.recovered_departures:
         print(f"  recovered: {', '.join(grade.recovered_departures)}")
     return 0
+
+
+def regrade_command(args: argparse.Namespace) -> int:
+    """Regrade; exit 0 when every run was regraded or unchanged, 1 when one failed."""
+    from spu.grading.regrade import regrade_runs
+
+    results = regrade_runs(
+        args.output_root, args.task_root, answers_root=args.answers_root,
+        run_keys=args.run_keys, isolation=args.isolation, reason=args.reason,
+        tracking_uri=args.tracking_uri, accept_version_change=args.accept_version_change,
+    )
+    for r in results:
+        if args.json:
+            print(json.dumps(asdict(r)))
+        elif r.status == "failed":
+            print(f"{r.run_key}  FAILED  {r.error}", file=sys.stderr)
+        else:
+            tracked = f"  mlflow runs {r.tracking_runs}" if args.tracking_uri else ""
+            print(f"{r.run_key}  {r.task_id}  {r.status:<9}  score {r.old_score:+.6f} -> "
+                  f"{r.new_score:+.6f}  outcome {r.old_outcome} -> {r.new_outcome}  "
+                  f"grader {r.grader_version} ({r.isolation}){tracked}"
+                  + (f"  [{r.error}]" if r.error else ""))
+    if not results:
+        print(f"spu regrade: no finished runs under {args.output_root / 'runs'}", file=sys.stderr)
+    return 1 if any(r.status == "failed" or r.error for r in results) else 0

@@ -2,15 +2,22 @@
 
 The grading process gets a fresh folder holding a trusted copy of the contract, the
 answer key and the submitted bytes, and nothing else: never the agent's workspace.
-Where bubblewrap exists it runs in new mount, network, PID and IPC namespaces with
-only the Python runtime and the grading code mounted; else under ``unshare -n``;
-else as a plain subprocess, which the grade records loudly as ``isolation="none"``.
+Isolation, strongest first (paper section 2.5: "a separate container that has no
+network access"):
+
+- ``bwrap``: bubblewrap with new mount, network, PID, IPC and UTS namespaces, an
+  empty environment, and only the Python runtime, the grading code and the job
+  folder mounted (read-only); nothing else of the file system exists for it;
+- ``netns``: ``unshare -n`` (or ``unshare -rn`` without root): no network, but the
+  process sees the file system as the caller does;
+- ``none``: a plain subprocess, recorded loudly in the grade and the run's notes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +32,17 @@ log = logging.getLogger(__name__)
 
 WORKER_MODULE = "spu.grading.worker"
 GRADING_TIMEOUT_S = 120
+ISOLATIONS: tuple[str, ...] = ("bwrap", "netns", "none")
+"""The isolation modes, strongest first; ``auto`` picks the first that works here."""
+
+_SANDBOX_JOB = "/job"
+_SANDBOX_CODE_ROOT = "/opt/spu-grader"
+_PLAIN_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
+"""The whole environment of a ``netns`` or ``none`` grading process: no keys, no secrets."""
+
+
+class GraderIsolationError(RuntimeError):
+    """The requested isolation is not available, or the grading process failed."""
 
 
 @dataclass(frozen=True)
@@ -42,57 +60,142 @@ def _runtime_paths() -> list[Path]:
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)}
     paths |= {Path(p) for p in sys.path if p and "site-packages" in p}
     system = [Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")]
-    return sorted(p for p in paths | set(system) if p.exists())
+    # Never the root itself (a Python installed with prefix /): that would mount everything.
+    return sorted(p for p in paths | set(system) if p.exists() and p != Path("/"))
 
 
-def _bwrap_command(job: Path) -> list[str]:
+WORKER_CODE = (f"import runpy; runpy.run_module({WORKER_MODULE!r}, run_name='__main__', "
+               "alter_sys=True)")
+"""What the grading process runs: the worker, which grades the job folder ``sys.argv[1]``."""
+
+
+def _with_code_root(code_root: str, code: str) -> str:
+    # -I ignores PYTHONPATH and the user's site folder; the grading code is put first on
+    # the path explicitly, so the process runs the code the caller runs.
+    return f"import sys; sys.path.insert(0, {code_root!r})\n{code}"
+
+
+def isolated_command(job: Path, mode: str, code: str = WORKER_CODE) -> list[str]:
+    """The argv that runs Python ``code`` under isolation ``mode`` on the job folder.
+
+    ``code`` runs with the grading code importable and the job folder's path in
+    ``sys.argv[1]``; under ``bwrap`` that folder appears, read-only, at ``/job``.
+    The same command serves the grading worker and the isolation tests.
+    """
     spu_dir = Path(spu.__file__).resolve().parent
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    # Mounts made after the /tmp tmpfs, so a runtime living under /tmp stays visible.
-    for path in _runtime_paths():
-        cmd += ["--ro-bind", str(path), str(path)]
-    cmd += [
-        "--ro-bind", str(spu_dir), "/opt/spu-grader/spu",
-        "--ro-bind", str(job), "/job",
-        "--chdir", "/job",
-        "--setenv", "PYTHONPATH", "/opt/spu-grader",
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-        "--setenv", "PYTHONNOUSERSITE", "1",
-        "--",
-        sys.executable, "-I", "-c",
-        "import sys; sys.path.insert(0, '/opt/spu-grader'); "
-        f"import runpy; runpy.run_module('{WORKER_MODULE}', run_name='__main__')",
-        "/job",
-    ]  # fmt: skip
-    return cmd
+    if mode == "bwrap":
+        cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+               "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        # Mounts made after the /tmp tmpfs, so a runtime living under /tmp stays visible.
+        for path in _runtime_paths():
+            cmd += ["--ro-bind", str(path), str(path)]
+        cmd += [
+            "--ro-bind", str(spu_dir), f"{_SANDBOX_CODE_ROOT}/spu",
+            "--ro-bind", str(job), _SANDBOX_JOB,
+            "--chdir", _SANDBOX_JOB,
+            "--setenv", "PATH", os.defpath,
+            "--setenv", "LC_ALL", "C.UTF-8",
+            "--",
+            sys.executable, "-I", "-B", "-c", _with_code_root(_SANDBOX_CODE_ROOT, code),
+            _SANDBOX_JOB,
+        ]  # fmt: skip
+        return cmd
+    plain = [sys.executable, "-I", "-B", "-c", _with_code_root(str(spu_dir.parent), code),
+             str(job)]
+    if mode == "netns":
+        return [*_netns_prefix(), *plain]
+    if mode == "none":
+        return plain
+    raise GraderIsolationError(f"unknown grader isolation {mode!r}; one of {ISOLATIONS}")
 
 
-def _probe(cmd: list[str]) -> bool:
+def _works(cmd: list[str]) -> bool:
     try:
         return subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
-_ISOLATION_CACHE: dict[str, str] = {}
+_NETNS_PREFIX: list[str] = []
+
+
+def _netns_prefix() -> list[str]:
+    """``unshare -n`` as root; ``unshare -rn`` (a user namespace) for everyone else."""
+    if not _NETNS_PREFIX:
+        plain = ["unshare", "-n"]
+        _NETNS_PREFIX.extend(plain if _works([*plain, "true"]) else ["unshare", "-rn"])
+    return _NETNS_PREFIX
+
+
+def _mode_works(mode: str) -> bool:
+    if mode == "bwrap":
+        return shutil.which("bwrap") is not None and _works(
+            ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"]
+        )
+    if mode == "netns":
+        return shutil.which("unshare") is not None and _works([*_netns_prefix(), "true"])
+    return mode == "none"
+
+
+_AVAILABLE: dict[str, bool] = {}
 
 
 def available_isolation(preferred: str = "auto") -> str:
-    """The strongest isolation this machine allows: ``bwrap``, ``netns`` or ``none``."""
-    if preferred in _ISOLATION_CACHE:
-        return _ISOLATION_CACHE[preferred]
-    choice = "none"
-    if preferred in ("auto", "bwrap") and shutil.which("bwrap") and _probe(
-        ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"]
-    ):
-        choice = "bwrap"
-    elif preferred in ("auto", "netns") and shutil.which("unshare") and _probe(
-        ["unshare", "-n", "true"]
-    ):
-        choice = "netns"
-    _ISOLATION_CACHE[preferred] = choice
-    return choice
+    """The isolation to grade under: ``preferred``, or with ``auto`` the strongest that works.
+
+    Raises
+    ------
+    GraderIsolationError
+        When ``preferred`` names a mode this machine cannot provide (asking for
+        ``bwrap`` never silently grades with less).
+    """
+    if preferred != "auto" and preferred not in ISOLATIONS:
+        raise GraderIsolationError(
+            f"sandbox.grader_isolation: unknown value {preferred!r}; "
+            f"one of auto, {', '.join(ISOLATIONS)}"
+        )
+    candidates = ISOLATIONS if preferred == "auto" else (preferred,)
+    for mode in candidates:
+        if mode not in _AVAILABLE:
+            _AVAILABLE[mode] = _mode_works(mode)
+        if _AVAILABLE[mode]:
+            return mode
+    raise GraderIsolationError(
+        f"sandbox.grader_isolation={preferred}: not available on this machine "
+        f"({'bubblewrap' if preferred == 'bwrap' else 'unshare -n'} does not work here)"
+    )
+
+
+def not_isolated_warning(mode: str) -> str | None:
+    """The loud warning that goes with a grade made under ``mode``, or ``None``."""
+    if mode == "none":
+        return ("GRADER NOT ISOLATED: the grading process ran as a plain subprocess, "
+                "with network access and the whole file system in view")
+    return None
+
+
+def write_job(job: Path, contract: Contract, answers: AnswerKey, submission: bytes | None) -> None:
+    """Fill the job folder: everything the grading process is given, and nothing else."""
+    (job / "contract.json").write_text(contract.model_dump_json(), encoding="utf-8")
+    (job / "answers.json").write_text(answers.model_dump_json(), encoding="utf-8")
+    if submission is not None:
+        (job / "rankings.json").write_bytes(submission)
+
+
+def run_isolated(job: Path, mode: str, code: str = WORKER_CODE,
+                 timeout_s: float = GRADING_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
+    """Run ``code`` on ``job`` under ``mode`` with an environment holding no secrets.
+
+    Raises:
+        GraderIsolationError: When the process runs over ``timeout_s``.
+    """
+    try:
+        return subprocess.run(isolated_command(job, mode, code), capture_output=True,
+                              timeout=timeout_s, env=_PLAIN_ENV)
+    except subprocess.TimeoutExpired:
+        raise GraderIsolationError(
+            f"grading process (isolation {mode}) ran over {timeout_s} s"
+        ) from None
 
 
 def grade_isolated(
@@ -103,39 +206,43 @@ def grade_isolated(
 ) -> IsolatedGrades:
     """Grade ``submission`` strictly and with recovery in an isolated process.
 
-    Raises
-    ------
-    RuntimeError
-        When the grading process fails; the run is then an infrastructure error.
+    Args:
+        contract: Trusted copy of the task's contract.
+        answers: The answer key.
+        submission: The submitted bytes (``None``: no file).
+        isolation: ``auto`` (the strongest available), ``bwrap``, ``netns`` or ``none``.
+
+    Returns:
+        Both grades, each with ``isolation`` set, and the warning of an unisolated grade.
+
+    Raises:
+        GraderIsolationError: When the isolation asked for is unavailable or the grading
+            process fails; the run is then an infrastructure error.
     """
     mode = available_isolation(isolation)
     with tempfile.TemporaryDirectory(prefix="spu-grade-") as tmp:
         job = Path(tmp)
-        (job / "contract.json").write_text(contract.model_dump_json(), encoding="utf-8")
-        (job / "answers.json").write_text(answers.model_dump_json(), encoding="utf-8")
-        if submission is not None:
-            (job / "rankings.json").write_bytes(submission)
-        worker = [sys.executable, "-m", WORKER_MODULE, str(job)]
-        if mode == "bwrap":
-            cmd = _bwrap_command(job)
-        elif mode == "netns":
-            cmd = ["unshare", "-n", *worker]
-        else:
-            cmd = worker
-        proc = subprocess.run(cmd, capture_output=True, timeout=GRADING_TIMEOUT_S)
+        write_job(job, contract, answers, submission)
+        proc = run_isolated(job, mode)
     if proc.returncode != 0:
-        raise RuntimeError(
+        raise GraderIsolationError(
             f"grading process failed (isolation {mode}, exit {proc.returncode}): "
             f"{proc.stderr.decode(errors='replace')[-2000:]}"
         )
-    out = json.loads(proc.stdout)
-    strict = Grade.model_validate(out["strict"]).model_copy(update={"isolation": mode})
-    recovered = Grade.model_validate(out["recovered"]).model_copy(update={"isolation": mode})
-    warning = None
-    if mode == "none":
-        warning = (
-            "GRADER NOT ISOLATED: neither bubblewrap nor 'unshare -n' works on this machine; "
-            "the grading process ran with network access"
-        )
+    try:
+        out = json.loads(proc.stdout)
+        strict = Grade.model_validate(out["strict"])
+        recovered = Grade.model_validate(out["recovered"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise GraderIsolationError(
+            f"grading process (isolation {mode}) printed no grade: {exc}"
+        ) from None
+    warning = not_isolated_warning(mode)
+    if warning:
         log.warning(warning)
-    return IsolatedGrades(strict=strict, recovered=recovered, isolation=mode, warning=warning)
+    return IsolatedGrades(
+        strict=strict.model_copy(update={"isolation": mode}),
+        recovered=recovered.model_copy(update={"isolation": mode}),
+        isolation=mode,
+        warning=warning,
+    )

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from spu.grading.rules import grade_submission
+from spu.grading.rules import GradingKey
 from spu.schema import AnswerKey, Contract
 
 
@@ -21,8 +21,9 @@ def main(argv: list[str]) -> int:
     answers = AnswerKey.model_validate_json((job / "answers.json").read_bytes())
     path = job / "rankings.json"
     data = path.read_bytes() if path.is_file() else None
-    strict = grade_submission(contract, answers, data, recover=False)
-    recovered = grade_submission(contract, answers, data, recover=True)
+    key = GradingKey.build(contract, answers)
+    strict = key.grade(data, recover=False)
+    recovered = key.grade(data, recover=True)
     json.dump(
         {"strict": strict.model_dump(mode="json"), "recovered": recovered.model_dump(mode="json")},
         sys.stdout,

@@ -1,0 +1,209 @@
+"""The grading process: no network, nothing of the file system beyond what it was given.
+
+A probe runs in exactly the process the grader runs in (``run_isolated``, the same
+command and environment as ``grade_isolated``) and reports what it can reach.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spu.grading.isolated import (
+    _AVAILABLE,
+    GraderIsolationError,
+    available_isolation,
+    grade_isolated,
+    run_isolated,
+    write_job,
+)
+from spu.grading.rules import grade_submission
+from tests.conftest import EXAMPLE_TWO_GROUPS, REPO
+from tests.grading.conftest import as_bytes, hand_answers, hand_contract, submission
+
+PROBE = r"""
+import json, os, socket, sys
+job = sys.argv[1]
+spec = json.load(open(os.path.join(job, "probe.json")))
+
+def can_read(path):
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+        return True
+    except OSError:
+        return False
+
+def connect(host, port):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        return "connected"
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        s.close()
+
+with open("/proc/net/dev") as f:
+    interfaces = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+import spu
+print(json.dumps({
+    "job_files": sorted(os.listdir(job)),
+    "read": {p: can_read(p) for p in spec["paths"]},
+    "loopback": connect("127.0.0.1", spec["port"]),
+    "outside": connect("192.0.2.1", 80),
+    "interfaces": interfaces,
+    "env": sorted(os.environ),
+    "spu": spu.__file__,
+}))
+"""
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP server on the host's loopback: reachable from any process in the host's netns."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                conn.close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.fixture
+def secrets(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Files the grader must not read: the task's real answer key and a file of the repository,
+    a file in a temporary folder and a file in the home folder."""
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+    paths = {
+        "answers in the task tree": str(EXAMPLE_TWO_GROUPS / "hidden" / "answers.json"),
+        "repository file": str(REPO / "pyproject.toml"),
+        "temporary folder": str(outside),
+        "system file": "/etc/passwd",
+    }
+    home = None
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=Path.home(), prefix=".spu-secret-",
+                                         delete=False) as f:
+            f.write("secret")
+            home = Path(f.name)
+        paths["home folder"] = str(home)
+    except OSError:
+        pass  # a read-only home: the other paths still test the mount namespace
+    yield paths
+    if home is not None:
+        home.unlink(missing_ok=True)
+
+
+def probe(mode: str, port: int, paths: dict[str, str], tmp_path: Path) -> dict:
+    job = tmp_path / f"job-{mode}"
+    job.mkdir()
+    write_job(job, hand_contract(), hand_answers(), as_bytes(submission()))
+    (job / "probe.json").write_text(json.dumps({"port": port, "paths": list(paths.values())}))
+    proc = run_isolated(job, mode, PROBE, timeout_s=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    report = json.loads(proc.stdout)
+    report["job"] = str(job)
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bwrap", "netns"])
+def test_grading_process_cannot_open_a_network_connection(mode, listener, tmp_path) -> None:
+    try:
+        available_isolation(mode)
+    except GraderIsolationError as exc:
+        pytest.skip(str(exc))
+    report = probe(mode, listener, {}, tmp_path)
+    assert report["interfaces"] == ["lo"], "a fresh network namespace has only a loopback"
+    assert report["loopback"] != "connected", "the host's loopback server must be out of reach"
+    assert report["outside"] != "connected"
+
+
+@pytest.mark.slow
+def test_control_an_unisolated_process_reaches_the_listener(listener, tmp_path) -> None:
+    """Shows the network probe can succeed: without isolation it connects."""
+    report = probe("none", listener, {}, tmp_path)
+    assert report["loopback"] == "connected"
+
+
+@pytest.mark.slow
+def test_grading_process_reads_nothing_but_its_job(listener, secrets, tmp_path,
+                                                  monkeypatch) -> None:
+    try:
+        available_isolation("bwrap")
+    except GraderIsolationError as exc:
+        pytest.skip(f"bubblewrap is needed to hide the file system: {exc}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    report = probe("bwrap", listener, secrets, tmp_path)
+    unreadable = dict(zip(secrets, report["read"].values(), strict=True))
+    assert not any(unreadable.values()), f"readable from the grader: {unreadable}"
+    assert report["job_files"] == ["answers.json", "contract.json", "probe.json",
+                                   "rankings.json"]
+    assert report["spu"].startswith("/opt/spu-grader/"), "the grading code is the mounted copy"
+    assert "ANTHROPIC_API_KEY" not in report["env"]
+    # Control: the same paths are readable from the unisolated process.
+    control = probe("none", listener, secrets, tmp_path)
+    assert all(control["read"].values())
+    assert "ANTHROPIC_API_KEY" not in control["env"], "no mode passes the caller's environment"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bwrap", "netns", "none"])
+def test_isolated_grade_equals_the_pure_function(mode, contract, answers) -> None:
+    try:
+        available_isolation(mode)
+    except GraderIsolationError as exc:
+        pytest.skip(str(exc))
+    data = as_bytes({"task": "spu-hand", "rankings": {"G1": ["b", "a", "c", "d"],
+                                                      "G2": ["p", "q", "r"]}})
+    grades = grade_isolated(contract, answers, data, isolation=mode)
+    assert grades.isolation == mode
+    assert grades.strict.isolation == mode and grades.recovered.isolation == mode
+    assert grades.strict.model_copy(update={"isolation": None}) == \
+        grade_submission(contract, answers, data)
+    assert grades.recovered.model_copy(update={"isolation": None}) == \
+        grade_submission(contract, answers, data, recover=True)
+    assert (grades.warning is not None) == (mode == "none")
+
+
+def test_unknown_isolation_names_the_key() -> None:
+    with pytest.raises(GraderIsolationError, match="sandbox.grader_isolation: unknown value"):
+        available_isolation("chroot")
+
+
+def test_isolation_asked_for_is_never_silently_weakened(monkeypatch, tmp_path) -> None:
+    """Invariant: with no bwrap or unshare on PATH, asking for bwrap fails loudly; only auto
+    falls back, and the grade then says isolation none with a warning."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no bwrap, no unshare
+    saved = dict(_AVAILABLE)
+    _AVAILABLE.clear()
+    try:
+        with pytest.raises(GraderIsolationError, match="grader_isolation=bwrap"):
+            available_isolation("bwrap")
+        assert available_isolation("auto") == "none"
+    finally:
+        _AVAILABLE.clear()
+        _AVAILABLE.update(saved)
