@@ -1,6 +1,8 @@
 """Sandboxes: where agents run, with the task read-only and the answers absent."""
 
 from spu.sandbox.base import (
+    LAYOUT,
+    RunFolders,
     RunLimits,
     Sandbox,
     SandboxError,
@@ -11,6 +13,8 @@ from spu.sandbox.base import (
 )
 
 __all__ = [
+    "LAYOUT",
+    "RunFolders",
     "RunLimits",
     "Sandbox",
     "SandboxError",

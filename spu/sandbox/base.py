@@ -59,6 +59,51 @@ class SandboxRequest:
     """Whether the agent has network access (the paper's agents do)."""
     extra_ro_binds: Mapping[str, str] = field(default_factory=dict)
     """Host path -> sandbox path, mounted read-only (e.g. a cached tools folder)."""
+    masked_paths: Sequence[Path] = ()
+    """Host paths the agent must not see even where a system folder would show them
+    (the task's source folder with its answers, the answer root, the other runs)."""
+
+
+LAYOUT = SandboxPaths(task="/task", workspace="/workspace", output="/output")
+"""The layout inside every backend that can remap paths."""
+
+
+@dataclass(frozen=True)
+class RunFolders:
+    """The host folders behind the layout of one run."""
+
+    task: Path
+    """The staged public files of the task."""
+    workspace: Path
+    """``<run_dir>/workspace``."""
+    output: Path
+    """``<run_dir>/output``."""
+
+    @classmethod
+    def create(cls, request: SandboxRequest) -> RunFolders:
+        """Make ``workspace/`` and ``output/`` under the run folder."""
+        folders = cls(
+            task=request.task_dir,
+            workspace=request.run_dir / "workspace",
+            output=request.run_dir / "output",
+        )
+        folders.workspace.mkdir(parents=True, exist_ok=True)
+        folders.output.mkdir(parents=True, exist_ok=True)
+        return folders
+
+    def host_path(self, inside: str, layout: SandboxPaths = LAYOUT) -> Path:
+        """Map a path of ``layout`` to the host; anything else is refused."""
+        for prefix, host in (
+            (layout.workspace, self.workspace),
+            (layout.output, self.output),
+            (layout.task, self.task),
+        ):
+            if inside == prefix or inside.startswith(prefix.rstrip("/") + "/"):
+                rest = inside[len(prefix) :].lstrip("/")
+                if ".." in Path(rest).parts:
+                    break
+                return host / rest
+        raise ValueError(f"{inside!r} is not inside the sandbox layout {layout}")
 
 
 class SandboxError(RuntimeError):
@@ -147,9 +192,9 @@ def get_sandbox(name: str) -> type[Sandbox]:
             cls = getattr(importlib.import_module(module), attr)
             _REGISTRY[name] = cls
             return cls
-        module = _BUILTIN_MODULES.get(name)
-        if module is None:
+        builtin = _BUILTIN_MODULES.get(name)
+        if builtin is None:
             known = ", ".join(sorted(set(_BUILTIN_MODULES) | set(_REGISTRY)))
             raise KeyError(f"unknown sandbox {name!r}; known: {known}")
-        importlib.import_module(module)
+        importlib.import_module(builtin)
     return _REGISTRY[name]

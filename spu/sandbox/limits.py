@@ -1,10 +1,13 @@
-"""Memory and CPU limits for processes started on this machine.
+"""Memory, CPU and process limits for agents started on this machine (local, subprocess).
 
-Memory: a cgroup (v2, else v1) memory limit where the cgroup tree is writable, which
+Memory: a cgroup memory limit (v2, else v1) where the cgroup tree is writable, which
 also gives the peak and the OOM-kill count; else ``RLIMIT_AS`` on the process tree,
-reported as such (it caps address space, not resident memory). CPUs: affinity to the
-first ``cpus`` cores the process may use. A machine that has less than asked gives
-what it has, and the enforced values are what the run record shows.
+reported as such (it caps address space, not resident memory, and leaves no OOM
+event). CPUs: affinity to the first ``cpus`` cores the process may use and, where the
+cpu controller is writable, a CFS quota of ``cpus`` cores (affinity alone can be
+widened by the agent itself). Processes: the pids controller's ``pids.max``. A
+machine that has less than asked gives what it has, and the enforced values are what
+the run record shows.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -20,9 +25,9 @@ from spu.schema import EnforcedLimits
 
 log = logging.getLogger(__name__)
 
-CGROUP_V2 = Path("/sys/fs/cgroup")
-CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 GIB = 1024**3
+CFS_PERIOD_US = 100_000
 
 
 def _writable_dir(path: Path) -> bool:
@@ -30,16 +35,49 @@ def _writable_dir(path: Path) -> bool:
 
 
 class LimitEnforcer:
-    """Sets up the limits of one run and reads back what happened."""
+    """Sets up the limits of one run, joins the agent to them, and reads back what happened.
 
-    def __init__(self, limits: RunLimits, label: str) -> None:
+    Args:
+        limits: The limits asked for.
+        label: A readable part of the cgroup names (the run folder's name).
+        pids_limit: Maximum number of processes, or None for no limit.
+        cgroup_root: Where the cgroup hierarchies are mounted (a parameter for tests).
+    """
+
+    def __init__(
+        self,
+        limits: RunLimits,
+        label: str,
+        pids_limit: int | None = None,
+        cgroup_root: Path = CGROUP_ROOT,
+    ) -> None:
         self.limits = limits
+        self.pids_limit = pids_limit
         self.warnings: list[str] = []
-        self.cgroup: Path | None = None
-        self.mechanism = "none"
+        self.memory_mechanism = "none"
+        self.cpu_mechanism = "affinity"
+        self.pids_enforced: int | None = None
+        self._root = cgroup_root
+        self._name = f"spu-{label}-{uuid.uuid4().hex[:8]}"
+        self._groups: dict[str, Path] = {}
+        """Controller (``memory``, ``cpu``, ``pids``) -> cgroup folder; one folder on v2."""
         self.cpu_list = self._cpus(limits.cpus)
-        name = f"spu-{label}-{uuid.uuid4().hex[:8]}"
-        self._make_cgroup(name)
+        try:
+            if self._v2_available():
+                self._make_v2()
+            else:
+                self._make_v1()
+        except OSError as exc:
+            self.warnings.append(f"cannot set up cgroups ({exc})")
+            self.cleanup()
+        if "memory" not in self._groups:
+            self.memory_mechanism = "rlimit-as"
+            self.warnings.append(
+                "no writable memory cgroup: memory is capped by RLIMIT_AS (address space), "
+                "and an agent killed by it is not recognised as memory_limit"
+            )
+
+    # ------------------------------------------------------------------ set-up
 
     def _cpus(self, wanted: int) -> list[int]:
         available = sorted(os.sched_getaffinity(0))
@@ -49,88 +87,169 @@ class LimitEnforcer:
             )
         return available[: max(1, wanted)]
 
-    def _make_cgroup(self, name: str) -> None:
-        limit_bytes = int(self.limits.memory_gb * GIB)
-        v2_controllers = CGROUP_V2 / "cgroup.controllers"
-        try:
-            if v2_controllers.is_file() and "memory" in v2_controllers.read_text().split():
-                path = CGROUP_V2 / name
-                path.mkdir()
-                (path / "memory.max").write_text(str(limit_bytes))
-                if (path / "memory.swap.max").exists():
-                    (path / "memory.swap.max").write_text("0")
-                self.cgroup, self.mechanism = path, "cgroup-v2"
-                return
-            if _writable_dir(CGROUP_V1_MEMORY) and (CGROUP_V1_MEMORY / "cgroup.procs").exists():
-                path = CGROUP_V1_MEMORY / name
-                path.mkdir()
-                (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-                memsw = path / "memory.memsw.limit_in_bytes"
-                if memsw.exists():
-                    try:
-                        memsw.write_text(str(limit_bytes))
-                    except OSError:
-                        pass
-                self.cgroup, self.mechanism = path, "cgroup-v1"
-                return
-        except OSError as exc:
-            self.warnings.append(f"cannot create a memory cgroup ({exc}); using RLIMIT_AS")
-        self.mechanism = "rlimit-as"
-        if not self.warnings:
-            self.warnings.append(
-                "no writable memory cgroup: memory is capped by RLIMIT_AS (address space)"
-            )
+    @property
+    def _memory_bytes(self) -> int:
+        return int(self.limits.memory_gb * GIB)
+
+    def _v2_available(self) -> bool:
+        return (self._root / "cgroup.controllers").is_file()
+
+    def _make_v2(self) -> None:
+        available = (self._root / "cgroup.controllers").read_text().split()
+        subtree = self._root / "cgroup.subtree_control"
+        enabled = subtree.read_text().split()
+        for controller in ("memory", "cpu", "pids"):
+            if controller in available and controller not in enabled:
+                try:
+                    subtree.write_text(f"+{controller}")
+                except OSError:
+                    pass
+        enabled = subtree.read_text().split()
+        if not _writable_dir(self._root) or "memory" not in enabled:
+            return
+        path = self._root / self._name
+        path.mkdir()
+        for controller in ("memory", "cpu", "pids"):
+            if controller in enabled:
+                self._groups[controller] = path
+        (path / "memory.max").write_text(str(self._memory_bytes))
+        if (path / "memory.swap.max").exists():
+            (path / "memory.swap.max").write_text("0")
+        self.memory_mechanism = "cgroup-v2"
+        if "cpu" in self._groups:
+            quota = len(self.cpu_list) * CFS_PERIOD_US
+            (path / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}")
+            self.cpu_mechanism = "cgroup"
+        if "pids" in self._groups and self.pids_limit:
+            (path / "pids.max").write_text(str(self.pids_limit))
+            self.pids_enforced = self.pids_limit
+
+    def _make_v1(self) -> None:
+        for controller in ("memory", "cpu", "pids"):
+            hierarchy = self._root / controller
+            if not (_writable_dir(hierarchy) and (hierarchy / "cgroup.procs").exists()):
+                continue
+            path = hierarchy / self._name
+            path.mkdir()
+            self._groups[controller] = path
+        memory = self._groups.get("memory")
+        if memory is not None:
+            (memory / "memory.limit_in_bytes").write_text(str(self._memory_bytes))
+            memsw = memory / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                # Swap equal to the limit: the agent cannot spill past it into swap.
+                memsw.write_text(str(self._memory_bytes))
+            self.memory_mechanism = "cgroup-v1"
+        cpu = self._groups.get("cpu")
+        if cpu is not None:
+            (cpu / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (cpu / "cpu.cfs_quota_us").write_text(str(len(self.cpu_list) * CFS_PERIOD_US))
+            self.cpu_mechanism = "cgroup"
+        pids = self._groups.get("pids")
+        if pids is not None and self.pids_limit:
+            (pids / "pids.max").write_text(str(self.pids_limit))
+            self.pids_enforced = self.pids_limit
+
+    # ------------------------------------------------------------------ in the child
 
     def preexec(self) -> None:
-        """Runs in the child between fork and exec: join the cgroup, pin CPUs, set rlimits."""
-        if self.cgroup is not None:
-            (self.cgroup / "cgroup.procs").write_text(str(os.getpid()))
-        elif self.mechanism == "rlimit-as":
-            limit = int(self.limits.memory_gb * GIB)
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        """Runs in the child between fork and exec: join the cgroups, pin CPUs, set rlimits."""
+        for path in set(self._groups.values()):
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+        if "memory" not in self._groups:
+            resource.setrlimit(resource.RLIMIT_AS, (self._memory_bytes, self._memory_bytes))
         os.sched_setaffinity(0, self.cpu_list)
 
-    def oom_killed(self) -> bool:
-        """True when the memory limit killed a process of the run."""
-        if self.cgroup is None:
-            return False
+    # ------------------------------------------------------------------ read back
+
+    def _read(self, controller: str, name: str) -> str | None:
+        path = self._groups.get(controller)
+        if path is None:
+            return None
         try:
-            if self.mechanism == "cgroup-v2":
-                events = (self.cgroup / "memory.events").read_text().split()
-                return int(events[events.index("oom_kill") + 1]) > 0
-            control = (self.cgroup / "memory.oom_control").read_text().split()
-            if "oom_kill" in control:
-                return int(control[control.index("oom_kill") + 1]) > 0
-            return int((self.cgroup / "memory.failcnt").read_text()) > 0
-        except (OSError, ValueError):
-            return False
+            return (path / name).read_text()
+        except OSError:
+            return None
+
+    def oom_killed(self, sigkilled: bool = False) -> bool:
+        """True when the memory limit killed a process of the run.
+
+        The kernel's OOM-kill counter of the run's cgroup decides. Where it does not
+        exist (v1 kernels before 4.13) the fallback is the limit having been hit
+        (``memory.failcnt``) together with an agent that died of SIGKILL (``sigkilled``).
+        """
+        if self.memory_mechanism == "cgroup-v2":
+            events = (self._read("memory", "memory.events") or "").split()
+            return "oom_kill" in events and int(events[events.index("oom_kill") + 1]) > 0
+        control = (self._read("memory", "memory.oom_control") or "").split()
+        if "oom_kill" in control:
+            return int(control[control.index("oom_kill") + 1]) > 0
+        failcnt = self._read("memory", "memory.failcnt")
+        return sigkilled and failcnt is not None and int(failcnt) > 0
 
     def peak_memory(self) -> int | None:
         """Peak memory of the run's cgroup in bytes, where the kernel reports it."""
-        if self.cgroup is None:
-            return None
-        name = "memory.peak" if self.mechanism == "cgroup-v2" else "memory.max_usage_in_bytes"
+        name = "memory.peak" if self.memory_mechanism == "cgroup-v2" else (
+            "memory.max_usage_in_bytes"
+        )
+        value = self._read("memory", name)
         try:
-            return int((self.cgroup / name).read_text())
-        except (OSError, ValueError):
+            return int(value) if value is not None else None
+        except ValueError:
             return None
 
-    def enforced(self, gpu_ids: list[str] | tuple[str, ...] | object = ()) -> EnforcedLimits:
+    @property
+    def cgroup_paths(self) -> list[Path]:
+        """The run's cgroup folders (empty once cleaned up)."""
+        return sorted(set(self._groups.values()))
+
+    def leftover_pids(self) -> list[int]:
+        """Processes still in the run's cgroups (e.g. daemons an agent left behind)."""
+        pids: set[int] = set()
+        for path in self.cgroup_paths:
+            try:
+                pids.update(int(p) for p in (path / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                continue
+        return sorted(pids)
+
+    def kill_leftovers(self) -> int:
+        """SIGKILL every process left in the run's cgroups; returns how many there were."""
+        leftovers = self.leftover_pids()
+        for pid in leftovers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(leftovers)
+
+    def enforced(self, gpu_ids: tuple[str, ...] = ()) -> EnforcedLimits:
         """What is in force, for the run record."""
         return EnforcedLimits(
             time_s=self.limits.time_s,
             memory_gb=self.limits.memory_gb,
-            memory_mechanism=self.mechanism,
+            memory_mechanism=self.memory_mechanism,
             cpus=len(self.cpu_list),
-            cpu_mechanism="affinity",
-            gpus=[str(g) for g in gpu_ids] if isinstance(gpu_ids, (list, tuple)) else [],
+            cpu_mechanism=self.cpu_mechanism,
+            gpus=list(gpu_ids),
+            pids_limit=self.pids_enforced,
         )
 
     def cleanup(self) -> None:
-        """Remove the cgroup once its processes are gone."""
-        if self.cgroup is None:
+        """Kill what is left in the run's cgroups and remove them."""
+        if not self._groups:
             return
-        try:
-            self.cgroup.rmdir()
-        except OSError as exc:
-            log.debug("cgroup %s not removed: %s", self.cgroup, exc)
+        self.kill_leftovers()
+        for path in set(self._groups.values()):
+            for _ in range(100):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    # Killed processes take a moment to leave the cgroup.
+                    log.debug("cgroup %s not removed yet: %s", path, exc)
+                    self.kill_leftovers()
+                    time.sleep(0.05)
+        self._groups.clear()

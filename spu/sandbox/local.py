@@ -3,12 +3,19 @@
 The agent gets new mount, PID, IPC and UTS namespaces; the host's system folders
 read-only; the task's public files read-only at ``/task``; a writable ``/workspace``
 and ``/output``; a cleared environment; and it dies with its parent. Nothing else
-of the host is mounted, so another run's workspace and every answer key are absent.
+of the host is mounted, so another run's workspace and every answer key are absent;
+where a system folder would show them (a repository under ``/opt``), they are masked.
+
+Started by root, bubblewrap keeps every capability for the sandboxed process, and a
+process with user id 0 may write the host's ``/proc/sys`` even without capabilities.
+So under root the agent runs as an unprivileged user (``nobody`` by default), dropped
+inside the sandbox by ``setpriv`` with an empty bounding set and ``no_new_privs``.
 The network stays on unless ``network=false`` (the paper's agents have internet).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -16,15 +23,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from spu.sandbox.base import (
+    LAYOUT,
+    RunFolders,
     Sandbox,
     SandboxError,
     SandboxPaths,
     SandboxRequest,
     register_sandbox,
 )
+from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES, detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
-from spu.sandbox.process import run_with_limits
+from spu.sandbox.process import run_with_limits, wrapper_error
 from spu.schema import ProcessEvidence, SandboxInfo
+
+log = logging.getLogger(__name__)
 
 SYSTEM_DIRS: tuple[str, ...] = (
     "/usr",
@@ -39,7 +51,11 @@ SYSTEM_DIRS: tuple[str, ...] = (
 )
 """Host folders mounted read-only: the programs and libraries an agent may use."""
 
-LAYOUT = SandboxPaths(task="/task", workspace="/workspace", output="/output")
+AGENT_UID = 65534
+"""User and group id the agent runs as when the framework runs as root (``nobody``)."""
+
+WRAPPER_PREFIXES = ("bwrap: ", "setpriv: ")
+"""How bubblewrap and setpriv start their own error messages."""
 
 
 def _bwrap_works() -> tuple[bool, str]:
@@ -55,6 +71,28 @@ def _bwrap_works() -> tuple[bool, str]:
     return True, "bubblewrap works"
 
 
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give the agent's user the folders it writes (harnesses fill them as root)."""
+    os.chown(root, uid, uid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
+
+
+def _make_readable(root: Path) -> None:
+    """Let an unprivileged agent read the staged task (copies keep the source's modes)."""
+    for folder, _dirs, files in os.walk(root):
+        os.chmod(folder, os.stat(folder).st_mode | 0o555)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o444)
+
+
 @register_sandbox
 class LocalSandbox(Sandbox):
     """Bubblewrap sandbox: namespaces, read-only system, the three-folder layout."""
@@ -67,30 +105,63 @@ class LocalSandbox(Sandbox):
         return _bwrap_works()
 
     def prepare(self, request: SandboxRequest) -> SandboxPaths:
-        """Create ``workspace/`` and ``output/`` under the run folder."""
+        """Create the layout, the run's cgroups and the GPU placement."""
         ok, why = self.available()
         if not ok:
             raise SandboxError(why)
+        for inside in request.extra_ro_binds.values():
+            system = [d for d in SYSTEM_DIRS if _within(Path(inside), Path(d))]
+            if system and not os.path.exists(inside):
+                raise SandboxError(
+                    f"read-only bind target {inside!r} lies in the read-only system folder "
+                    f"{system[0]} and does not exist there; mount it elsewhere (e.g. /spu-tools)"
+                )
         self.request = request
-        self.workspace = request.run_dir / "workspace"
-        self.output = request.run_dir / "output"
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        self.output.mkdir(parents=True, exist_ok=True)
-        self.limits = LimitEnforcer(request.limits, request.run_dir.name)
+        self.folders = RunFolders.create(request)
+        self.limits = LimitEnforcer(
+            request.limits, request.run_dir.name, pids_limit=self.options.get("pids_limit")
+        )
+        self.gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
+        self.warnings = [*self.limits.warnings, *self.gpus.warnings]
+        self.agent_uid: int | None = None
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                self.warnings.append(
+                    "setpriv (util-linux) is missing: the agent runs as root inside the "
+                    "sandbox, with capabilities, and could reach the host through /proc/sys"
+                )
+            else:
+                self.agent_uid = int(self.options.get("agent_uid") or AGENT_UID)
+                _make_readable(self.folders.task)
         return LAYOUT
 
     def host_path(self, inside: str) -> Path:
         """Map ``/task``, ``/workspace`` and ``/output`` paths to the host."""
-        for prefix, host in (
-            (LAYOUT.workspace, self.workspace),
-            (LAYOUT.output, self.output),
-            (LAYOUT.task, self.request.task_dir),
-        ):
-            if inside == prefix or inside.startswith(prefix + "/"):
-                return host / inside[len(prefix) :].lstrip("/")
-        raise ValueError(f"{inside!r} is not inside the sandbox layout")
+        return self.folders.host_path(inside)
 
-    def _bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    def _masks(self, source: Path, inside: Path) -> list[str]:
+        """Arguments hiding the masked paths that the bind ``source -> inside`` shows."""
+        args: list[str] = []
+        for masked in [*self.request.masked_paths, self.request.run_dir.parent]:
+            host = Path(masked).resolve()
+            if host.exists() and _within(host, source.resolve()):
+                target = str(inside / host.relative_to(source.resolve()))
+                args += ["--tmpfs", target] if host.is_dir() else [
+                    "--ro-bind", "/dev/null", target]
+        return args
+
+    def _gpu_args(self) -> list[str]:
+        if not self.gpus.ids:
+            return []
+        args = ["--ro-bind", "/sys", "/sys"]
+        nodes = [f"nvidia{g}" for g in self.gpus.ids if g.isdigit()]
+        for node in [*NVIDIA_CONTROL_DEVICES, *nodes]:
+            if os.path.exists(f"/dev/{node}"):
+                args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+        return args
+
+    def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+        """The full bubblewrap command line that runs ``argv`` with ``env`` in the sandbox."""
         cmd = [
             "bwrap",
             "--die-with-parent",
@@ -109,16 +180,26 @@ class LocalSandbox(Sandbox):
         for d in SYSTEM_DIRS:
             if os.path.exists(d):
                 cmd += ["--ro-bind", d, d]
+        for d in SYSTEM_DIRS:
+            if os.path.exists(d):
+                cmd += self._masks(Path(d), Path(d))
         for host, inside in self.request.extra_ro_binds.items():
-            cmd += ["--ro-bind", str(host), inside]
+            cmd += ["--ro-bind", str(host), inside, *self._masks(Path(host), Path(inside))]
+        cmd += self._gpu_args()
         cmd += [
-            "--ro-bind", str(self.request.task_dir), LAYOUT.task,
-            "--bind", str(self.workspace), LAYOUT.workspace,
-            "--bind", str(self.output), LAYOUT.output,
+            "--ro-bind", str(self.folders.task), LAYOUT.task,
+            "--bind", str(self.folders.workspace), LAYOUT.workspace,
+            "--bind", str(self.folders.output), LAYOUT.output,
             "--chdir", LAYOUT.workspace,
         ]  # fmt: skip
         for key, value in env.items():
             cmd += ["--setenv", key, value]
+        if self.agent_uid is not None:
+            uid = str(self.agent_uid)
+            argv = [
+                "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--", *argv,
+            ]  # fmt: skip
         return [*cmd, "--", *argv]
 
     def exec(
@@ -130,40 +211,49 @@ class LocalSandbox(Sandbox):
         stderr: Path,
         timeout_s: float | None = None,
     ) -> ProcessEvidence:
-        """Run ``argv`` under bubblewrap with the wall-clock, memory and CPU limits."""
+        """Run ``argv`` under bubblewrap with the wall-clock, memory, CPU and pids limits."""
         limit = self.request.limits.time_s if timeout_s is None else timeout_s
-        full_env = {"HOME": LAYOUT.workspace, **env}
+        full_env = {"HOME": LAYOUT.workspace, **env, **self.gpus.env()}
         host_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        return run_with_limits(
-            self._bwrap_argv(argv, full_env),
+        if self.agent_uid is not None:
+            _chown_tree(self.folders.workspace, self.agent_uid)
+            _chown_tree(self.folders.output, self.agent_uid)
+        evidence = run_with_limits(
+            self.bwrap_argv(argv, full_env),
             host_env,
             cwd=None,
             stdout=stdout,
             stderr=stderr,
             timeout_s=limit,
             grace_s=self.request.limits.grace_s,
-            preexec_fn=self.limits.preexec,
-            oom_check=self.limits.oom_killed,
-            peak_memory=self.limits.peak_memory,
+            enforcer=self.limits,
+            wrapped=True,
         )
+        if evidence.exit_code and not evidence.timed_out:
+            failed = wrapper_error(stderr, WRAPPER_PREFIXES)
+            if failed:
+                evidence = evidence.model_copy(update={"error": f"sandbox did not start: {failed}"})
+        return evidence
 
     def collect(self) -> Path:
         """The host folder behind ``/output``."""
-        return self.output
+        return self.folders.output
 
     def cleanup(self) -> None:
-        """Remove the run's cgroup, if one was made."""
+        """Kill what is left of the run and remove its cgroups."""
         self.limits.cleanup()
 
     def info(self) -> SandboxInfo:
         """Namespaces in force and the limits enforced."""
         isolation = ["mount-namespace", "pid-namespace", "ipc-namespace", "uts-namespace",
                      "read-only-system", "cleared-environment", "die-with-parent"]
+        if os.geteuid() != 0 or self.agent_uid is not None:
+            isolation.append("unprivileged-user")
         if not self.request.network:
             isolation.append("network-namespace")
         return SandboxInfo(
             backend=self.name,
             isolation=isolation,
-            warnings=list(self.limits.warnings),
-            limits=self.limits.enforced(self.request.gpu_ids),
+            warnings=list(self.warnings),
+            limits=self.limits.enforced(self.gpus.ids),
         )

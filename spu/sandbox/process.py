@@ -6,10 +6,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from spu.sandbox.limits import LimitEnforcer
 from spu.schema import ProcessEvidence
+
+POLL_S = 0.05
 
 
 def descendants(pid: int) -> list[int]:
@@ -35,12 +38,43 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _signal_tree(pid: int, sig: int) -> None:
-    for target in [*descendants(pid), pid]:
+def _signal_tree(pid: int, sig: int, spare_root: bool = False) -> None:
+    for target in [*descendants(pid), *([] if spare_root else [pid])]:
         try:
             os.kill(target, sig)
         except ProcessLookupError:
             pass
+
+
+def signal_of_exit(exit_code: int | None) -> int | None:
+    """The signal behind a wrapper's exit status (bubblewrap and docker-init exit 128+n).
+
+    Examples:
+        >>> signal_of_exit(137)
+        9
+        >>> signal_of_exit(1) is None
+        True
+    """
+    if exit_code is not None and 128 < exit_code < 128 + signal.NSIG:
+        return exit_code - 128
+    return None
+
+
+def wrapper_error(stderr: Path, prefixes: tuple[str, ...]) -> str | None:
+    """The error of a wrapper (bubblewrap, setpriv, docker-init) that failed to start the agent.
+
+    A wrapper fails before the agent runs, so its message is then all of stderr: every
+    line starts with one of ``prefixes``. Anything else is the agent's own output.
+    """
+    try:
+        with open(stderr, "rb") as f:
+            text = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line for line in text.splitlines() if line.strip()]
+    if lines and all(line.startswith(prefixes) for line in lines):
+        return "; ".join(lines)
+    return None
 
 
 def run_with_limits(
@@ -52,16 +86,30 @@ def run_with_limits(
     stderr: Path,
     timeout_s: float | None,
     grace_s: float = 10.0,
-    preexec_fn: Callable[[], None] | None = None,
-    oom_check: Callable[[], bool] | None = None,
-    peak_memory: Callable[[], int | None] | None = None,
+    enforcer: LimitEnforcer | None = None,
+    wrapped: bool = False,
 ) -> ProcessEvidence:
     """Run ``argv`` to completion or to the wall-clock limit, then stop it gracefully.
 
     At the limit every process of the tree gets SIGTERM, and SIGKILL after ``grace_s``.
-    Returns the exit code or signal, whether the limit fired, the peak resident memory
-    of the tree (from ``wait4``'s rusage unless ``peak_memory`` knows better) and the
-    duration. A process that cannot start gives an evidence with ``error`` set.
+    When the main process has ended, whatever it left in the run's cgroups is killed.
+
+    Args:
+        argv: The command.
+        env: Its whole environment.
+        cwd: Its working folder on the host (None: this process's).
+        stdout: File that receives its standard output.
+        stderr: File that receives its standard error.
+        timeout_s: Wall-clock limit in seconds (None: none).
+        grace_s: Seconds between SIGTERM and SIGKILL.
+        enforcer: The run's limits, joined between fork and exec.
+        wrapped: ``argv`` is a wrapper (bubblewrap) that reports a signal as 128+n; the
+            graceful stop goes to the processes under it, not to the wrapper.
+
+    Returns:
+        The exit code or signal, whether the limit fired, whether the memory limit
+        killed a process, the peak memory (the cgroup's, else ``wait4``'s resident
+        peak) and the duration. A process that cannot start gives ``error``.
     """
     start = time.monotonic()
     stdout.parent.mkdir(parents=True, exist_ok=True)
@@ -75,41 +123,47 @@ def run_with_limits(
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=preexec_fn,
+                preexec_fn=enforcer.preexec if enforcer else None,
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             return ProcessEvidence(error=f"could not start {argv[0]!r}: {exc}")
         timed_out = False
         deadline = None if timeout_s is None else start + timeout_s
-        status = rusage = None
         while True:
             wpid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             if wpid != 0:
                 break
-            if deadline is not None and time.monotonic() >= deadline and not timed_out:
-                timed_out = True
-                _signal_tree(proc.pid, signal.SIGTERM)
-                deadline = time.monotonic() + grace_s
-                continue
-            if timed_out and deadline is not None and time.monotonic() >= deadline:
-                _signal_tree(proc.pid, signal.SIGKILL)
-                deadline = None
-            time.sleep(0.05)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                if not timed_out:
+                    timed_out = True
+                    # Not to a wrapper: bubblewrap dying would SIGKILL the agent at once.
+                    _signal_tree(proc.pid, signal.SIGTERM, spare_root=wrapped)
+                    deadline = now + grace_s
+                else:
+                    _signal_tree(proc.pid, signal.SIGKILL)
+                    deadline = None
+            time.sleep(POLL_S)
         proc.returncode = os.waitstatus_to_exitcode(status)
+    duration = time.monotonic() - start
+    if enforcer is not None:
+        enforcer.kill_leftovers()
     exit_code = signal_number = None
     if os.WIFSIGNALED(status):
         signal_number = os.WTERMSIG(status)
     else:
         exit_code = os.WEXITSTATUS(status)
-    peak = peak_memory() if peak_memory else None
-    if peak is None and rusage is not None:
+        if wrapped:
+            signal_number = signal_of_exit(exit_code)
+    peak = enforcer.peak_memory() if enforcer else None
+    if peak is None:
         peak = rusage.ru_maxrss * 1024
-    oom = bool(oom_check()) if oom_check else False
+    oom = enforcer.oom_killed(sigkilled=signal_number == signal.SIGKILL) if enforcer else False
     return ProcessEvidence(
         exit_code=exit_code,
         signal=signal_number,
         timed_out=timed_out,
         oom_killed=oom,
         peak_memory_bytes=peak,
-        duration_s=time.monotonic() - start,
+        duration_s=duration,
     )

@@ -1,7 +1,9 @@
 """``sandbox=subprocess``: a plain process in the run folder, for machines without bubblewrap.
 
-It isolates nothing: the answers are protected only by not being copied into the
-run folder. Every run on it says so in its record and in the log.
+It isolates nothing: the agent runs as the framework's own user and sees the host's
+files and processes; the answers are protected only by not being copied into the run
+folder. Limits (cgroup memory, CPU quota and affinity, pids) still apply. Every run on
+it says so in its record and in the log.
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from spu.sandbox.base import Sandbox, SandboxPaths, SandboxRequest, register_sandbox
+from spu.sandbox.base import (
+    RunFolders,
+    Sandbox,
+    SandboxPaths,
+    SandboxRequest,
+    register_sandbox,
+)
+from spu.sandbox.gpus import detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
 from spu.sandbox.process import run_with_limits
 from spu.schema import ProcessEvidence, SandboxInfo
@@ -26,7 +35,7 @@ WARNING = (
 
 @register_sandbox
 class SubprocessSandbox(Sandbox):
-    """A plain subprocess with rlimits, in a folder holding only the task's public files."""
+    """A plain subprocess with limits, in a folder holding only the task's public files."""
 
     name = "subprocess"
 
@@ -38,19 +47,22 @@ class SubprocessSandbox(Sandbox):
     def prepare(self, request: SandboxRequest) -> SandboxPaths:
         """Create the workspace and output folders; the agent sees host paths."""
         self.request = request
-        self.workspace = request.run_dir / "workspace"
-        self.output = request.run_dir / "output"
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        self.output.mkdir(parents=True, exist_ok=True)
-        self.limits = LimitEnforcer(request.limits, request.run_dir.name)
-        log.warning(WARNING)
-        return SandboxPaths(
-            task=str(request.task_dir), workspace=str(self.workspace), output=str(self.output)
+        self.folders = RunFolders.create(request)
+        self.layout = SandboxPaths(
+            task=str(self.folders.task),
+            workspace=str(self.folders.workspace),
+            output=str(self.folders.output),
         )
+        self.limits = LimitEnforcer(
+            request.limits, request.run_dir.name, pids_limit=self.options.get("pids_limit")
+        )
+        self.gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
+        log.warning(WARNING)
+        return self.layout
 
     def host_path(self, inside: str) -> Path:
-        """Paths are host paths already."""
-        return Path(inside)
+        """Paths of the layout are host paths already."""
+        return self.folders.host_path(inside, self.layout)
 
     def exec(
         self,
@@ -64,28 +76,27 @@ class SubprocessSandbox(Sandbox):
         """Run ``argv`` in the workspace with a cleared environment and the limits."""
         full_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(self.workspace),
+            "HOME": str(self.folders.workspace),
             **env,
+            **self.gpus.env(),
         }
         return run_with_limits(
             argv,
             full_env,
-            cwd=self.workspace,
+            cwd=self.folders.workspace,
             stdout=stdout,
             stderr=stderr,
             timeout_s=self.request.limits.time_s if timeout_s is None else timeout_s,
             grace_s=self.request.limits.grace_s,
-            preexec_fn=self.limits.preexec,
-            oom_check=self.limits.oom_killed,
-            peak_memory=self.limits.peak_memory,
+            enforcer=self.limits,
         )
 
     def collect(self) -> Path:
         """The output folder."""
-        return self.output
+        return self.folders.output
 
     def cleanup(self) -> None:
-        """Remove the run's cgroup, if one was made."""
+        """Kill what is left of the run and remove its cgroups."""
         self.limits.cleanup()
 
     def info(self) -> SandboxInfo:
@@ -93,6 +104,6 @@ class SubprocessSandbox(Sandbox):
         return SandboxInfo(
             backend=self.name,
             isolation=[],
-            warnings=[WARNING, *self.limits.warnings],
-            limits=self.limits.enforced(list(self.request.gpu_ids)),
+            warnings=[WARNING, *self.limits.warnings, *self.gpus.warnings],
+            limits=self.limits.enforced(self.gpus.ids),
         )

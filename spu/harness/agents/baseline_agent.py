@@ -51,7 +51,9 @@ def _spread(numbers: list[float]) -> tuple[int, float]:
     return distinct, cv
 
 
-def monotone_order(items: list[str], rows: dict[str, dict[str, str]], columns: list[str]) -> list[str]:
+def monotone_order(
+    items: list[str], rows: dict[str, dict[str, str]], columns: list[str]
+) -> list[str]:
     """Items ascending along the numeric column of largest spread (stable on ties)."""
     best: tuple[tuple[int, float], str] | None = None
     for column in columns:
@@ -68,6 +70,7 @@ def monotone_order(items: list[str], rows: dict[str, dict[str, str]], columns: l
 
 
 def rank(strategy: str, seed: int, task_dir: str) -> dict:
+    """The submission of ``strategy`` for the task in ``task_dir`` (SPEC section 2)."""
     with open(os.path.join(task_dir, "contract.json"), encoding="utf-8") as f:
         contract = json.load(f)
     targets = _read_targets(task_dir)
@@ -96,6 +99,7 @@ def rank(strategy: str, seed: int, task_dir: str) -> dict:
 
 
 def main() -> int:
+    """Rank the task of ``$SPU_TASK_DIR`` and write the submission to ``$SPU_OUTPUT_DIR``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", required=True)
     parser.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,291 @@
+"""Fixtures of the sandbox tests: every backend of the machine, a Docker engine, canary tasks.
+
+The Docker engine is the machine's own when one answers; otherwise, where ``dockerd`` is
+installed and the tests run as root, a session-scoped fixture starts one (data root
+``/var/lib/docker`` unless ``SPU_TEST_DOCKER_DATA_ROOT`` says otherwise, so images
+persist between sessions), builds the agent image offline with
+``docker/build-base-image.sh`` when the tag is missing, and stops the engine at the end.
+Backends that cannot run are skipped with the reason, never silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from spu.sandbox import RunLimits, Sandbox, SandboxPaths, SandboxRequest, get_sandbox
+from spu.sandbox.docker import DEFAULT_IMAGE
+from spu.schema import ProcessEvidence
+from spu.tasks import load_task
+from spu.tasks.package import stage_public_files
+from tests.conftest import EXAMPLE_TASK, REPO
+
+AGENTS = Path(__file__).parent / "agents"
+collect_ignore = ["agents"]  # scripts run inside sandboxes, not test modules
+BACKENDS = [
+    "local",
+    "subprocess",
+    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow]),
+]
+ISOLATING = [
+    "local",
+    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow]),
+]
+"""The backends that promise isolation (``subprocess`` promises none)."""
+
+
+@dataclass(frozen=True)
+class DockerEngine:
+    """A Docker engine for the tests, or why there is none."""
+
+    image: str | None
+    """The agent image, present in the engine."""
+    skip_reason: str | None = None
+
+
+def _engine_answers(timeout: float = 5) -> bool:
+    from spu.sandbox.docker import docker_client
+
+    try:
+        client = docker_client(timeout=timeout)
+        client.ping()
+        client.close()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means not (yet) running
+        return False
+
+
+LOCK = Path("/tmp/spu-test-dockerd.lock")
+"""Held while a session starts the engine, builds the image or stops the engine."""
+USERS = Path("/tmp/spu-test-dockerd.users")
+"""Held shared by every test session that uses the engine, so that the last one stops it."""
+PID_FILE = Path("/tmp/spu-test-dockerd.pid")
+"""The dockerd that test sessions started (never an engine that was already running)."""
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _stop_test_dockerd() -> None:
+    """Stop the dockerd recorded in PID_FILE, if it is still that dockerd."""
+    try:
+        pid = int(PID_FILE.read_text())
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError):
+        PID_FILE.unlink(missing_ok=True)
+        return
+    if comm == "dockerd":
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(600):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap it when this session started it
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    PID_FILE.unlink(missing_ok=True)
+
+
+def _prepare_engine(logs: Path) -> DockerEngine:
+    """Start dockerd where needed and build the image where missing (under LOCK)."""
+    if not _engine_answers():
+        if shutil.which("dockerd") is None:
+            return DockerEngine(None, "Docker is not installed (Debian package docker.io: "
+                                      "dockerd missing)")
+        if os.geteuid() != 0:
+            return DockerEngine(None, "dockerd is installed but not running, and only root "
+                                      "can start it")
+        data_root = os.environ.get("SPU_TEST_DOCKER_DATA_ROOT", "/var/lib/docker")
+        with open(logs / "dockerd.log", "wb") as log:
+            proc = subprocess.Popen(["dockerd", "--data-root", data_root], stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        PID_FILE.write_text(str(proc.pid))
+        for _ in range(120):
+            if _engine_answers(timeout=2) or proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        if not _engine_answers():
+            _stop_test_dockerd()
+            tail = (logs / "dockerd.log").read_text(errors="replace")[-800:]
+            return DockerEngine(None, f"dockerd did not start: {tail}")
+    build = subprocess.run([str(REPO / "docker" / "build-base-image.sh"), DEFAULT_IMAGE],
+                           capture_output=True, text=True, timeout=1200)
+    if build.returncode != 0:
+        return DockerEngine(None, "could not build the agent image offline "
+                                  f"(docker/build-base-image.sh): {build.stderr[-800:]}")
+    return DockerEngine(DEFAULT_IMAGE)
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
+    """A running engine with the agent image; starts dockerd where needed.
+
+    Concurrent test sessions share the engine: the last session that used it stops the
+    dockerd that a test session started; an engine that was already running is left alone.
+    """
+    try:
+        import docker  # noqa: F401
+    except ImportError:
+        yield DockerEngine(None, "the docker Python SDK is not installed")
+        return
+    with open(USERS, "a") as users:
+        fcntl.flock(users, fcntl.LOCK_SH)
+        with _locked(LOCK):
+            engine = _prepare_engine(tmp_path_factory.mktemp("dockerd"))
+        try:
+            yield engine
+        finally:
+            with _locked(LOCK):
+                try:
+                    fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # another session still uses the engine; it stops it
+                else:
+                    _stop_test_dockerd()
+
+
+def require_backend(request: pytest.FixtureRequest, name: str) -> dict[str, object]:
+    """Skip (with the reason) unless backend ``name`` runs here; returns its options."""
+    if name == "docker":
+        engine: DockerEngine = request.getfixturevalue("docker_engine")
+        if engine.skip_reason:
+            pytest.skip(f"sandbox=docker unavailable: {engine.skip_reason}")
+        return {"image": engine.image, "network_mode": "bridge", "pids_limit": 512}
+    ok, why = get_sandbox(name).available()
+    if not ok:
+        pytest.skip(f"sandbox={name} unavailable: {why}")
+    return {"pids_limit": 512}
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A prepared sandbox with the layout its agent sees."""
+
+    sandbox: Sandbox
+    paths: SandboxPaths
+    run_dir: Path
+
+    def output(self, name: str) -> Path:
+        """A file the agent left in its output folder, on the host."""
+        return self.sandbox.collect() / name
+
+
+@pytest.fixture
+def open_sandbox(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[..., Opened]]:
+    """Factory: a prepared sandbox of a backend on the example task, cleaned up at the end."""
+    opened: list[Sandbox] = []
+
+    def _open(name: str, limits: RunLimits | None = None, run: str = "run",
+              runs: Path | None = None, **request_fields: object) -> Opened:
+        options = require_backend(request, name)
+        run_dir = (runs or tmp_path / "runs") / run
+        staged = stage_public_files(load_task(EXAMPLE_TASK), run_dir / "task")
+        sandbox = get_sandbox(name)(options=options)
+        paths = sandbox.prepare(SandboxRequest(
+            task_dir=staged,
+            run_dir=run_dir,
+            limits=limits or RunLimits(time_s=60, memory_gb=1, cpus=1, gpus=0, grace_s=1),
+            **request_fields,  # type: ignore[arg-type]
+        ))
+        opened.append(sandbox)
+        return Opened(sandbox, paths, run_dir)
+
+    yield _open
+    for sandbox in opened:
+        sandbox.cleanup()
+
+
+def run_agent(box: Opened, script: str, *args: str, env: dict[str, str] | None = None,
+              timeout_s: float | None = None) -> ProcessEvidence:
+    """Copy ``tests/sandbox/agents/<script>`` into the workspace and run it there."""
+    inside = f"{box.paths.workspace}/.agent/{script}"
+    box.sandbox.write_file(inside, (AGENTS / script).read_bytes(), mode=0o755)
+    base = {
+        "SPU_TASK_DIR": box.paths.task,
+        "SPU_OUTPUT_DIR": box.paths.output,
+        "SPU_WORKSPACE": box.paths.workspace,
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }
+    logs = box.run_dir / "logs"
+    return box.sandbox.exec(["python3", inside, *args], {**base, **(env or {})},
+                            stdout=logs / f"{script}.stdout", stderr=logs / f"{script}.stderr",
+                            timeout_s=timeout_s)
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file an agent left."""
+    return json.loads(path.read_text())
+
+
+# --------------------------------------------------------------------------- canary tasks
+
+
+@dataclass(frozen=True)
+class CanaryTask:
+    """A task whose answers carry strings found nowhere else on the machine."""
+
+    path: Path
+    needles: tuple[str, ...]
+    """The canary source title and the measured values as written in answers.json."""
+
+
+@pytest.fixture
+def canary_task(tmp_path: Path) -> CanaryTask:
+    """The example task with answers rewritten to unique values (seeded by a fresh uuid)."""
+    task_dir = tmp_path / "tasks" / EXAMPLE_TASK.name
+    shutil.copytree(EXAMPLE_TASK, task_dir)
+    answers_file = task_dir / "hidden" / "answers.json"
+    answers = json.loads(answers_file.read_text())
+    token = uuid.uuid4().hex
+    rng = random.Random(token)
+    values: list[str] = []
+    for group in answers["groups"].values():
+        for item in group:
+            value = round(rng.uniform(1000, 9000), 5)
+            group[item] = value
+            values.append(repr(value))
+    answers["source"] = {"title": f"spu-canary-{token}"}
+    answers_file.write_text(json.dumps(answers, indent=1))
+    return CanaryTask(task_dir, (f"spu-canary-{token}", *values))
+
+
+def tree_digest(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its content (to show that nothing changed)."""
+    out: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+@contextlib.contextmanager
+def victim_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A host process outside every sandbox, for agents to try to signal."""
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,44 @@
+"""The docker backend's container, as the engine records it (HostConfig), and its image errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from spu.sandbox import RunLimits
+from spu.sandbox.limits import GIB
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+
+def test_container_gets_the_layout_and_limits(open_sandbox, tmp_path) -> None:
+    """init, CPUs (what the engine has), memory = memory+swap, pids, network, binds."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    limits = RunLimits(time_s=60, memory_gb=0.25, cpus=8, gpus=0, grace_s=1)
+    box = open_sandbox("docker", limits, extra_ro_binds={str(tools): "/opt/tools"})
+    container = box.sandbox.create_container(["true"], {"SPU_TASK_ID": "x"})
+    try:
+        container.reload()
+        host = container.attrs["HostConfig"]
+        config = container.attrs["Config"]
+    finally:
+        container.remove(force=True)
+    cpus = box.sandbox.info().limits.cpus
+    assert host["Init"] is True
+    assert host["NanoCpus"] == cpus * 10**9 and cpus <= 8
+    assert host["Memory"] == host["MemorySwap"] == int(0.25 * GIB)
+    assert host["PidsLimit"] == 512
+    assert host["NetworkMode"] == "bridge"
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    binds = set(host["Binds"])
+    assert f"{box.run_dir / 'task'}:/task:ro" in binds
+    assert f"{box.run_dir / 'workspace'}:/workspace:rw" in binds
+    assert f"{box.run_dir / 'output'}:/output:rw" in binds
+    assert f"{tools}:/opt/tools:ro" in binds
+    assert config["WorkingDir"] == "/workspace"
+    assert "SPU_TASK_ID=x" in config["Env"] and "HOME=/workspace" in config["Env"]
+
+
+def test_network_false_means_network_mode_none(open_sandbox) -> None:
+    box = open_sandbox("docker", network=False)
+    assert box.sandbox.container_options()["network_mode"] == "none"
