@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test check lint typecheck system-deps test-system-deps clean
+.PHONY: setup demo test check lint typecheck system-deps test-system-deps cli-tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,10 +25,16 @@ system-deps:
 test-system-deps: system-deps
 	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap
 
+# The pinned agent CLIs (Claude Code, Codex) from npm into ~/.cache/spu/tools, once.
+# Never fails the caller: without npm or network the CLI tests skip and say why.
+cli-tools: $(STAMP)
+	@scripts/ensure-debian-packages.sh node:nodejs npm:npm
+	-@$(PY) -m spu.harness.npm_tools conf/harness/claude_code.yaml conf/harness/codex.yaml
+
 demo: setup
 	$(PY) -m spu.main
 
-test: setup test-system-deps
+test: setup test-system-deps cli-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -20,19 +20,41 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def run_status(result: dict[str, Any]) -> str:
+    """How a job got its row: ran now, retried, skipped (finished earlier) or not launched."""
+    status = result.get("status", "ran")
+    if status == "skipped":
+        return "skipped"
+    if status == "not_launched":
+        return f"not launched ({result.get('note') or 'budget'})"
+    attempt = int(result.get("attempt") or 1)
+    return "ran" if attempt == 1 else f"ran (attempt {attempt})"
+
+
 def results_table(results: list[dict[str, Any]], title: str) -> Any:
-    """A rich table of job results: task, model, outcome, score."""
+    """A rich table of job results: task, model, outcome, score, and how each row came.
+
+    Runs skipped because an earlier launch finished them show their stored outcome and
+    score, marked ``skipped``; the caption counts each kind.
+    """
     from rich.table import Table
 
-    table = Table(title=title)
+    statuses = [str(r.get("status", "ran")) for r in results]
+    counts = {s: statuses.count(s) for s in ("ran", "skipped", "not_launched")}
+    caption = f"{counts['ran']} ran now, {counts['skipped']} skipped (finished by an earlier " \
+              f"launch: stored outcome and score)"
+    if counts["not_launched"]:
+        caption += f", {counts['not_launched']} not launched"
+    table = Table(title=title, caption=caption)
     for name, justify in (("task", "left"), ("model", "left"), ("effort", "left"),
                           ("repeat", "right"), ("outcome", "left"), ("score", "right"),
-                          ("threshold", "right"), ("time (s)", "right")):
+                          ("threshold", "right"), ("time (s)", "right"), ("run", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in sorted(results, key=lambda r: (r["task"], r["model"], r["effort"], r["repeat"])):
         table.add_row(
             r["task"], r["model"], r["effort"], str(r["repeat"]), r["outcome"],
             _fmt(r["score"]), _fmt(r.get("threshold")), _fmt(r.get("runtime_s"), 1),
+            run_status(r),
         )
     return table
 

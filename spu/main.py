@@ -8,7 +8,6 @@ leaves ``result.json`` in its Hydra output folder, which the results table of
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -17,6 +16,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from spu.config import SPUConfig, register_configs
@@ -58,45 +58,46 @@ def spec_from_config(cfg: DictConfig) -> Any:
 
 
 def summary(record: Any, mlflow_run_id: str | None) -> dict[str, Any]:
-    """The short result of one job (what the results table shows)."""
-    return {
-        "run_key": record.run_key,
-        "task": record.task_id,
-        "model": record.model,
-        "harness": record.harness,
-        "effort": record.effort,
-        "repeat": record.repeat,
-        "outcome": record.outcome.value,
-        "scored": record.scored,
-        "score": record.score_recovered if record.scored else record.score_strict,
-        "threshold": record.threshold,
-        "cost_usd": record.cost_usd,
-        "runtime_s": record.runtime_s,
-        "mlflow_run_id": mlflow_run_id,
-    }
+    """The short result of one job that ran (what the results table shows)."""
+    from spu.launch.job import JobStatus, recorded_result
+    from spu.tracking.query import recorded_run_from_record
+
+    return recorded_result(recorded_run_from_record(record, mlflow_run_id), JobStatus.ran, "")
 
 
 def run_from_config(cfg: DictConfig) -> dict[str, Any]:
-    """Run and track the job of one composed config; returns its summary."""
-    from spu.runner import run_one
-    from spu.tracking import log_run, resolve_target
+    """Run and track the job of one composed config; returns its summary.
+
+    A run key that an earlier launch finished is skipped and its stored result
+    returned; an ``infra_error`` is retried (``sweep.retries``); in a sweep, a job
+    starting after ``budget.max_cost_usd`` is reached does not run
+    (:func:`spu.launch.job.run_tracked`, the same under every launcher).
+    """
+    from spu.launch.job import run_tracked, write_result
 
     spec = spec_from_config(cfg)
-    record = run_one(spec)
-    run_dir = spec.output_root / "runs" / record.run_key
-    mlflow_id = None
-    if cfg.tracking.enabled:
-        target = resolve_target(cfg.tracking, spec.output_root, cfg.experiment.name)
-        mlflow_id = log_run(record, run_dir, target)
-    result = summary(record, mlflow_id)
+    out = sweep_dir = None
     if HydraConfig.initialized():
-        out = Path(HydraConfig.get().runtime.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / RESULT_FILE).write_text(json.dumps(result))
-    log.info(
-        "%s %s/%s: %s, score %.3f", record.run_key, record.task_id, record.config,
-        record.outcome.value, result["score"],
-    )
+        hydra_cfg = HydraConfig.get()
+        out = Path(hydra_cfg.runtime.output_dir)
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            sweep_dir = Path(hydra_cfg.sweep.dir)
+    job = run_tracked(cfg, spec, sweep_dir)
+    if job.attempts is not None:
+        record = job.attempts.record
+        result = summary(record, job.attempts.tracking_id)
+        result.update(retries=job.attempts.retries, retried_from=record.retried_from)
+        log.info(
+            "%s %s/%s: %s, score %.3f", record.run_key, record.task_id, record.config,
+            record.outcome.value, result["score"],
+        )
+    else:
+        assert job.result is not None
+        result = job.result
+        log.info("%s %s/%s-%s: %s (%s)", result["run_key"], result["task"], result["model"],
+                 result["effort"], job.status, result["note"])
+    if out is not None:
+        write_result(out, result)
     return result
 
 

@@ -6,7 +6,7 @@ tests call. It writes everything under ``<output_root>/runs/<run_key>/``:
 - ``task/``: the public files the agent saw (read-only at ``/task``);
 - ``workspace/``, ``output/``: the agent's home and its submission folder;
 - ``logs/``: stdout, stderr and the CLI's raw logs;
-- ``grade.json``, ``trajectory.json`` and ``run.json`` (SPEC section 4).
+- ``grade.json``, ``trajectory.jsonl.gz`` and ``run.json`` (SPEC section 4).
 
 A retried run keeps its earlier attempts under ``attempts/<n>/``.
 """
@@ -18,11 +18,11 @@ import json
 import logging
 import os
 import shutil
-import stat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from spu.analysis.exposure import detect_exposure
 from spu.config import (
     EffortConfig,
     HarnessConfig,
@@ -30,9 +30,10 @@ from spu.config import (
     ModelConfig,
     SandboxConfig,
 )
-from spu.cost import estimate_cost
+from spu.cost import request_usages, run_cost
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
+from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, HarnessError, get_harness
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.schema import (
@@ -44,6 +45,7 @@ from spu.schema import (
     SandboxInfo,
 )
 from spu.tasks.package import TaskPackage, load_answers, load_task, stage_public_files
+from spu.tracking.trajectories import TRAJECTORY_FILE, write_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +97,25 @@ def run_key(model: str, harness: str, effort: str, task_id: str, task_version: s
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def config_label(model: str, effort: str) -> str:
-    """The configuration a run belongs to in the statistics (model at an effort)."""
-    return f"{model}-{effort}"
+def config_label(
+    model: str, effort: str, harness: str | None = None, default_harness: str | None = None
+) -> str:
+    """The configuration a run belongs to in the statistics: a model at an effort in a harness.
+
+    The harness is named only when it is not the model's default, so the paper's
+    configurations read ``opus5-max`` and ``astra-medium``.
+
+    Examples
+    --------
+    >>> config_label("astra", "medium", "codex", "codex")
+    'astra-medium'
+    >>> config_label("opus5", "max", "command", "claude_code")
+    'opus5-max-command'
+    """
+    label = f"{model}-{effort}"
+    if harness and default_harness and harness != default_harness:
+        label += f"-{harness}"
+    return label
 
 
 def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
@@ -130,17 +148,7 @@ def _archive_previous_attempt(run_dir: Path) -> None:
 
 def _read_submission(output: Path) -> bytes | None:
     """The submitted bytes, refusing to follow a link the agent may have planted."""
-    path = output / SUBMISSION_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return b""  # a link or something else that is not a plain file: graded as unparsable
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return b""
-        return f.read(2 * 1024 * 1024)
+    return read_submission(output)
 
 
 def decide_outcome(
@@ -244,6 +252,9 @@ def run_one(spec: RunSpec) -> RunRecord:
                 gpu_ids=list(spec.gpu_ids),
                 network=spec.sandbox.network,
                 extra_ro_binds=harness.sandbox_binds(),
+                # Hidden from the agent even where a system folder would show them.
+                masked_paths=[task.path, task.answers_path(spec.answers_root).parent,
+                              spec.output_root.resolve()],
             )
         )
         ctx = AgentContext(
@@ -266,6 +277,7 @@ def run_one(spec: RunSpec) -> RunRecord:
             )
             result = harness.parse(ctx, evidence)
         finally:
+            harness.cleanup()
             sandbox_info = sandbox.info()
             sandbox.cleanup()
     except (SandboxError, HarnessError, OSError) as exc:
@@ -295,13 +307,15 @@ def run_one(spec: RunSpec) -> RunRecord:
     outcome = decide_outcome(evidence, result, submission is not None, grades_recovered)
     scored = is_scored(outcome, grades_recovered)
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
-    cost = estimate_cost(spec.model.prices, usage).total
+    steps = result.trajectory.steps if result.trajectory is not None else []
+    cost = run_cost(spec.model.prices, usage, request_usages(steps), result.cli_cost_usd)
+    exposure = detect_exposure(answers.source, steps)
     (run_dir / "grade.json").write_text(
         json.dumps({"strict": grades_strict.model_dump(mode="json"),
                     "recovered": grades_recovered.model_dump(mode="json")}, indent=1)
     )
     if result.trajectory is not None:
-        (run_dir / "trajectory.json").write_text(result.trajectory.model_dump_json())
+        write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
     record = RunRecord(
         run_key=key,
         task_id=task.id,
@@ -313,7 +327,8 @@ def run_one(spec: RunSpec) -> RunRecord:
         harness=spec.harness.name,
         effort=spec.effort.name,
         repeat=spec.repeat,
-        config=config_label(spec.model.name, spec.effort.name),
+        config=config_label(spec.model.name, spec.effort.name, spec.harness.name,
+                            spec.model.default_harness),
         outcome=outcome,
         scored=scored,
         score_strict=grades_strict.score,
@@ -322,8 +337,15 @@ def run_one(spec: RunSpec) -> RunRecord:
         threshold=chance_threshold(task.contract, answers),
         n_items=task.n_items,
         usage=usage,
-        cost_usd=cost,
+        cost_usd=cost.estimate.total,
         cli_cost_usd=result.cli_cost_usd,
+        cost_disagreement=cost.disagreement,
+        cost_full_input_usd=cost.full_input_price.total,
+        long_context_requests=cost.estimate.long_context_requests,
+        cli_version=result.cli_version
+        or (result.trajectory.cli_version if result.trajectory is not None else None),
+        flagged_exposure=bool(exposure),
+        exposure_hits=exposure,
         runtime_s=evidence.duration_s,
         tool_calls=result.tool_calls,
         web_fetches=result.web_fetches,
@@ -335,10 +357,22 @@ def run_one(spec: RunSpec) -> RunRecord:
         finished_at=_now(),
         attempt=spec.attempt,
         retried_from=spec.retried_from,
-        notes=notes + list(sandbox_info.warnings),
+        notes=notes + list(sandbox_info.warnings) + list(cost.notes),
     )
-    (run_dir / "run.json").write_text(record.model_dump_json(indent=1))
+    write_run_record(run_dir, record)
     return record
+
+
+def write_run_record(run_dir: Path, record: RunRecord) -> Path:
+    """Write ``run.json`` atomically: a process killed meanwhile leaves the old file or none.
+
+    A relaunched sweep reads ``run.json`` to tell finished runs from interrupted ones.
+    """
+    path = run_dir / "run.json"
+    partial = path.with_name("run.json.partial")
+    partial.write_text(record.model_dump_json(indent=1))
+    os.replace(partial, path)
+    return path
 
 
 def _task_limit(task: TaskPackage, name: str, default: float) -> float:

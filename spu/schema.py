@@ -151,6 +151,61 @@ class AnswerKey(Record):
         return str(value) if isinstance(value, (int, float)) else value
 
 
+class ProtocolSetting(Record):
+    """One varied setting (a column of ``targets.csv``), as the protocol defines it."""
+
+    name: str
+    """Column name in ``targets.csv``."""
+    unit: str | None = None
+    """Unit of the values, where they have one."""
+    description: str | None = None
+    """What the setting is, in one neutral sentence."""
+
+
+class ProtocolGroup(Record):
+    """The endpoint of one comparison group, as the protocol defines it."""
+
+    group_id: str
+    """Group identifier, as in the contract."""
+    endpoint: str
+    """The measured endpoint."""
+    unit: str | None = None
+    """Unit of the endpoint."""
+    direction: str = "order from lowest to highest"
+    """How the group is ordered in a submission."""
+    conditions: dict[str, Any] = Field(default_factory=dict)
+    """Conditions held fixed within this group (name to value)."""
+    measurement_error: float | None = None
+    """Stated measurement error of the endpoint (absolute, in ``unit``), where known."""
+
+
+class Protocol(Record):
+    """``protocol.json``: fixed conditions, endpoint definition per group, units."""
+
+    fixed_conditions: str | dict[str, Any] = ""
+    """Conditions shared by every experiment of the task."""
+    groups: list[ProtocolGroup]
+    """One entry per comparison group."""
+    settings: list[ProtocolSetting] = Field(default_factory=list)
+    """The varied settings of ``targets.csv``, with units."""
+
+
+class TargetRow(Record):
+    """One row of ``targets.csv``: an experiment, its group and its varied settings."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
+
+    experiment_id: str
+    """Anonymized experiment identifier."""
+    group_id: str
+    """Comparison group of the experiment."""
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The varied settings (every column after ``experiment_id`` and ``group_id``)."""
+        return dict(self.model_extra or {})
+
+
 # --------------------------------------------------------------------------- grading
 
 
@@ -185,7 +240,7 @@ class Grade(Record):
     status: GradeStatus
     """``valid``, ``recovered`` (schema departure normalized) or ``invalid``."""
     groups: list[GroupGrade] = Field(default_factory=list)
-    """Per-group scores, in contract order (empty on a whole-file error)."""
+    """Per-group scores, in contract order (each at -1 on a whole-file error)."""
     errors: list[str] = Field(default_factory=list)
     """Whole-file errors and notes, human readable."""
     score_strict: float
@@ -209,6 +264,27 @@ class Grade(Record):
             ],
             "errors": list(self.errors),
         }
+
+
+class PastGrade(Record):
+    """A grade of a run that ``spu regrade`` replaced, kept in the run record."""
+
+    score_strict: float
+    """The replaced strict score."""
+    score_recovered: float
+    """The replaced score after recovery."""
+    outcome: str
+    """The run's outcome under the replaced grade."""
+    scored: bool
+    """Whether the run was scored under the replaced grade."""
+    threshold: float | None = None
+    """The chance threshold the replaced grade was compared with."""
+    grade: Grade | None = None
+    """The replaced grade (recovered grade where recovery applied), with its grader version."""
+    replaced_at: str
+    """ISO-8601 time (UTC) of the regrade that replaced it."""
+    reason: str | None = None
+    """Why the run was regraded (e.g. an answer-key fix), as the maintainer stated it."""
 
 
 # --------------------------------------------------------------------------- runs
@@ -267,6 +343,8 @@ class EnforcedLimits(Record):
     """``affinity``, ``cgroup``, ``docker`` or ``none``."""
     gpus: list[str] = Field(default_factory=list)
     """GPU device ids handed to the agent."""
+    pids_limit: int | None = None
+    """Maximum number of processes of the agent, where one is enforced."""
 
 
 class SandboxInfo(Record):
@@ -288,7 +366,7 @@ class ProcessEvidence(Record):
     exit_code: int | None = None
     """Exit status of the agent process, when it exited."""
     signal: int | None = None
-    """Signal that ended it, when one did."""
+    """Signal that ended it, when one did (a wrapper's exit status 128+n counts as n)."""
     timed_out: bool = False
     """True when the wall-clock limit fired."""
     oom_killed: bool = False
@@ -299,6 +377,20 @@ class ProcessEvidence(Record):
     """Wall-clock duration of the agent."""
     error: str | None = None
     """Why the sandbox or harness failed to start, when it did."""
+
+
+class ExposureHit(Record):
+    """An identifier of the source study found in a tool output (paper 3.7, E.9)."""
+
+    kind: str
+    """``doi``, ``pmid``, ``pmcid``, ``title``, ``partial_title``, ``preprint_doi`` or
+    ``preprint_title``."""
+    identifier: str
+    """The source identifier that was found (as written in the answer key)."""
+    step: int
+    """Index of the trajectory step whose tool output holds it."""
+    tool: str | None = None
+    """Name of the tool that returned it."""
 
 
 class RunRecord(Record):
@@ -350,16 +442,30 @@ class RunRecord(Record):
     """Estimated API cost from usage and list prices."""
     cli_cost_usd: float | None = None
     """Cost reported by the agent CLI itself, where it reports one."""
+    cost_disagreement: bool = False
+    """True when ``cli_cost_usd`` and ``cost_usd`` differ by more than 1%."""
+    cost_full_input_usd: float | None = None
+    """Cost with every prompt token at the input price (paper 3.5 sensitivity check)."""
+    long_context_requests: int = 0
+    """Model requests billed at long-context rates (prompt above the model's threshold)."""
     runtime_s: float = 0.0
     """Wall-clock duration of the agent."""
     tool_calls: int = 0
     """Tool calls in the trajectory."""
     web_fetches: int = 0
     """Web search and fetch calls in the trajectory."""
+    requests_outside_tools: int | None = None
+    """Network requests sent outside the audited tools, where the sandbox records them."""
+    gpu_seconds: float | None = None
+    """GPU time used by the agent, where the backend measures it."""
+    cli_version: str | None = None
+    """Version of the agent CLI that ran."""
     used_gpu: bool = False
     """True when the agent ran work on a GPU."""
     flagged_exposure: bool = False
     """True when a tool output contained an identifier of the source study."""
+    exposure_hits: list[ExposureHit] = Field(default_factory=list)
+    """Where the exposure detector found source identifiers (first hits, capped)."""
     refusal_label: str | None = None
     """The provider's refusal label, e.g. ``[bio]``."""
     sandbox: SandboxInfo
@@ -376,6 +482,8 @@ class RunRecord(Record):
     """Tracking id of the attempt this one retries."""
     notes: list[str] = Field(default_factory=list)
     """Loud warnings about the run (e.g. a grader that could not be isolated)."""
+    grade_history: list[PastGrade] = Field(default_factory=list)
+    """Earlier grades replaced by ``spu regrade``, oldest first."""
 
 
 # --------------------------------------------------------------------------- trajectories

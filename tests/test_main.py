@@ -8,13 +8,16 @@ from tests.conftest import run_module
 
 
 @pytest.mark.slow
-def test_default_job_runs_baselines_and_tracks_them(tmp_path) -> None:
+def test_default_job_runs_baselines_and_tracks_them(tmp_path, repo_root) -> None:
     out_root = tmp_path / "outputs"
     out = run_module(["spu.main", f"output_root={out_root}"], timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "SPU sweep" in out.stdout and "outcome" in out.stdout
+    from spu.tasks import discover_tasks
+
+    n_tasks = len(discover_tasks(repo_root / "tasks"))
     runs = sorted((out_root / "runs").iterdir())
-    assert len(runs) == 6  # 3 baselines x 2 example tasks
+    assert len(runs) == 3 * n_tasks  # 3 baselines x every task
 
     from mlflow.tracking import MlflowClient
 
@@ -22,7 +25,7 @@ def test_default_job_runs_baselines_and_tracks_them(tmp_path) -> None:
     exp = client.get_experiment_by_name("default")
     assert exp is not None
     found = client.search_runs([exp.experiment_id])
-    assert len(found) == 6
+    assert len(found) == 3 * n_tasks
     for run in found:
         assert "score" in run.data.metrics
         assert run.data.tags["outcome"] == "valid"

@@ -83,7 +83,10 @@ def test_random_baseline_is_seeded_by_the_run_key(example_task, tmp_path) -> Non
     a = run_one(_spec(example_task, "random", tmp_path / "a", sandbox="subprocess"))
     b = run_one(_spec(example_task, "random", tmp_path / "b", sandbox="subprocess"))
     c = run_one(_spec(example_task, "random", tmp_path / "c", sandbox="subprocess", repeat=1))
-    read = lambda p, r: (p / "outputs" / "runs" / r.run_key / "output" / "rankings.json").read_text()  # noqa: E731
+
+    def read(root: Path, record) -> str:
+        return (root / "outputs" / "runs" / record.run_key / "output" / "rankings.json").read_text()
+
     assert read(tmp_path / "a", a) == read(tmp_path / "b", b)
     assert read(tmp_path / "a", a) != read(tmp_path / "c", c)
 

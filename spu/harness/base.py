@@ -120,6 +120,9 @@ class Harness(ABC):
         """Read the trajectory and usage back after the process ended."""
         return AgentResult()
 
+    def cleanup(self) -> None:  # noqa: B027 - optional hook
+        """Stop what ``prepare`` started (e.g. a local model server); runs even on failure."""
+
 
 _REGISTRY: dict[str, type[Harness]] = {}
 
@@ -145,9 +148,9 @@ def get_harness(name: str) -> type[Harness]:
             cls = getattr(importlib.import_module(module), attr)
             _REGISTRY[name] = cls
             return cls
-        module = _BUILTIN_MODULES.get(name)
-        if module is None:
+        builtin = _BUILTIN_MODULES.get(name)
+        if builtin is None:
             known = ", ".join(sorted(set(_BUILTIN_MODULES) | set(_REGISTRY)))
             raise KeyError(f"unknown harness {name!r}; known: {known}")
-        importlib.import_module(module)
+        importlib.import_module(builtin)
     return _REGISTRY[name]

@@ -176,7 +176,9 @@ class LocalSandbox(Sandbox):
         if not self.request.network:
             cmd.append("--unshare-net")
         # tmpfs first: binds made after it stay visible even when they live under /tmp.
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+        # /tmp is world-writable with the sticky bit, as on any host: the agent runs as nobody.
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+                "--tmpfs", "/run"]
         for d in SYSTEM_DIRS:
             if os.path.exists(d):
                 cmd += ["--ro-bind", d, d]

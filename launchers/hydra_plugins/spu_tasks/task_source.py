@@ -4,6 +4,9 @@ The search path entry ``spu-tasks://auto`` (added by the search-path plugin belo
 task root: ``task_root=PATH`` on the command line (read by ``spu.main`` before Hydra
 starts and passed on as ``SPU_TASK_ROOT``), else ``./tasks``. Each folder holding a
 ``task.yaml`` becomes ``task=<folder name>``, so ``task='glob(*)'`` sweeps them all.
+
+One run is one task, so a subset (by discipline, visibility or subfield) is a sweep list,
+not an option of this group: ``-m task=$(spu task list --discipline biology --format hydra)``.
 """
 
 from __future__ import annotations

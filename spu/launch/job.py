@@ -1,0 +1,308 @@
+"""One job of a sweep, the same under every launcher: resume, budget, attempts, tracking.
+
+:func:`run_tracked` is what ``spu.main.run_from_config`` calls for each composed
+config, so the basic launcher and the Ray launcher skip, cap and retry alike:
+
+1. the run key's latest recorded attempt decides whether it runs
+   (:mod:`spu.launch.resume`); a finished key is skipped and shown with its stored score;
+2. in a sweep with ``budget.max_cost_usd``, a job starting after the cap is reached
+   does not run (:mod:`spu.launch.budget`);
+3. the run goes through ``run_one`` and tracking; an ``infra_error`` or ``memory_limit``
+   is retried ``sweep.retries`` times (paper 3.1: once) as attempt 2 with ``retried_from``
+   set to the first attempt's MLflow run id, and both attempts stay recorded.
+
+The Ray launcher makes the same resume and budget decisions in its driver before it
+asks for resources, and records attempts lost with their worker
+(:func:`record_lost_attempt`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from spu.callbacks import RESULT_FILE
+from spu.launch.resume import (
+    RETRIED_OUTCOMES,
+    ResumeMode,
+    RunPlan,
+    latest_attempts,
+    plan_run,
+)
+from spu.schema import Outcome, ProcessEvidence, RunRecord, SandboxInfo
+from spu.tracking.query import RecordedRun, recorded_run_from_record
+from spu.tracking.store import TrackingTarget, log_run, resolve_target
+
+log = logging.getLogger(__name__)
+
+class JobStatus:
+    """Values of a job result's ``status``."""
+
+    ran = "ran"
+    """The run ran in this launch (possibly retried)."""
+    skipped = "skipped"
+    """An earlier launch finished it; the result shows the stored record."""
+    not_launched = "not_launched"
+    """Not run: the sweep's budget was spent before it started."""
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What names a run, read from a composed config without loading the task."""
+
+    run_key: str
+    task_id: str
+    task_version: str
+    task_dir: Path
+    model: str
+    harness: str
+    effort: str
+    repeat: int
+    default_harness: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> RunIdentity | None:
+        """The identity of ``cfg``'s run, or None when no task is selected."""
+        from spu.runner import run_key
+
+        if OmegaConf.is_missing(cfg, "task") or cfg.task is None:
+            return None
+        task, repeat = cfg.task, int(cfg.repeat)
+        key = run_key(cfg.model.name, cfg.harness.name, cfg.effort.name, str(task.id),
+                      str(task.version), repeat)
+        return cls(run_key=key, task_id=str(task.id), task_version=str(task.version),
+                   task_dir=Path(str(task.path)), model=str(cfg.model.name),
+                   harness=str(cfg.harness.name), effort=str(cfg.effort.name), repeat=repeat,
+                   default_harness=cfg.model.get("default_harness"))
+
+
+def tracking_target(cfg: DictConfig, output_root: Path) -> TrackingTarget | None:
+    """Where ``cfg``'s runs are tracked, or None with tracking off."""
+    if not cfg.tracking.enabled:
+        return None
+    return resolve_target(cfg.tracking, output_root, str(cfg.experiment.name))
+
+
+def recorded_result(recorded: RecordedRun, status: str, note: str) -> dict[str, Any]:
+    """The result row of a recorded attempt (its stored values), with how it got there."""
+    return {
+        "run_key": recorded.run_key,
+        "task": recorded.task_id,
+        "model": recorded.model,
+        "harness": recorded.harness,
+        "effort": recorded.effort,
+        "repeat": recorded.repeat,
+        "outcome": recorded.outcome,
+        "scored": recorded.scored,
+        "score": recorded.score,
+        "threshold": recorded.threshold,
+        "cost_usd": recorded.cost_usd,
+        "runtime_s": recorded.runtime_s,
+        "mlflow_run_id": recorded.tracking_id,
+        "status": status,
+        "attempt": recorded.attempt,
+        "note": note,
+    }
+
+
+def not_launched_result(identity: RunIdentity, reason: str) -> dict[str, Any]:
+    """The result row of a run the budget kept from starting."""
+    return {
+        "run_key": identity.run_key,
+        "task": identity.task_id,
+        "model": identity.model,
+        "harness": identity.harness,
+        "effort": identity.effort,
+        "repeat": identity.repeat,
+        "outcome": "-",
+        "scored": False,
+        "score": None,
+        "threshold": None,
+        "cost_usd": None,
+        "runtime_s": None,
+        "mlflow_run_id": None,
+        "status": JobStatus.not_launched,
+        "attempt": 0,
+        "note": reason,
+    }
+
+
+def write_result(folder: Path, result: dict[str, Any]) -> None:
+    """Write a job's result where the results table finds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RESULT_FILE).write_text(json.dumps(result))
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """The last attempt of a run in this launch."""
+
+    record: RunRecord
+    """Its run record."""
+    tracking_id: str | None
+    """Its MLflow run id (None with tracking off)."""
+    retries: int
+    """Retries made in this launch."""
+
+
+def run_attempts(spec: Any, plan: RunPlan, target: TrackingTarget | None) -> Attempts:
+    """Run ``spec`` from ``plan.first_attempt``, retrying up to ``plan.last_attempt``.
+
+    ``infra_error`` and ``memory_limit`` are retried (paper 3.1); timeouts, refusals and
+    policy stops are final. Each attempt is recorded (``run.json`` and tracking) before
+    the next starts; the next one names it in ``retried_from`` and ``run_one`` moves its
+    folder under ``attempts/``.
+    """
+    from spu.runner import run_one
+
+    attempt, retried_from = plan.first_attempt, plan.retried_from
+    while True:
+        record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
+        run_dir = spec.output_root / "runs" / record.run_key
+        tracking_id = log_run(record, run_dir, target) if target is not None else None
+        if record.outcome.value not in RETRIED_OUTCOMES or attempt >= plan.last_attempt:
+            return Attempts(record, tracking_id, attempt - plan.first_attempt)
+        log.warning("run %s: attempt %d ended %s (%s); retrying as attempt %d",
+                    record.run_key, attempt, record.outcome.value,
+                    record.process.error or "no error message", attempt + 1)
+        attempt, retried_from = attempt + 1, tracking_id
+
+
+def plan_job(cfg: DictConfig, identity: RunIdentity, output_root: Path,
+             target: TrackingTarget | None) -> tuple[RunPlan, RecordedRun | None]:
+    """The resume plan of one run key, from tracking and its run folder."""
+    mode = ResumeMode.parse(str(cfg.sweep.resume))
+    latest = None
+    if mode is not ResumeMode.off:
+        latest = latest_attempts(target, output_root, [identity.run_key]).get(identity.run_key)
+    return plan_run(latest, mode, int(cfg.sweep.retries)), latest
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """What :func:`run_tracked` did with one job."""
+
+    status: str
+    """A :class:`JobStatus` value."""
+    result: dict[str, Any] | None = None
+    """The result row, for a job that did not run."""
+    attempts: Attempts | None = None
+    """The attempts made, for a job that ran."""
+
+
+def run_tracked(cfg: DictConfig, spec: Any, sweep_dir: Path | None = None) -> JobRun:
+    """Resume check, budget check, attempts and tracking of one composed job.
+
+    Args:
+        cfg: the composed config of the job.
+        spec: its :class:`~spu.runner.RunSpec`.
+        sweep_dir: the sweep's folder when the job is part of one (the budget counts
+            the results written there); None for a single run.
+    """
+    identity = RunIdentity.from_config(cfg)
+    assert identity is not None, "spec_from_config has checked that a task is selected"
+    target = tracking_target(cfg, spec.output_root)
+    plan, latest = plan_job(cfg, identity, spec.output_root, target)
+    if plan.skip and latest is not None:
+        log.info("run %s (%s/%s-%s r%d): skipped, %s", identity.run_key, identity.task_id,
+                 identity.model, identity.effort, identity.repeat, plan.reason)
+        return JobRun(JobStatus.skipped,
+                      result=recorded_result(latest, JobStatus.skipped, plan.reason))
+    limit = cfg.budget.max_cost_usd
+    if limit is not None and sweep_dir is not None:
+        from spu.launch.budget import sweep_ledger
+
+        ledger = sweep_ledger(sweep_dir, float(limit))
+        if ledger.reached:
+            log.warning("run %s not launched: %s", identity.run_key, ledger.reached_message())
+            return JobRun(JobStatus.not_launched,
+                          result=not_launched_result(identity, "budget"))
+    if plan.first_attempt > 1:
+        log.info("run %s: %s", identity.run_key, plan.reason)
+    return JobRun(JobStatus.ran, attempts=run_attempts(spec, plan, target))
+
+
+def lost_attempt_record(identity: RunIdentity, sandbox_backend: str, attempt: int,
+                        retried_from: str | None, reason: str) -> RunRecord:
+    """The record of an attempt whose process died before it could record itself.
+
+    A Ray worker or node that dies takes its attempt with it; the driver records the
+    attempt as ``infra_error`` so that it counts as the first attempt and is retried.
+    """
+    from spu.runner import config_label
+
+    return RunRecord(
+        run_key=identity.run_key,
+        task_id=identity.task_id,
+        task_version=identity.task_version,
+        model=identity.model,
+        harness=identity.harness,
+        effort=identity.effort,
+        repeat=identity.repeat,
+        config=config_label(identity.model, identity.effort, identity.harness,
+                            identity.default_harness),
+        outcome=Outcome.infra_error,
+        sandbox=SandboxInfo(backend=sandbox_backend),
+        process=ProcessEvidence(error=reason),
+        attempt=attempt,
+        retried_from=retried_from,
+        notes=[f"attempt lost with its worker: {reason}"],
+    )
+
+
+@dataclass(frozen=True)
+class LostAttempt:
+    """What a launcher learns when the process running a job died."""
+
+    retry: bool
+    """True: the job should be launched again (its next attempt)."""
+    result: dict[str, Any] | None
+    """The job's final result when it should not run again."""
+
+
+def record_lost_attempt(cfg: DictConfig, reason: str, retries_left: bool) -> LostAttempt:
+    """Record the attempt a dead worker took with it, and say whether to launch it again.
+
+    The run folder tells what the worker got to: a ``run.json`` there means no attempt
+    was lost (``run_one`` had not started, or had finished and only tracking was
+    missing, which :func:`~spu.launch.resume.latest_attempts` repairs); without one,
+    the attempt in progress is recorded as ``infra_error`` (``run.json`` and tracking),
+    so the next launch of the job runs the attempt after it.
+
+    Args:
+        cfg: the job's composed config.
+        reason: why the worker died, in words.
+        retries_left: whether the launcher still relaunches this job.
+    """
+    from spu.runner import write_run_record
+
+    identity = RunIdentity.from_config(cfg)
+    if identity is None:
+        return LostAttempt(retry=False, result=None)
+    output_root = Path(str(cfg.output_root)).resolve()
+    target = tracking_target(cfg, output_root)
+    run_dir = output_root / "runs" / identity.run_key
+    in_progress = not (run_dir / "run.json").is_file()
+    plan, latest = plan_job(cfg, identity, output_root, target)
+    if not in_progress or plan.skip:
+        if plan.skip and latest is not None:
+            return LostAttempt(retry=False,
+                               result=recorded_result(latest, JobStatus.ran, plan.reason))
+        return LostAttempt(retry=retries_left, result=None)
+    record = lost_attempt_record(identity, str(cfg.sandbox.name), plan.first_attempt,
+                                 plan.retried_from, reason)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_record(run_dir, record)
+    tracking_id = log_run(record, run_dir, target) if target is not None else None
+    log.warning("run %s: attempt %d lost with its worker (%s)", identity.run_key,
+                record.attempt, reason)
+    retry = retries_left and plan.first_attempt < plan.last_attempt
+    if retry:
+        return LostAttempt(retry=True, result=None)
+    final = recorded_run_from_record(record, tracking_id)
+    return LostAttempt(retry=False, result=recorded_result(final, JobStatus.ran, reason))

@@ -1,0 +1,212 @@
+"""Progress of a sweep: counters, one line per finished run, and a live status line.
+
+The counters (:class:`SweepProgress`) are plain numbers any launcher can keep; the
+display (:class:`ProgressDisplay`) streams one line per run as it finishes and keeps
+a status line current: a rich live line on a terminal, a printed line every
+``every_s`` seconds otherwise (logs, CI).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from spu.launch.job import JobStatus
+
+
+def _clock(seconds: float) -> str:
+    total = int(seconds)
+    return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+@dataclass(frozen=True)
+class ProgressSnapshot:
+    """The counters of a sweep at one moment."""
+
+    total: int
+    """Jobs in the sweep."""
+    done: int
+    """Runs that finished in this launch, whatever their outcome."""
+    running: int
+    """Runs launched and not finished."""
+    failed: int
+    """Finished runs that ended ``infra_error`` after their retries, or whose job raised."""
+    retried: int
+    """Retries made (an ``infra_error`` attempt or an attempt lost with its worker)."""
+    skipped: int
+    """Runs an earlier launch finished."""
+    not_launched: int
+    """Runs the budget kept from starting."""
+    elapsed_s: float
+    """Seconds since the sweep started."""
+    cost_usd: float
+    """Cost of finished runs, skipped ones included."""
+    budget_usd: float | None = None
+    """``budget.max_cost_usd``."""
+
+    @property
+    def waiting(self) -> int:
+        """Jobs not yet started or decided."""
+        return self.total - self.done - self.running - self.skipped - self.not_launched
+
+    def line(self) -> str:
+        """The status line.
+
+        Examples:
+            >>> ProgressSnapshot(total=10, done=3, running=2, failed=1, retried=1, skipped=4,
+            ...                  not_launched=0, elapsed_s=62.0, cost_usd=1.5,
+            ...                  budget_usd=5.0).line()
+            'done 3/10 · running 2 · waiting 1 · failed 1 · retried 1 · skipped 4 · elapsed 0:01:02 · cost $1.50 of $5.00'
+        """  # noqa: E501
+        parts = [f"done {self.done}/{self.total}", f"running {self.running}",
+                 f"waiting {self.waiting}", f"failed {self.failed}",
+                 f"retried {self.retried}", f"skipped {self.skipped}"]
+        if self.not_launched:
+            parts.append(f"not launched {self.not_launched}")
+        cost = f"cost ${self.cost_usd:.2f}"
+        if self.budget_usd is not None:
+            cost += f" of ${self.budget_usd:.2f}"
+        return " · ".join([*parts, f"elapsed {_clock(self.elapsed_s)}", cost])
+
+
+class SweepProgress:
+    """Counters of a running sweep, fed by the launcher as jobs start and end."""
+
+    def __init__(self, total: int, budget_usd: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.budget_usd = budget_usd
+        self._clock = clock
+        self._start = clock()
+        self.done = self.running = self.failed = self.retried = 0
+        self.skipped = self.not_launched = 0
+        self.cost_usd = 0.0
+
+    def launched(self) -> None:
+        """A run was handed to a worker."""
+        self.running += 1
+
+    def finished(self, result: dict[str, Any] | None) -> None:
+        """A launched job ended with ``result`` (None when the job raised)."""
+        self.running -= 1
+        status = None if result is None else result.get("status", JobStatus.ran)
+        if status == JobStatus.skipped:
+            self.skipped_one(result)
+            return
+        if status == JobStatus.not_launched:
+            self.not_launched += 1
+            return
+        self.done += 1
+        if result is None or result.get("outcome") == "infra_error":
+            self.failed += 1
+        if result is not None:
+            self.retried += int(result.get("retries") or 0)
+            self.cost_usd += float(result.get("cost_usd") or 0.0)
+
+    def skipped_one(self, result: dict[str, Any] | None) -> None:
+        """A job was skipped because an earlier launch finished it."""
+        self.skipped += 1
+        if result is not None:
+            self.cost_usd += float(result.get("cost_usd") or 0.0)
+
+    def lost(self) -> None:
+        """A launched attempt was lost with its worker and will be retried."""
+        self.running -= 1
+        self.retried += 1
+
+    def snapshot(self) -> ProgressSnapshot:
+        """The counters now."""
+        return ProgressSnapshot(
+            total=self.total, done=self.done, running=self.running, failed=self.failed,
+            retried=self.retried, skipped=self.skipped, not_launched=self.not_launched,
+            elapsed_s=self._clock() - self._start, cost_usd=self.cost_usd,
+            budget_usd=self.budget_usd,
+        )
+
+
+def result_line(result: dict[str, Any]) -> str:
+    """One streamed line for a finished job.
+
+    Examples:
+        >>> result_line({"task": "spu-a", "model": "random", "effort": "none", "repeat": 1,
+        ...              "outcome": "valid", "score": 0.25, "cost_usd": 0.0,
+        ...              "runtime_s": 3.04, "attempt": 2})
+        'spu-a · random-none r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
+    """
+    score = result.get("score")
+    parts = [str(result.get("task")), f"{result.get('model')}-{result.get('effort')} "
+             f"r{result.get('repeat')}", str(result.get("outcome"))]
+    parts.append("score -" if score is None else f"score {score:.3f}")
+    parts.append(f"${float(result.get('cost_usd') or 0.0):.2f}")
+    if result.get("runtime_s") is not None:
+        parts.append(f"{float(result['runtime_s']):.1f} s")
+    if int(result.get("attempt") or 1) > 1:
+        parts.append(f"attempt {result['attempt']}")
+    return " · ".join(parts)
+
+
+class ProgressDisplay:
+    """Streams finished runs and keeps the status line current.
+
+    Args:
+        progress: the counters to show.
+        mode: ``live`` (a rich live line), ``lines`` (a status line every ``every_s``
+            seconds), ``off``, or ``auto`` (live on a terminal, else lines).
+        every_s: seconds between status lines in ``lines`` mode.
+    """
+
+    def __init__(self, progress: SweepProgress, mode: str = "auto", every_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        from rich.console import Console
+
+        if mode not in ("auto", "live", "lines", "off"):
+            raise ValueError(f"hydra.launcher.progress={mode!r}: not auto, live, lines or off")
+        self.console = Console()
+        self.mode = ("live" if self.console.is_terminal else "lines") if mode == "auto" else mode
+        self.progress = progress
+        self.every_s = every_s
+        self._clock = clock
+        self._last_line = clock()
+        self._live: Any = None
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.mode == "live":
+            from rich.live import Live
+            from rich.text import Text
+
+            self._live = Live(Text(self.progress.snapshot().line()), console=self.console,
+                              refresh_per_second=2, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self.refresh()
+            self._live.__exit__(*exc)
+            self._live = None
+        elif self.mode == "lines":
+            self.console.print(f"SPU sweep · {self.progress.snapshot().line()}",
+                               highlight=False, soft_wrap=True)
+
+    def say(self, message: str) -> None:
+        """Print a message above the status line."""
+        if self.mode != "off":
+            self.console.print(message, highlight=False, soft_wrap=True)
+
+    def result(self, result: dict[str, Any]) -> None:
+        """Stream one finished job."""
+        self.say(result_line(result))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Update the status line (in ``lines`` mode, print it when it is due)."""
+        line = self.progress.snapshot().line()
+        if self._live is not None:
+            from rich.text import Text
+
+            self._live.update(Text(line))
+        elif self.mode == "lines" and self._clock() - self._last_line >= self.every_s:
+            self._last_line = self._clock()
+            self.console.print(f"SPU sweep · {line}", highlight=False, soft_wrap=True)

@@ -1,0 +1,247 @@
+"""Look up recorded runs by run key: what a sweep needs to resume without duplicates.
+
+A run key (:func:`spu.runner.run_key`) names one run of one configuration on one task
+version and repeat. Each attempt of it is one MLflow run tagged with the key. A
+record counts once its ``outcome`` tag is logged: :func:`spu.tracking.store.log_run`
+logs the key and the outcome in the same batch, so a run cut short while logging has
+neither, and the export (:mod:`spu.tracking.export`) skips it for the same reason.
+The latest attempt of a key (highest ``attempt``, then latest start) is the one that
+counts, as in the runs table.
+
+The same facts are read from ``<output_root>/runs/<key>/run.json`` when tracking is
+off (:func:`recorded_run_from_file`). MLflow is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from spu.schema import RunRecord
+from spu.tracking.store import TrackingTarget, client_for
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
+
+RUN_KEY_PATTERN = re.compile(r"[0-9a-f]{16}")
+"""What :func:`spu.runner.run_key` produces; anything else never reaches a filter string."""
+
+PAGE_SIZE = 5_000
+"""Runs fetched per MLflow search page."""
+
+
+class RunLookupError(ValueError):
+    """A recorded run cannot be read; the message names the store or file and the key."""
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """The latest recorded attempt of one run key: enough to skip, retry or show it."""
+
+    run_key: str
+    """The run key."""
+    attempt: int
+    """Attempt number of this record (1, or more after retries)."""
+    outcome: str
+    """How the attempt ended (SPEC section 5)."""
+    scored: bool
+    """Whether the attempt is scored (paper 3.1)."""
+    score: float | None
+    """The score the results table shows: recovered if scored, else strict."""
+    task_id: str
+    """Task identifier."""
+    model: str
+    """Model configuration name."""
+    harness: str
+    """Harness name."""
+    effort: str
+    """Reasoning effort name."""
+    repeat: int
+    """Repeat index."""
+    threshold: float | None = None
+    """Chance threshold of the task."""
+    cost_usd: float | None = None
+    """Estimated API cost of the attempt."""
+    runtime_s: float | None = None
+    """Wall-clock duration of the agent."""
+    tracking_id: str | None = None
+    """MLflow run id, or None for a record read from ``run.json`` only."""
+    terminated: bool = True
+    """False when MLflow still shows the run as running (its logger was cut short)."""
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def recorded_run_from_mlflow(run: Run) -> RecordedRun | None:
+    """The recorded attempt behind one MLflow run, or None when it is not a complete record.
+
+    Raises:
+        RunLookupError: the run has a run key and an outcome but a malformed ``attempt``
+            tag or ``repeat`` param (the message names the run and the key).
+    """
+    tags: Mapping[str, str] = run.data.tags
+    params: Mapping[str, str] = run.data.params
+    metrics: Mapping[str, float] = run.data.metrics
+    key, outcome = tags.get("run_key"), tags.get("outcome")
+    if not key or not outcome:
+        return None
+    try:
+        attempt = int(tags.get("attempt", "1"))
+        repeat = int(params.get("repeat", "0"))
+    except ValueError as exc:
+        raise RunLookupError(f"MLflow run {run.info.run_id}: tag 'attempt' or param 'repeat' "
+                             f"is not a whole number ({exc})") from None
+    return RecordedRun(
+        run_key=key,
+        attempt=attempt,
+        outcome=outcome,
+        scored=tags.get("scored") == "true",
+        score=_finite(metrics.get("score")),
+        task_id=params.get("task", ""),
+        model=params.get("model", ""),
+        harness=params.get("harness", ""),
+        effort=params.get("effort", ""),
+        repeat=repeat,
+        threshold=_finite(metrics.get("chance_threshold")),
+        cost_usd=_finite(metrics.get("cost_usd")),
+        runtime_s=_finite(metrics.get("runtime_s")),
+        tracking_id=run.info.run_id,
+        terminated=run.info.status != "RUNNING",
+    )
+
+
+def recorded_run_from_record(record: RunRecord, tracking_id: str | None = None) -> RecordedRun:
+    """The recorded attempt of a run record (as read from ``run.json``)."""
+    return RecordedRun(
+        run_key=record.run_key,
+        attempt=record.attempt,
+        outcome=record.outcome.value,
+        scored=record.scored,
+        score=record.score_recovered if record.scored else record.score_strict,
+        task_id=record.task_id,
+        model=record.model,
+        harness=record.harness,
+        effort=record.effort,
+        repeat=record.repeat,
+        threshold=record.threshold,
+        cost_usd=record.cost_usd,
+        runtime_s=record.runtime_s,
+        tracking_id=tracking_id,
+    )
+
+
+def read_run_file(path: Path) -> RunRecord | None:
+    """The run record in ``path`` (a ``run.json``), or None when there is none.
+
+    Raises:
+        RunLookupError: the file exists but is not a run record (names the file and key).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunLookupError(f"{path}: cannot be read ({exc})") from None
+    try:
+        return RunRecord.model_validate_json(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise RunLookupError(f"{path}: {loc}: {err['msg']}") from None
+
+
+def recorded_run_from_file(output_root: Path, run_key: str) -> RecordedRun | None:
+    """The attempt recorded in ``<output_root>/runs/<run_key>/run.json``, if any."""
+    record = read_run_file(Path(output_root) / "runs" / run_key / "run.json")
+    return None if record is None else recorded_run_from_record(record)
+
+
+def latest_per_key(runs: Iterable[tuple[RecordedRun, int]]) -> dict[str, RecordedRun]:
+    """The latest attempt of each run key, from ``(record, start time in ms)`` pairs."""
+    best: dict[str, tuple[int, int, RecordedRun]] = {}
+    for run, started in runs:
+        rank = (run.attempt, started)
+        held = best.get(run.run_key)
+        if held is None or rank > held[:2]:
+            best[run.run_key] = (*rank, run)
+    return {key: value[2] for key, value in best.items()}
+
+
+def _experiment(client: MlflowClient, target: TrackingTarget) -> str | None:
+    found = client.get_experiment_by_name(target.experiment)
+    return None if found is None else str(found.experiment_id)
+
+
+def _search(client: MlflowClient, experiment: str, filter_string: str) -> list[Run]:
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs([experiment], filter_string=filter_string,
+                                  max_results=PAGE_SIZE, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _sqlite_missing(target: TrackingTarget) -> bool:
+    # Looking up runs must not create an empty store as a side effect.
+    return target.uri.startswith("sqlite:///") and not Path(
+        target.uri[len("sqlite:///"):]).is_file()
+
+
+def recorded_runs(target: TrackingTarget,
+                  run_keys: Iterable[str] | None = None) -> dict[str, RecordedRun]:
+    """The latest complete attempt of every run key recorded in the target experiment.
+
+    Args:
+        target: tracking URI and experiment (artifact root unused).
+        run_keys: only these keys (one search per key when there are at most 20,
+            else one search of the experiment filtered here); None for every key.
+
+    Raises:
+        RunLookupError: a run key is malformed, or a record is.
+    """
+    if _sqlite_missing(target):
+        return {}
+    client = client_for(target)
+    experiment = _experiment(client, target)
+    if experiment is None:
+        return {}
+    keys = None if run_keys is None else sorted(set(run_keys))
+    for key in keys or ():
+        if not RUN_KEY_PATTERN.fullmatch(key):
+            raise RunLookupError(f"{key!r} is not a run key (16 hex digits)")
+    if keys is not None and len(keys) <= 20:
+        found = [r for key in keys
+                 for r in _search(client, experiment, f"tags.run_key = '{key}'")]
+    else:
+        found = _search(client, experiment, "")
+    pairs = []
+    for run in found:
+        recorded = recorded_run_from_mlflow(run)
+        if recorded is not None and (keys is None or recorded.run_key in keys):
+            pairs.append((recorded, run.info.start_time or 0))
+    return latest_per_key(pairs)
+
+
+def find_recorded_run(target: TrackingTarget, run_key: str) -> RecordedRun | None:
+    """The latest complete attempt of ``run_key`` in the target experiment, or None."""
+    return recorded_runs(target, [run_key]).get(run_key)
+
+
+def close_unterminated(target: TrackingTarget, run: RecordedRun) -> None:
+    """Mark a complete record still shown as running as ended (its logger was killed)."""
+    if run.terminated or run.tracking_id is None:
+        return
+    status = "FAILED" if run.outcome == "infra_error" else "FINISHED"
+    client_for(target).set_terminated(run.tracking_id, status=status)

@@ -1,0 +1,58 @@
+"""The sweep's MLflow server: many writers at once, nothing lost, nothing left running."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from spu.launch.server import TrackingServer
+from tests.conftest import REPO
+from tests.launchers.conftest import processes_mentioning, tracked_runs
+
+WRITER = """
+import sys
+from pathlib import Path
+from spu.schema import Outcome, RunRecord, SandboxInfo
+from spu.tracking.store import TrackingTarget, log_run
+
+uri, artifacts, worker, runs, folder = sys.argv[1:6]
+target = TrackingTarget(uri=uri, artifact_root=artifacts, experiment="default")
+for i in range(int(runs)):
+    key = f"{int(worker):08x}{i:08x}"
+    record = RunRecord(run_key=key, task_id="t", task_version="1", model="random",
+                       harness="baseline", effort="none", repeat=i, outcome=Outcome.valid,
+                       scored=True, score_strict=0.1, score_recovered=0.1,
+                       sandbox=SandboxInfo(backend="local"))
+    run_dir = Path(folder) / key
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(record.model_dump_json())
+    log_run(record, run_dir, target)
+"""
+
+
+@pytest.mark.slow
+def test_parallel_writers_through_the_server_lose_no_record(tmp_path) -> None:
+    out = tmp_path / "outputs"
+    backend = f"sqlite:///{out / 'mlflow.db'}"
+    artifacts = (out / "mlartifacts").as_uri()
+    server = TrackingServer(backend, artifacts, tmp_path / "server.log")
+    with server:
+        assert server.uri.startswith("http://127.0.0.1:")
+        writers = [subprocess.Popen([sys.executable, "-c", WRITER, server.uri, artifacts,
+                                     str(w), "3", str(tmp_path / "runs")], cwd=REPO,
+                                    stderr=subprocess.PIPE, text=True) for w in range(3)]
+        for writer in writers:
+            _, err = writer.communicate(timeout=300)
+            assert writer.returncode == 0, err[-2000:]
+        uri = server.uri
+    records = tracked_runs(out)
+    assert len(records) == 9 and len({r.run_key for r in records}) == 9
+    assert {r.status for r in records} == {"FINISHED"}
+    # Stopped: nothing of it runs and its port is closed.
+    assert processes_mentioning(str(out / "mlflow.db")) == []
+    with pytest.raises((urllib.error.URLError, OSError)):
+        urllib.request.urlopen(f"{uri}/health", timeout=2)
