@@ -8,13 +8,13 @@ environment) and, after the process ends, ``parse`` (trajectory, usage, refusals
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
+from spu.registry import Registry
 from spu.sandbox.base import RunLimits, Sandbox, SandboxPaths
 from spu.schema import ProcessEvidence, Trajectory, Usage
 from spu.tasks.package import TaskPackage
@@ -124,33 +124,15 @@ class Harness(ABC):
         """Stop what ``prepare`` started (e.g. a local model server); runs even on failure."""
 
 
-_REGISTRY: dict[str, type[Harness]] = {}
-
-_BUILTIN_MODULES = {
+_REGISTRY: Registry[Harness] = Registry("harness", {
     "baseline": "spu.harness.baseline",
     "command": "spu.harness.command",
     "claude_code": "spu.harness.claude_code",
     "codex": "spu.harness.codex",
-}
+})
 
+register_harness = _REGISTRY.register
+"""Class decorator: make a harness selectable by its ``name``."""
 
-def register_harness(cls: type[Harness]) -> type[Harness]:
-    """Class decorator: make a harness selectable by its ``name``."""
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def get_harness(name: str) -> type[Harness]:
-    """The harness class called ``name`` (or ``package.module:Class``), imported on first use."""
-    if name not in _REGISTRY:
-        if ":" in name:
-            module, _, attr = name.partition(":")
-            cls = getattr(importlib.import_module(module), attr)
-            _REGISTRY[name] = cls
-            return cls
-        builtin = _BUILTIN_MODULES.get(name)
-        if builtin is None:
-            known = ", ".join(sorted(set(_BUILTIN_MODULES) | set(_REGISTRY)))
-            raise KeyError(f"unknown harness {name!r}; known: {known}")
-        importlib.import_module(builtin)
-    return _REGISTRY[name]
+get_harness = _REGISTRY.get
+"""The harness class called ``name`` (or ``package.module:Class``), imported on first use."""

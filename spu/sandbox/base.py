@@ -14,13 +14,13 @@ through the same ``SPU_*`` environment variables.)
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from spu.registry import Registry
 from spu.schema import ProcessEvidence, SandboxInfo
 
 
@@ -166,35 +166,14 @@ class Sandbox(ABC):
         """The backend and the isolation and limits actually in force."""
 
 
-_REGISTRY: dict[str, type[Sandbox]] = {}
-
-_BUILTIN_MODULES = {
+_REGISTRY: Registry[Sandbox] = Registry("sandbox", {
     "local": "spu.sandbox.local",
     "subprocess": "spu.sandbox.subprocess",
     "docker": "spu.sandbox.docker",
-}
+})
 
+register_sandbox = _REGISTRY.register
+"""Class decorator: make a sandbox selectable by its ``name``."""
 
-def register_sandbox(cls: type[Sandbox]) -> type[Sandbox]:
-    """Class decorator: make a backend selectable by its ``name``."""
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def get_sandbox(name: str) -> type[Sandbox]:
-    """The backend class called ``name``, importing its module on first use.
-
-    ``name`` is a registered name or ``package.module:Class`` for a backend outside spu.
-    """
-    if name not in _REGISTRY:
-        if ":" in name:
-            module, _, attr = name.partition(":")
-            cls = getattr(importlib.import_module(module), attr)
-            _REGISTRY[name] = cls
-            return cls
-        builtin = _BUILTIN_MODULES.get(name)
-        if builtin is None:
-            known = ", ".join(sorted(set(_BUILTIN_MODULES) | set(_REGISTRY)))
-            raise KeyError(f"unknown sandbox {name!r}; known: {known}")
-        importlib.import_module(builtin)
-    return _REGISTRY[name]
+get_sandbox = _REGISTRY.get
+"""The sandbox class called ``name`` (or ``package.module:Class``), imported on first use."""
