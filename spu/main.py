@@ -36,13 +36,13 @@ def spec_from_config(cfg: DictConfig) -> Any:
     """Turn a composed config into a :class:`~spu.runner.RunSpec`."""
     from spu.runner import RunSpec
 
-    conf: SPUConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     if OmegaConf.is_missing(cfg, "task"):
-        root = Path(conf.task_root).resolve()
+        root = Path(cfg.task_root).resolve()
         raise SelectionError(
             f"no task selected: pass task=<id> or -m task='glob(*)' "
             f"(task packages are read from task_root={root})"
         )
+    conf: SPUConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     return RunSpec(
         model=conf.model,
         harness=conf.harness,
@@ -103,7 +103,15 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
-    return run_from_config(cfg)
+    from spu.runner import RunConfigError
+    from spu.tasks.package import TaskLoadError
+
+    try:
+        return run_from_config(cfg)
+    except (RunConfigError, TaskLoadError, SelectionError) as exc:
+        # A configuration that cannot run: say what to fix, without a traceback.
+        print(f"spu: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _export_task_root(argv: list[str]) -> None:

@@ -82,3 +82,19 @@ def test_task_root_override_selects_other_packages(tmp_path, repo_root) -> None:
                       "experiment=single", "--cfg", "job"])
     assert out.returncode == 0, out.stderr
     assert f"path: {root / 'my-private-task'}" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["experiment=single"], "no task selected"),
+        (["experiment=single", "task=spu-vq5t", "model=opus5"],
+         "harness=baseline runs model=random"),
+    ],
+)
+def test_a_configuration_that_cannot_run_says_why_without_a_traceback(
+        tmp_path, overrides, message) -> None:
+    out = run_module(["spu.main", *overrides, f"output_root={tmp_path}", "tracking=none"])
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
