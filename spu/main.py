@@ -23,8 +23,6 @@ from spu.config import SPUConfig, register_configs
 
 log = logging.getLogger("spu")
 
-RESULT_FILE = "result.json"
-
 register_configs()
 
 

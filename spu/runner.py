@@ -146,11 +146,6 @@ def _archive_previous_attempt(run_dir: Path) -> None:
     holding.rename(attempts / str(n))
 
 
-def _read_submission(output: Path) -> bytes | None:
-    """The submitted bytes, refusing to follow a link the agent may have planted."""
-    return read_submission(output)
-
-
 def decide_outcome(
     evidence: ProcessEvidence, result: AgentResult, submitted: bool, grade: Grade
 ) -> Outcome:
@@ -285,7 +280,8 @@ def run_one(spec: RunSpec) -> RunRecord:
         evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
 
     output = run_dir / "output"
-    submission = _read_submission(output) if output.is_dir() else None
+    # read_submission never follows a link the agent may have planted.
+    submission = read_submission(output) if output.is_dir() else None
     try:
         grades = grade_isolated(task.contract, answers, submission,
                                 isolation=spec.sandbox.grader_isolation)

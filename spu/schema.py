@@ -8,9 +8,9 @@ golden files of older versions live in ``tests/golden/`` and must keep loading.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator
 
 RUN_RECORD_VERSION = "1"
 TRAJECTORY_VERSION = "1"
@@ -133,6 +133,10 @@ class SourceRecord(Record):
     """File inside that package."""
 
 
+MeasuredValue = Annotated[float, Strict(), AllowInfNan(False)]
+"""A measured value: a finite JSON number (never a string, a boolean or NaN coerced to one)."""
+
+
 class AnswerKey(Record):
     """``hidden/answers.json``: the measured values, never visible to the agent."""
 
@@ -140,7 +144,7 @@ class AnswerKey(Record):
     """Task identifier."""
     task_version: str
     """Task version."""
-    groups: dict[str, dict[str, float]]
+    groups: dict[str, dict[str, MeasuredValue]]
     """Measured value of each experiment, by group id and experiment id."""
     source: SourceRecord | None = None
     """Source identifiers for the exposure detector."""

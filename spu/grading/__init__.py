@@ -1,6 +1,6 @@
 """Grading: the paper's rules as a pure function, recovery, chance level and isolation."""
 
-from spu.grading.chance import chance_threshold, group_arrays, random_task_scores
+from spu.grading.chance import chance_threshold, random_task_scores
 from spu.grading.isolated import IsolatedGrades, grade_isolated
 from spu.grading.recovery import DEPARTURES, RecoveryFailed, normalize_departures
 from spu.grading.rules import (
@@ -26,7 +26,6 @@ __all__ = [
     "grade_isolated",
     "grade_json",
     "grade_submission",
-    "group_arrays",
     "normalize_departures",
     "random_task_scores",
 ]

@@ -8,45 +8,17 @@ group, and the 95th percentile of the resulting task scores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from spu.grading.rules import GradingKey, average_ranks
+from spu.grading.rules import GradingKey
 from spu.schema import AnswerKey, Contract
 
 DEFAULT_DRAWS = 4000
 """Random submissions per task (paper section 2.5)."""
 DEFAULT_SEED = 0
 """Seed of the draws: the same task always gets the same threshold."""
-
-
-@dataclass(frozen=True)
-class GroupArrays:
-    """Centered measured ranks of one group, in contract item order, and its weight."""
-
-    weight: float
-    centered_ranks: np.ndarray
-    norm: float
-
-
-def group_arrays(contract: Contract, answers: AnswerKey) -> list[GroupArrays]:
-    """Per-group centered measured ranks, the input of every vectorized score.
-
-    ``norm`` is the product of the root sums of squares of the centered ranks and of
-    the centered positions 0..n-1, so ``positions_centered @ centered_ranks / norm``
-    is rho (paper eq. 1).
-    """
-    out = []
-    for g in contract.groups:
-        measured = [answers.groups[g.group_id][i] for i in g.items]
-        ranks = np.asarray(average_ranks(measured), dtype=float)
-        centered = ranks - ranks.mean()
-        n = len(ranks)
-        positions_ss = n * (n * n - 1) / 12.0  # sum of squared centered positions 0..n-1
-        norm = float(np.sqrt((centered**2).sum() * positions_ss))
-        out.append(GroupArrays(weight=g.weight, centered_ranks=centered, norm=norm))
-    return out
+QUANTILE = 0.95
+"""The percentile of random submissions' scores that is the chance threshold."""
 
 
 def random_task_scores(
@@ -99,7 +71,7 @@ def random_task_scores(
         # Row k of argsort(random) is a uniform permutation: the position of each item.
         positions = np.argsort(rng.random((draws, twice.size)), axis=1).astype(float)
         # The grader's integer sums (exact in float64: integers far below 2**53, whatever
-        # the order of addition) and its two roundings (rules._rho_terms), so every draw
+        # the order of addition) and its two roundings (rules.rho_terms), so every draw
         # scores what grade_submission gives that ordering, to the last bit.
         rho = np.clip((twice.size * (positions @ twice) - offset) / denominator, -1.0, 1.0)
         total += group.weight * rho
@@ -145,4 +117,4 @@ def chance_threshold(
     >>> round(chance_threshold(c, a), 12)
     0.8
     """
-    return float(np.quantile(random_task_scores(contract, answers, draws, seed), 0.95))
+    return float(np.quantile(random_task_scores(contract, answers, draws, seed), QUANTILE))

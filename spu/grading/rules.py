@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spu.grading.recovery import RecoveryFailed, normalize_departures
 from spu.schema import AnswerKey, Contract, Grade, GradeStatus, GroupGrade
+from spu.strict_json import StrictJSONError, loads_strict
+from spu.strict_json import shown as _shown
 
 GRADER_VERSION = "1.1.0"
 """Bump on any change that can change a grade; stored with every grade.
@@ -45,52 +47,9 @@ WHOLE_FILE_REJECTED = "file rejected"
 GROUP_ABSENT = "group absent"
 """The group error of a group the file does not list."""
 
-_SHOWN_CHARS = 60
-"""Longest excerpt of submitted content quoted in an error message."""
-
 
 class AnswerKeyError(ValueError):
     """The answer key does not cover the contract: a fault of the task, not of the submission."""
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-class _BadConstant(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _DuplicateKey(key)
-        seen[key] = value
-    return seen
-
-
-def _reject_constant(name: str) -> Any:
-    raise _BadConstant(name)
-
-
-def _parse_int(digits: str) -> int | float:
-    # Python refuses to convert integers of more than 4,300 digits (a ValueError that
-    # json.loads lets through). Such a number is valid JSON; it can only sit where its
-    # value does not matter (an extra key) or where no number is accepted anyway.
-    try:
-        return int(digits)
-    except ValueError:
-        return float(digits)
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut short: error messages must stay small whatever was submitted."""
-    try:
-        text = repr(value)
-    except RecursionError:  # a value nested almost as deep as the parser allows
-        return "a deeply nested value"
-    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
 def parse_submission(data: bytes) -> tuple[Any, str | None]:
@@ -106,23 +65,9 @@ def parse_submission(data: bytes) -> tuple[Any, str | None]:
     except UnicodeDecodeError as exc:
         return None, f"not UTF-8: {exc.reason} at byte {exc.start}"
     try:
-        obj = json.loads(
-            text,
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_reject_constant,
-            parse_int=_parse_int,
-        )
-    except _DuplicateKey as exc:
-        return None, f"duplicate key {_shown(exc.args[0])}"
-    except _BadConstant as exc:
-        return None, f"not JSON: {exc.args[0]} is not a JSON value"
-    except json.JSONDecodeError as exc:
-        hint = " (the file starts with a byte-order mark)" if text.startswith("\ufeff") else ""
-        return None, f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{hint}"
-    except RecursionError:
-        return None, "not JSON: nested too deeply"
-    except ValueError as exc:  # anything else the decoder refuses is still not gradable JSON
-        return None, f"not JSON: {exc}"
+        obj = loads_strict(text)
+    except StrictJSONError as exc:
+        return None, str(exc)
     return obj, None
 
 
@@ -143,10 +88,10 @@ def average_ranks(values: Sequence[float]) -> list[float]:
     >>> average_ranks([10.0, 30.0, 20.0, 30.0])
     [1.0, 3.5, 2.0, 3.5]
     """
-    return [t / 2 for t in _twice_ranks(values)]
+    return [t / 2 for t in twice_ranks(values)]
 
 
-def _twice_ranks(values: Sequence[float]) -> list[int]:
+def twice_ranks(values: Sequence[float]) -> list[int]:
     """Twice the average ranks: integers, so that every later sum is exact."""
     n = len(values)
     order = sorted(range(n), key=values.__getitem__)
@@ -161,7 +106,7 @@ def _twice_ranks(values: Sequence[float]) -> list[int]:
     return twice
 
 
-def _rho_terms(n: int, sum_x: int, sum_xx: int) -> tuple[int, float] | None:
+def rho_terms(n: int, sum_x: int, sum_xx: int) -> tuple[int, float] | None:
     """``(offset, denominator)`` with rho = (n * sum_xy - offset) / denominator.
 
     x are integers (twice the measured ranks) and y the positions 0..n-1; every sum
@@ -180,7 +125,7 @@ def _rho_terms(n: int, sum_x: int, sum_xx: int) -> tuple[int, float] | None:
 
 def _rho_from_sums(n: int, sum_x: int, sum_xx: int, sum_xy: int) -> float:
     """Pearson correlation of integers x with positions 0..n-1 (``nan`` when undefined)."""
-    terms = _rho_terms(n, sum_x, sum_xx)
+    terms = rho_terms(n, sum_x, sum_xx)
     if terms is None:
         return math.nan
     offset, denominator = terms
@@ -217,7 +162,7 @@ def spearman_positions(measured: Sequence[float], positions: Sequence[int]) -> f
     """
     n = len(measured)
     by_position = [0] * n
-    for twice, position in zip(_twice_ranks(measured), positions, strict=True):
+    for twice, position in zip(twice_ranks(measured), positions, strict=True):
         by_position[position] = twice
     return _rho_from_sums(
         n,
@@ -252,14 +197,14 @@ class _MeasuredGroup:
             if not math.isfinite(value):
                 raise AnswerKeyError(f"groups.{group_id}.{item}: value {value} is not finite")
             values.append(value)
-        twice = _twice_ranks(values)
+        twice = twice_ranks(values)
         return cls(group_id=group_id, weight=weight, items=tuple(items),
                    twice_rank=dict(zip(items, twice, strict=True)),
                    sum_x=sum(twice), sum_xx=sum(t * t for t in twice))
 
     def rho_terms(self) -> tuple[int, float] | None:
         """``(offset, denominator)``: rho = (n * sum(position x 2 rank) - offset) / denominator."""
-        return _rho_terms(len(self.items), self.sum_x, self.sum_xx)
+        return rho_terms(len(self.items), self.sum_x, self.sum_xx)
 
     def grade(self, order: list[Any]) -> tuple[GroupGrade, str | None]:
         """The group's grade for one ordering, and a note when rho is undefined."""
@@ -317,6 +262,30 @@ class GradingKey:
             _MeasuredGroup.build(g.group_id, g.weight, g.items, answers.groups.get(g.group_id))
             for g in contract.groups
         ))
+
+    def score_orders(self, orders: Mapping[str, Sequence[str]]) -> float:
+        """Task score of orderings by group id: what a file listing exactly them would get.
+
+        A group missing from ``orders`` is absent (-1, weight kept); a group id the
+        contract does not have rejects the whole file (-1), as in :meth:`grade`.
+
+        Examples
+        --------
+        >>> from spu.schema import ComparisonGroup
+        >>> c = Contract(task_id="t", task_version="1", groups=[
+        ...     ComparisonGroup(group_id="G", endpoint="y", weight=0.5, items=["a", "b"]),
+        ...     ComparisonGroup(group_id="H", endpoint="y", weight=0.5, items=["c", "d"])])
+        >>> a = AnswerKey(task_id="t", task_version="1",
+        ...               groups={"G": {"a": 1.0, "b": 2.0}, "H": {"c": 1.0, "d": 2.0}})
+        >>> GradingKey.build(c, a).score_orders({"G": ["a", "b"]})  # 0.5 x 1 + 0.5 x -1
+        0.0
+        """
+        known = {g.group_id for g in self.groups}
+        if any(gid not in known for gid in orders):
+            return -1.0
+        rhos = [g.grade(list(orders[g.group_id]))[0].rho if g.group_id in orders else -1.0
+                for g in self.groups]
+        return task_score([g.weight for g in self.groups], rhos)
 
     def grade(self, data: bytes | None, recover: bool = False) -> Grade:
         """Grade submitted bytes: see :func:`grade_submission`."""

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spu.tasks.package import TaskLoadError, discover_tasks, load_meta
+from spu.tasks.package import TaskLoadError, select_tasks
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,8 @@ def public_tasks(task_root: Path) -> list[tuple[str, str, str]]:
 
     The folder name is what ``task=<id>`` selects.
     """
-    out = []
-    for folder in discover_tasks(task_root):
-        meta = load_meta(folder)
-        if meta.visibility.value == "public":
-            out.append((folder.name, meta.discipline.value, meta.subfield))
-    return out
+    return [(task.path.name, task.meta.discipline.value, task.meta.subfield)
+            for task in select_tasks(task_root, visibility="public")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from spu.schema import AnswerKey, Contract, Protocol, TargetRow, TaskMeta
+from spu.strict_json import StrictJSONError, loads_strict
 
 PUBLIC_PATHS: tuple[str, ...] = (
     "task.yaml",
@@ -80,11 +80,6 @@ class TaskPackage:
         flat = Path(answers_root) / f"{self.id}.json"
         return flat if flat.exists() and not nested.exists() else nested
 
-    @property
-    def protocol(self) -> Protocol:
-        """The task's ``protocol.json``, validated."""
-        return load_protocol(self.path / "protocol.json")
-
     def targets(self) -> list[TargetRow]:
         """The task's ``targets.csv`` rows, validated, in file order."""
         return load_targets(self.path / "targets.csv")
@@ -96,12 +91,13 @@ class TaskPackage:
 
 
 def _read_json(path: Path) -> object:
+    """A trusted task file, parsed by the grader's strict rules (no duplicate key, no NaN)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_strict(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TaskLoadError(f"{path}: file is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TaskLoadError(f"{path}: not valid UTF-8 JSON ({exc})") from None
+    except (UnicodeDecodeError, StrictJSONError) as exc:
+        raise TaskLoadError(f"{path}: not valid strict UTF-8 JSON ({exc})") from None
 
 
 def validation_message(path: Path | str, exc: ValidationError) -> str:

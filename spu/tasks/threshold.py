@@ -19,15 +19,13 @@ The exact threshold is the smallest attainable score ``q`` with
 from __future__ import annotations
 
 import itertools
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from spu.grading.chance import DEFAULT_DRAWS, DEFAULT_SEED, random_task_scores
-from spu.grading.rules import average_ranks, grade_submission
+from spu.grading.chance import DEFAULT_DRAWS, DEFAULT_SEED, QUANTILE, chance_threshold
+from spu.grading.rules import GradingKey, rho_terms, twice_ranks
 from spu.schema import AnswerKey, Contract
 
 ENUMERATION_MAX_ITEMS = 8
@@ -41,9 +39,6 @@ are sampled only."""
 
 CONVOLUTION_MAX_SUPPORT = 20_000_000
 """Largest product of support sizes convolved exactly; beyond it only the sample is given."""
-
-QUANTILE = 0.95
-"""The percentile of the chance threshold (paper section 2.5)."""
 
 _ROUND = 12
 """Decimals to which scores are merged: distinct scores differ by far more than 1e-12."""
@@ -114,27 +109,25 @@ class ThresholdReport:
 
 
 def _twice_ranks(measured: Sequence[float]) -> np.ndarray:
-    # Twice the average ranks are integers, so sums over them are exact integers.
-    return np.array([int(round(2 * r)) for r in average_ranks(list(measured))], dtype=np.int64)
+    # The grader's integer ranks (twice the average ranks): sums over them are exact.
+    return np.array(twice_ranks(list(measured)), dtype=np.int64)
 
 
-def _rho_of_sums(sums: np.ndarray, twice: np.ndarray) -> np.ndarray:
-    """Spearman's rho of positions 0..n-1 against ranks, from ``sum(position * 2 * rank)``."""
-    n = twice.size
-    # n * sum(p * 2r) - sum(p) * sum(2r), over sqrt of the two integer variances.
-    sum_p = n * (n - 1) // 2
-    var_p = n * sum(p * p for p in range(n)) - sum_p * sum_p
-    var_r = n * int((twice * twice).sum()) - int(twice.sum()) ** 2
-    cov = n * sums.astype(np.float64) - float(sum_p * int(twice.sum()))
-    return cov / math.sqrt(float(var_p) * float(var_r))
-
-
-def _distribution_of_sums(counts: dict[int, int] | np.ndarray, twice: np.ndarray,
-                          offset: int, method: str) -> ScoreDistribution:
+def _distribution_of_sums(counts: np.ndarray, twice: np.ndarray, offset: int,
+                          method: str) -> ScoreDistribution:
+    """Scores of the sums ``offset + k`` (k where ``counts`` > 0), as the grader scores them."""
     counts_arr = np.asarray(counts, dtype=np.float64)
     support = np.nonzero(counts_arr)[0]
-    rho = _rho_of_sums(support + offset, twice)
     probs = counts_arr[support] / counts_arr[support].sum()
+    n = twice.size
+    terms = rho_terms(n, int(twice.sum()), int((twice * twice).sum()))
+    if terms is None:
+        # rho undefined (one experiment, or all values equal): the grader scores 0.
+        return ScoreDistribution(values=np.zeros(1), probabilities=np.ones(1), method=method)
+    rho_offset, denominator = terms
+    # The grader's exact integer numerator and its one division (rules.rho_terms).
+    sums = support.astype(np.int64) + offset
+    rho = np.clip((n * sums - rho_offset) / denominator, -1.0, 1.0)
     return _merge(rho, probs, method)
 
 
@@ -299,22 +292,13 @@ def exact_task_distribution(
     return convolve(parts), methods, ""
 
 
-def _order_score(contract: Contract, answers: AnswerKey, orders: dict[str, list[str]]) -> float:
-    submission = {
-        "task_id": contract.task_id,
-        "task_version": contract.task_version,
-        "rankings": [{"group_id": g, "order": o} for g, o in orders.items()],
-    }
-    return grade_submission(contract, answers, json.dumps(submission).encode()).score
-
-
 def attainable_max(contract: Contract, answers: AnswerKey) -> float:
     """Score of the best strict ordering: 1 without ties, slightly less with them."""
     orders = {}
     for g in contract.groups:
         measured = answers.groups[g.group_id]
         orders[g.group_id] = sorted(g.items, key=measured.__getitem__)
-    return _order_score(contract, answers, orders)
+    return GradingKey.build(contract, answers).score_orders(orders)
 
 
 def presented_order_score(
@@ -330,7 +314,7 @@ def presented_order_score(
         g.group_id: sorted(g.items, key=lambda i: where.get(i, len(where) + g.items.index(i)))
         for g in contract.groups
     }
-    return _order_score(contract, answers, orders)
+    return GradingKey.build(contract, answers).score_orders(orders)
 
 
 def task_threshold(
@@ -381,16 +365,9 @@ def task_threshold(
     >>> r.exact_threshold, r.exact_method, r.presented_order_score
     (0.8, 'enumeration', 0.5)
     """
-    scores = random_task_scores(contract, answers, draws=draws, seed=seed)
-    sampled = float(np.quantile(scores, QUANTILE))
+    sampled = chance_threshold(contract, answers, draws=draws, seed=seed)
     dist, methods, note = exact_task_distribution(contract, answers)
     exact = None if dist is None else dist.quantile(QUANTILE)
-    if dist is None:
-        method = None
-    elif len(contract.groups) > 1:
-        method = "convolution"
-    else:
-        method = dist.method
     use_exact = prefer_exact and exact is not None
     return ThresholdReport(
         task_id=contract.task_id,
@@ -402,7 +379,8 @@ def task_threshold(
         attainable_max=attainable_max(contract, answers),
         presented_order_score=presented_order_score(contract, answers, presented),
         exact_threshold=exact,
-        exact_method=method,
+        # convolve() names one group's method, or "convolution" for several groups.
+        exact_method=None if dist is None else dist.method,
         exact_note=note,
         group_methods=methods,
     )

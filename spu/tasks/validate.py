@@ -16,7 +16,6 @@ order (``targets.csv`` rows or contract items) that scores above the chance thre
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ from pydantic import ValidationError
 
 from spu.grading.rules import average_ranks
 from spu.schema import AnswerKey, Contract, Protocol, TargetRow, TaskMeta
+from spu.strict_json import StrictJSONError, loads_strict
 from spu.tasks import leaks
 from spu.tasks.package import (
     PUBLIC_PATHS,
@@ -123,25 +123,26 @@ def _is_number(value: Any) -> bool:
 
 
 def _read_answers(path: Path, name: str, out: _Collector) -> AnswerKey | None:
-    """The answer key, checking what pydantic would coerce or JSON would merge silently."""
-    repeated: list[str] = []
+    """The answer key, reporting where a value is not a finite number.
 
-    def keep_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in pairs]
-        repeated.extend(sorted({k for k in keys if keys.count(k) > 1}))
-        return dict(pairs)
-
+    Parsed by the grader's strict rules, except that ``NaN``/``Infinity`` are read so
+    that the finding can name the experiment that holds one.
+    """
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=keep_pairs)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        out.error(name, "malformed", f"not valid UTF-8 JSON ({exc})")
+        raw = loads_strict(path.read_text(encoding="utf-8"), allow_nan=True)
+    except UnicodeDecodeError as exc:
+        out.error(name, "malformed", f"not valid UTF-8 ({exc})")
         return None
-    for key in repeated:
-        out.error(name, "duplicate-experiment",
-                  f"key {key!r} appears twice in one object (an experiment or group listed "
-                  f"twice)")
+    except StrictJSONError as exc:
+        if exc.kind == "duplicate":
+            out.error(name, "duplicate-experiment",
+                      f"key {exc.key!r} appears twice in one object (an experiment or group "
+                      f"listed twice)")
+        else:
+            out.error(name, "malformed", str(exc))
+        return None
     groups = raw.get("groups") if isinstance(raw, dict) else None
-    bad = bool(repeated)
+    bad = False
     if isinstance(groups, dict):
         for gid, values in groups.items():
             if not isinstance(values, dict):

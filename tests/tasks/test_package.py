@@ -115,3 +115,38 @@ def test_a_discipline_subset_sweeps_as_a_multirun(tmp_path) -> None:
     assert sorted(r["task_id"] for r in records) == sorted(names.split(","))
     assert {r["discipline"] for r in records} == {"medicine"}
     assert all(r["outcome"] == "valid" for r in records)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"task_id": "spu-test", "task_version": "1.0", "groups": {"G1": {"E1": 1, "E1": 2}}}',
+         "duplicate key 'E1'"),
+        ('{"task_id": "spu-test", "task_version": "1.0", "groups": {"G1": {"E1": NaN}}}',
+         "NaN is not a JSON value"),
+        ('{"task_id": "spu-test", "task_version": "1.0", "groups": {"G1": {"E1": "12.5"}}}',
+         "valid number"),
+        ('{"task_id": "spu-test", "task_version": "1.0", "groups": {"G1": {"E1": true}}}',
+         "valid number"),
+    ],
+)
+def test_every_stage_reads_answer_keys_strictly(tmp_path, text, message) -> None:
+    """The runner, grader and regrade load keys with load_answers: no value is coerced or merged."""
+    from spu.tasks.package import load_answers
+
+    path = tmp_path / "answers.json"
+    path.write_text(text)
+    with pytest.raises(TaskLoadError, match=message):
+        load_answers(path)
+
+
+def test_hostile_json_in_a_key_is_a_finding_not_a_crash(make_task) -> None:
+    """A 5,000-digit integer or deep nesting is reported, never raised out of validate_task."""
+    from spu.tasks.validate import validate_task
+
+    huge = '{"task_id": "spu-test", "task_version": "1.0", "groups": {"G1": {"E1": 1' + "0" * 5000
+    report = validate_task(make_task(answers=huge + "}}}"))
+    assert not report.ok
+    deep = "[" * 100_000 + "]" * 100_000
+    report = validate_task(make_task(answers=deep))
+    assert any(f.file == "hidden/answers.json" for f in report.errors)

@@ -219,3 +219,24 @@ def test_cli_threshold_on_a_broken_answer_key_exits_2(make_task) -> None:
     out = run_module(["spu", "task", "threshold", str(task)])
     assert out.returncode == 2
     assert "answers.json" in out.stderr and "missing" in out.stderr
+
+
+@pytest.mark.parametrize("values", [[1, 2, 2, 3, 5, 5], [4, 1, 3, 2, 7, 6, 5]])
+def test_exact_support_is_the_graders_scores_to_the_last_bit(values) -> None:
+    """Every value of the exact distribution is a score the grader gives some ordering."""
+    from spu.grading.rules import GradingKey
+
+    contract, answers = one_group(values)
+    items = contract.groups[0].items
+    key = GradingKey.build(contract, answers)
+    graded = {key.score_orders({"G1": list(p)}) for p in itertools.permutations(items)}
+    assert set(enumerate_rho(values).values.tolist()) == graded
+
+
+@pytest.mark.parametrize("values", [[2.0, 2.0, 2.0], [1.0]])
+def test_a_group_without_a_defined_rho_has_threshold_zero_not_nan(values) -> None:
+    """The grader scores such a group 0 whatever the order; so do both thresholds."""
+    contract, answers = one_group(values)
+    report = task_threshold(contract, answers, presented=contract.groups[0].items)
+    assert report.exact_threshold == 0.0 and report.sampled_threshold == 0.0
+    json.dumps(report.public_json(), allow_nan=False)  # valid JSON: no NaN
