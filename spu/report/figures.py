@@ -1,5 +1,9 @@
 """The report's figures, drawn with matplotlib's Agg backend and saved as PNG and SVG.
 
+Figures are built with matplotlib's object API on their own Agg canvas and styled
+within :func:`matplotlib.rc_context`: importing or using this module changes neither
+pyplot's backend nor the global ``rcParams`` of the process.
+
 - ``means``: Figure 1 style bars, the raw mean on each configuration's scored tasks
   (solid) and the mean on the tasks all configurations scored (hatched), with 95%
   intervals and the number of scored tasks.
@@ -13,22 +17,25 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
 
-matplotlib.use("Agg")
+from spu.stats.analysis import StatsResult
+from spu.stats.runs_table import official
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch, Rectangle  # noqa: E402
-
-from spu.stats.analysis import StatsResult  # noqa: E402
-from spu.stats.runs_table import official  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 FORMATS = ("png", "svg")
 DPI = 150
@@ -37,15 +44,36 @@ HATCHED = "#a9c4e4"
 FRONTIER = "#c0392b"
 EXCLUDED = "#b3b3b3"
 
-plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-                     "svg.hashsalt": "spu-report", "svg.fonttype": "none"})
+STYLE: dict[RcKeyType, Any] = {"font.size": 9, "axes.spines.top": False,
+                                "axes.spines.right": False, "svg.hashsalt": "spu-report",
+                                "svg.fonttype": "none"}
+"""rcParams of the report's figures, applied only while one is drawn or saved."""
+
+_P = ParamSpec("_P")
 
 
+def _styled(draw: Callable[_P, Figure]) -> Callable[_P, Figure]:
+    """Run a figure function within :data:`STYLE`."""
+    @functools.wraps(draw)
+    def styled(*args: _P.args, **kwargs: _P.kwargs) -> Figure:
+        with matplotlib.rc_context(STYLE):
+            return draw(*args, **kwargs)
+    return styled
+
+
+def _figure(figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """A figure with one axes on its own Agg canvas (pyplot is not involved)."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
+
+
+@_styled
 def means_figure(configs: pd.DataFrame) -> Figure:
     """Figure 1 style: raw means on scored tasks and means on the shared tasks."""
     t = configs.sort_values("raw_mean", ascending=True, na_position="first")
     n = len(t)
-    fig, ax = plt.subplots(figsize=(7.5, 0.42 * n + 1.4))
+    fig, ax = _figure((7.5, 0.42 * n + 1.4))
     y = np.arange(n)
     h = 0.38
 
@@ -77,11 +105,12 @@ def means_figure(configs: pd.DataFrame) -> Figure:
     return fig
 
 
+@_styled
 def pareto_figure(costs: pd.DataFrame, configs: pd.DataFrame) -> Figure:
     """Figure 11: cost per scored run against the task-adjusted mean, with the frontier."""
     t = costs.merge(configs[["config", "adjusted_ci_low", "adjusted_ci_high"]], on="config")
     t = t[np.isfinite(t["cost_mean"]) & (t["cost_mean"] > 0) & np.isfinite(t["adjusted_mean"])]
-    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    fig, ax = _figure((7.5, 5.0))
     for on, marker_face in ((False, "white"), (True, FRONTIER)):
         part = t[t["pareto"] == on]
         ax.errorbar(part["cost_mean"], part["adjusted_mean"],
@@ -107,6 +136,7 @@ def pareto_figure(costs: pd.DataFrame, configs: pd.DataFrame) -> Figure:
     return fig
 
 
+@_styled
 def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
     """Per-task scores of the official public runs; grey cells are excluded runs."""
     public = official(runs)
@@ -120,7 +150,7 @@ def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
     present = scored.reindex(index=order, columns=columns).notna().to_numpy()
     values = scores.to_numpy(dtype=float)
     n_rows, n_cols = values.shape
-    fig, ax = plt.subplots(figsize=(min(16.0, 2.5 + 0.11 * n_cols), 0.32 * n_rows + 1.8))
+    fig, ax = _figure((min(16.0, 2.5 + 0.11 * n_cols), 0.32 * n_rows + 1.8))
     excluded = np.where(present & np.isnan(values), 1.0, np.nan)
     ax.imshow(excluded, aspect="auto", cmap=ListedColormap([EXCLUDED]), interpolation="none")
     image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap="RdBu", vmin=-1,
@@ -147,6 +177,7 @@ def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
     return fig
 
 
+@_styled
 def pairs_figure(pairs: pd.DataFrame, order: list[str]) -> Figure:
     """Figure 25a: paired differences (row minus column) above, detectable ones below."""
     n = len(order)
@@ -160,7 +191,7 @@ def pairs_figure(pairs: pd.DataFrame, order: list[str]) -> Figure:
         mde[j, i] = r.mde
         if r.significant:
             significant.append((i, j))
-    fig, ax = plt.subplots(figsize=(0.55 * n + 3.0, 0.5 * n + 2.0))
+    fig, ax = _figure((0.55 * n + 3.0, 0.5 * n + 2.0))
     span = max(0.05, float(np.nanmax(np.abs(diff)))) if np.isfinite(diff).any() else 1.0
     upper = ax.imshow(np.ma.masked_invalid(diff), cmap="RdBu", vmin=-span, vmax=span,
                       interpolation="none")
@@ -207,13 +238,13 @@ def report_figures(result: StatsResult) -> dict[str, Callable[[], Figure]]:
 
 
 def save_figure(fig: Figure, folder: Path, name: str) -> list[Path]:
-    """Save as PNG and SVG (deterministic metadata) and close it."""
+    """Save as PNG and SVG (deterministic metadata, in :data:`STYLE`)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for fmt in FORMATS:
-        path = folder / f"{name}.{fmt}"
-        metadata = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
-        fig.savefig(path, dpi=DPI, metadata=metadata)
-        paths.append(path)
-    plt.close(fig)
+    with matplotlib.rc_context(STYLE):
+        for fmt in FORMATS:
+            path = folder / f"{name}.{fmt}"
+            metadata = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
+            fig.savefig(path, dpi=DPI, metadata=metadata)
+            paths.append(path)
     return paths

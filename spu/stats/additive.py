@@ -58,6 +58,30 @@ class AdditiveDesign:
         )
         return design, values[t, c]
 
+    def scored_configs(self, keep: np.ndarray) -> AdditiveDesign:
+        """The same observations with only the configurations where ``keep`` is true.
+
+        Every configuration left out must be without observations (the observation
+        vector stays the same).
+
+        Examples
+        --------
+        >>> m = pd.DataFrame({"A": [0.5, 0.3], "B": [np.nan, np.nan], "C": [0.1, np.nan]})
+        >>> d, y = AdditiveDesign.from_matrix(m)
+        >>> d.scored_configs(np.array([True, False, True])).config_index.tolist()
+        [0, 1, 0]
+        """
+        keep = np.asarray(keep, dtype=bool)
+        if not keep[self.config_index].all():
+            raise ValueError("a configuration left out has observations")
+        new_index = np.cumsum(keep) - 1
+        return AdditiveDesign(
+            tasks=self.tasks,
+            configs=tuple(c for c, k in zip(self.configs, keep, strict=True) if k),
+            task_index=self.task_index,
+            config_index=new_index[self.config_index],
+        )
+
     @property
     def observed(self) -> np.ndarray:
         """Task x configuration indicator of scored runs."""
@@ -80,6 +104,10 @@ class AdditiveFit:
     """Average task effect ``mean_t(mu_t)``."""
     adjusted: np.ndarray
     """Task-adjusted means ``alpha_c + mean_t(mu_t)``; NaN where not identified."""
+    design: AdditiveDesign
+    """The design fitted (for the bootstrap and the simulated reruns)."""
+    y: np.ndarray
+    """The observations fitted, in the design's order."""
 
 
 def _task_matrices(observed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -187,13 +215,13 @@ def fit_additive(matrix: pd.DataFrame) -> AdditiveFit:
     configs = tuple(str(c) for c in matrix.columns)
     if y.size == 0:
         nan = np.full(len(configs), np.nan)
-        return AdditiveFit(configs, nan, np.zeros(0), np.nan, nan)
+        return AdditiveFit(configs, nan, np.zeros(0), np.nan, nan, design, y)
     adjusted, alpha, mean_mu = _adjusted_batch(design, y, None)
     observed = design.observed
     n = observed.sum(axis=1)
     ybar = np.bincount(design.task_index, weights=y, minlength=len(design.tasks)) / n
     mu = ybar - observed @ alpha[0] / n
-    return AdditiveFit(configs, alpha[0], mu, float(mean_mu[0]), adjusted[0])
+    return AdditiveFit(configs, alpha[0], mu, float(mean_mu[0]), adjusted[0], design, y)
 
 
 def adjusted_means(

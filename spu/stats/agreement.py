@@ -15,7 +15,6 @@ Intervals are percentile bootstrap intervals over tasks.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,8 +22,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from spu.grading.rules import grade_submission, spearman_positions
-from spu.schema import AnswerKey, Contract
+from spu.grading.rules import GradingKey, spearman_positions
+from spu.schema import Contract
 from spu.stats.resampling import DEFAULT_RESAMPLES, bootstrap_mean, rng_for
 from spu.stats.submissions import Orders, TaskInfo, is_complete
 
@@ -85,13 +84,6 @@ def consensus_orders(contract: Contract, submissions: Sequence[Orders]) -> Order
     return out
 
 
-def orders_score(contract: Contract, answers: AnswerKey, orders: Orders) -> float:
-    """Task score of ``orders`` under the grading rules (as a submitted file would get)."""
-    document = {"task_id": contract.task_id, "task_version": contract.task_version,
-                "rankings": [{"group_id": g, "order": o} for g, o in orders.items()]}
-    return grade_submission(contract, answers, json.dumps(document).encode("utf-8")).score
-
-
 @dataclass(frozen=True)
 class AgreementResult:
     """Per-task agreement and consensus, per-configuration leave-one-out, and summary."""
@@ -144,11 +136,13 @@ def agreement_analysis(
         score_mean = float(np.mean([subs[c][1] for c in configs]))
         consensus = np.nan
         if answers is not None:
-            consensus = orders_score(contract, answers,
-                                     consensus_orders(contract, [subs[c][0] for c in configs]))
+            # The answer key's ranks are built once per task, not once per score.
+            key = GradingKey.build(contract, answers)
+            consensus = key.score_orders(
+                consensus_orders(contract, [subs[c][0] for c in configs]))
             for c in configs:
                 others = consensus_orders(contract, [subs[o][0] for o in configs if o != c])
-                loo[c].append((subs[c][1], orders_score(contract, answers, others),
+                loo[c].append((subs[c][1], key.score_orders(others),
                                rank_agreement(contract, subs[c][0], others)))
         task_rows.append({"task_id": task_id, "n_configs": len(configs),
                           "agreement_mean": float(np.nanmean(pair_agreement)),

@@ -1,6 +1,9 @@
 """``spu stats``: every analysis of paper sections 3 and 4 from a runs table (SPEC section 6).
 
 Heavy imports (numpy, scipy, pandas) happen in the handler, so ``spu --help`` stays fast.
+The defaults below are therefore written out; a test checks that they equal
+:data:`~spu.stats.resampling.DEFAULT_RESAMPLES`,
+:data:`~spu.stats.repeats.DEFAULT_SIMULATIONS` and :data:`~spu.stats.private.NULL_DRAWS`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from spu.stats.additive import AdditiveDesign, bootstrap_adjusted, fit_additive
+from spu.stats.additive import bootstrap_adjusted, fit_additive
 from spu.stats.resampling import (
     DEFAULT_RESAMPLES,
     bootstrap_mean,
@@ -91,8 +91,7 @@ def config_table(
     configs = sorted(runs["config"].unique())
     matrix = score_matrix(runs, configs)
     fit = fit_additive(matrix)
-    design, y = AdditiveDesign.from_matrix(matrix)
-    draws = bootstrap_adjusted(design, y, rng_for(seed, "adjusted"), resamples)
+    draws = bootstrap_adjusted(fit.design, fit.y, rng_for(seed, "adjusted"), resamples)
     adjusted_ci = percentile_interval(draws)
 
     # Tasks every configuration with a scored run has scored (Figure 1, hatched bars).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from spu.stats.additive import AdditiveDesign, adjusted_means, fit_additive, linear_map
+from spu.stats.additive import adjusted_means, fit_additive, linear_map
 from spu.stats.resampling import (
     DEFAULT_RESAMPLES,
     bootstrap_mean,
@@ -297,12 +297,14 @@ def rank_stability(
     Paper section 4.5 (last paragraph) and Figure 26f.
     """
     fit = fit_additive(matrix)
-    keep = [c for c, a in zip(matrix.columns, fit.adjusted, strict=True) if np.isfinite(a)]
+    identified = np.isfinite(fit.adjusted)
+    keep = [c for c, ok in zip(matrix.columns, identified, strict=True) if ok]
     if len(keep) < 2 or not np.isfinite(run_sd):
         return None
-    matrix = matrix[keep]
-    design, y = AdditiveDesign.from_matrix(matrix)
-    observed = fit_additive(matrix).adjusted
+    # The configurations left out have no scored run (a design that is not connected
+    # identifies none), so the fit of the others is the fit already made.
+    design, y = fit.design.scored_configs(identified), fit.y
+    observed = fit.adjusted[identified]
     order = np.argsort(-observed, kind="stable")
     observed_rank = np.empty(len(keep), dtype=int)
     observed_rank[order] = np.arange(1, len(keep) + 1)

@@ -311,15 +311,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spu.stats.simulate OUT [--seed S]``: write a simulated runs table."""
     parser = argparse.ArgumentParser(prog="python -m spu.stats.simulate",
                                      description="Write a runs table with the paper's structure.")
-    parser.add_argument("out", type=Path, help="CSV or parquet file to write")
+    parser.add_argument("out", type=Path, help="file to write: .csv or .parquet")
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     args = parser.parse_args(argv)
+    from spu.tracking.export import RunsExportError, write_runs_table
+
     runs = simulate_runs(seed=args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    if args.out.suffix.lower() in (".parquet", ".pq"):
-        runs.to_parquet(args.out, index=False)
-    else:
-        runs.to_csv(args.out, index=False)
+    try:
+        write_runs_table(runs, args.out)
+    except RunsExportError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {len(runs)} runs to {args.out}")
     return 0
 

@@ -23,7 +23,6 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -107,23 +106,17 @@ def orders_from_bytes(data: bytes | None) -> Orders | None:
     if data is None:
         return None
     obj, reason = parse_submission(data)
-    if reason is not None or not isinstance(obj, dict):
+    if reason is not None:
         return None
-    entries: Any = obj.get("rankings")
-    canonical = isinstance(entries, list) and all(
-        isinstance(e, dict) and isinstance(e.get("group_id"), str)
-        and isinstance(e.get("order"), list) for e in entries)
-    if not canonical:
-        try:
-            entries = normalize_departures(obj)[0]["rankings"]
-        except RecoveryFailed:
-            return None
+    try:
+        # A canonical file comes back unchanged (no departure found).
+        normalized, _ = normalize_departures(obj)
+    except RecoveryFailed:
+        return None
     orders: Orders = {}
     twice: set[str] = set()
-    for entry in entries:
-        gid, order = entry.get("group_id"), entry.get("order")
-        if not isinstance(gid, str) or not isinstance(order, list):
-            continue
+    for entry in normalized["rankings"]:
+        gid, order = entry["group_id"], entry["order"]
         if gid in orders:
             twice.add(gid)
         orders[gid] = [str(x) for x in order]
@@ -148,6 +141,25 @@ def _run_folders(runs_dir: Path) -> Path:
     return nested if nested.is_dir() else runs_dir
 
 
+def _folders_by_identity(base: Path, notes: list[str]) -> dict[tuple[str, ...], Path]:
+    """Run folders under ``base`` by the identity in their ``run.json``.
+
+    The identity is (model, harness, effort, task, repeat); unreadable records are noted
+    and skipped.
+    """
+    found: dict[tuple[str, ...], Path] = {}
+    for record_path in sorted(base.glob("*/run.json")):
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+            identity = tuple(str(record[k]) for k in
+                             ("model", "harness", "effort", "task_id", "repeat"))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            notes.append(f"{record_path}: skipped ({type(exc).__name__}: {exc})")
+            continue
+        found[identity] = record_path.parent
+    return found
+
+
 def load_submitted_orders(runs_dir: Path, runs: pd.DataFrame) -> SubmittedOrders:
     """Orders submitted by the runs of ``runs``, read from their run folders.
 
@@ -161,17 +173,8 @@ def load_submitted_orders(runs_dir: Path, runs: pd.DataFrame) -> SubmittedOrders
         raise StatsInputError(f"{runs_dir}: runs folder does not exist")
     base = _run_folders(runs_dir)
     notes: list[str] = []
-    by_identity: dict[tuple[str, ...], Path] = {}
-    if {"model", "harness", "effort"} <= set(runs.columns):
-        for record_path in sorted(base.glob("*/run.json")):
-            try:
-                record = json.loads(record_path.read_text(encoding="utf-8"))
-                identity = tuple(str(record[k]) for k in
-                                 ("model", "harness", "effort", "task_id", "repeat"))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                notes.append(f"{record_path}: skipped ({type(exc).__name__}: {exc})")
-                continue
-            by_identity[identity] = record_path.parent
+    by_identity: dict[tuple[str, ...], Path] | None = None  # read on first need
+    identified = {"model", "harness", "effort"} <= set(runs.columns)
     orders: dict[str, Orders] = {}
     for row in runs.itertuples(index=False):
         folder = None
@@ -180,7 +183,9 @@ def load_submitted_orders(runs_dir: Path, runs: pd.DataFrame) -> SubmittedOrders
             folder = base / run_key
         elif (base / str(row.run_id)).is_dir():
             folder = base / str(row.run_id)
-        elif by_identity:
+        elif identified:
+            if by_identity is None:
+                by_identity = _folders_by_identity(base, notes)
             folder = by_identity.get((str(row.model), str(row.harness), str(row.effort),
                                       str(row.task_id), str(row.repeat)))
         if folder is None or not folder.is_dir():

@@ -7,9 +7,10 @@ MLflow's run store only (no artifact download), and the same row builder serves
 
 Retries. An ``infra_error`` run is retried (paper 3.1) and each attempt is its own
 MLflow run with the same ``run_key``. The statistics need exactly one official row
-per run key: the **latest attempt** (highest ``attempt``, then the latest logged, as
-in :mod:`spu.tracking.query`; among ``run.json`` files, the run folder's own record
-over the archived ``attempts/<n>/``). By
+per run key and experiment (the same key in two experiments is two runs): the **latest
+attempt**, by :func:`spu.tracking.query.attempt_rank` as for resuming (highest
+``attempt``, then the latest logged, then the largest run id; among ``run.json``
+files, the run folder's own record over the archived ``attempts/<n>/``). By
 default only official rows are exported, with ``attempt`` and ``n_attempts`` showing
 that earlier attempts exist; ``all_attempts=True`` (``--all-attempts``) adds them,
 with ``official`` false, so a first attempt stays visible and filterable.
@@ -24,10 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from spu.schema import Outcome, RunRecord
-from spu.tracking.store import run_metrics, run_params, run_tags
+from spu.tracking.query import (
+    RunLookupError,
+    attempt_rank,
+    missing_sqlite_store,
+    read_run_file,
+    search_runs,
+)
+from spu.tracking.store import client_for, run_metrics, run_params, run_tags
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -108,6 +114,9 @@ def _flag(run: LoggedRun, key: str) -> bool:
 
 def runs_row(run: LoggedRun) -> dict[str, Any]:
     """The runs-table row of one logged run (before official rows are chosen)."""
+    # Imported here: spu.runner imports spu.tracking (the trajectory writer).
+    from spu.runner import config_label
+
     p, m, t = run.params, run.metrics, run.tags
     for key in ("model", "harness", "effort", "task", "repeat", "run_key"):
         if key not in p:
@@ -127,7 +136,9 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
                               f"a whole number ({exc})") from None
     return {
         "run_id": run.run_id,
-        "config": _text(p.get("config")) or f"{p['model']}-{p['effort']}",
+        # A record without its label: the model's default harness is not recorded,
+        # so the label cannot name a non-default harness.
+        "config": _text(p.get("config")) or config_label(p["model"], p["effort"]),
         "model": p["model"],
         "harness": p["harness"],
         "effort": p["effort"],
@@ -181,13 +192,17 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
 
 def mark_official(rows: list[dict[str, Any]], all_attempts: bool = False
                   ) -> list[dict[str, Any]]:
-    """Choose each run key's official row (its latest attempt) and count its attempts."""
-    by_key: dict[str, list[dict[str, Any]]] = {}
+    """Choose the official row of each run key in each experiment and count its attempts.
+
+    The official row is the latest attempt (:func:`~spu.tracking.query.attempt_rank`);
+    a run key logged in two experiments gives two official rows.
+    """
+    by_key: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
     for row in rows:
-        by_key.setdefault(row["run_key"], []).append(row)
+        by_key.setdefault((row["experiment"], row["run_key"]), []).append(row)
     out: list[dict[str, Any]] = []
     for attempts in by_key.values():
-        attempts.sort(key=lambda r: (r["attempt"], r["_start_ms"], r["run_id"]))
+        attempts.sort(key=lambda r: attempt_rank(r["attempt"], r["_start_ms"], r["run_id"]))
         for row in attempts:
             row["n_attempts"] = len(attempts)
             row["official"] = row is attempts[-1]
@@ -213,7 +228,10 @@ def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 def table_from_logged(runs: Iterable[LoggedRun], all_attempts: bool = False) -> pd.DataFrame:
-    """The runs table of logged runs; one row per run key unless ``all_attempts``."""
+    """The runs table of logged runs.
+
+    One row per run key and experiment, unless ``all_attempts``.
+    """
     return frame(mark_official([runs_row(r) for r in runs], all_attempts))
 
 
@@ -235,14 +253,10 @@ def runs_table(tracking_uri: str, experiment: str | None = None, *,
 
 def logged_runs(tracking_uri: str, experiment: str | None = None) -> list[LoggedRun]:
     """Every complete run of an MLflow store (or of one experiment), read in pages."""
-    from mlflow.entities import ViewType
-    from mlflow.tracking import MlflowClient
-
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///"):])
-        if not db.is_file():
-            raise RunsExportError(f"no tracking store at {db} (tracking URI {tracking_uri})")
-    client = MlflowClient(tracking_uri=tracking_uri)
+    db = missing_sqlite_store(tracking_uri)
+    if db is not None:
+        raise RunsExportError(f"no tracking store at {db} (tracking URI {tracking_uri})")
+    client = client_for(tracking_uri)
     if experiment is not None:
         found = client.get_experiment_by_name(experiment)
         if found is None:
@@ -252,26 +266,21 @@ def logged_runs(tracking_uri: str, experiment: str | None = None) -> list[Logged
         experiments = {found.experiment_id: found.name}
     else:
         experiments = {e.experiment_id: e.name for e in client.search_experiments()}
-    runs: list[LoggedRun] = []
-    token = None
-    while experiments:
-        page = client.search_runs(list(experiments), run_view_type=ViewType.ACTIVE_ONLY,
-                                  max_results=50_000, page_token=token)
-        for run in page:
-            if "outcome" not in run.data.tags:
-                continue  # logging was cut short: not a complete record (see log_run)
-            runs.append(LoggedRun(
-                run_id=run.info.run_id,
-                params=run.data.params,
-                metrics=run.data.metrics,
-                tags=run.data.tags,
-                experiment=experiments.get(run.info.experiment_id),
-                start_time_ms=run.info.start_time,
-            ))
-        token = page.token
-        if not token:
-            break
-    return runs
+    if not experiments:
+        return []
+    return [
+        LoggedRun(
+            run_id=run.info.run_id,
+            params=run.data.params,
+            metrics=run.data.metrics,
+            tags=run.data.tags,
+            experiment=experiments.get(run.info.experiment_id),
+            start_time_ms=run.info.start_time,
+        )
+        for run in search_runs(client, list(experiments))
+        # A run without an outcome was cut short while logging: not a complete record.
+        if "outcome" in run.data.tags
+    ]
 
 
 def record_paths(runs_dir: Path) -> list[tuple[Path, str]]:
@@ -291,15 +300,19 @@ def record_paths(runs_dir: Path) -> list[tuple[Path, str]]:
 
 
 def load_record(path: Path) -> RunRecord:
-    """Read one ``run.json``; errors name the file and the key."""
+    """Read one ``run.json`` (:func:`~spu.tracking.query.read_run_file`), which must exist.
+
+    Raises:
+        RunsExportError: the file is missing, unreadable or not a run record (the
+            message names the file and the key).
+    """
     try:
-        return RunRecord.model_validate_json(Path(path).read_bytes())
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise RunsExportError(f"{path}: {loc}: {err['msg']}") from None
-    except OSError as exc:
-        raise RunsExportError(f"{path}: cannot be read ({exc})") from None
+        record = read_run_file(path)
+    except RunLookupError as exc:
+        raise RunsExportError(str(exc)) from None
+    if record is None:
+        raise RunsExportError(f"{path}: no such file")
+    return record
 
 
 def runs_table_from_records(runs_dir: Path, *, all_attempts: bool = False) -> pd.DataFrame:
@@ -331,13 +344,3 @@ def write_runs_table(df: pd.DataFrame, out: Path) -> Path:
         df.to_parquet(tmp, index=False)
     tmp.replace(out)
     return out
-
-
-def read_runs_table(path: Path) -> pd.DataFrame:
-    """Read a runs table written by :func:`write_runs_table`, with its dtypes."""
-    import pandas as pd
-
-    path = Path(path)
-    if path.suffix.lower() == ".parquet":
-        return pd.read_parquet(path)
-    return pd.read_csv(path, dtype={c: "Int64" for c in NULLABLE_INT_COLUMNS})

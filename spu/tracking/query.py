@@ -5,11 +5,14 @@ version and repeat. Each attempt of it is one MLflow run tagged with the key. A
 record counts once its ``outcome`` tag is logged: :func:`spu.tracking.store.log_run`
 logs the key and the outcome in the same batch, so a run cut short while logging has
 neither, and the export (:mod:`spu.tracking.export`) skips it for the same reason.
-The latest attempt of a key (highest ``attempt``, then latest start) is the one that
-counts, as in the runs table.
+The latest attempt of a key is the one that counts: the largest
+:func:`attempt_rank` (highest ``attempt``, then latest start, then largest run id), the
+rule the runs table uses too.
 
 The same facts are read from ``<output_root>/runs/<key>/run.json`` when tracking is
-off (:func:`recorded_run_from_file`). MLflow is imported inside the functions.
+off (:func:`read_run_file`). This module also holds what the export shares with the
+lookups: reading a ``run.json``, the missing-store check and the paged run search.
+MLflow is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from spu.schema import RunRecord
+from spu.tasks.package import validation_message
 from spu.tracking.store import TrackingTarget, client_for
 
 if TYPE_CHECKING:
@@ -154,26 +158,36 @@ def read_run_file(path: Path) -> RunRecord | None:
     try:
         return RunRecord.model_validate_json(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise RunLookupError(f"{path}: {loc}: {err['msg']}") from None
+        raise RunLookupError(validation_message(path, exc)) from None
 
 
-def recorded_run_from_file(output_root: Path, run_key: str) -> RecordedRun | None:
-    """The attempt recorded in ``<output_root>/runs/<run_key>/run.json``, if any."""
-    record = read_run_file(Path(output_root) / "runs" / run_key / "run.json")
-    return None if record is None else recorded_run_from_record(record)
+def attempt_rank(attempt: int, start_time_ms: int | None, run_id: str | None
+                 ) -> tuple[int, int, str]:
+    """Sort key of the attempts of one run key: the largest is the latest, the official one.
+
+    Highest ``attempt``, then latest start, then largest run id, so that a tie never
+    depends on the order in which the store returns the runs.
+
+    Examples
+    --------
+    >>> max([(1, 5, "b"), (2, 3, "a"), (2, 3, "c")], key=lambda r: attempt_rank(*r))
+    (2, 3, 'c')
+    """
+    return attempt, start_time_ms or 0, run_id or ""
 
 
 def latest_per_key(runs: Iterable[tuple[RecordedRun, int]]) -> dict[str, RecordedRun]:
-    """The latest attempt of each run key, from ``(record, start time in ms)`` pairs."""
-    best: dict[str, tuple[int, int, RecordedRun]] = {}
+    """The latest attempt of each run key, by :func:`attempt_rank`.
+
+    ``runs`` holds ``(record, start time in ms)`` pairs.
+    """
+    best: dict[str, tuple[tuple[int, int, str], RecordedRun]] = {}
     for run, started in runs:
-        rank = (run.attempt, started)
+        rank = attempt_rank(run.attempt, started, run.tracking_id)
         held = best.get(run.run_key)
-        if held is None or rank > held[:2]:
-            best[run.run_key] = (*rank, run)
-    return {key: value[2] for key, value in best.items()}
+        if held is None or rank > held[0]:
+            best[run.run_key] = (rank, run)
+    return {key: run for key, (_, run) in best.items()}
 
 
 def _experiment(client: MlflowClient, target: TrackingTarget) -> str | None:
@@ -181,11 +195,13 @@ def _experiment(client: MlflowClient, target: TrackingTarget) -> str | None:
     return None if found is None else str(found.experiment_id)
 
 
-def _search(client: MlflowClient, experiment: str, filter_string: str) -> list[Run]:
+def search_runs(client: MlflowClient, experiment_ids: list[str],
+                filter_string: str = "") -> list[Run]:
+    """Every active run of the experiments that matches ``filter_string``, read in pages."""
     runs: list[Run] = []
     token = None
     while True:
-        page = client.search_runs([experiment], filter_string=filter_string,
+        page = client.search_runs(experiment_ids, filter_string=filter_string,
                                   max_results=PAGE_SIZE, page_token=token)
         runs.extend(page)
         token = page.token
@@ -193,10 +209,22 @@ def _search(client: MlflowClient, experiment: str, filter_string: str) -> list[R
             return runs
 
 
-def _sqlite_missing(target: TrackingTarget) -> bool:
-    # Looking up runs must not create an empty store as a side effect.
-    return target.uri.startswith("sqlite:///") and not Path(
-        target.uri[len("sqlite:///"):]).is_file()
+def missing_sqlite_store(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI when it does not exist, else None.
+
+    Reading runs must not create an empty store as a side effect (MLflow would).
+
+    Examples
+    --------
+    >>> missing_sqlite_store("sqlite:////nowhere/mlflow.db")
+    PosixPath('/nowhere/mlflow.db')
+    >>> missing_sqlite_store("http://localhost:5000") is None
+    True
+    """
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///"):])
+    return None if db.is_file() else db
 
 
 def recorded_runs(target: TrackingTarget,
@@ -211,7 +239,7 @@ def recorded_runs(target: TrackingTarget,
     Raises:
         RunLookupError: a run key is malformed, or a record is.
     """
-    if _sqlite_missing(target):
+    if missing_sqlite_store(target.uri) is not None:
         return {}
     client = client_for(target)
     experiment = _experiment(client, target)
@@ -223,9 +251,9 @@ def recorded_runs(target: TrackingTarget,
             raise RunLookupError(f"{key!r} is not a run key (16 hex digits)")
     if keys is not None and len(keys) <= 20:
         found = [r for key in keys
-                 for r in _search(client, experiment, f"tags.run_key = '{key}'")]
+                 for r in search_runs(client, [experiment], f"tags.run_key = '{key}'")]
     else:
-        found = _search(client, experiment, "")
+        found = search_runs(client, [experiment])
     pairs = []
     for run in found:
         recorded = recorded_run_from_mlflow(run)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spu
+from spu.analysis.exposure import exposure_kinds
 from spu.config import TrackingConfig
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
@@ -176,9 +177,8 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "attempt": str(record.attempt),
         "record_version": record.schema_version or RUN_RECORD_VERSION,
     }
-    kinds = sorted({h.kind for h in record.exposure_hits})
     optional = {
-        "exposure_kinds": ",".join(kinds),
+        "exposure_kinds": ",".join(exposure_kinds(record.exposure_hits)),
         "retried_from": record.retried_from,
         "refusal_label": record.refusal_label,
         "started_at": record.started_at,

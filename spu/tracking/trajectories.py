@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from spu.schema import TRAJECTORY_VERSION, Trajectory, TrajectoryStep, Usage
+from spu.tasks.package import validation_message
 
 TRAJECTORY_FILE = "trajectory.jsonl.gz"
 """Name of the trajectory file in a run folder."""
@@ -71,13 +72,21 @@ def find_trajectory(run_dir: Path) -> Path | None:
 
 
 def read_header(path: Path) -> TrajectoryHeader:
-    """The header of a trajectory file (the legacy layout is read whole)."""
+    """The header of a trajectory file (the legacy layout is read whole).
+
+    Raises:
+        TrajectoryFileError: the file is not gzip, is cut short or has no header.
+    """
     path = Path(path)
     if path.name.endswith(".json"):
         t = _read_legacy(path)
         return TrajectoryHeader(t.schema_version, t.harness, t.cli_version, t.usage)
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return _parse_header(path, f.readline())
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            line = f.readline()
+    except (OSError, EOFError) as exc:
+        raise _not_gzip(path, exc) from None
+    return _parse_header(path, line)
 
 
 def iter_steps(path: Path) -> Iterator[TrajectoryStep]:
@@ -95,10 +104,14 @@ def iter_steps(path: Path) -> Iterator[TrajectoryStep]:
                 try:
                     yield TrajectoryStep.model_validate_json(line)
                 except ValidationError as exc:
-                    raise TrajectoryFileError(f"{path}: line {number}: {_first_error(exc)}") \
-                        from None
+                    raise TrajectoryFileError(
+                        validation_message(f"{path}: line {number}", exc)) from None
     except (OSError, EOFError) as exc:
-        raise TrajectoryFileError(f"{path}: not a readable gzip file ({exc})") from None
+        raise _not_gzip(path, exc) from None
+
+
+def _not_gzip(path: Path, exc: OSError | EOFError) -> TrajectoryFileError:
+    return TrajectoryFileError(f"{path}: not a readable gzip file ({exc})")
 
 
 def read_trajectory(path: Path) -> Trajectory:
@@ -123,17 +136,11 @@ def _parse_header(path: Path, line: str) -> TrajectoryHeader:
     except KeyError as exc:
         raise TrajectoryFileError(f"{path}: line 1: header lacks key {exc}") from None
     except ValidationError as exc:
-        raise TrajectoryFileError(f"{path}: line 1: usage: {_first_error(exc)}") from None
+        raise TrajectoryFileError(validation_message(f"{path}: line 1: usage", exc)) from None
 
 
 def _read_legacy(path: Path) -> Trajectory:
     try:
         return Trajectory.model_validate_json(path.read_bytes())
     except ValidationError as exc:
-        raise TrajectoryFileError(f"{path}: {_first_error(exc)}") from None
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-    return f"{loc}: {err['msg']}"
+        raise TrajectoryFileError(validation_message(path, exc)) from None

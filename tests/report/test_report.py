@@ -131,3 +131,33 @@ def test_cli_writes_the_report_and_refuses_bad_input(tmp_path) -> None:
                        str(tmp_path / "nothing")])
     assert done.returncode == 2 and "missing column(s) 'outcome'" in done.stderr
     assert not (tmp_path / "nothing").exists()
+
+
+def test_figures_leave_matplotlib_global_state_alone(result, tmp_path) -> None:
+    """Importing and drawing the figures neither selects pyplot's backend nor changes the
+    process's rcParams; the report style applies within each figure only."""
+    import subprocess
+    import sys
+
+    import matplotlib
+
+    from spu.report.figures import STYLE, means_figure, save_figure
+    from tests.conftest import REPO
+
+    before = dict(matplotlib.rcParams)
+    fig = means_figure(result.tables["configs.csv"])
+    paths = save_figure(fig, tmp_path, "means")
+    assert dict(matplotlib.rcParams) == before
+    assert [p.suffix for p in paths] == [".png", ".svg"]
+    # The style reached the figure: no top spine (the process default draws one).
+    assert STYLE["axes.spines.top"] is False and matplotlib.rcParams["axes.spines.top"]
+    assert not fig.axes[0].spines["top"].get_visible()
+    probe = ("import matplotlib, sys\n"
+             "backend = matplotlib.rcParams._get_backend_or_none()\n"
+             "size = matplotlib.rcParams['font.size']\n"
+             "import spu.report.figures\n"
+             "print(matplotlib.rcParams._get_backend_or_none() == backend,\n"
+             "      matplotlib.rcParams['font.size'] == size, 'matplotlib.pyplot' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=REPO, check=True)
+    assert out.stdout.split() == ["True", "True", "False"]

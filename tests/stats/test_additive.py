@@ -109,3 +109,29 @@ def test_linear_map_reproduces_the_fit() -> None:
     design, y = AdditiveDesign.from_matrix(matrix)
     np.testing.assert_allclose(linear_map(design) @ y, fit_additive(matrix).adjusted,
                                atol=1e-12)
+
+
+def test_fit_carries_its_design_and_drops_unscored_configurations_exactly() -> None:
+    """``fit.design``/``fit.y`` are what ``from_matrix`` builds, and leaving out the
+    configurations without scored runs gives the design and fit of the smaller matrix
+    (what the rank-stability simulation reuses instead of refitting)."""
+    matrix = _unbalanced(3).assign(c5=np.nan)[["c0", "c5", "c1", "c2", "c3", "c4"]]
+    fit = fit_additive(matrix)
+    design, y = AdditiveDesign.from_matrix(matrix)
+    assert (fit.design.tasks, fit.design.configs) == (design.tasks, design.configs)
+    np.testing.assert_array_equal(fit.design.task_index, design.task_index)
+    np.testing.assert_array_equal(fit.design.config_index, design.config_index)
+    np.testing.assert_array_equal(fit.y, y)
+    identified = np.isfinite(fit.adjusted)
+    assert identified.tolist() == [True, False, True, True, True, True]
+    smaller = matrix.loc[:, identified]
+    expected, expected_y = AdditiveDesign.from_matrix(smaller)
+    got = fit.design.scored_configs(identified)
+    assert got.configs == expected.configs and got.tasks == expected.tasks
+    np.testing.assert_array_equal(got.task_index, expected.task_index)
+    np.testing.assert_array_equal(got.config_index, expected.config_index)
+    np.testing.assert_array_equal(fit.y, expected_y)
+    np.testing.assert_allclose(fit.adjusted[identified], fit_additive(smaller).adjusted,
+                               rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="has observations"):
+        fit.design.scored_configs(np.array([False, True, True, True, True, True]))

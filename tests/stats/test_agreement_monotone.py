@@ -3,6 +3,9 @@ folders written to disk, read the way ``spu stats --tasks --runs-dir`` reads the
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -136,3 +139,92 @@ def test_abs_spearman_matches_scipy_with_ties() -> None:
     x, y = rng.integers(0, 4, 12).astype(float), rng.normal(size=12)
     assert abs_spearman(x, y) == pytest.approx(abs(sps.spearmanr(x, y)[0]), abs=1e-12)
     assert np.isnan(abs_spearman(np.ones(4), y[:4]))
+
+
+def test_canonical_file_is_read_as_it_is(tmp_path) -> None:
+    """A canonical file goes through the grader's normalization unchanged: same groups,
+    same orders (ids as text), a group listed twice left out, extra keys ignored."""
+    from spu.grading.recovery import normalize_departures
+
+    document = {"task_id": "t", "task_version": "1", "rankings": [
+        {"group_id": "G", "order": ["b", "a", "c"], "note": "extra key"},
+        {"group_id": "H", "order": [2, 1]},
+        {"group_id": "D", "order": ["x"]}, {"group_id": "D", "order": ["y"]}]}
+    assert normalize_departures(document)[1] == []
+    data = json.dumps(document).encode()
+    assert orders_from_bytes(data) == {"G": ["b", "a", "c"], "H": ["2", "1"]}
+    # The same orders behind a departure (rankings keyed by group) read the same.
+    keyed = {"task_id": "t", "rankings": {"G": ["b", "a", "c"], "H": [2, 1]}}
+    assert orders_from_bytes(json.dumps(keyed).encode()) == {"G": ["b", "a", "c"],
+                                                            "H": ["2", "1"]}
+    for unreadable in (b"not json", b"[1, 2]", b'{"rankings": [["a"]]}', b'{"task_id": "t"}'):
+        assert orders_from_bytes(unreadable) is None
+
+
+def test_run_json_index_is_built_only_for_rows_without_a_folder(tmp_path, monkeypatch) -> None:
+    """Rows found by run key never read the other run folders' ``run.json``; the first row
+    whose folder is missing builds the (model, harness, effort, task, repeat) index once."""
+    import spu.stats.submissions as submissions
+
+    out = tmp_path / "outputs"
+    identity = {"model": "m", "harness": "h", "effort": "e"}
+    write_run(out, "k1", "t1", [{"group_id": "G", "order": ["a", "b"]}])
+    for key, task in (("other-a", "t2"), ("other-b", "t3")):
+        folder = write_run(out, key, task, [{"group_id": "G", "order": ["b", "a"]}])
+        (folder / "run.json").write_text(json.dumps(
+            {**identity, "run_key": key, "task_id": task, "repeat": 0}))
+    (out / "runs" / "junk").mkdir()
+    (out / "runs" / "junk" / "run.json").write_text("not json")
+    builds: list[Path] = []
+    build = submissions._folders_by_identity
+
+    def counted(base: Path, notes: list[str]) -> dict[tuple[str, ...], Path]:
+        builds.append(base)
+        return build(base, notes)
+
+    monkeypatch.setattr(submissions, "_folders_by_identity", counted)
+    keyed = run_row("A", "t1", 0.1, run_key="k1", **identity)
+    runs = check_runs_table(pd.DataFrame([keyed]))
+    found = load_submitted_orders(out, runs)
+    assert found.orders == {"A-t1-0": {"G": ["a", "b"]}} and found.notes == []
+    assert builds == []
+
+    lost = [run_row("A", task, 0.2, run_key=f"gone-{task}", **identity) for task in ("t2", "t3")]
+    runs = check_runs_table(pd.DataFrame([keyed, *lost]))
+    found = load_submitted_orders(out, runs)
+    assert found.orders == {"A-t1-0": {"G": ["a", "b"]}, "A-t2-0": {"G": ["b", "a"]},
+                            "A-t3-0": {"G": ["b", "a"]}}
+    assert builds == [out / "runs"]
+    assert [n for n in found.notes if "junk" in n] == [
+        f"{out / 'runs' / 'junk' / 'run.json'}: skipped "
+        f"(JSONDecodeError: Expecting value: line 1 column 1 (char 0))"]
+
+
+def test_consensus_scores_are_what_the_submitted_file_would_get(tmp_path) -> None:
+    """The consensus and leave-one-out scores (one grading key per task) equal the grade
+    of a file listing the same orders, as ``spu grade`` gives it."""
+    from spu.grading.rules import grade_submission
+
+    groups = {"G": {"a": 1.0, "b": 3.0, "c": 2.0, "d": 4.0}, "H": {"x": 2.0, "y": 1.0}}
+    write_task(tmp_path / "tasks", "t1", groups, weights={"G": 0.7, "H": 0.3})
+    tasks = load_task_set([tmp_path / "tasks"])
+    contract, answers = tasks["t1"].package.contract, tasks["t1"].answers
+    submitted = {"A": {"G": ["d", "a", "b", "c"], "H": ["x", "y"]},
+                 "B": {"G": ["a", "c", "b", "d"], "H": ["y", "x"]},
+                 "C": {"G": ["c", "a", "d", "b"]}}
+    runs = check_runs_table(pd.DataFrame(
+        [run_row(c, "t1", 0.1 * i) for i, c in enumerate(submitted)]))
+    orders = {f"{c}-t1-0": o for c, o in submitted.items()}
+    result = agreement_analysis(runs, orders, tasks, list(submitted), resamples=50)
+
+    def graded(o: dict[str, list[str]]) -> float:
+        document = {"task_id": "t1", "task_version": "1.0",
+                    "rankings": [{"group_id": g, "order": v} for g, v in o.items()]}
+        return grade_submission(contract, answers, json.dumps(document).encode()).score
+
+    everyone = consensus_orders(contract, list(submitted.values()))
+    assert result.tasks.iloc[0].consensus_score == graded(everyone)
+    loo = result.leave_one_out.set_index("config")
+    for c in submitted:
+        others = consensus_orders(contract, [o for k, o in submitted.items() if k != c])
+        assert loo.loc[c, "consensus_mean"] == graded(others)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
+import itertools
 import json
 import math
 import shutil
@@ -124,8 +125,6 @@ def test_parquet_mlflow_and_run_json_tables_agree(sweep, tmp_path) -> None:
 @pytest.mark.slow
 def test_runs_table_feeds_the_statistics_module(sweep, tmp_path) -> None:
     """``spu runs export`` output is read by ``spu stats`` as it is."""
-    if importlib.util.find_spec("spu.stats.runs_table") is None:
-        pytest.skip("spu.stats.runs_table (statistics module, issue 9) is not in this checkout")
     from spu.stats.runs_table import read_runs_table
 
     for suffix in (".csv", ".parquet"):
@@ -133,8 +132,6 @@ def test_runs_table_feeds_the_statistics_module(sweep, tmp_path) -> None:
         assert main(["runs", "export", "--output-root", str(sweep), "--out", str(out)]) == 0
         checked = read_runs_table(out)
         assert len(checked) == 6 and checked["scored"].all()
-    if importlib.util.find_spec("spu.stats.cli") is None:
-        pytest.skip("spu stats command (issue 9) is not in this checkout yet")
     stats = run_module(["spu", "stats", str(tmp_path / "runs.csv"), "--out",
                         str(tmp_path / "stats"), "--resamples", "200"])
     assert stats.returncode == 0, stats.stderr[-3000:]
@@ -344,8 +341,9 @@ def test_output_must_be_csv_or_parquet(tmp_path, target) -> None:
         write_runs_table(runs_table(target.uri), tmp_path / "runs.txt")
 
 
-def test_hand_built_trajectory_tokens_reach_the_table(tmp_path, target) -> None:
-    """A record whose usage is its trajectory's exports that usage bucket by bucket."""
+def test_logged_trajectory_tokens_equal_the_exported_columns(tmp_path, target) -> None:
+    """The trajectory artifact MLflow holds, streamed back step by step, sums to the
+    token columns of the exported row, bucket by bucket."""
     from spu.schema import ToolCall, Trajectory, TrajectoryStep
     from spu.tracking.trajectories import write_trajectory
     from tests.tracking.conftest import make_record
@@ -362,12 +360,82 @@ def test_hand_built_trajectory_tokens_reach_the_table(tmp_path, target) -> None:
     run_dir.mkdir()
     write_trajectory(run_dir / TRAJECTORY_FILE, Trajectory(harness="x", steps=steps,
                                                            usage=total))
-    log_run(make_record(usage=total, tool_calls=40), run_dir, target)
+    run_id = log_run(make_record(usage=total, tool_calls=40), run_dir, target)
     row = runs_table(target.uri).iloc[0]
+    assert row.run_id == run_id
+    exported = (row.input_tokens, row.cache_read_tokens, row.cache_write_tokens,
+                row.cache_write_1h_tokens, row.output_tokens)
     # sum over i of (100 i + 1) = 100 x 780 + 40; 10,000 x 780; 40 x 500; 200 x 20; 7 x 780
-    assert (row.input_tokens, row.cache_read_tokens, row.cache_write_tokens,
-            row.cache_write_1h_tokens, row.output_tokens) == (78_040, 7_800_000, 20_000,
-                                                              4_000, 5_460)
+    assert exported == (78_040, 7_800_000, 20_000, 4_000, 5_460)
+    logged = client_for(target).download_artifacts(run_id, TRAJECTORY_FILE,
+                                                   str(tmp_path / "download"))
+    summed, n_steps = Usage(), 0
+    for step in iter_steps(Path(logged)):
+        summed = summed + (step.usage or Usage())
+        n_steps += 1
+    assert n_steps == 40
+    assert (summed.input, summed.cache_read, summed.cache_write, summed.cache_write_1h,
+            summed.output) == exported
     assert math.isnan(row.cost_usd)  # the hand-built record has no estimate
     assert sqlite3.connect(target.uri[len("sqlite:///"):]).execute(
         "select count(*) from runs").fetchone()[0] == 1
+
+
+# ---------------------------------------------------------------- official rows
+
+
+def test_same_run_key_in_two_experiments_gives_two_official_rows(tmp_path, target) -> None:
+    """Run keys of different experiments are different runs: each is official in its own
+    experiment, in the export and in the lookups that resume a sweep."""
+    from spu.tracking.query import recorded_runs
+    from tests.tracking.conftest import make_record
+
+    other = dataclasses.replace(target, experiment="other")
+    (tmp_path / "run").mkdir()
+    record = make_record()
+    ids = {t.experiment: log_run(record, tmp_path / "run", t) for t in (target, other)}
+    every = runs_table(target.uri)
+    assert sorted(every[["experiment", "run_id", "run_key", "official", "n_attempts"]]
+                  .itertuples(index=False, name=None)) == sorted(
+        (name, run_id, record.run_key, True, 1) for name, run_id in ids.items())
+    for t in (target, other):
+        one = runs_table(target.uri, t.experiment)
+        assert one["run_id"].tolist() == [ids[t.experiment]]
+        assert recorded_runs(t)[record.run_key].tracking_id == ids[t.experiment]
+
+
+def test_ties_resolve_the_same_in_the_export_and_the_lookups() -> None:
+    """Attempts with the same number and start time: the largest run id is official,
+    whatever order the store returns them in."""
+    from spu.tracking.export import logged_from_record, table_from_logged
+    from spu.tracking.query import latest_per_key, recorded_run_from_record
+    from tests.tracking.conftest import make_record
+
+    record = make_record()
+    ids = ["3f0a", "9b21", "5c77"]
+    logged = [dataclasses.replace(logged_from_record(record, run_id, "test"),
+                                  start_time_ms=1_000) for run_id in ids]
+    recorded = [(recorded_run_from_record(record, run_id), 1_000) for run_id in ids]
+    for order in itertools.permutations(range(len(ids))):
+        table = table_from_logged([logged[i] for i in order], all_attempts=True)
+        assert table.loc[table["official"], "run_id"].tolist() == ["9b21"]
+        assert table["n_attempts"].tolist() == [3, 3, 3]
+        latest = latest_per_key([recorded[i] for i in order])
+        assert latest[record.run_key].tracking_id == "9b21"
+    # A later attempt, or a later start, wins before the run id is looked at.
+    later = dataclasses.replace(logged[0], start_time_ms=2_000)
+    assert table_from_logged([later, *logged[1:]])["run_id"].tolist() == ["3f0a"]
+    assert latest_per_key([(recorded[0][0], 2_000), *recorded[1:]])[
+        record.run_key].tracking_id == "3f0a"
+
+
+def test_record_without_a_label_gets_the_runners_label() -> None:
+    """An older record without ``config``: the label is :func:`spu.runner.config_label`
+    of its model and effort (the model's default harness is not recorded)."""
+    from spu.runner import config_label
+    from spu.tracking.export import logged_from_record, runs_row
+    from tests.tracking.conftest import make_record
+
+    row = runs_row(logged_from_record(make_record(config=None), "r1"))
+    assert row["config"] == config_label("opus5", "max") == "opus5-max"
+    assert runs_row(logged_from_record(make_record(), "r1"))["config"] == "opus5-max"

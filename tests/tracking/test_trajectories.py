@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import types
 from pathlib import Path
@@ -49,12 +50,23 @@ def test_same_trajectory_same_bytes(tmp_path) -> None:
 
 
 def test_steps_are_streamed_one_line_at_a_time(tmp_path) -> None:
-    path = write_trajectory(tmp_path / TRAJECTORY_FILE, _trajectory(5))
-    steps = iter_steps(path)
-    assert isinstance(steps, types.GeneratorType)
-    assert next(steps).index == 0
+    """A file cut in the middle still yields its first steps before the error: the steps
+    are read as the caller asks for them, not all parsed up front."""
+    steps = [TrajectoryStep(index=i, text=hashlib.sha256(str(i).encode()).hexdigest() * 8)
+             for i in range(200)]
+    path = write_trajectory(tmp_path / TRAJECTORY_FILE, Trajectory(harness="x", steps=steps))
     with gzip.open(path, "rt") as f:
-        assert len(f.readlines()) == 6  # header + 5 steps
+        assert len(f.readlines()) == 201  # header + 200 steps
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    stream = iter_steps(cut)
+    assert isinstance(stream, types.GeneratorType)
+    seen: list[int] = []
+    with pytest.raises(TrajectoryFileError, match=r"cut\.jsonl\.gz: not a readable gzip file"):
+        for step in stream:
+            seen.append(step.index)
+    assert 20 < len(seen) < 200
+    assert seen == list(range(len(seen)))
 
 
 def test_legacy_single_document_still_loads(tmp_path) -> None:
@@ -82,6 +94,20 @@ def test_bad_line_names_file_and_line(tmp_path) -> None:
     (tmp_path / "plain.jsonl.gz").write_text("not gzip")
     with pytest.raises(TrajectoryFileError, match="not a readable gzip file"):
         list(iter_steps(tmp_path / "plain.jsonl.gz"))
+
+
+def test_header_of_a_file_that_is_not_gzip_is_a_trajectory_error(tmp_path) -> None:
+    plain = tmp_path / "plain.jsonl.gz"
+    plain.write_text('{"harness": "codex"}\n')
+    with pytest.raises(TrajectoryFileError, match=r"plain\.jsonl\.gz: not a readable gzip file"):
+        read_header(plain)
+    whole = write_trajectory(tmp_path / TRAJECTORY_FILE, _trajectory())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole.read_bytes()[:12])  # the gzip header, cut before any data
+    with pytest.raises(TrajectoryFileError, match=r"cut\.jsonl\.gz: not a readable gzip file"):
+        read_header(cut)
+    with pytest.raises(TrajectoryFileError, match="not a readable gzip file"):
+        read_trajectory(plain)
 
 
 GOLDEN = Path(__file__).parent / "golden"
