@@ -299,6 +299,8 @@ def run_one(spec: RunSpec) -> RunRecord:
         isolation_note = grades.warning
     if isolation_note:
         notes.append(isolation_note)
+    if result.infra_error:
+        notes.append(f"infra error: {result.infra_error}")
 
     outcome = decide_outcome(evidence, result, submission is not None, grades_recovered)
     scored = is_scored(outcome, grades_recovered)

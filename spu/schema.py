@@ -331,6 +331,15 @@ class Usage(Record):
             output=self.output + other.output,
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            input=self.input - other.input,
+            cache_read=self.cache_read - other.cache_read,
+            cache_write=self.cache_write - other.cache_write,
+            cache_write_1h=self.cache_write_1h - other.cache_write_1h,
+            output=self.output - other.output,
+        )
+
 
 class EnforcedLimits(Record):
     """The limits a sandbox actually enforced, and how."""

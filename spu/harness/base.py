@@ -8,6 +8,7 @@ environment) and, after the process ends, ``parse`` (trajectory, usage, refusals
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,15 @@ from spu.registry import Registry
 from spu.sandbox.base import RunLimits, Sandbox, SandboxPaths
 from spu.schema import ProcessEvidence, Trajectory, Usage
 from spu.tasks.package import TaskPackage
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                   "NO_PROXY")
+"""Proxy settings handed from the host to the agent, in both spellings, where set."""
+
+
+def host_proxy_env() -> dict[str, str]:
+    """The host's proxy variables that are set (:data:`PROXY_VARIABLES`)."""
+    return {name: os.environ[name] for name in PROXY_VARIABLES if name in os.environ}
 
 
 @dataclass
@@ -34,6 +44,7 @@ class AgentContext:
     seed: int
     """Seed derived from the run key, for agents that draw random numbers."""
     gpu_ids: list[str] = field(default_factory=list)
+    """GPUs the launcher assigned; the sandbox places them and sets the GPU environment."""
 
     @property
     def log_dir(self) -> Path:
@@ -43,7 +54,11 @@ class AgentContext:
         return path
 
     def base_env(self) -> dict[str, str]:
-        """The ``SPU_*`` variables every agent receives (SPEC section 4)."""
+        """The ``SPU_*`` variables every agent receives (SPEC section 4).
+
+        GPU variables are not among them: every sandbox decides the GPU placement and
+        hands it over itself (``CUDA_VISIBLE_DEVICES``, device nodes, device requests).
+        """
         env = {
             "SPU_TASK_DIR": self.paths.task,
             "SPU_OUTPUT_DIR": self.paths.output,
@@ -56,9 +71,6 @@ class AgentContext:
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        if self.gpu_ids:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
-            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
         return env
 
 
@@ -111,6 +123,19 @@ class Harness(ABC):
 
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:  # noqa: B027
         """Put what the agent needs into the sandbox (before ``command``)."""
+
+    def agent_env(self, ctx: AgentContext, extra: dict[str, str]) -> dict[str, str]:
+        """The agent's environment, for :meth:`command`.
+
+        In order, later entries winning: the ``SPU_*`` variables
+        (:meth:`AgentContext.base_env`), the host's proxy variables that are set (both
+        spellings), ``extra`` (what this harness adds), then ``harness.env``.
+        """
+        env = ctx.base_env()
+        env.update(host_proxy_env())
+        env.update(extra)
+        env.update({k: str(v) for k, v in self.cfg.env.items()})
+        return env
 
     @abstractmethod
     def command(self, ctx: AgentContext) -> AgentCommand:

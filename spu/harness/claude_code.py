@@ -43,10 +43,6 @@ class ClaudeCodeHarness(CLIAgentHarness):
     binary = "claude"
     effort_field = "claude_code"
 
-    def instruction(self, ctx: AgentContext) -> str:
-        """The task's instruction, given as the prompt (every configuration gets the same)."""
-        return (ctx.task.path / "instruction.md").read_text(encoding="utf-8")
-
     def command(self, ctx: AgentContext) -> AgentCommand:
         """``claude -p`` with stream-json output, the model and the effort."""
         api_model = self.model.api_model or self.model.name
@@ -72,26 +68,15 @@ class ClaudeCodeHarness(CLIAgentHarness):
 
     def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
         """Trajectory from the session files; the CLI's cost and errors from stdout."""
-        home = self.home_host or ctx.run_dir / "workspace"
         events = read_json_lines(ctx.log_dir / "agent.stdout")
         result: dict[str, Any] = next(
             (e for e in reversed(events) if e.get("type") == "result"), {})
         init: dict[str, Any] = next((e for e in events if e.get("subtype") == "init"), {})
-        reading = read_claude_code_sessions(home / ".claude" / "projects",
+        reading = read_claude_code_sessions(self.home() / ".claude" / "projects",
                                             cli_version=init.get("claude_code_version"))
         cli_error = None
         if result.get("is_error") and result.get("stop_reason") != "refusal":
             cli_error = str(result.get("result") or result.get("subtype"))[:500]
-        elif not result:
-            cli_error = _stderr_tail(ctx)
         cost = result.get("total_cost_usd")
-        return self.result(reading, evidence, cli_error,
+        return self.result(ctx, reading, evidence, cli_error,
                            cli_cost_usd=float(cost) if cost is not None else None)
-
-
-def _stderr_tail(ctx: AgentContext) -> str | None:
-    try:
-        text = (ctx.log_dir / "agent.stderr").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return text.strip()[-500:] or None

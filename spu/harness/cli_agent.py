@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
-from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError
+from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, host_proxy_env
 from spu.harness.npm_tools import InstalledTool, ToolInstallError, ensure_installed, tools_dir
 from spu.harness.trajectory import SessionReading, count_tool_calls, count_web_fetches
 from spu.harness.trajectory.jsonl import read_jsonl
@@ -41,8 +41,8 @@ TEMP_FOLDER = ".tmp"
 """The CLIs' temporary folder, under the agent's home: a sandbox's ``/tmp`` may not be
 writable by the agent's user, and Claude Code exits silently without one."""
 
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-                   "NO_PROXY")
+STDERR_TAIL_CHARS = 500
+"""How much of the CLI's stderr an infrastructure error quotes when the CLI said nothing else."""
 
 
 class CLIAgentHarness(Harness):
@@ -133,7 +133,14 @@ class CLIAgentHarness(Harness):
     # ---------------------------------------------------------------- a run
 
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
-        """Locate the CLI and the agent's home; start the scripted server when asked."""
+        """Locate the CLI and the agent's home; start the scripted server when asked.
+
+        Raises:
+            HarnessError: ``model=scripted`` in a sandbox with its own network namespace,
+                from which the scripted server on the host's ``127.0.0.1`` is unreachable.
+        """
+        if self.scripted:
+            self.check_scripted_reachable(sandbox)
         self.home_host = sandbox.host_path(ctx.paths.workspace)
         (self.home_host / TEMP_FOLDER).mkdir(parents=True, exist_ok=True)
         # A backend that hands out host paths (the subprocess fallback) mounts nothing.
@@ -147,6 +154,38 @@ class CLIAgentHarness(Harness):
                 script, log_path=ctx.log_dir / "scripted_server.jsonl").start()
             log.info("scripted model %r at %s", script.name, self.server.url)
 
+    def check_scripted_reachable(self, sandbox: Sandbox) -> None:
+        """Refuse ``model=scripted`` where the agent has its own network namespace.
+
+        The scripted server listens on the host's ``127.0.0.1``; inside a network
+        namespace (``sandbox.network=false`` under bubblewrap, a Docker network other
+        than ``host``) that address is the sandbox's own loopback, and the CLI would
+        retry until the wall-clock limit.
+        """
+        info = sandbox.info()
+        if "network-namespace" not in info.isolation:
+            return
+        if info.backend == "docker":
+            fix = ("set sandbox.network=true and sandbox.network_mode=host, or use "
+                   "sandbox=local with sandbox.network=true")
+        else:
+            fix = "set sandbox.network=true"
+        raise HarnessError(
+            f"model=scripted: the scripted model server listens on the host's 127.0.0.1, "
+            f"which the agent cannot reach from its own network namespace in "
+            f"sandbox={info.backend} (sandbox.network=false, or a Docker network other "
+            f"than host); {fix}")
+
+    def instruction(self, ctx: AgentContext) -> str:
+        """The task's instruction, given as the prompt (every configuration gets the same)."""
+        return (ctx.task.path / "instruction.md").read_text(encoding="utf-8")
+
+    def home(self) -> Path:
+        """The agent's home folder on the host (known once :meth:`prepare` ran)."""
+        if self.home_host is None:
+            raise HarnessError(f"harness={self.cfg.name}: parse called before prepare")
+        return self.home_host
+
     def executable(self) -> str:
         """Path of the CLI as the agent process sees it."""
         return self.install().bin(self.binary, self.cli_root)
@@ -157,22 +196,18 @@ class CLIAgentHarness(Harness):
             return self.server.url
         return self.model.base_url
 
-    def agent_env(self, ctx: AgentContext, cli_env: dict[str, str]) -> dict[str, str]:
-        """The agent's environment: ``SPU_*``, proxies, ``cli_env``, then ``harness.env``.
+    def agent_env(self, ctx: AgentContext, extra: dict[str, str]) -> dict[str, str]:
+        """The agent's environment (:meth:`Harness.agent_env`) with the CLI's temporary folder.
 
-        ``harness.env`` overrides everything; the scripted server bypasses proxies.
+        ``harness.env`` still overrides everything; the scripted server bypasses proxies.
         """
-        env = ctx.base_env()
-        env["TMPDIR"] = f"{ctx.paths.workspace}/{TEMP_FOLDER}"
-        for name in PROXY_VARIABLES:
-            if name in os.environ:
-                env[name] = os.environ[name]
+        cli_env = {"TMPDIR": f"{ctx.paths.workspace}/{TEMP_FOLDER}"}
         if self.server is not None:
-            env["no_proxy"] = env["NO_PROXY"] = ",".join(
-                filter(None, [env.get("no_proxy"), "127.0.0.1", "localhost"]))
-        env.update(cli_env)
-        env.update({k: str(v) for k, v in self.cfg.env.items()})
-        return env
+            proxies = host_proxy_env()
+            host_bypass = proxies.get("no_proxy") or proxies.get("NO_PROXY")
+            cli_env["no_proxy"] = cli_env["NO_PROXY"] = ",".join(
+                filter(None, [host_bypass, "127.0.0.1", "localhost"]))
+        return super().agent_env(ctx, {**cli_env, **extra})
 
     def cleanup(self) -> None:
         """Stop the scripted model server, if one runs."""
@@ -182,9 +217,15 @@ class CLIAgentHarness(Harness):
 
     # ---------------------------------------------------------------- reading back
 
-    def result(self, reading: SessionReading, evidence: ProcessEvidence,
+    def result(self, ctx: AgentContext, reading: SessionReading, evidence: ProcessEvidence,
                cli_error: str | None, cli_cost_usd: float | None = None) -> AgentResult:
-        """The agent result from the session files and what the CLI printed."""
+        """The agent result from the session files and what the CLI printed.
+
+        ``cli_error`` is the error the CLI reported on stdout; without one, the tail
+        of its stderr stands in (a CLI that crashed says why there).
+        """
+        if cli_error is None:
+            cli_error = stderr_tail(ctx.log_dir / "agent.stderr")
         infra = infra_error(reading, evidence, cli_error)
         if reading.warnings:
             log.warning("session files: %s", "; ".join(reading.warnings[:5]))
@@ -206,20 +247,31 @@ def infra_error(reading: SessionReading, evidence: ProcessEvidence,
     """Why the run broke for reasons outside the agent (retried once), or None.
 
     A run that hit its time or memory limit is cut short by design (its outcome says
-    so); a refusal is the model's answer. Otherwise an API error, a CLI that left no
-    session, or a session without a final answer is an infrastructure error.
+    so); a refusal is the model's answer; a session that reached its final answer is
+    complete, even where a sub-agent recorded an API error on the way. Otherwise an
+    API error, a CLI that left no session, or a session without a final answer is an
+    infrastructure error.
     """
-    if evidence.timed_out or evidence.oom_killed or reading.refused:
+    if evidence.timed_out or evidence.oom_killed or reading.refused or reading.complete:
         return None
     if reading.api_errors:
         return f"API error: {reading.api_errors[-1][:500]}"
     if not reading.files:
         return (f"the CLI left no session file (exit code {evidence.exit_code}, "
                 f"signal {evidence.signal}){': ' + cli_error if cli_error else ''}")
-    if not reading.complete:
-        return (f"truncated session: no final answer (exit code {evidence.exit_code})"
-                f"{': ' + cli_error if cli_error else ''}")
-    return None
+    return (f"truncated session: no final answer (exit code {evidence.exit_code})"
+            f"{': ' + cli_error if cli_error else ''}")
+
+
+def stderr_tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str | None:
+    """The last ``chars`` characters of a log file, stripped; None when empty or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4 * chars))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return text.strip()[-chars:] or None
 
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:

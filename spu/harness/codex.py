@@ -82,22 +82,20 @@ class CodexHarness(CLIAgentHarness):
 
     def command(self, ctx: AgentContext) -> AgentCommand:
         """``codex exec --json ...`` with the instruction as the prompt."""
-        instruction = (ctx.task.path / "instruction.md").read_text(encoding="utf-8")
         argv = [self.executable(), "exec", "--json", "--skip-git-repo-check",
                 "--dangerously-bypass-approvals-and-sandbox",
                 "-c", "analytics.enabled=false", "--disable", "plugins",
-                "--cd", ctx.paths.workspace, instruction]
+                "--cd", ctx.paths.workspace, self.instruction(ctx)]
         env = {"CODEX_HOME": codex_home(ctx), self.key_variable(): self.api_key()}
         return AgentCommand(argv=argv, env=self.agent_env(ctx, env))
 
     def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
         """Trajectory from the rollout files; errors also from the ``--json`` stream."""
-        home = (self.home_host or ctx.run_dir / "workspace") / CODEX_HOME
-        reading = read_codex_sessions(home / "sessions")
+        reading = read_codex_sessions(self.home() / CODEX_HOME / "sessions")
         events = read_json_lines(ctx.log_dir / "agent.stdout")
         failed = [e for e in events if e.get("type") in ("turn.failed", "error")]
         cli_error = None
         if failed:
             error = failed[-1].get("error") or failed[-1]
             cli_error = str(error.get("message") if isinstance(error, dict) else error)[:500]
-        return self.result(reading, evidence, cli_error)
+        return self.result(ctx, reading, evidence, cli_error)

@@ -2,12 +2,12 @@
 
 The entrypoint is copied into the sandbox (``/workspace/.agent/``) and run with
 ``harness.args``. It gets ``SPU_TASK_DIR``, ``SPU_OUTPUT_DIR``, ``SPU_TASK_ID`` and
-``SPU_TIME_LIMIT_S`` and writes its submission to the output folder.
+``SPU_TIME_LIMIT_S`` (with the host's proxy variables and ``harness.env``, see
+:meth:`~spu.harness.base.Harness.agent_env`) and writes its submission to the output folder.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from spu.harness.base import AgentCommand, AgentContext, Harness, HarnessError, register_harness
@@ -48,8 +48,4 @@ class CommandHarness(Harness):
 
     def command(self, ctx: AgentContext) -> AgentCommand:
         """Run the copied entrypoint; scripts run through their shebang."""
-        env = {**ctx.base_env(), **{k: str(v) for k, v in self.cfg.env.items()}}
-        for name in ("http_proxy", "https_proxy", "no_proxy"):
-            if name in os.environ:
-                env.setdefault(name, os.environ[name])
-        return AgentCommand(argv=[self._inside, *self.args(ctx)], env=env)
+        return AgentCommand(argv=[self._inside, *self.args(ctx)], env=self.agent_env(ctx, {}))

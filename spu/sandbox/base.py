@@ -15,7 +15,7 @@ through the same ``SPU_*`` environment variables.)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -108,6 +108,26 @@ class RunFolders:
 
 class SandboxError(RuntimeError):
     """The sandbox could not be prepared or started: the run is an infrastructure error."""
+
+
+_AVAILABLE: dict[str, tuple[bool, str]] = {}
+
+
+def remembered_availability(key: str, probe: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
+    """``probe()``, remembered for the rest of the process once it succeeds.
+
+    The runner asks a backend whether it is available before it builds one, and the
+    backend's ``prepare`` asks again (so that a direct call fails clearly); with this,
+    a working backend is probed once per process. A failure is probed again each time:
+    an engine may be started later in the same process.
+    """
+    known = _AVAILABLE.get(key)
+    if known is not None:
+        return known
+    ok, why = probe()
+    if ok:
+        _AVAILABLE[key] = (ok, why)
+    return ok, why
 
 
 class Sandbox(ABC):

@@ -31,6 +31,7 @@ from spu.sandbox.base import (
     SandboxPaths,
     SandboxRequest,
     register_sandbox,
+    remembered_availability,
 )
 from spu.sandbox.gpus import detect_gpus, place_gpus
 from spu.sandbox.limits import GIB
@@ -43,8 +44,6 @@ DEFAULT_IMAGE = "spu-agent:latest"
 RUN_LABEL = "spu.sandbox"
 """Label carrying the sandbox id, so that cleanup finds every container of a run."""
 POLL_S = 0.2
-GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
-"""Host device numbering; inside a container only its own devices exist, renumbered."""
 INIT_PREFIXES = ("[FATAL tini", "[WARN  tini")
 """How docker-init (tini) starts its own messages."""
 BUILD_HINT = (
@@ -85,6 +84,21 @@ def _read_int(path: Path | None) -> int | None:
         return None
 
 
+def _engine_answers() -> tuple[bool, str]:
+    try:
+        client = docker_client(timeout=10)
+        version = client.version().get("Version", "?")
+        client.close()
+    except ImportError:
+        return False, "the docker Python SDK is not installed (pip install docker)"
+    except Exception as exc:  # noqa: BLE001 - any failure means no usable engine
+        return False, (
+            f"no Docker engine reachable ({type(exc).__name__}: {exc}); install docker.io "
+            f"and start dockerd"
+        )
+    return True, f"Docker engine {version}"
+
+
 @register_sandbox
 class DockerSandbox(Sandbox):
     """A container per process, with the layout, the limits and GPUs as device requests."""
@@ -93,19 +107,8 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        """A Docker engine must answer (the image is checked when a run prepares)."""
-        try:
-            client = docker_client(timeout=10)
-            version = client.version().get("Version", "?")
-            client.close()
-        except ImportError:
-            return False, "the docker Python SDK is not installed (pip install docker)"
-        except Exception as exc:  # noqa: BLE001 - any failure means no usable engine
-            return False, (
-                f"no Docker engine reachable ({type(exc).__name__}: {exc}); install docker.io "
-                f"and start dockerd"
-            )
-        return True, f"Docker engine {version}"
+        """A Docker engine must answer (once per process; the image is checked in prepare)."""
+        return remembered_availability(cls.name, _engine_answers)
 
     def prepare(self, request: SandboxRequest) -> SandboxPaths:
         """Check the engine and the image, create the layout, decide limits and GPUs."""
@@ -180,7 +183,7 @@ class DockerSandbox(Sandbox):
     def create_container(self, argv: Sequence[str], env: Mapping[str, str]) -> Any:
         """Create (not start) the container that will run ``argv``."""
         self._count += 1
-        environment = {k: v for k, v in env.items() if k not in GPU_ENV}
+        environment = dict(env)
         environment.setdefault("HOME", LAYOUT.workspace)
         return self.client.containers.create(
             self.image,

@@ -252,4 +252,7 @@ class LimitEnforcer:
                     log.debug("cgroup %s not removed yet: %s", path, exc)
                     self.kill_leftovers()
                     time.sleep(0.05)
+            if path.exists():
+                log.warning("cgroup %s could not be removed (processes still in it?); "
+                            "remove it by hand once they are gone", path)
         self._groups.clear()

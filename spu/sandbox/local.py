@@ -30,6 +30,7 @@ from spu.sandbox.base import (
     SandboxPaths,
     SandboxRequest,
     register_sandbox,
+    remembered_availability,
 )
 from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES, detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
@@ -101,8 +102,8 @@ class LocalSandbox(Sandbox):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        """Bubblewrap must be installed and able to create namespaces."""
-        return _bwrap_works()
+        """Bubblewrap must be installed and able to create namespaces (probed once per process)."""
+        return remembered_availability(cls.name, _bwrap_works)
 
     def prepare(self, request: SandboxRequest) -> SandboxPaths:
         """Create the layout, the run's cgroups and the GPU placement."""

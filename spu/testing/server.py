@@ -145,14 +145,6 @@ class ScriptedModelServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def total_usage(self, kinds: tuple[str, ...] = ("script", "side")) -> Usage:
-        """Usage reported so far over the answers of the given kinds."""
-        total = Usage()
-        for served in self.responses:
-            if served.kind in kinds and served.usage is not None:
-                total = total + served.usage
-        return total
-
     # ------------------------------------------------------------------ internals
 
     def next_id(self) -> int:

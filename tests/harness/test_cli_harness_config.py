@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from omegaconf import OmegaConf
@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from spu.harness import HarnessError, get_harness
 from spu.harness.cli_agent import TOOLS_MOUNT
 from spu.harness.npm_tools import InstalledTool, install_prefix, installed
+from tests.conftest import EXAMPLE_TASK
 
 CATALOGUE = {
     # name: (provider, default harness) of the paper's configurations (section 3.1)
@@ -164,3 +165,115 @@ def test_an_unknown_script_is_a_config_error(compose) -> None:
                          "model.api_model=/nonexistent/script.json"))
     with pytest.raises(HarnessError, match=r"model.api_model: .*script.json: no such script"):
         get_harness("claude_code")(conf.harness, conf.model, conf.effort).check()
+
+
+def _prepared_sandbox(name: str, tmp_path: Path, network: bool) -> tuple[Any, Any]:
+    """A prepared sandbox on the example task and the agent context of a run in it."""
+    from spu.harness.base import AgentContext
+    from spu.sandbox import RunLimits, SandboxRequest, get_sandbox
+    from spu.tasks import load_task
+    from spu.tasks.package import stage_public_files
+
+    ok, why = get_sandbox(name).available()
+    if not ok:
+        pytest.skip(f"sandbox={name} unavailable: {why}")
+    task = load_task(EXAMPLE_TASK)
+    run_dir = tmp_path / "run"
+    limits = RunLimits(time_s=60, memory_gb=1, cpus=1, gpus=0, grace_s=1)
+    sandbox = get_sandbox(name)()
+    paths = sandbox.prepare(SandboxRequest(
+        task_dir=stage_public_files(task, run_dir / "task"), run_dir=run_dir, limits=limits,
+        network=network))
+    ctx = AgentContext(task=task, paths=paths, run_dir=run_dir, run_key="k", limits=limits,
+                       seed=1)
+    return sandbox, ctx
+
+
+@pytest.mark.parametrize("harness_name", ["claude_code", "codex"])
+def test_scripted_model_is_refused_where_the_agent_has_its_own_network(
+        compose, tmp_path: Path, harness_name: str) -> None:
+    """The scripted server on the host's 127.0.0.1 is unreachable from a network namespace."""
+    conf = typed(compose("model=scripted", f"harness={harness_name}"))
+    harness = get_harness(harness_name)(conf.harness, conf.model, conf.effort)
+    _with_tool(harness, tmp_path)
+    sandbox, ctx = _prepared_sandbox("local", tmp_path, network=False)
+    try:
+        assert "network-namespace" in sandbox.info().isolation
+        with pytest.raises(HarnessError, match=r"sandbox=local .*sandbox\.network=true"):
+            harness.prepare(ctx, sandbox)
+        assert harness.server is None, "no server is started for a run that cannot reach it"
+    finally:
+        harness.cleanup()
+        sandbox.cleanup()
+
+
+@pytest.mark.parametrize("harness_name", ["claude_code", "codex"])
+def test_scripted_model_runs_where_the_agent_shares_the_host_network(
+        compose, tmp_path: Path, harness_name: str) -> None:
+    conf = typed(compose("model=scripted", f"harness={harness_name}"))
+    harness = get_harness(harness_name)(conf.harness, conf.model, conf.effort)
+    _with_tool(harness, tmp_path)
+    sandbox, ctx = _prepared_sandbox("local", tmp_path, network=True)
+    try:
+        harness.prepare(ctx, sandbox)
+        assert harness.server is not None and harness.endpoint() == harness.server.url
+    finally:
+        harness.cleanup()
+        sandbox.cleanup()
+
+
+def test_scripted_model_on_a_docker_network_names_the_host_network_mode(
+        compose, tmp_path: Path) -> None:
+    """A container on the bridge network has its own loopback too (checked on its info)."""
+    from spu.sandbox.base import Sandbox
+    from spu.schema import SandboxInfo
+
+    conf = typed(compose("model=scripted", "harness=claude_code"))
+    harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
+    bridged = SandboxInfo(backend="docker", isolation=["container", "network-namespace"])
+    sandbox = SimpleNamespace(info=lambda: bridged)
+    with pytest.raises(HarnessError, match=r"sandbox\.network_mode=host"):
+        harness.check_scripted_reachable(cast(Sandbox, sandbox))
+    on_host = SandboxInfo(backend="docker", isolation=["container"])
+    harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: on_host)))
+
+
+def test_agent_env_layers_proxies_extra_and_harness_env(compose, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for every harness: base, host proxies (both spellings), extra, harness.env."""
+    monkeypatch.setenv("https_proxy", "http://proxy:1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:2")
+    monkeypatch.setenv("no_proxy", "internal")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    agent = tmp_path / "agent.sh"
+    agent.write_text("#!/bin/sh\n")
+    conf = typed(compose("harness=command", f"harness.entrypoint={agent}",
+                         "+harness.env.HTTPS_PROXY=http://mine", "+harness.env.MY=1"))
+    command = get_harness("command")(conf.harness, conf.model, conf.effort)
+    command._inside = "/workspace/.agent/agent.sh"  # what prepare would set
+    env = command.command(_Ctx(tmp_path)).env  # type: ignore[arg-type]
+    assert env["SPU_TASK_DIR"] == "/task"
+    assert env["https_proxy"] == "http://proxy:1" and env["no_proxy"] == "internal"
+    assert env["HTTPS_PROXY"] == "http://mine" and env["MY"] == "1"  # harness.env wins
+    assert "NO_PROXY" not in env and "CUDA_VISIBLE_DEVICES" not in env
+
+    conf = typed(compose("model=scripted", "harness=codex", "+harness.env.MY=2"))
+    codex = get_harness("codex")(conf.harness, conf.model, conf.effort)
+    _with_tool(codex, tmp_path)
+    env = codex.command(_Ctx(tmp_path)).env  # type: ignore[arg-type]
+    assert env["https_proxy"] == "http://proxy:1" and env["HTTPS_PROXY"] == "http://proxy:2"
+    assert env["TMPDIR"] == "/workspace/.tmp" and env["MY"] == "2"
+    assert env["CODEX_HOME"] == "/workspace/.codex"
+
+
+def test_base_env_carries_no_gpu_variables(tmp_path: Path) -> None:
+    """The sandbox hands over the GPU placement; the harness environment never does."""
+    from spu.harness.base import AgentContext
+    from spu.sandbox import LAYOUT, RunLimits
+    from spu.tasks import load_task
+
+    ctx = AgentContext(task=load_task(EXAMPLE_TASK), paths=LAYOUT, run_dir=tmp_path,
+                       run_key="k", limits=RunLimits(gpus=1), seed=1, gpu_ids=["3"])
+    env = ctx.base_env()
+    assert env["SPU_TASK_DIR"] == "/task"
+    assert not {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"} & set(env)

@@ -120,3 +120,12 @@ def test_an_api_error_is_an_infra_error(cli_tools, compose, harness: str,
                                         tmp_path: Path) -> None:
     record, _ = _run(compose, harness, "api_error", tmp_path)
     assert record.outcome is Outcome.infra_error and not record.scored
+    # The CLI stopped at the error the script served; it did not wait out the limit.
+    assert not record.process.timed_out
+    log = tmp_path / "outputs" / "runs" / record.run_key / "logs" / "scripted_server.jsonl"
+    asked = [json.loads(line) for line in log.read_text().splitlines()]
+    assert ("POST", API_PATH[harness], "error", 400, 1) in [
+        (a["request"]["method"], a["path"], a["kind"], a["status"], a["turn"]) for a in asked]
+    # The reason is kept in the record.
+    reasons = [n for n in record.notes if n.startswith("infra error: ")]
+    assert len(reasons) == 1 and "API error" in reasons[0] and "400" in reasons[0], record.notes

@@ -92,7 +92,8 @@ def test_anthropic_stream_plays_the_turn_of_the_conversation(tmp_path: Path) -> 
 
 
 def test_anthropic_final_turn_refusal_side_request_and_count_tokens(tmp_path: Path) -> None:
-    with ScriptedModelServer(refusal_script("bio")) as server:
+    log = tmp_path / "server.jsonl"
+    with ScriptedModelServer(refusal_script("bio"), log_path=log) as server:
         _, data, _ = post(server.url + "/v1/messages", {
             "model": "m", "stream": True, "tools": BASH,
             "messages": anthropic_conversation(1)})
@@ -102,7 +103,7 @@ def test_anthropic_final_turn_refusal_side_request_and_count_tokens(tmp_path: Pa
         _, count, _ = post(server.url + "/v1/messages/count_tokens", {
             "model": "m", "messages": anthropic_conversation(0)})
         kinds = [r.kind for r in server.responses]
-        total = server.total_usage()
+    total = reported_usage(log)
     delta = refusal[-2][1]["delta"]
     assert delta["stop_reason"] == "refusal"
     assert delta["stop_details"]["category"] == "bio"

@@ -104,6 +104,22 @@ def test_api_error_is_an_infra_error() -> None:
     assert reason is not None and "400" in reason
 
 
+def test_a_complete_session_is_not_an_infra_error_for_a_sub_agent_api_error(
+        tmp_path: Path) -> None:
+    """A sub-agent's API error that the main session got over is no infrastructure error."""
+    shutil.copytree(scenario("claude_code", "subagent") / PROJECTS, tmp_path / PROJECTS)
+    (sub_session,) = (tmp_path / PROJECTS).rglob("subagents/*.jsonl")
+    errors = scenario("claude_code", "api_error") / PROJECTS
+    error_line = next(line for line in next(errors.rglob("*.jsonl")).read_text().splitlines()
+                      if '"isApiErrorMessage"' in line or "API Error" in line)
+    with open(sub_session, "a") as f:
+        f.write(error_line + "\n")
+    reading = read_claude_code_sessions(tmp_path / PROJECTS)
+    assert reading.api_errors == ("API Error: 400 scripted HTTP 400",)
+    assert reading.complete
+    assert infra_error(reading, ProcessEvidence(exit_code=0), None) is None
+
+
 def test_truncated_session_is_an_infra_error_unless_the_time_limit_cut_it(
         tmp_path: Path) -> None:
     """A session without a final answer is infrastructure, except at the time limit."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from spu.harness.base import AgentContext
 from spu.sandbox import RunLimits
 from spu.sandbox.gpus import detect_gpus, place_gpus
+from spu.tasks import load_task
+from tests.conftest import EXAMPLE_TASK
 from tests.sandbox.conftest import read_json, run_agent
 
 NO_GPU = RunLimits(time_s=60, memory_gb=0.5, cpus=1, gpus=0, grace_s=1)
@@ -76,9 +79,15 @@ def test_local_without_a_gpu_on_the_machine_records_a_warning(open_sandbox) -> N
 @pytest.mark.slow
 @pytest.mark.docker
 def test_docker_passes_gpus_as_device_requests(open_sandbox) -> None:
-    """The container's HostConfig carries the device request; the host numbering stays out."""
+    """The container's HostConfig carries the device request; the host numbering stays out.
+
+    The environment is the one a harness hands over (``AgentContext.base_env``, given the
+    launcher's GPU ids): neither it nor the container adds host device numbers.
+    """
     box = open_sandbox("docker", ONE_GPU, gpu_ids=["0"])
-    container = box.sandbox.create_container(["true"], {"CUDA_VISIBLE_DEVICES": "0"})
+    ctx = AgentContext(task=load_task(EXAMPLE_TASK), paths=box.paths, run_dir=box.run_dir,
+                       run_key="k", limits=ONE_GPU, seed=1, gpu_ids=["0"])
+    container = box.sandbox.create_container(["true"], ctx.base_env())
     try:
         container.reload()
         requests = container.attrs["HostConfig"]["DeviceRequests"]
@@ -88,6 +97,7 @@ def test_docker_passes_gpus_as_device_requests(open_sandbox) -> None:
     assert requests == [{"Driver": "", "Count": 0, "DeviceIDs": ["0"],
                          "Capabilities": [["gpu"]], "Options": {}}]
     assert not any(e.startswith("CUDA_VISIBLE_DEVICES=") for e in env)
+    assert "SPU_TASK_DIR=/task" in env
     assert box.sandbox.info().limits.gpus == ["0"]
 
 

@@ -63,13 +63,6 @@ def usage_from_codex(usage: dict[str, Any] | None) -> Usage:
     )
 
 
-def _minus(a: Usage, b: Usage) -> Usage:
-    return Usage(input=a.input - b.input, cache_read=a.cache_read - b.cache_read,
-                 cache_write=a.cache_write - b.cache_write,
-                 cache_write_1h=a.cache_write_1h - b.cache_write_1h,
-                 output=a.output - b.output)
-
-
 @dataclass
 class _Pending:
     """Output items of one model response, until its usage arrives."""
@@ -170,7 +163,7 @@ class _ThreadReader:
         if kind == "token_count" and not per_response:
             info = payload.get("info") or {}
             total = usage_from_codex(info.get("total_token_usage"))
-            delta = _minus(total, self.last_total)
+            delta = total - self.last_total
             if total != self.last_total:
                 self.last_total = total
                 self._close(stamp, delta)
