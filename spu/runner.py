@@ -31,12 +31,16 @@ from spu.config import (
     SandboxConfig,
 )
 from spu.cost import request_usages, run_cost
+from spu.cost.prices import RunCost
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
+from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
-from spu.harness.base import AgentContext, AgentResult, HarnessError, get_harness
+from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.schema import (
+    AnswerKey,
+    ExposureHit,
     Grade,
     GradeStatus,
     Outcome,
@@ -202,8 +206,57 @@ def _open_sandbox(spec: RunSpec) -> tuple[Sandbox, list[str]]:
     return cls(options=vars(spec.sandbox)), notes
 
 
-def run_one(spec: RunSpec) -> RunRecord:
-    """Run one agent on one task in a sandbox, grade it in isolation, write ``run.json``.
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run about to start: its trusted task, answer key, key, harness and limits."""
+
+    spec: RunSpec
+    task: TaskPackage
+    answers: AnswerKey
+    key: str
+    harness: Harness
+    limits: RunLimits
+
+    @property
+    def run_dir(self) -> Path:
+        """``<output_root>/runs/<run_key>``."""
+        return (self.spec.output_root / "runs" / self.key).resolve()
+
+
+@dataclass
+class AgentPhase:
+    """What the agent's side of a run produced (steps 1-4), before grading."""
+
+    staged: Path
+    """The staged public files the agent saw."""
+    started: str
+    """ISO-8601 start time (UTC)."""
+    result: AgentResult = field(default_factory=AgentResult)
+    """What the harness read from the agent's session."""
+    evidence: ProcessEvidence = field(default_factory=ProcessEvidence)
+    """How the agent's process ended."""
+    sandbox_info: SandboxInfo = field(default_factory=lambda: SandboxInfo(backend="none"))
+    """The backend and the isolation in force."""
+    notes: list[str] = field(default_factory=list)
+    """Loud warnings for the run record."""
+    submission: bytes | None = None
+    """The submitted ``rankings.json`` (None: no file)."""
+
+
+@dataclass(frozen=True)
+class RunGrades:
+    """Step 5: the strict and the recovered grade of the submission."""
+
+    strict: Grade
+    recovered: Grade
+    note: str | None = None
+    """A warning about the grading (not isolated, or failed)."""
+    error: str | None = None
+    """Why grading failed; the run is then an infrastructure error."""
+
+
+def prepare_run(spec: RunSpec) -> PreparedRun:
+    """Load the trusted task and key, build the harness and the limits (before step 1).
 
     Raises
     ------
@@ -214,17 +267,11 @@ def run_one(spec: RunSpec) -> RunRecord:
     """
     task = load_task(spec.task_dir)
     answers = load_answers(task.answers_path(spec.answers_root))
-    key = spec_run_key(spec, task)
     try:
         harness = get_harness(spec.harness.name)(spec.harness, spec.model, spec.effort)
         harness.check()
     except (KeyError, HarnessError) as exc:
         raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
-
-    run_dir = (spec.output_root / "runs" / key).resolve()
-    _archive_previous_attempt(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    staged = stage_public_files(task, run_dir / "task")
     limits = RunLimits(
         time_s=_task_limit(task, "time_s", spec.limits.time_s),
         memory_gb=_task_limit(task, "memory_gb", spec.limits.memory_gb),
@@ -232,90 +279,129 @@ def run_one(spec: RunSpec) -> RunRecord:
         gpus=int(_task_limit(task, "gpus", spec.limits.gpus)),
         grace_s=spec.limits.grace_s,
     )
-    started = _now()
-    notes: list[str] = []
-    sandbox_info = SandboxInfo(backend=spec.sandbox.name)
-    result = AgentResult()
-    evidence = ProcessEvidence()
+    return PreparedRun(spec, task, answers, spec_run_key(spec, task), harness, limits)
+
+
+def stage(run: PreparedRun) -> Path:
+    """Step 1: archive an earlier attempt and stage the task's public files."""
+    _archive_previous_attempt(run.run_dir)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    return stage_public_files(run.task, run.run_dir / "task")
+
+
+def sandbox_request(run: PreparedRun, staged: Path) -> SandboxRequest:
+    """Step 2's request: the staged files, the limits and what the agent must not see."""
+    spec = run.spec
+    return SandboxRequest(
+        task_dir=staged,
+        run_dir=run.run_dir,
+        limits=run.limits,
+        gpu_ids=list(spec.gpu_ids),
+        network=spec.sandbox.network,
+        extra_ro_binds=run.harness.sandbox_binds(),
+        # Hidden from the agent even where a system folder would show them.
+        masked_paths=[run.task.path, run.task.answers_path(spec.answers_root).parent,
+                      spec.output_root.resolve()],
+    )
+
+
+def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
+    """Steps 2-3: open the sandbox and run the agent in it until it ends or is stopped.
+
+    A sandbox or harness that cannot start is recorded as evidence (an ``infra_error``),
+    never raised: the run still gets its record.
+    """
+    phase = AgentPhase(staged=staged, started=_now(),
+                       sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
     try:
-        sandbox, notes = _open_sandbox(spec)
-        paths = sandbox.prepare(
-            SandboxRequest(
-                task_dir=staged,
-                run_dir=run_dir,
-                limits=limits,
-                gpu_ids=list(spec.gpu_ids),
-                network=spec.sandbox.network,
-                extra_ro_binds=harness.sandbox_binds(),
-                # Hidden from the agent even where a system folder would show them.
-                masked_paths=[task.path, task.answers_path(spec.answers_root).parent,
-                              spec.output_root.resolve()],
-            )
-        )
+        sandbox, phase.notes = _open_sandbox(run.spec)
+        paths = sandbox.prepare(sandbox_request(run, staged))
         ctx = AgentContext(
-            task=task,
+            task=run.task,
             paths=paths,
-            run_dir=run_dir,
-            run_key=key,
-            limits=limits,
-            seed=int(key[:8], 16),
-            gpu_ids=list(spec.gpu_ids),
+            run_dir=run.run_dir,
+            run_key=run.key,
+            limits=run.limits,
+            seed=int(run.key[:8], 16),
+            gpu_ids=list(run.spec.gpu_ids),
         )
         try:
-            harness.prepare(ctx, sandbox)
-            command = harness.command(ctx)
-            evidence = sandbox.exec(
+            run.harness.prepare(ctx, sandbox)
+            command = run.harness.command(ctx)
+            phase.evidence = sandbox.exec(
                 command.argv,
                 command.env,
                 stdout=ctx.log_dir / "agent.stdout",
                 stderr=ctx.log_dir / "agent.stderr",
             )
-            result = harness.parse(ctx, evidence)
+            phase.result = run.harness.parse(ctx, phase.evidence)
         finally:
-            harness.cleanup()
-            sandbox_info = sandbox.info()
+            run.harness.cleanup()
+            phase.sandbox_info = sandbox.info()
             sandbox.cleanup()
     except (SandboxError, HarnessError, OSError) as exc:
-        log.error("run %s could not start: %s", key, exc)
-        evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
+        log.error("run %s could not start: %s", run.key, exc)
+        phase.evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
+    return phase
 
+
+def collect(run_dir: Path) -> bytes | None:
+    """Step 4: the submitted ``rankings.json`` (never through a link the agent planted)."""
     output = run_dir / "output"
-    # read_submission never follows a link the agent may have planted.
-    submission = read_submission(output) if output.is_dir() else None
+    return read_submission(output) if output.is_dir() else None
+
+
+def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
+    """Step 5: grade the submission strictly and with recovery, in an isolated process.
+
+    Without a trustworthy grade the run cannot count: a grading failure gives the
+    strict grade of no file and an error, so the run is recorded and retried.
+    """
     try:
-        grades = grade_isolated(task.contract, answers, submission,
-                                isolation=spec.sandbox.grader_isolation)
+        grades = grade_isolated(run.task.contract, run.answers, submission,
+                                isolation=run.spec.sandbox.grader_isolation)
     except (RuntimeError, OSError) as exc:
-        # Without a trustworthy grade the run cannot count: record why and retry it.
-        log.error("grading of run %s failed: %s", key, exc)
-        from spu.grading.rules import grade_submission
+        log.error("grading of run %s failed: %s", run.key, exc)
+        strict = grade_submission(run.task.contract, run.answers, None)
+        return RunGrades(strict, strict, error=f"grading failed: {exc}")
+    return RunGrades(grades.strict, grades.recovered, note=grades.warning)
 
-        strict = grade_submission(task.contract, answers, None)
-        grades_strict, grades_recovered = strict, strict
-        evidence = evidence.model_copy(update={"error": f"grading failed: {exc}"})
-        isolation_note = None
-    else:
-        grades_strict, grades_recovered = grades.strict, grades.recovered
-        isolation_note = grades.warning
-    if isolation_note:
-        notes.append(isolation_note)
-    if result.infra_error:
-        notes.append(f"infra error: {result.infra_error}")
 
-    outcome = decide_outcome(evidence, result, submission is not None, grades_recovered)
-    scored = is_scored(outcome, grades_recovered)
+def price(run: PreparedRun, result: AgentResult) -> RunCost:
+    """Step 6: the run's cost at the model's list prices, request by request."""
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     steps = result.trajectory.steps if result.trajectory is not None else []
-    cost = run_cost(spec.model.prices, usage, request_usages(steps), result.cli_cost_usd)
-    exposure = detect_exposure(answers.source, steps)
+    return run_cost(run.spec.model.prices, usage, request_usages(steps), result.cli_cost_usd)
+
+
+def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
+    """Step 7: tool outputs that show an identifier of the source study (never scored)."""
+    steps = result.trajectory.steps if result.trajectory is not None else []
+    return detect_exposure(run.answers.source, steps)
+
+
+def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost,
+           exposure: list[ExposureHit]) -> RunRecord:
+    """Step 8: decide the outcome and write ``grade.json``, the trajectory and ``run.json``."""
+    spec, task, result, run_dir = run.spec, run.task, phase.result, run.run_dir
+    evidence = phase.evidence
+    if grades.error:
+        evidence = evidence.model_copy(update={"error": grades.error})
+    notes = list(phase.notes)
+    if grades.note:
+        notes.append(grades.note)
+    if result.infra_error:
+        notes.append(f"infra error: {result.infra_error}")
+    outcome = decide_outcome(evidence, result, phase.submission is not None, grades.recovered)
+    usage = result.trajectory.usage if result.trajectory is not None else result.usage
     (run_dir / "grade.json").write_text(
-        json.dumps({"strict": grades_strict.model_dump(mode="json"),
-                    "recovered": grades_recovered.model_dump(mode="json")}, indent=1)
+        json.dumps({"strict": grades.strict.model_dump(mode="json"),
+                    "recovered": grades.recovered.model_dump(mode="json")}, indent=1)
     )
     if result.trajectory is not None:
         write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
-    record = RunRecord(
-        run_key=key,
+    run_record = RunRecord(
+        run_key=run.key,
         task_id=task.id,
         task_version=task.version,
         discipline=task.meta.discipline.value,
@@ -328,11 +414,11 @@ def run_one(spec: RunSpec) -> RunRecord:
         config=config_label(spec.model.name, spec.effort.name, spec.harness.name,
                             spec.model.default_harness),
         outcome=outcome,
-        scored=scored,
-        score_strict=grades_strict.score,
-        score_recovered=grades_recovered.score,
-        grade=grades_recovered,
-        threshold=chance_threshold(task.contract, answers),
+        scored=is_scored(outcome, grades.recovered),
+        score_strict=grades.strict.score,
+        score_recovered=grades.recovered.score,
+        grade=grades.recovered,
+        threshold=chance_threshold(task.contract, run.answers),
         n_items=task.n_items,
         usage=usage,
         cost_usd=cost.estimate.total,
@@ -349,16 +435,36 @@ def run_one(spec: RunSpec) -> RunRecord:
         web_fetches=result.web_fetches,
         used_gpu=result.used_gpu,
         refusal_label=result.refusal_label,
-        sandbox=sandbox_info,
+        sandbox=phase.sandbox_info,
         process=evidence,
-        started_at=started,
+        started_at=phase.started,
         finished_at=_now(),
         attempt=spec.attempt,
         retried_from=spec.retried_from,
-        notes=notes + list(sandbox_info.warnings) + list(cost.notes),
+        notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
-    write_run_record(run_dir, record)
-    return record
+    write_run_record(run_dir, run_record)
+    return run_record
+
+
+def run_one(spec: RunSpec) -> RunRecord:
+    """Run one agent on one task in a sandbox, grade it in isolation, write ``run.json``.
+
+    The paper's run in eight steps, each a function of this module: stage, open the
+    sandbox and run the agent (:func:`run_agent`), collect, grade, price, screen, record.
+
+    Raises
+    ------
+    RunConfigError
+        When the configuration cannot run at all (nothing is written then).
+    spu.tasks.TaskLoadError
+        When the task package or its answer key cannot be read.
+    """
+    run = prepare_run(spec)
+    phase = run_agent(run, stage(run))
+    phase.submission = collect(run.run_dir)
+    return record(run, phase, grade(run, phase.submission), price(run, phase.result),
+                  screen(run, phase.result))
 
 
 def write_run_record(run_dir: Path, record: RunRecord) -> Path:
