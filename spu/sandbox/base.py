@@ -42,6 +42,8 @@ class SandboxPaths:
     task: str
     workspace: str
     output: str
+    host_address: str = "127.0.0.1"
+    """Address at which the agent reaches the host ports of ``SandboxRequest.host_ports``."""
 
 
 @dataclass
@@ -57,6 +59,10 @@ class SandboxRequest:
     """GPU device ids assigned to this run by the launcher."""
     network: bool = True
     """Whether the agent has network access (the paper's agents do)."""
+    host_ports: Sequence[int] = ()
+    """TCP ports on the host's loopback the agent may reach (its tools service, egress
+    proxy, a local model server), at ``SandboxPaths.host_address`` and the same port;
+    no other host service is reachable from the sandbox."""
     extra_ro_binds: Mapping[str, str] = field(default_factory=dict)
     """Host path -> sandbox path, mounted read-only (e.g. a cached tools folder)."""
     masked_paths: Sequence[Path] = ()
