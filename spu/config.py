@@ -109,8 +109,14 @@ class SandboxConfig:
     """Agents have internet in the paper; false cuts it off."""
     image: str | None = None
     """Container image (docker backend)."""
-    network_mode: str = "bridge"
-    """Docker network mode (docker backend)."""
+    network_mode: str = "pasta"
+    """Docker network (docker backend): ``pasta`` (the filtered user-mode network of
+    ``sandbox=local``), or a Docker network mode such as ``bridge`` (unfiltered)."""
+    host_ports: list[int] = field(default_factory=list)
+    """Host loopback TCP ports every run may reach besides its harness's (e.g. a local
+    model server); inside the sandbox at 127.0.0.1, same port."""
+    allowed_networks: list[str] = field(default_factory=list)
+    """Private or directly connected IPv4 networks runs may reach (e.g. a site proxy)."""
     pids_limit: int | None = 4096
     gpu_ids: list[str] = field(default_factory=list)
     """GPU ids assigned by the launcher; empty means none or let the backend choose."""
@@ -141,6 +147,10 @@ class LimitsConfig:
     gpus: int = 1
     grace_s: float = 10.0
     """Seconds between the graceful stop and the kill at the time limit."""
+    disk_gb: float = 50.0
+    """Disk the agent may write (workspace and output); over it the run ends ``disk_limit``."""
+    log_mb: float = 64.0
+    """Cap on each of the agent's stdout and stderr (head and tail kept, a note between)."""
 
 
 @dataclass

@@ -54,8 +54,10 @@ from spu.tracking.trajectories import TRAJECTORY_FILE, write_trajectory
 log = logging.getLogger(__name__)
 
 SUBMISSION_FILE = "rankings.json"
-EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.infra_error})
-"""Outcomes never scored, even with a valid file (paper 3.1, Table 6)."""
+EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
+                               Outcome.infra_error})
+"""Outcomes never scored, even with a valid file (paper 3.1, Table 6); ``disk_limit``
+(the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``."""
 
 
 class RunConfigError(ValueError):
@@ -160,6 +162,8 @@ def decide_outcome(
         return Outcome.refusal
     if evidence.oom_killed:
         return Outcome.memory_limit
+    if evidence.disk_full:
+        return Outcome.disk_limit
     if evidence.timed_out:
         return Outcome.timeout
     if result.policy_stop:

@@ -305,6 +305,7 @@ class Outcome(str, Enum):
     no_file = "no_file"
     timeout = "timeout"
     memory_limit = "memory_limit"
+    disk_limit = "disk_limit"
     infra_error = "infra_error"
 
 
@@ -358,6 +359,13 @@ class EnforcedLimits(Record):
     """GPU device ids handed to the agent."""
     pids_limit: int | None = None
     """Maximum number of processes of the agent, where one is enforced."""
+    disk_gb: float | None = None
+    """Disk limit in GiB on the workspace, the output and the logs together, or None."""
+    disk_mechanism: str = "none"
+    """``loop-ext4`` (a size-limited file system), ``polled`` (sizes sampled, the agent
+    stopped when over) or ``none``."""
+    log_mb: float | None = None
+    """Cap in MiB on each of the agent's stdout and stderr (head and tail kept)."""
 
 
 class SandboxInfo(Record):
@@ -371,6 +379,12 @@ class SandboxInfo(Record):
     """What the backend could not enforce on this machine."""
     limits: EnforcedLimits | None = None
     """Limits enforced on the agent."""
+    network: str | None = None
+    """The agent's network: ``pasta-filtered`` (internet, the run's host ports, nothing
+    else of the host or its network), ``pasta-unfiltered`` (the filter could not be
+    installed), ``offline``, ``host`` or ``docker-<mode>``; also in ``isolation``."""
+    host_ports: list[int] = Field(default_factory=list)
+    """Host loopback TCP ports the agent could reach (its model server, tools, proxy)."""
 
 
 class ProcessEvidence(Record):
@@ -388,6 +402,10 @@ class ProcessEvidence(Record):
     """Peak resident memory, where the backend can measure it."""
     duration_s: float = 0.0
     """Wall-clock duration of the agent."""
+    disk_full: bool = False
+    """True when the run filled its disk (``limits.disk_gb``) and was stopped."""
+    log_dropped_bytes: int = 0
+    """Bytes of stdout and stderr dropped by the log cap (``limits.log_mb``)."""
     error: str | None = None
     """Why the sandbox or harness failed to start, when it did."""
 

@@ -5,7 +5,7 @@ Each run key is then decided from its latest recorded attempt
 (:class:`~spu.tracking.query.RecordedRun`):
 
 - nothing recorded: run it (attempt 1);
-- an ``infra_error`` or ``memory_limit`` whose retries are not used up (the driver died
+- an ``infra_error``, ``memory_limit`` or ``disk_limit`` whose retries are not used up (the driver died
   between the attempts, or the worker running it died): run the next attempt;
 - ``sweep.resume=skip_finished`` (default): anything else is finished, skip it;
 - ``sweep.resume=retry_unscored`` (``+resume=retry_unscored``): also re-run keys whose
@@ -56,10 +56,12 @@ class ResumeMode(str, Enum):
             raise ValueError(f"sweep.resume={value!r}: not one of {names}") from None
 
 
-RETRIED_OUTCOMES = frozenset({Outcome.infra_error.value, Outcome.memory_limit.value})
+RETRIED_OUTCOMES = frozenset({Outcome.infra_error.value, Outcome.memory_limit.value,
+                              Outcome.disk_limit.value})
 """Outcomes retried ``sweep.retries`` times: "any attempt interrupted before completion by
 an API error, a truncated session or the memory limit was rerun once" (paper 3.1). Start
-failures, API errors, truncated sessions and lost workers are ``infra_error``."""
+failures, API errors, truncated sessions and lost workers are ``infra_error``; the disk
+limit (``limits.disk_gb``) is a resource limit like memory."""
 
 RETRIED_ON_REQUEST = frozenset({Outcome.infra_error.value, Outcome.no_file.value})
 """Outcomes that ``sweep.resume=retry_unscored`` runs again."""

@@ -33,6 +33,15 @@ class RunLimits:
     cpus: int = 8
     gpus: int = 0
     grace_s: float = 10.0
+    disk_gb: float = 50.0
+    """Disk the agent may write (workspace and output together); 0: no limit."""
+    log_mb: float = 64.0
+    """Cap on each of the agent's stdout and stderr, head and tail kept; 0: no cap."""
+
+    @property
+    def log_cap_bytes(self) -> int | None:
+        """``log_mb`` in bytes, None when uncapped."""
+        return int(self.log_mb * 1024 * 1024) if self.log_mb > 0 else None
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,11 @@ class SandboxRequest:
     host_ports: Sequence[int] = ()
     """TCP ports on the host's loopback the agent may reach (its tools service, egress
     proxy, a local model server), at ``SandboxPaths.host_address`` and the same port;
-    no other host service is reachable from the sandbox."""
+    no other host service is reachable from the sandbox (``network=true``; offline,
+    none is)."""
+    allowed_networks: Sequence[str] = ()
+    """IPv4 networks the agent may reach although they are private or directly connected
+    to the host (e.g. a site's HTTP proxy); never an address of the host itself."""
     extra_ro_binds: Mapping[str, str] = field(default_factory=dict)
     """Host path -> sandbox path, mounted read-only (e.g. a cached tools folder)."""
     masked_paths: Sequence[Path] = ()

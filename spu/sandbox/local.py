@@ -10,16 +10,26 @@ Started by root, bubblewrap keeps every capability for the sandboxed process, an
 process with user id 0 may write the host's ``/proc/sys`` even without capabilities.
 So under root the agent runs as an unprivileged user (``nobody`` by default), dropped
 inside the sandbox by ``setpriv`` with an empty bounding set and ``no_new_privs``.
-The network stays on unless ``network=false`` (the paper's agents have internet).
+
+The agent always has a network namespace of its own. With ``network=true`` (the
+paper's agents have internet) bubblewrap holds the agent back (``--block-fd``) until
+pasta has given that namespace its filtered way out (:mod:`spu.sandbox.network`): the
+internet and the run's host ports, nothing else of the host. With ``network=false``
+the namespace has only its loopback.
+
+The workspace and output live on a file system of ``limits.disk_gb``
+(:mod:`spu.sandbox.disk`); stdout and stderr are capped at ``limits.log_mb`` each.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import select
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from spu.sandbox.base import (
@@ -32,8 +42,10 @@ from spu.sandbox.base import (
     register_sandbox,
     remembered_availability,
 )
+from spu.sandbox.disk import RunDisk
 from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES, detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
+from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.process import run_with_limits, wrapper_error
 from spu.schema import ProcessEvidence, SandboxInfo
 
@@ -57,6 +69,26 @@ AGENT_UID = 65534
 
 WRAPPER_PREFIXES = ("bwrap: ", "setpriv: ")
 """How bubblewrap and setpriv start their own error messages."""
+
+START_TIMEOUT_S = 30.0
+"""How long bubblewrap may take to report its namespaces (``--info-fd``)."""
+
+
+def _read_child_pid(info: int, timeout_s: float = START_TIMEOUT_S) -> int:
+    """The sandbox's process id, from bubblewrap's ``--info-fd`` JSON."""
+    data = b""
+    while True:
+        ready, _, _ = select.select([info], [], [], timeout_s)
+        if not ready:
+            raise NetworkError("bubblewrap did not report its namespaces in time")
+        chunk = os.read(info, 4096)
+        if not chunk:
+            raise NetworkError("bubblewrap ended before the network was set up")
+        data += chunk
+        try:
+            return int(json.loads(data)["child-pid"])
+        except ValueError:
+            continue
 
 
 def _bwrap_works() -> tuple[bool, str]:
@@ -117,13 +149,25 @@ class LocalSandbox(Sandbox):
                     f"read-only bind target {inside!r} lies in the read-only system folder "
                     f"{system[0]} and does not exist there; mount it elsewhere (e.g. /spu-tools)"
                 )
+        if request.network:
+            ok, why = pasta_available()
+            if not ok:
+                raise SandboxError(why)
         self.request = request
         self.folders = RunFolders.create(request)
+        self.disk = RunDisk(request.run_dir, request.limits.disk_gb)
+        self.networks: list[UserNetwork] = []
+        self.network_mode = "offline"
         self.limits = LimitEnforcer(
             request.limits, request.run_dir.name, pids_limit=self.options.get("pids_limit")
         )
         self.gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
         self.warnings = [*self.limits.warnings, *self.gpus.warnings]
+        try:
+            self.disk.set_up()
+        except OSError as exc:
+            raise SandboxError(f"the run's disk could not be set up: {exc}") from exc
+        self.warnings += self.disk.warnings
         self.agent_uid: int | None = None
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
@@ -161,8 +205,13 @@ class LocalSandbox(Sandbox):
                 args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
         return args
 
-    def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        """The full bubblewrap command line that runs ``argv`` with ``env`` in the sandbox."""
+    def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str],
+                   sync_fds: tuple[int, int] | None = None) -> list[str]:
+        """The full bubblewrap command line that runs ``argv`` with ``env`` in the sandbox.
+
+        ``sync_fds`` (info, block): bubblewrap reports its namespaces on the first and
+        waits on the second before it starts ``argv`` (the network is set up between).
+        """
         cmd = [
             "bwrap",
             "--die-with-parent",
@@ -171,11 +220,10 @@ class LocalSandbox(Sandbox):
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
+            "--unshare-net",
             "--hostname", "spu-sandbox",
             "--clearenv",
         ]  # fmt: skip
-        if not self.request.network:
-            cmd.append("--unshare-net")
         # tmpfs first: binds made after it stay visible even when they live under /tmp.
         # /tmp is world-writable with the sticky bit, as on any host: the agent runs as nobody.
         cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
@@ -197,6 +245,8 @@ class LocalSandbox(Sandbox):
         ]  # fmt: skip
         for key, value in env.items():
             cmd += ["--setenv", key, value]
+        if sync_fds is not None:
+            cmd += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
         if self.agent_uid is not None:
             uid = str(self.agent_uid)
             argv = [
@@ -221,18 +271,53 @@ class LocalSandbox(Sandbox):
         if self.agent_uid is not None:
             _chown_tree(self.folders.workspace, self.agent_uid)
             _chown_tree(self.folders.output, self.agent_uid)
-        evidence = run_with_limits(
-            self.bwrap_argv(argv, full_env),
-            host_env,
-            cwd=None,
-            stdout=stdout,
-            stderr=stderr,
-            timeout_s=limit,
-            grace_s=self.request.limits.grace_s,
-            enforcer=self.limits,
-            wrapped=True,
-        )
-        if evidence.exit_code and not evidence.timed_out:
+        pass_fds: tuple[int, ...] = ()
+        on_start: Callable[[int], None] | None = None
+        sync_fds = None
+        open_fds: set[int] = set()
+        if self.request.network:
+            info_r, info_w = os.pipe()
+            block_r, block_w = os.pipe()
+            open_fds = {info_r, info_w, block_r, block_w}
+            sync_fds = pass_fds = (info_w, block_r)
+            network = UserNetwork(self.request.host_ports, self.request.allowed_networks)
+            self.networks.append(network)
+
+            def on_start(_pid: int) -> None:
+                # bubblewrap holds its own copies: close ours so that its end reads EOF.
+                for fd in (info_w, block_r):
+                    os.close(fd)
+                    open_fds.discard(fd)
+                network.attach(_read_child_pid(info_r))
+                self.network_mode = network.mode
+                self.warnings += [w for w in network.warnings if w not in self.warnings]
+                os.write(block_w, b"1")
+        try:
+            evidence = run_with_limits(
+                self.bwrap_argv(argv, full_env, sync_fds),
+                host_env,
+                cwd=None,
+                stdout=stdout,
+                stderr=stderr,
+                timeout_s=limit,
+                grace_s=self.request.limits.grace_s,
+                enforcer=self.limits,
+                wrapped=True,
+                log_cap_bytes=self.request.limits.log_cap_bytes,
+                pass_fds=pass_fds,
+                on_start=on_start,
+                over_limit=self.disk.full,
+            )
+        finally:
+            for fd in open_fds:
+                os.close(fd)
+            for network in self.networks:
+                network.close()
+            self.networks.clear()
+        if evidence.error:
+            evidence = evidence.model_copy(
+                update={"error": f"sandbox did not start: {evidence.error}"})
+        elif evidence.exit_code and not evidence.timed_out:
             failed = wrapper_error(stderr, WRAPPER_PREFIXES)
             if failed:
                 evidence = evidence.model_copy(update={"error": f"sandbox did not start: {failed}"})
@@ -243,20 +328,41 @@ class LocalSandbox(Sandbox):
         return self.folders.output
 
     def cleanup(self) -> None:
-        """Kill what is left of the run and remove its cgroups."""
-        self.limits.cleanup()
+        """Kill what is left of the run, remove its cgroups and network, release its disk."""
+        for network in getattr(self, "networks", []):
+            network.close()
+        if hasattr(self, "limits"):
+            self.limits.cleanup()
+        if hasattr(self, "disk"):
+            self.disk.release()
+
+    def network_mode_planned(self) -> str:
+        """The network the agent gets: the one in force once it ran, else the one planned."""
+        if not self.request.network:
+            return "offline"
+        if self.network_mode != "offline":
+            return self.network_mode
+        filtered = os.geteuid() == 0
+        return UserNetwork.mode_filtered if filtered else UserNetwork.mode_unfiltered
 
     def info(self) -> SandboxInfo:
-        """Namespaces in force and the limits enforced."""
+        """Namespaces in force, the network, and the limits enforced."""
         isolation = ["mount-namespace", "pid-namespace", "ipc-namespace", "uts-namespace",
                      "read-only-system", "cleared-environment", "die-with-parent"]
         if os.geteuid() != 0 or self.agent_uid is not None:
             isolation.append("unprivileged-user")
-        if not self.request.network:
-            isolation.append("network-namespace")
+        network = self.network_mode_planned()
+        isolation += ["network-namespace", f"network:{network}"]
+        limits = self.limits.enforced(self.gpus.ids).model_copy(update={
+            "disk_gb": self.request.limits.disk_gb if self.disk.mechanism != "none" else None,
+            "disk_mechanism": self.disk.mechanism,
+            "log_mb": self.request.limits.log_mb or None,
+        })
         return SandboxInfo(
             backend=self.name,
             isolation=isolation,
             warnings=list(self.warnings),
-            limits=self.limits.enforced(self.gpus.ids),
+            limits=limits,
+            network=network,
+            host_ports=sorted(set(self.request.host_ports)) if self.request.network else [],
         )

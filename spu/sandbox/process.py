@@ -1,18 +1,105 @@
-"""Running one agent process on the host: wall-clock limit, graceful stop, evidence."""
+"""Running one agent process on the host: wall-clock limit, graceful stop, evidence.
+
+The agent's stdout and stderr can be capped (:class:`CappedLog`): the head and the tail
+are kept, with a note in between saying how much was dropped.
+"""
 
 from __future__ import annotations
 
+import collections
+import logging
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO, BinaryIO
 
 from spu.sandbox.limits import LimitEnforcer
 from spu.schema import ProcessEvidence
 
+log = logging.getLogger(__name__)
+
 POLL_S = 0.05
+WATCH_EVERY_S = 0.5
+"""How often ``run_with_limits`` asks its ``over_limit`` watcher (a disk check)."""
+CHUNK = 1 << 16
+
+
+class CappedLog:
+    r"""A log file that keeps the first and the last ``cap_bytes / 2`` bytes written to it.
+
+    What falls in between is dropped and replaced, when the log is closed, by one line
+    saying how many bytes were dropped. Memory use is bounded by half the cap.
+
+    Examples:
+        >>> import io
+        >>> sink = io.BytesIO()
+        >>> capped = CappedLog(sink, cap_bytes=8)
+        >>> capped.write(b"0123456789abcdef")
+        >>> capped.close()
+        8
+        >>> sink.getvalue()
+        b'0123\n[spu: 8 bytes of this log dropped here (log cap 8 bytes)]\ncdef'
+    """
+
+    def __init__(self, sink: BinaryIO, cap_bytes: int) -> None:
+        self.sink = sink
+        self.cap = max(2, int(cap_bytes))
+        self.head_left = self.cap // 2
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_size = 0
+        self.dropped = 0
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``: to the head while it has room, else to the tail."""
+        if self.head_left > 0:
+            part = data[: self.head_left]
+            self.sink.write(part)
+            self.head_left -= len(part)
+            data = data[len(part):]
+        if not data:
+            return
+        self.tail.append(data)
+        self.tail_size += len(data)
+        keep = self.cap - self.cap // 2
+        while self.tail_size - len(self.tail[0]) >= keep:
+            self.dropped += len(self.tail[0])
+            self.tail_size -= len(self.tail[0])
+            self.tail.popleft()
+        if self.tail_size > keep:
+            cut = self.tail_size - keep
+            self.tail[0] = self.tail[0][cut:]
+            self.tail_size -= cut
+            self.dropped += cut
+
+    def close(self) -> int:
+        """Write the note and the tail; returns the bytes dropped."""
+        if self.dropped:
+            self.sink.write(f"\n[spu: {self.dropped} bytes of this log dropped here "
+                            f"(log cap {self.cap} bytes)]\n".encode())
+        for part in self.tail:
+            self.sink.write(part)
+        self.tail.clear()
+        self.sink.flush()
+        return self.dropped
+
+
+def drain(source: IO[bytes], target: CappedLog) -> threading.Thread:
+    """A started thread copying ``source`` (a pipe) into ``target`` until end of file."""
+
+    def _copy() -> None:
+        try:
+            while chunk := os.read(source.fileno(), CHUNK):
+                target.write(chunk)
+        except (OSError, ValueError):
+            pass
+
+    thread = threading.Thread(target=_copy, daemon=True)
+    thread.start()
+    return thread
 
 
 def descendants(pid: int) -> list[int]:
@@ -88,6 +175,10 @@ def run_with_limits(
     grace_s: float = 10.0,
     enforcer: LimitEnforcer | None = None,
     wrapped: bool = False,
+    log_cap_bytes: int | None = None,
+    pass_fds: Sequence[int] = (),
+    on_start: Callable[[int], None] | None = None,
+    over_limit: Callable[[], bool] | None = None,
 ) -> ProcessEvidence:
     """Run ``argv`` to completion or to the wall-clock limit, then stop it gracefully.
 
@@ -105,6 +196,12 @@ def run_with_limits(
         enforcer: The run's limits, joined between fork and exec.
         wrapped: ``argv`` is a wrapper (bubblewrap) that reports a signal as 128+n; the
             graceful stop goes to the processes under it, not to the wrapper.
+        log_cap_bytes: Cap on each of stdout and stderr (None: uncapped).
+        pass_fds: File descriptors the process inherits.
+        on_start: Called with the process id once it runs (e.g. to give a sandbox its
+            network); an exception kills the process and becomes ``error``.
+        over_limit: Asked every half second; True stops the run like the time limit
+            and sets ``disk_full`` (the disk limit).
 
     Returns:
         The exit code or signal, whether the limit fired, whether the memory limit
@@ -114,40 +211,77 @@ def run_with_limits(
     start = time.monotonic()
     stdout.parent.mkdir(parents=True, exist_ok=True)
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        capped = log_cap_bytes is not None
         try:
             proc = subprocess.Popen(
                 list(argv),
                 env=dict(env),
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
+                stdout=subprocess.PIPE if capped else out,
+                stderr=subprocess.PIPE if capped else err,
                 start_new_session=True,
                 preexec_fn=enforcer.preexec if enforcer else None,
+                pass_fds=tuple(pass_fds),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return ProcessEvidence(error=f"could not start {argv[0]!r}: {exc}")
-        timed_out = False
+        logs: list[CappedLog] = []
+        drains: list[threading.Thread] = []
+        if capped:
+            assert proc.stdout is not None and proc.stderr is not None
+            logs = [CappedLog(out, log_cap_bytes or 0), CappedLog(err, log_cap_bytes or 0)]
+            drains = [drain(proc.stdout, logs[0]), drain(proc.stderr, logs[1])]
+        start_error = None
+        if on_start is not None:
+            try:
+                on_start(proc.pid)
+            except Exception as exc:  # noqa: BLE001 - any failure to start is the run's error
+                start_error = str(exc)
+                _signal_tree(proc.pid, signal.SIGKILL)
+        timed_out = disk_full = False
         deadline = None if timeout_s is None else start + timeout_s
+        next_watch = start + WATCH_EVERY_S
+        kill_at: float | None = None
+        stopping = False
         while True:
             wpid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             if wpid != 0:
                 break
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                if not timed_out:
-                    timed_out = True
+            if not stopping:
+                if deadline is not None and now >= deadline:
+                    timed_out = stopping = True
+                elif over_limit is not None and now >= next_watch:
+                    next_watch = now + WATCH_EVERY_S
+                    disk_full = stopping = over_limit()
+                if stopping:
                     # Not to a wrapper: bubblewrap dying would SIGKILL the agent at once.
                     _signal_tree(proc.pid, signal.SIGTERM, spare_root=wrapped)
-                    deadline = now + grace_s
-                else:
-                    _signal_tree(proc.pid, signal.SIGKILL)
-                    deadline = None
+                    kill_at = now + grace_s
+            elif kill_at is not None and now >= kill_at:
+                _signal_tree(proc.pid, signal.SIGKILL)
+                kill_at = None
             time.sleep(POLL_S)
         proc.returncode = os.waitstatus_to_exitcode(status)
+        if over_limit is not None and not disk_full and start_error is None:
+            disk_full = over_limit()  # an agent that filled the disk and exited at once
+        if enforcer is not None:
+            enforcer.kill_leftovers()
+        for thread in drains:
+            # A daemon the agent left may hold the pipe open: don't wait for it forever.
+            thread.join(timeout=max(1.0, grace_s))
+        dropped = 0
+        for capped_log in logs:
+            try:
+                dropped += capped_log.close()
+            except OSError as exc:  # the host's disk is full: the evidence still counts
+                dropped += capped_log.dropped
+                log.error("agent log not completed: %s", exc)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     duration = time.monotonic() - start
-    if enforcer is not None:
-        enforcer.kill_leftovers()
     exit_code = signal_number = None
     if os.WIFSIGNALED(status):
         signal_number = os.WTERMSIG(status)
@@ -166,4 +300,7 @@ def run_with_limits(
         oom_killed=oom,
         peak_memory_bytes=peak,
         duration_s=duration,
+        disk_full=disk_full,
+        log_dropped_bytes=dropped,
+        error=start_error,
     )

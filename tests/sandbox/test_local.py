@@ -29,7 +29,7 @@ def under_opt() -> Path:
     shutil.rmtree(folder)
 
 
-def test_answers_and_other_runs_under_a_system_folder_are_masked(open_sandbox, under_opt):
+def test_answers_and_other_runs_under_a_system_folder_are_masked(under_opt, open_sandbox):
     """Invariant: a deployment under /opt shows the agent neither its answers nor other runs."""
     hidden = under_opt / "tasks" / "t" / "hidden"
     hidden.mkdir(parents=True)
