@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
+from spu.sandbox.disk import release_stale as release_stale_disk
 from spu.schema import (
     AnswerKey,
     ExposureHit,
@@ -282,19 +284,33 @@ def prepare_run(spec: RunSpec) -> PreparedRun:
         cpus=int(_task_limit(task, "cpus", spec.limits.cpus)),
         gpus=int(_task_limit(task, "gpus", spec.limits.gpus)),
         grace_s=spec.limits.grace_s,
+        disk_gb=spec.limits.disk_gb,
+        log_mb=spec.limits.log_mb,
     )
     return PreparedRun(spec, task, answers, spec_run_key(spec, task), harness, limits)
 
 
 def stage(run: PreparedRun) -> Path:
-    """Step 1: archive an earlier attempt and stage the task's public files."""
+    """Step 1: archive an earlier attempt and stage the task's public files.
+
+    A run killed with its driver may have left its disk mounted in the run folder: its
+    files are put back first, so that the archived attempt keeps them.
+    """
+    release_stale_disk(run.run_dir)
     _archive_previous_attempt(run.run_dir)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     return stage_public_files(run.task, run.run_dir / "task")
 
 
-def sandbox_request(run: PreparedRun, staged: Path) -> SandboxRequest:
-    """Step 2's request: the staged files, the limits and what the agent must not see."""
+def sandbox_request(run: PreparedRun, staged: Path,
+                    host_ports: Sequence[int] = ()) -> SandboxRequest:
+    """Step 2's request: the staged files, limits, network and what the agent must not see.
+
+    ``host_ports`` are the host-loopback TCP ports of the services started for this run
+    (the harness's :meth:`~spu.harness.base.Harness.start_services`, the tools service,
+    the egress proxy); with ``sandbox.host_ports`` they are the only host ports the
+    agent can reach, at ``SandboxPaths.host_address`` and the same port.
+    """
     spec = run.spec
     return SandboxRequest(
         task_dir=staged,
@@ -302,6 +318,8 @@ def sandbox_request(run: PreparedRun, staged: Path) -> SandboxRequest:
         limits=run.limits,
         gpu_ids=list(spec.gpu_ids),
         network=spec.sandbox.network,
+        host_ports=sorted({*spec.sandbox.host_ports, *host_ports}),
+        allowed_networks=list(spec.sandbox.allowed_networks),
         extra_ro_binds=run.harness.sandbox_binds(),
         # Hidden from the agent even where a system folder would show them.
         masked_paths=[run.task.path, run.task.answers_path(spec.answers_root).parent,
@@ -319,17 +337,21 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
                        sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
     try:
         sandbox, phase.notes = _open_sandbox(run.spec)
-        paths = sandbox.prepare(sandbox_request(run, staged))
-        ctx = AgentContext(
-            task=run.task,
-            paths=paths,
-            run_dir=run.run_dir,
-            run_key=run.key,
-            limits=run.limits,
-            seed=int(run.key[:8], 16),
-            gpu_ids=list(run.spec.gpu_ids),
-        )
+        prepared = False
         try:
+            # The run's host services first: their ports are part of the sandbox request.
+            host_ports = run.harness.start_services(run.run_dir / "logs")
+            paths = sandbox.prepare(sandbox_request(run, staged, host_ports))
+            prepared = True
+            ctx = AgentContext(
+                task=run.task,
+                paths=paths,
+                run_dir=run.run_dir,
+                run_key=run.key,
+                limits=run.limits,
+                seed=int(run.key[:8], 16),
+                gpu_ids=list(run.spec.gpu_ids),
+            )
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
             phase.evidence = sandbox.exec(
@@ -341,7 +363,8 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
             phase.result = run.harness.parse(ctx, phase.evidence)
         finally:
             run.harness.cleanup()
-            phase.sandbox_info = sandbox.info()
+            if prepared:
+                phase.sandbox_info = sandbox.info()
             sandbox.cleanup()
     except (SandboxError, HarnessError, OSError) as exc:
         log.error("run %s could not start: %s", run.key, exc)

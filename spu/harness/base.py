@@ -121,6 +121,17 @@ class Harness(ABC):
         """Host folders to mount read-only in the sandbox (host path -> sandbox path)."""
         return {}
 
+    def start_services(self, log_dir: Path) -> list[int]:
+        """Start what the agent must reach on the host, before its sandbox opens.
+
+        Returns the host-loopback TCP ports these services listen on (e.g. the scripted
+        model server's). The runner hands them to the sandbox as
+        :attr:`~spu.sandbox.base.SandboxRequest.host_ports`, the only host ports the
+        agent can reach, at :attr:`~spu.sandbox.base.SandboxPaths.host_address` and the
+        same port. :meth:`cleanup` stops them.
+        """
+        return []
+
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:  # noqa: B027
         """Put what the agent needs into the sandbox (before ``command``)."""
 

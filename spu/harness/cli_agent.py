@@ -59,6 +59,8 @@ class CLIAgentHarness(Harness):
         self.server: ScriptedModelServer | None = None  # while a scripted run is on
         self.home_host: Path | None = None
         self.cli_root: str | None = None
+        self.host_address = "127.0.0.1"
+        """Where the agent reaches the host's services (the sandbox's ``host_address``)."""
 
     # ---------------------------------------------------------------- configuration
 
@@ -132,49 +134,65 @@ class CLIAgentHarness(Harness):
 
     # ---------------------------------------------------------------- a run
 
+    def start_services(self, log_dir: Path) -> list[int]:
+        """Start the scripted model server for ``model=scripted``; returns its port."""
+        if not self.scripted:
+            return []
+        if self.server is None:
+            from spu.testing import ScriptedModelServer, load_script
+
+            script = load_script(self.model.api_model or DEFAULT_SCRIPT)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self.server = ScriptedModelServer(
+                script, log_path=log_dir / "scripted_server.jsonl").start()
+            log.info("scripted model %r at %s", script.name, self.server.url)
+        return [self.server.port]
+
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
-        """Locate the CLI and the agent's home; start the scripted server when asked.
+        """Locate the CLI and the agent's home; check the scripted server is reachable.
 
         Raises:
-            HarnessError: ``model=scripted`` in a sandbox with its own network namespace,
-                from which the scripted server on the host's ``127.0.0.1`` is unreachable.
+            HarnessError: ``model=scripted`` in a sandbox from which the scripted server
+                cannot be reached (no network, or its port not among the sandbox's
+                host ports).
         """
         if self.scripted:
+            self.check_scripted_reachable(sandbox)  # offline: refused before starting anything
+            self.start_services(ctx.log_dir)
             self.check_scripted_reachable(sandbox)
+        self.host_address = ctx.paths.host_address
         self.home_host = sandbox.host_path(ctx.paths.workspace)
         (self.home_host / TEMP_FOLDER).mkdir(parents=True, exist_ok=True)
         # A backend that hands out host paths (the subprocess fallback) mounts nothing.
         remapped = Path(ctx.paths.workspace) != self.home_host
         self.cli_root = self.mount_point() if remapped else str(self.install().prefix)
-        if self.scripted:
-            from spu.testing import ScriptedModelServer, load_script
-
-            script = load_script(self.model.api_model or DEFAULT_SCRIPT)
-            self.server = ScriptedModelServer(
-                script, log_path=ctx.log_dir / "scripted_server.jsonl").start()
-            log.info("scripted model %r at %s", script.name, self.server.url)
 
     def check_scripted_reachable(self, sandbox: Sandbox) -> None:
-        """Refuse ``model=scripted`` where the agent has its own network namespace.
+        """Refuse ``model=scripted`` where the agent cannot reach the scripted server.
 
-        The scripted server listens on the host's ``127.0.0.1``; inside a network
-        namespace (``sandbox.network=false`` under bubblewrap, a Docker network other
-        than ``host``) that address is the sandbox's own loopback, and the CLI would
-        retry until the wall-clock limit.
+        The server listens on the host's ``127.0.0.1``. An agent on the host's network
+        reaches it; an agent in a network namespace reaches it only when its port is
+        among the sandbox's host ports (:meth:`start_services` declared it, the runner
+        passed it on); offline (``sandbox.network=false``) nothing does, and the CLI
+        would retry until the wall-clock limit.
         """
         info = sandbox.info()
-        if "network-namespace" not in info.isolation:
+        if info.network == "host" or "network-namespace" not in info.isolation:
             return
-        if info.backend == "docker":
-            fix = ("set sandbox.network=true and sandbox.network_mode=host, or use "
-                   "sandbox=local with sandbox.network=true")
-        else:
+        port = self.server.port if self.server is not None else None
+        if info.network == "offline":
             fix = "set sandbox.network=true"
+        elif port is None or port in info.host_ports:
+            return
+        elif info.backend == "docker":
+            fix = ("set sandbox.network_mode=pasta (Docker's own network modes cannot "
+                   "forward host ports)")
+        else:
+            fix = "declare it through Harness.start_services, which the runner passes on"
         raise HarnessError(
-            f"model=scripted: the scripted model server listens on the host's 127.0.0.1, "
-            f"which the agent cannot reach from its own network namespace in "
-            f"sandbox={info.backend} (sandbox.network=false, or a Docker network other "
-            f"than host); {fix}")
+            f"model=scripted: the scripted model server listens on the host's 127.0.0.1 "
+            f"port {port}, which the agent cannot reach from sandbox={info.backend} "
+            f"(network {info.network}); {fix}")
 
     def instruction(self, ctx: AgentContext) -> str:
         """The task's instruction, given as the prompt (every configuration gets the same)."""
@@ -193,7 +211,7 @@ class CLIAgentHarness(Harness):
     def endpoint(self) -> str | None:
         """Base URL of the model API: the scripted server's, or the model config's."""
         if self.server is not None:
-            return self.server.url
+            return f"http://{self.host_address}:{self.server.port}"
         return self.model.base_url
 
     def agent_env(self, ctx: AgentContext, extra: dict[str, str]) -> dict[str, str]:
@@ -206,7 +224,8 @@ class CLIAgentHarness(Harness):
             proxies = host_proxy_env()
             host_bypass = proxies.get("no_proxy") or proxies.get("NO_PROXY")
             cli_env["no_proxy"] = cli_env["NO_PROXY"] = ",".join(
-                filter(None, [host_bypass, "127.0.0.1", "localhost"]))
+                dict.fromkeys(filter(None, [host_bypass, self.host_address, "127.0.0.1",
+                                            "localhost"])))
         return super().agent_env(ctx, {**cli_env, **extra})
 
     def cleanup(self) -> None:

@@ -55,7 +55,7 @@ class CodexHarness(CLIAgentHarness):
         """``config.toml`` declaring the provider, the model and the effort."""
         base_url = self.endpoint()
         if self.server is not None:
-            base_url = f"{self.server.url}/v1"
+            base_url = f"{base_url}/v1"
         lines = [
             f"model = {_toml(self.model.api_model or self.model.name)}",
             f"model_provider = {_toml(PROVIDER_ID)}",

@@ -5,8 +5,8 @@ Each run key is then decided from its latest recorded attempt
 (:class:`~spu.tracking.query.RecordedRun`):
 
 - nothing recorded: run it (attempt 1);
-- an ``infra_error``, ``memory_limit`` or ``disk_limit`` whose retries are not used up (the driver died
-  between the attempts, or the worker running it died): run the next attempt;
+- an ``infra_error``, ``memory_limit`` or ``disk_limit`` whose retries are not used up (the
+  driver died between the attempts, or the worker running it died): run the next attempt;
 - ``sweep.resume=skip_finished`` (default): anything else is finished, skip it;
 - ``sweep.resume=retry_unscored`` (``+resume=retry_unscored``): also re-run keys whose
   latest attempt ended ``infra_error`` or ``no_file``, as a new attempt with its own

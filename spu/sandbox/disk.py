@@ -33,6 +33,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from spu.schema import EnforcedLimits
+
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
@@ -175,6 +177,14 @@ class RunDisk:
                 self._polled_full = used >= self.limit_bytes
             return self._polled_full
         return False
+
+    def enforced(self, limits: EnforcedLimits, log_mb: float) -> EnforcedLimits:
+        """``limits`` with the disk limit and the log cap in force added."""
+        return limits.model_copy(update={
+            "disk_gb": self.disk_gb if self.mechanism != "none" else None,
+            "disk_mechanism": self.mechanism,
+            "log_mb": log_mb or None,
+        })
 
     def release(self) -> None:
         """Copy the files back into the run folder, unmount and delete the image."""

@@ -353,11 +353,8 @@ class LocalSandbox(Sandbox):
             isolation.append("unprivileged-user")
         network = self.network_mode_planned()
         isolation += ["network-namespace", f"network:{network}"]
-        limits = self.limits.enforced(self.gpus.ids).model_copy(update={
-            "disk_gb": self.request.limits.disk_gb if self.disk.mechanism != "none" else None,
-            "disk_mechanism": self.disk.mechanism,
-            "log_mb": self.request.limits.log_mb or None,
-        })
+        limits = self.disk.enforced(self.limits.enforced(self.gpus.ids),
+                                    self.request.limits.log_mb)
         return SandboxInfo(
             backend=self.name,
             isolation=isolation,

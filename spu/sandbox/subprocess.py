@@ -2,8 +2,9 @@
 
 It isolates nothing: the agent runs as the framework's own user and sees the host's
 files and processes; the answers are protected only by not being copied into the run
-folder. Limits (cgroup memory, CPU quota and affinity, pids) still apply. Every run on
-it says so in its record and in the log.
+folder. Limits (cgroup memory, CPU quota and affinity, pids, the disk and the log
+caps) still apply. It shares the host's network (``network:host``; ``network=false`` is
+not enforced). Every run on it says so in its record and in the log.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from spu.sandbox.base import (
     SandboxRequest,
     register_sandbox,
 )
+from spu.sandbox.disk import RunDisk
 from spu.sandbox.gpus import detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
 from spu.sandbox.process import run_with_limits
@@ -57,6 +59,13 @@ class SubprocessSandbox(Sandbox):
             request.limits, request.run_dir.name, pids_limit=self.options.get("pids_limit")
         )
         self.gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
+        self.disk = RunDisk(request.run_dir, request.limits.disk_gb)
+        self.disk.set_up()
+        self.warnings = [WARNING, *self.limits.warnings, *self.gpus.warnings,
+                         *self.disk.warnings]
+        if not request.network:
+            self.warnings.append("sandbox.network=false is not enforced by sandbox=subprocess: "
+                                 "the agent has the host's network")
         log.warning(WARNING)
         return self.layout
 
@@ -89,6 +98,8 @@ class SubprocessSandbox(Sandbox):
             timeout_s=self.request.limits.time_s if timeout_s is None else timeout_s,
             grace_s=self.request.limits.grace_s,
             enforcer=self.limits,
+            log_cap_bytes=self.request.limits.log_cap_bytes,
+            over_limit=self.disk.full,
         )
 
     def collect(self) -> Path:
@@ -96,14 +107,20 @@ class SubprocessSandbox(Sandbox):
         return self.folders.output
 
     def cleanup(self) -> None:
-        """Kill what is left of the run and remove its cgroups."""
-        self.limits.cleanup()
+        """Kill what is left of the run, remove its cgroups, release its disk."""
+        if hasattr(self, "limits"):
+            self.limits.cleanup()
+        if hasattr(self, "disk"):
+            self.disk.release()
 
     def info(self) -> SandboxInfo:
-        """No isolation, loudly."""
+        """No isolation, loudly; the host's network."""
+        limits = self.disk.enforced(self.limits.enforced(self.gpus.ids),
+                                    self.request.limits.log_mb)
         return SandboxInfo(
             backend=self.name,
-            isolation=[],
-            warnings=[WARNING, *self.limits.warnings, *self.gpus.warnings],
-            limits=self.limits.enforced(self.gpus.ids),
+            isolation=["network:host"],
+            warnings=list(self.warnings),
+            limits=limits,
+            network="host",
         )

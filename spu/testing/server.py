@@ -111,6 +111,11 @@ class ScriptedModelServer:
         self._thread: threading.Thread | None = None
 
     @property
+    def port(self) -> int:
+        """The TCP port it listens on."""
+        return int(self._httpd.server_address[1])
+
+    @property
     def url(self) -> str:
         """Base URL, e.g. ``http://127.0.0.1:40123`` (Codex needs ``url + "/v1"``)."""
         host, port = self._httpd.server_address[:2]

@@ -167,7 +167,8 @@ def test_an_unknown_script_is_a_config_error(compose) -> None:
         get_harness("claude_code")(conf.harness, conf.model, conf.effort).check()
 
 
-def _prepared_sandbox(name: str, tmp_path: Path, network: bool) -> tuple[Any, Any]:
+def _prepared_sandbox(name: str, tmp_path: Path, network: bool,
+                      host_ports: list[int] | None = None) -> tuple[Any, Any]:
     """A prepared sandbox on the example task and the agent context of a run in it."""
     from spu.harness.base import AgentContext
     from spu.sandbox import RunLimits, SandboxRequest, get_sandbox
@@ -183,7 +184,7 @@ def _prepared_sandbox(name: str, tmp_path: Path, network: bool) -> tuple[Any, An
     sandbox = get_sandbox(name)()
     paths = sandbox.prepare(SandboxRequest(
         task_dir=stage_public_files(task, run_dir / "task"), run_dir=run_dir, limits=limits,
-        network=network))
+        network=network, host_ports=host_ports or []))
     ctx = AgentContext(task=task, paths=paths, run_dir=run_dir, run_key="k", limits=limits,
                        seed=1)
     return sandbox, ctx
@@ -208,34 +209,44 @@ def test_scripted_model_is_refused_where_the_agent_has_its_own_network(
 
 
 @pytest.mark.parametrize("harness_name", ["claude_code", "codex"])
-def test_scripted_model_runs_where_the_agent_shares_the_host_network(
+def test_scripted_model_runs_where_its_port_is_a_host_port_of_the_sandbox(
         compose, tmp_path: Path, harness_name: str) -> None:
+    """The harness declares the server's port; the sandbox forwards it (same port inside)."""
     conf = typed(compose("model=scripted", f"harness={harness_name}"))
     harness = get_harness(harness_name)(conf.harness, conf.model, conf.effort)
     _with_tool(harness, tmp_path)
-    sandbox, ctx = _prepared_sandbox("local", tmp_path, network=True)
+    ports = harness.start_services(tmp_path / "logs")
+    sandbox, ctx = _prepared_sandbox("local", tmp_path, network=True, host_ports=ports)
     try:
+        assert harness.server is not None and ports == [harness.server.port]
         harness.prepare(ctx, sandbox)
-        assert harness.server is not None and harness.endpoint() == harness.server.url
+        assert harness.endpoint() == f"http://{ctx.paths.host_address}:{harness.server.port}"
     finally:
         harness.cleanup()
         sandbox.cleanup()
 
 
-def test_scripted_model_on_a_docker_network_names_the_host_network_mode(
-        compose, tmp_path: Path) -> None:
-    """A container on the bridge network has its own loopback too (checked on its info)."""
+def test_scripted_model_behind_an_undeclared_port_names_the_fix(compose, tmp_path: Path) -> None:
+    """A sandbox that does not forward the server's port is refused with the way out."""
     from spu.sandbox.base import Sandbox
     from spu.schema import SandboxInfo
 
     conf = typed(compose("model=scripted", "harness=claude_code"))
     harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
-    bridged = SandboxInfo(backend="docker", isolation=["container", "network-namespace"])
-    sandbox = SimpleNamespace(info=lambda: bridged)
-    with pytest.raises(HarnessError, match=r"sandbox\.network_mode=host"):
-        harness.check_scripted_reachable(cast(Sandbox, sandbox))
-    on_host = SandboxInfo(backend="docker", isolation=["container"])
-    harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: on_host)))
+    harness.start_services(tmp_path / "logs")
+    try:
+        bridged = SandboxInfo(backend="docker", isolation=["container", "network-namespace"],
+                              network="docker-bridge")
+        with pytest.raises(HarnessError, match=r"sandbox\.network_mode=pasta"):
+            harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: bridged)))
+        on_host = SandboxInfo(backend="docker", isolation=["container"], network="host")
+        harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: on_host)))
+        assert harness.server is not None
+        forwarded = SandboxInfo(backend="local", isolation=["network-namespace"],
+                                network="pasta-filtered", host_ports=[harness.server.port])
+        harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: forwarded)))
+    finally:
+        harness.cleanup()
 
 
 def test_agent_env_layers_proxies_extra_and_harness_env(compose, tmp_path: Path,

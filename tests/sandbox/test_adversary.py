@@ -96,4 +96,4 @@ def test_subprocess_fallback_exposes_the_answers(request, compose, monkeypatch,
     record, report, *_ = _run_adversary(request, compose, monkeypatch, canary_task,
                                         "subprocess", "--stop-after", "1")
     assert report["found_names"] or report["found_content"]
-    assert NO_SANDBOX in record.notes and record.sandbox.isolation == []
+    assert NO_SANDBOX in record.notes and record.sandbox.isolation == ["network:host"]
