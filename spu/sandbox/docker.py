@@ -6,10 +6,24 @@ The container runs ``sandbox.image`` (default ``spu-agent:latest``, built by
 ``/workspace`` and ``/output`` bound from the run folder, the harness's read-only
 binds, ``docker-init`` as PID 1, ``no-new-privileges``, and the limits of the run:
 ``nano_cpus``, ``mem_limit`` with swap equal to it, ``pids_limit`` and GPUs as
-``device_requests``. Nothing else of the host is mounted. The network mode is
-``sandbox.network_mode`` (default ``bridge``: the paper's agents have internet), or
-``none`` when ``sandbox.network=false``. The agent runs as the image's user (root in
-the images above); the container boundary, not the user id, is the isolation.
+``device_requests``. Nothing else of the host is mounted.
+
+The network: with ``sandbox.network_mode=pasta`` (the default) the run's containers
+share the network namespace of one holder container (``network_mode=none``, then
+``container:<holder>`` for each agent process), to which pasta gives the same
+filtered way out as under ``sandbox=local`` (:mod:`spu.sandbox.network`): the
+internet and the run's host ports at ``127.0.0.1``, no address of the host or its
+network. pasta runs on this machine, so the engine must be local. Any other
+``network_mode`` is handed to Docker as it is (``bridge``: internet, and the host and
+its network reachable; recorded as ``network:docker-<mode>`` with a warning);
+``sandbox.network=false`` is ``none``. The agent runs as the image's user (root in the
+images above); the container boundary, not the user id, is the isolation.
+
+The workspace and output live on the run's size-limited disk (:mod:`spu.sandbox.disk`,
+mounted on this machine and bound into the container); stdout and stderr are streamed
+from the container (Docker keeps no log file of its own) and capped at ``limits.log_mb``.
+Containers carry the id of the process that made them; those of a process that is gone
+(a driver killed with ``kill -9``) are removed when the next sandbox is prepared.
 
 The SDK is imported when a container is made, never with :mod:`spu`.
 """
@@ -17,9 +31,12 @@ The SDK is imported when a container is made, never with :mod:`spu`.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +50,11 @@ from spu.sandbox.base import (
     register_sandbox,
     remembered_availability,
 )
+from spu.sandbox.disk import RunDisk
 from spu.sandbox.gpus import detect_gpus, place_gpus
 from spu.sandbox.limits import GIB
-from spu.sandbox.process import signal_of_exit, wrapper_error
+from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
+from spu.sandbox.process import CappedLog, signal_of_exit, wrapper_error
 from spu.schema import EnforcedLimits, ProcessEvidence, SandboxInfo
 
 log = logging.getLogger(__name__)
@@ -43,6 +62,10 @@ log = logging.getLogger(__name__)
 DEFAULT_IMAGE = "spu-agent:latest"
 RUN_LABEL = "spu.sandbox"
 """Label carrying the sandbox id, so that cleanup finds every container of a run."""
+OWNER_LABEL = "spu.owner"
+"""Label carrying ``<host name>:<process id>`` of the framework process that made it."""
+PASTA_MODE = "pasta"
+"""``sandbox.network_mode`` of the filtered user-mode network."""
 POLL_S = 0.2
 INIT_PREFIXES = ("[FATAL tini", "[WARN  tini")
 """How docker-init (tini) starts its own messages."""
@@ -99,6 +122,57 @@ def _engine_answers() -> tuple[bool, str]:
     return True, f"Docker engine {version}"
 
 
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def remove_stale_containers(client: Any) -> int:
+    """Remove the containers of framework processes of this machine that are gone."""
+    import docker
+
+    removed = 0
+    host = socket.gethostname()
+    try:
+        containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
+    except docker.errors.DockerException:
+        return 0
+    for container in containers:
+        owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
+        if owner_host != host or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            container.remove(force=True)
+            removed += 1
+        except docker.errors.DockerException as exc:
+            log.warning("stale container %s not removed: %s", container.name, exc)
+    return removed
+
+
+def _pump(stream: Any, out: CappedLog, err: CappedLog) -> threading.Thread:
+    """A started thread copying a demultiplexed attach stream into the two logs."""
+
+    def _copy() -> None:
+        try:
+            for chunk_out, chunk_err in stream:
+                if chunk_out:
+                    out.write(chunk_out)
+                if chunk_err:
+                    err.write(chunk_err)
+        except Exception as exc:  # noqa: BLE001 - a closed stream ends the copy
+            log.debug("log stream ended: %s", exc)
+
+    thread = threading.Thread(target=_copy, daemon=True)
+    thread.start()
+    return thread
+
+
 @register_sandbox
 class DockerSandbox(Sandbox):
     """A container per process, with the layout, the limits and GPUs as device requests."""
@@ -138,11 +212,62 @@ class DockerSandbox(Sandbox):
             )
         self.gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
         self.warnings += self.gpus.warnings
-        self.network_mode = (
-            (self.options.get("network_mode") or "bridge") if request.network else "none"
-        )
         self._count = 0
+        self.holder: Any = None
+        self.network: UserNetwork | None = None
+        remove_stale_containers(self.client)
+        self.disk = RunDisk(request.run_dir, request.limits.disk_gb)
+        try:
+            self.disk.set_up()
+        except OSError as exc:
+            raise SandboxError(f"the run's disk could not be set up: {exc}") from exc
+        self.warnings += self.disk.warnings
+        mode = str(self.options.get("network_mode") or PASTA_MODE)
+        if not request.network:
+            self.network_mode, self.network_name = "none", "offline"
+        elif mode == PASTA_MODE:
+            self.network_mode = f"container:{self._open_network()}"
+            self.network_name = self.network.mode if self.network else "offline"
+        else:
+            self.network_mode, self.network_name = mode, (
+                "host" if mode == "host" else f"docker-{mode}")
+            self.warnings.append(
+                f"sandbox.network_mode={mode}: Docker's own network, not filtered; the agent "
+                f"may reach this machine's services and its local network"
+                + ("" if not request.host_ports else
+                   f", and not the host ports {list(request.host_ports)}"))
         return LAYOUT
+
+    def _open_network(self) -> str:
+        """Start the holder container and connect its network namespace; returns its id."""
+        import docker
+
+        ok, why = pasta_available()
+        if not ok:
+            raise SandboxError(why)
+        try:
+            self.holder = self.client.containers.create(
+                self.image, command=["sleep", "infinity"], init=True, network_mode="none",
+                hostname="spu-sandbox", name=f"spu-{self.sandbox_id}-net",
+                labels={RUN_LABEL: self.sandbox_id, OWNER_LABEL: _owner()},
+                security_opt=["no-new-privileges"], detach=True,
+                mem_limit=64 * 1024 * 1024, pids_limit=8)
+            self.holder.start()
+            pid = int(self.client.api.inspect_container(self.holder.id)["State"]["Pid"] or 0)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"the network holder container did not start: {exc}") from exc
+        if not pid or not os.path.exists(f"/proc/{pid}/ns/net"):
+            raise SandboxError(
+                "sandbox.network_mode=pasta needs the Docker engine on this machine (its "
+                "containers' processes are not visible here); use a local engine, or accept "
+                "an unfiltered network with sandbox.network_mode=bridge")
+        self.network = UserNetwork(self.request.host_ports, self.request.allowed_networks)
+        try:
+            self.network.attach(pid)
+        except NetworkError as exc:
+            raise SandboxError(str(exc)) from exc
+        self.warnings += self.network.warnings
+        return str(self.holder.id)
 
     def host_path(self, inside: str) -> Path:
         """Map ``/task``, ``/workspace`` and ``/output`` paths to the host."""
@@ -169,11 +294,13 @@ class DockerSandbox(Sandbox):
             "network_mode": self.network_mode,
             "volumes": volumes,
             "working_dir": LAYOUT.workspace,
-            "hostname": "spu-sandbox",
             "security_opt": ["no-new-privileges"],
-            "labels": {RUN_LABEL: self.sandbox_id},
+            "labels": {RUN_LABEL: self.sandbox_id, OWNER_LABEL: _owner()},
+            "log_config": {"type": "none", "config": {}},
             "detach": True,
         }
+        if not self.network_mode.startswith("container:"):
+            options["hostname"] = "spu-sandbox"  # else the holder's: Docker refuses both
         if self.gpus.ids:
             options["device_requests"] = [
                 DeviceRequest(device_ids=list(self.gpus.ids), capabilities=[["gpu"]])
@@ -212,17 +339,28 @@ class DockerSandbox(Sandbox):
         except docker.errors.DockerException as exc:
             return ProcessEvidence(error=f"container not created: {exc}")
         try:
-            try:
-                container.start()
-            except docker.errors.APIError as exc:
-                return ProcessEvidence(
-                    error=f"container did not start: {exc.explanation or exc}",
-                    duration_s=time.monotonic() - start,
-                )
-            timed_out, peak = self._wait(container, start, limit)
-            duration = time.monotonic() - start
-            state = self.client.api.inspect_container(container.id)["State"]
-            self._save_logs(container, stdout, stderr)
+            cap = self.request.limits.log_cap_bytes or 1 << 62
+            stdout.parent.mkdir(parents=True, exist_ok=True)
+            with open(stdout, "wb") as out_file, open(stderr, "wb") as err_file:
+                out, err = CappedLog(out_file, cap), CappedLog(err_file, cap)
+                stream = self.client.api.attach(container.id, stdout=True, stderr=True,
+                                                stream=True, demux=True)
+                pump = _pump(stream, out, err)
+                try:
+                    container.start()
+                except docker.errors.APIError as exc:
+                    stream.close()
+                    return ProcessEvidence(
+                        error=f"container did not start: {exc.explanation or exc}",
+                        duration_s=time.monotonic() - start,
+                    )
+                timed_out, disk_full, peak = self._wait(container, start, limit,
+                                                        self.disk.full)
+                duration = time.monotonic() - start
+                state = self.client.api.inspect_container(container.id)["State"]
+                pump.join(timeout=max(5.0, self.request.limits.grace_s))
+                stream.close()
+                dropped = out.close() + err.close()
         finally:
             try:
                 container.remove(force=True)
@@ -233,6 +371,8 @@ class DockerSandbox(Sandbox):
         if exit_code and not timed_out and error is None:
             failed = wrapper_error(stderr, INIT_PREFIXES)
             error = f"container did not start the agent: {failed}" if failed else None
+        if not disk_full:
+            disk_full = self.disk.full()  # filled the disk and exited at once
         return ProcessEvidence(
             exit_code=exit_code,
             signal=signal_of_exit(exit_code),
@@ -240,69 +380,75 @@ class DockerSandbox(Sandbox):
             oom_killed=bool(state.get("OOMKilled")),
             peak_memory_bytes=peak,
             duration_s=duration,
+            disk_full=disk_full,
+            log_dropped_bytes=dropped,
             error=error,
         )
 
-    def _wait(self, container: Any, start: float, limit: float | None) -> tuple[bool, int | None]:
-        """Poll until the container exits; stop it gracefully at the limit."""
+    def _wait(self, container: Any, start: float, limit: float | None,
+              over_limit: Callable[[], bool]) -> tuple[bool, bool, int | None]:
+        """Poll until the container exits; stop it gracefully at the time or disk limit.
+
+        Returns whether the time limit fired, whether the disk filled, and the peak memory.
+        """
         deadline = None if limit is None else start + limit
         peak_file = None
         peak: int | None = None
         while True:
             state = self.client.api.inspect_container(container.id)["State"]
             if not state.get("Running"):
-                return False, peak
+                return False, False, peak
             if peak_file is None and state.get("Pid"):
                 peak_file = _memory_cgroup_file(int(state["Pid"]))
             seen = _read_int(peak_file)
             if seen is not None:
                 peak = max(peak or 0, seen)
-            if deadline is not None and time.monotonic() >= deadline:
+            timed_out = deadline is not None and time.monotonic() >= deadline
+            disk_full = not timed_out and over_limit()
+            if timed_out or disk_full:
                 # SIGTERM to docker-init, which passes it on; SIGKILL after the grace period.
                 container.stop(timeout=int(round(self.request.limits.grace_s)))
-                return True, peak
+                return timed_out, disk_full, peak
             time.sleep(POLL_S)
-
-    def _save_logs(self, container: Any, stdout: Path, stderr: Path) -> None:
-        stdout.parent.mkdir(parents=True, exist_ok=True)
-        for path, which in ((stdout, {"stdout": True, "stderr": False}),
-                            (stderr, {"stdout": False, "stderr": True})):
-            with open(path, "wb") as f:
-                for chunk in self.client.api.logs(container.id, stream=True, **which):
-                    f.write(chunk)
 
     def collect(self) -> Path:
         """The host folder behind ``/output``."""
         return self.folders.output
 
     def cleanup(self) -> None:
-        """Remove every container of this sandbox that is still there."""
+        """Remove every container of this sandbox, its network and its disk."""
         import docker
 
-        if getattr(self, "client", None) is None:
-            return
-        try:
-            leftovers = self.client.containers.list(
-                all=True, filters={"label": f"{RUN_LABEL}={self.sandbox_id}"}
-            )
-            for container in leftovers:
-                container.remove(force=True)
-        except docker.errors.DockerException as exc:
-            log.warning("containers of sandbox %s not removed: %s", self.sandbox_id, exc)
-        self.client.close()
-        self.client = None
+        if getattr(self, "client", None) is not None:
+            try:
+                leftovers = self.client.containers.list(
+                    all=True, filters={"label": f"{RUN_LABEL}={self.sandbox_id}"}
+                )
+                for container in leftovers:
+                    container.remove(force=True)
+            except docker.errors.DockerException as exc:
+                log.warning("containers of sandbox %s not removed: %s", self.sandbox_id, exc)
+            self.client.close()
+            self.client = None
+        if getattr(self, "network", None) is not None:
+            self.network.close()  # type: ignore[union-attr]
+            self.network = None
+        if getattr(self, "disk", None) is not None:
+            self.disk.release()
 
     def info(self) -> SandboxInfo:
-        """The container's isolation and the limits handed to the engine."""
+        """The container's isolation, its network and the limits handed to the engine."""
         isolation = ["container", "mount-namespace", "pid-namespace", "ipc-namespace",
                      "uts-namespace", "init", "no-new-privileges"]
         if self.network_mode != "host":
             isolation.append("network-namespace")
+        isolation.append(f"network:{self.network_name}")
+        forwarded = self.network is not None or self.network_mode.startswith("container:")
         return SandboxInfo(
             backend=self.name,
             isolation=isolation,
             warnings=list(self.warnings),
-            limits=EnforcedLimits(
+            limits=self.disk.enforced(EnforcedLimits(
                 time_s=self.request.limits.time_s,
                 memory_gb=self.request.limits.memory_gb,
                 memory_mechanism="docker",
@@ -310,5 +456,7 @@ class DockerSandbox(Sandbox):
                 cpu_mechanism="docker",
                 gpus=list(self.gpus.ids),
                 pids_limit=self.options.get("pids_limit"),
-            ),
+            ), self.request.limits.log_mb),
+            network=self.network_name,
+            host_ports=sorted(set(self.request.host_ports)) if forwarded else [],
         )

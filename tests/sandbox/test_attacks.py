@@ -1,0 +1,399 @@
+"""Adversarial agents against the run's network, disk, logs and process limits (issue 12).
+
+One agent per attack, run through ``run_one`` (or the sandbox directly) in every isolating
+backend, each test asserting that the attack fails and that nothing is lost:
+
+- a port scan and HTTP to every listening TCP port of this machine, on every address it
+  has, during a parallel sweep with an MLflow server like the launcher's: only the
+  run's own host port answers, while a stand-in "internet host" (an address of
+  198.18.0.0/15 in a network namespace the test makes) is reached;
+- joining a Ray head started on this machine: its ports are unreachable;
+- a disk filler: the run ends ``disk_limit`` and the host keeps at most the limit;
+- a log flood: stdout and stderr are capped, head and tail kept, the run still scored;
+- a fork bomb: held by the pids limit, nothing left behind.
+
+Every address targeted is this machine's or in a namespace the test creates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.server
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from spu.launch.resume import RETRIED_OUTCOMES
+from spu.main import spec_from_config
+from spu.runner import EXCLUDED_OUTCOMES, run_one
+from spu.schema import Outcome, RunRecord
+from tests.conftest import EXAMPLE_TASK
+from tests.sandbox.conftest import AGENTS, ISOLATING, read_json, require_backend
+
+pytestmark = pytest.mark.slow
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                reason="network namespaces for the test need root and iproute2")
+
+
+# --------------------------------------------------------------------------- host services
+
+
+@contextlib.contextmanager
+def http_server(host: str, body: bytes) -> Iterator[int]:
+    """An HTTP server on this machine answering ``body``; yields its port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def host_listening_ports() -> list[int]:
+    """Every TCP port something listens on in this machine's network namespace."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(name).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def host_addresses() -> list[str]:
+    """Every IPv4 address of this machine (loopback, interfaces, bridges, test links)."""
+    listing = json.loads(subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True,
+                                        text=True, check=True).stdout)
+    return sorted({a["local"] for link in listing for a in link.get("addr_info", [])})
+
+
+@dataclass(frozen=True)
+class InternetHost:
+    """A stand-in for a host on the internet: a web server in a network namespace."""
+
+    address: str
+    port: int
+    token: str
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def internet_host(tmp_path: Path) -> Iterator[InternetHost]:
+    """A network namespace reached through a veth link and a route, like the internet.
+
+    The host's side of the link is 198.18.N.1/30, the namespace's 198.18.N.2/30, and the
+    web server listens on 198.19.N.1, routed through the namespace (so that it is not on
+    a subnet the host is directly connected to, as no internet host is). Only this
+    machine and this namespace ever see the traffic.
+    """
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("a test network namespace needs root and iproute2")
+    tag = uuid.uuid4().hex[:6]
+    n = random.Random(tag).randrange(1, 254)
+    ns, veth, peer = f"spu-inet-{tag}", f"spuh{tag}", f"spun{tag}"
+    address = f"198.19.{n}.1"
+    token = f"internet-{tag}"
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "index.html").write_text(token)
+    server = None
+    try:
+        _ip("netns", "add", ns)
+        _ip("link", "add", veth, "type", "veth", "peer", "name", peer)
+        _ip("link", "set", peer, "netns", ns)
+        _ip("addr", "add", f"198.18.{n}.1/30", "dev", veth)
+        _ip("link", "set", veth, "up")
+        _ip("-n", ns, "addr", "add", f"198.18.{n}.2/30", "dev", peer)
+        _ip("-n", ns, "link", "set", peer, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("-n", ns, "addr", "add", f"{address}/32", "dev", "lo")
+        _ip("route", "add", f"{address}/32", "via", f"198.18.{n}.2")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "python3", "-m", "http.server", "8080", "--bind",
+             address, "--directory", str(tmp_path / "www")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        import urllib.request
+
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://{address}:8080/", timeout=2) as answer:
+                    assert answer.read().decode() == token
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the test's internet host did not answer from the host")
+        yield InternetHost(address, 8080, token)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        _ip("route", "del", f"{address}/32", check=False)
+        _ip("link", "del", veth, check=False)
+        _ip("netns", "del", ns, check=False)
+
+
+# --------------------------------------------------------------------------- running agents
+
+
+def _spec(compose, backend: str, entrypoint: Path, *overrides: str):
+    return spec_from_config(compose(
+        "harness=command", f"harness.entrypoint={entrypoint}", f"sandbox={backend}",
+        f"task={EXAMPLE_TASK.name}", "limits.cpus=1", "limits.gpus=0", "limits.grace_s=1",
+        "limits.memory_gb=1", "limits.time_s=300", *overrides))
+
+
+def _with_args(spec, args: list[str], repeat: int = 0):
+    return dataclasses.replace(spec, repeat=repeat,
+                               harness=dataclasses.replace(spec.harness, args=args))
+
+
+def _saved(spec, record: RunRecord) -> dict:
+    return json.loads((spec.output_root / "runs" / record.run_key / "run.json").read_text())
+
+
+def _run_dir(spec, record: RunRecord) -> Path:
+    return spec.output_root / "runs" / record.run_key
+
+
+def _scan_args(targets: dict[str, str], exclude_ports: set[int] = frozenset()) -> list[str]:
+    ports = [p for p in host_listening_ports() if p not in exclude_ports][:400]
+    args = [f"--target={label}={address}" for label, address in targets.items()]
+    return [*args, f"--scan-hosts={','.join(host_addresses())}",
+            f"--scan-ports={','.join(map(str, ports))}"]
+
+
+# --------------------------------------------------------------------------- the attacks
+
+
+@needs_root
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_port_scan_in_a_parallel_sweep_reaches_the_internet_and_its_own_port_only(
+        backend, request, compose, internet_host, tmp_path) -> None:
+    """Invariant: an agent reaches the internet and its own host ports, nothing else here.
+
+    Two runs at once, each with one host port of its own, beside an MLflow server like
+    the launcher's and servers on the host's loopback and on every host address. Each
+    agent scans every listening port of the machine on every address it has.
+    """
+    require_backend(request, backend)
+    from spu.launch.server import TrackingServer
+
+    store = tmp_path / "mlflow"
+    store.mkdir()
+    tracking = TrackingServer(f"sqlite:///{store / 'mlflow.db'}", str(store / "artifacts"),
+                              store / "server.log")
+    tracking.start()
+    try:
+        with contextlib.ExitStack() as stack:
+            own = {name: stack.enter_context(http_server("127.0.0.1", f"own-{name}".encode()))
+                   for name in ("a", "b")}
+            unlisted = stack.enter_context(http_server("127.0.0.1", b"unlisted-loopback"))
+            everywhere = stack.enter_context(http_server("0.0.0.0", b"every-host-address"))
+            records: dict[str, RunRecord] = {}
+            specs = {}
+            for repeat, (name, other) in enumerate((("a", "b"), ("b", "a"))):
+                targets = {
+                    "internet": f"{internet_host.address}:{internet_host.port}",
+                    "own": f"127.0.0.1:{own[name]}",
+                    "other_run": f"127.0.0.1:{own[other]}",
+                    "unlisted": f"127.0.0.1:{unlisted}",
+                    "mlflow": f"127.0.0.1:{tracking.port}",
+                    **{f"everywhere@{a}": f"{a}:{everywhere}" for a in host_addresses()},
+                }
+                spec = _spec(compose, backend, AGENTS / "net_probe.py",
+                             f"sandbox.host_ports=[{own[name]}]")
+                specs[name] = _with_args(spec, _scan_args(targets), repeat=repeat)
+
+            def _run(name: str) -> None:
+                records[name] = run_one(specs[name])
+
+            threads = [threading.Thread(target=_run, args=(n,)) for n in specs]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            # The host's services still answer as before: nothing was taken down.
+            import urllib.request
+
+            with urllib.request.urlopen(f"{tracking.uri}/health", timeout=10) as answer:
+                assert answer.status == 200
+    finally:
+        tracking.stop()
+    for name in ("a", "b"):
+        record, spec = records[name], specs[name]
+        report = read_json(_run_dir(spec, record) / "output" / "net.json")
+        targets = report["targets"]
+        assert internet_host.token in (targets["internet"] or ""), "the internet is reachable"
+        assert f"own-{name}" in (targets["own"] or ""), "its own host port is reachable"
+        unreached = {k: v for k, v in targets.items() if k not in ("internet", "own")}
+        assert all(v is None for v in unreached.values()), unreached
+        # The scan: only its own port, forwarded at 127.0.0.1, answers.
+        assert report["scanned"] > 10
+        assert {(h, p) for h, p, _ in report["open"]} == {("127.0.0.1", own[name])}, (
+            report["open"])
+        assert report["own_listeners"] == [own[name]]
+        saved = _saved(spec, record)
+        assert saved["sandbox"]["network"] == "pasta-filtered"
+        assert "network:pasta-filtered" in saved["sandbox"]["isolation"]
+        assert saved["sandbox"]["host_ports"] == [own[name]]
+        assert record.outcome is Outcome.no_file and record.process.error is None
+
+
+@needs_root
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_ray_head_on_this_machine_cannot_be_joined(backend, request, compose,
+                                                   tmp_path) -> None:
+    """Invariant: no port of a Ray head on this machine answers the agent (no escape to root)."""
+    require_backend(request, backend)
+    ray = str(Path(sys.executable).parent / "ray")
+    if not os.path.exists(ray):
+        pytest.skip("ray is not installed")
+    from spu.launch.server import free_port
+
+    port = free_port()
+    temp = Path(f"/tmp/spu-ray-{uuid.uuid4().hex[:6]}")
+    head = subprocess.Popen(
+        [ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats",
+         f"--temp-dir={temp}", "--block"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import socket
+
+        for _ in range(600):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if head.poll() is not None:
+                pytest.skip("the Ray head did not start here")
+            time.sleep(0.2)
+        spec = _spec(compose, backend, AGENTS / "net_probe.py")
+        targets = {f"ray@{a}": f"{a}:{port}" for a in host_addresses()}
+        record = run_one(_with_args(spec, _scan_args(targets)))
+        assert head.poll() is None, "the Ray head still runs"
+    finally:
+        os.killpg(head.pid, 15)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=30)
+        _kill_processes_mentioning(str(temp))
+        shutil.rmtree(temp, ignore_errors=True)
+    report = read_json(_run_dir(spec, record) / "output" / "net.json")
+    assert all(v is None for v in report["targets"].values()), report["targets"]
+    assert report["open"] == [], "no port of this machine answers an agent without host ports"
+    assert record.process.error is None
+
+
+def _kill_processes_mentioning(needle: str) -> None:
+    """SIGKILL the processes this test started (their command line names its temp folder)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if needle.encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), 9)
+
+
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_disk_filler_ends_as_disk_limit_and_the_host_keeps_at_most_the_limit(
+        backend, request, compose) -> None:
+    """Invariant: an agent cannot write more than ``limits.disk_gb``; the run is not scored."""
+    require_backend(request, backend)
+    spec = _spec(compose, backend, AGENTS / "filler.py", "limits.disk_gb=0.05")
+    record = run_one(spec)
+    run_dir = _run_dir(spec, record)
+    assert record.outcome is Outcome.disk_limit and record.process.disk_full
+    assert not record.scored, "excluded like memory_limit, though its file is valid"
+    assert record.grade.status.value == "valid"
+    assert Outcome.disk_limit in EXCLUDED_OUTCOMES and "disk_limit" in RETRIED_OUTCOMES
+    limits = record.sandbox.limits
+    assert limits is not None and limits.disk_gb == 0.05
+    if os.geteuid() == 0:
+        assert limits.disk_mechanism == "loop-ext4"
+    # Nothing left mounted, no image left, and the files kept are within the limit.
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(run_dir) not in mounts
+    assert not list(run_dir.glob(".spu-disk*"))
+    kept = sum(p.stat().st_blocks * 512 for p in (run_dir / "workspace").rglob("*")
+               if p.is_file())
+    assert 0.5 * 0.05 * 2**30 < kept <= 0.05 * 2**30, kept
+    assert (run_dir / "output" / "rankings.json").is_file(), "the submission is kept"
+    assert _saved(spec, record)["outcome"] == "disk_limit"
+
+
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_log_flood_is_capped_with_head_tail_and_a_note(backend, request, compose) -> None:
+    """Invariant: stdout and stderr never exceed ``limits.log_mb``; the run still counts."""
+    require_backend(request, backend)
+    spec = _spec(compose, backend, AGENTS / "flood.py", "limits.log_mb=1")
+    record = run_one(spec)
+    logs = _run_dir(spec, record) / "logs"
+    stdout = (logs / "agent.stdout").read_bytes()
+    stderr = (logs / "agent.stderr").read_bytes()
+    note = 200  # the truncation line
+    assert len(stdout) <= 2**20 + note and len(stderr) <= 2**20 + note
+    assert stdout.startswith(b"FLOOD-FIRST-LINE\n") and stdout.endswith(b"FLOOD-LAST-LINE\n")
+    assert b"bytes of this log dropped here" in stdout and b"dropped here" in stderr
+    # 8 MiB each way were written, 1 MiB each kept.
+    assert record.process.log_dropped_bytes >= 2 * 7 * 2**20
+    assert record.outcome is Outcome.valid and record.scored
+    assert record.sandbox.limits is not None and record.sandbox.limits.log_mb == 1
+
+
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_fork_bomb_is_held_by_the_pids_limit(backend, request, compose) -> None:
+    """Invariant: a fork bomb meets the pids limit, ends, and leaves no process behind."""
+    require_backend(request, backend)
+    if backend == "local":
+        from spu.sandbox import RunLimits
+        from spu.sandbox.limits import LimitEnforcer
+
+        probe = LimitEnforcer(RunLimits(), "pids-probe", pids_limit=64)
+        enforced = probe.pids_enforced
+        probe.cleanup()
+        if enforced is None:
+            pytest.skip("no writable pids cgroup here: a fork bomb would not be held")
+    spec = _spec(compose, backend, AGENTS / "forkbomb.py", "sandbox.pids_limit=64",
+                 "limits.time_s=60")
+    record = run_one(spec)
+    report = read_json(_run_dir(spec, record) / "output" / "forkbomb.json")
+    assert report["refused"] > 0 and report["made"] < 64
+    assert record.outcome is Outcome.no_file and not record.process.timed_out
+    time.sleep(1)
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit()
+            and b"forkbomb.py" in _cmdline(p)]
+    assert left == [], "every process of the bomb is gone"
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
