@@ -169,7 +169,7 @@ def require_backend(request: pytest.FixtureRequest, name: str) -> dict[str, obje
         engine: DockerEngine = request.getfixturevalue("docker_engine")
         if engine.skip_reason:
             pytest.skip(f"sandbox=docker unavailable: {engine.skip_reason}")
-        return {"image": engine.image, "network_mode": "bridge", "pids_limit": 512}
+        return {"image": engine.image, "network_mode": "pasta", "pids_limit": 512}
     ok, why = get_sandbox(name).available()
     if not ok:
         pytest.skip(f"sandbox={name} unavailable: {why}")

@@ -28,7 +28,9 @@ def test_container_gets_the_layout_and_limits(open_sandbox, tmp_path) -> None:
     assert host["NanoCpus"] == cpus * 10**9 and cpus <= 8
     assert host["Memory"] == host["MemorySwap"] == int(0.25 * GIB)
     assert host["PidsLimit"] == 512
-    assert host["NetworkMode"] == "bridge"
+    # The run's network is the holder container's, which pasta connects (filtered).
+    assert host["NetworkMode"].startswith("container:")
+    assert "network:pasta-filtered" in box.sandbox.info().isolation
     assert host["SecurityOpt"] == ["no-new-privileges"]
     binds = set(host["Binds"])
     assert f"{box.run_dir / 'task'}:/task:ro" in binds
@@ -42,3 +44,29 @@ def test_container_gets_the_layout_and_limits(open_sandbox, tmp_path) -> None:
 def test_network_false_means_network_mode_none(open_sandbox) -> None:
     box = open_sandbox("docker", network=False)
     assert box.sandbox.container_options()["network_mode"] == "none"
+    assert "network:offline" in box.sandbox.info().isolation
+
+
+def test_a_docker_network_mode_is_recorded_as_unfiltered(request, tmp_path) -> None:
+    """``sandbox.network_mode=bridge`` is Docker's own network: unfiltered, said in the record."""
+    from spu.sandbox import SandboxRequest, get_sandbox
+    from spu.tasks import load_task
+    from spu.tasks.package import stage_public_files
+    from tests.conftest import EXAMPLE_TASK
+    from tests.sandbox.conftest import require_backend
+
+    options = {**require_backend(request, "docker"), "network_mode": "bridge"}
+    run_dir = tmp_path / "run"
+    sandbox = get_sandbox("docker")(options=options)
+    sandbox.prepare(SandboxRequest(
+        task_dir=stage_public_files(load_task(EXAMPLE_TASK), run_dir / "task"),
+        run_dir=run_dir, limits=RunLimits(time_s=60, memory_gb=0.25, cpus=1),
+        host_ports=[12345]))
+    try:
+        info = sandbox.info()
+        assert sandbox.container_options()["network_mode"] == "bridge"
+        assert info.network == "docker-bridge" and "network:docker-bridge" in info.isolation
+        assert info.host_ports == [], "Docker's own modes forward no host port"
+        assert any("not filtered" in w and "12345" in w for w in info.warnings)
+    finally:
+        sandbox.cleanup()
