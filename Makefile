@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) system-deps
 
 system-deps:
-	@scripts/ensure-debian-packages.sh bwrap:bubblewrap
+	@scripts/ensure-debian-packages.sh bwrap:bubblewrap pasta:passt iptables:iptables \
+		mkfs.ext4:e2fsprogs ip:iproute2
 
 test-system-deps: system-deps
 	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap

@@ -245,6 +245,10 @@ class DockerSandbox(Sandbox):
         ok, why = pasta_available()
         if not ok:
             raise SandboxError(why)
+        if os.geteuid() != 0:
+            raise SandboxError("sandbox.network_mode=pasta needs root (pasta joins the "
+                               "container's network namespace); run as root, or accept an "
+                               "unfiltered network with sandbox.network_mode=bridge")
         try:
             self.holder = self.client.containers.create(
                 self.image, command=["sleep", "infinity"], init=True, network_mode="none",

@@ -11,11 +11,12 @@ process with user id 0 may write the host's ``/proc/sys`` even without capabilit
 So under root the agent runs as an unprivileged user (``nobody`` by default), dropped
 inside the sandbox by ``setpriv`` with an empty bounding set and ``no_new_privs``.
 
-The agent always has a network namespace of its own. With ``network=true`` (the
-paper's agents have internet) bubblewrap holds the agent back (``--block-fd``) until
-pasta has given that namespace its filtered way out (:mod:`spu.sandbox.network`): the
-internet and the run's host ports, nothing else of the host. With ``network=false``
-the namespace has only its loopback.
+The agent has a network namespace of its own. With ``network=true`` (the paper's
+agents have internet) bubblewrap holds the agent back (``--block-fd``) until pasta has
+given that namespace its filtered way out (:mod:`spu.sandbox.network`): the internet
+and the run's host ports, nothing else of the host. With ``network=false`` the
+namespace has only its loopback. Without root, pasta cannot join bubblewrap's
+namespace: the agent then keeps the host's network (``network:host``), loudly.
 
 The workspace and output live on a file system of ``limits.disk_gb``
 (:mod:`spu.sandbox.disk`); stdout and stderr are capped at ``limits.log_mb`` each.
@@ -149,7 +150,11 @@ class LocalSandbox(Sandbox):
                     f"read-only bind target {inside!r} lies in the read-only system folder "
                     f"{system[0]} and does not exist there; mount it elsewhere (e.g. /spu-tools)"
                 )
-        if request.network:
+        # pasta joins a namespace bubblewrap made only with root's rights (bubblewrap's
+        # processes cannot be inspected by their own user); without them the agent keeps
+        # the host's network, and the record says so.
+        self.host_network = request.network and os.geteuid() != 0
+        if request.network and not self.host_network:
             ok, why = pasta_available()
             if not ok:
                 raise SandboxError(why)
@@ -168,6 +173,11 @@ class LocalSandbox(Sandbox):
         except OSError as exc:
             raise SandboxError(f"the run's disk could not be set up: {exc}") from exc
         self.warnings += self.disk.warnings
+        if self.host_network:
+            self.warnings.append(
+                "NETWORK NOT ISOLATED: not running as root, the agent shares the host's network "
+                "namespace (network:host) and reaches every service of this machine; run as "
+                "root for the filtered network, or set sandbox.network=false")
         self.agent_uid: int | None = None
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
@@ -220,10 +230,11 @@ class LocalSandbox(Sandbox):
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
-            "--unshare-net",
             "--hostname", "spu-sandbox",
             "--clearenv",
         ]  # fmt: skip
+        if not self.host_network:
+            cmd.append("--unshare-net")
         # tmpfs first: binds made after it stay visible even when they live under /tmp.
         # /tmp is world-writable with the sticky bit, as on any host: the agent runs as nobody.
         cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
@@ -275,7 +286,7 @@ class LocalSandbox(Sandbox):
         on_start: Callable[[int], None] | None = None
         sync_fds = None
         open_fds: set[int] = set()
-        if self.request.network:
+        if self.request.network and not self.host_network:
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
             open_fds = {info_r, info_w, block_r, block_w}
@@ -340,10 +351,11 @@ class LocalSandbox(Sandbox):
         """The network the agent gets: the one in force once it ran, else the one planned."""
         if not self.request.network:
             return "offline"
+        if self.host_network:
+            return "host"
         if self.network_mode != "offline":
             return self.network_mode
-        filtered = os.geteuid() == 0
-        return UserNetwork.mode_filtered if filtered else UserNetwork.mode_unfiltered
+        return UserNetwork.mode_filtered
 
     def info(self) -> SandboxInfo:
         """Namespaces in force, the network, and the limits enforced."""
@@ -352,7 +364,9 @@ class LocalSandbox(Sandbox):
         if os.geteuid() != 0 or self.agent_uid is not None:
             isolation.append("unprivileged-user")
         network = self.network_mode_planned()
-        isolation += ["network-namespace", f"network:{network}"]
+        if network != "host":
+            isolation.append("network-namespace")
+        isolation.append(f"network:{network}")
         limits = self.disk.enforced(self.limits.enforced(self.gpus.ids),
                                     self.request.limits.log_mb)
         return SandboxInfo(

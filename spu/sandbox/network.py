@@ -20,9 +20,10 @@ and an iptables chain matched on that cgroup lets its sockets reach:
 - everything else (the internet, the model provider).
 
 A last rule rejects every socket of every pasta the framework started when its run's
-chain is missing, so the filter fails closed. Without root (or without a cgroup v2
-hierarchy) no filter can be installed: the run record says ``network:pasta-unfiltered``
-and warns that the host's non-loopback addresses and its local network are reachable.
+chain is missing, so the filter fails closed. Without a cgroup v2 hierarchy or iptables
+no filter can be installed: the run record says ``network:pasta-unfiltered`` and warns
+that the host's non-loopback addresses and its local network are reachable. All of this
+needs root; :mod:`spu.sandbox.local` says what happens without it.
 
 Leftovers of a killed run (a pasta, its chain, its netns name) carry the id of the
 process that made them; :func:`prune_stale_networks` removes those whose process is gone.
@@ -294,9 +295,8 @@ class UserNetwork:
 
     def _set_up_filter(self) -> None:
         root = cgroup2_root()
-        if not self.root or root is None or shutil.which("iptables") is None:
-            why = ("not running as root" if not self.root else
-                   "no cgroup v2 hierarchy" if root is None else "iptables is missing")
+        if root is None or shutil.which("iptables") is None:
+            why = "no cgroup v2 hierarchy" if root is None else "iptables is missing"
             self.warnings.append(
                 f"network egress filter not in force ({why}): the agent reaches this "
                 f"machine's non-loopback addresses and its local network through pasta")
@@ -322,9 +322,12 @@ class UserNetwork:
     def attach(self, pid: int) -> None:
         """Give the network namespace of process ``pid`` its way out; returns when it is up.
 
-        Under root the namespace gets a name (``ip netns attach``) that pasta joins;
-        otherwise pasta joins the user and network namespaces of ``pid`` (rootless).
+        The namespace gets a name (``ip netns attach``) that pasta joins: root's work
+        (bubblewrap's and Docker's processes cannot be inspected by an ordinary user).
         """
+        if not self.root:
+            raise NetworkError("the sandbox network needs root (pasta joins the sandbox's "
+                               "namespace through ip netns)")
         try:
             self._set_up_filter()
             argv = ["pasta", "--config-net", "--no-map-gw", "--ipv4-only", "--quiet",
@@ -334,13 +337,10 @@ class UserNetwork:
             argv += ["-P", str(pid_file)]
             if self.log_file is not None:
                 argv += ["-l", str(self.log_file)]
-            if self.root:
-                self._netns = NETNS_PREFIX + self.ident
-                _run(["ip", "netns", "attach", self._netns, str(pid)])
-                # pasta would switch to nobody before joining, which only root may do.
-                argv += ["--runas", "0:0", "--netns", self._netns]
-            else:
-                argv += [str(pid)]
+            self._netns = NETNS_PREFIX + self.ident
+            _run(["ip", "netns", "attach", self._netns, str(pid)])
+            # pasta would switch to nobody before joining, which only root may do.
+            argv += ["--runas", "0:0", "--netns", self._netns]
             done = subprocess.run(argv, capture_output=True, text=True,
                                   timeout=PASTA_TIMEOUT_S, preexec_fn=self._join_cgroup)
             if done.returncode != 0:
