@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -289,3 +290,72 @@ def victim_process() -> Iterator[subprocess.Popen[bytes]]:
     finally:
         proc.kill()
         proc.wait()
+
+
+# --------------------------------------------------------------------------- the internet
+
+
+@dataclass(frozen=True)
+class InternetHost:
+    """A stand-in for a host on the internet: a web server in a network namespace."""
+
+    address: str
+    port: int
+    token: str
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def internet_host(tmp_path: Path) -> Iterator[InternetHost]:
+    """A network namespace reached through a veth link and a route, like the internet.
+
+    The host's side of the link is 198.18.N.1/30, the namespace's 198.18.N.2/30, and the
+    web server listens on 198.19.N.1, routed through the namespace (so that it is not on
+    a subnet the host is directly connected to, as no internet host is). Only this
+    machine and this namespace ever see the traffic.
+    """
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("a test network namespace needs root and iproute2")
+    tag = uuid.uuid4().hex[:6]
+    n = random.Random(tag).randrange(1, 254)
+    ns, veth, peer = f"spu-inet-{tag}", f"spuh{tag}", f"spun{tag}"
+    address = f"198.19.{n}.1"
+    token = f"internet-{tag}"
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "index.html").write_text(token)
+    server = None
+    try:
+        _ip("netns", "add", ns)
+        _ip("link", "add", veth, "type", "veth", "peer", "name", peer)
+        _ip("link", "set", peer, "netns", ns)
+        _ip("addr", "add", f"198.18.{n}.1/30", "dev", veth)
+        _ip("link", "set", veth, "up")
+        _ip("-n", ns, "addr", "add", f"198.18.{n}.2/30", "dev", peer)
+        _ip("-n", ns, "link", "set", peer, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("-n", ns, "addr", "add", f"{address}/32", "dev", "lo")
+        _ip("route", "add", f"{address}/32", "via", f"198.18.{n}.2")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "python3", "-m", "http.server", "8080", "--bind",
+             address, "--directory", str(tmp_path / "www")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://{address}:8080/", timeout=2) as answer:
+                    assert answer.read().decode() == token
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the test's internet host did not answer from the host")
+        yield InternetHost(address, 8080, token)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        _ip("route", "del", f"{address}/32", check=False)
+        _ip("link", "del", veth, check=False)
+        _ip("netns", "del", ns, check=False)
