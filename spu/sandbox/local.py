@@ -326,8 +326,9 @@ class LocalSandbox(Sandbox):
                 network.close()
             self.networks.clear()
         if evidence.error:
+            failed = wrapper_error(stderr, WRAPPER_PREFIXES)  # bubblewrap's own reason, if any
             evidence = evidence.model_copy(
-                update={"error": f"sandbox did not start: {evidence.error}"})
+                update={"error": f"sandbox did not start: {failed or evidence.error}"})
         elif evidence.exit_code and not evidence.timed_out:
             failed = wrapper_error(stderr, WRAPPER_PREFIXES)
             if failed:
