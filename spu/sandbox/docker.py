@@ -423,7 +423,7 @@ class DockerSandbox(Sandbox):
         """Remove every container of this sandbox, its network and its disk."""
         import docker
 
-        if getattr(self, "client", None) is not None:
+        if getattr(self, "client", None) is not None and hasattr(self, "sandbox_id"):
             try:
                 leftovers = self.client.containers.list(
                     all=True, filters={"label": f"{RUN_LABEL}={self.sandbox_id}"}
@@ -432,6 +432,7 @@ class DockerSandbox(Sandbox):
                     container.remove(force=True)
             except docker.errors.DockerException as exc:
                 log.warning("containers of sandbox %s not removed: %s", self.sandbox_id, exc)
+        if getattr(self, "client", None) is not None:
             self.client.close()
             self.client = None
         if getattr(self, "network", None) is not None:
