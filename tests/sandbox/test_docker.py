@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import pytest
 
 from spu.sandbox import RunLimits
@@ -70,3 +73,34 @@ def test_a_docker_network_mode_is_recorded_as_unfiltered(request, tmp_path) -> N
         assert any("not filtered" in w and "12345" in w for w in info.warnings)
     finally:
         sandbox.cleanup()
+
+
+def test_containers_of_a_killed_driver_are_removed_by_the_next_sandbox(request) -> None:
+    """Invariant: a driver killed with ``kill -9`` leaves no container for long."""
+    import socket
+    import subprocess
+
+    from spu.sandbox.docker import OWNER_LABEL, docker_client, remove_stale_containers
+    from tests.sandbox.conftest import require_backend
+
+    options = require_backend(request, "docker")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process id that no longer runs
+    client = docker_client()
+    try:
+        stale = client.containers.create(
+            options["image"], command=["sleep", "600"], network_mode="none",
+            labels={OWNER_LABEL: f"{socket.gethostname()}:{gone.pid}"})
+        alive = client.containers.create(
+            options["image"], command=["sleep", "600"], network_mode="none",
+            labels={OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}"})
+        try:
+            assert remove_stale_containers(client) >= 1
+            ids = {c.id for c in client.containers.list(all=True)}
+            assert stale.id not in ids and alive.id in ids
+        finally:
+            alive.remove(force=True)
+            with contextlib.suppress(Exception):
+                stale.remove(force=True)
+    finally:
+        client.close()
