@@ -131,7 +131,9 @@ def threshold_command(args: argparse.Namespace) -> int:
     else:
         print(f"  exact threshold: not computed ({report.exact_note})")
     print(f"  attainable maximum: {report.attainable_max:.4f}")
-    print(f"  presented-order score: {report.presented_order_score:.4f}")
+    side = "above" if report.presented_order_beats_chance else "not above"
+    print(f"  presented-order score: {report.presented_order_score:.4f} ({side} the chance "
+          f"threshold; paper E.4: a shuffled task is above it about 1 time in 20)")
     return 0
 
 
@@ -145,7 +147,9 @@ def build_command(args: argparse.Namespace) -> int:
     except BuildError as exc:
         print(f"spu task build: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {result.path} ({result.n_items} experiments, shuffle {result.attempt})")
+    print(f"wrote {result.path} ({result.n_items} experiments, shuffle {result.attempt}; "
+          f"presented-order score {result.presented_order_score:.4f}, chance threshold "
+          f"{result.chance_threshold:.4f})")
     for f in result.report.findings:
         print(f"  {f}")
     return 0
