@@ -490,6 +490,12 @@ def _gpus_text(gpus: int) -> str:
     return "one GPU" if gpus == 1 else f"{gpus} GPUs"
 
 
+def stated_limits(limits: TaskLimits | None) -> TaskLimits:
+    """A task's ``limits`` completed by the paper's (:data:`PAPER_LIMITS`): every field set."""
+    given = limits.model_dump(exclude_none=True) if limits is not None else {}
+    return PAPER_LIMITS.model_copy(update=given)
+
+
 def general_instruction(task_id: str, task_version: str,
                         limits: TaskLimits | None = None) -> str:
     """The general part of every instruction, filled in for one task.
@@ -504,8 +510,7 @@ def general_instruction(task_id: str, task_version: str,
     >>> "4 CPU" in text and "16 GiB of memory and no GPU, for up to 8 hours" in text
     True
     """
-    given = limits.model_dump(exclude_none=True) if limits is not None else {}
-    merged = PAPER_LIMITS.model_copy(update=given)
+    merged = stated_limits(limits)
     assert merged.time_s is not None and merged.memory_gb is not None
     assert merged.cpus is not None and merged.gpus is not None
     text = GENERAL_INSTRUCTION.read_text(encoding="utf-8")

@@ -117,10 +117,9 @@ class HarborImport:
 
 
 def _limits(meta_limits: Any) -> dict[str, float]:
-    from spu.tasks.builder import PAPER_LIMITS
+    from spu.tasks.builder import stated_limits
 
-    given = meta_limits.model_dump(exclude_none=True) if meta_limits is not None else {}
-    merged = PAPER_LIMITS.model_copy(update=given)
+    merged = stated_limits(meta_limits)
     return {"time_s": float(merged.time_s or 0), "memory_gb": float(merged.memory_gb or 0),
             "cpus": float(merged.cpus or 0), "gpus": float(merged.gpus or 0)}
 
