@@ -242,3 +242,20 @@ def test_verifier_exits_2_on_a_broken_answer_key(tmp_path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "answers.json: malformed" in done.stderr
     assert not (tmp_path / "logs" / "reward.txt").exists()
+
+
+def test_export_takes_an_answer_key_kept_apart(tmp_path) -> None:
+    """Private tasks keep keys outside the task tree (SPEC 1): --answers names the key."""
+    import shutil
+
+    task = tmp_path / "tasks" / EXAMPLE_TWO_GROUPS.name
+    shutil.copytree(EXAMPLE_TWO_GROUPS, task, ignore=shutil.ignore_patterns("hidden"))
+    key = tmp_path / "keys" / "answers.json"
+    key.parent.mkdir()
+    shutil.copyfile(EXAMPLE_TWO_GROUPS / "hidden" / "answers.json", key)
+    with pytest.raises(HarborError, match="answer key is missing"):
+        export_harbor(task, tmp_path / "h")
+    out = export_harbor(task, tmp_path / "h", answers=key).path
+    assert (out / "tests" / "answers.json").read_bytes() == key.read_bytes()
+    back = import_harbor(out, tmp_path / "back" / task.name).path
+    assert (back / "hidden" / "answers.json").read_bytes() == key.read_bytes()
