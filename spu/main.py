@@ -51,6 +51,7 @@ def spec_from_config(cfg: DictConfig) -> Any:
         answers_root=Path(conf.answers_root).resolve() if conf.answers_root else None,
         sandbox=conf.sandbox,
         limits=conf.limits,
+        tools=conf.tools,
         gpu_ids=tuple(conf.sandbox.gpu_ids),
     )
 

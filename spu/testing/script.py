@@ -3,8 +3,10 @@
 A :class:`Script` is a list of :class:`ScriptedTurn`: each turn is one model
 response, with text, optional reasoning, and optionally one shell command that the
 agent CLI runs through its own shell tool (``Bash`` in Claude Code, ``exec_command``
-in Codex). The server picks the turn from the conversation it receives (the number of
-tool results in it), so the same script drives both CLIs and survives their retries.
+in Codex) or one call of another tool the CLI offers, by its bare name (``search``:
+the audited tools service's ``mcp__spu__search`` in Claude Code). The server picks the
+turn from the conversation it receives (the number of tool results in it), so the same
+script drives both CLIs and survives their retries.
 
 Every response reports a distinct, known usage (:func:`scripted_usage`), different in
 each bucket and each turn, so that tests can check usage bucket by bucket.
@@ -68,11 +70,16 @@ class ScriptedTurn:
     """Answer with this HTTP status instead (an API error)."""
     agent_prompt: str | None = None
     """Delegate to a sub-agent with this prompt (Claude Code's ``Agent`` tool) instead."""
+    tool: str | None = None
+    """Call this tool instead: a name the request offers, or the bare name of an MCP tool
+    (``search`` matches ``mcp__spu__search``); the turn fails loudly when none matches."""
+    arguments: dict[str, Any] | None = None
+    """Arguments of the ``tool`` call."""
 
     @property
     def is_final(self) -> bool:
         """True when the turn ends the conversation (no tool call follows)."""
-        return self.command is None and self.agent_prompt is None
+        return self.command is None and self.agent_prompt is None and self.tool is None
 
 
 FINAL_TURN = ScriptedTurn(text="Done.")
@@ -153,6 +160,27 @@ def api_error_script(status: int = 400) -> Script:
     )
 
 
+def offered_tool(offered: list[str], wanted: str) -> str | None:
+    """The name under which the request offers tool ``wanted``, or None.
+
+    An exact name wins; otherwise an MCP tool whose qualified name ends with the bare
+    name after a separator (``mcp__spu__search``, ``spu.search``, ``spu/search``).
+
+    Examples
+    --------
+    >>> offered_tool(["Bash", "mcp__spu__search", "mcp__spu__fetch"], "search")
+    'mcp__spu__search'
+    >>> offered_tool(["Bash"], "search") is None
+    True
+    """
+    if wanted in offered:
+        return wanted
+    for name in offered:
+        if any(name.endswith(sep + wanted) for sep in ("__", ".", "/")):
+            return name
+    return None
+
+
 BUILTIN_SCRIPTS = {
     "presented_order": default_script,
     "refusal": refusal_script,
@@ -202,9 +230,11 @@ def _turn(path: Path, where: str, raw: Any) -> ScriptedTurn:
     if unknown:
         raise ScriptError(f"{path}: {where} has unknown key {unknown[0]!r} "
                           f"(known: {', '.join(sorted(fields))})")
-    for key in ("text", "command", "reasoning", "refusal", "agent_prompt"):
+    for key in ("text", "command", "reasoning", "refusal", "agent_prompt", "tool"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ScriptError(f"{path}: {where}.{key} must be a string")
+    if raw.get("arguments") is not None and not isinstance(raw["arguments"], dict):
+        raise ScriptError(f"{path}: {where}.arguments must be an object")
     if raw.get("http_error") is not None and (
             isinstance(raw["http_error"], bool) or not isinstance(raw["http_error"], int)):
         raise ScriptError(f"{path}: {where}.http_error must be an integer")
