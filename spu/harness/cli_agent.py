@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 SCRIPTED = "scripted"
 """Provider of ``model=scripted``: the local scripted model server."""
 
-DEFAULT_SCRIPT = "presented_order"
+DEFAULT_SCRIPT = "spu_agent"
 """The script ``model=scripted`` plays when ``model.api_model`` names none."""
 
 TOOLS_MOUNT = "/spu-tools"

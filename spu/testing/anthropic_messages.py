@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from spu.schema import Usage
-from spu.testing.script import SUBAGENT_MARKER, ScriptedTurn, offered_tool
+from spu.testing.script import SUBAGENT_MARKER, ScriptedTurn, not_offered, offered_tool
 
 SHELL_TOOL = "Bash"
 AGENT_TOOL = "Agent"
@@ -74,7 +74,8 @@ def content_blocks(turn: ScriptedTurn, tool_use_id: str,
     """The content of the answer to ``turn``, as complete blocks.
 
     A ``tool`` turn calls the tool under the name the request offers it (``offered``);
-    when the request offers no such tool, the answer says so and ends the conversation.
+    when the request offers no such tool, the turn runs a shell command that says so
+    instead, so that the script goes on (:func:`~spu.testing.script.not_offered`).
     """
     if turn.refusal is not None:
         return []
@@ -84,8 +85,7 @@ def content_blocks(turn: ScriptedTurn, tool_use_id: str,
                        "signature": "c2NyaXB0ZWQ="})
     tool_name = offered_tool(offered or [], turn.tool) if turn.tool is not None else None
     if turn.tool is not None and tool_name is None:
-        return blocks + [{"type": "text", "text": f"[scripted] tool {turn.tool!r} is not "
-                          f"offered (offered: {', '.join(offered or [])})"}]
+        turn = not_offered(turn)
     if turn.text:
         blocks.append({"type": "text", "text": turn.text})
     if tool_name is not None:

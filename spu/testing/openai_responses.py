@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from spu.schema import Usage
-from spu.testing.script import ScriptedTurn, offered_tool
+from spu.testing.script import ScriptedTurn, not_offered, offered_tool
 
 SHELL_TOOLS = ("exec_command", "shell")
 """Codex's shell tools, newest first: the first one the request offers is used."""
@@ -97,7 +97,7 @@ def output_items(turn: ScriptedTurn, tool: str, ids: dict[str, str],
     """The output items of the answer to ``turn``, complete.
 
     ``tool`` is the shell tool; a ``tool`` turn calls the tool under the name the request
-    (``body``) offers it, or says that the request offers no such tool.
+    (``body``) offers it, or runs a shell command saying that it is not offered.
     """
     offered = offered_tools(body or {})
     items: list[dict[str, Any]] = []
@@ -105,15 +105,14 @@ def output_items(turn: ScriptedTurn, tool: str, ids: dict[str, str],
         items.append({"type": "reasoning", "id": ids["reasoning"],
                       "summary": [{"type": "summary_text", "text": turn.reasoning}],
                       "encrypted_content": None})
-    text = turn.text
     tool_name = offered_tool(offered or [], turn.tool) if turn.tool is not None else None
     if turn.tool is not None and tool_name is None:
-        text = (f"[scripted] tool {turn.tool!r} is not offered "
-                f"(offered: {', '.join(offered or [])})")
-    if text:
+        turn = not_offered(turn)
+    if turn.text:
         items.append({"type": "message", "id": ids["message"], "role": "assistant",
                       "status": "completed",
-                      "content": [{"type": "output_text", "text": text, "annotations": []}]})
+                      "content": [{"type": "output_text", "text": turn.text,
+                                   "annotations": []}]})
     if tool_name is not None:
         items.append({"type": "function_call", "id": ids["call_item"], "status": "completed",
                       "call_id": ids["call"], **function_call_name(body or {}, tool_name),

@@ -15,6 +15,7 @@ each bucket and each turn, so that tests can check usage bucket by bucket.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,52 @@ def default_script() -> Script:
     )
 
 
+EXAMPLE_QUERY = "additive effects on yields of palladium catalysed C-N cross-coupling"
+"""What the ``spu_agent`` script searches for (answered by ``examples/tools_corpus.jsonl``)."""
+
+EXAMPLE_URL = "https://corpus.spu.invalid/notes/ranking-experiments"
+"""What the ``spu_agent`` script fetches (a document of ``examples/tools_corpus.jsonl``)."""
+
+
+def spu_agent_script() -> Script:
+    """The default script: look at the task, search and fetch through the audited tools,
+    write a ranking in presented order and a report, stop.
+
+    Where the run has no tools service, its two calls run shell commands that say so.
+    """
+    turns = default_script().turns
+    return Script(
+        name="spu_agent",
+        turns=(
+            turns[0],
+            ScriptedTurn(text="Searching the literature through the audited tools.",
+                         tool="search", arguments={"query": EXAMPLE_QUERY, "max_results": 5}),
+            ScriptedTurn(text="Reading a note on ranking experiments.", tool="fetch",
+                         arguments={"url": EXAMPLE_URL}),
+            *turns[1:],
+        ),
+    )
+
+
+def policy_stop_script() -> Script:
+    """Search, meet a prohibited result, write a provisional ranking, call ``policy_stop``."""
+    turns = spu_agent_script().turns
+    return Script(
+        name="policy_stop",
+        turns=(
+            *turns[:2],
+            ScriptedTurn(text="Writing a provisional ranking before stopping.",
+                         command=WRITE_PRESENTED_ORDER),
+            ScriptedTurn(text="A search result names the source study: stopping under the "
+                              "information policy.", tool="policy_stop",
+                         arguments={"step": "search 1",
+                                    "reason": "a search result showed the source study's DOI"}),
+            ScriptedTurn(text="Stopped under the information policy after step 'search 1'; a "
+                              "provisional ranking in presented order is submitted."),
+        ),
+    )
+
+
 def subagent_script() -> Script:
     """The default script, with the task files listed by a sub-agent (Claude Code only)."""
     turns = default_script().turns
@@ -181,7 +228,25 @@ def offered_tool(offered: list[str], wanted: str) -> str | None:
     return None
 
 
+def not_offered(turn: ScriptedTurn) -> ScriptedTurn:
+    """What a ``tool`` turn plays when the request does not offer its tool.
+
+    A shell command that says so, so that the script goes on (the turns count tool
+    results) and the trajectory shows what happened.
+
+    Examples
+    --------
+    >>> not_offered(ScriptedTurn(text="Searching.", tool="search")).command
+    "echo '[scripted] tool search is not offered'"
+    """
+    name = re.sub(r"[^0-9A-Za-z_.-]", "_", str(turn.tool))
+    return ScriptedTurn(text=turn.text, reasoning=turn.reasoning,
+                        command=f"echo '[scripted] tool {name} is not offered'")
+
+
 BUILTIN_SCRIPTS = {
+    "spu_agent": spu_agent_script,
+    "policy_stop": policy_stop_script,
     "presented_order": default_script,
     "refusal": refusal_script,
     "api_error": api_error_script,

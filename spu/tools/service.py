@@ -106,6 +106,7 @@ class ToolsService:
         self._lock = threading.Lock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._port: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -116,10 +117,10 @@ class ToolsService:
 
     @property
     def port(self) -> int:
-        """The TCP port on the host's loopback (known once started)."""
-        if self._server is None or not self._server.servers:
-            raise RuntimeError("the tools service is not running")
-        return int(self._server.servers[0].sockets[0].getsockname()[1])
+        """The TCP port on the host's loopback (known once started, kept after the stop)."""
+        if self._port is None:
+            raise RuntimeError("the tools service has not started")
+        return self._port
 
     def url(self, host: str = "127.0.0.1") -> str:
         """The endpoint as reached from ``host`` (the sandbox's address of the host)."""
@@ -165,6 +166,7 @@ class ToolsService:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the tools service did not start")
             time.sleep(0.02)
+        self._port = int(self._server.servers[0].sockets[0].getsockname()[1])
         log.info("tools service on 127.0.0.1:%d (policy %s)", self.port, self.cfg.policy)
         return self
 
