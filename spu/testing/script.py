@@ -130,10 +130,11 @@ EXAMPLE_URL = "https://corpus.spu.invalid/notes/ranking-experiments"
 
 
 def spu_agent_script() -> Script:
-    """The default script: look at the task, search and fetch through the audited tools,
-    write a ranking in presented order and a report, stop.
+    """The default script: the task, the audited tools, a ranking in presented order.
 
-    Where the run has no tools service, its two calls run shell commands that say so.
+    List the task files, search and fetch through the audited tools, write a ranking in
+    presented order and a report, stop. Where the run has no tools service, its two
+    calls run shell commands that say so.
     """
     turns = default_script().turns
     return Script(

@@ -44,7 +44,6 @@ SEARCH_APIS = ("searxng", "brave")
 BRAVE_URL = "https://api.search.brave.com/res/v1/web/search"
 MAX_REDIRECTS = 5
 USER_AGENT = "spu-audited-fetch/1"
-CHUNK_BYTES = 65536
 
 
 def _public(address: str) -> bool:
@@ -231,7 +230,7 @@ class WebProvider(Provider):
         limit = self.cfg.max_fetch_bytes
         chunks: list[bytes] = []
         size = 0
-        for chunk in response.iter_bytes(CHUNK_BYTES):
+        for chunk in response.iter_bytes():  # as it arrives: the deadline is checked per piece
             chunks.append(chunk)
             size += len(chunk)
             if size >= limit:
