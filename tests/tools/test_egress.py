@@ -1,0 +1,58 @@
+"""The egress proxy records every connection and blocks none; shell downloads are counted."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from spu.schema import ToolCall, TrajectoryStep
+from spu.tools.egress import EgressProxy, outside_requests, read_egress, shell_downloads
+from tests.tools.pages import LocalSite
+
+
+@pytest.mark.slow
+def test_the_proxy_passes_plain_and_tunnelled_connections_and_records_them(
+        tmp_path: Path) -> None:
+    site = LocalSite()
+    try:
+        with EgressProxy(tmp_path) as proxy:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+                {"http": f"http://127.0.0.1:{proxy.port}"}))
+            with opener.open(f"{site.url}/html", timeout=20) as answer:
+                assert answer.status == 200 and b"Isoxazole" in answer.read()
+            # A CONNECT tunnel (what HTTPS clients ask for) is passed through unopened.
+            port = site.httpd.server_address[1]
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as raw:
+                raw.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n"
+                            f"Host: 127.0.0.1:{port}\r\n\r\n".encode())
+                assert b" 200 " in raw.recv(1024)
+                raw.sendall(b"GET /pdf HTTP/1.1\r\nHost: x\r\n\r\n")
+                received = b""
+                while b"%%EOF" not in received:
+                    piece = raw.recv(65536)
+                    assert piece, received
+                    received += piece
+                assert b"%PDF-" in received
+        lines = list(read_egress(tmp_path / "egress.jsonl"))
+        assert [(e["method"], e["host"], e["port"]) for e in lines] == [
+            ("GET", "127.0.0.1", port), ("CONNECT", "127.0.0.1", port)]
+        assert lines[0]["path"] == "/html" and lines[1]["path"] is None
+    finally:
+        site.kill()
+    assert outside_requests(lines, {"api.test"}, {("127.0.0.1", port)}) == (0, [])
+    assert outside_requests(lines, {"api.test"}, set()) == (2, [f"127.0.0.1:{port}"])
+
+
+def test_shell_downloads_are_counted_from_the_shell_calls_only() -> None:
+    steps = [TrajectoryStep(index=0, tool_calls=[
+        ToolCall(name="Bash", arguments={"command": "pip install -q rdkit; wget http://x/y"}),
+        ToolCall(name="exec_command", arguments={"cmd": "git clone https://g/r && ls"}),
+        ToolCall(name="local_shell", arguments={"command": ["bash", "-lc", "curl -O u"]}),
+        ToolCall(name="Write", arguments={"content": "curl is a tool"}),
+        ToolCall(name="Bash", arguments={"command": "python -m pip --quiet install numpy"}),
+        ToolCall(name="Bash", arguments={"command": "echo pipeline installed"}),
+    ])]
+    assert shell_downloads(steps) == 5
