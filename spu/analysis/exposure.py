@@ -13,12 +13,15 @@ The rules, stated:
   HTML entities, JSON escapes (``\\/``, ``\\u002F``), and a line broken after a DOI
   character in PDF text. Only the whole DOI counts: it may not be preceded by a DOI
   character, nor followed by one that continues it (``10.1/abc`` is not in
-  ``10.1/abcd`` nor in ``10.1/abc-2``), except a version (``v2``, ``/v2``) or a file or
-  view suffix of a publisher URL (``.pdf``, ``/full``, ``/abstract``, ``.suppl``...).
+  ``10.1/abcd`` nor in ``10.1/abc-2``), except a version (``v2``, ``/v2``) or a view of
+  it in a publisher URL (``.pdf``, ``/full``, ``/abstract``, ``/suppl_file``, the
+  supporting-information DOI ``.s001``...). An arXiv DOI (``10.48550/arXiv.ID``) is also
+  found as its arXiv id (``arXiv:ID``, ``arxiv.org/abs/ID``, any version).
 - **PMID**: a bare number, so only in identifier context: after a ``PMID``/``PubMed``
-  label (``PMID: 123``, ``"pmid": "123"``, ``PMIDs: 111, 123``), in a PubMed or Europe PMC
-  URL, or as a ``term=``/``list_uids=`` query value; never a number alone (a catalogue
-  number, a value in a table).
+  label (``PMID: 123``, ``"pmid": "123"``, ``PMIDs: 111, 123``, ``citation_pmid``
+  metadata), in a PubMed or Europe PMC URL, or as a ``term=``/``list_uids=`` query value;
+  never a number alone (a catalogue number, a value in a table, a row under a ``PMID``
+  column header, which is missed).
 - **PMCID**: ``PMC`` and the digits as one token (the prefix is its identifier context),
   or the bare digits after a ``PMCID`` label.
 - **Title** (and preprint title), with ``rapidfuzz``: text and title are reduced to
@@ -76,10 +79,11 @@ STOP_WORDS = frozenset(
     "a an and are as at by for from in into is its of on or the to with via using under "
     "over between through their this that these those new novel toward towards based".split())
 
-_DOI_CHARS = r"0-9a-z\-._;()/:<>\[\]"
-_DOI_SUFFIXES = (r"(?:/?v\d+)?"
-                 r"(?:[./](?:full|abstract|pdf|epdf|html|meta|figures?|tables?|references|"
-                 r"suppl\w*|supplementary\w*|si|sd)(?![0-9a-z]))?")
+_DOI_END = (r"(?:/?v\d+)?"  # a version (bioRxiv ``v2``, ChemRxiv ``/v2``), then either
+             r"(?:[./](?:full|abstract|pdf|epdf|html|meta|figures?|tables?|references|"
+             r"suppl\w*|supplementary\w*|si|sd|s\d{3})(?![0-9a-z])"  # a view of it
+             r"|(?![0-9a-z])(?![\-._;()/][0-9a-z]))")  # or its end
+_ARXIV_DOI = re.compile(r"^10\.48550/arxiv\.(\d{4}\.\d{4,5})$")
 
 
 def normalize_words(text: str) -> str:
@@ -102,14 +106,13 @@ def _strip_tags(text: str) -> str:
 def decoded(text: str) -> str:
     r"""``text`` decoded the ways a DOI hides in tool output, lower-cased.
 
-    Percent-encoding (repeated), HTML entities and JSON escapes are undone, and lines
-    broken after a DOI character are joined (PDF text).
+    Percent-encoding (repeated), HTML entities and JSON escapes are undone.
 
     Examples:
         >>> decoded("https%253A%252F%252Fdoi.org%252F10.1%252FABC")
         'https://doi.org/10.1/abc'
-        >>> decoded('{"doi": "10.1\\\\/abc"} and 10.2/x-\\ny')
-        '{"doi": "10.1/abc"} and 10.2/x-y'
+        >>> decoded('{"doi": "10.1\\/abc"}')
+        '{"doi": "10.1/abc"}'
     """
     for _ in range(4):
         step = html.unescape(unquote(text))
@@ -117,7 +120,16 @@ def decoded(text: str) -> str:
             break
         text = step
     text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
-    text = text.replace("\\/", "/").lower()
+    return text.replace("\\/", "/").lower()
+
+
+def joined_lines(text: str) -> str:
+    r"""``text`` with every line broken after a DOI character joined to the next.
+
+    Examples:
+        >>> joined_lines("https://doi.org/10.2/\nx-\n1")
+        'https://doi.org/10.2/x-1'
+    """
     return re.sub(r"(?<=[\-/._])[ \t]*\r?\n[ \t]*(?=[0-9a-z])", "", text)
 
 
@@ -133,8 +145,14 @@ def bare_doi(doi: str) -> str:
 
 
 def _doi_pattern(doi: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![0-9a-z.])" + re.escape(bare_doi(doi)) + _DOI_SUFFIXES
-                      + r"(?![0-9a-z])(?![\-._;()/][0-9a-z])")
+    """The DOI as a whole; an arXiv DOI also as its arXiv id (``arXiv:2304.05332v2``)."""
+    bare = bare_doi(doi)
+    pattern = r"(?<![0-9a-z.])" + re.escape(bare) + _DOI_END
+    arxiv = _ARXIV_DOI.match(bare)
+    if arxiv:
+        pattern += (r"|(?:arxiv\s*:\s*|arxiv\.org/(?:abs|pdf|html)/)"
+                    + re.escape(arxiv.group(1)) + r"(?:v\d+)?(?![0-9])")
+    return re.compile(pattern)
 
 
 def _digits(value: str) -> str:
@@ -143,7 +161,8 @@ def _digits(value: str) -> str:
 
 def _pmid_pattern(pmid: str) -> re.Pattern[str]:
     d = _digits(pmid)
-    label = r"\b(?:pmids?|pubmed(?:\s*ids?)?)\b[^0-9a-z]{0,6}(?:\d{1,9}[^0-9a-z]{1,4}){0,20}"
+    label = (r"(?:\b(?:pmids?|pubmed(?:\s*ids?)?)\b|citation_pmid\"?\s*content\s*=)"
+             r"[^0-9a-z]{0,6}(?:\d{1,9}[^0-9a-z]{1,4}){0,20}")
     urls = (r"pubmed\.ncbi\.nlm\.nih\.gov/|ncbi\.nlm\.nih\.gov/pubmed/|"
             r"europepmc\.org/(?:abstract|article|api/fulltextrepo\?pprid=)?/?med/|"
             r"[?&](?:term|list_uids|pmid|ext_id)=")
@@ -242,8 +261,12 @@ class ExposureDetector:
         found: list[Match] = []
         if self.patterns:
             raw = decoded(text)
+            # PDF text breaks lines inside DOIs; joining them could also glue a DOI that
+            # ends a sentence to the next line's number: both readings are searched.
+            joined = joined_lines(raw)
+            readings = (raw,) if joined == raw else (raw, joined)
             for kind, identifier, pattern in self.patterns:
-                hit = pattern.search(raw)
+                hit = next((h for h in map(pattern.search, readings) if h), None)
                 if hit:
                     found.append(Match(kind, identifier, hit.group(0).strip()))
         if self.titles:
