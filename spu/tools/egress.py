@@ -4,10 +4,13 @@ The agent gets ``HTTP_PROXY``/``HTTPS_PROXY`` (both spellings) pointing at its o
 instance of ``proxy.py`` (a well-kept, dependency-free proxy), run as a child process on
 the host's ``127.0.0.1`` and a free port, with the plugin
 :class:`spu.tools.egress_plugin.EgressRecorder` appending one line per connection to
-``<run_dir>/tools/egress.jsonl``: ``{"time", "method", "host", "port", "path"}``. It does
-not intercept TLS (a ``CONNECT`` tunnel is passed through; only its destination is
-known) and never blocks: the paper's environment stays connected and records rather
-than refuses (paper 3.7).
+``<run_dir>/tools/egress.jsonl``: ``{"time", "method", "host", "port", "path", "address"}``.
+It does not intercept TLS (a ``CONNECT`` tunnel is passed through; only its destination is
+known) and blocks nothing on the internet: the paper's environment stays connected and
+records rather than refuses (paper 3.7). It runs on the host, though, so it refuses (403,
+logged with ``"refused"``) connections to the host's own loopback, private and link-local
+addresses, except the endpoints :meth:`EgressProxy.allow` lists (the run's tools service):
+otherwise it would be the agent's way to the tracking server or another run's service.
 
 ``requests_outside_tools`` counts the connections to anything other than the model
 provider's API and the tools service (:func:`outside_requests`). Downloads started from
@@ -100,8 +103,17 @@ class EgressProxy:
         self.log_path = self.folder / EGRESS_FILE
         self.log_path.touch()
         self._port_file = self.folder / "egress.port"
+        self._allow_file = self.folder / "egress.allow.json"
+        self._allow_file.write_text("[]")
         self._process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
+
+    def allow(self, endpoints: Iterable[str]) -> None:
+        """Let the agent reach these ``host:port`` on local addresses through the proxy."""
+        current = set(json.loads(self._allow_file.read_text() or "[]"))
+        partial = self._allow_file.with_suffix(".partial")
+        partial.write_text(json.dumps(sorted(current | set(endpoints))))
+        os.replace(partial, self._allow_file)
 
     def start(self) -> EgressProxy:
         """Start the proxy and wait until it listens.
@@ -114,6 +126,7 @@ class EgressProxy:
                 "--port-file", str(self._port_file),
                 "--plugins", "spu.tools.egress_plugin.EgressRecorder",
                 "--spu-egress-log", str(self.log_path),
+                "--spu-allow-file", str(self._allow_file),
                 "--num-acceptors", "1", "--num-workers", "1",
                 "--timeout", str(PROXY_IDLE_TIMEOUT_S), "--log-level", "ERROR"]
         output = open(self.folder / "egress.proxy.log", "wb")  # noqa: SIM115 - kept by the child

@@ -96,6 +96,8 @@ class ToolsSession:
         self.service.start()
         try:
             if self.proxy is not None:
+                port = self.service.port
+                self.proxy.allow(f"{host}:{port}" for host in ("127.0.0.1", "localhost", "::1"))
                 self.proxy.start()
         except Exception:
             self.service.stop()
@@ -115,6 +117,8 @@ class ToolsSession:
                  if self.proxy is not None and self.proxy.port is not None else None)
         self.endpoints = ToolEndpoints(url=self.service.url(host_address), proxy_url=proxy,
                                        host_address=host_address)
+        if self.proxy is not None:
+            self.proxy.allow([f"{host_address}:{self.service.port}"])
         (self.folder / "endpoints.json").write_text(json.dumps({
             "service_port": self.service.port,
             "proxy_port": self.proxy.port if self.proxy is not None else None,

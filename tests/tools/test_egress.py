@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -17,14 +18,16 @@ from tests.tools.pages import LocalSite
 def test_the_proxy_passes_plain_and_tunnelled_connections_and_records_them(
         tmp_path: Path) -> None:
     site = LocalSite()
+    port = site.httpd.server_address[1]
     try:
-        with EgressProxy(tmp_path) as proxy:
+        proxy = EgressProxy(tmp_path)
+        proxy.allow([f"127.0.0.1:{port}"])  # a local endpoint the run may reach
+        with proxy:
             opener = urllib.request.build_opener(urllib.request.ProxyHandler(
                 {"http": f"http://127.0.0.1:{proxy.port}"}))
             with opener.open(f"{site.url}/html", timeout=20) as answer:
                 assert answer.status == 200 and b"Isoxazole" in answer.read()
             # A CONNECT tunnel (what HTTPS clients ask for) is passed through unopened.
-            port = site.httpd.server_address[1]
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as raw:
                 raw.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n"
                             f"Host: 127.0.0.1:{port}\r\n\r\n".encode())
@@ -40,6 +43,7 @@ def test_the_proxy_passes_plain_and_tunnelled_connections_and_records_them(
         assert [(e["method"], e["host"], e["port"]) for e in lines] == [
             ("GET", "127.0.0.1", port), ("CONNECT", "127.0.0.1", port)]
         assert lines[0]["path"] == "/html" and lines[1]["path"] is None
+        assert not any("refused" in line for line in lines)
     finally:
         site.kill()
     assert outside_requests(lines, {"api.test"}, {("127.0.0.1", port)}) == (0, [])
@@ -56,3 +60,29 @@ def test_shell_downloads_are_counted_from_the_shell_calls_only() -> None:
         ToolCall(name="Bash", arguments={"command": "echo pipeline installed"}),
     ])]
     assert shell_downloads(steps) == 5
+
+
+@pytest.mark.slow
+def test_the_proxy_refuses_the_hosts_own_services_and_logs_the_attempt(tmp_path: Path) -> None:
+    """The proxy runs on the host: it must not be the agent's way to the tracking server,
+    a database or another run's service (loopback, private, link-local addresses)."""
+    site = LocalSite()  # stands in for a host service the run was not given
+    port = site.httpd.server_address[1]
+    try:
+        with EgressProxy(tmp_path) as proxy:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+                {"http": f"http://127.0.0.1:{proxy.port}"}))
+            for url in (f"{site.url}/html", f"http://localhost:{port}/html"):
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    opener.open(url, timeout=20)
+                assert refused.value.code == 403
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as raw:
+                raw.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+                assert b" 403 " in raw.recv(1024)
+        assert site.httpd.requests == []  # type: ignore[attr-defined]
+    finally:
+        site.kill()
+    lines = list(read_egress(tmp_path / "egress.jsonl"))
+    assert [(e["host"], e.get("refused")) for e in lines] == [
+        ("127.0.0.1", "local address"), ("localhost", "local address"),
+        ("127.0.0.1", "local address")]
