@@ -15,7 +15,7 @@ Traps handled here:
 
 Examples
 --------
->>> page_text(b"caf\\xe9 au lait", "text/plain")
+>>> page_text(b"caf\xe9 au lait", "text/plain")
 ('café au lait', 'not UTF-8: decoded as cp1252')
 >>> page_text(b"%PDF-1.4 broken", "application/pdf")[0].startswith("[PDF of 15 bytes")
 True

@@ -24,6 +24,23 @@ Traps handled here:
 - under ``tools.policy=stop`` the first exposure flag stops the service: every later
   ``search`` and ``fetch`` is refused with a message telling the agent to submit what it
   has; ``policy_stop`` is always accepted (the agent must be able to record its stop).
+
+Examples
+--------
+>>> import json, tempfile, urllib.request
+>>> from pathlib import Path
+>>> from spu.tools.offline import OfflineProvider
+>>> cfg = ToolsConfig()
+>>> folder = tempfile.mkdtemp()
+>>> with ToolsService(OfflineProvider(cfg), AuditLog(Path(folder)), cfg) as service:
+...     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+...             "params": {"name": "fetch", "arguments": {"url": "https://a.test/"}}}
+...     request = urllib.request.Request(service.url(), data=json.dumps(body).encode(),
+...         headers={"content-type": "application/json",
+...                  "accept": "application/json, text/event-stream"})
+...     answer = json.load(urllib.request.urlopen(request, timeout=30))
+>>> json.loads(answer["result"]["content"][0]["text"])["status"]
+404
 """
 
 from __future__ import annotations
