@@ -151,9 +151,13 @@ class Harness(ABC):
     def api_hosts(self) -> set[str]:
         """Host names of the model provider's API.
 
-        Connections to them are not counted as requests outside the audited tools.
+        Connections to them are not counted as requests outside the audited tools. By
+        default the host of ``model.base_url``, where the model config names one.
         """
-        return set()
+        from urllib.parse import urlsplit
+
+        host = urlsplit(self.model.base_url).hostname if self.model.base_url else None
+        return {host} if host else set()
 
     def agent_env(self, ctx: AgentContext, extra: dict[str, str]) -> dict[str, str]:
         """The agent's environment, for :meth:`command`.
