@@ -25,6 +25,9 @@ Traps handled here:
   with a long idle timeout;
 - the proxy's port is only known once it listens: it writes it to a file
   (``--port-file``), which the runner waits for;
+- the proxy is a child process in its own session (stopped as a group with its workers),
+  so it would outlive a runner killed with ``kill -9``: it is asked to receive SIGTERM when
+  its parent dies;
 - a host name and an address are different strings for the same destination: the
   allowed destinations are compared by host name and port as the client asked for them,
   and the tools service is allowed under every address the sandbox may use for the host.
@@ -133,7 +136,8 @@ class EgressProxy:
         try:
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output,
                                              stderr=subprocess.STDOUT, start_new_session=True,
-                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                             preexec_fn=_die_with_parent)
         finally:
             output.close()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -170,6 +174,22 @@ class EgressProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """Ask for SIGTERM when the runner dies, even by ``kill -9`` (Linux; elsewhere nothing).
+
+    Runs in the proxy's process before it starts, so that no proxy outlives its run.
+    """
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def read_egress(path: Path) -> Iterator[dict[str, Any]]:

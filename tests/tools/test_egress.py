@@ -86,3 +86,38 @@ def test_the_proxy_refuses_the_hosts_own_services_and_logs_the_attempt(tmp_path:
     assert [(e["host"], e.get("refused")) for e in lines] == [
         ("127.0.0.1", "local address"), ("localhost", "local address"),
         ("127.0.0.1", "local address")]
+
+
+@pytest.mark.slow
+def test_no_proxy_outlives_a_runner_killed_with_sigkill(tmp_path: Path) -> None:
+    """The proxy runs in its own session; a ``kill -9`` of the runner must still end it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from pathlib import Path; from spu.tools.egress import "
+            "EgressProxy; p = EgressProxy(Path(sys.argv[1])).start(); "
+            "print(p._process.pid, flush=True); time.sleep(120)")
+    runner = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert runner.stdout is not None
+    proxy_pid = int(runner.stdout.readline())
+    os.kill(proxy_pid, 0)  # alive
+    runner.send_signal(signal.SIGKILL)
+    runner.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(proxy_pid, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it became our child's orphan in our session (it did not)
+            os.waitpid(proxy_pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    else:
+        os.killpg(proxy_pid, signal.SIGKILL)
+        pytest.fail("the egress proxy outlived its runner")
