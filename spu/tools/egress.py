@@ -26,8 +26,8 @@ Traps handled here:
 - the proxy's port is only known once it listens: it writes it to a file
   (``--port-file``), which the runner waits for;
 - the proxy is a child process in its own session (stopped as a group with its workers),
-  so it would outlive a runner killed with ``kill -9``: it is asked to receive SIGTERM when
-  its parent dies;
+  so it would outlive a runner killed with ``kill -9``: it asks for SIGTERM when its parent
+  dies (:func:`main`);
 - a host name and an address are different strings for the same destination: the
   allowed destinations are compared by host name and port as the client asked for them,
   and the tools service is allowed under every address the sandbox may use for the host.
@@ -125,7 +125,10 @@ class EgressProxy:
             EgressProxyError: it did not start (its log is in ``egress.proxy.log``).
         """
         self._port_file.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0",
+        # Started through main(): it asks to die with its parent, then runs proxy.py
+        # (not a preexec_fn: the runner has threads by then).
+        argv = [sys.executable, "-m", "spu.tools.egress", "--hostname", "127.0.0.1",
+                "--port", "0",
                 "--port-file", str(self._port_file),
                 "--plugins", "spu.tools.egress_plugin.EgressRecorder",
                 "--spu-egress-log", str(self.log_path),
@@ -136,8 +139,7 @@ class EgressProxy:
         try:
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output,
                                              stderr=subprocess.STDOUT, start_new_session=True,
-                                             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                             preexec_fn=_die_with_parent)
+                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         finally:
             output.close()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -174,22 +176,6 @@ class EgressProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _die_with_parent() -> None:
-    """Ask for SIGTERM when the runner dies, even by ``kill -9`` (Linux; elsewhere nothing).
-
-    Runs in the proxy's process before it starts, so that no proxy outlives its run.
-    """
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 def read_egress(path: Path) -> Iterator[dict[str, Any]]:
@@ -256,3 +242,28 @@ def shell_downloads(steps: Iterable[TrajectoryStep]) -> int:
     commands = (shell_command(call.arguments) for step in steps for call in step.tool_calls
                 if call.name in SHELL_TOOLS)
     return count_shell_downloads(c for c in commands if c)
+
+
+def main() -> None:
+    """``python -m spu.tools.egress ARGS``: ``proxy.py`` with ARGS, dying with its parent.
+
+    The proxy is in its own session (the runner stops it as a group), so it would outlive
+    a runner killed with ``kill -9``; on Linux it asks for SIGTERM when its parent dies.
+    """
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        except OSError:
+            pass
+        if os.getppid() == 1:  # the parent died before the request
+            return
+    from proxy.proxy import entry_point
+
+    entry_point()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,8 @@
 """The ``proxy.py`` plugin of the egress proxy: one JSON line per connection.
 
-Loaded only inside the proxy's own process (``python -m proxy --plugins
-spu.tools.egress_plugin.EgressRecorder --spu-egress-log FILE``); importing it registers
-its flags with ``proxy.py``.
+Loaded only inside the proxy's own process (``python -m spu.tools.egress --plugins
+spu.tools.egress_plugin.EgressRecorder --spu-egress-log FILE ...``, see
+:func:`spu.tools.egress.main`); importing it registers its flags with ``proxy.py``.
 
 It blocks nothing on the internet (the paper's agents stay connected), but the proxy runs
 on the host, so a connection to the host's own loopback, private or link-local addresses
@@ -93,3 +93,4 @@ class EgressRecorder(HttpProxyBasePlugin):  # type: ignore[misc]
             os.write(fd, (json.dumps(line) + "\n").encode())
         finally:
             os.close(fd)
+
