@@ -38,9 +38,11 @@ from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
+from spu.sandbox.gpu_usage import GpuSampler
 from spu.schema import (
     AnswerKey,
     ExposureHit,
+    GpuUsage,
     Grade,
     GradeStatus,
     Outcome,
@@ -241,6 +243,8 @@ class AgentPhase:
     """Loud warnings for the run record."""
     submission: bytes | None = None
     """The submitted ``rankings.json`` (None: no file)."""
+    gpu: GpuUsage | None = None
+    """What sampling the run's GPUs measured (None: no GPU, or not measurable)."""
 
 
 @dataclass(frozen=True)
@@ -328,12 +332,18 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
         try:
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
-            phase.evidence = sandbox.exec(
-                command.argv,
-                command.env,
-                stdout=ctx.log_dir / "agent.stdout",
-                stderr=ctx.log_dir / "agent.stderr",
-            )
+            limits = sandbox.info().limits
+            sampler = GpuSampler(limits.gpus if limits is not None else [])
+            sampler.start()
+            try:
+                phase.evidence = sandbox.exec(
+                    command.argv,
+                    command.env,
+                    stdout=ctx.log_dir / "agent.stdout",
+                    stderr=ctx.log_dir / "agent.stderr",
+                )
+            finally:
+                phase.gpu = sampler.stop()
             phase.result = run.harness.parse(ctx, phase.evidence)
         finally:
             run.harness.cleanup()
@@ -433,7 +443,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         runtime_s=evidence.duration_s,
         tool_calls=result.tool_calls,
         web_fetches=result.web_fetches,
-        used_gpu=result.used_gpu,
+        used_gpu=result.used_gpu or bool(phase.gpu and phase.gpu.used_gpu),
+        gpu_seconds=phase.gpu.gpu_seconds if phase.gpu is not None else None,
+        gpu_usage=phase.gpu,
         refusal_label=result.refusal_label,
         sandbox=phase.sandbox_info,
         process=evidence,
