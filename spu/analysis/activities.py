@@ -425,15 +425,31 @@ def simple_commands(script: str) -> list[list[str]]:
     [['cd', '/x'], ['xtb', 'mol.xyz', '--opt'], ['tail', '-5']]
     """
     body = _HEREDOC.sub("\n", script)
-    commands = []
-    for piece in re.split(r"\|\||&&|[;|&\n()]|`|\$\(", body):
-        try:
-            words = shlex.split(piece, comments=True)
-        except ValueError:
-            words = piece.split()
-        words = _unwrap(words)
-        if words:
-            commands.append(words)
+    commands: list[list[str]] = []
+    words: list[str] = []
+    try:
+        lexer = shlex.shlex(body, posix=True, punctuation_chars=";&|()<>\n")
+        lexer.whitespace = " \t\r"
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: fall back to words
+        tokens = body.split()
+    redirect = False
+    for token in tokens:
+        if token and set(token) <= set(";&|()\n"):
+            if words:
+                commands.append(words)
+            words, redirect = [], False
+        elif token and set(token) <= set("<>&"):
+            redirect = True  # the next word is a file, not an argument
+        elif redirect:
+            redirect = False
+        else:
+            words.append(token)
+    if words:
+        commands.append(words)
+    commands = [w for w in (_unwrap(c) for c in commands) if w]
     return commands
 
 
