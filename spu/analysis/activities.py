@@ -183,7 +183,7 @@ _URL = re.compile(r"\b(?:https?|ftp|file)://[^\s'\"<>)]+", re.IGNORECASE)
 _PY_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import|import[ \t]+([\w., \t]+))",
                         re.MULTILINE)
 _NOT_FOUND_MODULE = re.compile(r"No module named '?([\w.]+)")
-_COMMAND_NOT_FOUND = re.compile(r"([\w.+-]+): (?:command )?not found")
+_COMMAND_NOT_FOUND = re.compile(r"(?<![\w.+-])([\w.+-]+): (?:command )?not found")
 _WRITE_OPS = re.compile(r"(?<![<>&])>>?(?![&>])|\btee\b|\bcp\b|\bmv\b|open\([^)]*['\"][wa]b?\+?['\"]|"
                         r"\.write\(|json\.dump\(|write_text\(|to_csv\(|to_json\(|savetxt\(|"
                         r"\bdump\(")
@@ -542,6 +542,25 @@ def _is_remote(url: str) -> bool:
         host.startswith("127.")
 
 
+SCAN_CHARS = 65_536
+"""Characters read at each end of a long output when looking for errors and device names:
+a program prints them at its start or end, and a long output must not cost a full scan by
+every pattern."""
+
+
+def scan_window(output: str) -> str:
+    """The head and tail of ``output`` (all of it when short).
+
+    Examples
+    --------
+    >>> len(scan_window("x" * 1_000_000)) == 2 * SCAN_CHARS + 1
+    True
+    """
+    if len(output) <= 2 * SCAN_CHARS:
+        return output
+    return output[:SCAN_CHARS] + "\n" + output[-SCAN_CHARS:]
+
+
 def _errors_in(output: str) -> tuple[str, ...]:
     found = []
     for kind, pattern in GPU_ERRORS:
@@ -558,13 +577,14 @@ def _failed_modules(output: str) -> set[str]:
 def _family_set(signals: ScriptSignals | None, programs: Iterable[str], output: str
                 ) -> tuple[str, ...]:
     families: set[str] = set()
-    missing_programs = set(_COMMAND_NOT_FOUND.findall(output))
+    missing_programs = set(_COMMAND_NOT_FOUND.findall(output)) if any(
+        p in PROGRAM_FAMILIES for p in programs) and "not found" in output else set()
     for prog in programs:
         family = PROGRAM_FAMILIES.get(prog)
         if family and prog not in missing_programs:
             families.add(family)
     if signals is not None:
-        failed = _failed_modules(output)
+        failed = _failed_modules(output) if "No module named" in output else set()
         if failed:
             kept = {module_family(m) for m in signals.modules
                     if m.split(".")[0] not in failed}
@@ -655,6 +675,7 @@ def _label_write(tool: str, arguments: Any, ctx: RunContext) -> CallLabel:
 
 def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -> CallLabel:
     reading = _read_shell(command, ctx)
+    output = scan_window(output)
     for path, content in reading.written_files:
         if path.lower().endswith(".py"):
             ctx.remember(path, python_signals(content))

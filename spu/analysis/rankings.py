@@ -261,6 +261,9 @@ class RankingTracker:
                 self._ranking(step, t, source, orders)
 
     def _trace(self, step: int, source: str, text: str) -> None:
+        # A long text is tokenized only when it names an item (a fast substring test).
+        if len(text) > 65_536 and not any(item in text for item in self.ids):
+            return
         tokens = [tok for tok in _TOKEN.findall(text) if tok in self.ids]
         if len(tokens) < MIN_GROUP_ITEMS:
             return
