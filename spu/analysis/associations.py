@@ -169,9 +169,9 @@ def feature_associations(features: pd.DataFrame, resamples: int = 10_000, seed: 
     Returns
     -------
     pandas.DataFrame
-        feature, family (method or behavior), n_with, n_runs, estimate, ci_low, ci_high,
-        p_value (two-sided: twice the smaller share of resampled estimates on either side
-        of zero, at most 1), p_holm (within the family). A feature that never varies
+        feature, estimate, ci_low, ci_high, p_value (two-sided: twice the smaller share of
+        resampled estimates on either side of zero, at most 1), p_holm (within the family),
+        family (method or behavior), n_with (runs with the feature), n_runs. A feature that never varies
         within a task and configuration has no estimate (NaN).
 
     References
@@ -194,8 +194,8 @@ def feature_associations(features: pd.DataFrame, resamples: int = 10_000, seed: 
     >>> round(float(t.set_index("feature").loc["used_web", "estimate"]), 1)
     0.3
     """
-    columns = ["feature", "family", "n_with", "n_runs", "estimate", "ci_low", "ci_high",
-               "p_value", "p_holm"]
+    columns = ["feature", "estimate", "ci_low", "ci_high", "p_value", "p_holm", "family",
+               "n_with", "n_runs"]
     if features.empty:
         return pd.DataFrame(columns=columns)
     data = association_inputs(features)

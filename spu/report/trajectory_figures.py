@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from spu.report.figures import _figure, _styled, save_figure
+from spu.report.page import CAPTIONS as PAGE_CAPTIONS
 
 Tables = dict[str, pd.DataFrame]
 
@@ -64,6 +65,8 @@ CAPTIONS = {
     "measured order, against the share expected from random flips at the same distance in "
     "that draft, by configuration (Figures 24e, 21b).",
 }
+
+PAGE_CAPTIONS.update(CAPTIONS)  # the report page captions every figure it is given
 
 NOT_FROM_TRAJECTORIES = {
     "fig16c_16d_monotone_prior": "the monotone prior comes from the submitted orders and the "
@@ -453,3 +456,18 @@ def read_analysis_tables(folder: Path) -> Tables:
         except pd.errors.EmptyDataError:
             tables[path.name] = pd.DataFrame()
     return tables
+
+
+def include_analysis(analysis: Path, folder: Path) -> tuple[dict[str, Path], list[str]]:
+    """Draw the figures of an ``spu analyze`` output folder into a report's ``folder``.
+
+    Returns the PNG of each figure drawn, by name, and a note for each figure not drawn,
+    saying what it needs.
+    """
+    tables = read_analysis_tables(analysis)
+    if "runs_features.csv" not in tables:
+        return {}, [f"{analysis}: no runs_features.csv (not an spu analyze folder); "
+                    "trajectory figures 14-24 not drawn"]
+    draw, missing = trajectory_figures(tables)
+    pngs = {name: save_figure(build(), folder, name)[0] for name, build in draw.items()}
+    return pngs, [f"figure {name} not drawn: {why}" for name, why in missing.items()]

@@ -212,7 +212,7 @@ def _recorded(harness: str) -> Trajectory | None:
 
 def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: int = 40,
                 seed: int = 0, output_blob: int = 0, repeats: int = 0) -> list[Path]:
-    """Write ``n_runs`` run folders under ``out/runs`` (tasks x configurations, cycled).
+    """Write ``n_runs`` run folders under ``out/runs`` (configurations x tasks, cycled).
 
     ``calls`` is the mean number of tool calls per run; ``output_blob`` pads some tool
     outputs with that many characters (for memory tests); ``repeats`` adds repeated runs.
@@ -229,8 +229,9 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
     folders = []
     start = datetime(2026, 11, 1, tzinfo=UTC)
     for i in range(n_runs):
-        task = tasks[i % len(tasks)]
-        config = CONFIGS[(i // len(tasks)) % len(CONFIGS)]
+        # every configuration on each task in turn, so tasks hold several configurations
+        config = CONFIGS[i % len(CONFIGS)]
+        task = tasks[(i // len(CONFIGS)) % len(tasks)]
         repeat = 0 if i < n_runs - repeats else 1 + i % 5
         n_calls = max(6, int(rng.poisson(calls)))
         trajectory, final, audit, report = build_run(
