@@ -184,7 +184,8 @@ _PY_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import|import[ \t]+(
                         re.MULTILINE)
 _NOT_FOUND_MODULE = re.compile(r"No module named '?([\w.]+)")
 _COMMAND_NOT_FOUND = re.compile(r"(?<![\w.+-])([\w.+-]+): (?:command )?not found")
-_WRITE_OPS = re.compile(r"(?<![<>&])>>?(?![&>])|\btee\b|\bcp\b|\bmv\b|open\([^)]*['\"][wa]b?\+?['\"]|"
+_WRITE_OPS = re.compile(r"(?<![<>&])>>?(?![&>])|\btee\b|\bcp\b|\bmv\b|"
+                        r"open\([^)]*['\"][wa]b?\+?['\"]|"
                         r"\.write\(|json\.dump\(|write_text\(|to_csv\(|to_json\(|savetxt\(|"
                         r"\bdump\(")
 _SUBMISSION_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json|SPU_OUTPUT_DIR|/output\b")
@@ -252,11 +253,11 @@ class ScriptSignals:
 
 
 def python_signals(code: str) -> ScriptSignals:
-    """The signals of a Python source text.
+    r"""The signals of a Python source text.
 
     Examples
     --------
-    >>> s = python_signals("import numpy as np\\nx = np.random.normal(0, 1, 1000)")
+    >>> s = python_signals("import numpy as np\nx = np.random.normal(0, 1, 1000)")
     >>> sorted(s.families), s.gpu
     (['monte_carlo'], False)
     >>> python_signals("import torch; print(torch.cuda.is_available())").probe
@@ -417,7 +418,7 @@ def shell_command(name: str, arguments: Any) -> str | None:
 
 
 def simple_commands(script: str) -> list[list[str]]:
-    """The simple commands of a shell script (heredoc bodies removed), as word lists.
+    r"""The simple commands of a shell script (heredoc bodies removed), as word lists.
 
     Examples
     --------
@@ -630,14 +631,14 @@ def label_call(name: str, arguments: Any, output: str | None, ctx: RunContext,
         return CallLabel(Activity.planning)
     if lowered in _WAIT_TOOLS:
         if lowered == "write_stdin" and isinstance(arguments, dict) and arguments.get("chars"):
-            command = str(arguments.get("chars"))
-            return _label_shell(command, output, ctx, background=False)
+            typed = str(arguments.get("chars"))
+            return _label_shell(typed, output, ctx, background=False)
         return CallLabel(Activity.waiting)
     if lowered in _WRITE_TOOLS:
         return _label_write(lowered, arguments, ctx)
     if lowered in _VIEW_TOOLS:
-        path = _text_arg(arguments, "file_path", "path", "pattern", "notebook_path")
-        return CallLabel(Activity.reading_inputs if ctx.in_task(path) else Activity.viewing_files)
+        viewed = _text_arg(arguments, "file_path", "path", "pattern", "notebook_path")
+        return CallLabel(Activity.reading_inputs if ctx.in_task(viewed) else Activity.viewing_files)
     command = shell_command(tool, arguments)
     if command is not None:
         background = bool(isinstance(arguments, dict) and arguments.get("run_in_background"))

@@ -171,8 +171,8 @@ def feature_associations(features: pd.DataFrame, resamples: int = 10_000, seed: 
     pandas.DataFrame
         feature, estimate, ci_low, ci_high, p_value (two-sided: twice the smaller share of
         resampled estimates on either side of zero, at most 1), p_holm (within the family),
-        family (method or behavior), n_with (runs with the feature), n_runs. A feature that never varies
-        within a task and configuration has no estimate (NaN).
+        family (method or behavior), n_with (runs with the feature), n_runs. A feature that
+        never varies within a task and configuration has no estimate (NaN).
 
     References
     ----------
@@ -225,7 +225,7 @@ def feature_associations(features: pd.DataFrame, resamples: int = 10_000, seed: 
         "estimate": estimate, "ci_low": ci[0], "ci_high": ci[1], "p_value": p,
     })
     table["p_holm"] = np.nan
-    for family, part in table.groupby("family"):
+    for _, part in table.groupby("family"):
         table.loc[part.index, "p_holm"] = holm(part["p_value"].to_numpy())
     return table[columns]
 

@@ -88,8 +88,8 @@ def analyze_command(args: argparse.Namespace) -> int:
 
 def run_analyze(args: argparse.Namespace) -> int:
     """Write the tables and figures; exit 2 when the inputs cannot be used."""
-    from spu.report.trajectory_figures import write_figures
     from spu.analysis.trajectory_analysis import AnalyzeOptions, analyze_runs, write_analysis
+    from spu.report.trajectory_figures import write_figures
     from spu.stats.submissions import StatsInputError
 
     if args.resamples < 1 or args.trees < 1:

@@ -354,13 +354,14 @@ def _count(label: CallLabel, call: ToolCall, flags: Counter[str], reading: RunRe
 
 def _time_features(features: dict[str, Any], calls: list[CallRow], span: float) -> None:
     total = sum(r.time_s for r in calls)
-    by_class = Counter[str]()
+    by_class: dict[str, float] = {}
     first: dict[str, float] = {}
     for r in calls:
-        by_class[r.activity_class] += r.time_s
+        by_class[r.activity_class] = by_class.get(r.activity_class, 0.0) + r.time_s
         first.setdefault(r.activity, r.t_norm)
     for name in CLASSES:
-        features[f"share_{_slug(name)}"] = by_class[name] / total if total > 0 else math.nan
+        features[f"share_{_slug(name)}"] = by_class.get(name, 0.0) / total if total > 0 \
+            else math.nan
     features["web_share"] = features["share_web_search_and_fetch"]
     features["compute_share"] = features["share_scientific_computation"]
     web = [first[a] for a in ("web_search", "web_fetch") if a in first]
@@ -440,7 +441,8 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
     if log.is_file():
         audited_queries, audited_urls = [], []
         for entry in read_audit_log(log, reading.notes):
-            args = entry.get("args") if isinstance(entry.get("args"), dict) else {}
+            raw = entry.get("args")
+            args: dict[str, Any] = raw if isinstance(raw, dict) else {}
             if entry["tool"] == "search" and isinstance(args.get("query"), str):
                 audited_queries.append(args["query"])
             elif entry["tool"] == "fetch" and isinstance(args.get("url"), str):

@@ -295,12 +295,12 @@ def family_jaccard(features: pd.DataFrame) -> pd.DataFrame:
     sets = [frozenset(s.split(";")) - {""} for s in features["method_families"].fillna("")]
     configs = features["config"].astype(str).tolist()
     tasks = features["task_id"].astype(str).tolist()
-    sums: Counter[tuple[str, str, str]] = Counter()
+    sums: dict[tuple[str, str, str], float] = {}
     counts: Counter[tuple[str, str, str]] = Counter()
     for i, j in combinations(range(len(sets)), 2):
         a, b = sorted((configs[i], configs[j]))
         scope = "same_task" if tasks[i] == tasks[j] else "different_tasks"
-        sums[(a, b, scope)] += jaccard(sets[i], sets[j])
+        sums[(a, b, scope)] = sums.get((a, b, scope), 0.0) + jaccard(sets[i], sets[j])
         counts[(a, b, scope)] += 1
     rows = [{"config_a": a, "config_b": b, "scope": s, "n_pairs": counts[(a, b, s)],
              "mean_jaccard": sums[(a, b, s)] / counts[(a, b, s)]} for (a, b, s) in sorted(counts)]

@@ -319,7 +319,8 @@ def flips_figure(t: pd.DataFrame) -> Figure:
             "distance")
     ax.plot(g["observed"], y, "o", color="#3b6ea8", label="flips made")
     for yi, n in zip(y, g["n"], strict=True):
-        ax.text(1.02, yi, f"n={n}", va="center", fontsize=7, transform=ax.get_yaxis_transform())
+        ax.text(1.02, float(yi), f"n={n}", va="center", fontsize=7,
+                transform=ax.get_yaxis_transform())
     ax.set_yticks(y, g["config"])
     ax.set_xlim(0, 1)
     ax.set_xlabel("Share of flipped pairs that moved into the measured order")

@@ -105,13 +105,13 @@ def _smi_reader(ids: Sequence[str], smi: str) -> Reader:
 
 
 def parse_smi_csv(text: str, wanted: set[str]) -> list[DeviceSample]:
-    """Samples of the wanted devices from ``nvidia-smi --query-gpu`` CSV lines.
+    r"""Samples of the wanted devices from ``nvidia-smi --query-gpu`` CSV lines.
 
     Examples
     --------
-    >>> parse_smi_csv("0, GPU-aa, 37, 1024\\n1, GPU-bb, [N/A], 0\\n", {"0", "GPU-bb"})
-    [DeviceSample(device='0', utilization=37.0, memory_used_mb=1024.0), \
-DeviceSample(device='GPU-bb', utilization=0.0, memory_used_mb=0.0)]
+    >>> samples = parse_smi_csv("0, GPU-aa, 37, 1024\n1, GPU-bb, [N/A], 0\n", {"0", "GPU-bb"})
+    >>> [(s.device, s.utilization, s.memory_used_mb) for s in samples]
+    [('0', 37.0, 1024.0), ('GPU-bb', 0.0, 0.0)]
     """
     out = []
     for line in text.splitlines():

@@ -219,7 +219,7 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
     """
     rng = np.random.default_rng(seed)
     tasks = [load_task(p) for p in discover_tasks(task_root)]
-    keys = {}
+    keys: dict[str, GradingKey | None] = {}
     for t in tasks:
         try:
             keys[t.id] = GradingKey.build(t.contract, load_answers(t.answers_path()))

@@ -76,7 +76,7 @@ def test_bootstrap_resample_equals_stacked_copies() -> None:
 
 def test_holm_within_each_family_matches_statsmodels() -> None:
     table = feature_associations(features_table(seed=5), resamples=200, seed=2)
-    for family, part in table.groupby("family"):
+    for _, part in table.groupby("family"):
         known = part["p_value"].notna()
         ref = multipletests(part.loc[known, "p_value"], method="holm")[1]
         np.testing.assert_allclose(part.loc[known, "p_holm"], ref, atol=1e-12)
