@@ -147,6 +147,10 @@ def audit_command(args: argparse.Namespace) -> int:
     out = args.out or args.file.parent
     path = store_verdicts(verdicts, out)
     acc = label_accuracy(verdicts)
+    if not acc.checked:
+        print(f"spu analyze audit: no verdicts yet in {args.file} ({acc.unchecked} calls with "
+              f"\"correct\": null); stored in {path}")
+        return 0
     print(f"spu analyze audit: {acc.correct} of {acc.checked} labels correct "
           f"({acc.share:.0%}, 95% CI {acc.ci_low:.0%} to {acc.ci_high:.0%}); "
           f"{acc.unchecked} unchecked; stored in {path}")

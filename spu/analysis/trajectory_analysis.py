@@ -10,7 +10,8 @@ Files: ``calls.csv``, ``runs_features.csv``, ``associations.csv`` (SPEC 8), and
 ``jaccard.csv`` (15), ``sources.csv`` (15c), ``search_operators.csv`` (15d),
 ``first_appearance.csv`` (16a), ``revisions.csv`` (17c, 21b, 24d-e), ``self_assessment.csv``
 (17b), ``gpu.csv`` and ``gpu_errors.csv`` (22), ``classifier.csv`` and
-``classifier_confusion.csv`` (23b), ``profiles.csv`` (23a), ``summary.csv``.
+``classifier_confusion.csv`` (23b), ``profiles.csv`` (23a), ``efforts.csv`` (24c-d),
+``summary.csv``.
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     gpu, gpu_errors = gpu_tables(readings, scored)
     tables["gpu.csv"], tables["gpu_errors.csv"] = gpu, gpu_errors
     tables["profiles.csv"] = profiles(scored)
+    tables["efforts.csv"] = effort_pairs(scored)
     summary: list[dict[str, Any]] = []
     classifier = configuration_classifier(scored, seed=opt.seed, n_estimators=opt.trees)
     if classifier is None:
@@ -438,6 +440,56 @@ def profiles(features: pd.DataFrame) -> pd.DataFrame:
         f[column] = f[column].astype(float)
     agg = {c: how for c, how in PROFILE_COLUMNS.items() if c in f}
     return f.groupby("config", sort=True).agg(agg).reset_index()
+
+
+EFFORT_ORDER = ("none", "low", "medium", "high", "xhigh", "max")
+"""Reasoning efforts from least to most (``conf/effort``)."""
+
+EFFORT_RATIOS = {"runtime_s": "run time", "output_tokens": "output tokens",
+                 "code_chars": "code written", "n_searches": "web searches"}
+
+
+def effort_pairs(features: pd.DataFrame) -> pd.DataFrame:
+    """The same model at two efforts on the same tasks (paper 4.10, Figure 24c-d).
+
+    For each model run at two or more efforts, the most against the least: the median
+    over shared tasks of the ratio (more / less effort) of run time, output tokens, code
+    written and web searches; the share of runs that used a GPU at each; and, on the tasks
+    where the higher effort's first draft was scored, the mean score of that draft, of its
+    submission and of the lower effort's submission.
+    """
+    columns = ["model", "effort_high", "effort_low", "quantity", "n_tasks", "value"]
+    rows: list[dict[str, Any]] = []
+    if features.empty or "model" not in features:
+        return pd.DataFrame(columns=columns)
+    for model, part in features.groupby("model", sort=True):
+        efforts = sorted(set(part["effort"].astype(str)),
+                         key=lambda e: EFFORT_ORDER.index(e) if e in EFFORT_ORDER else -1)
+        if len(efforts) < 2:
+            continue
+        low, high = efforts[0], efforts[-1]
+        a = part[part["effort"] == high].groupby("task_id").first()
+        b = part[part["effort"] == low].groupby("task_id").first()
+        shared = a.index.intersection(b.index)
+        base = {"model": model, "effort_high": high, "effort_low": low}
+        for column, name in EFFORT_RATIOS.items():
+            x = a.loc[shared, column].astype(float)
+            y = b.loc[shared, column].astype(float)
+            ok = (x > 0) & (y > 0)
+            rows.append({**base, "quantity": f"ratio of {name}", "n_tasks": int(ok.sum()),
+                         "value": float(np.median(x[ok] / y[ok])) if ok.any() else math.nan})
+        for effort, t in ((high, a), (low, b)):
+            rows.append({**base, "quantity": f"share used GPU ({effort})",
+                         "n_tasks": len(shared),
+                         "value": float(t.loc[shared, "used_gpu"].astype(bool).mean())
+                         if len(shared) else math.nan})
+        drafted = [t for t in shared if pd.notna(a.loc[t, "first_draft_score"])]
+        for name, values in (("first draft score (high)", a.loc[drafted, "first_draft_score"]),
+                             ("submission score (high)", a.loc[drafted, "score"]),
+                             ("submission score (low)", b.loc[drafted, "score"])):
+            rows.append({**base, "quantity": name, "n_tasks": len(drafted),
+                         "value": float(values.mean()) if len(drafted) else math.nan})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _summary(calls: pd.DataFrame, features: pd.DataFrame,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from spu.analysis.trajectory_analysis import GPU_LEVELS
 from spu.report.figures import _figure, _styled, save_figure
 from spu.report.page import CAPTIONS as PAGE_CAPTIONS
 
@@ -61,6 +62,9 @@ CAPTIONS = {
     "colors are z scores across configurations (Figure 23a).",
     "fig23b_confusion": "Confusion matrix of the random forest that predicts a run's "
     "configuration from its behavior, cross-validated (Figure 23b).",
+    "fig24c_efforts": "Ratio of the higher to the lower effort of the same model on the same "
+    "task for run time, output tokens, code written and web searches (Figure 24c; GPU shares "
+    "and draft scores in efforts.csv).",
     "fig24e_flips": "Share of the item pairs flipped after the first draft that moved into the "
     "measured order, against the share expected from random flips at the same distance in "
     "that draft, by configuration (Figures 24e, 21b).",
@@ -330,6 +334,27 @@ def flips_figure(t: pd.DataFrame) -> Figure:
     return fig
 
 
+@_styled
+def efforts_figure(t: pd.DataFrame) -> Figure:
+    """Figure 24c: the more-effort run over the less-effort run on the same task."""
+    t = t[t["quantity"].str.startswith("ratio of") & t["value"].notna()]
+    labels = [f"{m}: {q.removeprefix('ratio of ')}" for m, q in
+              zip(t["model"], t["quantity"], strict=True)]
+    fig, ax = _figure((6.5, 0.35 * len(t) + 1.4))
+    y = np.arange(len(t))
+    ax.plot(t["value"], y, "o", color="#3b6ea8")
+    for yi, n in zip(y, t["n_tasks"], strict=True):
+        ax.text(1.02, float(yi), f"{n} tasks", va="center", fontsize=7,
+                transform=ax.get_yaxis_transform())
+    ax.axvline(1, color="black", lw=0.6, ls="--")
+    ax.set_xscale("log")
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("Median ratio, higher to lower effort on the same task (log scale)")
+    ax.set_title("The same model at two efforts", loc="left")
+    fig.tight_layout()
+    return fig
+
+
 def _summary_value(t: Tables, name: str) -> float | None:
     s = t.get("summary.csv")
     if s is None or s.empty:
@@ -413,7 +438,7 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
                                   .astype(int)))
     gpu = t.get("gpu.csv", pd.DataFrame())
     need("fig22a_gpu_levels", not gpu.empty, "needs scored runs",
-         lambda: stacked_shares(_levels(gpu), "level", "GPU use"))
+         lambda: stacked_shares(_levels(gpu), "level", "GPU use", list(GPU_LEVELS)))
     ge = t.get("gpu_errors.csv", pd.DataFrame())
     need("fig22c_gpu_errors", not ge.empty, "needs runs that started a GPU workload and hit "
          "an error", lambda: share_heatmap(ge, "config", "error", "share", "GPU errors"))
@@ -427,6 +452,10 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
          "scored runs each",
          lambda: confusion_figure(conf, _summary_value(t, "classifier_accuracy"),
                                   _summary_value(t, "classifier_chance")))
+    eff = t.get("efforts.csv", pd.DataFrame())
+    need("fig24c_efforts", not eff.empty and eff["value"].notna().any(),
+         "needs one model run at two efforts on the same tasks",
+         lambda: efforts_figure(eff))
     need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),
          "needs revised first drafts and answer keys (--tasks)", lambda: flips_figure(rev))
     return draw, missing
@@ -435,7 +464,7 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
 def _levels(gpu: pd.DataFrame) -> pd.DataFrame:
     columns = [c for c in gpu.columns if c.startswith("share_") and c != "share_used_gpu"]
     long = gpu.melt(id_vars="config", value_vars=columns, var_name="level", value_name="share")
-    long["level"] = long["level"].str.removeprefix("share_")
+    long["level"] = long["level"].str.removeprefix("share_").str.replace("_", " ")
     return long
 
 

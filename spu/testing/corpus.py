@@ -172,7 +172,10 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
             b.step(None, [b.shell(f"cd /workspace && python3 {name}", "done " + blob)])
         elif r < 0.52 and use_gpu:
             b.step(None, [b.write("/workspace/gpu.py", GPU_SCRIPT)])
-            b.step(None, [b.shell("python3 /workspace/gpu.py", "cuda:0")])
+            failed = rng.random() < 0.3
+            b.step(None, [b.shell("python3 /workspace/gpu.py",
+                                  "OSError: libcudart.so.12: cannot open shared object file"
+                                  if failed else "cuda:0")])
         elif r < 0.57:
             b.step(None, [b.shell("pip install rdkit", "Successfully installed rdkit")])
         elif r < 0.67:
