@@ -562,6 +562,16 @@ def scan_window(output: str) -> str:
     return output[:SCAN_CHARS] + "\n" + output[-SCAN_CHARS:]
 
 
+_GPU_WORDS = ("cuda", "libcu", "cublas", "nvrtc", "nccl", "nvidia", "gpu", "tesla", "h20")
+"""Words one of which every GPU error or device name holds: outputs without any skip the
+patterns (a substring test is far cheaper than the case-insensitive alternations)."""
+
+
+def _mentions_gpu(output: str) -> bool:
+    low = output.lower()
+    return any(word in low for word in _GPU_WORDS)
+
+
 def _errors_in(output: str) -> tuple[str, ...]:
     found = []
     for kind, pattern in GPU_ERRORS:
@@ -690,8 +700,9 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
     gpu_workload = bool((signals is not None and ran_python and signals.gpu)
                         or (_GPU_PROGRAM.search(command) and any(
                             p in PROGRAM_FAMILIES for p in reading.programs)))
-    gpu_confirmed = gpu_workload and bool(_GPU_NAMED.search(output))
-    gpu_errors = _errors_in(output) if (gpu_workload or ran_python) else ()
+    gpu_words = (gpu_workload or ran_python) and _mentions_gpu(output)
+    gpu_confirmed = gpu_workload and gpu_words and bool(_GPU_NAMED.search(output))
+    gpu_errors = _errors_in(output) if gpu_words else ()
     label = dict(families=families, gpu_workload=gpu_workload, gpu_confirmed=gpu_confirmed,
                  gpu_errors=gpu_errors, gpu_probe=gpu_probe, background=background)
     if reading.download_url:
