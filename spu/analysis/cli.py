@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
     """Add ``analyze`` to the ``spu`` parser."""
     p = sub.add_parser(
         "analyze", help="trajectory analysis of a folder of runs (paper section 4)",
-        usage=USAGE, add_help=False,
+        usage=USAGE,
         description="Label every tool call of every run under RUNS_DIR (activity, method "
         "families, GPU work), find the first complete ranking and its revisions, and write "
         "calls.csv, runs_features.csv, associations.csv, the tables and figures 14-24 to DIR. "
@@ -76,9 +76,10 @@ def _audit_parser() -> argparse.ArgumentParser:
 def analyze_command(args: argparse.Namespace) -> int:
     """Dispatch ``spu analyze``, ``spu analyze sample`` and ``spu analyze audit``."""
     words = list(args.words)
-    if not words or words[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if words else 2
+    if not words:
+        print(f"usage: {USAGE}\nspu analyze: a runs folder, 'sample' or 'audit' is required",
+              file=sys.stderr)
+        return 2
     if words[0] == "sample" and not Path("sample").is_dir():
         return sample_command(_sample_parser().parse_args(words[1:]))
     if words[0] == "audit" and not Path("audit").is_dir():
