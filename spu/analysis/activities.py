@@ -417,6 +417,20 @@ def shell_command(name: str, arguments: Any) -> str | None:
     return _text_arg(arguments, "command", "cmd", "script", "input")
 
 
+_SHELL_TOKEN = re.compile(r"""
+    (?P<space>[ \t\r]+|\\\n)
+  | (?P<comment>(?<![^\s;&|()])\#[^\n]*)
+  | (?P<op>&&|\|\||;;|[;&|()\n]|\d*(?:<<<|>>|<>|>&|<&|&>|[<>])\d*-?)
+  | (?P<single>'[^']*')
+  | (?P<double>"(?:\\.|[^"\\])*")
+  | (?P<escape>\\.)
+  | (?P<word>[^\s'"\\;&|()<>\#]+|\#|.)
+""", re.VERBOSE | re.DOTALL)
+"""Shell tokens: blanks, comments, operators, quoted strings, escapes and word pieces."""
+
+_SEPARATORS = frozenset({"&&", "||", ";;", ";", "&", "|", "(", ")", "\n"})
+
+
 def simple_commands(script: str) -> list[list[str]]:
     r"""The simple commands of a shell script (heredoc bodies removed), as word lists.
 
@@ -425,29 +439,45 @@ def simple_commands(script: str) -> list[list[str]]:
     >>> simple_commands("cd /x && FOO=1 timeout 60 xtb mol.xyz --opt | tail -5")
     [['cd', '/x'], ['xtb', 'mol.xyz', '--opt'], ['tail', '-5']]
     """
-    body = _HEREDOC.sub("\n", script)
+    body = _HEREDOC.sub("\n", script) if "<<" in script else script
     commands: list[list[str]] = []
     words: list[str] = []
-    try:
-        lexer = shlex.shlex(body, posix=True, punctuation_chars=";&|()<>\n")
-        lexer.whitespace = " \t\r"
-        lexer.whitespace_split = True
-        lexer.commenters = "#"
-        tokens = list(lexer)
-    except ValueError:  # unbalanced quotes: fall back to words
-        tokens = body.split()
+    word: list[str] | None = None
     redirect = False
-    for token in tokens:
-        if token and set(token) <= set(";&|()\n"):
-            if words:
-                commands.append(words)
-            words, redirect = [], False
-        elif token and set(token) <= set("<>&"):
-            redirect = True  # the next word is a file, not an argument
-        elif redirect:
-            redirect = False
+
+    def finish() -> None:
+        nonlocal word, redirect
+        if word is not None:
+            if redirect:
+                redirect = False  # the redirection's target file, not an argument
+            else:
+                words.append("".join(word))
+            word = None
+
+    for m in _SHELL_TOKEN.finditer(body):
+        kind, text = m.lastgroup, m.group()
+        if kind in ("space", "comment"):
+            finish()
+        elif kind == "op":
+            finish()
+            if text in _SEPARATORS:
+                if words:
+                    commands.append(words)
+                words, redirect = [], False
+            else:  # a redirection: ``>``, ``2>``, ``<<<``; ``2>&1`` names no file
+                redirect = not text[-1].isdigit() and text[-1] != "-"
         else:
-            words.append(token)
+            if word is None:
+                word = []
+            if kind == "single":
+                word.append(text[1:-1])
+            elif kind == "double":
+                word.append(re.sub(r'\\(["\\$`])', r"\1", text[1:-1]))
+            elif kind == "escape":
+                word.append(text[1:])
+            else:
+                word.append(text)
+    finish()
     if words:
         commands.append(words)
     commands = [w for w in (_unwrap(c) for c in commands) if w]
