@@ -40,6 +40,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Iterable
@@ -252,6 +253,7 @@ class ScriptSignals:
                              self.submission or other.submission, self.probe and other.probe)
 
 
+@functools.lru_cache(maxsize=4096)
 def python_signals(code: str) -> ScriptSignals:
     r"""The signals of a Python source text.
 
@@ -439,6 +441,12 @@ def simple_commands(script: str) -> list[list[str]]:
     >>> simple_commands("cd /x && FOO=1 timeout 60 xtb mol.xyz --opt | tail -5")
     [['cd', '/x'], ['xtb', 'mol.xyz', '--opt'], ['tail', '-5']]
     """
+    # Agents repeat commands (``sleep 60``, ``nvidia-smi``, ``tail job.log``): cached.
+    return [list(c) for c in _simple_commands(script)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _simple_commands(script: str) -> tuple[tuple[str, ...], ...]:
     body = _HEREDOC.sub("\n", script) if "<<" in script else script
     commands: list[list[str]] = []
     words: list[str] = []
@@ -480,8 +488,7 @@ def simple_commands(script: str) -> list[list[str]]:
     finish()
     if words:
         commands.append(words)
-    commands = [w for w in (_unwrap(c) for c in commands) if w]
-    return commands
+    return tuple(tuple(w) for w in (_unwrap(c) for c in commands) if w)
 
 
 def _unwrap(words: list[str]) -> list[str]:

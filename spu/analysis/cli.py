@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 USAGE = """spu analyze RUNS_DIR --out DIR [--tasks TASK_ROOT] [--answers-root DIR] [--seed S]
-                   [--resamples N] [--trees N] [--all-repeats] [--no-figures]
+                   [--resamples N] [--trees N] [--jobs N] [--all-repeats] [--no-figures]
        spu analyze sample RUNS_DIR [--n 60] [--seed S] [--out FILE]
        spu analyze audit FILE [--out DIR]"""
 
@@ -49,6 +49,8 @@ def _analyze_parser() -> argparse.ArgumentParser:
                    help="bootstrap resamples of tasks for the associations (default 10,000)")
     p.add_argument("--trees", type=int, default=500,
                    help="trees of the configuration classifier (default 500)")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="processes reading the run folders (default 2)")
     p.add_argument("--all-repeats", action="store_true",
                    help="analyse repeated runs too (default: official runs, repeat 0)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
@@ -98,7 +100,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     options = AnalyzeOptions(task_roots=tuple(args.tasks), answers_root=args.answers_root,
                              seed=args.seed, resamples=args.resamples, trees=args.trees,
-                             official_only=not args.all_repeats)
+                             official_only=not args.all_repeats, jobs=args.jobs)
     try:
         result = analyze_runs(args.runs_dir, options)
     except (FileNotFoundError, StatsInputError) as exc:

@@ -75,6 +75,8 @@ class AnalyzeOptions:
     """Trees of the configuration classifier."""
     official_only: bool = True
     """Analyse official runs (repeat 0) only, as the paper's section 4 does."""
+    jobs: int = 2
+    """Processes reading run folders (1: in this process)."""
 
 
 @dataclass
@@ -123,11 +125,9 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
     keys = grading_keys(opt, notes) if opt.task_roots else {}
     readings: list[RunReading] = []
     skipped = 0
-    for folder in run_folders(runs_dir):
-        try:
-            reading = read_run(folder, keys)
-        except ValueError as exc:
-            notes.append(str(exc))
+    for reading in _read_all(run_folders(runs_dir), keys, opt.jobs):
+        if isinstance(reading, str):
+            notes.append(reading)
             skipped += 1
             continue
         if opt.official_only and reading.features["repeat"] != 0:
@@ -140,6 +140,28 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
                            task_roots=[str(p) for p in opt.task_roots],
                            grading_keys=len(keys))
     return result
+
+
+def _read_or_note(folder: Path, keys: dict[str, GradingKey]) -> RunReading | str:
+    try:
+        return read_run(folder, keys)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _read_all(folders: list[Path], keys: dict[str, GradingKey], jobs: int
+              ) -> Iterable[RunReading | str]:
+    """Readings of ``folders`` in order, in ``jobs`` processes (each streams its runs)."""
+    if jobs <= 1 or len(folders) < 8:
+        return (_read_or_note(f, keys) for f in folders)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
+        return list(pool.map(partial(_read_or_note, keys=keys), folders,
+                             chunksize=max(1, min(32, len(folders) // (4 * jobs)))))
 
 
 def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisResult:
