@@ -68,6 +68,7 @@ def speed(args: argparse.Namespace) -> None:
         took = time.perf_counter() - start
         print(f"spu analyze: {result.manifest['runs']} runs, {result.manifest['calls']:,} calls "
               f"in {took:.1f} s ({took / ref_s:.2f}x the reference; target under 60 s)")
+        print(f"  by phase (s): {result.manifest['seconds']}")
 
 
 def _child(path: str) -> None:

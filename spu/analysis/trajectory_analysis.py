@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -125,6 +126,7 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
     keys = grading_keys(opt, notes) if opt.task_roots else {}
     readings: list[RunReading] = []
     skipped = 0
+    started = time.perf_counter()
     for reading in _read_all(run_folders(runs_dir), keys, opt.jobs):
         if isinstance(reading, str):
             notes.append(reading)
@@ -134,7 +136,9 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
             continue
         readings.append(reading)
         notes += reading.notes
+    read_s = time.perf_counter() - started
     result = build_tables(readings, opt)
+    result.manifest["seconds"] = {"read": round(read_s, 2), **result.manifest["seconds"]}
     result.notes = notes + result.notes
     result.manifest.update(runs_dir=str(runs_dir), skipped_folders=skipped,
                            task_roots=[str(p) for p in opt.task_roots],
@@ -179,7 +183,11 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     tables: dict[str, pd.DataFrame] = {"calls.csv": calls, "runs_features.csv": features}
     scored = features[features["scored"].astype(bool)] if "scored" in features else features
 
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
     tables["associations.csv"] = feature_associations(scored, opt.resamples, opt.seed)
+    seconds["associations"] = round(time.perf_counter() - clock, 2)
+    clock = time.perf_counter()
     if tables["associations.csv"].empty:
         notes.append("associations: fewer than three scored runs on two tasks")
     tables["activity_time.csv"] = activity_time(calls, scored)
@@ -196,7 +204,10 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     tables["profiles.csv"] = profiles(scored)
     tables["efforts.csv"] = effort_pairs(scored)
     summary: list[dict[str, Any]] = []
+    seconds["tables"] = round(time.perf_counter() - clock, 2)
+    clock = time.perf_counter()
     classifier = configuration_classifier(scored, seed=opt.seed, n_estimators=opt.trees)
+    seconds["classifier"] = round(time.perf_counter() - clock, 2)
     if classifier is None:
         notes.append("classifier: fewer than two Claude Code configurations with two scored "
                      "runs each")
@@ -219,7 +230,8 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     tables["summary.csv"] = pd.DataFrame(summary, columns=["statistic", "value", "n"])
     manifest = {"spu_version": spu.__version__, "seed": opt.seed, "resamples": opt.resamples,
                 "trees": opt.trees, "official_only": opt.official_only,
-                "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls)}
+                "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls),
+                "seconds": seconds}
     return AnalysisResult(tables, manifest, notes)
 
 
