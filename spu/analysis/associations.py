@@ -246,7 +246,7 @@ class ClassifierResult:
 
 def configuration_classifier(features: pd.DataFrame, seed: int = 0, n_estimators: int = 500,
                              folds: int = 5, harness: str | None = "claude_code",
-                             columns: Sequence[str] = CLASSIFIER_FEATURES
+                             columns: Sequence[str] = CLASSIFIER_FEATURES, jobs: int = 2
                              ) -> ClassifierResult | None:
     """Random forest from behavioral features to configuration (paper 4.9, E.7).
 
@@ -273,10 +273,11 @@ def configuration_classifier(features: pd.DataFrame, seed: int = 0, n_estimators
     k = int(min(folds, f["config"].value_counts().min()))
     x = f[[c for c in columns if c in f]].astype(float).fillna(-1.0).to_numpy()
     y = f["config"].astype(str).to_numpy()
-    # Two jobs: the trees' own work releases the GIL (the project's machines have 2 cores).
-    forest = RandomForestClassifier(n_estimators=n_estimators, random_state=seed, n_jobs=2)
+    forest = RandomForestClassifier(n_estimators=n_estimators, random_state=seed, n_jobs=1)
     cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    predicted = cross_val_predict(forest, x, y, cv=cv)
+    # The folds in two processes: a forest's per-tree Python overhead holds the GIL, so
+    # threads inside one forest gain little (the project's machines have 2 cores).
+    predicted = cross_val_predict(forest, x, y, cv=cv, n_jobs=jobs)
     labels = sorted(set(y))
     confusion = pd.DataFrame(confusion_matrix(y, predicted, labels=labels), index=labels,
                              columns=labels)

@@ -206,7 +206,8 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     summary: list[dict[str, Any]] = []
     seconds["tables"] = round(time.perf_counter() - clock, 2)
     clock = time.perf_counter()
-    classifier = configuration_classifier(scored, seed=opt.seed, n_estimators=opt.trees)
+    classifier = configuration_classifier(scored, seed=opt.seed, n_estimators=opt.trees,
+                                          jobs=opt.jobs)
     seconds["classifier"] = round(time.perf_counter() - clock, 2)
     if classifier is None:
         notes.append("classifier: fewer than two Claude Code configurations with two scored "
