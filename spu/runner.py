@@ -44,9 +44,11 @@ from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, g
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.sandbox.disk import release_stale as release_stale_disk
+from spu.sandbox.gpu_usage import GpuSampler
 from spu.schema import (
     AnswerKey,
     ExposureHit,
+    GpuUsage,
     Grade,
     GradeStatus,
     Outcome,
@@ -260,6 +262,8 @@ class AgentPhase:
     """The submitted ``rankings.json`` (None: no file)."""
     tools: ToolsSummary | None = None
     """What the audited tools service and the egress proxy recorded (None: no service)."""
+    gpu: GpuUsage | None = None
+    """What sampling the run's GPUs measured (None: no GPU, or not measurable)."""
 
 
 @dataclass(frozen=True)
@@ -379,12 +383,18 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
             )
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
-            phase.evidence = sandbox.exec(
-                command.argv,
-                command.env,
-                stdout=ctx.log_dir / "agent.stdout",
-                stderr=ctx.log_dir / "agent.stderr",
-            )
+            limits = sandbox.info().limits
+            sampler = GpuSampler(limits.gpus if limits is not None else [])
+            sampler.start()
+            try:
+                phase.evidence = sandbox.exec(
+                    command.argv,
+                    command.env,
+                    stdout=ctx.log_dir / "agent.stdout",
+                    stderr=ctx.log_dir / "agent.stderr",
+                )
+            finally:
+                phase.gpu = sampler.stop()
             phase.result = run.harness.parse(ctx, phase.evidence)
         finally:
             run.harness.cleanup()
@@ -542,7 +552,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         runtime_s=evidence.duration_s,
         tool_calls=result.tool_calls,
         web_fetches=result.web_fetches,
-        used_gpu=result.used_gpu,
+        used_gpu=result.used_gpu or bool(phase.gpu and phase.gpu.used_gpu),
+        gpu_seconds=phase.gpu.gpu_seconds if phase.gpu is not None else None,
+        gpu_usage=phase.gpu,
         refusal_label=result.refusal_label,
         sandbox=phase.sandbox_info,
         process=evidence,

@@ -483,6 +483,31 @@ class AuditEntry(Record):
     """Version of this line's format."""
 
 
+class GpuUsage(Record):
+    """GPU use measured by sampling the devices handed to a run (paper 4.8, E.12)."""
+
+    devices: list[str] = Field(default_factory=list)
+    """Device ids sampled (indices or UUIDs)."""
+    method: str
+    """How they were read: ``nvml`` or ``nvidia-smi``."""
+    samples: int = 0
+    """Readings taken (one per interval, over all devices)."""
+    busy_samples: int = 0
+    """Readings in which some device showed work (utilization at least 1%)."""
+    interval_s: float = 1.0
+    """Seconds between two readings."""
+    gpu_seconds: float = 0.0
+    """Device time weighted by utilization: 10 s at 50% count 5 s."""
+    used_gpu: bool = False
+    """True when any reading showed work on a device."""
+    peak_utilization: float = 0.0
+    """Highest utilization read, in percent."""
+    peak_memory_mb: float | None = None
+    """Highest device memory in use, in MiB, where readable."""
+    errors: list[str] = Field(default_factory=list)
+    """Readings that failed, and why (first few)."""
+
+
 class RunRecord(Record):
     """``<output_root>/runs/<run_key>/run.json``: one agent run, graded (SPEC section 4)."""
 
@@ -559,11 +584,13 @@ class RunRecord(Record):
     policy_stop: PolicyStop | None = None
     """The first stop: who, at which step, why."""
     gpu_seconds: float | None = None
-    """GPU time used by the agent, where the backend measures it."""
+    """GPU time used by the agent (utilization-weighted device seconds), where measured."""
+    gpu_usage: GpuUsage | None = None
+    """How the GPUs handed to the run were sampled, where they were."""
     cli_version: str | None = None
     """Version of the agent CLI that ran."""
     used_gpu: bool = False
-    """True when the agent ran work on a GPU."""
+    """True when the agent ran work on a GPU (measured where ``gpu_usage`` is set)."""
     flagged_exposure: bool = False
     """True when a tool output contained an identifier of the source study."""
     exposure_hits: list[ExposureHit] = Field(default_factory=list)
@@ -642,3 +669,68 @@ class Trajectory(Record):
     """The steps in time order."""
     usage: Usage = Field(default_factory=Usage)
     """Total usage over all model calls."""
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+ANALYSIS_VERSION = "1"
+
+
+class Activity(str, Enum):
+    """Primary activity of a tool call, in the fixed priority of paper appendix E.7."""
+
+    subagent = "subagent"
+    web_search = "web_search"
+    web_fetch = "web_fetch"
+    software_install = "software_install"
+    scientific_computation = "scientific_computation"
+    submission_files = "submission_files"
+    other_python = "other_python"
+    code_writing = "code_writing"
+    notes_and_data = "notes_and_data"
+    reading_inputs = "reading_inputs"
+    environment_probe = "environment_probe"
+    waiting = "waiting"
+    viewing_files = "viewing_files"
+    planning = "planning"
+    other = "other"
+
+
+ACTIVITY_CLASSES: dict[Activity, str] = {
+    Activity.reading_inputs: "task inputs",
+    Activity.web_search: "web search and fetch",
+    Activity.web_fetch: "web search and fetch",
+    Activity.software_install: "setup and probes",
+    Activity.environment_probe: "setup and probes",
+    Activity.scientific_computation: "scientific computation",
+    Activity.other_python: "other Python and code",
+    Activity.code_writing: "other Python and code",
+    Activity.notes_and_data: "files and notes",
+    Activity.viewing_files: "files and notes",
+    Activity.submission_files: "submission files",
+    Activity.subagent: "other",
+    Activity.waiting: "other",
+    Activity.planning: "other",
+    Activity.other: "other",
+}
+"""The eight-class merge of Figure 14a (``activity_class`` of ``calls.csv``)."""
+
+
+class AuditVerdict(Record):
+    """A person's check of one sampled call label (``spu analyze audit FILE``)."""
+
+    run_key: str
+    """Run of the call."""
+    step: int
+    """Trajectory step of the call."""
+    call_index: int
+    """Position of the call within its step."""
+    activity: Activity
+    """The label the rules gave."""
+    correct: bool | None = None
+    """The verdict: true, false, or null while unchecked."""
+    correct_activity: Activity | None = None
+    """The right label, where the rules' one was wrong."""
+    note: str | None = None
+    """Free text."""
