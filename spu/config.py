@@ -66,8 +66,8 @@ class HarnessConfig:
     args: list[str] = field(default_factory=list)
     cli_package: str | None = None
     """npm package of the agent CLI, e.g. ``@anthropic-ai/claude-code``."""
-    cli_version: str | None = None
-    """Pinned version of that package."""
+    version: str | None = None
+    """Version of that package to run: the paper's by default, ``harness.version=X`` for another."""
     tools_dir: str | None = None
     """Cached folder the CLI is installed into (mounted read-only in the sandbox)."""
     env: dict[str, str] = field(default_factory=dict)
@@ -187,8 +187,39 @@ class SPUConfig:
     output_root: str = "outputs"
     answers_root: str | None = None
     verbose: bool = False
+    dry_run: bool = False
+    """List the jobs the command would run, with their estimated cost, and run none."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values for plugins; the schema checks nothing inside."""
+
+
+def config_problems(conf: SPUConfig) -> list[str]:
+    """Values the schema's types accept but no run can use, one line each.
+
+    Examples:
+        >>> config_problems(SPUConfig(repeat=-1, limits=LimitsConfig(time_s=-5)))
+        ['repeat=-1: must be 0 (the official run) or more (repeated runs, paper 3.6)', \
+'limits.time_s=-5: must be more than 0 (seconds)']
+    """
+    problems = []
+    if conf.repeat < 0:
+        problems.append(f"repeat={conf.repeat}: must be 0 (the official run) or more "
+                        f"(repeated runs, paper 3.6)")
+    limits = conf.limits
+    for name, value, unit in (("time_s", limits.time_s, "seconds"),
+                              ("memory_gb", limits.memory_gb, "GiB"),
+                              ("cpus", limits.cpus, "cores")):
+        if not value > 0:
+            problems.append(f"limits.{name}={value:g}: must be more than 0 ({unit})")
+    for name, value in (("gpus", limits.gpus), ("grace_s", limits.grace_s)):
+        if not value >= 0:
+            problems.append(f"limits.{name}={value:g}: must be 0 or more")
+    if conf.budget.max_cost_usd is not None and not conf.budget.max_cost_usd >= 0:
+        problems.append(f"budget.max_cost_usd={conf.budget.max_cost_usd:g}: must be 0 or "
+                        f"more (null: no cap)")
+    if conf.sweep.retries < 0:
+        problems.append(f"sweep.retries={conf.sweep.retries}: must be 0 or more")
+    return problems
 
 
 _REGISTERED = False
