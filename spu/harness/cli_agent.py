@@ -107,11 +107,11 @@ class CLIAgentHarness(Harness):
     def install(self) -> InstalledTool:
         """The pinned CLI, installed into the tools folder on first use."""
         if self.tool is None:
-            if not self.cfg.cli_package or not self.cfg.cli_version:
-                raise HarnessError(f"harness={self.cfg.name}: cli_package and cli_version "
+            if not self.cfg.cli_package or not self.cfg.version:
+                raise HarnessError(f"harness={self.cfg.name}: cli_package and version "
                                    f"must be set (conf/harness/{self.cfg.name}.yaml)")
             try:
-                self.tool = ensure_installed(self.cfg.cli_package, self.cfg.cli_version,
+                self.tool = ensure_installed(self.cfg.cli_package, self.cfg.version,
                                              tools_dir(self.cfg.tools_dir))
             except ToolInstallError as exc:
                 raise HarnessError(str(exc)) from None

@@ -147,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spu: cannot read {name}: {exc}", file=sys.stderr)
             status = 1
             continue
-        package, version = cfg.get("cli_package"), cfg.get("cli_version")
+        package, version = cfg.get("cli_package"), cfg.get("version")
         if not package or not version:
-            print(f"spu: {name}: keys 'cli_package' and 'cli_version' are required",
+            print(f"spu: {name}: keys 'cli_package' and 'version' are required",
                   file=sys.stderr)
             status = 1
             continue

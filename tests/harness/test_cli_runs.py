@@ -1,13 +1,17 @@
 """The real Claude Code and Codex CLIs, in the default sandbox, against the scripted model.
 
-These run the pinned CLIs (installed once from npm into the tools folder) inside
-bubblewrap on the example task. They skip, saying why, where npm cannot install the
-CLIs or bubblewrap cannot run.
+These run the CLIs (installed once from npm into the tools folder) inside bubblewrap on
+the example task, at two versions each: the paper's (Claude Code 2.1.260, Codex 0.156.1,
+the defaults of ``conf/harness/``) and the newest published when this was written
+(``npm view @anthropic-ai/claude-code version``, ``npm view @openai/codex version``;
+``SPU_NEWEST_CLAUDE_CODE`` / ``SPU_NEWEST_CODEX`` name later ones). They skip, saying
+why, where npm cannot install a CLI or bubblewrap cannot run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -28,23 +32,48 @@ pytestmark = [pytest.mark.slow, pytest.mark.cli]
 HARNESSES = ("claude_code", "codex")
 SHELL_TOOL = {"claude_code": "Bash", "codex": "exec_command"}
 API_PATH = {"claude_code": "/v1/messages", "codex": "/v1/responses"}
+PAPER_VERSION = {"claude_code": "2.1.260", "codex": "0.156.1"}
+"""The versions the paper ran (section 3.1), the defaults of conf/harness/."""
+NEWEST_VERSION = {"claude_code": os.environ.get("SPU_NEWEST_CLAUDE_CODE", "2.1.332"),
+                  "codex": os.environ.get("SPU_NEWEST_CODEX", "0.171.0")}
+"""The newest published versions (npm view ... version) when these tests were written."""
+CASES = [pytest.param(h, v, id=f"{h}-{v}")
+         for h in HARNESSES for v in dict.fromkeys((PAPER_VERSION[h], NEWEST_VERSION[h]))]
+
+
+def _harness_config(name: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((REPO / "conf" / "harness" / f"{name}.yaml").read_text())
+
+
+def test_the_default_pins_are_the_papers_versions() -> None:
+    """The paper ran Claude Code 2.1.260 and Codex 0.156.1: those are the defaults."""
+    for name, version in PAPER_VERSION.items():
+        assert str(_harness_config(name)["version"]) == version
 
 
 @pytest.fixture(scope="module")
-def cli_tools() -> None:
-    """The pinned CLIs installed, and a sandbox to run them in; else skip with the reason."""
-    import yaml
-
+def sandbox_ok() -> None:
     ok, why = LocalSandbox.available()
     if not ok:
         pytest.skip(f"the default sandbox (bubblewrap) cannot run here: {why}")
+
+
+def cli_installed(harness: str, version: str) -> None:
+    """Install ``harness``'s CLI at ``version`` (once), or skip saying why."""
+    cfg = _harness_config(harness)
+    try:
+        ensure_installed(cfg["cli_package"], version, tools_dir(cfg.get("tools_dir")))
+    except ToolInstallError as exc:
+        pytest.skip(f"the {harness} CLI {version} is not available: {exc}")
+
+
+@pytest.fixture(scope="module")
+def cli_tools(sandbox_ok) -> None:
+    """The paper's CLIs installed, and a sandbox to run them in; else skip with the reason."""
     for name in HARNESSES:
-        cfg = yaml.safe_load((REPO / "conf" / "harness" / f"{name}.yaml").read_text())
-        try:
-            ensure_installed(cfg["cli_package"], str(cfg["cli_version"]),
-                             tools_dir(cfg.get("tools_dir")))
-        except ToolInstallError as exc:
-            pytest.skip(f"the {name} CLI is not available: {exc}")
+        cli_installed(name, PAPER_VERSION[name])
 
 
 def presented_order_score() -> float:
@@ -58,18 +87,21 @@ def presented_order_score() -> float:
     return grade_submission(task.contract, answers, json.dumps(submission).encode()).score
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_main_runs_the_cli_offline_to_a_graded_tracked_run(cli_tools, harness: str,
-                                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(("harness", "version"), CASES)
+def test_main_runs_the_cli_offline_to_a_graded_tracked_run(sandbox_ok, harness: str,
+                                                          version: str, tmp_path: Path) -> None:
     """``python -m spu.main harness=<h> model=scripted task=<task>`` (the issue's command)."""
+    cli_installed(harness, version)
     out = tmp_path / "outputs"
     proc = run_module(["spu.main", f"harness={harness}", "model=scripted",
-                       f"task={EXAMPLE_TASK.name}", f"output_root={out}"], timeout=600)
+                       f"task={EXAMPLE_TASK.name}", f"output_root={out}",
+                       f"harness.version={version}"], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = (out / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())
     assert record["outcome"] == "valid" and record["scored"], record.get("process")
     assert record["harness"] == harness and record["sandbox"]["backend"] == "local"
+    assert record["cli_version"] == version
     assert record["score_strict"] == pytest.approx(presented_order_score())
     assert (out / "mlflow.db").is_file()
 
@@ -98,27 +130,30 @@ def test_main_runs_the_cli_offline_to_a_graded_tracked_run(cli_tools, harness: s
         assert trajectory.usage.cache_write_1h > 0
 
 
-def _run(compose, harness: str, script: str, tmp_path: Path):
+def _run(compose, harness: str, script: str, tmp_path: Path, version: str | None = None):
+    version = version or PAPER_VERSION[harness]
+    cli_installed(harness, version)
     cfg = compose(f"harness={harness}", "model=scripted", f"model.api_model={script}",
-                  "effort=max", f"task={EXAMPLE_TASK.name}", "limits.time_s=300")
+                  "effort=max", f"task={EXAMPLE_TASK.name}", "limits.time_s=300",
+                  f"harness.version={version}")
     record = run_one(spec_from_config(cfg))
     run_dir = tmp_path / "outputs" / "runs" / record.run_key
     return record, reported_usage(run_dir / "logs" / "scripted_server.jsonl")
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_a_provider_refusal_is_classified_with_its_label(cli_tools, compose, harness: str,
-                                                         tmp_path: Path) -> None:
-    record, served = _run(compose, harness, "refusal", tmp_path)
+@pytest.mark.parametrize(("harness", "version"), CASES)
+def test_a_provider_refusal_is_classified_with_its_label(sandbox_ok, compose, harness: str,
+                                                         version: str, tmp_path: Path) -> None:
+    record, served = _run(compose, harness, "refusal", tmp_path, version)
     assert record.outcome is Outcome.refusal and not record.scored
     assert record.refusal_label == "[bio]"
     assert record.usage == served
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_an_api_error_is_an_infra_error(cli_tools, compose, harness: str,
+@pytest.mark.parametrize(("harness", "version"), CASES)
+def test_an_api_error_is_an_infra_error(sandbox_ok, compose, harness: str, version: str,
                                         tmp_path: Path) -> None:
-    record, _ = _run(compose, harness, "api_error", tmp_path)
+    record, _ = _run(compose, harness, "api_error", tmp_path, version)
     assert record.outcome is Outcome.infra_error and not record.scored
     # The CLI stopped at the error the script served; it did not wait out the limit.
     assert not record.process.timed_out
