@@ -96,6 +96,7 @@ def recorded_result(recorded: RecordedRun, status: str, note: str) -> dict[str, 
         "model": recorded.model,
         "harness": recorded.harness,
         "effort": recorded.effort,
+        "config": recorded.config or f"{recorded.model}-{recorded.effort}",
         "repeat": recorded.repeat,
         "outcome": recorded.outcome,
         "scored": recorded.scored,
@@ -112,12 +113,16 @@ def recorded_result(recorded: RecordedRun, status: str, note: str) -> dict[str, 
 
 def not_launched_result(identity: RunIdentity, reason: str) -> dict[str, Any]:
     """The result row of a run the budget kept from starting."""
+    from spu.runner import config_label
+
     return {
         "run_key": identity.run_key,
         "task": identity.task_id,
         "model": identity.model,
         "harness": identity.harness,
         "effort": identity.effort,
+        "config": config_label(identity.model, identity.effort, identity.harness,
+                               identity.default_harness),
         "repeat": identity.repeat,
         "outcome": "-",
         "scored": False,

@@ -131,13 +131,17 @@ def result_line(result: dict[str, Any]) -> str:
 
     Examples:
         >>> result_line({"task": "spu-a", "model": "random", "effort": "none", "repeat": 1,
+        ...              "config": "random-none", "harness": "baseline",
         ...              "outcome": "valid", "score": 0.25, "cost_usd": 0.0,
         ...              "runtime_s": 3.04, "attempt": 2})
-        'spu-a · random-none r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
+        'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
     """
+    from spu.callbacks import config_of
+
     score = result.get("score")
-    parts = [str(result.get("task")), f"{result.get('model')}-{result.get('effort')} "
-             f"r{result.get('repeat')}", str(result.get("outcome"))]
+    harness = f" ({result['harness']})" if result.get("harness") else ""
+    parts = [str(result.get("task")), f"{config_of(result)}{harness} r{result.get('repeat')}",
+             str(result.get("outcome"))]
     parts.append("score -" if score is None else f"score {score:.3f}")
     parts.append(f"${float(result.get('cost_usd') or 0.0):.2f}")
     if result.get("runtime_s") is not None:
