@@ -65,7 +65,7 @@ def _rows(kind: str, task_root: Path | None) -> list[dict[str, Any]]:
             merged = OmegaConf.merge(OmegaConf.structured(schema[group]), found.config)
             data = OmegaConf.to_container(merged, resolve=True)
             assert isinstance(data, dict)
-            rows.append({"option": name, **data})
+            rows.append({"option": name, **{str(k): v for k, v in data.items()}})
     return rows
 
 
@@ -73,7 +73,7 @@ def _task_rows(names: list[str]) -> list[dict[str, Any]]:
     from spu.tasks.package import TaskLoadError, load_task
 
     root = Path(os.environ.get("SPU_TASK_ROOT", "tasks")).resolve()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
         try:
             t = load_task(root / name)

@@ -376,21 +376,34 @@ def check_overrides(argv: Sequence[str]) -> None:
     check_output_root(output_root_of(argv))
 
 
+def folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created and written, or None when it can.
+
+    Examples:
+        >>> folder_problem(Path("/proc/version/out"))
+        '/proc/version is a file, not a folder'
+    """
+    folder = Path(folder).expanduser().absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
+
+
 def check_output_root(root: Path) -> None:
     """Refuse an ``output_root`` under a file, or in a folder this user cannot write.
 
     Raises:
         OverrideError: the one-line reason.
     """
-    existing = root
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise OverrideError(f"output_root={root}: {existing} is a file, not a folder; "
-                            f"pass output_root=PATH (a folder that can be created)")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise OverrideError(f"output_root={root}: {existing} is not writable by this user; "
-                            f"pass output_root=PATH (a folder you can write)")
+    problem = folder_problem(root)
+    if problem:
+        raise OverrideError(f"output_root={root}: {problem}; pass output_root=PATH (a folder "
+                            f"you can create and write)")
 
 
 def explain(exc: BaseException, argv: Sequence[str]) -> str | None:

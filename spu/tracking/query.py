@@ -143,7 +143,7 @@ def recorded_run_from_record(record: RunRecord, tracking_id: str | None = None) 
         cost_usd=record.cost_usd,
         runtime_s=record.runtime_s,
         tracking_id=tracking_id,
-        config=record.config,
+        config=record.config or "",
     )
 
 

@@ -301,7 +301,7 @@ def settle_not_launched(jobs: list[SweepJob], ledger: CostLedger, progress: Swee
                         display: ProgressDisplay, returns: dict[int, JobReturn]) -> None:
     """Settle jobs the budget keeps from starting: say so, write their result rows."""
     message = ledger.stop_message(len(jobs))
-    log.warning(message)
+    # Said once: the display is the console (a log record too would print it twice).
     display.say(f"[bold yellow]{message}[/bold yellow]")
     for job in jobs:
         assert job.identity is not None
