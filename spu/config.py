@@ -159,6 +159,15 @@ class BudgetConfig:
 
 
 @dataclass
+class CostConfig:
+    """How API costs are estimated (paper 3.5, E.6)."""
+
+    cache_write_rate: str = "five_minute"
+    """``five_minute`` (the paper's rule: every cache write at the five-minute price) or
+    ``actual`` (one-hour writes at the one-hour price, as providers bill them)."""
+
+
+@dataclass
 class SweepConfig:
     """How a sweep treats runs that already exist."""
 
@@ -182,6 +191,7 @@ class SPUConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     repeat: int = 0
     task_root: str = "tasks"
     output_root: str = "outputs"
@@ -217,6 +227,9 @@ def config_problems(conf: SPUConfig) -> list[str]:
     if conf.budget.max_cost_usd is not None and not conf.budget.max_cost_usd >= 0:
         problems.append(f"budget.max_cost_usd={conf.budget.max_cost_usd:g}: must be 0 or "
                         f"more (null: no cap)")
+    if conf.cost.cache_write_rate not in ("five_minute", "actual"):
+        problems.append(f"cost.cache_write_rate={conf.cost.cache_write_rate}: not five_minute "
+                        f"(the paper's rule) or actual")
     if conf.sweep.retries < 0:
         problems.append(f"sweep.retries={conf.sweep.retries}: must be 0 or more")
     return problems

@@ -61,6 +61,7 @@ def spec_from_config(cfg: DictConfig) -> Any:
         sandbox=conf.sandbox,
         limits=conf.limits,
         gpu_ids=tuple(conf.sandbox.gpu_ids),
+        cost=conf.cost,
     )
 
 

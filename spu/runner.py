@@ -24,6 +24,7 @@ from pathlib import Path
 
 from spu.analysis.exposure import detect_exposure
 from spu.config import (
+    CostConfig,
     EffortConfig,
     HarnessConfig,
     LimitsConfig,
@@ -76,6 +77,7 @@ class RunSpec:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     gpu_ids: tuple[str, ...] = ()
+    cost: CostConfig = field(default_factory=CostConfig)
     attempt: int = 1
     retried_from: str | None = None
 
@@ -371,7 +373,8 @@ def price(run: PreparedRun, result: AgentResult) -> RunCost:
     """Step 6: the run's cost at the model's list prices, request by request."""
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     steps = result.trajectory.steps if result.trajectory is not None else []
-    return run_cost(run.spec.model.prices, usage, request_usages(steps), result.cli_cost_usd)
+    return run_cost(run.spec.model.prices, usage, request_usages(steps), result.cli_cost_usd,
+                    cache_write_rate=run.spec.cost.cache_write_rate)
 
 
 def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
@@ -422,6 +425,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         n_items=task.n_items,
         usage=usage,
         cost_usd=cost.estimate.total,
+        cache_write_rate=cost.cache_write_rate,
+        cost_by_cache_write_rate=cost.by_cache_write_rate,
         cli_cost_usd=result.cli_cost_usd,
         cost_disagreement=cost.disagreement,
         cost_full_input_usd=cost.full_input_price.total,
