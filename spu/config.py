@@ -175,6 +175,9 @@ class SweepConfig:
     """``skip_finished``, ``retry_unscored`` or ``off``."""
     retries: int = 1
     """Retries of a run that ends as ``infra_error`` (paper 3.1: once)."""
+    status_every_s: float = 30.0
+    """Seconds between status lines of a running run (elapsed time, the agent's latest
+    event) and between repeats of an API error; 0: none."""
 
 
 @dataclass
@@ -230,6 +233,9 @@ def config_problems(conf: SPUConfig) -> list[str]:
     if conf.cost.cache_write_rate not in ("five_minute", "actual"):
         problems.append(f"cost.cache_write_rate={conf.cost.cache_write_rate}: not five_minute "
                         f"(the paper's rule) or actual")
+    if conf.sweep.status_every_s < 0:
+        problems.append(f"sweep.status_every_s={conf.sweep.status_every_s:g}: must be 0 (no "
+                        f"status lines) or more")
     if conf.sweep.retries < 0:
         problems.append(f"sweep.retries={conf.sweep.retries}: must be 0 or more")
     return problems

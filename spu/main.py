@@ -62,6 +62,7 @@ def spec_from_config(cfg: DictConfig) -> Any:
         limits=conf.limits,
         gpu_ids=tuple(conf.sandbox.gpu_ids),
         cost=conf.cost,
+        status_every_s=conf.sweep.status_every_s,
     )
 
 

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from spu.grading.isolated import grade_isolated
 from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
+from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.schema import (
     AnswerKey,
@@ -78,6 +80,8 @@ class RunSpec:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     gpu_ids: tuple[str, ...] = ()
     cost: CostConfig = field(default_factory=CostConfig)
+    status_every_s: float = 30.0
+    """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
     retried_from: str | None = None
 
@@ -330,13 +334,16 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
         try:
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
-            phase.evidence = sandbox.exec(
-                command.argv,
-                command.env,
-                stdout=ctx.log_dir / "agent.stdout",
-                stderr=ctx.log_dir / "agent.stderr",
-            )
+            with watch_agent(run, sandbox, ctx.log_dir / "agent.stdout") as monitor:
+                phase.evidence = sandbox.exec(
+                    command.argv,
+                    command.env,
+                    stdout=ctx.log_dir / "agent.stdout",
+                    stderr=ctx.log_dir / "agent.stderr",
+                )
             phase.result = run.harness.parse(ctx, phase.evidence)
+            if monitor.rejected:
+                phase.result.infra_error = monitor.rejected
         finally:
             run.harness.cleanup()
             phase.sandbox_info = sandbox.info()
@@ -345,6 +352,27 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
         log.error("run %s could not start: %s", run.key, exc)
         phase.evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
     return phase
+
+
+def watch_agent(run: PreparedRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
+    """The monitor of step 3: status file and lines, API errors, a rejected key.
+
+    When the provider rejects the key, the monitor asks the sandbox to stop the agent
+    and the run ends as ``infra_error`` with the provider's message.
+    """
+    label = f"{run.task.id} · " + config_label(run.spec.model.name, run.spec.effort.name,
+                                               run.spec.harness.name,
+                                               run.spec.model.default_harness)
+
+    def rejected(seen: str) -> str | None:
+        sandbox.request_stop()
+        return run.harness.rejected_key_reason(seen)
+
+    return AgentMonitor(run.run_dir, stdout,
+                        RunStatus(run_key=run.key, label=label, started=time.time(),
+                                  updated=time.time()),
+                        parse=run.harness.live_event, on_rejected_key=rejected,
+                        every_s=run.spec.status_every_s)
 
 
 def collect(run_dir: Path) -> bytes | None:

@@ -42,6 +42,7 @@ class ClaudeCodeHarness(CLIAgentHarness):
     name = "claude_code"
     binary = "claude"
     effort_field = "claude_code"
+    api_style = "anthropic"
 
     def command(self, ctx: AgentContext) -> AgentCommand:
         """``claude -p`` with stream-json output, the model and the effort."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, host_proxy_env
+from spu.harness.monitor import LiveEvent, claude_code_event, codex_event
 from spu.harness.npm_tools import InstalledTool, ToolInstallError, ensure_installed, tools_dir
 from spu.harness.trajectory import SessionReading, count_tool_calls, count_web_fetches
 from spu.harness.trajectory.jsonl import read_jsonl
@@ -44,6 +45,13 @@ writable by the agent's user, and Claude Code exits silently without one."""
 STDERR_TAIL_CHARS = 500
 """How much of the CLI's stderr an infrastructure error quotes when the CLI said nothing else."""
 
+KEY_CHECK_TIMEOUT_S = 15.0
+"""How long the API key check waits for the provider before giving up (and running)."""
+
+DEFAULT_ENDPOINTS = {"anthropic": "https://api.anthropic.com",
+                     "openai": "https://api.openai.com/v1"}
+"""The endpoints the CLIs use when the model config names none."""
+
 
 class CLIAgentHarness(Harness):
     """A pinned npm agent CLI run in the sandbox against one model endpoint."""
@@ -52,6 +60,8 @@ class CLIAgentHarness(Harness):
     """Executable name under ``node_modules/.bin``."""
     effort_field: ClassVar[str]
     """Field of :class:`~spu.config.EffortConfig` holding this harness's effort value."""
+    api_style: ClassVar[str]
+    """``anthropic`` (Messages API) or ``openai`` (Responses API): how the CLI talks."""
 
     def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
         super().__init__(cfg, model, effort)
@@ -153,6 +163,66 @@ class CLIAgentHarness(Harness):
             self.server = ScriptedModelServer(
                 script, log_path=ctx.log_dir / "scripted_server.jsonl").start()
             log.info("scripted model %r at %s", script.name, self.server.url)
+        rejected = self.key_rejection()
+        if rejected is not None:
+            raise HarnessError(rejected)
+
+    # ---------------------------------------------------------------- the API key
+
+    def key_check_request(self) -> tuple[str, dict[str, str]]:
+        """URL and headers of a request that only a valid key passes: list the models."""
+        key = self.api_key()
+        if self.api_style == "anthropic":
+            base = (self.endpoint() or DEFAULT_ENDPOINTS["anthropic"]).rstrip("/")
+            headers = {"anthropic-version": "2023-06-01"}
+            if self.scripted or self.model.provider == "anthropic":
+                headers["x-api-key"] = key
+            else:
+                headers["authorization"] = f"Bearer {key}"
+            return f"{base}/v1/models", headers
+        base = self.endpoint() or DEFAULT_ENDPOINTS["openai"]
+        if self.server is not None:
+            base = f"{self.server.url}/v1"
+        return f"{base.rstrip('/')}/models", {"authorization": f"Bearer {key}"}
+
+    def key_rejection(self) -> str | None:
+        """The provider's refusal of the API key (HTTP 401 or 403, in its words), or None.
+
+        One request before the agent starts, so that a wrong key ends the run at once as
+        ``infra_error`` with the provider's message, instead of after the CLI has retried
+        for minutes. Anything else (no answer, another status) lets the run go ahead.
+        """
+        import urllib.error
+        import urllib.request
+
+        url, headers = self.key_check_request()
+        request = urllib.request.Request(url, headers=headers, method="GET")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+            {} if self.server is not None else None))
+        try:
+            with opener.open(request, timeout=KEY_CHECK_TIMEOUT_S):
+                return None
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (401, 403):
+                return None
+            detail = provider_message(exc.read()[:4096]) or exc.reason
+            if self.scripted:
+                return (f"API error {exc.code}: the scripted model server rejected the key "
+                        f"({detail})")
+            return (f"API error {exc.code}: the provider rejected the API key in "
+                    f"{self.model.api_key_env} ({detail}); check the key, or use "
+                    f"model=scripted to run offline")
+        except (OSError, ValueError) as exc:
+            log.info("API key check of model=%s skipped: %s", self.model.name, exc)
+            return None
+
+    def rejected_key_reason(self, seen: str) -> str | None:
+        """The provider's words for a key rejected mid-run (asks it once more)."""
+        return self.key_rejection()
+
+    def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
+        """The event of one line of the CLI's JSON output (:mod:`spu.harness.monitor`)."""
+        return claude_code_event(entry) if self.api_style == "anthropic" else codex_event(entry)
 
     def check_scripted_reachable(self, sandbox: Sandbox) -> None:
         """Refuse ``model=scripted`` where the agent has its own network namespace.
@@ -261,6 +331,30 @@ def infra_error(reading: SessionReading, evidence: ProcessEvidence,
                 f"signal {evidence.signal}){': ' + cli_error if cli_error else ''}")
     return (f"truncated session: no final answer (exit code {evidence.exit_code})"
             f"{': ' + cli_error if cli_error else ''}")
+
+
+def provider_message(body: bytes) -> str | None:
+    """The message of a provider's JSON error body (Anthropic or OpenAI shape), or None.
+
+    Examples:
+        >>> provider_message(b'{"type": "error", "error": {"type": "authentication_error", '
+        ...                  b'"message": "invalid x-api-key"}}')
+        'authentication_error: invalid x-api-key'
+        >>> provider_message(b'not json') is None
+        True
+    """
+    import json
+
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None
+    kind = error.get("type") or error.get("code")
+    message = str(error.get("message") or "").strip()
+    return f"{kind}: {message}" if kind and message else (message or None)
 
 
 def stderr_tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str | None:

@@ -46,6 +46,7 @@ class CodexHarness(CLIAgentHarness):
     name = "codex"
     binary = "codex"
     effort_field = "codex"
+    api_style = "openai"
 
     def key_variable(self) -> str:
         """The variable Codex reads the key from (``env_key`` of the provider)."""

@@ -257,6 +257,10 @@ class DockerSandbox(Sandbox):
             seen = _read_int(peak_file)
             if seen is not None:
                 peak = max(peak or 0, seen)
+            if self.stop_requested.is_set():
+                # Asked to stop (a monitor saw the key rejected): not a timeout.
+                container.stop(timeout=int(round(self.request.limits.grace_s)))
+                return False, peak
             if deadline is not None and time.monotonic() >= deadline:
                 # SIGTERM to docker-init, which passes it on; SIGKILL after the grace period.
                 container.stop(timeout=int(round(self.request.limits.grace_s)))

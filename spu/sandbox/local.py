@@ -231,6 +231,7 @@ class LocalSandbox(Sandbox):
             grace_s=self.request.limits.grace_s,
             enforcer=self.limits,
             wrapped=True,
+            stop=self.stop_requested,
         )
         if evidence.exit_code and not evidence.timed_out:
             failed = wrapper_error(stderr, WRAPPER_PREFIXES)

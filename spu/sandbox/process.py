@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,6 +89,7 @@ def run_with_limits(
     grace_s: float = 10.0,
     enforcer: LimitEnforcer | None = None,
     wrapped: bool = False,
+    stop: threading.Event | None = None,
 ) -> ProcessEvidence:
     """Run ``argv`` to completion or to the wall-clock limit, then stop it gracefully.
 
@@ -105,6 +107,8 @@ def run_with_limits(
         enforcer: The run's limits, joined between fork and exec.
         wrapped: ``argv`` is a wrapper (bubblewrap) that reports a signal as 128+n; the
             graceful stop goes to the processes under it, not to the wrapper.
+        stop: set from another thread to stop the process now, as at the limit
+            (without ``timed_out``).
 
     Returns:
         The exit code or signal, whether the limit fired, whether the memory limit
@@ -127,15 +131,19 @@ def run_with_limits(
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return ProcessEvidence(error=f"could not start {argv[0]!r}: {exc}")
-        timed_out = False
+        timed_out = stopping = False
         deadline = None if timeout_s is None else start + timeout_s
         while True:
             wpid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             if wpid != 0:
                 break
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                if not timed_out:
+            if stop is not None and stop.is_set() and not (stopping or timed_out):
+                stopping = True
+                _signal_tree(proc.pid, signal.SIGTERM, spare_root=wrapped)
+                deadline = now + grace_s
+            elif deadline is not None and now >= deadline:
+                if not (timed_out or stopping):
                     timed_out = True
                     # Not to a wrapper: bubblewrap dying would SIGKILL the agent at once.
                     _signal_tree(proc.pid, signal.SIGTERM, spare_root=wrapped)

@@ -89,6 +89,7 @@ class SubprocessSandbox(Sandbox):
             timeout_s=self.request.limits.time_s if timeout_s is None else timeout_s,
             grace_s=self.request.limits.grace_s,
             enforcer=self.limits,
+            stop=self.stop_requested,
         )
 
     def collect(self) -> Path:

@@ -164,3 +164,64 @@ def test_an_api_error_is_an_infra_error(sandbox_ok, compose, harness: str, versi
     # The reason is kept in the record.
     reasons = [n for n in record.notes if n.startswith("infra error: ")]
     assert len(reasons) == 1 and "API error" in reasons[0] and "400" in reasons[0], record.notes
+
+
+def _server_log(out: Path) -> list[dict]:
+    (run_dir,) = (out / "runs").iterdir()
+    return [json.loads(line) for line in
+            (run_dir / "logs" / "scripted_server.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_a_key_the_provider_rejects_ends_the_run_with_its_message(sandbox_ok, harness: str,
+                                                                  tmp_path: Path) -> None:
+    """Issue 14 item 6: a wrong key is ``infra_error`` with the provider's message at once.
+
+    The scripted server answers 401 to every request, as a provider does for a wrong
+    key: the key check before the agent starts gets the provider's message, and the CLI
+    (which would retry for minutes) never starts.
+    """
+    cli_installed(harness, PAPER_VERSION[harness])
+    out = tmp_path / "outputs"
+    proc = run_module(["spu.main", "experiment=single", f"harness={harness}", "model=scripted",
+                       "model.api_model=rejected_key", f"task={EXAMPLE_TASK.name}",
+                       f"output_root={out}", "tracking=none", "sweep.retries=0"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["outcome"] == "infra_error"
+    provider = {"claude_code": "authentication_error: invalid x-api-key",
+                "codex": "Incorrect API key provided"}[harness]
+    assert "rejected the key" in record["process"]["error"]
+    assert provider in record["process"]["error"]
+    assert provider in proc.stdout + proc.stderr  # on the console
+    assert [(a["request"]["method"], a["status"]) for a in _server_log(out)] == [("GET", 401)]
+    assert not (run_dir / "logs" / "agent.stdout").exists()
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_a_key_rejected_mid_run_stops_the_cli_before_its_retries(sandbox_ok, harness: str,
+                                                                 tmp_path: Path) -> None:
+    """The key lists models but every generation gets 401: the monitor sees the CLI's
+    retries, says so on the console within 30 s of the start, and stops the CLI after the
+    second rejection (Claude Code would retry ten times over three minutes)."""
+    from datetime import datetime
+
+    cli_installed(harness, PAPER_VERSION[harness])
+    out = tmp_path / "outputs"
+    proc = run_module(["spu.main", "experiment=single", f"harness={harness}", "model=scripted",
+                       "model.api_model=auth_error", f"task={EXAMPLE_TASK.name}",
+                       f"output_root={out}", "tracking=none", "sweep.retries=0"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["outcome"] == "infra_error" and not record["process"]["timed_out"]
+    reasons = [n for n in record["notes"] if "rejected the API key (HTTP 401)" in n]
+    assert reasons, record["notes"]
+    posts = [a for a in _server_log(out) if a["request"]["method"] == "POST"]
+    assert 2 <= len(posts) < 10, len(posts)
+    console = proc.stdout + proc.stderr
+    warning = next(line for line in console.splitlines() if "API error 401, 2 times" in line)
+    said = datetime.strptime(warning[1:24], "%Y-%m-%d %H:%M:%S,%f")
+    started = datetime.fromisoformat(record["started_at"]).astimezone().replace(tzinfo=None)
+    assert (said - started).total_seconds() < 30, (warning, record["started_at"])

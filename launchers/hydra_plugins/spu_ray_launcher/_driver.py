@@ -210,6 +210,21 @@ class Driver:
         # Put once: every task then carries references, not copies.
         self.shared = (ray.put(launcher.hydra_context), ray.put(launcher.task_function),
                        ray.put(Singleton.get_state()))
+        display.running = self.running_status
+
+    def running_status(self) -> list[Any]:
+        """Elapsed time and latest event of each run in flight (their ``status.json``)."""
+        from spu.harness.monitor import read_status
+
+        found = []
+        for job in self.in_flight.values():
+            if job.identity is None:
+                continue
+            run_dir = Path(str(job.config.output_root)) / "runs" / job.identity.run_key
+            status = read_status(run_dir)
+            if status is not None:
+                found.append(status)
+        return found
 
     def submit(self, job: SweepJob) -> None:
         """Hand one job to Ray as a task with its resources."""
