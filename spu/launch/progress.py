@@ -186,7 +186,6 @@ class ProgressDisplay:
     def __enter__(self) -> ProgressDisplay:
         if self.mode == "live":
             from rich.live import Live
-            from rich.text import Text
 
             self._live = Live(self._renderable(self.progress.snapshot().line(), []),
                               console=self.console, refresh_per_second=2, transient=False)
