@@ -7,7 +7,8 @@ file lock so that parallel runs install it once. The sandbox mounts the folder
 read-only; nothing is installed inside a run.
 
 ``python -m spu.harness.npm_tools conf/harness/claude_code.yaml conf/harness/codex.yaml``
-installs the CLIs those harness configs pin (``make cli-tools``).
+installs the CLIs those harness configs pin (``make cli-tools``); an argument
+``package@version`` (``@openai/codex@0.171.0``) installs that version.
 """
 
 from __future__ import annotations
@@ -141,6 +142,16 @@ def main(argv: list[str] | None = None) -> int:
 
     status = 0
     for name in argv if argv is not None else sys.argv[1:]:
+        if not name.endswith((".yaml", ".yml")) and "@" in name.lstrip("@"):
+            package, _, version = name.rpartition("@")
+            try:
+                tool = ensure_installed(package, version, tools_dir())
+            except ToolInstallError as exc:
+                print(f"spu: {exc}", file=sys.stderr)
+                status = 1
+                continue
+            print(f"{package}@{version}: {tool.prefix}")
+            continue
         try:
             cfg = yaml.safe_load(Path(name).read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spu.report.figures import report_figures, save_figure
+from spu.report.figures import inline_svg, report_figures, save_figure
 from spu.report.page import CAPTIONS, render_page
 from spu.report.tables import report_tables
 from spu.stats.analysis import StatsResult
@@ -35,10 +35,13 @@ def build_report(result: StatsResult, out: str | Path) -> list[Path]:
         written.append(path)
 
     pngs: dict[str, Path] = {}
+    svgs: dict[str, str] = {}
     for name, draw in report_figures(result).items():
-        paths = save_figure(draw(), out / "figures", name)
+        figure = draw()
+        paths = save_figure(figure, out / "figures", name)
         written += paths
         pngs[name] = paths[0]
+        svgs[name] = inline_svg(figure, name)
 
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:
@@ -51,7 +54,7 @@ def build_report(result: StatsResult, out: str | Path) -> list[Path]:
     written.append(path)
 
     path = out / "report.html"
-    path.write_text(render_page(TITLE, _meta(result), tables, pngs, result.notes),
+    path.write_text(render_page(TITLE, _meta(result), tables, svgs, result.notes),
                     encoding="utf-8")
     written.append(path)
     return written
