@@ -143,14 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for name in argv if argv is not None else sys.argv[1:]:
         if not name.endswith((".yaml", ".yml")) and "@" in name.lstrip("@"):
-            package, _, version = name.rpartition("@")
+            pinned, _, wanted = name.rpartition("@")
             try:
-                tool = ensure_installed(package, version, tools_dir())
+                tool = ensure_installed(pinned, wanted, tools_dir())
             except ToolInstallError as exc:
                 print(f"spu: {exc}", file=sys.stderr)
                 status = 1
                 continue
-            print(f"{package}@{version}: {tool.prefix}")
+            print(f"{pinned}@{wanted}: {tool.prefix}")
             continue
         try:
             cfg = yaml.safe_load(Path(name).read_text(encoding="utf-8")) or {}
