@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,8 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     for name, justify in (("task", "left"), ("config", "left"), ("harness", "left"),
                           ("repeat", "right"), ("outcome", "left"), ("score", "right"),
                           ("threshold", "right"), ("time (s)", "right"), ("run", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify,  # type: ignore[arg-type]
+                         no_wrap=name in ("config", "harness", "outcome", "run"))
     for r in sorted(results, key=lambda r: (r["task"], config_of(r), str(r.get("harness")),
                                             r["repeat"])):
         table.add_row(
@@ -87,7 +89,8 @@ class ResultsTable(Callback):
         from rich.console import Console
 
         results = collect_results(folder)
-        console = Console(width=None if Console().is_terminal else 120)
+        console = Console(width=None if Console().is_terminal
+                          else int(os.environ.get("COLUMNS") or 160))
         if not results:
             console.print(f"[yellow]no finished run under {folder}[/yellow]")
             return
