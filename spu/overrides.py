@@ -64,12 +64,30 @@ def _unplus(arg: str) -> str:
     if not arg.startswith("+") or arg.startswith("++") or "=" not in arg:
         return arg
     key = arg[1:].partition("=")[0]
-    if "/" in key or "@" in key:
+    if "/" in key or "@" in key or is_group_name(key):
         return arg  # a config group (+experiment/configuration=...)
-    node = schema_node(key.split("."))
-    if node is None or is_group_name(key):
-        return arg
-    return arg[1:]
+    return arg[1:] if schema_field(key.split(".")) else arg
+
+
+def schema_field(path: Sequence[str]) -> bool:
+    """True when every part of ``path`` is a field of the schema (not a key of a mapping).
+
+    Examples:
+        >>> schema_field(["dry_run"]), schema_field(["limits", "time_s"])
+        (True, True)
+        >>> schema_field(["harness", "env", "X"]), schema_field(["modle"])
+        (False, False)
+    """
+    cls: Any = _schema()
+    for i, part in enumerate(path):
+        fields = schema_fields(cls)
+        if part not in fields:
+            return False
+        if i < len(path) - 1:
+            cls = _dataclass_of(fields[part])
+            if cls is None:
+                return False
+    return True
 
 
 # ---------------------------------------------------------------------- the schema
@@ -427,12 +445,41 @@ def explain(exc: BaseException, argv: Sequence[str]) -> str | None:
     if not isinstance(exc, (HydraException, OmegaConfBaseException)):
         return None
     overrides = [a for a in argv if not a.startswith("-")]
+    added = _free_key_advice(str(exc))
+    if added:
+        return added
     if isinstance(exc, (ConfigCompositionException, OmegaConfBaseException)):
         with config_groups() as groups:
             problem = diagnose(overrides, groups, task_root_of(argv))
         if problem:
             return problem
     return _first_lines(exc)
+
+
+def _free_key_advice(message: str) -> str | None:
+    r"""For a new key of a free-form mapping (``harness.env``, ``extra``), the ``+`` form.
+
+    Hydra's advice to add a key with ``+`` is right there, and only there: a mapping has
+    no schema to check its keys against.
+
+    Examples:
+        >>> _free_key_advice("Could not override 'harness.env.X'.\n"
+        ...                  "To append to your config use +harness.env.X=1")
+        "harness.env.X=1: harness.env has no key 'X' yet; add it with +harness.env.X=1"
+    """
+    import re
+
+    found = re.search(r"Could not override '([^']+)'.*To append to your config use "
+                      r"(\+(\S+?)=(\S*))", message, re.S)
+    if not found:
+        return None
+    key = found.group(1)
+    path = key.split(".")
+    if schema_field(path) or unknown_key(path) is not None or len(path) < 2:
+        return None  # a schema key: never the + form
+    parent = ".".join(path[:-1])
+    return (f"{found.group(3)}={found.group(4)}: {parent} has no key {path[-1]!r} yet; "
+            f"add it with {found.group(2)}")
 
 
 def _first_lines(exc: BaseException) -> str:

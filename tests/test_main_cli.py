@@ -214,3 +214,15 @@ def test_dry_run_lists_a_thousand_jobs_composing_once_per_configuration(tmp_path
     assert {j.config for j in plan.jobs} >= {"opus5-max", "astra-medium", "sol61-max"}
     assert all(j.cost_usd is not None and j.cost_usd > 0 for j in plan.jobs)
     assert not (tmp_path / "out").exists()
+
+
+def test_plus_still_adds_keys_to_free_mappings(tmp_path) -> None:
+    """``harness.env`` and ``extra`` have no schema: their new keys take ``+``, and only
+    there does the error advise it."""
+    ok = run_module(["spu.main", "experiment=single", f"task={EXAMPLE_TASK.name}",
+                     "+harness.env.MY_VAR=1", "dry_run=true"])
+    assert ok.returncode == 0, ok.stderr
+    line = one_line_error(run_module(["spu.main", "experiment=single",
+                                      f"task={EXAMPLE_TASK.name}", "harness.env.MY_VAR=1",
+                                      f"output_root={tmp_path}"]))
+    assert "add it with +harness.env.MY_VAR=1" in line
