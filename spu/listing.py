@@ -46,13 +46,25 @@ def run_command(argv: list[str]) -> int:
 
 
 def _rows(kind: str, task_root: Path | None) -> list[dict[str, Any]]:
+    """The options of one group; ``task_root`` (for tasks) only for this call."""
+    before = os.environ.get("SPU_TASK_ROOT")
+    if task_root is not None:
+        os.environ["SPU_TASK_ROOT"] = str(task_root.expanduser().resolve())
+    try:
+        return _group_rows(kind)
+    finally:
+        if before is None:
+            os.environ.pop("SPU_TASK_ROOT", None)
+        else:
+            os.environ["SPU_TASK_ROOT"] = before
+
+
+def _group_rows(kind: str) -> list[dict[str, Any]]:
     from omegaconf import OmegaConf
 
     from spu.config import EffortConfig, HarnessConfig, ModelConfig
     from spu.overrides import config_groups
 
-    if task_root is not None:
-        os.environ["SPU_TASK_ROOT"] = str(task_root.expanduser().resolve())
     group = KINDS[kind]
     schema = {"model": ModelConfig, "harness": HarnessConfig, "effort": EffortConfig}
     rows: list[dict[str, Any]] = []
