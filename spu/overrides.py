@@ -121,27 +121,6 @@ def schema_fields(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def schema_node(path: Sequence[str]) -> Any:
-    """The type at ``path`` in the schema (``["limits", "time_s"]``), or None if unknown.
-
-    Under a mapping (``extra``, ``harness.env``) every key exists.
-    """
-    cls: Any = _schema()
-    for i, part in enumerate(path):
-        fields = schema_fields(cls)
-        if part not in fields:
-            return None
-        tp = fields[part]
-        if i == len(path) - 1:
-            return tp
-        if _is_mapping(tp):
-            return dict
-        cls = _dataclass_of(tp)
-        if cls is None:
-            return None
-    return cls
-
-
 def unknown_key(path: Sequence[str]) -> tuple[str, list[str]] | None:
     """The first unknown part of a dotted key and the keys valid at that level.
 
