@@ -7,6 +7,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# The newest published agent CLIs the tests also run (npm view <package> version); the
+# paper's versions are the defaults pinned in conf/harness/.
+NEWEST_CLAUDE_CODE ?= 2.1.332
+NEWEST_CODEX ?= 0.171.0
 
 .PHONY: setup demo test check lint typecheck system-deps test-system-deps cli-tools clean
 
@@ -24,13 +28,16 @@ system-deps:
 		mkfs.ext4:e2fsprogs ip:iproute2
 
 test-system-deps: system-deps
-	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap
+	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap \
+		chromium-headless-shell:chromium-headless-shell
 
-# The pinned agent CLIs (Claude Code, Codex) from npm into ~/.cache/spu/tools, once.
+# The agent CLIs (Claude Code, Codex; the paper's pins and the newest) from npm into
+# ~/.cache/spu/tools, once.
 # Never fails the caller: without npm or network the CLI tests skip and say why.
 cli-tools: $(STAMP)
 	@scripts/ensure-debian-packages.sh node:nodejs npm:npm
-	-@$(PY) -m spu.harness.npm_tools conf/harness/claude_code.yaml conf/harness/codex.yaml
+	-@$(PY) -m spu.harness.npm_tools conf/harness/claude_code.yaml conf/harness/codex.yaml \
+		@anthropic-ai/claude-code@$(NEWEST_CLAUDE_CODE) @openai/codex@$(NEWEST_CODEX)
 
 demo: setup
 	$(PY) -m spu.main

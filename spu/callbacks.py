@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,17 @@ def run_status(result: dict[str, Any]) -> str:
     return "ran" if attempt == 1 else f"ran (attempt {attempt})"
 
 
+def config_of(result: dict[str, Any]) -> str:
+    """The configuration label of a result row (older rows carry none: model-effort)."""
+    return str(result.get("config") or f"{result.get('model')}-{result.get('effort')}")
+
+
 def results_table(results: list[dict[str, Any]], title: str) -> Any:
-    """A rich table of job results: task, model, outcome, score, and how each row came.
+    """A rich table of job results: task, configuration, harness, outcome, score, and how.
+
+    The configuration label (``opus5-max``) names the model and the effort, and the
+    harness when it is not the model's default; the harness column tells runs of one
+    model in two harnesses apart (scripted Claude Code and Codex runs included).
 
     Runs skipped because an earlier launch finished them show their stored outcome and
     score, marked ``skipped``; the caption counts each kind.
@@ -46,13 +56,15 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     if counts["not_launched"]:
         caption += f", {counts['not_launched']} not launched"
     table = Table(title=title, caption=caption)
-    for name, justify in (("task", "left"), ("model", "left"), ("effort", "left"),
+    for name, justify in (("task", "left"), ("config", "left"), ("harness", "left"),
                           ("repeat", "right"), ("outcome", "left"), ("score", "right"),
                           ("threshold", "right"), ("time (s)", "right"), ("run", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for r in sorted(results, key=lambda r: (r["task"], r["model"], r["effort"], r["repeat"])):
+        table.add_column(name, justify=justify,  # type: ignore[arg-type]
+                         no_wrap=name in ("config", "harness", "outcome", "run"))
+    for r in sorted(results, key=lambda r: (r["task"], config_of(r), str(r.get("harness")),
+                                            r["repeat"])):
         table.add_row(
-            r["task"], r["model"], r["effort"], str(r["repeat"]), r["outcome"],
+            r["task"], config_of(r), str(r.get("harness") or "-"), str(r["repeat"]), r["outcome"],
             _fmt(r["score"]), _fmt(r.get("threshold")), _fmt(r.get("runtime_s"), 1),
             run_status(r),
         )
@@ -77,7 +89,8 @@ class ResultsTable(Callback):
         from rich.console import Console
 
         results = collect_results(folder)
-        console = Console(width=None if Console().is_terminal else 120)
+        console = Console(width=None if Console().is_terminal
+                          else int(os.environ.get("COLUMNS") or 160))
         if not results:
             console.print(f"[yellow]no finished run under {folder}[/yellow]")
             return

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.analysis.cli",  # spu analyze
     "spu.report.cli",    # spu report
     "spu.testing.cli",   # spu scripted-server
+    "spu.listing",       # spu list, spu run
 )
 
 
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spu",
         description="Run, grade and analyse the Science Prediction Universe benchmark. "
-        "Runs and sweeps: python -m spu.main [overrides] [-m ...].",
+        "Runs and sweeps: spu run [overrides] [-m ...] (the same as python -m spu.main).",
     )
     parser.add_argument("--version", action="version", version=f"spu {spu.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -47,9 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen subcommand; returns the exit status."""
+    """Parse ``argv`` and run the chosen subcommand; returns the exit status.
+
+    ``spu run ARGS`` hands ``ARGS`` to the Hydra application untouched (Hydra's own
+    flags and ``-m`` anywhere included).
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["run"]:
+        from spu.listing import run_command
+
+        return run_command(args_list[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

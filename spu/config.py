@@ -66,8 +66,8 @@ class HarnessConfig:
     args: list[str] = field(default_factory=list)
     cli_package: str | None = None
     """npm package of the agent CLI, e.g. ``@anthropic-ai/claude-code``."""
-    cli_version: str | None = None
-    """Pinned version of that package."""
+    version: str | None = None
+    """Version of that package to run: the paper's by default, ``harness.version=X`` for another."""
     tools_dir: str | None = None
     """Cached folder the CLI is installed into (mounted read-only in the sandbox)."""
     env: dict[str, str] = field(default_factory=dict)
@@ -207,6 +207,15 @@ class BudgetConfig:
 
 
 @dataclass
+class CostConfig:
+    """How API costs are estimated (paper 3.5, E.6)."""
+
+    cache_write_rate: str = "five_minute"
+    """``five_minute`` (the paper's rule: every cache write at the five-minute price) or
+    ``actual`` (one-hour writes at the one-hour price, as providers bill them)."""
+
+
+@dataclass
 class SweepConfig:
     """How a sweep treats runs that already exist."""
 
@@ -214,6 +223,9 @@ class SweepConfig:
     """``skip_finished``, ``retry_unscored`` or ``off``."""
     retries: int = 1
     """Retries of a run that ends as ``infra_error`` (paper 3.1: once)."""
+    status_every_s: float = 30.0
+    """Seconds between status lines of a running run (elapsed time, the agent's latest
+    event) and between repeats of an API error; 0: none."""
 
 
 @dataclass
@@ -231,13 +243,51 @@ class SPUConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     repeat: int = 0
     task_root: str = "tasks"
     output_root: str = "outputs"
     answers_root: str | None = None
     verbose: bool = False
+    dry_run: bool = False
+    """List the jobs the command would run, with their estimated cost, and run none."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form values for plugins; the schema checks nothing inside."""
+
+
+def config_problems(conf: SPUConfig) -> list[str]:
+    """Values the schema's types accept but no run can use, one line each.
+
+    Examples:
+        >>> config_problems(SPUConfig(repeat=-1, limits=LimitsConfig(time_s=-5)))
+        ['repeat=-1: must be 0 (the official run) or more (repeated runs, paper 3.6)', \
+'limits.time_s=-5: must be more than 0 (seconds)']
+    """
+    problems = []
+    if conf.repeat < 0:
+        problems.append(f"repeat={conf.repeat}: must be 0 (the official run) or more "
+                        f"(repeated runs, paper 3.6)")
+    limits = conf.limits
+    for name, value, unit in (("time_s", limits.time_s, "seconds"),
+                              ("memory_gb", limits.memory_gb, "GiB"),
+                              ("cpus", limits.cpus, "cores")):
+        if not value > 0:
+            problems.append(f"limits.{name}={value:g}: must be more than 0 ({unit})")
+    for name, value in (("gpus", limits.gpus), ("grace_s", limits.grace_s)):
+        if not value >= 0:
+            problems.append(f"limits.{name}={value:g}: must be 0 or more")
+    if conf.budget.max_cost_usd is not None and not conf.budget.max_cost_usd >= 0:
+        problems.append(f"budget.max_cost_usd={conf.budget.max_cost_usd:g}: must be 0 or "
+                        f"more (null: no cap)")
+    if conf.cost.cache_write_rate not in ("five_minute", "actual"):
+        problems.append(f"cost.cache_write_rate={conf.cost.cache_write_rate}: not five_minute "
+                        f"(the paper's rule) or actual")
+    if conf.sweep.status_every_s < 0:
+        problems.append(f"sweep.status_every_s={conf.sweep.status_every_s:g}: must be 0 (no "
+                        f"status lines) or more")
+    if conf.sweep.retries < 0:
+        problems.append(f"sweep.retries={conf.sweep.retries}: must be 0 or more")
+    return problems
 
 
 _REGISTERED = False

@@ -1,9 +1,14 @@
-"""The Hydra application: ``python -m spu.main [overrides] [-m sweep]``.
+"""The Hydra application: ``python -m spu.main [overrides] [-m sweep]`` (also ``spu run``).
 
 It only composes and runs: the config becomes a typed :class:`~spu.runner.RunSpec`,
 ``run_one`` runs and grades it, and the record goes to tracking. Each job also
 leaves ``result.json`` in its Hydra output folder, which the results table of
 :mod:`spu.callbacks` reads when the sweep ends (whatever launcher ran the jobs).
+
+Before Hydra sees the command line, :mod:`spu.overrides` moves ``-m`` to the front
+(it may be typed anywhere) and refuses what Hydra would run wrongly; an error Hydra
+raises becomes one line naming the override and the nearest valid spelling, exit 2.
+``dry_run=true`` lists the jobs with their expected cost and runs none (:mod:`spu.plan`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from spu.config import SPUConfig, register_configs
+from spu.config import SPUConfig, config_problems, register_configs
 
 log = logging.getLogger("spu")
 
@@ -42,6 +48,9 @@ def spec_from_config(cfg: DictConfig) -> Any:
             f"(task packages are read from task_root={root})"
         )
     conf: SPUConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    problems = config_problems(conf)
+    if problems:
+        raise SelectionError(problems[0])
     return RunSpec(
         model=conf.model,
         harness=conf.harness,
@@ -56,6 +65,8 @@ def spec_from_config(cfg: DictConfig) -> Any:
         tools=dataclasses.replace(conf.tools, corpus=str(Path(conf.tools.corpus).resolve()))
         if conf.tools.corpus else conf.tools,
         gpu_ids=tuple(conf.sandbox.gpu_ids),
+        cost=conf.cost,
+        status_every_s=conf.sweep.status_every_s,
     )
 
 
@@ -77,6 +88,9 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     """
     from spu.launch.job import run_tracked, write_result
 
+    if cfg.get("dry_run"):
+        raise SelectionError("dry_run=true: a job was about to start; dry runs are planned "
+                             "from the command line (python -m spu.main ... dry_run=true)")
     spec = spec_from_config(cfg)
     out = sweep_dir = None
     if HydraConfig.initialized():
@@ -116,7 +130,7 @@ def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
         sys.exit(2)
 
 
-def _export_task_root(argv: list[str]) -> None:
+def _export_task_root(argv: Sequence[str]) -> None:
     """Pass ``task_root=PATH`` to the task config source before Hydra composes anything."""
     for arg in argv:
         key, sep, value = arg.lstrip("+").partition("=")
@@ -124,10 +138,84 @@ def _export_task_root(argv: list[str]) -> None:
             os.environ["SPU_TASK_ROOT"] = str(Path(value).expanduser().resolve())
 
 
-def main() -> None:
-    """Entry point of ``python -m spu.main``."""
-    _export_task_root(sys.argv[1:])
-    _hydra_main()
+HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+              "--version")
+"""Hydra's flags that only print something: no check is made before them."""
+
+TRUE = ("true", "yes", "on", "1")
+
+
+def dry_run_requested(argv: Sequence[str]) -> bool:
+    """True when the command line sets ``dry_run=true``.
+
+    Examples:
+        >>> dry_run_requested(["-m", "task=glob(*)", "dry_run=true"])
+        True
+        >>> dry_run_requested(["dry_run=false"])
+        False
+    """
+    value = None
+    for arg in argv:
+        key, sep, text = arg.lstrip("+").partition("=")
+        if sep and key == "dry_run":
+            value = text.strip().lower()
+    return value in TRUE
+
+
+def print_plan(argv: Sequence[str]) -> None:
+    """Print the jobs the command line would run, with their expected cost (dry run)."""
+    from rich.console import Console
+
+    from spu.plan import plan_command, plan_summary, plan_table
+
+    plan = plan_command(argv)
+    console = Console(width=None if Console().is_terminal else 140)
+    console.print(plan_table(plan))
+    for line in plan_summary(plan):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``python -m spu.main`` and ``spu run``.
+
+    Args:
+        argv: the command line after the program name (default ``sys.argv[1:]``).
+    """
+    from spu.overrides import OverrideError, check_overrides, explain, normalize_argv
+
+    args = normalize_argv(sys.argv[1:] if argv is None else argv)
+    _export_task_root(args)
+    if not any(a in HELP_FLAGS for a in args):
+        try:
+            check_overrides(args)
+            if dry_run_requested(args):
+                print_plan(args)
+                return
+        except OverrideError as exc:
+            print(f"spu: {exc}", file=sys.stderr)
+            sys.exit(2)
+        except Exception as exc:  # Hydra's composition errors, met by the dry run
+            message = explain(exc, args)
+            if message is None:
+                raise
+            print(f"spu: {message}", file=sys.stderr)
+            sys.exit(2)
+    sys.argv = [sys.argv[0], *args]
+    # Hydra prints its own errors (several lines, with advice to add keys with +) and
+    # exits 1 unless HYDRA_FULL_ERROR is set; set, it raises them here instead.
+    user_full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _hydra_main()
+    except Exception as exc:
+        message = None if user_full_error else explain(exc, args)
+        if message is None:
+            raise
+        print(f"spu: {message}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if user_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 if __name__ == "__main__":

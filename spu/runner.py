@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from spu.analysis.exposure import ExposureDetector, detect_exposure, detect_exposure_in_audit
 from spu.config import (
+    CostConfig,
     EffortConfig,
     HarnessConfig,
     LimitsConfig,
@@ -41,6 +43,7 @@ from spu.grading.isolated import grade_isolated
 from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
+from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.sandbox.disk import release_stale as release_stale_disk
@@ -91,6 +94,9 @@ class RunSpec:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     gpu_ids: tuple[str, ...] = ()
+    cost: CostConfig = field(default_factory=CostConfig)
+    status_every_s: float = 30.0
+    """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
     retried_from: str | None = None
 
@@ -387,15 +393,18 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
             sampler = GpuSampler(limits.gpus if limits is not None else [])
             sampler.start()
             try:
-                phase.evidence = sandbox.exec(
-                    command.argv,
-                    command.env,
-                    stdout=ctx.log_dir / "agent.stdout",
-                    stderr=ctx.log_dir / "agent.stderr",
-                )
+                with watch_agent(run, sandbox, ctx.log_dir / "agent.stdout") as monitor:
+                    phase.evidence = sandbox.exec(
+                        command.argv,
+                        command.env,
+                        stdout=ctx.log_dir / "agent.stdout",
+                        stderr=ctx.log_dir / "agent.stderr",
+                    )
             finally:
                 phase.gpu = sampler.stop()
             phase.result = run.harness.parse(ctx, phase.evidence)
+            if monitor.rejected:
+                phase.result.infra_error = monitor.rejected
         finally:
             run.harness.cleanup()
             if prepared:
@@ -447,6 +456,27 @@ def read_tools(run: PreparedRun, phase: AgentPhase, tools: ToolsSession) -> None
         result.policy_stop = True
 
 
+def watch_agent(run: PreparedRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
+    """The monitor of step 3: status file and lines, API errors, a rejected key.
+
+    When the provider rejects the key, the monitor asks the sandbox to stop the agent
+    and the run ends as ``infra_error`` with the provider's message.
+    """
+    label = f"{run.task.id} · " + config_label(run.spec.model.name, run.spec.effort.name,
+                                               run.spec.harness.name,
+                                               run.spec.model.default_harness)
+
+    def rejected(seen: str) -> str | None:
+        sandbox.request_stop()
+        return run.harness.rejected_key_reason(seen)
+
+    return AgentMonitor(run.run_dir, stdout,
+                        RunStatus(run_key=run.key, label=label, started=time.time(),
+                                  updated=time.time()),
+                        parse=run.harness.live_event, on_rejected_key=rejected,
+                        every_s=run.spec.status_every_s)
+
+
 def collect(run_dir: Path) -> bytes | None:
     """Step 4: the submitted ``rankings.json`` (never through a link the agent planted)."""
     output = run_dir / "output"
@@ -473,7 +503,8 @@ def price(run: PreparedRun, result: AgentResult) -> RunCost:
     """Step 6: the run's cost at the model's list prices, request by request."""
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     steps = result.trajectory.steps if result.trajectory is not None else []
-    return run_cost(run.spec.model.prices, usage, request_usages(steps), result.cli_cost_usd)
+    return run_cost(run.spec.model.prices, usage, request_usages(steps), result.cli_cost_usd,
+                    cache_write_rate=run.spec.cost.cache_write_rate)
 
 
 def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
@@ -533,6 +564,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         n_items=task.n_items,
         usage=usage,
         cost_usd=cost.estimate.total,
+        cache_write_rate=cost.cache_write_rate,
+        cost_by_cache_write_rate=cost.by_cache_write_rate,
         cli_cost_usd=result.cli_cost_usd,
         cost_disagreement=cost.disagreement,
         cost_full_input_usd=cost.full_input_price.total,

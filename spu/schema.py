@@ -554,7 +554,12 @@ class RunRecord(Record):
     usage: Usage = Field(default_factory=Usage)
     """Token usage in four buckets."""
     cost_usd: float | None = None
-    """Estimated API cost from usage and list prices."""
+    """Estimated API cost at list prices, cache writes billed by ``cache_write_rate``."""
+    cache_write_rate: str | None = None
+    """The rule that priced ``cost_usd``: ``five_minute`` (paper E.6) or ``actual``; None in
+    records written before the rule was recorded (priced ``actual``)."""
+    cost_by_cache_write_rate: dict[str, float] = Field(default_factory=dict)
+    """The estimate under each rule (``five_minute``, ``actual``)."""
     cli_cost_usd: float | None = None
     """Cost reported by the agent CLI itself, where it reports one."""
     cost_disagreement: bool = False

@@ -5,6 +5,11 @@ reads, cache writes (5-minute or 1-hour rate) and output. Where a provider lists
 cache price (n/a in Table 7) those tokens are billed at the input price. Prices in
 another currency are converted at the model's ``units_per_usd``.
 
+Cache writes have two rules (``cache_write_rate``): ``five_minute``, the paper's (E.6,
+Table 7: "cache writes are billed at the five-minute rate"), bills every cache write at
+the five-minute price; ``actual`` bills the writes the provider reported as one-hour
+ones at the one-hour price. A run record keeps its cost under both.
+
 A run is a sequence of model requests. Where the model has a long-context threshold
 (GPT-6.1 Sol: 272K input tokens), a request whose prompt (uncached input, cache
 reads and cache writes together) exceeds it is billed entirely at the long-context
@@ -27,6 +32,12 @@ CLI_COST_TOLERANCE = 0.01
 """Relative gap between our estimate and a CLI's own cost above which both are flagged."""
 
 CACHE_WRITE_TTLS = ("5m", "1h")
+
+FIVE_MINUTE = "five_minute"
+ACTUAL = "actual"
+CACHE_WRITE_RATES = (FIVE_MINUTE, ACTUAL)
+"""How cache writes are billed: all at the five-minute rate (the paper's rule, E.6), or
+the one-hour writes at the one-hour rate (what the provider actually bills)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,8 @@ def _or(price: float | None, fallback: float) -> float:
 
 
 def request_cost(prices: PriceConfig, usage: Usage, *, long_context: bool | None = None,
-                 full_input_price: bool = False) -> CostBreakdown:
+                 full_input_price: bool = False,
+                 cache_write_rate: str = ACTUAL) -> CostBreakdown:
     """USD cost of one model request.
 
     Args:
@@ -129,11 +141,27 @@ def request_cost(prices: PriceConfig, usage: Usage, *, long_context: bool | None
             prompt exceeds ``prices.long_context_threshold``.
         full_input_price: bill every prompt token at the input price (paper 3.5,
             sensitivity check), ignoring the cache prices.
+        cache_write_rate: ``actual`` bills one-hour writes at the one-hour price;
+            ``five_minute`` (the paper's rule, E.6) bills every write at the
+            five-minute price.
+
+    Examples:
+        Opus 5 (cache writes 6.25 per million for five minutes, 10.00 for one hour):
+        one million writes, all of them one-hour writes.
+
+        >>> p = PriceConfig(input=5.0, cache_write_5m=6.25, cache_write_1h=10.0)
+        >>> u = Usage(cache_write=10**6, cache_write_1h=10**6)
+        >>> request_cost(p, u).total, request_cost(p, u, cache_write_rate="five_minute").total
+        (10.0, 6.25)
     """
+    if cache_write_rate not in CACHE_WRITE_RATES:
+        raise ValueError(f"cost.cache_write_rate={cache_write_rate!r}: not one of "
+                         f"{', '.join(CACHE_WRITE_RATES)}")
     long = is_long_context(prices, usage) if long_context is None else long_context
     long = long and prices.long_context_threshold is not None
     rates = _rates(prices, long, full_input_price)
-    writes_1h = min(usage.cache_write_1h, usage.cache_write)
+    writes_1h = 0 if cache_write_rate == FIVE_MINUTE else min(usage.cache_write_1h,
+                                                              usage.cache_write)
     writes_5m = usage.cache_write - writes_1h
     return CostBreakdown(
         input=rates.usd(usage.input, rates.input),
@@ -165,7 +193,8 @@ def sum_usage(usages: Iterable[Usage]) -> Usage:
 
 
 def estimate_cost(prices: PriceConfig, usage: Usage, requests: Sequence[Usage] | None = None,
-                  *, full_input_price: bool = False) -> CostBreakdown:
+                  *, full_input_price: bool = False,
+                  cache_write_rate: str = ACTUAL) -> CostBreakdown:
     """USD cost of ``usage`` at ``prices``, request by request where requests are known.
 
     Each request in ``requests`` is billed on its own (long-context rates where its
@@ -189,15 +218,14 @@ def estimate_cost(prices: PriceConfig, usage: Usage, requests: Sequence[Usage] |
         ...                        output=10**6), full_input_price=True).total
         40.0
     """
+    rule = {"full_input_price": full_input_price, "cache_write_rate": cache_write_rate}
     if not requests:
-        return request_cost(prices, usage, long_context=False,
-                            full_input_price=full_input_price)
+        return request_cost(prices, usage, long_context=False, **rule)  # type: ignore[arg-type]
     cost = ZERO
     for request in requests:
-        cost = cost + request_cost(prices, request, full_input_price=full_input_price)
+        cost = cost + request_cost(prices, request, **rule)  # type: ignore[arg-type]
     rest = _subtract(usage, sum_usage(requests))
-    return cost + request_cost(prices, rest, long_context=False,
-                               full_input_price=full_input_price)
+    return cost + request_cost(prices, rest, long_context=False, **rule)  # type: ignore[arg-type]
 
 
 def request_usages(steps: Iterable[TrajectoryStep]) -> list[Usage]:
@@ -251,10 +279,15 @@ class RunCost:
     """True when the CLI's figure differs from ours by more than 1%."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Warnings for the run record."""
+    cache_write_rate: str = FIVE_MINUTE
+    """The rule ``estimate`` billed cache writes by."""
+    by_cache_write_rate: dict[str, float] = field(default_factory=dict)
+    """The estimate's total under each rule (``five_minute``, ``actual``)."""
 
 
 def run_cost(prices: PriceConfig, usage: Usage, requests: Sequence[Usage] | None = None,
-             cli_cost_usd: float | None = None) -> RunCost:
+             cli_cost_usd: float | None = None,
+             cache_write_rate: str = FIVE_MINUTE) -> RunCost:
     """The cost record of a run: estimate, full-input-price variant, CLI comparison.
 
     Args:
@@ -262,6 +295,8 @@ def run_cost(prices: PriceConfig, usage: Usage, requests: Sequence[Usage] | None
         usage: the run's total usage.
         requests: per-request usage from the trajectory, where recorded.
         cli_cost_usd: the cost the agent CLI reported itself, where it did.
+        cache_write_rate: the rule of the estimate (``cost.cache_write_rate``); the
+            other rule's total is kept beside it.
     """
     notes: list[str] = []
     if requests:
@@ -272,12 +307,16 @@ def run_cost(prices: PriceConfig, usage: Usage, requests: Sequence[Usage] | None
                 f"its total ({usage.model_dump()}); the difference is billed at "
                 f"short-context rates"
             )
-    estimate = estimate_cost(prices, usage, requests)
+    by_rate = {rate: estimate_cost(prices, usage, requests, cache_write_rate=rate)
+               for rate in CACHE_WRITE_RATES}
+    estimate = by_rate[cache_write_rate] if cache_write_rate in by_rate else estimate_cost(
+        prices, usage, requests, cache_write_rate=cache_write_rate)
     disagreement = False
-    if cli_cost_usd is not None and costs_disagree(estimate.total, cli_cost_usd):
+    # The CLI reports what the provider bills: compare it with the actual rule.
+    if cli_cost_usd is not None and costs_disagree(by_rate[ACTUAL].total, cli_cost_usd):
         disagreement = True
         notes.append(
-            f"cost estimate {estimate.total:.6f} USD differs from the CLI's reported "
+            f"cost estimate {by_rate[ACTUAL].total:.6f} USD differs from the CLI's reported "
             f"{cli_cost_usd:.6f} USD by more than {CLI_COST_TOLERANCE:.0%}"
         )
     return RunCost(
@@ -286,4 +325,6 @@ def run_cost(prices: PriceConfig, usage: Usage, requests: Sequence[Usage] | None
         cli_cost_usd=cli_cost_usd,
         disagreement=disagreement,
         notes=tuple(notes),
+        cache_write_rate=cache_write_rate,
+        by_cache_write_rate={rate: cost.total for rate, cost in by_rate.items()},
     )

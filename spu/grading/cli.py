@@ -71,15 +71,36 @@ def grade_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(grade.public_json()))
         return 0
-    print(f"task {grade.task_id}: score {grade.score:.6f} ({grade.status.value})")
+    for line in grade_lines(grade):
+        print(line)
+    return 0
+
+
+def grade_lines(grade: Any) -> list[str]:
+    """The text of ``spu grade``: the score, each group, then what happened to the file.
+
+    A recovered file was rejected by the strict rules and graded after its departures
+    were renamed back: its first error is that rejection, said as such, so that the
+    recovered score is never followed by an unqualified error.
+    """
+    recovered = grade.status.value == "recovered"
+    head = f"task {grade.task_id}: score {grade.score:.6f} ({grade.status.value})"
+    if recovered:
+        head = (f"task {grade.task_id}: score {grade.score:.6f} (recovered; strict score "
+                f"{grade.score_strict:.6f})")
+    lines = [head]
     for g in grade.groups:
         note = f"  [{g.error}]" if g.error else ""
-        print(f"  {g.group_id:<12} weight {g.weight:.4f}  rho {g.rho:+.6f}{note}")
-    for e in grade.errors:
-        print(f"  error: {e}")
-    if grade.recovered_departures:
-        print(f"  recovered: {', '.join(grade.recovered_departures)}")
-    return 0
+        lines.append(f"  {g.group_id:<12} weight {g.weight:.4f}  rho {g.rho:+.6f}{note}")
+    errors = list(grade.errors)
+    if recovered and errors:
+        lines.append(f"  strict rules: file rejected ({errors.pop(0)})")
+        lines.append(f"  recovery: {', '.join(grade.recovered_departures)} renamed back, "
+                     f"no item moved; the file then graded as above")
+    elif grade.recovered_departures:
+        lines.append(f"  recovery: {', '.join(grade.recovered_departures)} renamed back")
+    lines += [f"  error: {e}" for e in errors]
+    return lines
 
 
 def regrade_command(args: argparse.Namespace) -> int:

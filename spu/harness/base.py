@@ -12,7 +12,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.registry import Registry
@@ -21,6 +21,7 @@ from spu.schema import ProcessEvidence, Trajectory, Usage
 from spu.tasks.package import TaskPackage
 
 if TYPE_CHECKING:
+    from spu.harness.monitor import LiveEvent
     from spu.tools.session import ToolEndpoints
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
@@ -191,6 +192,21 @@ class Harness(ABC):
     def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
         """Read the trajectory and usage back after the process ended."""
         return AgentResult()
+
+    def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
+        """The event one JSON line of the agent's stdout shows, while it runs (None: none).
+
+        :class:`~spu.harness.monitor.AgentMonitor` calls it to show the agent's latest
+        event and to count API errors; agents that print no JSON events show none.
+        """
+        return None
+
+    def rejected_key_reason(self, seen: str) -> str | None:
+        """The provider's own words when the agent's API key was rejected mid-run.
+
+        ``seen`` is what the agent's output said; None keeps it.
+        """
+        return None
 
     def cleanup(self) -> None:  # noqa: B027 - optional hook
         """Stop what ``prepare`` started (e.g. a local model server); runs even on failure."""

@@ -7,7 +7,8 @@ keeps its traffic to the model endpoint. Its built-in ``WebSearch`` and ``WebFet
 disallowed; the audited tools service is its MCP server ``spu`` (``--mcp-config``, with
 ``--strict-mcp-config`` so no other MCP configuration is read), whose tools it offers
 the model, and records, as ``mcp__spu__search``, ``mcp__spu__fetch`` and
-``mcp__spu__policy_stop``. Models of other providers run through their
+``mcp__spu__policy_stop`` (``ENABLE_TOOL_SEARCH=false``: newer CLIs would otherwise
+defer MCP tools behind a tool search). Models of other providers run through their
 Anthropic-compatible endpoints (``ANTHROPIC_BASE_URL``), with every model tier
 pinned to the configured model so that sub-agents and side queries use it too.
 
@@ -61,6 +62,7 @@ class ClaudeCodeHarness(CLIAgentHarness):
 
         return json.dumps({"mcpServers": {MCP_SERVER_NAME: {"type": "http",
                                                              "url": ctx.tools.url}}})
+    api_style = "anthropic"
 
     def command(self, ctx: AgentContext) -> AgentCommand:
         """``claude -p`` with stream-json output, the model and the effort."""
@@ -79,6 +81,9 @@ class ClaudeCodeHarness(CLIAgentHarness):
             "IS_SANDBOX": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
+            # Newer CLIs defer MCP tools behind a tool search; the audited tools are
+            # offered to the model directly, as in the paper's runs.
+            "ENABLE_TOOL_SEARCH": "false",
             **dict.fromkeys(MODEL_TIER_VARIABLES, api_model),
         }
         endpoint = self.endpoint()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError
+from spu.harness.monitor import LiveEvent, claude_code_event, codex_event
 from spu.harness.npm_tools import InstalledTool, ToolInstallError, ensure_installed, tools_dir
 from spu.harness.trajectory import SessionReading, count_tool_calls, count_web_fetches
 from spu.harness.trajectory.jsonl import read_jsonl
@@ -44,6 +45,10 @@ writable by the agent's user, and Claude Code exits silently without one."""
 STDERR_TAIL_CHARS = 500
 """How much of the CLI's stderr an infrastructure error quotes when the CLI said nothing else."""
 
+KEY_CHECK_TIMEOUT_S = 15.0
+"""How long the API key check waits for the provider before giving up (and running)."""
+
+
 
 class CLIAgentHarness(Harness):
     """A pinned npm agent CLI run in the sandbox against one model endpoint."""
@@ -54,6 +59,8 @@ class CLIAgentHarness(Harness):
     """Field of :class:`~spu.config.EffortConfig` holding this harness's effort value."""
     default_endpoint: ClassVar[str | None] = None
     """The provider's API when the model config names no ``base_url``."""
+    api_style: ClassVar[str]
+    """``anthropic`` (Messages API) or ``openai`` (Responses API): how the CLI talks."""
 
     def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
         super().__init__(cfg, model, effort)
@@ -111,11 +118,11 @@ class CLIAgentHarness(Harness):
     def install(self) -> InstalledTool:
         """The pinned CLI, installed into the tools folder on first use."""
         if self.tool is None:
-            if not self.cfg.cli_package or not self.cfg.cli_version:
-                raise HarnessError(f"harness={self.cfg.name}: cli_package and cli_version "
+            if not self.cfg.cli_package or not self.cfg.version:
+                raise HarnessError(f"harness={self.cfg.name}: cli_package and version "
                                    f"must be set (conf/harness/{self.cfg.name}.yaml)")
             try:
-                self.tool = ensure_installed(self.cfg.cli_package, self.cfg.cli_version,
+                self.tool = ensure_installed(self.cfg.cli_package, self.cfg.version,
                                              tools_dir(self.cfg.tools_dir))
             except ToolInstallError as exc:
                 raise HarnessError(str(exc)) from None
@@ -168,6 +175,66 @@ class CLIAgentHarness(Harness):
         # A backend that hands out host paths (the subprocess fallback) mounts nothing.
         remapped = Path(ctx.paths.workspace) != self.home_host
         self.cli_root = self.mount_point() if remapped else str(self.install().prefix)
+        rejected = self.key_rejection()
+        if rejected is not None:
+            raise HarnessError(rejected)
+
+    # ---------------------------------------------------------------- the API key
+
+    def key_check_request(self) -> tuple[str, dict[str, str]]:
+        """URL and headers of a request that only a valid key passes: list the models."""
+        key = self.api_key()
+        if self.api_style == "anthropic":
+            base = (self.endpoint() or self.default_endpoint or "").rstrip("/")
+            headers = {"anthropic-version": "2023-06-01"}
+            if self.scripted or self.model.provider == "anthropic":
+                headers["x-api-key"] = key
+            else:
+                headers["authorization"] = f"Bearer {key}"
+            return f"{base}/v1/models", headers
+        base = self.endpoint() or self.default_endpoint or ""
+        if self.server is not None:
+            base = f"{self.server.url}/v1"
+        return f"{base.rstrip('/')}/models", {"authorization": f"Bearer {key}"}
+
+    def key_rejection(self) -> str | None:
+        """The provider's refusal of the API key (HTTP 401 or 403, in its words), or None.
+
+        One request before the agent starts, so that a wrong key ends the run at once as
+        ``infra_error`` with the provider's message, instead of after the CLI has retried
+        for minutes. Anything else (no answer, another status) lets the run go ahead.
+        """
+        import urllib.error
+        import urllib.request
+
+        url, headers = self.key_check_request()
+        request = urllib.request.Request(url, headers=headers, method="GET")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+            {} if self.server is not None else None))
+        try:
+            with opener.open(request, timeout=KEY_CHECK_TIMEOUT_S):
+                return None
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (401, 403):
+                return None
+            detail = provider_message(exc.read()[:4096]) or exc.reason
+            if self.scripted:
+                return (f"API error {exc.code}: the scripted model server rejected the key "
+                        f"({detail})")
+            return (f"API error {exc.code}: the provider rejected the API key in "
+                    f"{self.model.api_key_env} ({detail}); check the key, or use "
+                    f"model=scripted to run offline")
+        except (OSError, ValueError) as exc:
+            log.info("API key check of model=%s skipped: %s", self.model.name, exc)
+            return None
+
+    def rejected_key_reason(self, seen: str) -> str | None:
+        """The provider's words for a key rejected mid-run (asks it once more)."""
+        return self.key_rejection()
+
+    def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
+        """The event of one line of the CLI's JSON output (:mod:`spu.harness.monitor`)."""
+        return claude_code_event(entry) if self.api_style == "anthropic" else codex_event(entry)
 
     def check_scripted_reachable(self, sandbox: Sandbox) -> None:
         """Refuse ``model=scripted`` where the agent cannot reach the scripted server.
@@ -290,6 +357,30 @@ def infra_error(reading: SessionReading, evidence: ProcessEvidence,
                 f"signal {evidence.signal}){': ' + cli_error if cli_error else ''}")
     return (f"truncated session: no final answer (exit code {evidence.exit_code})"
             f"{': ' + cli_error if cli_error else ''}")
+
+
+def provider_message(body: bytes) -> str | None:
+    """The message of a provider's JSON error body (Anthropic or OpenAI shape), or None.
+
+    Examples:
+        >>> provider_message(b'{"type": "error", "error": {"type": "authentication_error", '
+        ...                  b'"message": "invalid x-api-key"}}')
+        'authentication_error: invalid x-api-key'
+        >>> provider_message(b'not json') is None
+        True
+    """
+    import json
+
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None
+    kind = error.get("type") or error.get("code")
+    message = str(error.get("message") or "").strip()
+    return f"{kind}: {message}" if kind and message else (message or None)
 
 
 def stderr_tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str | None:

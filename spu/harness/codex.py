@@ -54,6 +54,7 @@ class CodexHarness(CLIAgentHarness):
     binary = "codex"
     effort_field = "codex"
     default_endpoint = DEFAULT_BASE_URL
+    api_style = "openai"
 
     def key_variable(self) -> str:
         """The variable Codex reads the key from (``env_key`` of the provider)."""

@@ -7,7 +7,8 @@ file lock so that parallel runs install it once. The sandbox mounts the folder
 read-only; nothing is installed inside a run.
 
 ``python -m spu.harness.npm_tools conf/harness/claude_code.yaml conf/harness/codex.yaml``
-installs the CLIs those harness configs pin (``make cli-tools``).
+installs the CLIs those harness configs pin (``make cli-tools``); an argument
+``package@version`` (``@openai/codex@0.171.0``) installs that version.
 """
 
 from __future__ import annotations
@@ -141,15 +142,25 @@ def main(argv: list[str] | None = None) -> int:
 
     status = 0
     for name in argv if argv is not None else sys.argv[1:]:
+        if not name.endswith((".yaml", ".yml")) and "@" in name.lstrip("@"):
+            pinned, _, wanted = name.rpartition("@")
+            try:
+                tool = ensure_installed(pinned, wanted, tools_dir())
+            except ToolInstallError as exc:
+                print(f"spu: {exc}", file=sys.stderr)
+                status = 1
+                continue
+            print(f"{pinned}@{wanted}: {tool.prefix}")
+            continue
         try:
             cfg = yaml.safe_load(Path(name).read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as exc:
             print(f"spu: cannot read {name}: {exc}", file=sys.stderr)
             status = 1
             continue
-        package, version = cfg.get("cli_package"), cfg.get("cli_version")
+        package, version = cfg.get("cli_package"), cfg.get("version")
         if not package or not version:
-            print(f"spu: {name}: keys 'cli_package' and 'cli_version' are required",
+            print(f"spu: {name}: keys 'cli_package' and 'version' are required",
                   file=sys.stderr)
             status = 1
             continue

@@ -96,6 +96,7 @@ def recorded_result(recorded: RecordedRun, status: str, note: str) -> dict[str, 
         "model": recorded.model,
         "harness": recorded.harness,
         "effort": recorded.effort,
+        "config": recorded.config or f"{recorded.model}-{recorded.effort}",
         "repeat": recorded.repeat,
         "outcome": recorded.outcome,
         "scored": recorded.scored,
@@ -112,12 +113,16 @@ def recorded_result(recorded: RecordedRun, status: str, note: str) -> dict[str, 
 
 def not_launched_result(identity: RunIdentity, reason: str) -> dict[str, Any]:
     """The result row of a run the budget kept from starting."""
+    from spu.runner import config_label
+
     return {
         "run_key": identity.run_key,
         "task": identity.task_id,
         "model": identity.model,
         "harness": identity.harness,
         "effort": identity.effort,
+        "config": config_label(identity.model, identity.effort, identity.harness,
+                               identity.default_harness),
         "repeat": identity.repeat,
         "outcome": "-",
         "scored": False,
@@ -195,6 +200,20 @@ class JobRun:
     """The attempts made, for a job that ran."""
 
 
+_BUDGET_SAID: set[Path] = set()
+"""Sweeps whose budget stop this process has announced."""
+
+
+def budget_said(sweep_dir: Path, message: str, run_key: str) -> None:
+    """Announce a sweep's budget stop once; later jobs kept from starting say so quietly."""
+    if sweep_dir in _BUDGET_SAID:
+        log.debug("run %s not launched: %s", run_key, message)
+        return
+    _BUDGET_SAID.add(sweep_dir)
+    log.warning("%s; the remaining runs are not launched (relaunch with a higher "
+                "budget.max_cost_usd to run them)", message)
+
+
 def run_tracked(cfg: DictConfig, spec: Any, sweep_dir: Path | None = None) -> JobRun:
     """Resume check, budget check, attempts and tracking of one composed job.
 
@@ -219,7 +238,7 @@ def run_tracked(cfg: DictConfig, spec: Any, sweep_dir: Path | None = None) -> Jo
 
         ledger = sweep_ledger(sweep_dir, float(limit))
         if ledger.reached:
-            log.warning("run %s not launched: %s", identity.run_key, ledger.reached_message())
+            budget_said(sweep_dir, ledger.reached_message(), identity.run_key)
             return JobRun(JobStatus.not_launched,
                           result=not_launched_result(identity, "budget"))
     if plan.first_attempt > 1:

@@ -13,7 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spu.harness.monitor import RunStatus
 from spu.launch.job import JobStatus
+
+MAX_RUN_LINES = 10
+"""Running runs shown under the status line; the rest are counted."""
 
 
 def _clock(seconds: float) -> str:
@@ -131,13 +135,17 @@ def result_line(result: dict[str, Any]) -> str:
 
     Examples:
         >>> result_line({"task": "spu-a", "model": "random", "effort": "none", "repeat": 1,
+        ...              "config": "random-none", "harness": "baseline",
         ...              "outcome": "valid", "score": 0.25, "cost_usd": 0.0,
         ...              "runtime_s": 3.04, "attempt": 2})
-        'spu-a · random-none r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
+        'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
     """
+    from spu.callbacks import config_of
+
     score = result.get("score")
-    parts = [str(result.get("task")), f"{result.get('model')}-{result.get('effort')} "
-             f"r{result.get('repeat')}", str(result.get("outcome"))]
+    harness = f" ({result['harness']})" if result.get("harness") else ""
+    parts = [str(result.get("task")), f"{config_of(result)}{harness} r{result.get('repeat')}",
+             str(result.get("outcome"))]
     parts.append("score -" if score is None else f"score {score:.3f}")
     parts.append(f"${float(result.get('cost_usd') or 0.0):.2f}")
     if result.get("runtime_s") is not None:
@@ -158,7 +166,8 @@ class ProgressDisplay:
     """
 
     def __init__(self, progress: SweepProgress, mode: str = "auto", every_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 running: Callable[[], list[RunStatus]] | None = None) -> None:
         from rich.console import Console
 
         if mode not in ("auto", "live", "lines", "off"):
@@ -170,14 +179,16 @@ class ProgressDisplay:
         self._clock = clock
         self._last_line = clock()
         self._live: Any = None
+        self.running = running
+        """The status of each running run (:func:`spu.harness.monitor.read_status`)."""
+        self._errors_said: dict[tuple[str, str], tuple[float, int]] = {}
 
     def __enter__(self) -> ProgressDisplay:
         if self.mode == "live":
             from rich.live import Live
-            from rich.text import Text
 
-            self._live = Live(Text(self.progress.snapshot().line()), console=self.console,
-                              refresh_per_second=2, transient=False)
+            self._live = Live(self._renderable(self.progress.snapshot().line(), []),
+                              console=self.console, refresh_per_second=2, transient=False)
             self._live.__enter__()
         return self
 
@@ -201,12 +212,45 @@ class ProgressDisplay:
         self.refresh()
 
     def refresh(self) -> None:
-        """Update the status line (in ``lines`` mode, print it when it is due)."""
-        line = self.progress.snapshot().line()
-        if self._live is not None:
-            from rich.text import Text
+        """Update the status line (in ``lines`` mode, print it when it is due).
 
-            self._live.update(Text(line))
+        Under the counters, each running run shows its elapsed time and the agent's
+        latest event; an API error that repeats is said at once, then at most every
+        ``every_s`` seconds per run and status.
+        """
+        line = self.progress.snapshot().line()
+        statuses = self.running() if self.running is not None else []
+        self._say_api_errors(statuses)
+        runs = [s.line() for s in statuses]
+        if self._live is not None:
+            self._live.update(self._renderable(line, runs))
         elif self.mode == "lines" and self._clock() - self._last_line >= self.every_s:
             self._last_line = self._clock()
             self.console.print(f"SPU sweep · {line}", highlight=False, soft_wrap=True)
+            for run in runs[:MAX_RUN_LINES]:
+                self.console.print(f"  running: {run}", highlight=False, soft_wrap=True)
+            if len(runs) > MAX_RUN_LINES:
+                self.console.print(f"  ... and {len(runs) - MAX_RUN_LINES} more running",
+                                   highlight=False)
+
+    @staticmethod
+    def _renderable(line: str, runs: list[str]) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        shown = [Text(f"  {r}", overflow="ellipsis", no_wrap=True) for r in runs[:MAX_RUN_LINES]]
+        if len(runs) > MAX_RUN_LINES:
+            shown.append(Text(f"  ... and {len(runs) - MAX_RUN_LINES} more running"))
+        return Group(Text(line), *shown)
+
+    def _say_api_errors(self, statuses: list[RunStatus]) -> None:
+        now = self._clock()
+        for s in statuses:
+            for status, count in s.api_errors.items():
+                said = self._errors_said.get((s.run_key, status))
+                if count < 2 or (said is not None and (said[1] == count
+                                                       or now - said[0] < self.every_s)):
+                    continue
+                self._errors_said[(s.run_key, status)] = (now, count)
+                self.say(f"[red]run {s.run_key} ({s.label}): API error {status}, {count} "
+                         f"times so far: {s.last_api_error}[/red]")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spu.report.figures import report_figures, save_figure
+from spu.report.figures import inline_svg, report_figures, save_figure
 from spu.report.page import CAPTIONS, render_page
 from spu.report.tables import report_tables
 from spu.stats.analysis import StatsResult
@@ -38,19 +38,22 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
         path.write_text(table.to_markdown(), encoding="utf-8")
         written.append(path)
 
-    pngs: dict[str, Path] = {}
-    for name, draw in report_figures(result).items():
-        paths = save_figure(draw(), out / "figures", name)
-        written += paths
-        pngs[name] = paths[0]
+    figures = dict(report_figures(result))
     notes = list(result.notes)
     if analysis is not None:
-        from spu.report.trajectory_figures import include_analysis
+        from spu.report.trajectory_figures import analysis_figures
 
-        drawn, missing = include_analysis(Path(analysis), out / "figures")
-        pngs.update(drawn)
-        written += [p.with_suffix(s) for p in drawn.values() for s in (".png", ".svg")]
+        drawn, missing = analysis_figures(Path(analysis))
+        figures.update(drawn)
         notes += missing
+    pngs: dict[str, Path] = {}
+    svgs: dict[str, str] = {}
+    for name, draw in figures.items():
+        figure = draw()
+        paths = save_figure(figure, out / "figures", name)
+        written += paths
+        pngs[name] = paths[0]
+        svgs[name] = inline_svg(figure, name)
 
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:
@@ -63,7 +66,7 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
     written.append(path)
 
     path = out / "report.html"
-    path.write_text(render_page(TITLE, _meta(result), tables, pngs, notes),
+    path.write_text(render_page(TITLE, _meta(result), tables, svgs, notes),
                     encoding="utf-8")
     written.append(path)
     return written

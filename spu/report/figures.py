@@ -62,10 +62,28 @@ def _styled(draw: Callable[_P, Figure]) -> Callable[_P, Figure]:
 
 
 def _figure(figsize: tuple[float, float]) -> tuple[Figure, Axes]:
-    """A figure with one axes on its own Agg canvas (pyplot is not involved)."""
-    fig = Figure(figsize=figsize)
+    """A figure with one axes on its own Agg canvas (pyplot is not involved).
+
+    Constrained layout keeps tick labels, axis labels, colour bars and legends placed
+    ``outside`` from overlapping or leaving the figure, whatever the table's size.
+    """
+    fig = Figure(figsize=figsize, layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.subplots()
+
+
+def _wrap(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` broken into lines that fit ``width_in`` inches at ``fontsize`` points."""
+    import textwrap
+
+    per_line = max(20, int(width_in * 72 / (0.56 * fontsize)))
+    return "\n".join(textwrap.wrap(text, per_line))
+
+
+def _legend_columns(labels: list[str], width_in: float, fontsize: float) -> int:
+    """How many legend entries fit side by side in ``width_in`` inches."""
+    widest = max((len(label) for label in labels), default=1) * 0.56 * fontsize / 72 + 0.5
+    return max(1, min(len(labels), int(width_in // widest)))
 
 
 @_styled
@@ -73,44 +91,102 @@ def means_figure(configs: pd.DataFrame) -> Figure:
     """Figure 1 style: raw means on scored tasks and means on the shared tasks."""
     t = configs.sort_values("raw_mean", ascending=True, na_position="first")
     n = len(t)
-    fig, ax = _figure((7.5, 0.42 * n + 1.4))
+    fig, ax = _figure((7.5, 0.42 * n + 1.9))
     y = np.arange(n)
-    h = 0.38
+    shared = int(t["n_shared_tasks"].iloc[0]) if n else 0
+    h = 0.38 if shared else 0.6
 
     def errors(mean: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
         return np.vstack([mean - low, high - mean]).clip(min=0)
 
-    ax.barh(y + h / 2, t["raw_mean"], h, color=SOLID, label="Scored tasks",
+    ax.barh(y + (h / 2 if shared else 0), t["raw_mean"], h, color=SOLID, label="Scored tasks",
             xerr=errors(t["raw_mean"], t["raw_ci_low"], t["raw_ci_high"]),
             error_kw={"lw": 0.9, "capsize": 2})
-    shared = int(t["n_shared_tasks"].iloc[0]) if n else 0
-    ax.barh(y - h / 2, t["shared_mean"], h, color=HATCHED, hatch="///", edgecolor="white",
-            label=f"Shared tasks ({shared})",
-            xerr=errors(t["shared_mean"], t["shared_ci_low"], t["shared_ci_high"]),
-            error_kw={"lw": 0.9, "capsize": 2})
-    right = np.nanmax(np.r_[t["raw_ci_high"].to_numpy(float), t["shared_ci_high"].to_numpy(float),
-                            0.1])
+    highs = [t["raw_ci_high"].to_numpy(float)]
+    lows = [t["raw_ci_low"].to_numpy(float)]
+    if shared:  # no task scored by every configuration: no shared bars
+        ax.barh(y - h / 2, t["shared_mean"], h, color=HATCHED, hatch="///",
+                edgecolor="white", label=f"Tasks every configuration scored ({shared})",
+                xerr=errors(t["shared_mean"], t["shared_ci_low"], t["shared_ci_high"]),
+                error_kw={"lw": 0.9, "capsize": 2})
+        highs.append(t["shared_ci_high"].to_numpy(float))
+        lows.append(t["shared_ci_low"].to_numpy(float))
+    right = float(np.nanmax(np.r_[np.concatenate(highs), 0.1]))
     for yi, (count, mean) in enumerate(zip(t["n_scored"], t["raw_mean"], strict=True)):
         if np.isfinite(mean):
-            ax.text(right + 0.02, yi + h / 2, f"n={count}", va="center", fontsize=7.5,
-                    color="#444444")
+            ax.text(right + 0.03, yi + (h / 2 if shared else 0), f"n={count}", va="center",
+                    fontsize=7.5, color="#444444")
     ax.set_yticks(y, t["config"])
-    ax.set_xlim(min(0.0, float(np.nanmin(np.r_[t["raw_ci_low"], t["shared_ci_low"], 0.0])))
-                - 0.02, right + 0.12)
+    left = float(np.nanmin(np.r_[np.concatenate(lows), 0.0]))
+    ax.set_xlim(min(0.0, left) - 0.02, right + 0.16)
     ax.axvline(0, color="black", lw=0.6)
     ax.set_xlabel("Mean score (random rankings average 0, a perfect ranking scores 1)")
     ax.set_title("Configurations by mean score on the public tasks", loc="left")
-    ax.legend(loc="lower right", frameon=False, fontsize=8)
-    fig.tight_layout()
+    fig.legend(loc="outside lower center", frameon=False, fontsize=8, ncols=2)
     return fig
+
+
+def _place_labels(fig: Figure, ax: Axes, points: list[tuple[float, float, str]]) -> None:
+    """Label each point where the label overlaps no other label and stays in the axes.
+
+    Candidates around the point, nearest first (a leader line beyond the nearest ring);
+    the first free one is taken, else the least crowded. Labels do not move the layout.
+    """
+    from matplotlib.transforms import Bbox
+
+    fig.canvas.draw()  # fix the constrained layout before measuring
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    frame = ax.get_window_extent(renderer)
+    marker = 5.0  # half the marker size, in pixels
+    placed: list[Bbox] = []
+    for x, y, _ in points:  # labels keep off every marker too
+        px, py = ax.transData.transform((x, y))
+        placed.append(Bbox.from_extents(px - marker, py - marker, px + marker, py + marker))
+    directions = [(1, 0.5), (1, -1.4), (-1, 0.5), (-1, -1.4), (0, 1.2), (0, -2.2),
+                  (1, 1.6), (-1, 1.6), (1, -2.6), (-1, -2.6), (0.5, 2.4), (-0.5, 2.4),
+                  (0.5, -3.2), (-0.5, -3.2)]
+    pad = 2.0
+    for x, y, text in sorted(points, key=lambda p: (-p[1], p[0])):
+        best = None
+        for ring in (1.0, 2.2, 3.6, 5.2, 7.0, 9.0, 11.5):
+            for dx, dy in directions:
+                offset = (6 * ring * dx, 5 * ring * dy)
+                ha = "left" if dx > 0 else "right" if dx < 0 else "center"
+                note = ax.annotate(
+                    text, (x, y), xytext=offset, textcoords="offset points", ha=ha,
+                    va="center", fontsize=7.5,
+                    arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.5,
+                                "shrinkA": 0, "shrinkB": 3} if ring > 1 else None)
+                note.set_in_layout(False)
+                box = note.get_window_extent(renderer).padded(pad)
+                crowd = sum(box.overlaps(b) for b in placed)
+                outside = not (frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1))
+                score = crowd + (10 if outside else 0)
+                if best is None or score < best[0]:
+                    if best is not None:
+                        best[1].remove()
+                    best = (score, note, box)
+                else:
+                    note.remove()
+                if score == 0:
+                    break
+            if best is not None and best[0] == 0:
+                break
+        assert best is not None
+        placed.append(best[2])
 
 
 @_styled
 def pareto_figure(costs: pd.DataFrame, configs: pd.DataFrame) -> Figure:
-    """Figure 11: cost per scored run against the task-adjusted mean, with the frontier."""
+    """Figure 11: cost per scored run against the task-adjusted mean, with the frontier.
+
+    The cost axis is logarithmic above the cheapest paid configuration and linear below
+    it (``symlog``), so configurations that cost nothing (baselines), which Table 3 can
+    mark Pareto, are drawn too.
+    """
     t = costs.merge(configs[["config", "adjusted_ci_low", "adjusted_ci_high"]], on="config")
-    t = t[np.isfinite(t["cost_mean"]) & (t["cost_mean"] > 0) & np.isfinite(t["adjusted_mean"])]
-    fig, ax = _figure((7.5, 5.0))
+    t = t[np.isfinite(t["cost_mean"]) & (t["cost_mean"] >= 0) & np.isfinite(t["adjusted_mean"])]
+    fig, ax = _figure((7.5 + 0.05 * max(0, len(t) - 10), 5.4 + 0.1 * max(0, len(t) - 10)))
     for on, marker_face in ((False, "white"), (True, FRONTIER)):
         part = t[t["pareto"] == on]
         ax.errorbar(part["cost_mean"], part["adjusted_mean"],
@@ -124,21 +200,35 @@ def pareto_figure(costs: pd.DataFrame, configs: pd.DataFrame) -> Figure:
     frontier = t[t["pareto"]].sort_values("cost_mean")
     ax.plot(frontier["cost_mean"], frontier["adjusted_mean"], "--", color=FRONTIER, lw=1,
             zorder=2)
-    for r in t.itertuples(index=False):
-        ax.annotate(r.config, (r.cost_mean, r.adjusted_mean), xytext=(5, 4),
-                    textcoords="offset points", fontsize=7.5)
-    ax.set_xscale("log")
-    ax.set_xlabel("Mean API cost per scored run (USD, log scale)")
+    paid = t["cost_mean"][t["cost_mean"] > 0]
+    if len(paid):
+        floor = 10 ** np.floor(np.log10(float(paid.min())))
+        ax.set_xscale("symlog", linthresh=floor, linscale=0.5)
+        # Room on the right for the labels of the costliest configurations.
+        ax.set_xlim(left=-floor * 0.1, right=float(t["cost_ci_high"].max()) * 4)
+    ax.set_xlabel("Mean API cost per scored run (USD; log scale above the cheapest paid run)")
     ax.set_ylabel("Task-adjusted mean score")
     ax.set_title("Cost and score on the public tasks", loc="left")
-    ax.legend(frameon=False, fontsize=8, loc="lower right")
-    fig.tight_layout()
+    low = float(np.nanmin(np.r_[t["adjusted_ci_low"], t["adjusted_mean"]])) if len(t) else 0
+    high = float(np.nanmax(np.r_[t["adjusted_ci_high"], t["adjusted_mean"]])) if len(t) else 1
+    margin = max(0.05, (high - low) * 0.12)
+    ax.set_ylim(low - margin, high + margin)
+    fig.legend(loc="outside lower center", frameon=False, fontsize=8, ncols=2)
+    _place_labels(fig, ax, [(float(r.cost_mean), float(r.adjusted_mean), str(r.config))
+                            for r in t.itertuples(index=False)])
     return fig
+
+
+DISCIPLINE_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 
 
 @_styled
 def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
-    """Per-task scores of the official public runs; grey cells are excluded runs."""
+    """Per-task scores of the official public runs; grey cells are excluded runs.
+
+    A band above the cells shows each task's discipline, named in the legend (text
+    under narrow column groups would overprint).
+    """
     public = official(runs)
     scores = public.pivot(index="config", columns="task_id", values="score_recovered")
     scored = public.pivot(index="config", columns="task_id", values="scored")
@@ -150,30 +240,40 @@ def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
     present = scored.reindex(index=order, columns=columns).notna().to_numpy()
     values = scores.to_numpy(dtype=float)
     n_rows, n_cols = values.shape
-    fig, ax = _figure((min(16.0, 2.5 + 0.11 * n_cols), 0.32 * n_rows + 1.8))
+    width = float(min(16.0, max(7.0, 2.8 + 0.07 * n_cols)))
+    fig = Figure(figsize=(width, 0.32 * n_rows + 2.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    band, ax = fig.subplots(2, 1, sharex=True,
+                            gridspec_kw={"height_ratios": [0.35, max(1.0, 0.32 * n_rows)]})
+    names = sorted(set(discipline[c] for c in columns))
+    colour = {d: DISCIPLINE_COLOURS[i % len(DISCIPLINE_COLOURS)] for i, d in enumerate(names)}
+    codes = np.array([[names.index(discipline[c]) for c in columns]], dtype=float)
+    band.imshow(codes, aspect="auto", interpolation="none", vmin=-0.5, vmax=len(names) - 0.5,
+                cmap=ListedColormap([colour[d] for d in names]))
+    band.set_yticks([])
+    band.tick_params(axis="x", bottom=False, labelbottom=False)
+    band.spines[:].set_visible(False)
+    band.set_title("Score of each official run", loc="left")
     excluded = np.where(present & np.isnan(values), 1.0, np.nan)
     ax.imshow(excluded, aspect="auto", cmap=ListedColormap([EXCLUDED]), interpolation="none")
     image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap="RdBu", vmin=-1,
                       vmax=1, interpolation="none")
     ax.set_yticks(np.arange(n_rows), order)
     ax.set_xticks([])
-    starts: dict[str, int] = {}
-    for i, c in enumerate(columns):
-        starts.setdefault(discipline[c], i)
-    for name, start in starts.items():
-        count = sum(1 for c in columns if discipline[c] == name)
-        if start:
-            ax.axvline(start - 0.5, color="black", lw=0.8)
-        ax.text(start + count / 2 - 0.5, n_rows - 0.3, f"{name} ({count})", ha="center",
-                va="top", fontsize=8)
-    ax.set_xlabel("Public tasks, by discipline and by mean score", labelpad=16)
-    ax.set_title("Score of each official run", loc="left")
-    bar = fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01)
+    for i in range(1, n_cols):
+        if discipline[columns[i]] != discipline[columns[i - 1]]:
+            for a in (band, ax):
+                a.axvline(i - 0.5, color="black", lw=0.8)
+    ax.set_xlabel("Public tasks, by discipline and by mean score")
+    bar = fig.colorbar(image, ax=[band, ax], fraction=0.03, pad=0.01, aspect=30)
     bar.set_label("Score")
-    ax.legend(handles=[Patch(color=EXCLUDED, label="Excluded run")], loc="upper left",
-              bbox_to_anchor=(1.06, -0.02), frameon=False, fontsize=7.5)
     ax.spines[:].set_visible(False)
-    fig.tight_layout()
+    counts = {d: sum(1 for c in columns if discipline[c] == d) for d in names}
+    handles = [Patch(color=colour[d], label=f"{d} ({counts[d]})") for d in names]
+    handles.append(Patch(color=EXCLUDED, label="Excluded run"))
+    labels = [str(h.get_label()) for h in handles]
+    fig.legend(handles=handles, loc="outside lower center", frameon=False, fontsize=7.5,
+               ncols=_legend_columns(labels, width - 0.5, 7.5))
     return fig
 
 
@@ -191,7 +291,8 @@ def pairs_figure(pairs: pd.DataFrame, order: list[str]) -> Figure:
         mde[j, i] = r.mde
         if r.significant:
             significant.append((i, j))
-    fig, ax = _figure((0.55 * n + 3.0, 0.5 * n + 2.0))
+    width = max(6.5, 0.55 * n + 3.8)
+    fig, ax = _figure((width, 0.5 * n + 3.6))
     span = max(0.05, float(np.nanmax(np.abs(diff)))) if np.isfinite(diff).any() else 1.0
     upper = ax.imshow(np.ma.masked_invalid(diff), cmap="RdBu", vmin=-span, vmax=span,
                       interpolation="none")
@@ -203,21 +304,21 @@ def pairs_figure(pairs: pd.DataFrame, order: list[str]) -> Figure:
             value = diff[i, j] if i < j else mde[i, j]
             if np.isfinite(value):
                 dark = abs(value) > 0.6 * (span if i < j else top * 1.6)
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6.5,
-                        color="white" if dark else "black",
+                text = f"{value:.2f}"
+                ax.text(j, i, "0.00" if text == "-0.00" else text, ha="center", va="center",
+                        fontsize=6.5, color="white" if dark else "black",
                         fontweight="bold" if (i, j) in significant else "normal")
     for i, j in significant:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=1.4, color="black"))
-    ax.set_xticks(np.arange(n), order, rotation=60, ha="right")
+    ax.set_xticks(np.arange(n), order, rotation=90)
     ax.set_yticks(np.arange(n), order)
-    ax.set_title("Paired differences (row minus column, above) and detectable differences "
-                 "(below)", loc="left", fontsize=9)
-    fig.colorbar(upper, ax=ax, fraction=0.04, pad=0.02).set_label(
-        "Mean paired difference (above the diagonal)")
-    fig.colorbar(lower, ax=ax, location="bottom", fraction=0.035, pad=0.2, shrink=0.6).set_label(
-        "Difference detectable with 80% power at the Holm level (below the diagonal)")
+    ax.set_title(_wrap("Paired differences (row minus column) above the diagonal, detectable "
+                       "differences below", width - 1.5, 9), loc="left", fontsize=9)
+    fig.colorbar(upper, ax=ax, fraction=0.05, pad=0.02, shrink=0.9).set_label(
+        "Mean difference (above)")
+    fig.colorbar(lower, ax=ax, location="bottom", fraction=0.05, pad=0.02, shrink=0.6,
+                 aspect=30).set_label("Detectable difference, 80% power, Holm (below)")
     ax.spines[:].set_visible(False)
-    fig.tight_layout()
     return fig
 
 
@@ -235,6 +336,28 @@ def report_figures(result: StatsResult) -> dict[str, Callable[[], Figure]]:
     if len(t["pairs.csv"]):
         figures["pairs"] = lambda: pairs_figure(t["pairs.csv"], order)
     return figures
+
+
+def inline_svg(fig: Figure, name: str) -> str:
+    """The figure as an ``<svg>`` element for the HTML page.
+
+    Text is drawn as glyph outlines (``svg.fonttype: path``), so the page shows exactly
+    the layout matplotlib computed whatever fonts the reader's browser has; element ids
+    are prefixed with ``<name>--`` so that several figures share one page.
+    """
+    import io
+    import re
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({**STYLE, "svg.fonttype": "path"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+    text = buffer.getvalue()
+    text = text[text.index("<svg"):]
+    prefix = f"{name}--"
+    text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', text)
+    text = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}\1"', text)
+    text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}\1)", text)
+    return text.replace("<svg ", f'<svg data-figure="{name}" class="spu-figure" ', 1)
 
 
 def save_figure(fig: Figure, folder: Path, name: str) -> list[Path]:

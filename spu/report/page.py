@@ -1,11 +1,9 @@
-"""One self-contained HTML page: the tables and the figures (PNG embedded as data URIs)."""
+"""One self-contained HTML page: the tables and the figures (SVG inline, text as outlines)."""
 
 from __future__ import annotations
 
-import base64
 import html
 from collections.abc import Sequence
-from pathlib import Path
 
 from spu.report.tables import Table
 
@@ -17,7 +15,7 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em; }
 th, td { padding: 0.25em 0.6em; border-bottom: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 thead th { border-bottom: 2px solid #888; }
-figure { margin: 1.5em 0; } figure img { max-width: 100%; }
+figure { margin: 1.5em 0; } figure svg { max-width: 100%; height: auto; }
 figcaption, p.meta { color: #555; font-size: 0.9em; }
 """
 
@@ -37,17 +35,15 @@ CAPTIONS = {
 
 
 def render_page(title: str, meta: Sequence[str], tables: Sequence[Table],
-                figures: dict[str, Path], notes: Sequence[str]) -> str:
-    """The HTML text: title, inputs, figures (PNG inlined), tables, notes."""
+                figures: dict[str, str], notes: Sequence[str]) -> str:
+    """The HTML text: title, inputs, figures (``<svg>`` elements inline), tables, notes."""
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
              f"<h1>{html.escape(title)}</h1>"]
     parts += [f'<p class="meta">{html.escape(m)}</p>' for m in meta]
-    for name, png in figures.items():
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
+    for name, svg in figures.items():
         caption = html.escape(CAPTIONS.get(name, name))
-        parts.append(f'<figure id="fig-{name}"><img alt="{html.escape(name)}" '
-                     f'src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption>'
+        parts.append(f'<figure id="fig-{name}">{svg}<figcaption>{caption}</figcaption>'
                      "</figure>")
     parts += [t.to_html() for t in tables]
     if notes:

@@ -1,4 +1,8 @@
-"""The paper's tables, built from the statistics and rendered as Markdown or HTML."""
+"""The paper's tables, built from the statistics and rendered as Markdown or HTML.
+
+Cells are formatted here (:func:`number`, :func:`usd`, :func:`count`...); pandas renders
+them, through tabulate (``DataFrame.to_markdown``) and jinja2 (``Styler.to_html``).
+"""
 
 from __future__ import annotations
 
@@ -27,37 +31,73 @@ class Table:
     rows: tuple[tuple[str, ...], ...]
     """Formatted cells."""
 
-    def to_markdown(self) -> str:
-        """GitHub-flavoured Markdown: heading, caption, pipe table."""
-        def line(cells: tuple[str, ...]) -> str:
-            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    def frame(self) -> pd.DataFrame:
+        """The formatted cells as a DataFrame of strings, one column per heading."""
+        return pd.DataFrame(list(self.rows), columns=list(self.header), dtype=str)
 
-        align = tuple("---" if i == 0 else "---:" for i in range(len(self.header)))
-        body = [line(self.header), line(align), *(line(r) for r in self.rows)]
-        return f"## {self.title}\n\n{self.caption}\n\n" + "\n".join(body) + "\n"
+    def to_markdown(self) -> str:
+        """GitHub-flavoured Markdown: heading, caption, pipe table (pandas + tabulate)."""
+        frame = self.frame().apply(lambda c: c.str.replace("|", "\\|", regex=False))
+        frame.columns = [c.replace("|", "\\|") for c in frame.columns]
+        align = ["left", *["right"] * (len(self.header) - 1)]
+        table = frame.to_markdown(index=False, tablefmt="pipe", colalign=align,
+                                  disable_numparse=True)
+        return f"## {self.title}\n\n{self.caption}\n\n{table}\n"
 
     def to_html(self) -> str:
-        """An HTML section with the heading, caption and table."""
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
-            for r in self.rows)
+        """An HTML section with the heading, caption and table (pandas Styler + jinja2)."""
+        # A fixed uuid keeps the page byte-for-byte reproducible; cells are escaped.
+        styler = (self.frame().style.hide(axis="index").format(escape="html")
+                  .format_index(escape="html", axis="columns").set_uuid(self.name))
+        table = styler.to_html(table_attributes='class="spu-table"')
         return (f'<section id="{self.name}"><h2>{html.escape(self.title)}</h2>'
-                f"<p>{html.escape(self.caption)}</p><table><thead><tr>{head}</tr></thead>"
-                f"<tbody>{body}</tbody></table></section>")
+                f"<p>{html.escape(self.caption)}</p>{table}</section>")
+
+
+def missing(value: Any) -> bool:
+    """True for None, NaN and pandas' NA."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def number(value: Any, digits: int = 3) -> str:
-    """A number with ``digits`` decimals, ``-`` when missing.
+    """A number with ``digits`` decimals, ``-`` when missing, never ``-0.000``.
 
     Examples
     --------
-    >>> number(0.43051), number(float("nan")), number(None)
-    ('0.431', '-', '-')
+    >>> number(0.43051), number(float("nan")), number(None), number(-0.0002)
+    ('0.431', '-', '-', '0.000')
     """
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+    if missing(value):
         return "-"
-    return f"{float(value):.{digits}f}"
+    text = f"{float(value):.{digits}f}"
+    return text.lstrip("-") if float(text) == 0 else text
+
+
+def money(value: Any) -> str:
+    """US dollars: cents, or two significant digits below a cent (never ``0.00`` for a cost).
+
+    Examples
+    --------
+    >>> money(37.4412), money(0.0042), money(0.0), money(1234.5), money(None)
+    ('37.44', '0.0042', '0.00', '1,234.50', '-')
+    """
+    if missing(value):
+        return "-"
+    v = float(value)
+    if 0 < abs(v) < 0.01:
+        return f"{v:.2g}"
+    return "0.00" if v == 0 else f"{v:,.2f}"
+
+
+def count(value: Any) -> str:
+    """A whole number without decimals (``100``, not ``100.0000``).
+
+    Examples
+    --------
+    >>> count(100.0), count(1300), count(float("nan"))
+    ('100', '1,300', '-')
+    """
+    return "-" if missing(value) else f"{int(round(float(value))):,}"
 
 
 def with_interval(estimate: Any, low: Any, high: Any, digits: int = 3) -> str:
@@ -71,6 +111,19 @@ def with_interval(estimate: Any, low: Any, high: Any, digits: int = 3) -> str:
     if number(estimate) == "-":
         return "-"
     return f"{number(estimate, digits)} [{number(low, digits)}, {number(high, digits)}]"
+
+
+def money_interval(estimate: Any, low: Any, high: Any) -> str:
+    """``estimate [low, high]`` in dollars (:func:`money`).
+
+    Examples
+    --------
+    >>> money_interval(0.0042, 0.003, 0.0051)
+    '0.0042 [0.003, 0.0051]'
+    """
+    if missing(estimate):
+        return "-"
+    return f"{money(estimate)} [{money(low)}, {money(high)}]"
 
 
 def p_value(value: Any) -> str:
@@ -154,8 +207,8 @@ def costs_table(t: pd.DataFrame) -> Table:
         (r.config, str(r.n_scored), number(r.prompt_tokens_mean / 1e6, 1),
          "-" if number(r.cache_read_share) == "-" else f"{100 * r.cache_read_share:.0f}%",
          number(r.output_tokens_mean / 1e6, 2), number(r.runtime_h_mean, 2),
-         with_interval(r.cost_mean, r.cost_ci_low, r.cost_ci_high, 2),
-         number(r.cost_total, 0), "yes" if r.pareto else "")
+         money_interval(r.cost_mean, r.cost_ci_low, r.cost_ci_high),
+         money(r.cost_total), "yes" if r.pareto else "")
         for r in t.itertuples(index=False))
     return Table(
         "costs", "Estimated API cost on the public tasks (Table 3)",
@@ -261,12 +314,19 @@ def monotone_table(t: pd.DataFrame) -> Table:
         rows)
 
 
+def _scalar(value: Any) -> str:
+    """A summary value: a whole number as a count, anything else with four decimals."""
+    if not missing(value) and float(value).is_integer():
+        return count(value)
+    return number(value, 4)
+
+
 def summary_table(t: pd.DataFrame) -> Table:
     """The scalar results (``summary.csv``)."""
     rows = tuple(
         (r.analysis, r.statistic,
          with_interval(r.value, r.ci_low, r.ci_high) if number(r.ci_low) != "-"
-         else number(r.value, 4), "" if number(r.n) == "-" else f"{int(r.n)}")
+         else _scalar(r.value), "" if number(r.n) == "-" else count(r.n))
         for r in t.itertuples(index=False))
     return Table("summary", "Summary statistics",
                  "Scalar results of every analysis, with 95% intervals where computed.",

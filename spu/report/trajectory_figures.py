@@ -488,10 +488,10 @@ def read_analysis_tables(folder: Path) -> Tables:
     return tables
 
 
-def include_analysis(analysis: Path, folder: Path) -> tuple[dict[str, Path], list[str]]:
-    """Draw the figures of an ``spu analyze`` output folder into a report's ``folder``.
+def analysis_figures(analysis: Path) -> tuple[dict[str, Callable[[], Figure]], list[str]]:
+    """The figures an ``spu analyze`` output folder allows, and a note for each it does not.
 
-    Returns the PNG of each figure drawn, by name, and a note for each figure not drawn,
+    Returns a drawing function per figure, by name, and for each figure not drawn a note
     saying what it needs.
     """
     tables = read_analysis_tables(analysis)
@@ -499,5 +499,4 @@ def include_analysis(analysis: Path, folder: Path) -> tuple[dict[str, Path], lis
         return {}, [f"{analysis}: no runs_features.csv (not an spu analyze folder); "
                     "trajectory figures 14-24 not drawn"]
     draw, missing = trajectory_figures(tables)
-    pngs = {name: save_figure(build(), folder, name)[0] for name, build in draw.items()}
-    return pngs, [f"figure {name} not drawn: {why}" for name, why in missing.items()]
+    return dict(draw), [f"figure {name} not drawn: {why}" for name, why in missing.items()]

@@ -14,6 +14,7 @@ through the same ``SPU_*`` environment variables.)
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -156,6 +157,16 @@ class Sandbox(ABC):
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options = dict(options or {})
+        self.stop_requested = threading.Event()
+        """Set by :meth:`request_stop`; a running :meth:`exec` stops its agent gracefully."""
+
+    def request_stop(self) -> None:
+        """Ask a running :meth:`exec` (from another thread) to stop the agent now.
+
+        The agent is stopped as at the time limit (graceful stop, then kill), without
+        ``timed_out``; the caller records why (a monitor that saw the key rejected).
+        """
+        self.stop_requested.set()
 
     @classmethod
     @abstractmethod

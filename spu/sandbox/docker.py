@@ -407,6 +407,10 @@ class DockerSandbox(Sandbox):
             seen = _read_int(peak_file)
             if seen is not None:
                 peak = max(peak or 0, seen)
+            if self.stop_requested.is_set():
+                # Asked to stop (a monitor saw the key rejected): not a timeout.
+                container.stop(timeout=int(round(self.request.limits.grace_s)))
+                return False, False, peak
             timed_out = deadline is not None and time.monotonic() >= deadline
             disk_full = not timed_out and over_limit()
             if timed_out or disk_full:

@@ -318,6 +318,7 @@ class LocalSandbox(Sandbox):
                 pass_fds=pass_fds,
                 on_start=on_start,
                 over_limit=self.disk.full,
+                stop=self.stop_requested,
             )
         finally:
             for fd in open_fds:

@@ -179,6 +179,7 @@ def run_with_limits(
     pass_fds: Sequence[int] = (),
     on_start: Callable[[int], None] | None = None,
     over_limit: Callable[[], bool] | None = None,
+    stop: threading.Event | None = None,
 ) -> ProcessEvidence:
     """Run ``argv`` to completion or to the wall-clock limit, then stop it gracefully.
 
@@ -202,6 +203,8 @@ def run_with_limits(
             network); an exception kills the process and becomes ``error``.
         over_limit: Asked every half second; True stops the run like the time limit
             and sets ``disk_full`` (the disk limit).
+        stop: set from another thread to stop the process now, as at the limit
+            (without ``timed_out``).
 
     Returns:
         The exit code or signal, whether the limit fired, whether the memory limit
@@ -252,6 +255,8 @@ def run_with_limits(
             if not stopping:
                 if deadline is not None and now >= deadline:
                     timed_out = stopping = True
+                elif stop is not None and stop.is_set():
+                    stopping = True  # asked to stop (a rejected API key): not a timeout
                 elif over_limit is not None and now >= next_watch:
                     next_watch = now + WATCH_EVERY_S
                     disk_full = stopping = over_limit()

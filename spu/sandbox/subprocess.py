@@ -100,6 +100,7 @@ class SubprocessSandbox(Sandbox):
             enforcer=self.limits,
             log_cap_bytes=self.request.limits.log_cap_bytes,
             over_limit=self.disk.full,
+            stop=self.stop_requested,
         )
 
     def collect(self) -> Path:

@@ -52,10 +52,16 @@ def register(sub: Any) -> None:
 
 def run_analysis(args: argparse.Namespace, command: str) -> Any:
     """Read the table and run :func:`spu.stats.analysis.analyze`; ``None`` after an error."""
+    from spu.overrides import folder_problem
     from spu.stats.analysis import StatsOptions, analyze
     from spu.stats.runs_table import RunsTableError, read_runs_table
     from spu.stats.submissions import StatsInputError
 
+    problem = folder_problem(args.out)
+    if problem:
+        print(f"spu {command}: --out {args.out}: {problem}; choose another --out",
+              file=sys.stderr)
+        return None
     for name in ("resamples", "simulations", "null_draws"):
         if getattr(args, name) < 1:
             print(f"spu {command}: --{name.replace('_', '-')} must be at least 1",

@@ -174,6 +174,11 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
                              "a scored run needs a score")
     for column in USAGE_COLUMNS:
         frame[column] = _as_float(path, frame, column) if column in frame.columns else math.nan
+    if "cost_five_minute_usd" in frame.columns:
+        # The paper's rule (E.6): every cache write at the five-minute price, whatever
+        # rule priced cost_usd when the run was recorded.
+        five = _as_float(path, frame, "cost_five_minute_usd")
+        frame["cost_usd"] = five.where(five.notna(), frame["cost_usd"])
     if "n_items" in frame.columns:
         frame["n_items"] = _as_float(path, frame, "n_items")
 

@@ -15,7 +15,10 @@ def register(sub: Any) -> None:
     task_sub = task.add_subparsers(dest="task_command", metavar="SUBCOMMAND")
     task.set_defaults(handler=lambda args: (task.print_help(), 2)[1])
 
-    p = task_sub.add_parser("validate", help="check task packages; exit 1 on any error")
+    p = task_sub.add_parser("validate", help="check task packages; exit 1 on any error",
+                            description="Check task packages. A folder holding none of a "
+                            "package's files (tasks/sources/, build specs) is skipped with a "
+                            "note; exit 1 on any error, or when no folder given is a package.")
     p.add_argument("task_dirs", nargs="+", type=Path, metavar="TASK_DIR")
     p.add_argument("--answers", type=Path, default=None,
                    help="answer key (default: TASK_DIR/hidden/answers.json; one task only)")
@@ -68,6 +71,19 @@ def register(sub: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="task folder to write")
     p.add_argument("--force", action="store_true", help="replace an existing task folder")
     p.set_defaults(handler=import_command)
+    p = task_sub.add_parser("new", help="start a new task: a build spec, a table and the "
+                                        "package built from them",
+                            description="Write TASK_ROOT/../sources-style files for a new task "
+                            "(--sources/ID.yaml, a commented build spec, and --sources/ID.csv, "
+                            "an illustrative table) and build --task-root/ID from them; "
+                            "docs/writing-a-task.md walks on from there.")
+    p.add_argument("task_id", metavar="ID", help="the task id (folder name, task=ID)")
+    p.add_argument("--task-root", type=Path, default=Path("tasks"),
+                   help="where the package is written (default tasks/)")
+    p.add_argument("--sources", type=Path, default=None,
+                   help="where the spec and table go (default TASK_ROOT/sources)")
+    p.add_argument("--force", action="store_true", help="replace existing files")
+    p.set_defaults(handler=new_command)
 
     p = task_sub.add_parser("list", help="list task packages, filtered by discipline, "
                                          "visibility or subfield")
@@ -98,13 +114,21 @@ def _screens(args: argparse.Namespace) -> Any:
 
 def validate_command(args: argparse.Namespace) -> int:
     """Print each finding with its file; exit 1 when any package has an error."""
-    from spu.tasks.validate import validate_task
+    from spu.tasks.validate import is_task_package, validate_task
 
     if args.answers is not None and len(args.task_dirs) > 1:
         print("spu task validate: --answers applies to one task folder only", file=sys.stderr)
         return 2
+    skipped = [d for d in args.task_dirs if d.is_dir() and not is_task_package(d)]
+    folders = [d for d in args.task_dirs if d not in skipped]
+    for d in skipped:
+        print(f"{d}: skipped (not a task package: no task.yaml, contract.json, targets.csv "
+              f"or hidden/)", file=sys.stderr)
+    if not folders:
+        print("spu task validate: no task package among the folders given", file=sys.stderr)
+        return 1
     reports = [validate_task(d, args.answers, strict=args.strict, screens=_screens(args))
-               for d in args.task_dirs]
+               for d in folders]
     if args.json:
         print(json.dumps([{
             "task_dir": str(r.task_dir), "ok": r.ok,
@@ -207,6 +231,24 @@ def import_command(args: argparse.Namespace) -> int:
     print(f"wrote {result.path}")
     for note in result.notes:
         print(f"  note: {note}")
+    return 0
+
+
+def new_command(args: argparse.Namespace) -> int:
+    """Scaffold a task; exit 2 when it cannot be written or built (nothing is left then)."""
+    from spu.tasks.builder import BuildError
+    from spu.tasks.scaffold import ScaffoldError, new_task
+
+    sources = args.sources or args.task_root / "sources"
+    try:
+        made = new_task(args.task_id, args.task_root, sources, force=args.force)
+    except (ScaffoldError, BuildError) as exc:
+        print(f"spu task new: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {made.spec} (build spec) and {made.table} (ILLUSTRATIVE values)")
+    print(f"built {made.task_dir}: spu task validate {made.task_dir} passes")
+    print(f"next: edit both, then spu task build {made.spec} --out {made.task_dir} --force "
+          f"(docs/writing-a-task.md)")
     return 0
 
 

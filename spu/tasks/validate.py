@@ -28,7 +28,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from spu.grading.rules import average_ranks
 from spu.schema import AnswerKey, Contract, Protocol, TargetRow, TaskMeta
 from spu.strict_json import StrictJSONError, loads_strict
 from spu.tasks import leaks
@@ -325,12 +324,19 @@ def _check_leaks(task_dir: Path, rows: list[TargetRow] | None, answers: AnswerKe
 
 
 def _spearman(x: list[float], y: list[float]) -> float:
-    rx, ry = average_ranks(x), average_ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    vx = sum((a - mx) ** 2 for a in rx)
-    vy = sum((b - my) ** 2 for b in ry)
-    return math.nan if vx == 0 or vy == 0 else cov / math.sqrt(vx * vy)
+    """Spearman's rho (scipy), NaN where either side is constant (no order to follow).
+
+    Examples:
+        Ranks (1, 2, 3, 4) and (1, 2, 4, 3): d^2 sums to 2, rho = 1 - 6 * 2 / 60 = 0.8.
+
+        >>> round(_spearman([1, 2, 3, 4], [10, 20, 40, 30]), 12), _spearman([1, 1, 1], [1, 2, 3])
+        (0.8, nan)
+    """
+    from scipy.stats import spearmanr
+
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return math.nan
+    return float(spearmanr(x, y).statistic)
 
 
 def _as_number(cell: str) -> float | None:
@@ -483,6 +489,18 @@ def _screen_presented_order(rows: list[TargetRow], contract: Contract, answers: 
         out.warning("contract.json", "presented-order",
                     f"items in contract order score {score:.3f}, above the {kind} chance "
                     f"threshold {threshold:.3f}: shuffle them")
+
+
+def is_task_package(folder: str | Path) -> bool:
+    """True when ``folder`` holds any file of a task package (``task.yaml``, ``contract.json``...).
+
+    ``spu task validate tasks/*/`` reaches ``tasks/sources/`` (build specs) too: a folder
+    with none of a package's files is not a broken task but something else, and is
+    skipped with a note; one missing only some files is validated (and fails).
+    """
+    folder = Path(folder)
+    return folder.is_dir() and (any((folder / name).exists() for name in REQUIRED_PUBLIC)
+                                or (folder / "hidden").exists())
 
 
 def validate_task(

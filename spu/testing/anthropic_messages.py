@@ -173,6 +173,13 @@ def _block_events(index: int, block: dict[str, Any]) -> list[Event]:
 
 def error_body(status: int) -> dict[str, Any]:
     """The API's error object for HTTP ``status``."""
-    kind = {400: "invalid_request_error", 401: "authentication_error",
-            429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
-    return {"type": "error", "error": {"type": kind, "message": f"scripted HTTP {status}"}}
+    kind, message = {
+        400: ("invalid_request_error", "scripted HTTP 400"),
+        401: ("authentication_error", "invalid x-api-key"),
+        403: ("permission_error", "Your API key does not have permission to use the "
+                                  "specified resource."),
+        429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute "
+                                  "rate limit"),
+        529: ("overloaded_error", "Overloaded"),
+    }.get(status, ("api_error", f"scripted HTTP {status}"))
+    return {"type": "error", "error": {"type": kind, "message": message}}

@@ -219,5 +219,10 @@ def _item_events(index: int, item: dict[str, Any]) -> list[Event]:
 
 def error_body(status: int) -> dict[str, Any]:
     """The API's error object for HTTP ``status``."""
-    return {"error": {"message": f"scripted HTTP {status}", "type": "invalid_request_error",
-                      "param": None, "code": None}}
+    message, kind, code = {
+        401: ("Incorrect API key provided: scripted***key.", "invalid_request_error",
+              "invalid_api_key"),
+        429: ("Rate limit reached for requests per min. Please try again later.",
+              "requests", "rate_limit_exceeded"),
+    }.get(status, (f"scripted HTTP {status}", "invalid_request_error", None))
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}

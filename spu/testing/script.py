@@ -97,6 +97,9 @@ class Script:
     turns: tuple[ScriptedTurn, ...] = field(default_factory=tuple)
     subagent_turns: tuple[ScriptedTurn, ...] = field(default_factory=tuple)
     """What a sub-agent started by an ``agent_prompt`` turn plays."""
+    reject_key: bool = False
+    """Answer every request, model lists included, with HTTP 401 (a key the provider
+    rejects)."""
 
     def turn(self, index: int, *, subagent: bool = False) -> ScriptedTurn:
         """Turn ``index`` (0-based); past the end, a final "Done." that stops the agent."""
@@ -245,6 +248,21 @@ def not_offered(turn: ScriptedTurn) -> ScriptedTurn:
                         command=f"echo '[scripted] tool {name} is not offered'")
 
 
+def rejected_key_script() -> Script:
+    """Refuse the key: every request, the model list included, gets HTTP 401."""
+    return Script(name="rejected_key", turns=default_script().turns, reject_key=True)
+
+
+def repeated_error_script(status: int) -> Script:
+    """Accept the key (the model list answers), then answer every turn with HTTP ``status``.
+
+    ``auth_error`` (401): a key that lists models but may not generate; ``rate_limited``
+    (429): the provider's rate limit, which the CLIs retry for minutes.
+    """
+    name = {401: "auth_error", 429: "rate_limited"}.get(status, f"error_{status}")
+    return Script(name=name, turns=tuple(ScriptedTurn(http_error=status) for _ in range(3)))
+
+
 BUILTIN_SCRIPTS = {
     "spu_agent": spu_agent_script,
     "policy_stop": policy_stop_script,
@@ -252,6 +270,9 @@ BUILTIN_SCRIPTS = {
     "refusal": refusal_script,
     "api_error": api_error_script,
     "subagent": subagent_script,
+    "rejected_key": rejected_key_script,
+    "auth_error": lambda: repeated_error_script(401),
+    "rate_limited": lambda: repeated_error_script(429),
 }
 """Scripts selectable by name (``spu scripted-server --script NAME``)."""
 
@@ -280,8 +301,11 @@ def load_script(source: str | Path) -> Script:
     subagent = data.get("subagent_turns", [])
     if not isinstance(subagent, list):
         raise ScriptError(f"{path}: key 'subagent_turns' must be a list of turns")
+    if not isinstance(data.get("reject_key", False), bool):
+        raise ScriptError(f"{path}: key 'reject_key' must be true or false")
     return Script(
         name=str(data.get("name", path.stem)),
+        reject_key=bool(data.get("reject_key", False)),
         turns=tuple(_turn(path, f"turns[{k}]", raw) for k, raw in enumerate(data["turns"])),
         subagent_turns=tuple(_turn(path, f"subagent_turns[{k}]", raw)
                              for k, raw in enumerate(subagent)),

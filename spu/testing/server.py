@@ -217,7 +217,23 @@ def _handler_class(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass  # the JSON log replaces the access log
 
+        def _rejected(self, path: str, summary: dict[str, Any]) -> bool:
+            """Answer 401 when the script rejects every key."""
+            if not server.script.reject_key:
+                return False
+            sent = {k.lower() for k in self.headers}
+            api = "anthropic" if "x-api-key" in sent or path.endswith("/messages") \
+                else "openai"
+            body = (openai_responses.error_body(401) if api == "openai"
+                    else anthropic_messages.error_body(401))
+            server.record(ServedResponse(api=api, path=path, kind="error", status=401),
+                          summary)
+            self._send_json(401, body)
+            return True
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self._rejected(self.path, _request_summary(server, self, None)):
+                return
             body = {"data": [{"id": "scripted", "type": "model", "object": "model"}]}
             server.record(ServedResponse(api="other", path=self.path, kind="other",
                                          status=200), _request_summary(server, self, None))
@@ -237,6 +253,8 @@ def _handler_class(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
                 body = None
             summary = _request_summary(server, self, body)
             path = self.path.split("?", 1)[0]
+            if self._rejected(path, summary):
+                return
             if not isinstance(body, dict):
                 server.record(ServedResponse(api="other", path=path, kind="other",
                                              status=400), summary)

@@ -49,7 +49,8 @@ SPEC_COLUMNS: tuple[str, ...] = (
 
 EXTRA_COLUMNS: tuple[str, ...] = (
     "run_key", "task_version", "attempt", "n_attempts", "official", "retried_from",
-    "experiment", "cache_write_1h_tokens", "cost_full_input_usd", "cli_cost_usd",
+    "experiment", "cache_write_1h_tokens", "cost_full_input_usd", "cache_write_rate",
+    "cost_five_minute_usd", "cost_actual_usd", "cli_cost_usd",
     "cost_disagreement", "long_context_requests", "exposure_kinds", "refusal_label",
     "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
     "grader_version", "sandbox", "started_at", "finished_at", "audited_calls",
@@ -67,7 +68,8 @@ NULLABLE_INT_COLUMNS = ("n_items", "requests_outside_tools", "peak_memory_bytes"
 BOOL_COLUMNS = ("scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement",
                 "policy_stopped")
 FLOAT_COLUMNS = ("score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",
-                 "cost_full_input_usd", "cli_cost_usd", "gpu_seconds")
+                 "cost_full_input_usd", "cost_five_minute_usd", "cost_actual_usd",
+                 "cli_cost_usd", "gpu_seconds")
 
 OUTCOMES = frozenset(o.value for o in Outcome)
 
@@ -175,6 +177,9 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
         "experiment": run.experiment,
         "cache_write_1h_tokens": _count(run, "cache_write_1h_tokens", required=False) or 0,
         "cost_full_input_usd": m.get("cost_full_input_usd", math.nan),
+        "cache_write_rate": _text(p.get("cache_write_rate")),
+        "cost_five_minute_usd": m.get("cost_five_minute_usd", math.nan),
+        "cost_actual_usd": m.get("cost_actual_usd", math.nan),
         "cli_cost_usd": m.get("cli_cost_usd", math.nan),
         "cost_disagreement": _flag(run, "cost_disagreement"),
         "long_context_requests": _count(run, "long_context_requests", required=False) or 0,

@@ -79,6 +79,8 @@ class RecordedRun:
     """MLflow run id, or None for a record read from ``run.json`` only."""
     terminated: bool = True
     """False when MLflow still shows the run as running (its logger was cut short)."""
+    config: str = ""
+    """Configuration label (``opus5-max``; the harness named when not the model's default)."""
 
 
 def _finite(value: float | None) -> float | None:
@@ -120,6 +122,7 @@ def recorded_run_from_mlflow(run: Run) -> RecordedRun | None:
         runtime_s=_finite(metrics.get("runtime_s")),
         tracking_id=run.info.run_id,
         terminated=run.info.status != "RUNNING",
+        config=params.get("config", ""),
     )
 
 
@@ -140,6 +143,7 @@ def recorded_run_from_record(record: RunRecord, tracking_id: str | None = None) 
         cost_usd=record.cost_usd,
         runtime_s=record.runtime_s,
         tracking_id=tracking_id,
+        config=record.config or "",
     )
 
 

@@ -121,6 +121,7 @@ def run_params(record: RunRecord) -> dict[str, str]:
         "cli_version": record.cli_version or "",
         "spu_version": spu.__version__,
         "sandbox": record.sandbox.backend,
+        "cache_write_rate": record.cache_write_rate or "",
     }
 
 
@@ -151,6 +152,8 @@ def run_metrics(record: RunRecord) -> dict[str, float]:
         "n_items": record.n_items,
         "cost_usd": record.cost_usd,
         "cost_full_input_usd": record.cost_full_input_usd,
+        "cost_five_minute_usd": record.cost_by_cache_write_rate.get("five_minute"),
+        "cost_actual_usd": record.cost_by_cache_write_rate.get("actual"),
         "cli_cost_usd": record.cli_cost_usd,
         "requests_outside_tools": record.requests_outside_tools,
         "audited_calls": record.audited_calls,

@@ -109,3 +109,21 @@ def test_console_entry_point(tmp_path) -> None:
     out = json.loads(proc.stdout)
     assert out["score"] == -1.0 and out["status"] == "valid"
     assert out["errors"] == ["no group is ranked"]
+
+
+def test_recovered_text_never_follows_the_score_with_a_bare_error(tmp_path, capsys) -> None:
+    """Issue 14 item 8: a recovered score and an unqualified "error:" contradict each other.
+
+    The text says the strict rules rejected the file, names what recovery renamed, and
+    lists as errors only what is still wrong after recovery.
+    """
+    sub = write(tmp_path / "rankings.json", {
+        "task": TASK_ID, "version": "1.0",
+        "rankings": [{"group_id": "G1", "order": G1}, {"group_id": "G2", "order": G2}]})
+    assert main(["grade", str(sub), "--task", str(EXAMPLE_TWO_GROUPS), "--recover"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"task {TASK_ID}: score {BEST:.6f} (recovered; strict score "
+                        f"-1.000000)")
+    assert not any(line.strip().startswith("error:") for line in lines), lines
+    assert "  strict rules: file rejected (wrong task identity: task_id is missing)" in lines
+    assert any(line.startswith("  recovery: renamed_identity") for line in lines)

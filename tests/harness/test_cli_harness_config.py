@@ -77,8 +77,8 @@ def test_baseline_model_is_refused(compose) -> None:
 def _with_tool(harness, tmp_path: Path) -> None:
     # The install folder only names paths here; no CLI runs in these tests.
     cfg = harness.cfg
-    harness.tool = InstalledTool(cfg.cli_package, cfg.cli_version,
-                                 install_prefix(tmp_path, cfg.cli_package, cfg.cli_version))
+    harness.tool = InstalledTool(cfg.cli_package, cfg.version,
+                                 install_prefix(tmp_path, cfg.cli_package, cfg.version))
     harness.cli_root = harness.mount_point()
 
 
@@ -151,7 +151,7 @@ def test_claude_code_command_for_a_compatible_endpoint(compose, tmp_path: Path,
     _with_tool(harness, tmp_path)
     command = harness.command(_Ctx(tmp_path))  # type: ignore[arg-type]
     argv, env = command.argv, command.env
-    assert argv[0] == f"{TOOLS_MOUNT}/@anthropic-ai+claude-code@2.1.197/node_modules/.bin/claude"
+    assert argv[0] == f"{TOOLS_MOUNT}/@anthropic-ai+claude-code@2.1.260/node_modules/.bin/claude"
     assert argv[1:2] == ["-p"] and "rankings.json" in argv[2]
     assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
     assert argv[argv.index("--model") + 1] == "deepseek-v4.1-flash-0910"

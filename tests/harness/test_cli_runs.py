@@ -1,13 +1,17 @@
 """The real Claude Code and Codex CLIs, in the default sandbox, against the scripted model.
 
-These run the pinned CLIs (installed once from npm into the tools folder) inside
-bubblewrap on the example task. They skip, saying why, where npm cannot install the
-CLIs or bubblewrap cannot run.
+These run the CLIs (installed once from npm into the tools folder) inside bubblewrap on
+the example task, at two versions each: the paper's (Claude Code 2.1.260, Codex 0.156.1,
+the defaults of ``conf/harness/``) and the newest published when this was written
+(``npm view @anthropic-ai/claude-code version``, ``npm view @openai/codex version``;
+``SPU_NEWEST_CLAUDE_CODE`` / ``SPU_NEWEST_CODEX`` name later ones). They skip, saying
+why, where npm cannot install a CLI or bubblewrap cannot run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -34,23 +38,41 @@ MCP_OFFERED = {"claude_code": {"mcp__spu__search", "mcp__spu__fetch", "mcp__spu_
 """How each CLI offers the audited tools (Codex: one namespace holding the three)."""
 BUILTIN_WEB_TOOLS = {"WebSearch", "WebFetch", "web_search", "web_fetch"}
 EXAMPLE_CORPUS = REPO / "examples" / "tools_corpus.jsonl"
+PAPER_VERSION = {"claude_code": "2.1.260", "codex": "0.156.1"}
+"""The versions the paper ran (section 3.1), the defaults of conf/harness/."""
+NEWEST_VERSION = {"claude_code": os.environ.get("SPU_NEWEST_CLAUDE_CODE", "2.1.332"),
+                  "codex": os.environ.get("SPU_NEWEST_CODEX", "0.171.0")}
+"""The newest published versions (npm view ... version) when these tests were written."""
+CASES = [pytest.param(h, v, id=f"{h}-{v}")
+         for h in HARNESSES for v in dict.fromkeys((PAPER_VERSION[h], NEWEST_VERSION[h]))]
+
+
+def _harness_config(name: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((REPO / "conf" / "harness" / f"{name}.yaml").read_text())
+
+
+def test_the_default_pins_are_the_papers_versions() -> None:
+    """The paper ran Claude Code 2.1.260 and Codex 0.156.1: those are the defaults."""
+    for name, version in PAPER_VERSION.items():
+        assert str(_harness_config(name)["version"]) == version
 
 
 @pytest.fixture(scope="module")
-def cli_tools() -> None:
-    """The pinned CLIs installed, and a sandbox to run them in; else skip with the reason."""
-    import yaml
-
+def sandbox_ok() -> None:
     ok, why = LocalSandbox.available()
     if not ok:
         pytest.skip(f"the default sandbox (bubblewrap) cannot run here: {why}")
-    for name in HARNESSES:
-        cfg = yaml.safe_load((REPO / "conf" / "harness" / f"{name}.yaml").read_text())
-        try:
-            ensure_installed(cfg["cli_package"], str(cfg["cli_version"]),
-                             tools_dir(cfg.get("tools_dir")))
-        except ToolInstallError as exc:
-            pytest.skip(f"the {name} CLI is not available: {exc}")
+
+
+def cli_installed(harness: str, version: str) -> None:
+    """Install ``harness``'s CLI at ``version`` (once), or skip saying why."""
+    cfg = _harness_config(harness)
+    try:
+        ensure_installed(cfg["cli_package"], version, tools_dir(cfg.get("tools_dir")))
+    except ToolInstallError as exc:
+        pytest.skip(f"the {harness} CLI {version} is not available: {exc}")
 
 
 def presented_order_score() -> float:
@@ -64,27 +86,33 @@ def presented_order_score() -> float:
     return grade_submission(task.contract, answers, json.dumps(submission).encode()).score
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_main_runs_the_cli_offline_to_a_graded_tracked_run(cli_tools, harness: str,
-                                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(("harness", "version"), CASES)
+def test_main_runs_the_cli_offline_to_a_graded_tracked_run(sandbox_ok, harness: str,
+                                                          version: str, tmp_path: Path) -> None:
     """``python -m spu.main harness=<h> model=scripted task=<task> tools.corpus=<corpus>``
     (the commands of issues 13 and 6): the default script lists the task, searches and
     fetches through the audited tools, ranks in presented order and writes a report."""
+    cli_installed(harness, version)
     out = tmp_path / "outputs"
     proc = run_module(["spu.main", f"harness={harness}", "model=scripted",
                        f"task={EXAMPLE_TASK.name}", f"tools.corpus={EXAMPLE_CORPUS}",
-                       f"output_root={out}"], timeout=600)
+                       f"output_root={out}", f"harness.version={version}"], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = (out / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())
     assert record["outcome"] == "valid" and record["scored"], record.get("process")
     assert record["harness"] == harness and record["sandbox"]["backend"] == "local"
+    assert record["cli_version"] == version
     assert record["score_strict"] == pytest.approx(presented_order_score())
     assert (out / "mlflow.db").is_file()
 
-    # The CLI asked only for the six turns of the script (no side requests).
+    # The CLI asked only for the six turns of the script (no side requests); the one
+    # request before them is the framework's API key check (the model list).
     log = run_dir / "logs" / "scripted_server.jsonl"
-    asked = [json.loads(line) for line in log.read_text().splitlines()]
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(a["request"]["method"], a["path"]) for a in logged if a["kind"] != "script"] == [
+        ("GET", "/v1/models")]
+    asked = [a for a in logged if a["kind"] == "script"]
     assert [(a["request"]["method"], a["path"], a["kind"], a["turn"]) for a in asked] == [
         ("POST", API_PATH[harness], "script", turn) for turn in range(6)]
     # The audited tools are offered to the model, the CLI's own web tools are not.
@@ -124,12 +152,13 @@ def test_main_runs_the_cli_offline_to_a_graded_tracked_run(cli_tools, harness: s
 
 
 @pytest.mark.parametrize("harness", HARNESSES)
-def test_an_exposure_and_a_policy_stop_through_the_real_cli(cli_tools, compose, harness: str,
+def test_an_exposure_and_a_policy_stop_through_the_real_cli(sandbox_ok, compose, harness: str,
                                                            tmp_path: Path) -> None:
     """The ``policy_stop`` script on a shipped task whose source DOI is in the example
     corpus: the search result is flagged, the agent calls ``policy_stop`` after writing a
     provisional ranking; the run is ``policy_stop``, scored, with its step in run.json and
     MLflow."""
+    cli_installed(harness, PAPER_VERSION[harness])
     cfg = compose(f"harness={harness}", "model=scripted", "model.api_model=policy_stop",
                   "effort=max", "task=spu-aqyk", f"tools.corpus={EXAMPLE_CORPUS}",
                   "limits.time_s=300")
@@ -159,27 +188,30 @@ def test_an_exposure_and_a_policy_stop_through_the_real_cli(cli_tools, compose, 
     assert logged.data.metrics["audited_calls"] == 2
 
 
-def _run(compose, harness: str, script: str, tmp_path: Path):
+def _run(compose, harness: str, script: str, tmp_path: Path, version: str | None = None):
+    version = version or PAPER_VERSION[harness]
+    cli_installed(harness, version)
     cfg = compose(f"harness={harness}", "model=scripted", f"model.api_model={script}",
-                  "effort=max", f"task={EXAMPLE_TASK.name}", "limits.time_s=300")
+                  "effort=max", f"task={EXAMPLE_TASK.name}", "limits.time_s=300",
+                  f"harness.version={version}")
     record = run_one(spec_from_config(cfg))
     run_dir = tmp_path / "outputs" / "runs" / record.run_key
     return record, reported_usage(run_dir / "logs" / "scripted_server.jsonl")
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_a_provider_refusal_is_classified_with_its_label(cli_tools, compose, harness: str,
-                                                         tmp_path: Path) -> None:
-    record, served = _run(compose, harness, "refusal", tmp_path)
+@pytest.mark.parametrize(("harness", "version"), CASES)
+def test_a_provider_refusal_is_classified_with_its_label(sandbox_ok, compose, harness: str,
+                                                         version: str, tmp_path: Path) -> None:
+    record, served = _run(compose, harness, "refusal", tmp_path, version)
     assert record.outcome is Outcome.refusal and not record.scored
     assert record.refusal_label == "[bio]"
     assert record.usage == served
 
 
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_an_api_error_is_an_infra_error(cli_tools, compose, harness: str,
+@pytest.mark.parametrize(("harness", "version"), CASES)
+def test_an_api_error_is_an_infra_error(sandbox_ok, compose, harness: str, version: str,
                                         tmp_path: Path) -> None:
-    record, _ = _run(compose, harness, "api_error", tmp_path)
+    record, _ = _run(compose, harness, "api_error", tmp_path, version)
     assert record.outcome is Outcome.infra_error and not record.scored
     # The CLI stopped at the error the script served; it did not wait out the limit.
     assert not record.process.timed_out
@@ -190,3 +222,67 @@ def test_an_api_error_is_an_infra_error(cli_tools, compose, harness: str,
     # The reason is kept in the record.
     reasons = [n for n in record.notes if n.startswith("infra error: ")]
     assert len(reasons) == 1 and "API error" in reasons[0] and "400" in reasons[0], record.notes
+
+
+def _server_log(out: Path) -> list[dict]:
+    (run_dir,) = (out / "runs").iterdir()
+    return [json.loads(line) for line in
+            (run_dir / "logs" / "scripted_server.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_a_key_the_provider_rejects_ends_the_run_with_its_message(sandbox_ok, harness: str,
+                                                                  tmp_path: Path) -> None:
+    """Issue 14 item 6: a wrong key is ``infra_error`` with the provider's message at once.
+
+    The scripted server answers 401 to every request, as a provider does for a wrong
+    key: the key check before the agent starts gets the provider's message, and the CLI
+    (which would retry for minutes) never starts.
+    """
+    cli_installed(harness, PAPER_VERSION[harness])
+    out = tmp_path / "outputs"
+    proc = run_module(["spu.main", "experiment=single", f"harness={harness}", "model=scripted",
+                       "model.api_model=rejected_key", f"task={EXAMPLE_TASK.name}",
+                       f"output_root={out}", "tracking=none", "sweep.retries=0"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["outcome"] == "infra_error"
+    provider = {"claude_code": "authentication_error: invalid x-api-key",
+                "codex": "Incorrect API key provided"}[harness]
+    assert "rejected the key" in record["process"]["error"]
+    assert provider in record["process"]["error"]
+    assert provider in proc.stdout + proc.stderr  # on the console
+    assert [(a["request"]["method"], a["status"]) for a in _server_log(out)] == [("GET", 401)]
+    assert not (run_dir / "logs" / "agent.stdout").exists()
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_a_key_rejected_mid_run_stops_the_cli_before_its_retries(sandbox_ok, harness: str,
+                                                                 tmp_path: Path) -> None:
+    """The key lists models but every generation gets 401: the monitor sees the CLI's
+    retries, says so on the console within 30 s of the start, and stops the CLI after the
+    second rejection (Claude Code would retry ten times over three minutes)."""
+    from datetime import datetime
+
+    cli_installed(harness, PAPER_VERSION[harness])
+    out = tmp_path / "outputs"
+    proc = run_module(["spu.main", "experiment=single", f"harness={harness}", "model=scripted",
+                       "model.api_model=auth_error", f"task={EXAMPLE_TASK.name}",
+                       f"output_root={out}", "tracking=none", "sweep.retries=0"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["outcome"] == "infra_error" and not record["process"]["timed_out"]
+    reasons = [n for n in record["notes"] if "rejected the API key (HTTP 401)" in n]
+    assert reasons, record["notes"]
+    posts = [a for a in _server_log(out) if a["request"]["method"] == "POST"]
+    assert 2 <= len(posts) < 10, len(posts)
+    console = proc.stdout + proc.stderr
+    warning = next(line for line in console.splitlines() if "API error 401, 2 times" in line)
+    said = datetime.strptime(warning[1:24], "%Y-%m-%d %H:%M:%S,%f")
+    # Said live, while the CLI was still retrying (not read from the log afterwards): the
+    # monitor reports the second error as it happens (no timed assertion here: the CLI's
+    # own back-off and the machine's load set how many seconds that takes).
+    finished = datetime.fromisoformat(record["finished_at"]).astimezone().replace(tzinfo=None)
+    assert said <= finished, (warning, record["finished_at"])

@@ -38,3 +38,33 @@ def test_the_default_job_skips_finished_runs_and_shows_their_stored_scores(tmp_p
     assert {k: v[:2] for k, v in after.items()} == {k: v[:2] for k, v in before.items()}
     assert "0 ran now, 3 skipped (finished by an earlier launch" in second.stdout
     assert len(tracked_runs(out)) == 3
+
+
+@pytest.mark.slow
+def test_the_budget_stop_is_said_once_per_sweep(tmp_path) -> None:
+    """Issue 14 item 9: the budget message appeared once per job kept from starting
+    (basic launcher) or twice (Ray driver: a log record and the display)."""
+    from spu.runner import run_key
+    from spu.schema import Outcome, RunRecord, SandboxInfo
+    from spu.tracking.store import TrackingTarget, log_run
+
+    root = tmp_path / "tasks"
+    shutil.copytree(EXAMPLE_TASK, root / EXAMPLE_TASK.name)
+    out = tmp_path / "outputs"
+    key = run_key("random", "baseline", "none", EXAMPLE_TASK.name, "1.0", 0)
+    record = RunRecord(run_key=key, task_id=EXAMPLE_TASK.name, task_version="1.0",
+                       model="random", harness="baseline", effort="none", repeat=0,
+                       outcome=Outcome.valid, scored=True, score_strict=0.2,
+                       score_recovered=0.2, cost_usd=3.0, sandbox=SandboxInfo(backend="local"))
+    run_dir = out / "runs" / key
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(record.model_dump_json())
+    log_run(record, run_dir, TrackingTarget(uri=f"sqlite:///{out / 'mlflow.db'}",
+                                            artifact_root=(out / "mlartifacts").as_uri(),
+                                            experiment="default"))
+    result = run_sweep(f"output_root={out}", f"task_root={root}", "model=random",
+                       f"task={EXAMPLE_TASK.name}", "repeat=0,1,2,3", "budget.max_cost_usd=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = result.stdout + result.stderr
+    assert "3 not launched" in result.stdout
+    assert text.count("budget.max_cost_usd=2 reached") == 1, text

@@ -117,7 +117,7 @@ def test_the_paper_design_expands_to_every_configuration_on_every_task(task_root
         paper.stdout
     rows = [line for line in paper.stdout.splitlines() if "not launched (budget)" in line]
     assert len(rows) == 26
-    assert sum(" astra " in r and " medium " in r for r in rows) == 2
+    assert sum(" astra-medium " in r and " codex " in r for r in rows) == 2
     repeats = run_sweep("experiment=paper_repeats", "task=example-coupling-conditions",
                         *common)
     assert repeats.returncode == 0, repeats.stdout[-3000:] + repeats.stderr[-3000:]

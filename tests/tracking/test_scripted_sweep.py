@@ -25,8 +25,8 @@ def _cli_missing() -> str | None:
     """Why the agent CLIs (an external npm install) cannot run here, or None."""
     for harness in HARNESSES:
         cfg = yaml.safe_load((REPO / "conf" / "harness" / f"{harness}.yaml").read_text())
-        if installed(cfg["cli_package"], str(cfg["cli_version"]), tools_dir()) is None:
-            return (f"{cfg['cli_package']}@{cfg['cli_version']} is not installed in "
+        if installed(cfg["cli_package"], str(cfg["version"]), tools_dir()) is None:
+            return (f"{cfg['cli_package']}@{cfg['version']} is not installed in "
                     f"{tools_dir()} (python -m spu.harness.npm_tools conf/harness/{harness}.yaml)")
     return None
 

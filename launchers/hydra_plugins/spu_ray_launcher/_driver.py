@@ -210,6 +210,21 @@ class Driver:
         # Put once: every task then carries references, not copies.
         self.shared = (ray.put(launcher.hydra_context), ray.put(launcher.task_function),
                        ray.put(Singleton.get_state()))
+        display.running = self.running_status
+
+    def running_status(self) -> list[Any]:
+        """Elapsed time and latest event of each run in flight (their ``status.json``)."""
+        from spu.harness.monitor import read_status
+
+        found = []
+        for job in self.in_flight.values():
+            if job.identity is None:
+                continue
+            run_dir = Path(str(job.config.output_root)) / "runs" / job.identity.run_key
+            status = read_status(run_dir)
+            if status is not None:
+                found.append(status)
+        return found
 
     def submit(self, job: SweepJob) -> None:
         """Hand one job to Ray as a task with its resources."""
@@ -301,7 +316,7 @@ def settle_not_launched(jobs: list[SweepJob], ledger: CostLedger, progress: Swee
                         display: ProgressDisplay, returns: dict[int, JobReturn]) -> None:
     """Settle jobs the budget keeps from starting: say so, write their result rows."""
     message = ledger.stop_message(len(jobs))
-    log.warning(message)
+    # Said once: the display is the console (a log record too would print it twice).
     display.say(f"[bold yellow]{message}[/bold yellow]")
     for job in jobs:
         assert job.identity is not None

@@ -1,0 +1,65 @@
+"""Hydra sweeper plugin ``hydra/sweeper=spu``: the basic sweeper, validated per configuration.
+
+Hydra's basic sweeper composes every job's config once before it launches anything, to
+catch composition errors early: half a second per job, twelve minutes for the 1,508 jobs
+of ``experiment=paper``. A sweep's jobs differ mostly by ``task``, an option that only
+names a task package, so this sweeper composes one job per distinct set of the other
+overrides (one per configuration and repeat) and checks that every task option exists.
+The jobs, their order and their batches are the basic sweeper's.
+"""
+
+# No ``from __future__ import annotations``: Hydra's plugin scan runs this module before
+# it is in ``sys.modules``, where dataclasses cannot resolve string annotations.
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
+from hydra.errors import ConfigCompositionException
+
+TASK_GROUP = "task"
+
+
+@dataclass
+class SPUSweeperConf:
+    """The basic sweeper's settings (``params``: the sweep of an experiment config)."""
+
+    _target_: str = "hydra_plugins.spu_sweeper.SPUSweeper"
+    max_batch_size: Any = None
+    params: Any = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="spu", node=SPUSweeperConf,
+                             provider="spu")
+
+
+def _is_task(override: str) -> bool:
+    return override.lstrip("+").startswith(f"{TASK_GROUP}=")
+
+
+class SPUSweeper(BasicSweeper):
+    """:class:`BasicSweeper` whose validation composes one job per configuration."""
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Compose one job per distinct non-task overrides; check every task option."""
+        assert self.hydra_context is not None and self.config is not None
+        loader = self.hydra_context.config_loader
+        options: set[str] | None = None
+        composed: set[tuple[str, ...]] = set()
+        for overrides in batch:
+            shape = tuple(o for o in overrides if not _is_task(o))
+            if shape not in composed:
+                loader.load_sweep_config(self.config, list(overrides))
+                composed.add(shape)
+                continue
+            for override in overrides:
+                if not _is_task(override):
+                    continue
+                if options is None:
+                    options = set(loader.get_group_options(TASK_GROUP))
+                name = override.partition("=")[2]
+                if name not in options:
+                    raise ConfigCompositionException(
+                        f"Could not find '{TASK_GROUP}/{name}' (task=... names no task "
+                        f"package under task_root)")

@@ -1,0 +1,114 @@
+"""The agent monitor: latest event, API errors, status file, and the live status line."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from rich.console import Console
+
+from spu.harness.monitor import (
+    STATUS_FILE,
+    AgentMonitor,
+    RunStatus,
+    claude_code_event,
+    codex_event,
+    read_status,
+)
+from spu.launch.progress import ProgressDisplay, SweepProgress
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "cli_sessions"
+
+
+def retry(status: int, attempt: int) -> dict:
+    return {"type": "system", "subtype": "api_retry", "attempt": attempt, "max_retries": 10,
+            "error_status": status, "error": "rate_limit" if status == 429 else
+            "authentication_failed"}
+
+
+def monitor(tmp_path: Path, **kwargs) -> tuple[AgentMonitor, Path]:
+    stdout = tmp_path / "agent.stdout"
+    stdout.write_text("")
+    status = RunStatus(run_key="k1", label="task · opus5-max", started=0.0, updated=0.0)
+    return AgentMonitor(tmp_path, stdout, status, parse=claude_code_event, every_s=0,
+                        **kwargs), stdout
+
+
+def append(path: Path, *entries: dict | str) -> None:
+    with open(path, "a") as f:
+        for e in entries:
+            f.write((e if isinstance(e, str) else json.dumps(e)) + "\n")
+
+
+def test_golden_sessions_give_readable_latest_events() -> None:
+    for harness, parse in (("claude_code", claude_code_event), ("codex", codex_event)):
+        lines = (GOLDEN / harness / "presented_order" / "agent.stdout").read_text().splitlines()
+        events = [parse(json.loads(line)) for line in lines if line.startswith("{")]
+        texts = [e.text for e in events if e is not None]
+        assert any("ls -la" in t for t in texts), texts
+        assert all(e.api_status is None for e in events if e is not None)
+
+
+def test_a_rejected_key_stops_the_agent_after_two_rejections(tmp_path) -> None:
+    asked: list[str] = []
+    mon, stdout = monitor(tmp_path, on_rejected_key=lambda seen: asked.append(seen) or
+                          "API error 401: the provider rejected the API key in X (bad key)")
+    append(stdout, {"type": "system", "subtype": "init", "claude_code_version": "2.1.260"},
+           "not json: a warning the CLI printed", retry(401, 1))
+    mon.poll()
+    assert mon.rejected is None and read_status(tmp_path).api_errors == {"401": 1}
+    append(stdout, retry(401, 2))
+    mon.poll()
+    assert mon.rejected == "API error 401: the provider rejected the API key in X (bad key)"
+    assert len(asked) == 1 and "HTTP 401" in asked[0]
+    append(stdout, retry(401, 3))
+    mon.poll()
+    assert len(asked) == 1  # asked once
+    status = read_status(tmp_path)
+    assert status is not None and status.stopping == mon.rejected
+
+
+def test_a_repeated_rate_limit_is_logged_and_the_run_goes_on(tmp_path, caplog) -> None:
+    mon, stdout = monitor(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="spu.monitor"):
+        append(stdout, retry(429, 1))
+        mon.poll()
+        assert not caplog.records  # once may be a hiccup
+        append(stdout, retry(429, 2))
+        mon.poll()
+    (record,) = caplog.records
+    assert "API error 429, 2 times so far" in record.getMessage()
+    assert "task · opus5-max" in record.getMessage()
+    assert mon.rejected is None
+
+
+def test_the_status_file_holds_the_latest_event_and_goes_when_the_agent_ends(tmp_path) -> None:
+    mon, stdout = monitor(tmp_path)
+    with mon:
+        append(stdout, {"type": "assistant", "message": {"content": [
+            {"type": "tool_use", "name": "Bash", "input": {"command": "python fit.py"}}]}})
+        mon.poll()
+        status = read_status(tmp_path)
+        assert status is not None and status.last_event == "Bash: python fit.py"
+    assert not (tmp_path / STATUS_FILE).exists()
+
+
+def test_the_live_line_shows_each_running_run_and_says_repeated_errors_once() -> None:
+    """Issue 14 item 6: elapsed time and latest event per running run, API errors at once."""
+    import time
+
+    statuses = [RunStatus("k1", "spu-bhpt · opus5-max", started=time.time() - 75,
+                          updated=0.0, last_event="Bash: python fit.py"),
+                RunStatus("k2", "spu-a9sx · astra-max", started=time.time() - 5, updated=0.0,
+                          last_event="API error 429", api_errors={"429": 3},
+                          last_api_error="Reconnecting... 3/5 (unexpected status 429)")]
+    display = ProgressDisplay(SweepProgress(4), mode="lines", every_s=0.0,
+                              running=lambda: statuses)
+    display.console = Console(record=True, width=200)
+    display.refresh()
+    display.refresh()
+    text = display.console.export_text()
+    assert "running: spu-bhpt · opus5-max · 0:01:1" in text and "Bash: python fit.py" in text
+    assert "running: spu-a9sx · astra-max · 0:00:0" in text
+    assert text.count("API error 429, 3 times so far") == 1
