@@ -72,7 +72,11 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     (:func:`spu.launch.job.run_tracked`, the same under every launcher).
     """
     from spu.launch.job import run_tracked, write_result
+    from spu.tasks.package import TaskLoadError
 
+    broken = OmegaConf.select(cfg, "task.broken", default="")
+    if broken:  # a broken package selected by name (the task source says why)
+        raise TaskLoadError(f"task={cfg.task.id}: {broken}")
     spec = spec_from_config(cfg)
     out = sweep_dir = None
     if HydraConfig.initialized():
@@ -99,6 +103,46 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
+def skip_broken_task(cfg: DictConfig, exc: Exception) -> dict[str, Any]:
+    """In a sweep, a task that cannot run is reported in one line and recorded; the rest go on."""
+    from spu.callbacks import broken_task_result
+    from spu.launch.job import write_result
+
+    name = str(OmegaConf.select(cfg, "task.id", default="?"))
+    log.warning("broken task %r skipped: %s", name, exc)
+    result = broken_task_result(name, str(exc))
+    if HydraConfig.initialized():
+        write_result(Path(HydraConfig.get().runtime.output_dir), result)
+    return result
+
+
+def operator_fault(cfg: DictConfig, exc: BaseException) -> str | None:
+    """One line for a fault of the machine or the store (what to do included), else None.
+
+    A corrupted, locked or full tracking store (:func:`spu.tracking.store.store_fault`),
+    and a full disk. Finished runs are safe in every case: ``run.json`` is written
+    atomically, and a relaunch skips them.
+    """
+    import errno
+
+    from spu.tracking.store import TrackingStoreError, resolve_target, store_fault
+
+    if isinstance(exc, TrackingStoreError):
+        return str(exc)
+    if cfg.tracking.enabled and isinstance(exc, Exception):
+        target = resolve_target(cfg.tracking, Path(str(cfg.output_root)),
+                                str(cfg.experiment.name))
+        fault = store_fault(exc, target.uri)
+        if fault is not None:
+            return str(fault)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = exc.filename or Path(str(cfg.output_root)).resolve()
+        return (f"{where}: no space left on the device: free space there (or set "
+                f"output_root= to a larger disk) and relaunch; finished runs are kept and "
+                f"skipped, the interrupted one runs again")
+    return None
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
     from spu.runner import RunConfigError
@@ -106,9 +150,20 @@ def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         return run_from_config(cfg)
-    except (RunConfigError, TaskLoadError, SelectionError) as exc:
+    except (RunConfigError, SelectionError) as exc:
         # A configuration that cannot run: say what to fix, without a traceback.
         print(f"spu: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except TaskLoadError as exc:
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return skip_broken_task(cfg, exc)
+        print(f"spu: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:
+        message = operator_fault(cfg, exc)
+        if message is None:
+            raise
+        print(f"spu: {message}", file=sys.stderr)
         sys.exit(2)
 
 

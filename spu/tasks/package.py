@@ -480,7 +480,9 @@ def scan_task_root(task_root: str | Path) -> TaskRootScan:
         try:
             tasks[folder.name] = check_task_folder(folder)
         except TaskLoadError as exc:
-            broken.append(BrokenTask(folder.name, folder, _one_line(str(exc))))
+            # A folder name need not be UTF-8: keep the reason printable.
+            reason = _one_line(str(exc)).encode("utf-8", "backslashreplace").decode("utf-8")
+            broken.append(BrokenTask(folder.name, folder, reason))
     scan = TaskRootScan(root, tasks, tuple(broken))
     _SCANS.clear()  # one root at a time is the common case; keep the cache small
     _SCANS[key] = scan
