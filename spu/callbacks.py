@@ -51,6 +51,7 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     Runs skipped because an earlier launch finished them show their stored outcome and
     score, marked ``skipped``; the caption counts each kind.
     """
+    from rich.markup import escape
     from rich.table import Table
 
     statuses = [str(r.get("status", "ran")) for r in results]
@@ -70,11 +71,11 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
                           ("threshold", "right"), ("time (s)", "right"), ("run", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in sorted(results, key=lambda r: (r["task"], r["model"], r["effort"], r["repeat"])):
-        table.add_row(
-            r["task"], r["model"], r["effort"], str(r["repeat"]), r["outcome"],
-            _fmt(r["score"]), _fmt(r.get("threshold")), _fmt(r.get("runtime_s"), 1),
-            run_status(r),
-        )
+        cells = (r["task"], r["model"], r["effort"], str(r["repeat"]), r["outcome"],
+                 _fmt(r["score"]), _fmt(r.get("threshold")), _fmt(r.get("runtime_s"), 1),
+                 run_status(r))
+        # Task names come from folder names: never read as rich markup ("[/x]" would raise).
+        table.add_row(*(escape(str(c)) for c in cells))
     return table
 
 

@@ -111,6 +111,8 @@ def skip_broken_task(cfg: DictConfig, exc: Exception) -> dict[str, Any]:
     name = str(OmegaConf.select(cfg, "task.id", default="?"))
     log.warning("broken task %r skipped: %s", name, exc)
     result = broken_task_result(name, str(exc))
+    result.update(model=str(cfg.model.name), harness=str(cfg.harness.name),
+                  effort=str(cfg.effort.name), repeat=int(cfg.repeat))
     if HydraConfig.initialized():
         write_result(Path(HydraConfig.get().runtime.output_dir), result)
     return result
