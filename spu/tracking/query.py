@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from spu.schema import RunRecord
 from spu.tasks.package import validation_message
 from spu.tracking.locks import RUN_KEY_PATTERN
-from spu.tracking.store import TrackingTarget, client_for
+from spu.tracking.store import TrackingTarget, client_for, store_lock
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -246,7 +246,11 @@ def key_records(target: TrackingTarget, run_keys: Iterable[str] | None = None) -
     """
     if missing_sqlite_store(target.uri) is not None:
         return KeyRecords({}, {})
-    client = client_for(target)
+    with store_lock(target.uri):
+        return _key_records(client_for(target), run_keys)
+
+
+def _key_records(client: MlflowClient, run_keys: Iterable[str] | None) -> KeyRecords:
     experiments = [str(e.experiment_id) for e in client.search_experiments()]
     if not experiments:
         return KeyRecords({}, {})
@@ -295,7 +299,8 @@ def close_unterminated(target: TrackingTarget, run: RecordedRun) -> None:
     if run.terminated or run.tracking_id is None:
         return
     status = "FAILED" if run.outcome == "infra_error" else "FINISHED"
-    client_for(target).set_terminated(run.tracking_id, status=status)
+    with store_lock(target.uri):
+        client_for(target).set_terminated(run.tracking_id, status=status)
 
 
 def close_cut_short(target: TrackingTarget, run_ids: Iterable[str]) -> None:
@@ -304,8 +309,9 @@ def close_cut_short(target: TrackingTarget, run_ids: Iterable[str]) -> None:
     Call it only while holding the run key's lock (:func:`spu.tracking.locks.run_key_lock`):
     then no live process is still logging them.
     """
-    client = client_for(target)
-    for run_id in run_ids:
-        client.set_tag(run_id, "closed", "cut short before its outcome was logged; closed "
-                                         "by a later launch")
-        client.set_terminated(run_id, status="KILLED")
+    with store_lock(target.uri):
+        client = client_for(target)
+        for run_id in run_ids:
+            client.set_tag(run_id, "closed", "cut short before its outcome was logged; "
+                                             "closed by a later launch")
+            client.set_terminated(run_id, status="KILLED")

@@ -36,6 +36,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -125,6 +126,37 @@ def sqlite_path(uri: str) -> Path | None:
 _OPENED: set[str] = set()
 """SQLite stores this process has opened (created or migrated) already."""
 
+STORE_LOCK_TIMEOUT_S = 600.0
+"""Longest wait for another SPU process's turn at a SQLite store."""
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Take turns at a SQLite store with the other SPU processes (``<db>.lock``).
+
+    SQLite lets one writer in at a time and makes the others wait a few seconds before
+    failing with "database is locked"; two sweeps logging at once on a slow disk hit
+    that. SPU's own processes therefore queue on a lock file instead (a server store,
+    ``http://`` or ``postgresql://``, needs no turn).
+
+    Raises:
+        TrackingStoreError: the turn did not come within :data:`STORE_LOCK_TIMEOUT_S`.
+    """
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(db.with_name(db.name + ".lock"))
+    if not lock.acquire(timeout_s=STORE_LOCK_TIMEOUT_S):
+        raise TrackingStoreError(
+            f"tracking store {db} has been busy for {STORE_LOCK_TIMEOUT_S:.0f} s (process "
+            f"{lock.holder()} holds {lock.path}): let it finish (or stop it) and relaunch")
+    try:
+        yield
+    finally:
+        lock.release()
+
 
 def client_for(target: TrackingTarget | str) -> MlflowClient:
     """An MLflow client on a tracking URI (creating the SQLite folder if needed).
@@ -143,8 +175,7 @@ def client_for(target: TrackingTarget | str) -> MlflowClient:
     try:
         if db is None or uri in _OPENED:
             return MlflowClient(tracking_uri=uri)
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(db.with_name(db.name + ".lock")):
+        with store_lock(uri):
             client = MlflowClient(tracking_uri=uri)
             client._tracking_client.store  # noqa: B018 (opens the store: schema created here)
         _OPENED.add(uri)
@@ -329,7 +360,8 @@ def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
         TrackingStoreError: the store is corrupted, locked or full.
     """
     try:
-        return _create_and_log(record, Path(run_dir), target)
+        with store_lock(target.uri):
+            return _create_and_log(record, Path(run_dir), target)
     except Exception as exc:
         fault = store_fault(exc, target.uri)
         if fault is None or isinstance(exc, TrackingStoreError):

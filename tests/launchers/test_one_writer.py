@@ -202,7 +202,7 @@ def test_kill_9_of_a_basic_launcher_sweep_then_relaunch_runs_every_key_once(
     """Attack: ``kill -9`` of the driver mid-sweep, then the same command again. Every run
     key ends with exactly one complete record and one ``run.json``; no record stays RUNNING."""
     out = tmp_path / "outputs"
-    overrides = ("-m", "harness=command", f"harness.entrypoint={agents.slow}",
+    overrides = ("-m", "model=random", "harness=command", f"harness.entrypoint={agents.slow}",
                  f"task_root={task_root}", f"output_root={out}", f"sandbox={sandbox_name()}",
                  "task=glob(*)", "repeat=0,1,2")
     first = start_sweep(background, tmp_path / "first.log", *overrides)
