@@ -30,6 +30,32 @@ class SelectionError(ValueError):
     """The configuration selects nothing runnable (for example, no task)."""
 
 
+MIN_FREE_BYTES = 16 << 20
+"""Free space needed under ``output_root`` to start a run (Hydra's files, staging, logs)."""
+
+
+def disk_full(output_root: Path | str) -> OSError | None:
+    """An ``ENOSPC`` error when ``output_root``'s disk has under :data:`MIN_FREE_BYTES` free.
+
+    Checked before Hydra writes anything and before each run, so that a full disk is
+    one line, not a traceback from the first file that does not fit.
+    """
+    import errno
+
+    path = Path(output_root).expanduser().resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return None
+    return OSError(errno.ENOSPC, f"only {free} bytes free, {MIN_FREE_BYTES} needed to start "
+                                 f"a run", str(path))
+
+
 def spec_from_config(cfg: DictConfig) -> Any:
     """Turn a composed config into a :class:`~spu.runner.RunSpec`."""
     from spu.runner import RunSpec
@@ -78,6 +104,9 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     if broken:  # a broken package selected by name (the task source says why)
         raise TaskLoadError(f"task={cfg.task.id}: {broken}")
     spec = spec_from_config(cfg)
+    full = disk_full(spec.output_root)
+    if full is not None:
+        raise full
     out = sweep_dir = None
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
@@ -131,18 +160,24 @@ def operator_fault(cfg: DictConfig, exc: BaseException) -> str | None:
 
     if isinstance(exc, TrackingStoreError):
         return str(exc)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return no_space_message(exc.filename or Path(str(cfg.output_root)).resolve(),
+                                exc.strerror)
     if cfg.tracking.enabled and isinstance(exc, Exception):
         target = resolve_target(cfg.tracking, Path(str(cfg.output_root)),
                                 str(cfg.experiment.name))
         fault = store_fault(exc, target.uri)
         if fault is not None:
             return str(fault)
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = exc.filename or Path(str(cfg.output_root)).resolve()
-        return (f"{where}: no space left on the device: free space there (or set "
-                f"output_root= to a larger disk) and relaunch; finished runs are kept and "
-                f"skipped, the interrupted one runs again")
     return None
+
+
+def no_space_message(where: object, detail: str | None = None) -> str:
+    """What to do about a full disk, in one line."""
+    why = f" ({detail})" if detail and detail != "No space left on device" else ""
+    return (f"{where}: no space left on the device{why}: free space there (or set "
+            f"output_root= to a larger disk) and relaunch; finished runs are kept and "
+            f"skipped, the interrupted one runs again")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -177,9 +212,25 @@ def _export_task_root(argv: list[str]) -> None:
             os.environ["SPU_TASK_ROOT"] = str(Path(value).expanduser().resolve())
 
 
+def _output_root(argv: list[str]) -> str:
+    """``output_root=PATH`` from the command line (what Hydra will use), else the default."""
+    root = "outputs"
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if sep and key == "output_root":
+            root = value
+    return root
+
+
 def main() -> None:
     """Entry point of ``python -m spu.main``."""
-    _export_task_root(sys.argv[1:])
+    argv = sys.argv[1:]
+    _export_task_root(argv)
+    if not any(a in ("--help", "-h", "--cfg", "-c", "--info", "--hydra-help") for a in argv):
+        full = disk_full(_output_root(argv))
+        if full is not None:  # before Hydra writes its first file there
+            print(f"spu: {no_space_message(full.filename, full.strerror)}", file=sys.stderr)
+            sys.exit(2)
     _hydra_main()
 
 

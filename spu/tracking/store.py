@@ -25,7 +25,6 @@ MLflow is imported inside the functions that use it, so importing this module (a
 from __future__ import annotations
 
 import dataclasses
-import errno
 import gzip
 import hashlib
 import json
@@ -126,6 +125,17 @@ def sqlite_path(uri: str) -> Path | None:
 _OPENED: set[str] = set()
 """SQLite stores this process has opened (created or migrated) already."""
 
+
+class _KnownStoreFaults(logging.Filter):
+    """Drops MLflow's traceback of a fault :func:`store_fault` turns into one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or store_fault(exc, "") is None
+
+
+_FAULT_FILTER = _KnownStoreFaults()
+
 STORE_LOCK_TIMEOUT_S = 600.0
 """Longest wait for another SPU process's turn at a SQLite store."""
 
@@ -172,6 +182,8 @@ def client_for(target: TrackingTarget | str) -> MlflowClient:
 
     uri = target.uri if isinstance(target, TrackingTarget) else target
     db = sqlite_path(uri)
+    # MLflow logs each database error with its traceback before raising it.
+    logging.getLogger("mlflow.store.db.utils").addFilter(_FAULT_FILTER)
     try:
         if db is None or uri in _OPENED:
             return MlflowClient(tracking_uri=uri)
@@ -195,7 +207,7 @@ _STORE_FAULTS = (
      "again from runs/<run_key>/run.json"),
     (("database is locked", "database table is locked"),
      "is locked by another process ({detail}): let it finish (or stop it) and relaunch"),
-    (("database or disk is full", "no space left on device", "disk i/o error"),
+    (("database or disk is full", "disk i/o error"),
      "cannot grow: its disk is full ({detail}); free space there and relaunch "
      "(finished runs are kept in runs/ and skipped)"),
     (("readonly database", "attempt to write a readonly", "unable to open database file"),
@@ -223,9 +235,8 @@ def store_fault(exc: BaseException, uri: str) -> TrackingStoreError | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        texts.append(str(current).split("\n", 1)[0])
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
-            texts.append("no space left on device")
+        if not isinstance(current, OSError):  # a file's own error is the caller's to name
+            texts.append(str(current).split("\n", 1)[0])
         current = current.__cause__ or current.__context__
     text = " ".join(texts).lower()
     db = sqlite_path(uri)
