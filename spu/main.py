@@ -100,9 +100,9 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     from spu.launch.job import run_tracked, write_result
     from spu.tasks.package import TaskLoadError
 
-    broken = OmegaConf.select(cfg, "task.broken", default="")
-    if broken:  # a broken package selected by name (the task source says why)
-        raise TaskLoadError(f"task={cfg.task.id}: {broken}")
+    selected = not OmegaConf.is_missing(cfg, "task") and cfg.task is not None
+    if selected and cfg.task.get("broken"):  # a broken package selected by name
+        raise TaskLoadError(f"task={cfg.task.id}: {cfg.task.broken}")
     spec = spec_from_config(cfg)
     full = disk_full(spec.output_root)
     if full is not None:
