@@ -24,9 +24,11 @@ from __future__ import annotations
 import csv
 import errno
 import io
+import logging
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,6 +59,8 @@ REQUIRED_PUBLIC: tuple[str, ...] = (
     "contract.json",
 )
 
+
+log = logging.getLogger(__name__)
 
 MAX_YAML_BYTES = 1 << 20
 """Largest ``task.yaml`` (or build spec) read: 1 MiB."""
@@ -494,27 +498,35 @@ def select_tasks(
     discipline: str | None = None,
     visibility: str | None = None,
     subfield: str | None = None,
+    on_broken: Callable[[BrokenTask], None] | None = None,
 ) -> list[TaskPackage]:
     """Task packages under ``task_root`` matching every filter given, sorted by folder.
 
-    Filters compare case-insensitively with the ``task.yaml`` fields; a folder whose
-    ``task.yaml`` cannot be read raises :class:`TaskLoadError` naming it.
+    Filters compare case-insensitively with the ``task.yaml`` fields. A broken package
+    (:func:`scan_task_root`, or a contract that does not load) is left out, as a sweep
+    leaves it out, and reported to ``on_broken`` (default: a logged warning).
     """
     wanted = {
         "discipline": discipline,
         "visibility": visibility,
         "subfield": subfield,
     }
+    report = on_broken or (lambda b: log.warning("%s", b))
+    scan = scan_task_root(task_root)
+    for broken in scan.broken:
+        report(broken)
     selected = []
-    for folder in discover_tasks(task_root):
-        meta = load_meta(folder)
+    for name, meta in scan.tasks.items():
         values = {
             "discipline": meta.discipline.value,
             "visibility": meta.visibility.value,
             "subfield": meta.subfield,
         }
         if all(v is None or values[k].casefold() == v.casefold() for k, v in wanted.items()):
-            selected.append(load_task(folder))
+            try:
+                selected.append(load_task(scan.root / name))
+            except TaskLoadError as exc:
+                report(BrokenTask(name, scan.root / name, _one_line(str(exc))))
     return selected
 
 

@@ -275,3 +275,19 @@ def test_validate_never_prints_answer_values_or_source_identifiers(make_task) ->
     assert any("experiment.md" == f.file and "quotes 4 of the 6 measured values of group G1"
                in f.message for f in report.errors), messages
     assert any("column 'yield_pct' holds the measured values of group" in m for m in messages)
+
+
+def test_task_list_leaves_a_broken_task_out_in_one_line(make_task, tmp_path) -> None:
+    """``spu task list --format hydra`` feeds sweeps: a broken package is left out and named
+    on stderr, never fatal to the list of the others."""
+    make_task()
+    from tests.tasks.conftest import write_task
+
+    write_task(tmp_path, "spu-bytes")
+    (tmp_path / "spu-bytes" / "task.yaml").write_bytes(b"id: \xff\n")
+    out = run_module(["spu", "task", "list", "--task-root", str(tmp_path), "--format",
+                      "hydra"])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "spu-test"
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "broken task 'spu-bytes' skipped" in lines[0]
