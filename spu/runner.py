@@ -307,9 +307,10 @@ def stage(run: PreparedRun) -> Path:
     """
     from spu.tasks.validate import staged_package_errors
 
+    # Leftovers of a process killed while staging this key (the caller holds its lock).
+    for stale in run.run_dir.parent.glob(f".{run.key}.staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     scratch = run.run_dir.with_name(f".{run.key}.staging-{os.getpid()}")
-    if scratch.exists():
-        shutil.rmtree(scratch)
     try:
         staged = stage_public_files(run.task, scratch / "task")
         errors = staged_package_errors(staged, run.task.contract, run.answers)
