@@ -106,7 +106,7 @@ def test_a_record_cut_short_is_closed_and_the_run_json_logged_once(tmp_path) -> 
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(_record().model_dump_json())
     client = client_for(target)
-    exp = client.create_experiment("spu-x")
+    exp = client.create_experiment("spu-x", artifact_location=target.artifact_root)
     cut = client.create_run(exp, tags={"run_key": KEY, "attempt": "1"}).info.run_id
 
     held = hold_in_another_process(out / "locks" / f"{KEY}.lock")
