@@ -148,3 +148,35 @@ def test_the_task_config_never_interpolates_a_task_file(hostile_root, compose,
     broken = compose("task=spu-bytes")
     assert "not UTF-8" in broken.task.broken
     assert RunIdentity.from_config(broken) is None
+
+
+def test_a_run_validates_its_staged_package_before_the_agent_starts(tmp_path) -> None:
+    """Ids not one-to-one (a ``targets.csv`` row the contract lacks): a clear error naming
+    the file, no agent run, and no run folder (an earlier finished run stays as it was)."""
+    from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
+    from spu.runner import RunSpec, run_one
+    from spu.tasks.package import TaskLoadError
+
+    task = _copy_as(tmp_path / "tasks", "spu-extra")
+    marker = tmp_path / "agent-ran"
+    agent = tmp_path / "agent.sh"
+    agent.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    agent.chmod(0o755)
+    spec = RunSpec(model=ModelConfig(name="random", provider="baseline"),
+                   harness=HarnessConfig(name="command", entrypoint=str(agent)),
+                   effort=EffortConfig(name="none"), task_dir=task,
+                   output_root=tmp_path / "outputs", sandbox=SandboxConfig(name="subprocess"))
+    first = run_one(spec)
+    assert marker.exists()
+    marker.unlink()
+    run_json = tmp_path / "outputs" / "runs" / first.run_key / "run.json"
+    saved = run_json.read_bytes()
+    with open(task / "targets.csv", "a") as f:
+        header = (task / "targets.csv").read_text().splitlines()[0].split(",")
+        f.write(",".join(["E999", "G1"] + ["x"] * (len(header) - 2)) + "\n")
+    with pytest.raises(TaskLoadError, match=r"staged package fails validation: targets.csv: "
+                                            r"line \d+: experiment E999"):
+        run_one(spec)
+    assert not marker.exists()  # the agent never started
+    assert run_json.read_bytes() == saved
+    assert not list((tmp_path / "outputs" / "runs").glob(".*"))
