@@ -1,16 +1,25 @@
-"""Hydra callbacks: the results table printed when a run or a sweep ends."""
+"""Hydra callbacks: broken tasks reported when a sweep starts, the results table when it ends."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    from spu.tasks.package import BrokenTask
+
+log = logging.getLogger("spu")
 
 RESULT_FILE = "result.json"
+
+BROKEN_TASK_FOLDER = "broken-task-{index}"
+"""Sweep subfolder holding the result row of a broken task a glob left out."""
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -26,6 +35,10 @@ def run_status(result: dict[str, Any]) -> str:
     status = result.get("status", "ran")
     if status == "skipped":
         return "skipped"
+    if status == "broken_task":
+        return "skipped (broken task)"
+    if status == "in_progress":
+        return "skipped (running elsewhere)"
     if status == "not_launched":
         return f"not launched ({result.get('note') or 'budget'})"
     attempt = int(result.get("attempt") or 1)
@@ -47,14 +60,20 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     Runs skipped because an earlier launch finished them show their stored outcome and
     score, marked ``skipped``; the caption counts each kind.
     """
+    from rich.markup import escape
     from rich.table import Table
 
     statuses = [str(r.get("status", "ran")) for r in results]
-    counts = {s: statuses.count(s) for s in ("ran", "skipped", "not_launched")}
+    counts = {s: statuses.count(s)
+              for s in ("ran", "skipped", "not_launched", "broken_task", "in_progress")}
     caption = f"{counts['ran']} ran now, {counts['skipped']} skipped (finished by an earlier " \
               f"launch: stored outcome and score)"
     if counts["not_launched"]:
         caption += f", {counts['not_launched']} not launched"
+    if counts["in_progress"]:
+        caption += f", {counts['in_progress']} running in another process"
+    if counts["broken_task"]:
+        caption += f", {counts['broken_task']} broken task(s) skipped (reason in the log)"
     table = Table(title=title, caption=caption)
     for name, justify in (("task", "left"), ("config", "left"), ("harness", "left"),
                           ("repeat", "right"), ("outcome", "left"), ("score", "right"),
@@ -63,12 +82,72 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
                          no_wrap=name in ("config", "harness", "outcome", "run"))
     for r in sorted(results, key=lambda r: (r["task"], config_of(r), str(r.get("harness")),
                                             r["repeat"])):
-        table.add_row(
-            r["task"], config_of(r), str(r.get("harness") or "-"), str(r["repeat"]), r["outcome"],
-            _fmt(r["score"]), _fmt(r.get("threshold")), _fmt(r.get("runtime_s"), 1),
-            run_status(r),
-        )
+        cells = (r["task"], config_of(r), str(r.get("harness") or "-"), str(r["repeat"]),
+                 r["outcome"], _fmt(r["score"]), _fmt(r.get("threshold")),
+                 _fmt(r.get("runtime_s"), 1), run_status(r))
+        # Task names come from folder names: never read as rich markup ("[/x]" would raise).
+        table.add_row(*(escape(str(c)) for c in cells))
     return table
+
+
+def _task_sweep_value(config: DictConfig) -> str | None:
+    """What the sweep gives ``task``: the command line's override, else the sweeper's."""
+    value = None
+    for override in OmegaConf.select(config, "hydra.overrides.task", default=None) or []:
+        key, sep, rest = str(override).partition("=")
+        if sep and key.lstrip("+~") == "task":
+            value = rest
+    if value is None:
+        params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+        value = params.get("task") if hasattr(params, "get") else None
+    return None if value is None else str(value)
+
+
+def broken_tasks_of_sweep(config: DictConfig) -> list[BrokenTask]:
+    """The broken task packages a sweep's ``task=glob(...)`` would have selected.
+
+    The task config source never lists a broken package (:func:`spu.tasks.package.
+    scan_task_root`), so a glob runs every other task; this names what it left out.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Glob
+
+    from spu.tasks.package import scan_task_root
+
+    value = _task_sweep_value(config)
+    if value is None or "glob(" not in value:
+        return []
+    try:
+        parsed = OverridesParser.create().parse_overrides([f"task={value}"])[0].value()
+    except Exception:  # noqa: BLE001 (Hydra reports a bad override itself)
+        return []
+    if not isinstance(parsed, Glob):
+        return []
+    root = os.environ.get("SPU_TASK_ROOT") or str(OmegaConf.select(config, "task_root",
+                                                                   default="tasks"))
+    broken = scan_task_root(root).broken
+    chosen = set(parsed.filter([b.name for b in broken]))
+    return [b for b in broken if b.name in chosen]
+
+
+def broken_task_result(name: str, reason: str) -> dict[str, Any]:
+    """The result row of a broken task: skipped, with its reason."""
+    return {"run_key": None, "task": name, "model": "-", "harness": "-", "effort": "-",
+            "repeat": 0, "outcome": "-", "scored": False, "score": None, "threshold": None,
+            "cost_usd": None, "runtime_s": None, "mlflow_run_id": None,
+            "status": "broken_task", "attempt": 0, "note": reason}
+
+
+def record_broken_tasks(config: DictConfig, sweep_dir: Path) -> list[BrokenTask]:
+    """Log each broken task of the sweep in one line and leave its row in the sweep folder."""
+    broken = broken_tasks_of_sweep(config)
+    for index, task in enumerate(broken):
+        log.warning("%s", task)
+        folder = sweep_dir / BROKEN_TASK_FOLDER.format(index=index)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / RESULT_FILE).write_text(json.dumps(broken_task_result(ascii(task.name)[1:-1],
+                                                                        task.reason)))
+    return broken
 
 
 def collect_results(folder: Path) -> list[dict[str, Any]]:
@@ -83,7 +162,14 @@ def collect_results(folder: Path) -> list[dict[str, Any]]:
 
 
 class ResultsTable(Callback):
-    """Prints one row per finished job when the run or sweep ends."""
+    """Reports broken tasks when a sweep starts; prints one row per job when it ends."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before a sweep: one line per broken task its glob leaves out, recorded as a row."""
+        try:
+            record_broken_tasks(config, Path(str(config.hydra.sweep.dir)))
+        except OSError as exc:  # an unwritable output_root fails the jobs themselves
+            log.warning("broken tasks not recorded: %s", exc)
 
     def _print(self, folder: Path, title: str, config: DictConfig) -> None:
         from rich.console import Console

@@ -97,6 +97,9 @@ class TaskConfig:
     discipline: str = ""
     subfield: str = ""
     visibility: str = "public"
+    broken: str = ""
+    """Why the package cannot run (one line), for a broken task selected by name; empty
+    when it is sound. Such a job records the reason and runs nothing."""
 
 
 @dataclass

@@ -37,6 +37,32 @@ class SelectionError(ValueError):
     """The configuration selects nothing runnable (for example, no task)."""
 
 
+MIN_FREE_BYTES = 16 << 20
+"""Free space needed under ``output_root`` to start a run (Hydra's files, staging, logs)."""
+
+
+def disk_full(output_root: Path | str) -> OSError | None:
+    """An ``ENOSPC`` error when ``output_root``'s disk has under :data:`MIN_FREE_BYTES` free.
+
+    Checked before Hydra writes anything and before each run, so that a full disk is
+    one line, not a traceback from the first file that does not fit.
+    """
+    import errno
+
+    path = Path(output_root).expanduser().resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return None
+    return OSError(errno.ENOSPC, f"only {free} bytes free, {MIN_FREE_BYTES} needed to start "
+                                 f"a run", str(path))
+
+
 def spec_from_config(cfg: DictConfig) -> Any:
     """Turn a composed config into a :class:`~spu.runner.RunSpec`."""
     from spu.runner import RunSpec
@@ -87,11 +113,18 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     (:func:`spu.launch.job.run_tracked`, the same under every launcher).
     """
     from spu.launch.job import run_tracked, write_result
+    from spu.tasks.package import TaskLoadError
 
     if cfg.get("dry_run"):
         raise SelectionError("dry_run=true: a job was about to start; dry runs are planned "
                              "from the command line (python -m spu.main ... dry_run=true)")
+    selected = not OmegaConf.is_missing(cfg, "task") and cfg.task is not None
+    if selected and cfg.task.get("broken"):  # a broken package selected by name
+        raise TaskLoadError(f"task={cfg.task.id}: {cfg.task.broken}")
     spec = spec_from_config(cfg)
+    full = disk_full(spec.output_root)
+    if full is not None:
+        raise full
     out = sweep_dir = None
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
@@ -117,6 +150,54 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
+def skip_broken_task(cfg: DictConfig, exc: Exception) -> dict[str, Any]:
+    """In a sweep, a task that cannot run is reported in one line and recorded; the rest go on."""
+    from spu.callbacks import broken_task_result
+    from spu.launch.job import write_result
+
+    name = str(OmegaConf.select(cfg, "task.id", default="?"))
+    log.warning("broken task %r skipped: %s", name, exc)
+    result = broken_task_result(name, str(exc))
+    result.update(model=str(cfg.model.name), harness=str(cfg.harness.name),
+                  effort=str(cfg.effort.name), repeat=int(cfg.repeat))
+    if HydraConfig.initialized():
+        write_result(Path(HydraConfig.get().runtime.output_dir), result)
+    return result
+
+
+def operator_fault(cfg: DictConfig, exc: BaseException) -> str | None:
+    """One line for a fault of the machine or the store (what to do included), else None.
+
+    A corrupted, locked or full tracking store (:func:`spu.tracking.store.store_fault`),
+    and a full disk. Finished runs are safe in every case: ``run.json`` is written
+    atomically, and a relaunch skips them.
+    """
+    import errno
+
+    from spu.tracking.store import TrackingStoreError, resolve_target, store_fault
+
+    if isinstance(exc, TrackingStoreError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return no_space_message(exc.filename or Path(str(cfg.output_root)).resolve(),
+                                exc.strerror)
+    if cfg.tracking.enabled and isinstance(exc, Exception):
+        target = resolve_target(cfg.tracking, Path(str(cfg.output_root)),
+                                str(cfg.experiment.name))
+        fault = store_fault(exc, target.uri)
+        if fault is not None:
+            return str(fault)
+    return None
+
+
+def no_space_message(where: object, detail: str | None = None) -> str:
+    """What to do about a full disk, in one line."""
+    why = f" ({detail})" if detail and detail != "No space left on device" else ""
+    return (f"{where}: no space left on the device{why}: free space there (or set "
+            f"output_root= to a larger disk) and relaunch; finished runs are kept and "
+            f"skipped, the interrupted one runs again")
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
     from spu.runner import RunConfigError
@@ -124,9 +205,20 @@ def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         return run_from_config(cfg)
-    except (RunConfigError, TaskLoadError, SelectionError) as exc:
+    except (RunConfigError, SelectionError) as exc:
         # A configuration that cannot run: say what to fix, without a traceback.
         print(f"spu: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except TaskLoadError as exc:
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return skip_broken_task(cfg, exc)
+        print(f"spu: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:
+        message = operator_fault(cfg, exc)
+        if message is None:
+            raise
+        print(f"spu: {message}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -136,6 +228,16 @@ def _export_task_root(argv: Sequence[str]) -> None:
         key, sep, value = arg.lstrip("+").partition("=")
         if sep and key == "task_root":
             os.environ["SPU_TASK_ROOT"] = str(Path(value).expanduser().resolve())
+
+
+def _output_root(argv: Sequence[str]) -> str:
+    """``output_root=PATH`` from the command line (what Hydra will use), else the default."""
+    root = "outputs"
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if sep and key == "output_root":
+            root = value
+    return root
 
 
 HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
@@ -200,6 +302,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise
             print(f"spu: {message}", file=sys.stderr)
             sys.exit(2)
+        if not any(a in ("--cfg", "-c") for a in args):
+            full = disk_full(_output_root(args))
+            if full is not None:  # before Hydra writes its first file there
+                print(f"spu: {no_space_message(full.filename, full.strerror)}",
+                      file=sys.stderr)
+                sys.exit(2)
     sys.argv = [sys.argv[0], *args]
     # Hydra prints its own errors (several lines, with advice to add keys with +) and
     # exits 1 unless HYDRA_FULL_ERROR is set; set, it raises them here instead.

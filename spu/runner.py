@@ -59,7 +59,13 @@ from spu.schema import (
     RunRecord,
     SandboxInfo,
 )
-from spu.tasks.package import TaskPackage, load_answers, load_task, stage_public_files
+from spu.tasks.package import (
+    TaskLoadError,
+    TaskPackage,
+    load_answers,
+    load_task,
+    stage_public_files,
+)
 from spu.tools.audit import AUDIT_FILE, TOOLS_DIR, read_audit
 from spu.tools.egress import EgressProxyError, shell_downloads
 from spu.tools.providers import Provider, ProviderConfigError
@@ -321,15 +327,45 @@ def prepare_run(spec: RunSpec) -> PreparedRun:
 
 
 def stage(run: PreparedRun) -> Path:
-    """Step 1: archive an earlier attempt and stage the task's public files.
+    """Step 1: stage the task's public files, check the copy, then move it into the run folder.
 
-    A run killed with its driver may have left its disk mounted in the run folder: its
-    files are put back first, so that the archived attempt keeps them.
+    The copy is made and validated (:func:`spu.tasks.validate.staged_package_errors`:
+    regular files only, ids one-to-one with the trusted contract and answer key) in a
+    scratch folder beside the run folders; only then is an earlier attempt archived
+    and the copy moved in. A package that fails, or a disk that fills up, leaves the
+    run folder as it was: no half-staged folder, no finished ``run.json`` lost.
+
+    Raises
+    ------
+    spu.tasks.TaskLoadError
+        When the package holds a link, a device or a FIFO, is over a size limit, or
+        its staged copy fails validation (no agent runs then).
+    OSError
+        When the disk is full (nothing is left behind).
     """
+    from spu.tasks.validate import staged_package_errors
+
+    # A run killed with its driver may have left its disk mounted in the run folder: its
+    # files are put back first, so that the archived attempt keeps them.
     release_stale_disk(run.run_dir)
-    _archive_previous_attempt(run.run_dir)
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    return stage_public_files(run.task, run.run_dir / "task")
+    # Leftovers of a process killed while staging this key (the caller holds its lock).
+    for stale in run.run_dir.parent.glob(f".{run.key}.staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch = run.run_dir.with_name(f".{run.key}.staging-{os.getpid()}")
+    try:
+        staged = stage_public_files(run.task, scratch / "task")
+        errors = staged_package_errors(staged, run.task.contract, run.answers)
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise TaskLoadError(f"task {run.task.id} ({run.task.path}): the staged package "
+                                f"fails validation: {errors[0].file}: {errors[0].message}"
+                                f"{more}; run spu task validate on it")
+        _archive_previous_attempt(run.run_dir)
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        staged.rename(run.run_dir / "task")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return run.run_dir / "task"
 
 
 def sandbox_request(run: PreparedRun, staged: Path,
@@ -628,8 +664,12 @@ def write_run_record(run_dir: Path, record: RunRecord) -> Path:
     """
     path = run_dir / "run.json"
     partial = path.with_name("run.json.partial")
-    partial.write_text(record.model_dump_json(indent=1))
-    os.replace(partial, path)
+    try:
+        partial.write_text(record.model_dump_json(indent=1))
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)  # a full disk: no truncated record left behind
+        raise
     return path
 
 

@@ -7,6 +7,7 @@ golden files of older versions live in ``tests/golden/`` and must keep loading.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,30 @@ class Record(BaseModel):
 
 
 # --------------------------------------------------------------------------- tasks
+
+TASK_ID_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+"""A task id (and a task folder name): letters, digits, ``.``, ``_`` and ``-``, at most 128
+characters, not starting with a dot (so never ``.`` or ``..``). Ids become folder names,
+Hydra options and MLflow params; nothing else is safe in all three."""
+
+
+def check_task_id(value: str) -> str:
+    """``value`` when it is a safe task id (:data:`TASK_ID_PATTERN`), else ``ValueError``.
+
+    Examples
+    --------
+    >>> check_task_id("spu-bhpt")
+    'spu-bhpt'
+    >>> check_task_id("../hidden")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: '../hidden' is not a safe task id: letters, digits, '.', '_' and '-' only, ...
+    """
+    if not TASK_ID_PATTERN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a safe task id: letters, digits, '.', '_' and '-' "
+                         f"only, not starting with a dot, at most 128 characters")
+    return value
+
 
 
 class Discipline(str, Enum):
@@ -80,6 +105,11 @@ class TaskMeta(Record):
     def _version_as_text(cls, value: Any) -> Any:
         # YAML reads ``version: 1.0`` as a float; the contract compares text.
         return str(value) if isinstance(value, (int, float)) else value
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        return check_task_id(value)
 
 
 class ComparisonGroup(Record):

@@ -22,7 +22,7 @@ def test_default_job_runs_baselines_and_tracks_them(tmp_path, repo_root) -> None
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{out_root / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("default")
+    exp = client.get_experiment_by_name("spu-default")
     assert exp is not None
     found = client.search_runs([exp.experiment_id])
     assert len(found) == 3 * n_tasks

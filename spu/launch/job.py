@@ -35,6 +35,7 @@ from spu.launch.resume import (
     plan_run,
 )
 from spu.schema import Outcome, ProcessEvidence, RunRecord, SandboxInfo
+from spu.tracking.locks import run_key_lock
 from spu.tracking.query import RecordedRun, recorded_run_from_record
 from spu.tracking.store import TrackingTarget, log_run, resolve_target
 
@@ -49,6 +50,10 @@ class JobStatus:
     """An earlier launch finished it; the result shows the stored record."""
     not_launched = "not_launched"
     """Not run: the sweep's budget was spent before it started."""
+    in_progress = "in_progress"
+    """Not run: another process holds the run key (a concurrent sweep is running it)."""
+    broken_task = "broken_task"
+    """Not run: the task package is broken (the note says why)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class RunIdentity:
         from spu.runner import run_key
 
         if OmegaConf.is_missing(cfg, "task") or cfg.task is None:
+            return None
+        if cfg.task.get("broken"):  # a broken package selected by name: nothing to run
             return None
         task, repeat = cfg.task, int(cfg.repeat)
         key = run_key(cfg.model.name, cfg.harness.name, cfg.effort.name, str(task.id),
@@ -135,6 +142,12 @@ def not_launched_result(identity: RunIdentity, reason: str) -> dict[str, Any]:
         "attempt": 0,
         "note": reason,
     }
+
+
+def in_progress_result(identity: RunIdentity, holder: str) -> dict[str, Any]:
+    """The result row of a run key another process holds."""
+    return {**not_launched_result(identity, f"running in another process (pid {holder})"),
+            "status": JobStatus.in_progress}
 
 
 def write_result(folder: Path, result: dict[str, Any]) -> None:
@@ -225,6 +238,21 @@ def run_tracked(cfg: DictConfig, spec: Any, sweep_dir: Path | None = None) -> Jo
     """
     identity = RunIdentity.from_config(cfg)
     assert identity is not None, "spec_from_config has checked that a task is selected"
+    # One writer per run key: held from the decision until the run is tracked.
+    lock = run_key_lock(spec.output_root, identity.run_key)
+    if not lock.acquire(blocking=False):
+        log.warning("run %s (%s/%s-%s r%d): skipped, running in another process (pid %s)",
+                    identity.run_key, identity.task_id, identity.model, identity.effort,
+                    identity.repeat, lock.holder())
+        return JobRun(JobStatus.in_progress, result=in_progress_result(identity, lock.holder()))
+    try:
+        return _run_locked(cfg, spec, identity, sweep_dir)
+    finally:
+        lock.release()
+
+
+def _run_locked(cfg: DictConfig, spec: Any, identity: RunIdentity,
+                sweep_dir: Path | None) -> JobRun:
     target = tracking_target(cfg, spec.output_root)
     plan, latest = plan_job(cfg, identity, spec.output_root, target)
     if plan.skip and latest is not None:
@@ -298,12 +326,24 @@ def record_lost_attempt(cfg: DictConfig, reason: str, retries_left: bool) -> Los
         reason: why the worker died, in words.
         retries_left: whether the launcher still relaunches this job.
     """
-    from spu.runner import write_run_record
-
     identity = RunIdentity.from_config(cfg)
     if identity is None:
         return LostAttempt(retry=False, result=None)
     output_root = Path(str(cfg.output_root)).resolve()
+    lock = run_key_lock(output_root, identity.run_key)
+    if not lock.acquire(blocking=False):
+        # Another process runs the key now: the lost attempt is not ours to record.
+        return LostAttempt(retry=False, result=in_progress_result(identity, lock.holder()))
+    try:
+        return _record_lost_locked(cfg, identity, output_root, reason, retries_left)
+    finally:
+        lock.release()
+
+
+def _record_lost_locked(cfg: DictConfig, identity: RunIdentity, output_root: Path,
+                        reason: str, retries_left: bool) -> LostAttempt:
+    from spu.runner import write_run_record
+
     target = tracking_target(cfg, output_root)
     run_dir = output_root / "runs" / identity.run_key
     in_progress = not (run_dir / "run.json").is_file()

@@ -16,6 +16,13 @@ Each run key is then decided from its latest recorded attempt
 Every attempt stays recorded: a new attempt points at the one it follows through
 ``retried_from`` (its MLflow run id) and ``run_one`` archives the earlier attempt's
 folder under ``attempts/``.
+
+One writer per run key: a process runs a key only while it holds the key's lock
+(:func:`spu.tracking.locks.run_key_lock`), taken before the decision and held until
+the run is tracked (:func:`spu.launch.job.run_tracked`). Repairs of what a killed
+process left (an untracked ``run.json``, a record left RUNNING) are made under the
+same lock, so a concurrent sweep never repairs, and duplicates, a run in progress.
+A key is one record whatever experiment holds it: the lookups search the whole store.
 """
 
 from __future__ import annotations
@@ -27,12 +34,15 @@ from enum import Enum
 from pathlib import Path
 
 from spu.schema import Outcome
+from spu.tracking.locks import run_key_lock
 from spu.tracking.query import (
+    KeyRecords,
     RecordedRun,
+    close_cut_short,
     close_unterminated,
+    key_records,
     read_run_file,
     recorded_run_from_record,
-    recorded_runs,
 )
 from spu.tracking.store import TrackingTarget, log_run
 
@@ -120,30 +130,69 @@ def latest_attempts(target: TrackingTarget | None, output_root: Path,
                     run_keys: Iterable[str]) -> dict[str, RecordedRun]:
     """The latest recorded attempt of each key, tracking and run folders reconciled.
 
-    Tracking is the record; the run folders fill the gaps a killed process leaves:
+    Tracking is the record (every experiment of the store); the run folders fill the
+    gaps a killed process leaves:
 
     - a ``run.json`` newer than the latest tracked attempt (the process died after
       ``run_one`` wrote it, before tracking had it) is logged now, so the finished run
       counts instead of running twice;
-    - a complete record MLflow still shows as running is marked ended;
+    - a complete record MLflow still shows as running is marked ended, and a record
+      cut short before its outcome (no ``outcome`` tag) is closed as KILLED;
     - with tracking off (``target`` None), ``run.json`` is the record.
+
+    Repairs need the key's lock: a key another process holds is left to it (its
+    tracked record, if any, is returned as it is).
     """
     keys = sorted(set(run_keys))
-    tracked = recorded_runs(target, keys) if target is not None else {}
+    held_records = key_records(target, keys) if target is not None else KeyRecords({}, {})
     latest: dict[str, RecordedRun] = {}
     for key in keys:
         run_dir = Path(output_root) / "runs" / key
+        held = held_records.latest.get(key)
         record = read_run_file(run_dir / "run.json")
-        held = tracked.get(key)
-        if record is not None and (held is None or record.attempt > held.attempt):
-            tracking_id = None
-            if target is not None:
-                tracking_id = log_run(record, run_dir, target)
-                log.warning("run %s: logged attempt %d, left untracked by a process that "
-                            "was stopped", key, record.attempt)
-            latest[key] = recorded_run_from_record(record, tracking_id)
-        elif held is not None:
-            if target is not None and not held.terminated:
-                close_unterminated(target, held)
-            latest[key] = held
+        untracked = record is not None and (held is None or record.attempt > held.attempt)
+        repairs = target is not None and (untracked or (held is not None and not held.terminated)
+                                          or key in held_records.cut_short)
+        if not repairs:
+            if untracked and record is not None:  # tracking off: the run folder is the record
+                latest[key] = recorded_run_from_record(record)
+            elif held is not None:
+                latest[key] = held
+            continue
+        assert target is not None
+        lock = run_key_lock(Path(output_root), key)
+        if not lock.acquire(blocking=False):
+            log.info("run %s: held by another process (pid %s); left to it", key, lock.holder())
+            if held is not None:
+                latest[key] = held
+            continue
+        try:
+            latest.update(_repair(target, run_dir, key))
+        finally:
+            lock.release()
     return latest
+
+
+def _repair(target: TrackingTarget, run_dir: Path, key: str) -> dict[str, RecordedRun]:
+    """Under the key's lock: close cut-short records, log an untracked ``run.json``.
+
+    Tracking and the run folder are read again here: the process that held the key
+    before may have finished and tracked it since the first look.
+    """
+    found = key_records(target, [key])
+    held = found.latest.get(key)
+    if key in found.cut_short:
+        close_cut_short(target, found.cut_short[key])
+        log.warning("run %s: closed %d MLflow record(s) cut short by a stopped process",
+                    key, len(found.cut_short[key]))
+    record = read_run_file(run_dir / "run.json")
+    if record is not None and (held is None or record.attempt > held.attempt):
+        tracking_id = log_run(record, run_dir, target)
+        log.warning("run %s: logged attempt %d, left untracked by a process that "
+                    "was stopped", key, record.attempt)
+        return {key: recorded_run_from_record(record, tracking_id)}
+    if held is not None:
+        if not held.terminated:
+            close_unterminated(target, held)
+        return {key: held}
+    return {}

@@ -258,7 +258,8 @@ def list_command(args: argparse.Namespace) -> int:
 
     try:
         tasks = select_tasks(args.task_root, discipline=args.discipline,
-                             visibility=args.visibility, subfield=args.subfield)
+                             visibility=args.visibility, subfield=args.subfield,
+                             on_broken=lambda b: print(f"spu task list: {b}", file=sys.stderr))
     except TaskLoadError as exc:
         print(f"spu task list: {exc}", file=sys.stderr)
         return 2

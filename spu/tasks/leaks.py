@@ -138,7 +138,8 @@ def text_leaks(text: str, groups: Mapping[str, Mapping[str, float]], file: str) 
     are mostly temperatures, times and amounts, so values written only as whole
     numbers count toward a stricter bar: at least 75% of the distinct values, and 4;
     single-digit whole numbers are not counted at all (``targets.csv`` columns are
-    still checked cell by cell by :func:`column_leaks`).
+    still checked cell by cell by :func:`column_leaks`). The message gives the count
+    of values quoted, never the values.
     """
     tokens = number_tokens(text)
     decimal_tokens = [t for t in tokens if t.decimals != 0]
@@ -156,10 +157,9 @@ def text_leaks(text: str, groups: Mapping[str, Mapping[str, float]], file: str) 
             TEXT_MIN_VALUES, math.ceil(TEXT_MIN_SHARE * len(distinct)))
         need_with_whole = max(TEXT_MIN_VALUES + 1, math.ceil(TEXT_WHOLE_SHARE * len(distinct)))
         if len(strong) >= need or len(strong) + len(weak) >= need_with_whole:
-            found = sorted(strong + weak)
-            shown = ", ".join(f"{v:g}" for v in found[:5])
-            leaks.append(Leak(file, gid, f"quotes {len(found)} of the {len(distinct)} measured "
-                                         f"values of group {gid} ({shown}...)"))
+            # The count, never the values: a validation report may be read by anyone.
+            leaks.append(Leak(file, gid, f"quotes {len(strong) + len(weak)} of the "
+                                         f"{len(distinct)} measured values of group {gid}"))
     return leaks
 
 
@@ -193,6 +193,7 @@ def source_identifiers(source: SourceRecord | None) -> list[tuple[str, str]]:
 def source_leaks(data: bytes, identifiers: Iterable[tuple[str, str]], file: str) -> list[Leak]:
     """Source identifiers found in a public file (text or binary).
 
+    The message names the field found (``doi``, ``title``...), never its value.
     Titles are compared after lower-casing and collapsing punctuation and spaces;
     numeric identifiers (PMID) must stand alone; others are searched as written,
     ignoring case.
@@ -209,5 +210,6 @@ def source_leaks(data: bytes, identifiers: Iterable[tuple[str, str]], file: str)
         else:
             found = ident.casefold() in folded
         if found:
-            leaks.append(Leak(file, None, f"names the source ({key} {ident!r})"))
+            # The field, never the identifier itself: it is as secret as the values.
+            leaks.append(Leak(file, None, f"names the source (its {key})"))
     return leaks

@@ -7,6 +7,11 @@ group with fewer than 2 experiments or with all measured values equal, a measure
 value that is not a finite number, and a leak (measured values or source identifiers
 in a public file).
 
+Packages are data: a link (to a file or a folder), a device, a FIFO or a socket anywhere
+in the package is an error (``unsafe-file``), and so is a file over its size limit.
+No finding ever quotes a measured value or a source identifier: a leak names the file,
+the column or group and the count of values found, so a report can be shared.
+
 Warnings are the screens of the paper's construction protocol (section 2.3, steps 2
 and 3); ``strict`` turns them into errors: a group whose measured values rise or fall
 strictly with one varied numeric setting (``strictly-monotone``, the paper's exclusion)
@@ -20,7 +25,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -32,6 +39,8 @@ from spu.schema import AnswerKey, Contract, Protocol, TargetRow, TaskMeta
 from spu.strict_json import StrictJSONError, loads_strict
 from spu.tasks import leaks
 from spu.tasks.package import (
+    MAX_STAGED_FILE_BYTES,
+    MAX_TABLE_BYTES,
     PUBLIC_PATHS,
     REQUIRED_PUBLIC,
     TaskLoadError,
@@ -39,6 +48,9 @@ from spu.tasks.package import (
     load_meta,
     load_protocol,
     load_targets,
+    read_task_file,
+    read_task_text,
+    unsafe_entries,
     validation_message,
 )
 
@@ -132,9 +144,9 @@ def _read_answers(path: Path, name: str, out: _Collector) -> AnswerKey | None:
     that the finding can name the experiment that holds one.
     """
     try:
-        raw = loads_strict(path.read_text(encoding="utf-8"), allow_nan=True)
-    except UnicodeDecodeError as exc:
-        out.error(name, "malformed", f"not valid UTF-8 ({exc})")
+        raw = loads_strict(read_task_text(path, MAX_TABLE_BYTES), allow_nan=True)
+    except TaskLoadError as exc:
+        out.error(name, "malformed", str(exc).removeprefix(f"{path}: "))
         return None
     except StrictJSONError as exc:
         if exc.kind == "duplicate":
@@ -152,9 +164,12 @@ def _read_answers(path: Path, name: str, out: _Collector) -> AnswerKey | None:
                 continue
             for eid, value in values.items():
                 if not _is_number(value):
+                    # The kind of value, not the value: reports never show the key.
+                    kind = "NaN or infinite" if isinstance(value, float) else \
+                        type(value).__name__
                     out.error(name, "non-numeric",
-                              f"groups.{gid}.{eid}: measured value {value!r} is not a "
-                              f"finite number")
+                              f"groups.{gid}.{eid}: measured value is not a finite number "
+                              f"({kind})")
                     bad = True
     if bad:
         return None
@@ -268,7 +283,7 @@ def _check_answers(answers: AnswerKey, contract: Contract, name: str, out: _Coll
         values = [measured[eid] for eid in g.items if eid in measured]
         if len(values) >= 2 and len(set(values)) == 1:
             out.error(name, "constant-group", f"group {g.group_id}: all {len(values)} measured "
-                                              f"values are equal ({values[0]!r})")
+                                              f"values are equal")
 
 
 def _check_protocol(protocol: Protocol, contract: Contract, rows: list[TargetRow] | None,
@@ -288,14 +303,26 @@ def _check_protocol(protocol: Protocol, contract: Contract, rows: list[TargetRow
                                               f"targets.csv")
 
 
+def _is_regular(path: Path) -> bool:
+    """A regular file, not a link to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _public_files(task_dir: Path) -> list[Path]:
+    """The public regular files (links and special files are reported apart, never read)."""
     files = []
     for name in PUBLIC_PATHS:
         path = task_dir / name
-        if path.is_file():
+        if _is_regular(path):
             files.append(path)
-        elif path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file()))
+        elif path.is_dir() and not path.is_symlink():
+            for root, dirs, names in os.walk(path, followlinks=False):
+                dirs.sort()
+                files.extend(Path(root) / n for n in sorted(names)
+                             if _is_regular(Path(root) / n))
     return files
 
 
@@ -305,7 +332,11 @@ def _check_leaks(task_dir: Path, rows: list[TargetRow] | None, answers: AnswerKe
     identifiers = leaks.source_identifiers(answers.source)
     for path in _public_files(task_dir):
         rel = path.relative_to(task_dir).as_posix()
-        data = path.read_bytes()
+        try:
+            data = read_task_file(path, MAX_STAGED_FILE_BYTES)
+        except TaskLoadError as exc:
+            out.error(rel, "malformed", str(exc).removeprefix(f"{path}: "))
+            continue
         found += leaks.source_leaks(data, identifiers, rel)
         if rel == "targets.csv":
             if rows is not None:
@@ -321,6 +352,54 @@ def _check_leaks(task_dir: Path, rows: list[TargetRow] | None, answers: AnswerKe
     for leak in found:
         code = "leak-source" if leak.group_id is None else "leak-values"
         out.error(leak.file, code, f"leak: {leak.message}")
+
+
+def _check_unsafe(task_dir: Path, out: _Collector) -> None:
+    """Each link, device, FIFO or socket of the package is an error of its own."""
+    for entry in unsafe_entries(task_dir):
+        public = entry.path.split("/", 1)[0] in PUBLIC_PATHS
+        where = "staging refuses the package" if public else "never read"
+        out.error(entry.path, "unsafe-file",
+                  f"is a {entry.kind}{'' if entry.target is None else f' to {entry.target!r}'}; "
+                  f"task packages hold regular files and folders only ({where})")
+
+
+def staged_package_errors(staged_dir: str | Path, contract: Contract,
+                          answers: AnswerKey) -> list[Finding]:
+    """Errors of a staged copy of a package, checked before the agent starts.
+
+    The copy must hold every required file as a regular file, nothing unsafe, and a
+    ``task.yaml``, ``contract.json`` and ``targets.csv`` consistent with the trusted
+    contract and answer key: same task identity, the same groups and experiments, each
+    experiment once (ids one-to-one across the three). The screens and the leak checks
+    are the maintainer's (``spu task validate``), not repeated for every run.
+    """
+    staged = Path(staged_dir)
+    out = _Collector()
+    _check_unsafe(staged, out)
+    for name in REQUIRED_PUBLIC:
+        if not _is_regular(staged / name):
+            out.error(name, "missing-file", "required file is missing from the staged copy")
+    if out.findings:
+        return out.findings
+    meta = _load(out, "task.yaml", load_meta, staged)
+    copy = _load(out, "contract.json", load_contract, staged / "contract.json")
+    rows = _load(out, "targets.csv", load_targets, staged / "targets.csv")
+    if meta is not None:
+        for name, record in (("contract.json", copy), ("answers", answers)):
+            if record is not None and (record.task_id, record.task_version) != (meta.id,
+                                                                                meta.version):
+                out.error(name, "identity", f"task {record.task_id!r} version "
+                                            f"{record.task_version!r} does not match task.yaml "
+                                            f"({meta.id!r} version {meta.version!r})")
+    if copy is not None and copy != contract:
+        out.error("contract.json", "id-mismatch", "the staged contract differs from the trusted "
+                                                  "one")
+    _check_contract(contract, out)
+    if rows is not None:
+        _check_targets(rows, contract, out)
+    _check_answers(answers, contract, "answers", out)
+    return [f for f in out.findings if f.severity is Severity.error]
 
 
 def _spearman(x: list[float], y: list[float]) -> float:
@@ -396,7 +475,7 @@ def _screen_groups(rows: list[TargetRow], contract: Contract, answers: AnswerKey
         error = errors.get(g.group_id)
         if error is not None and spread <= error:
             out.warning(answers_name, "narrow",
-                        f"group {g.group_id}: values span {spread:g}, within the stated "
+                        f"group {g.group_id}: the values span no more than the stated "
                         f"measurement error {error:g} (paper 2.3, step 2)")
         scale = max(abs(v) for v in values)
         if scale > 0 and spread / scale < screens.min_relative_spread:
@@ -528,26 +607,32 @@ def validate_task(
     ValidationReport
         Every finding, each naming its file; ``ok`` is False on any error.
     """
-    task_dir = Path(task_dir).resolve()
+    given = Path(task_dir)
+    task_dir = given.resolve()
     screens = screens or ScreenSettings()
     out = _Collector()
     if not task_dir.is_dir():
         out.error(str(task_dir), "missing-file", "task folder does not exist")
         return ValidationReport(task_dir, tuple(out.findings))
+    if given.is_symlink():
+        out.error(str(given), "unsafe-file", f"the task folder is a link (to "
+                                             f"{os.readlink(given)!r}); sweeps skip it")
     answers_file = Path(answers_path) if answers_path else task_dir / "hidden" / "answers.json"
-    answers_file = answers_file.resolve()
+    # Resolve the folders only: the key itself must not be a link.
+    answers_file = answers_file.parent.resolve() / answers_file.name
     try:
         answers_name = answers_file.relative_to(task_dir).as_posix()
     except ValueError:
         answers_name = str(answers_file)
+    _check_unsafe(task_dir, out)
     for name in REQUIRED_PUBLIC:
-        if not (task_dir / name).is_file():
+        if not os.path.lexists(task_dir / name):
             out.error(name, "missing-file", "required file is missing")
-    if not answers_file.is_file():
+    if not os.path.lexists(answers_file):
         out.error(answers_name, "missing-file", "answer key is missing")
 
     def present(name: str) -> bool:
-        return (task_dir / name).is_file()
+        return _is_regular(task_dir / name)
 
     meta = _load(out, "task.yaml", load_meta, task_dir) if present("task.yaml") else None
     contract = (_load(out, "contract.json", load_contract, task_dir / "contract.json")
@@ -556,7 +641,8 @@ def validate_task(
                 if present("protocol.json") else None)
     rows = (_load(out, "targets.csv", load_targets, task_dir / "targets.csv")
             if present("targets.csv") else None)
-    answers = _read_answers(answers_file, answers_name, out) if answers_file.is_file() else None
+    answers = (_read_answers(answers_file, answers_name, out)
+               if os.path.lexists(answers_file) else None)
 
     if meta is not None:
         _check_identity(meta, contract, answers, answers_name, task_dir, out)

@@ -7,8 +7,9 @@ MLflow's run store only (no artifact download), and the same row builder serves
 
 Retries. An ``infra_error`` run is retried (paper 3.1) and each attempt is its own
 MLflow run with the same ``run_key``. The statistics need exactly one official row
-per run key and experiment (the same key in two experiments is two runs): the **latest
-attempt**, by :func:`spu.tracking.query.attempt_rank` as for resuming (highest
+per run key, whatever experiment or launcher recorded it (a key is one run: the same
+configuration, task version and repeat): the **latest attempt**, by
+:func:`spu.tracking.query.attempt_rank` as for resuming (highest
 ``attempt``, then the latest logged, then the largest run id; among ``run.json``
 files, the run folder's own record over the archived ``attempts/<n>/``). By
 default only official rows are exported, with ``attempt`` and ``n_attempts`` showing
@@ -203,14 +204,15 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
 
 def mark_official(rows: list[dict[str, Any]], all_attempts: bool = False
                   ) -> list[dict[str, Any]]:
-    """Choose the official row of each run key in each experiment and count its attempts.
+    """Choose the official row of each run key and count its attempts.
 
-    The official row is the latest attempt (:func:`~spu.tracking.query.attempt_rank`);
-    a run key logged in two experiments gives two official rows.
+    The official row is the latest attempt (:func:`~spu.tracking.query.attempt_rank`),
+    across experiments: a run key logged in two experiments (a store made before
+    lookups searched the whole store, or ``sweep.resume=off``) still gives one row.
     """
-    by_key: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
+    by_key: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        by_key.setdefault((row["experiment"], row["run_key"]), []).append(row)
+        by_key.setdefault(row["run_key"], []).append(row)
     out: list[dict[str, Any]] = []
     for attempts in by_key.values():
         attempts.sort(key=lambda r: attempt_rank(r["attempt"], r["_start_ms"], r["run_id"]))
@@ -252,7 +254,8 @@ def runs_table(tracking_uri: str, experiment: str | None = None, *,
 
     Args:
         tracking_uri: the MLflow tracking URI (``sqlite:///outputs/mlflow.db``, a server).
-        experiment: one experiment's name; None exports every experiment.
+        experiment: one experiment's name (``paper`` finds ``spu-paper``); None exports
+            every experiment.
         all_attempts: keep earlier attempts of retried runs (``official`` false).
 
     Raises:
@@ -269,7 +272,11 @@ def logged_runs(tracking_uri: str, experiment: str | None = None) -> list[Logged
         raise RunsExportError(f"no tracking store at {db} (tracking URI {tracking_uri})")
     client = client_for(tracking_uri)
     if experiment is not None:
-        found = client.get_experiment_by_name(experiment)
+        from spu.tracking.store import experiment_name
+
+        # ``paper`` names SPU's experiment ``spu-paper`` too.
+        found = client.get_experiment_by_name(experiment) or client.get_experiment_by_name(
+            experiment_name(experiment))
         if found is None:
             names = sorted(e.name for e in client.search_experiments())
             raise RunsExportError(f"{tracking_uri}: no experiment named {experiment!r} "

@@ -1,8 +1,10 @@
 """Look up recorded runs by run key: what a sweep needs to resume without duplicates.
 
 A run key (:func:`spu.runner.run_key`) names one run of one configuration on one task
-version and repeat. Each attempt of it is one MLflow run tagged with the key. A
-record counts once its ``outcome`` tag is logged: :func:`spu.tracking.store.log_run`
+version and repeat, whatever experiment or launcher ran it: lookups search every
+experiment of the store, so ``experiment=single`` finds the run ``experiment=default``
+finished and does not log it again. Each attempt of it is one MLflow run tagged with
+the key. A record counts once its ``outcome`` tag is logged: :func:`spu.tracking.store.log_run`
 logs the key and the outcome in the same batch, so a run cut short while logging has
 neither, and the export (:mod:`spu.tracking.export`) skips it for the same reason.
 The latest attempt of a key is the one that counts: the largest
@@ -18,7 +20,6 @@ MLflow is imported inside the functions.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,14 +29,13 @@ from pydantic import ValidationError
 
 from spu.schema import RunRecord
 from spu.tasks.package import validation_message
-from spu.tracking.store import TrackingTarget, client_for
+from spu.tracking.locks import RUN_KEY_PATTERN
+from spu.tracking.store import TrackingTarget, client_for, store_lock
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
-RUN_KEY_PATTERN = re.compile(r"[0-9a-f]{16}")
-"""What :func:`spu.runner.run_key` produces; anything else never reaches a filter string."""
 
 PAGE_SIZE = 5_000
 """Runs fetched per MLflow search page."""
@@ -194,11 +194,6 @@ def latest_per_key(runs: Iterable[tuple[RecordedRun, int]]) -> dict[str, Recorde
     return {key: run for key, (_, run) in best.items()}
 
 
-def _experiment(client: MlflowClient, target: TrackingTarget) -> str | None:
-    found = client.get_experiment_by_name(target.experiment)
-    return None if found is None else str(found.experiment_id)
-
-
 def search_runs(client: MlflowClient, experiment_ids: list[str],
                 filter_string: str = "") -> list[Run]:
     """Every active run of the experiments that matches ``filter_string``, read in pages."""
@@ -231,43 +226,75 @@ def missing_sqlite_store(uri: str) -> Path | None:
     return None if db.is_file() else db
 
 
-def recorded_runs(target: TrackingTarget,
-                  run_keys: Iterable[str] | None = None) -> dict[str, RecordedRun]:
-    """The latest complete attempt of every run key recorded in the target experiment.
+@dataclass(frozen=True)
+class KeyRecords:
+    """What the store holds for some run keys, across all its experiments."""
+
+    latest: dict[str, RecordedRun]
+    """The latest complete attempt of each key that has one."""
+    cut_short: dict[str, list[str]]
+    """MLflow run ids of records still RUNNING without an outcome (their logger died)."""
+
+
+def key_records(target: TrackingTarget, run_keys: Iterable[str] | None = None) -> KeyRecords:
+    """The records of run keys in every experiment of the target's store.
 
     Args:
-        target: tracking URI and experiment (artifact root unused).
+        target: tracking URI (experiment and artifact root unused: a run key is one
+            record whatever experiment holds it).
         run_keys: only these keys (one search per key when there are at most 20,
-            else one search of the experiment filtered here); None for every key.
+            else one search of the store filtered here); None for every key.
 
     Raises:
         RunLookupError: a run key is malformed, or a record is.
     """
     if missing_sqlite_store(target.uri) is not None:
-        return {}
-    client = client_for(target)
-    experiment = _experiment(client, target)
-    if experiment is None:
-        return {}
+        return KeyRecords({}, {})
+    with store_lock(target.uri):
+        return _key_records(client_for(target), run_keys)
+
+
+def _key_records(client: MlflowClient, run_keys: Iterable[str] | None) -> KeyRecords:
+    experiments = [str(e.experiment_id) for e in client.search_experiments()]
+    if not experiments:
+        return KeyRecords({}, {})
     keys = None if run_keys is None else sorted(set(run_keys))
     for key in keys or ():
         if not RUN_KEY_PATTERN.fullmatch(key):
             raise RunLookupError(f"{key!r} is not a run key (16 hex digits)")
     if keys is not None and len(keys) <= 20:
         found = [r for key in keys
-                 for r in search_runs(client, [experiment], f"tags.run_key = '{key}'")]
+                 for r in search_runs(client, experiments, f"tags.run_key = '{key}'")]
     else:
-        found = search_runs(client, [experiment])
+        found = search_runs(client, experiments)
     pairs = []
+    cut_short: dict[str, list[str]] = {}
     for run in found:
+        run_key = run.data.tags.get("run_key")
+        if run_key is None or (keys is not None and run_key not in keys):
+            continue
         recorded = recorded_run_from_mlflow(run)
-        if recorded is not None and (keys is None or recorded.run_key in keys):
+        if recorded is not None:
             pairs.append((recorded, run.info.start_time or 0))
-    return latest_per_key(pairs)
+        elif run.info.status == "RUNNING":
+            cut_short.setdefault(run_key, []).append(run.info.run_id)
+    return KeyRecords(latest_per_key(pairs), cut_short)
+
+
+def recorded_runs(target: TrackingTarget,
+                  run_keys: Iterable[str] | None = None) -> dict[str, RecordedRun]:
+    """The latest complete attempt of every run key recorded in the target's store.
+
+    Every experiment counts (:func:`key_records`).
+
+    Raises:
+        RunLookupError: a run key is malformed, or a record is.
+    """
+    return key_records(target, run_keys).latest
 
 
 def find_recorded_run(target: TrackingTarget, run_key: str) -> RecordedRun | None:
-    """The latest complete attempt of ``run_key`` in the target experiment, or None."""
+    """The latest complete attempt of ``run_key`` in the target's store, or None."""
     return recorded_runs(target, [run_key]).get(run_key)
 
 
@@ -276,4 +303,19 @@ def close_unterminated(target: TrackingTarget, run: RecordedRun) -> None:
     if run.terminated or run.tracking_id is None:
         return
     status = "FAILED" if run.outcome == "infra_error" else "FINISHED"
-    client_for(target).set_terminated(run.tracking_id, status=status)
+    with store_lock(target.uri):
+        client_for(target).set_terminated(run.tracking_id, status=status)
+
+
+def close_cut_short(target: TrackingTarget, run_ids: Iterable[str]) -> None:
+    """End records whose logger died before their outcome was logged: KILLED.
+
+    Call it only while holding the run key's lock (:func:`spu.tracking.locks.run_key_lock`):
+    then no live process is still logging them.
+    """
+    with store_lock(target.uri):
+        client = client_for(target)
+        for run_id in run_ids:
+            client.set_tag(run_id, "closed", "cut short before its outcome was logged; "
+                                             "closed by a later launch")
+            client.set_terminated(run_id, status="KILLED")

@@ -8,6 +8,17 @@ stream), the submission folder ``output/`` (``rankings.json``, ``report.md``,
 ``sources.json``, ``scripts/``), the raw CLI logs ``logs/`` (gzip-compressed on
 the fly above :data:`COMPRESS_LOGS_ABOVE_BYTES`) and the tools service's records ``tools/``
 (``audit.jsonl``, the full answers, ``egress.jsonl``).
+A file over
+:data:`STORE_ONCE_ABOVE_BYTES` is stored once by content (``<artifact
+root>/blobs/sha256/<ab>/<sha256>``) and the run's artifact is a small reference to it,
+``<name>.blob.json``: a 200 MB output that several runs share is not copied again.
+
+The store is made safe to share: a run's MLflow record is created tagged with its run
+key, so that a record cut short (a killed process, a full disk) is found and closed by
+the next launch; opening a SQLite store for the first time (which creates or migrates
+its schema) is serialized by a lock file (:mod:`spu.tracking.locks`); and a store that
+is corrupted, locked or full becomes one :class:`TrackingStoreError` line saying what to
+do (:func:`store_fault`).
 
 MLflow is imported inside the functions that use it, so importing this module (and
 ``spu``) does not load it.
@@ -15,7 +26,10 @@ MLflow is imported inside the functions that use it, so importing this module (a
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import hashlib
+import json
 import logging
 import os
 import re
@@ -23,6 +37,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +46,7 @@ import spu
 from spu.analysis.exposure import exposure_kinds
 from spu.config import TrackingConfig
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord
+from spu.tracking.locks import FileLock
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
 
 if TYPE_CHECKING:
@@ -51,6 +67,16 @@ COMPRESS_LOGS_ABOVE_BYTES = 1 << 20
 MAX_ARTIFACT_BYTES = 256 << 20
 """Files of the agent's folders larger than this are not logged (a note says so)."""
 
+STORE_ONCE_ABOVE_BYTES = 16 << 20
+"""Files logged larger than this are stored once by content and referenced."""
+
+BLOB_FOLDER = "blobs/sha256"
+"""Where content-addressed artifacts live under the artifact root."""
+
+EXPERIMENT_PREFIX = "spu-"
+"""SPU's MLflow experiments are ``spu-<experiment.name>``: never confused with MLflow's
+own empty ``Default`` experiment."""
+
 BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
 """MLflow's limits per ``log_batch`` call."""
 
@@ -64,25 +90,165 @@ class TrackingTarget:
     experiment: str
 
 
+def experiment_name(name: str) -> str:
+    """The MLflow experiment of SPU experiment ``name``: ``spu-<name>``.
+
+    Examples
+    --------
+    >>> experiment_name("default"), experiment_name("spu-paper")
+    ('spu-default', 'spu-paper')
+    """
+    return name if name.startswith(EXPERIMENT_PREFIX) else EXPERIMENT_PREFIX + name
+
+
 def resolve_target(cfg: TrackingConfig, output_root: Path, experiment: str) -> TrackingTarget:
-    """Fill the defaults: SQLite and artifacts under ``output_root``."""
+    """Fill the defaults: SQLite and artifacts under ``output_root``.
+
+    The experiment is ``tracking.experiment`` as given, else ``spu-<experiment.name>``
+    (:func:`experiment_name`).
+    """
     root = Path(output_root).resolve()
     uri = cfg.uri or f"sqlite:///{root / 'mlflow.db'}"
     artifacts = cfg.artifact_root or (root / "mlartifacts").as_uri()
     if "://" not in artifacts:
         artifacts = Path(artifacts).resolve().as_uri()
     return TrackingTarget(uri=uri, artifact_root=artifacts,
-                          experiment=cfg.experiment or experiment)
+                          experiment=cfg.experiment or experiment_name(experiment))
+
+
+class TrackingStoreError(RuntimeError):
+    """The tracking store cannot be used; the message names it and says what to do."""
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+_OPENED: set[str] = set()
+"""SQLite stores this process has opened (created or migrated) already."""
+
+
+class _KnownStoreFaults(logging.Filter):
+    """Drops MLflow's traceback of a fault :func:`store_fault` turns into one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or store_fault(exc, "") is None
+
+
+_FAULT_FILTER = _KnownStoreFaults()
+
+STORE_LOCK_TIMEOUT_S = 600.0
+"""Longest wait for another SPU process's turn at a SQLite store."""
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Take turns at a SQLite store with the other SPU processes (``<db>.lock``).
+
+    SQLite lets one writer in at a time and makes the others wait a few seconds before
+    failing with "database is locked"; two sweeps logging at once on a slow disk hit
+    that. SPU's own processes therefore queue on a lock file instead (a server store,
+    ``http://`` or ``postgresql://``, needs no turn).
+
+    Raises:
+        TrackingStoreError: the turn did not come within :data:`STORE_LOCK_TIMEOUT_S`.
+    """
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(db.with_name(db.name + ".lock"))
+    if not lock.acquire(timeout_s=STORE_LOCK_TIMEOUT_S):
+        raise TrackingStoreError(
+            f"tracking store {db} has been busy for {STORE_LOCK_TIMEOUT_S:.0f} s (process "
+            f"{lock.holder()} holds {lock.path}): let it finish (or stop it) and relaunch")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def client_for(target: TrackingTarget | str) -> MlflowClient:
-    """An MLflow client on a tracking URI (creating the SQLite folder if needed)."""
+    """An MLflow client on a tracking URI (creating the SQLite folder if needed).
+
+    The first opening of a SQLite store in a process holds ``<db>.lock``: MLflow
+    creates or migrates the schema then, and two processes doing it at once collide
+    (``_alembic_tmp_experiments already exists``).
+
+    Raises:
+        TrackingStoreError: the store is corrupted, locked or full (:func:`store_fault`).
+    """
     from mlflow.tracking import MlflowClient
 
     uri = target.uri if isinstance(target, TrackingTarget) else target
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri)
+    db = sqlite_path(uri)
+    # MLflow logs each database error with its traceback before raising it.
+    logging.getLogger("mlflow.store.db.utils").addFilter(_FAULT_FILTER)
+    try:
+        if db is None or uri in _OPENED:
+            return MlflowClient(tracking_uri=uri)
+        with store_lock(uri):
+            client = MlflowClient(tracking_uri=uri)
+            client._tracking_client.store  # noqa: B018 (opens the store: schema created here)
+        _OPENED.add(uri)
+        return client
+    except Exception as exc:
+        fault = store_fault(exc, uri)
+        if fault is None:
+            raise
+        raise fault from exc
+
+
+_STORE_FAULTS = (
+    (("file is not a database", "database disk image is malformed", "malformed database",
+      "no such table", "not an error"),
+     "is corrupted or not an MLflow database ({detail}): move it aside "
+     "(mv {db} {db}.broken) and relaunch the same sweep; its finished runs are logged "
+     "again from runs/<run_key>/run.json"),
+    (("database is locked", "database table is locked"),
+     "is locked by another process ({detail}): let it finish (or stop it) and relaunch"),
+    (("database or disk is full", "disk i/o error"),
+     "cannot grow: its disk is full ({detail}); free space there and relaunch "
+     "(finished runs are kept in runs/ and skipped)"),
+    (("readonly database", "attempt to write a readonly", "unable to open database file"),
+     "cannot be opened for writing ({detail}); check its folder's permissions and "
+     "free space, then relaunch"),
+)
+
+
+def store_fault(exc: BaseException, uri: str) -> TrackingStoreError | None:
+    """One line for a store that is corrupted, locked or full; None for other errors.
+
+    MLflow raises SQLAlchemy's errors as they are or wrapped in its own; the message
+    of every exception in the chain is searched.
+
+    Examples
+    --------
+    >>> import sqlite3
+    >>> print(store_fault(sqlite3.OperationalError("database is locked"),
+    ...                   "sqlite:////o/mlflow.db"))  # doctest: +NORMALIZE_WHITESPACE
+    tracking store /o/mlflow.db is locked by another process (database is locked): let it
+    finish (or stop it) and relaunch
+    """
+    texts = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if not isinstance(current, OSError):  # a file's own error is the caller's to name
+            texts.append(str(current).split("\n", 1)[0])
+        current = current.__cause__ or current.__context__
+    text = " ".join(texts).lower()
+    db = sqlite_path(uri)
+    where = f"tracking store {db}" if db is not None else f"tracking store {uri}"
+    for needles, advice in _STORE_FAULTS:
+        found = next((n for n in needles if n in text), None)
+        if found is not None:
+            return TrackingStoreError(f"{where} " + advice.format(detail=found, db=db or uri))
+    return None
 
 
 def experiment_id(client: MlflowClient, target: TrackingTarget) -> str:
@@ -208,17 +374,49 @@ def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
 
     Params, metrics and tags go in one ``log_batch`` call (split only past MLflow's
     per-call limits, e.g. a task with more than 1,000 comparison groups), then the
-    run folder's artifacts, file by file, streamed.
+    run folder's artifacts, file by file, streamed. A logging that fails ends the
+    MLflow run as FAILED where the store still answers.
+
+    Raises:
+        TrackingStoreError: the store is corrupted, locked or full.
     """
+    try:
+        with store_lock(target.uri):
+            return _create_and_log(record, Path(run_dir), target)
+    except Exception as exc:
+        fault = store_fault(exc, target.uri)
+        if fault is None or isinstance(exc, TrackingStoreError):
+            raise
+        raise fault from exc
+
+
+def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
+    client = client_for(target)
+    exp = experiment_id(client, target)
+    run_name = f"{record.task_id}/{record.config}/r{record.repeat}"
+    # Tagged with its key from the start: a record cut short is found and closed later
+    # (it counts only once its ``outcome`` tag is logged, in the last batch).
+    run = client.create_run(exp, run_name=run_name,
+                            tags={"run_key": record.run_key, "attempt": str(record.attempt)})
+    run_id = run.info.run_id
+    try:
+        _log_record(client, run_id, record, run_dir, blob_root(target))
+    except BaseException:
+        try:  # best effort: a full or locked store fails this too; the next launch closes it
+            client.set_terminated(run_id, status="FAILED")
+        except Exception:  # noqa: BLE001
+            log.warning("run %s: MLflow run %s left RUNNING; the next launch closes it",
+                        record.run_key, run_id)
+        raise
+    return run_id
+
+
+def _log_record(client: MlflowClient, run_id: str, record: RunRecord, run_dir: Path,
+                blobs: str | None) -> None:
     import time
 
     from mlflow.entities import Metric, Param, RunTag
 
-    client = client_for(target)
-    exp = experiment_id(client, target)
-    run_name = f"{record.task_id}/{record.config}/r{record.repeat}"
-    run = client.create_run(exp, run_name=run_name)
-    run_id = run.info.run_id
     now = int(time.time() * 1000)
     metrics = [Metric(k, v, now, 0) for k, v in run_metrics(record).items()]
     params = [Param(k, v) for k, v in run_params(record).items()]
@@ -229,12 +427,16 @@ def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
     for batch in _chunks(metrics[:split], BATCH_LIMITS["metrics"]):
         client.log_batch(run_id, metrics=batch)
     client.log_batch(run_id, metrics=metrics[split:], params=params, tags=tags)
-    skipped = log_run_artifacts(client, run_id, Path(run_dir))
+    skipped = log_run_artifacts(client, run_id, run_dir, blobs)
     if skipped:
         client.set_tag(run_id, "artifacts_skipped", ", ".join(skipped)[:5000])
     status = "FAILED" if record.outcome is Outcome.infra_error else "FINISHED"
     client.set_terminated(run_id, status=status)
-    return run_id
+
+
+def blob_root(target: TrackingTarget) -> str:
+    """Where the target's content-addressed artifacts live: ``<artifact root>/blobs/sha256``."""
+    return f"{target.artifact_root.rstrip('/')}/{BLOB_FOLDER}"
 
 
 def _regular_files(folder: Path) -> Iterator[Path]:
@@ -247,8 +449,14 @@ def _regular_files(folder: Path) -> Iterator[Path]:
                 yield path
 
 
-def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path) -> list[str]:
-    """Log the run folder's artifacts; returns the files left out (too large)."""
+def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path,
+                      blobs: str | None = None) -> list[str]:
+    """Log the run folder's artifacts; returns the files left out (too large).
+
+    With ``blobs`` (an artifact URI, :func:`blob_root`), a file over
+    :data:`STORE_ONCE_ABOVE_BYTES` is stored there once by content and logged as a
+    reference ``<name>.blob.json`` (:func:`store_blob`).
+    """
     skipped: list[str] = []
     for name in ARTIFACT_FILES:
         path = run_dir / name
@@ -267,8 +475,60 @@ def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path) -> list[
                     continue
                 if folder == "logs" and size > COMPRESS_LOGS_ABOVE_BYTES:
                     path = _gzip_copy(path, Path(scratch) / rel.parent)
+                    size = path.stat().st_size
+                if blobs is not None and size > STORE_ONCE_ABOVE_BYTES:
+                    ref = store_blob(blobs, path)
+                    path = Path(scratch) / "refs" / rel.parent / f"{path.name}.blob.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps(dataclasses.asdict(ref), indent=1))
                 client.log_artifact(run_id, str(path), artifact_path=str(rel.parent))
     return skipped
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A run's reference to an artifact stored once by content."""
+
+    sha256: str
+    """Hex SHA-256 of the content."""
+    bytes: int
+    """Size in bytes."""
+    uri: str
+    """Where the content is: ``<artifact root>/blobs/sha256/<ab>/<sha256>``."""
+    name: str
+    """The file's name in the run folder."""
+
+
+def _sha256(path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def store_blob(blobs: str, path: Path) -> BlobRef:
+    """Store ``path`` under ``blobs`` by content, unless that content is there already.
+
+    Works for any MLflow artifact URI (a local folder, ``mlflow-artifacts:``, S3...);
+    the artifact repository writes through a temporary name, so a reader never
+    sees half a blob.
+    """
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    digest, size = _sha256(path)
+    repo = get_artifact_repository(blobs)
+    shard = digest[:2]
+    uri = f"{blobs}/{shard}/{digest}"
+    present = any(info.path.rsplit("/", 1)[-1] == digest and info.file_size == size
+                  for info in repo.list_artifacts(shard))
+    if not present:
+        with tempfile.TemporaryDirectory(prefix="spu-blob-") as tmp:
+            named = Path(tmp) / digest
+            os.symlink(path.resolve(), named)  # our own link: read as the named content
+            repo.log_artifact(str(named), artifact_path=shard)
+    return BlobRef(sha256=digest, bytes=size, uri=uri, name=path.name)
 
 
 def _gzip_copy(path: Path, folder: Path) -> Path:

@@ -77,7 +77,7 @@ class Tracked:
     repeat: int
 
 
-def tracked_runs(out_root: Path, experiment: str = "default") -> list[Tracked]:
+def tracked_runs(out_root: Path, experiment: str = "spu-default") -> list[Tracked]:
     """Every complete record of an experiment in ``<out_root>/mlflow.db``."""
     from mlflow.tracking import MlflowClient
 

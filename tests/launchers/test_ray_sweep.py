@@ -168,7 +168,7 @@ def test_a_seeded_cost_counts_toward_the_budget_under_both_launchers(task_root,
     (run_dir / "run.json").write_text(record.model_dump_json())
     log_run(record, run_dir, TrackingTarget(uri=f"sqlite:///{out / 'mlflow.db'}",
                                             artifact_root=(out / "mlartifacts").as_uri(),
-                                            experiment="default"))
+                                            experiment="spu-default"))
     common = [f"output_root={out}", f"task_root={task_root}", "model=random",
               f"task={TASKS[0]}", "repeat=0,1,2", "budget.max_cost_usd=2"]
     for launcher in ("hydra/launcher=basic", "hydra/launcher=ray_local"):

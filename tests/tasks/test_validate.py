@@ -289,8 +289,10 @@ def test_leak_source_identifier(make_task, where, text) -> None:
 def test_leak_source_file_name(make_task) -> None:
     task = make_task(source={"package": "somepkg==1.2", "file": "data/Secret_cleaned.csv"},
                      instruction="Data: Secret_cleaned.csv\n")
-    assert any(f.code == "leak-source" and "Secret_cleaned.csv" in f.message
-               for f in validate_task(task).errors)
+    found = [f for f in validate_task(task).errors if f.code == "leak-source"]
+    assert [f.message for f in found] == ["leak: names the source (its file)"]
+    # The report names the field, never the secret identifier itself.
+    assert "Secret_cleaned" not in found[0].message
 
 
 # ----------------------------------------------------------------------------- screens

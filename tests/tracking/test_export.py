@@ -9,6 +9,7 @@ import math
 import shutil
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -100,7 +101,7 @@ def test_export_of_a_sweep_gives_the_spec_columns_and_run_json_values(sweep, tmp
         assert_row_is_record(row, record)
         assert client.get_run(row["run_id"]).data.tags["run_key"] == row["run_key"]
         assert row["official"] and row["attempt"] == row["n_attempts"] == 1
-        assert row["experiment"] == "default"
+        assert row["experiment"] == "spu-default"
 
 
 @pytest.mark.slow
@@ -143,7 +144,7 @@ def test_runs_table_feeds_the_statistics_module(sweep, tmp_path) -> None:
 @pytest.mark.slow
 def test_readme_search_finds_one_configurations_scored_chemistry_runs(sweep) -> None:
     client = client_for(f"sqlite:///{sweep / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("default").experiment_id
+    exp = client.get_experiment_by_name("spu-default").experiment_id
     found = client.search_runs([exp], README_SEARCHES["scored_chemistry"])
     assert [(r.data.params["model"], r.data.params["task"]) for r in found] == [
         ("random", "example-coupling-conditions")]
@@ -384,24 +385,29 @@ def test_logged_trajectory_tokens_equal_the_exported_columns(tmp_path, target) -
 # ---------------------------------------------------------------- official rows
 
 
-def test_same_run_key_in_two_experiments_gives_two_official_rows(tmp_path, target) -> None:
-    """Run keys of different experiments are different runs: each is official in its own
-    experiment, in the export and in the lookups that resume a sweep."""
+def test_a_run_key_is_one_official_record_whatever_experiment_holds_it(tmp_path,
+                                                                       target) -> None:
+    """Invariant (issue 14, item 3): one run key is one run. Logged in two experiments (a
+    store from before the lookups searched every experiment), the export holds it once, as
+    its latest record, and a sweep of either experiment finds that record."""
     from spu.tracking.query import recorded_runs
     from tests.tracking.conftest import make_record
 
     other = dataclasses.replace(target, experiment="other")
     (tmp_path / "run").mkdir()
     record = make_record()
-    ids = {t.experiment: log_run(record, tmp_path / "run", t) for t in (target, other)}
-    every = runs_table(target.uri)
-    assert sorted(every[["experiment", "run_id", "run_key", "official", "n_attempts"]]
-                  .itertuples(index=False, name=None)) == sorted(
-        (name, run_id, record.run_key, True, 1) for name, run_id in ids.items())
+    ids = {target.experiment: log_run(record, tmp_path / "run", target)}
+    time.sleep(0.01)  # a later start: the record in "other" is the latest
+    ids[other.experiment] = log_run(record, tmp_path / "run", other)
+    every = runs_table(target.uri, all_attempts=True)
+    assert len(every) == 2 and every["official"].sum() == 1
+    official = runs_table(target.uri)
+    assert official[["experiment", "run_id", "run_key", "n_attempts"]].values.tolist() == [
+        ["other", ids["other"], record.run_key, 2]]  # logged last: the latest record
     for t in (target, other):
-        one = runs_table(target.uri, t.experiment)
-        assert one["run_id"].tolist() == [ids[t.experiment]]
-        assert recorded_runs(t)[record.run_key].tracking_id == ids[t.experiment]
+        assert recorded_runs(t)[record.run_key].tracking_id == ids["other"]
+        # One experiment's export holds that experiment's record of the key.
+        assert runs_table(target.uri, t.experiment)["run_id"].tolist() == [ids[t.experiment]]
 
 
 def test_ties_resolve_the_same_in_the_export_and_the_lookups() -> None:

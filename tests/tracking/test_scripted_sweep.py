@@ -73,11 +73,17 @@ def test_scripted_sweep_exports_the_trajectories_and_the_servers_usage(tmp_path)
                           record.usage.cache_write, record.usage.output)
         assert all(t > 0 for t in tokens)
         # conf/model/scripted.yaml, USD per million: input 1.0, cache read 0.1, cache
-        # write 1.25 (5-minute) or 2.0 (1-hour), output 5.0.
+        # write 1.25 (5-minute) or 2.0 (1-hour), output 5.0. The default rule is the
+        # paper's (E.6): every cache write at the five-minute price; the actual one bills
+        # the one-hour writes at the one-hour price.
         u = record.usage
-        by_hand = (u.input * 1.0 + u.cache_read * 0.1 + (u.cache_write - u.cache_write_1h)
-                   * 1.25 + u.cache_write_1h * 2.0 + u.output * 5.0) / 1e6
-        assert row["cost_usd"] == pytest.approx(by_hand, rel=1e-12)
+        five_minute = (u.input * 1.0 + u.cache_read * 0.1 + u.cache_write * 1.25
+                       + u.output * 5.0) / 1e6
+        actual = (u.input * 1.0 + u.cache_read * 0.1 + (u.cache_write - u.cache_write_1h)
+                  * 1.25 + u.cache_write_1h * 2.0 + u.output * 5.0) / 1e6
+        assert row["cost_usd"] == pytest.approx(five_minute, rel=1e-12)
+        assert row["cost_five_minute_usd"] == pytest.approx(five_minute, rel=1e-12)
+        assert row["cost_actual_usd"] == pytest.approx(actual, rel=1e-12)
         if not pd.isna(row["cli_cost_usd"]):
             assert row["cost_disagreement"] == costs_disagree(row["cost_usd"],
                                                               row["cli_cost_usd"])

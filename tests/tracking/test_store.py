@@ -91,3 +91,38 @@ def test_run_times_status_and_tags(tmp_path, target) -> None:
             tags["warnings"], tags["started_at"]) == (
         "infra_error", "false", "abc", "2", "sandbox fell back", "2026-10-20T10:00:00+00:00")
     assert "refusal_label" not in tags
+
+
+def test_large_artifacts_are_stored_once_by_content_and_referenced(tmp_path, target,
+                                                                   monkeypatch) -> None:
+    """Issue 12: a 200 MB output was copied again into the artifact store by every run.
+    Above the cap a file is stored once under ``blobs/sha256/`` and each run's artifact
+    is a reference to it; the same content logged by another run is not copied again."""
+    import hashlib
+    import json
+
+    monkeypatch.setattr(store, "STORE_ONCE_ABOVE_BYTES", 10_000)
+    data = os.urandom(50_000)
+    digest = hashlib.sha256(data).hexdigest()
+    ids = []
+    for name in ("a", "b"):
+        run = tmp_path / name
+        (run / "output").mkdir(parents=True)
+        (run / "output" / "model.bin").write_bytes(data)
+        (run / "output" / "rankings.json").write_text("{}")
+        ids.append(log_run(make_record(), run, target))
+    blobs = sorted((tmp_path / "outputs" / "mlartifacts" / "blobs").rglob("*"))
+    files = [p for p in blobs if p.is_file()]
+    assert [p.relative_to(tmp_path / "outputs" / "mlartifacts").as_posix() for p in files] == [
+        f"blobs/sha256/{digest[:2]}/{digest}"]
+    assert files[0].read_bytes() == data
+    first_copy = files[0].stat().st_mtime_ns
+    client = client_for(target)
+    for run_id in ids:
+        logged = _artifacts(client, run_id)
+        assert "output/model.bin" not in logged and "output/rankings.json" in logged
+        ref = json.loads(open(client.download_artifacts(
+            run_id, "output/model.bin.blob.json", str(tmp_path / run_id))).read())
+        assert ref == {"sha256": digest, "bytes": 50_000, "name": "model.bin",
+                       "uri": f"{target.artifact_root}/blobs/sha256/{digest[:2]}/{digest}"}
+    assert files[0].stat().st_mtime_ns == first_copy  # the second run did not copy it

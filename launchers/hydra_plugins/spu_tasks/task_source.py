@@ -7,11 +7,20 @@ starts and passed on as ``SPU_TASK_ROOT``), else ``./tasks``. Each folder holdin
 
 One run is one task, so a subset (by discipline, visibility or subfield) is a sweep list,
 not an option of this group: ``-m task=$(spu task list --discipline biology --format hydra)``.
+
+Task packages are data, never configuration: only folders that pass
+:func:`spu.tasks.package.check_task_folder` (a safe folder name, no link, a ``task.yaml``
+that reads into a valid record with a safe id) are options, so one broken package never
+stops ``task='glob(*)'`` for the others (the results table lists it as skipped, with
+its reason: :func:`spu.callbacks.broken_tasks_of_sweep`); and every text taken from a
+task is escaped, so that OmegaConf never resolves a ``${...}`` written in a task file:
+the run key the sweep computes is the run key of the run.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from hydra.core.config_search_path import ConfigSearchPath
@@ -20,8 +29,27 @@ from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSou
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import OmegaConf
 
+from spu.tasks.package import TaskRootScan, scan_task_root
+
 GROUP = "task"
 ENV_TASK_ROOT = "SPU_TASK_ROOT"
+
+
+def escape_interpolation(value: str) -> str:
+    r"""``value`` as an OmegaConf string that reads back as itself, ``${...}`` included.
+
+    OmegaConf reads ``\${`` as a literal ``${`` and ``\\`` before ``${`` as one
+    backslash, so each run of backslashes before ``${`` is doubled and one is added.
+
+    Examples
+    --------
+    >>> from omegaconf import OmegaConf
+    >>> OmegaConf.create({"v": escape_interpolation("${oc.env:HOME}")}).v
+    '${oc.env:HOME}'
+    >>> OmegaConf.create({"v": escape_interpolation(r"a\${x}")}).v == r"a\${x}"
+    True
+    """
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
 
 
 def task_root(path: str) -> Path:
@@ -42,15 +70,8 @@ class SPUTaskConfigSource(ConfigSource):
     def _root(self) -> Path:
         return task_root(self.path)
 
-    def _task_dirs(self) -> dict[str, Path]:
-        root = self._root()
-        if not root.is_dir():
-            return {}
-        return {
-            p.name: p
-            for p in sorted(root.iterdir())
-            if p.is_dir() and (p / "task.yaml").is_file() and not p.name.startswith(".")
-        }
+    def _scan(self) -> TaskRootScan:
+        return scan_task_root(self._root())
 
     def _split(self, config_path: str) -> tuple[str, str]:
         path = config_path.strip("/")
@@ -60,28 +81,31 @@ class SPUTaskConfigSource(ConfigSource):
         return group, name
 
     def load_config(self, config_path: str) -> ConfigResult:
-        """Load ``task/<id>``: the task's ``task.yaml`` plus its absolute path."""
-        group, name = self._split(config_path)
-        task_dir = self._task_dirs().get(name) if group == GROUP else None
-        if task_dir is None:
-            raise ConfigLoadError(f"no task package {name!r} under {self._root()}")
-        from spu.tasks.package import TaskLoadError, load_meta
+        """Load ``task/<id>``: the task's ``task.yaml`` plus its absolute path.
 
-        try:
-            meta = load_meta(task_dir)
-        except TaskLoadError as exc:
-            raise ConfigLoadError(str(exc)) from None
-        cfg = OmegaConf.create(
-            {
+        A broken package selected by name loads as its name and the reason (``broken``),
+        so that its job reports it and runs nothing, while the other jobs of the sweep run.
+        """
+        group, name = self._split(config_path)
+        scan = self._scan()
+        meta = scan.tasks.get(name) if group == GROUP else None
+        broken = next((b for b in scan.broken if b.name == name), None)
+        if meta is None and broken is not None and group == GROUP:
+            values = {"id": name, "version": "", "path": str(scan.root / name),
+                      "broken": broken.reason}
+        elif meta is None:
+            raise ConfigLoadError(f"no task package {name!r} under {self._root()}")
+        else:
+            values = {
                 "id": meta.id,
                 "version": meta.version,
-                "path": str(task_dir),
+                "path": str(scan.root / name),
                 "title": meta.title,
                 "discipline": meta.discipline.value,
                 "subfield": meta.subfield,
                 "visibility": meta.visibility.value,
             }
-        )
+        cfg = OmegaConf.create({k: escape_interpolation(v) for k, v in values.items()})
         return ConfigResult(
             config=cfg,
             path=f"{self.scheme()}://{self._root()}",
@@ -98,9 +122,12 @@ class SPUTaskConfigSource(ConfigSource):
         return config_path.strip("/") in ("", GROUP)
 
     def is_config(self, config_path: str) -> bool:
-        """``task/<id>`` is a config when the task folder exists."""
+        """``task/<id>`` is a config when the task folder exists (broken: its load fails)."""
         group, name = self._split(config_path)
-        return group == GROUP and name in self._task_dirs()
+        if group != GROUP:
+            return False
+        scan = self._scan()
+        return name in scan.tasks or any(b.name == name for b in scan.broken)
 
     def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
         """Task ids under ``task``; the ``task`` group itself at the root."""
@@ -108,7 +135,7 @@ class SPUTaskConfigSource(ConfigSource):
         if path == "" and results_filter in (None, ObjectType.GROUP):
             return [GROUP]
         if path == GROUP and results_filter in (None, ObjectType.CONFIG):
-            return sorted(self._task_dirs())
+            return sorted(self._scan().tasks)
         return []
 
 
