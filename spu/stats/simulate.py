@@ -17,7 +17,15 @@ the additive model holds, the task-adjusted mean of a configuration estimates
 ``alpha_c``, and the repeats have within-task SD ``within_sd``, task SD ``task_sd`` and
 intraclass correlation ``task_sd^2 / (task_sd^2 + within_sd^2)``.
 
-``python -m spu.stats.simulate OUT.csv [--seed S]`` writes one table.
+Planted effects, each zero by default, let a test check that a statistic finds what was
+put in at its nominal rate: ``recovered_effect`` (recovered files score higher, paper 3.2),
+``exposure_effect`` (flagged runs score higher, 3.7), ``refusal_difficulty`` (refusals fall
+on easier or harder tasks, 3.3), ``discipline_effects`` (a configuration does better in one
+discipline, 4.6), ``interaction_sd`` (configuration-by-task interaction, 4.4) and
+``stop_clustering`` (policy stops of the repeats concentrate on some tasks, 3.6).
+
+``python -m spu.stats.simulate OUT.csv [--seed S]`` writes one table, in the runs-table
+format of :mod:`spu.schema` (the format ``spu runs export`` writes).
 """
 
 from __future__ import annotations
@@ -70,42 +78,59 @@ class SimulatedConfig:
     """Mean output tokens, millions."""
     runtime_h: float = 2.0
     """Mean run time, hours."""
+    flagged_public: int = 0
+    """Official public runs flagged by the exposure detector (paper E.4)."""
 
 
 def _c(label: str, model: str, harness: str, effort: str, mean: float,
        excluded: dict[str, int], recovered: int, private: int, cost: float, prompt: float,
        cache: float, output: float, hours: float, private_outcome: str = "refusal",
-       ) -> SimulatedConfig:
+       flagged: int = 0) -> SimulatedConfig:
     return SimulatedConfig(label, model, harness, effort, mean, tuple(excluded.items()),
                            recovered, private, private_outcome, cost, prompt, cache, output,
-                           hours)
+                           hours, flagged)
 
 
 PAPER_CONFIGS: tuple[SimulatedConfig, ...] = (
     _c("Opus 5.5", "opus55", "claude_code", "max", 0.478, {"refusal": 56}, 0, 3,
-       24.11, 25.6, 0.93, 0.49, 2.74),
-    _c("Astra Medium", "astra", "codex", "medium", 0.431, {}, 0, 12, 9.59, 5.1, 0.96, 0.05, 0.46),
+       24.11, 25.6, 0.93, 0.49, 2.74, flagged=1),
+    _c("Astra Medium", "astra", "codex", "medium", 0.431, {}, 0, 12, 9.59, 5.1, 0.96, 0.05,
+       0.46, flagged=3),
     _c("Opus 5", "opus5", "claude_code", "max", 0.424, {"refusal": 1}, 18, 14,
-       37.44, 35.4, 0.96, 0.46, 3.81),
+       37.44, 35.4, 0.96, 0.46, 3.81, flagged=8),
     _c("Fable 5.1", "fable51", "claude_code", "max", 0.421, {"refusal": 69, "policy_stop": 1},
-       0, 2, 36.42, 10.8, 0.80, 0.15, 1.55),
-    _c("Astra Max", "astra", "codex", "max", 0.409, {}, 0, 12, 65.91, 30.4, 0.95, 0.34, 2.90),
+       0, 2, 36.42, 10.8, 0.80, 0.15, 1.55, flagged=2),
+    _c("Astra Max", "astra", "codex", "max", 0.409, {}, 0, 12, 65.91, 30.4, 0.95, 0.34, 2.90,
+       flagged=1),
     _c("Sonnet 5.5", "sonnet55", "claude_code", "max", 0.393, {"refusal": 1, "no_file": 2}, 0,
-       11, 9.80, 20.7, 0.94, 0.49, 2.63),
-    _c("Doubao", "doubao", "claude_code", "max", 0.315, {}, 33, 16, 3.51, 14.8, 0.97, 0.13, 2.42),
+       11, 9.80, 20.7, 0.94, 0.49, 2.63, flagged=4),
+    _c("Doubao", "doubao", "claude_code", "max", 0.315, {}, 33, 16, 3.51, 14.8, 0.97, 0.13, 2.42,
+       flagged=23),
     _c("GPT-6.1 Sol", "sol61", "codex", "max", 0.308,
-       {"refusal": 2, "policy_stop": 3, "memory_limit": 1}, 0, 11, 12.55, 34.0, 0.93, 0.31, 4.19),
+       {"refusal": 2, "policy_stop": 3, "memory_limit": 1}, 0, 11, 12.55, 34.0, 0.93, 0.31, 4.19,
+       flagged=12),
     _c("Kimi-K3.1-Pro", "kimi31", "claude_code", "max", 0.296, {"policy_stop": 3, "no_file": 2},
-       4, 15, 4.61, 15.9, 0.96, 0.15, 1.92, private_outcome="policy_stop"),
+       4, 15, 4.61, 15.9, 0.96, 0.15, 1.92, private_outcome="policy_stop", flagged=19),
     _c("DeepSeek", "deepseek", "claude_code", "max", 0.254, {}, 3, 16, 0.22, 13.0, 0.99, 0.25,
-       1.02),
-    _c("HY4", "hy4", "claude_code", "max", 0.245, {}, 12, 16, 1.67, 15.1, 0.96, 0.21, 2.29),
+       1.02, flagged=3),
+    _c("HY4", "hy4", "claude_code", "max", 0.245, {}, 12, 16, 1.67, 15.1, 0.96, 0.21, 2.29,
+       flagged=17),
     _c("GLM-5.3", "glm53", "claude_code", "max", 0.239, {"refusal": 1, "policy_stop": 1}, 16, 16,
-       0.64, 15.4, 0.97, 0.23, 2.41),
+       0.64, 15.4, 0.97, 0.23, 2.41, flagged=9),
     _c("Qwen3.8", "qwen38", "claude_code", "max", 0.227, {"policy_stop": 2}, 8, 15, 4.26, 10.7,
-       0.94, 0.17, 2.15, private_outcome="timeout"),
+       0.94, 0.17, 2.15, private_outcome="timeout", flagged=8),
 )
-"""The thirteen configurations of the paper (Tables 1, 2, 3 and 6)."""
+"""The thirteen configurations of the paper (Tables 1, 2, 3 and 6; flags of E.4)."""
+
+
+
+DEPARTURE_COUNTS: tuple[tuple[str, int], ...] = (
+    ("object_keyed_by_group", 38), ("alternative_order_key", 31),
+    ("alternative_top_level_key", 20), ("alternative_group_key", 4), ("renamed_identity", 1))
+"""Formatting-rejected public files of each departure type of appendix E.1."""
+
+CACHE_READ_PRICE_RATIO = 0.1
+"""Cache-read price as a share of the input price, for the full-input cost (paper 3.5)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,10 @@ class SimulationParameters:
     """Repeated runs per sampled task."""
     repeat_excluded: tuple[tuple[str, int], ...] = (("policy_stop", 6), ("no_file", 2))
     """Unscored repeated runs by outcome (paper 3.6: 137 of 145 scored)."""
+    repeat_scored_stops: int = 14
+    """Repeated runs that stopped under the information policy and left a file (paper 3.6)."""
+    stop_clustering: float = 0.0
+    """SD of the log propensity of a task's repeats to stop (0: stops fall at random)."""
     clip: bool = True
     """Clip scores to [-1, 1] as real scores are."""
     median_items: tuple[tuple[str, float], ...] = (
@@ -140,6 +169,16 @@ class SimulationParameters:
     """Median experiments per task by discipline (paper 4.6)."""
     cost_spread: float = 0.6
     """SD of log cost, tokens and run time around their configuration means."""
+    recovered_effect: float = 0.0
+    """Score added to every recovered (formatting-rejected) file."""
+    exposure_effect: float = 0.0
+    """Score added to every run flagged by the exposure detector."""
+    repeat_exposure_rate: float = 0.03
+    """Share of repeated runs flagged by the exposure detector."""
+    refusal_difficulty: float = 0.0
+    """Log propensity to refuse per task-effect SD: positive refuses the easier tasks."""
+    discipline_effects: tuple[tuple[str, str, float], ...] = ()
+    """(configuration, discipline, score added): configuration-by-discipline effects."""
 
     def icc(self) -> float:
         """True intraclass correlation of the repeated runs."""
@@ -160,7 +199,8 @@ def _threshold(n_items: np.ndarray) -> np.ndarray:
     return np.minimum(1.0, 1.6449 / np.sqrt(np.maximum(n_items - 1, 1)))
 
 
-def _tasks(params: SimulationParameters, rng: np.random.Generator) -> pd.DataFrame:
+def _tasks(params: SimulationParameters, rng: np.random.Generator,
+           groups_rng: np.random.Generator) -> pd.DataFrame:
     rows = []
     median = dict(params.median_items)
     for discipline, n, subfields in params.public_tasks:
@@ -177,6 +217,10 @@ def _tasks(params: SimulationParameters, rng: np.random.Generator) -> pd.DataFra
     tasks["n_items"] = np.clip(np.round(m * np.exp(rng.normal(0, 0.7, len(tasks)))), 3, 400)
     tasks["threshold"] = _threshold(tasks["n_items"].to_numpy())
     tasks["mu"] = rng.normal(0.0, params.task_sd, len(tasks))
+    # Paper 2.2: 4,207 experiments in 517 groups, about eight experiments per group.
+    per_group = np.exp(groups_rng.normal(np.log(8.0), 0.6, len(tasks)))
+    items = tasks["n_items"].to_numpy()
+    tasks["n_groups"] = np.clip(np.round(items / per_group), 1, np.maximum(items // 2, 1))
     return tasks
 
 
@@ -205,18 +249,41 @@ def _usage(rng: np.random.Generator, c: SimulatedConfig, scored: np.ndarray,
     prompt = lognormal(c.prompt_mtokens * 1e6)
     cache_read = np.round(prompt * c.cache_read_share)
     cache_write = np.round((prompt - cache_read) * 0.5)
+    cost = lognormal(c.cost_usd)
+    # Every prompt token at the input price instead of the cache prices (paper 3.5).
+    full_input = cost / ((1 - c.cache_read_share) + c.cache_read_share * CACHE_READ_PRICE_RATIO)
     return {
         "input_tokens": np.round(prompt - cache_read - cache_write),
         "cache_read_tokens": cache_read,
         "cache_write_tokens": cache_write,
         "output_tokens": np.round(lognormal(c.output_mtokens * 1e6)),
-        "cost_usd": lognormal(c.cost_usd),
+        "cost_usd": cost,
+        "cost_full_input_usd": full_input,
         "runtime_s": np.minimum(lognormal(c.runtime_h * 3600.0), 28800.0),
     }
 
 
+@dataclass(frozen=True)
+class _Streams:
+    """Independent generators: the main one and one per planted feature.
+
+    Adding a feature leaves the draws of the others unchanged.
+    """
+
+    main: np.random.Generator
+    groups: np.random.Generator
+    exposure: np.random.Generator
+    departures: np.random.Generator
+    stops: np.random.Generator
+
+    @classmethod
+    def from_seed(cls, seed: int) -> _Streams:
+        return cls(*(rng_for(seed, "simulate", name) if name else rng_for(seed, "simulate")
+                     for name in ("", "groups", "exposure", "departures", "stops")))
+
+
 def simulate_runs(params: SimulationParameters | None = None, seed: int = 0) -> pd.DataFrame:
-    """Draw a runs table (SPEC section 5 columns) from ``params``.
+    """Draw a runs table (the columns of :data:`spu.schema.RUNS_TABLE_COLUMNS`) from ``params``.
 
     Parameters
     ----------
@@ -240,71 +307,121 @@ def simulate_runs(params: SimulationParameters | None = None, seed: int = 0) -> 
     [44, 30, 95]
     """
     p = params or SimulationParameters()
-    rng = rng_for(seed, "simulate")
-    tasks = _tasks(p, rng)
+    streams = _Streams.from_seed(seed)
+    rng = streams.main
+    tasks = _tasks(p, rng, streams.groups)
     refusal_weight = tasks["discipline"].map(dict(REFUSAL_WEIGHT)).fillna(0.5).to_numpy()
+    if p.refusal_difficulty and p.task_sd > 0:
+        refusal_weight = refusal_weight * np.exp(
+            p.refusal_difficulty * tasks["mu"].to_numpy() / p.task_sd)
     frames = []
     for c in p.configs:
         interaction = rng.normal(0.0, p.interaction_sd, len(tasks))
         for visibility in ("public", "private"):
             sel = (tasks["visibility"] == visibility).to_numpy()
             t = tasks[sel].reset_index(drop=True)
+            flagged = np.zeros(len(t), dtype=bool)
             if visibility == "public":
                 outcome = _outcomes(rng, len(t), refusal_weight[sel], c.excluded_public,
                                     c.recovered_public)
+                flagged[_weighted_sample(streams.exposure, np.ones(len(t)),
+                                         c.flagged_public)] = True
             else:
                 excluded = ((c.private_excluded_outcome, len(t) - c.private_scored),)
                 outcome = _outcomes(rng, len(t), refusal_weight[sel], excluded, 0)
-            frames.append(_runs(p, rng, c, t, interaction[sel], outcome, repeat=0))
+            frames.append(_runs(p, streams, c, t, interaction[sel], outcome, flagged,
+                                np.zeros(len(t), dtype=bool), repeat=0))
     repeat_c = next((c for c in p.configs if c.label == p.repeat_config), None)
     if repeat_c is not None and p.repeats > 0:
         public = tasks[tasks["visibility"] == "public"]
         one_per_subfield = public.groupby("subfield").sample(1, random_state=rng)
         t = one_per_subfield.sort_values("task_id").reset_index(drop=True)
         interaction = rng.normal(0.0, p.interaction_sd, len(t))
+        outcome, has_file = _repeat_outcomes(p, streams.stops, len(t))
         for r in range(1, p.repeats + 1):
-            frames.append(_runs(p, rng, repeat_c, t, interaction,
-                                np.full(len(t), "valid", dtype=object), repeat=r))
-        repeats = pd.concat(frames[-p.repeats:], ignore_index=True)
-        outcome = _outcomes(rng, len(repeats), np.ones(len(repeats)), p.repeat_excluded, 0)
-        del frames[-p.repeats:]
-        frames.append(_apply_outcomes(repeats, outcome))
-    runs = pd.concat(frames, ignore_index=True).drop(columns="true_score")
+            rows = slice((r - 1) * len(t), r * len(t))
+            flagged = streams.exposure.random(len(t)) < p.repeat_exposure_rate
+            frames.append(_runs(p, streams, repeat_c, t, interaction, outcome[rows], flagged,
+                                has_file[rows], repeat=r))
+    runs = pd.concat(frames, ignore_index=True)
     runs.insert(0, "run_id", [f"sim{seed}-{i:05d}" for i in range(len(runs))])
-    return runs
+    runs["run_key"] = runs["run_id"]
+    runs["task_version"] = "1.0"
+    runs["experiment"] = "simulated"
+    from spu.schema import runs_table_frame
+
+    return runs_table_frame(runs, sort=False, fill=True)
 
 
-def _runs(p: SimulationParameters, rng: np.random.Generator, c: SimulatedConfig,
-          t: pd.DataFrame, interaction: np.ndarray, outcome: np.ndarray,
-          repeat: int) -> pd.DataFrame:
+def _repeat_outcomes(p: SimulationParameters, rng: np.random.Generator,
+                     n_tasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Outcomes of the repeated runs and which of them left a file.
+
+    Repeat ``r`` of task ``t`` is entry ``(r - 1) * n_tasks + t``.
+
+    Policy stops fall on a task's repeats with a propensity ``exp(stop_clustering * z_t)``,
+    ``z_t`` standard normal: 0 spreads them at random, larger values cluster them.
+    """
+    n = n_tasks * p.repeats
+    task_of = np.tile(np.arange(n_tasks), p.repeats)
+    propensity = np.exp(p.stop_clustering * rng.standard_normal(n_tasks))[task_of]
+    outcome = np.full(n, "valid", dtype=object)
+    has_file = np.zeros(n, dtype=bool)
+    excluded = dict(p.repeat_excluded)
+    stops = excluded.pop("policy_stop", 0) + p.repeat_scored_stops
+    stopped = _weighted_sample(rng, propensity, min(stops, n))
+    outcome[stopped] = "policy_stop"
+    has_file[stopped[:p.repeat_scored_stops]] = True
+    free = outcome == "valid"
+    for name, count in excluded.items():
+        pick = _weighted_sample(rng, free.astype(float), count)
+        outcome[pick] = name
+        free[pick] = False
+    return outcome, has_file
+
+
+def _runs(p: SimulationParameters, streams: _Streams, c: SimulatedConfig,
+          t: pd.DataFrame, interaction: np.ndarray, outcome: np.ndarray, flagged: np.ndarray,
+          has_file: np.ndarray, repeat: int) -> pd.DataFrame:
+    rng = streams.main
     n = len(t)
-    score = c.mean + t["mu"].to_numpy() + interaction + rng.normal(0.0, p.within_sd, n)
+    shift = {d: e for label, d, e in p.discipline_effects if label == c.label}
+    score = (c.mean + t["mu"].to_numpy() + interaction + rng.normal(0.0, p.within_sd, n)
+             + t["discipline"].map(shift).fillna(0.0).to_numpy()
+             + p.recovered_effect * (outcome == "recovered") + p.exposure_effect * flagged)
     if p.clip:
         score = np.clip(score, -1.0, 1.0)
     columns = {
         "config": c.label, "model": c.model, "harness": c.harness, "effort": c.effort,
         "task_id": t["task_id"].to_numpy(), "discipline": t["discipline"].to_numpy(),
         "subfield": t["subfield"].to_numpy(), "visibility": t["visibility"].to_numpy(),
-        "repeat": repeat, "true_score": score, "threshold": t["threshold"].to_numpy(),
-        "n_items": t["n_items"].to_numpy(dtype=int), **_outcome_columns(score, outcome),
+        "repeat": repeat, "threshold": t["threshold"].to_numpy(),
+        "n_items": t["n_items"].to_numpy(dtype=int),
+        "n_groups": t["n_groups"].to_numpy(dtype=int),
+        **_outcome_columns(score, outcome, has_file),
     }
     columns.update(_usage(rng, c, columns["scored"], p.cost_spread))
     columns.update({
         "tool_calls": rng.poisson(200, n), "web_fetches": rng.poisson(20, n),
-        "used_gpu": rng.random(n) < 0.3, "flagged_exposure": rng.random(n) < 0.03,
+        "used_gpu": rng.random(n) < 0.3, "flagged_exposure": flagged,
+        "refusal_label": np.where(outcome == "refusal", "[bio]", None),
     })
+    recovered = outcome == "recovered"
+    names = [name for name, _ in DEPARTURE_COUNTS]
+    weights = np.array([count for _, count in DEPARTURE_COUNTS], dtype=float)
+    drawn = streams.departures.choice(names, size=n, p=weights / weights.sum())
+    columns["departures"] = np.where(recovered, drawn, None)
     return pd.DataFrame(columns)
 
 
-def _outcome_columns(score: np.ndarray, outcome: np.ndarray) -> dict[str, np.ndarray]:
-    scored = np.isin(outcome, ["valid", "recovered"])
+def _outcome_columns(score: np.ndarray, outcome: np.ndarray,
+                     has_file: np.ndarray) -> dict[str, np.ndarray]:
+    # A run that stopped under the policy is scored when it left a file (SPEC section 7).
+    scored = np.isin(outcome, ["valid", "recovered"]) | ((outcome == "policy_stop") & has_file)
+    strict = scored & (outcome != "recovered")
     return {"outcome": outcome, "scored": scored,
             "score_recovered": np.where(scored, score, -1.0),
-            "score_strict": np.where(outcome == "valid", score, -1.0)}
-
-
-def _apply_outcomes(frame: pd.DataFrame, outcome: np.ndarray) -> pd.DataFrame:
-    return frame.assign(**_outcome_columns(frame["true_score"].to_numpy(), outcome))
+            "score_strict": np.where(strict, score, -1.0)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -314,12 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="file to write: .csv or .parquet")
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     args = parser.parse_args(argv)
-    from spu.tracking.export import RunsExportError, write_runs_table
+    from spu.schema import RunsTableWriteError, write_runs_table
 
     runs = simulate_runs(seed=args.seed)
     try:
         write_runs_table(runs, args.out)
-    except RunsExportError as exc:
+    except RunsTableWriteError as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {len(runs)} runs to {args.out}")
