@@ -68,7 +68,8 @@ def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
 
     References
     ----------
-    Holm, S. (1979), Scand. J. Statist. 6, 65-70; paper 3.1 (78 pairs).
+    Holm, S. (1979), Scand. J. Statist. 6, 65-70; paper 3.1 (78 pairs). Computed by
+    ``statsmodels.stats.multitest.multipletests(method="holm")``.
 
     Examples
     --------
@@ -77,15 +78,13 @@ def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
     >>> holm([0.04, 0.01, 0.02]).round(6).tolist()
     [0.04, 0.03, 0.04]
     """
+    from statsmodels.stats.multitest import multipletests
+
     p = np.asarray(p_values, dtype=float)
     out = np.full(p.shape, np.nan)
-    known = np.flatnonzero(np.isfinite(p))
-    m = known.size
-    order = known[np.argsort(p[known], kind="stable")]
-    running = 0.0
-    for i, idx in enumerate(order):
-        running = max(running, min(1.0, (m - i) * p[idx]))
-        out[idx] = running
+    known = np.isfinite(p)
+    if known.any():
+        out[known] = multipletests(p[known], alpha=ALPHA, method="holm")[1]
     return out
 
 

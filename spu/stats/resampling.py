@@ -12,7 +12,6 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 DEFAULT_RESAMPLES = 10_000
 """Bootstrap resamples of paper section 3.1."""
@@ -136,7 +135,8 @@ def wilson_interval(successes: int, n: int, level: float = LEVEL) -> tuple[float
 
     References
     ----------
-    Wilson, E. B. (1927), JASA 22, 209-212; paper Figure 9c.
+    Wilson, E. B. (1927), JASA 22, 209-212; paper Figure 9c. Computed by
+    ``statsmodels.stats.proportion.proportion_confint(method="wilson")``.
 
     Examples
     --------
@@ -147,9 +147,9 @@ def wilson_interval(successes: int, n: int, level: float = LEVEL) -> tuple[float
     >>> [round(x, 4) for x in wilson_interval(52, 100)]
     [0.4232, 0.6154]
     """
+    from statsmodels.stats.proportion import proportion_confint
+
     if n == 0:
         return (np.nan, np.nan)
-    z = float(sps.norm.isf((1 - level) / 2))
-    centre = (successes + z * z / 2) / (n + z * z)
-    half = z / (n + z * z) * np.sqrt(successes * (n - successes) / n + z * z / 4)
-    return (float(centre - half), float(centre + half))
+    low, high = proportion_confint(successes, n, alpha=1 - level, method="wilson")
+    return (float(low), float(high))
