@@ -12,7 +12,8 @@ one task of each of the 29 subfields (137 of 145 scored).
 The score model is ``y_tc = alpha_c + mu_t + g_tc + e_tcr`` with task effects
 ``mu_t ~ N(0, task_sd)``, configuration-by-task effects ``g_tc ~ N(0, interaction_sd)``
 (shared by the repeats of a configuration on a task) and run noise
-``e ~ N(0, within_sd)``, clipped to [-1, 1]. With ``interaction_sd = 0`` (the default)
+``e ~ N(0, within_sd)``, clipped to [-1, 1]; the official run and the repeats of a
+configuration on a task share ``g_tc``. With ``interaction_sd = 0`` (the default)
 the additive model holds, the task-adjusted mean of a configuration estimates
 ``alpha_c``, and the repeats have within-task SD ``within_sd``, task SD ``task_sd`` and
 intraclass correlation ``task_sd^2 / (task_sd^2 + within_sd^2)``.
@@ -315,8 +316,10 @@ def simulate_runs(params: SimulationParameters | None = None, seed: int = 0) -> 
         refusal_weight = refusal_weight * np.exp(
             p.refusal_difficulty * tasks["mu"].to_numpy() / p.task_sd)
     frames = []
+    interactions: dict[str, np.ndarray] = {}
     for c in p.configs:
         interaction = rng.normal(0.0, p.interaction_sd, len(tasks))
+        interactions[c.label] = interaction
         for visibility in ("public", "private"):
             sel = (tasks["visibility"] == visibility).to_numpy()
             t = tasks[sel].reset_index(drop=True)
@@ -335,8 +338,10 @@ def simulate_runs(params: SimulationParameters | None = None, seed: int = 0) -> 
     if repeat_c is not None and p.repeats > 0:
         public = tasks[tasks["visibility"] == "public"]
         one_per_subfield = public.groupby("subfield").sample(1, random_state=rng)
-        t = one_per_subfield.sort_values("task_id").reset_index(drop=True)
-        interaction = rng.normal(0.0, p.interaction_sd, len(t))
+        chosen = one_per_subfield.sort_values("task_id")
+        t = chosen.reset_index(drop=True)
+        # The repeats share the configuration's interaction with its official run.
+        interaction = interactions[repeat_c.label][chosen.index.to_numpy()]
         outcome, has_file = _repeat_outcomes(p, streams.stops, len(t))
         for r in range(1, p.repeats + 1):
             rows = slice((r - 1) * len(t), r * len(t))
