@@ -230,3 +230,30 @@ def stratified_mean_difference(
     pooled = PermutationResult(observed, p_from_null(pooled_null, observed, exact),
                                pooled_null.size, exact)
     return StratifiedResult(tuple(names), tuple(results), w, pooled)
+
+
+def multiset_permutations(codes: Sequence[int]) -> np.ndarray:
+    """Every distinct ordering of a sequence with repeated values, ``(N, n)``.
+
+    ``N`` is the multinomial coefficient ``n! / prod(count!)``: each assignment of the
+    labels to positions once (the exact null of a label permutation).
+
+    Examples
+    --------
+    >>> multiset_permutations([0, 0, 1]).tolist()
+    [[0, 0, 1], [0, 1, 0], [1, 0, 0]]
+    """
+    values = sorted(codes)
+    out: list[list[int]] = []
+
+    def extend(prefix: list[int], remaining: list[int]) -> None:
+        if not remaining:
+            out.append(prefix)
+            return
+        for i, v in enumerate(remaining):
+            if i and remaining[i - 1] == v:
+                continue
+            extend([*prefix, v], remaining[:i] + remaining[i + 1:])
+
+    extend([], values)
+    return np.array(out, dtype=int).reshape(len(out), len(values))
