@@ -200,7 +200,7 @@ def stratified_mean_difference(
     values = np.asarray(values, dtype=float)
     labels = np.asarray(labels, dtype=bool)
     strata = np.asarray(strata, dtype=object)
-    names, results, weights, nulls, sizes = [], [], [], [], []
+    names, weights, sizes, parts = [], [], [], []
     for name in dict.fromkeys(strata.tolist()):
         inside = strata == name
         v, lab = values[inside], labels[inside]
@@ -208,24 +208,33 @@ def stratified_mean_difference(
         if k == 0 or k == v.size:
             continue
         names.append(str(name))
-        results.append(mean_difference_test(v, lab, rng, draws))
         weights.append(float(k))
         sizes.append(math.comb(v.size, k))
-        nulls.append((v, lab))
+        parts.append((v, lab))
     w = np.array(weights)
     if not names:
         return StratifiedResult((), (), w, PermutationResult(math.nan, math.nan, 0, False))
+    # One set of relabelings per stratum serves its own test and the pool: the rows of
+    # independent strata's relabelings, side by side, are relabelings of all strata.
+    results, nulls = [], []
+    for v, lab in parts:
+        null_labels, exact = relabelings(lab, rng, draws)
+        null = _mean_difference(v, null_labels)
+        observed = float(_mean_difference(v, lab)[0])
+        results.append(PermutationResult(observed, p_from_null(null, observed, exact),
+                                         null.size, exact))
+        nulls.append((null, exact))
     observed = float(np.dot(w, [r.statistic for r in results]) / w.sum())
     exact = math.prod(sizes) <= draws
     if exact:
-        per = [_mean_difference(v, relabelings(lab, rng, draws)[0]) for v, lab in nulls]
-        grid = np.array(list(itertools.product(*per)))
+        grid = np.array(list(itertools.product(*(null for null, _ in nulls))))
         pooled_null = grid @ w / w.sum()
     else:
         pooled_null = np.zeros(draws)
-        for (v, lab), weight in zip(nulls, w, strict=True):
-            permuted = rng.permuted(np.broadcast_to(lab, (draws, lab.size)), axis=1)
-            pooled_null += weight * _mean_difference(v, permuted)
+        for (null, stratum_exact), weight in zip(nulls, w, strict=True):
+            # An enumerated stratum contributes uniformly drawn relabelings.
+            rows = rng.integers(0, null.size, draws) if stratum_exact else slice(None)
+            pooled_null += weight * null[rows]
         pooled_null /= w.sum()
     pooled = PermutationResult(observed, p_from_null(pooled_null, observed, exact),
                                pooled_null.size, exact)

@@ -148,3 +148,7 @@ def test_cli_defaults_are_the_module_constants() -> None:
         args = build_parser().parse_args([command, "runs.csv", "--out", "out"])
         assert (args.resamples, args.simulations, args.null_draws) == (
             DEFAULT_RESAMPLES, DEFAULT_SIMULATIONS, NULL_DRAWS)
+    from spu.stats.cli import DESIGN_DIFFERENCES
+    from spu.stats.design import DIFFERENCES
+
+    assert DESIGN_DIFFERENCES == DIFFERENCES
