@@ -411,11 +411,17 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
         tables["discipline_gap.csv"] = gap.assign(leading=", ".join(top),
                                                   trailing=", ".join(bottom))
         tests.append(test)
+        summary.append(_summary_row("disciplines", "gap_range", test["statistic"], test["n"]))
+        summary.append(_summary_row("disciplines", "gap_range_null_median",
+                                    test.get("null_median"), permutations))
     else:
         notes.append("discipline gap: no leading and trailing group scored in every discipline")
     stable, test = discipline_stability(public, eligible, seed, permutations)
     tables["discipline_pairs.csv"] = stable
     tests.append(test)
+    summary.append(_summary_row("disciplines", "order_stability", test["statistic"], test["n"]))
+    summary.append(_summary_row("disciplines", "order_stability_null_median",
+                                test.get("null_median"), permutations))
 
     # Exposure (3.7, E.4).
     exposure, test = exposure_table(public, order, seed, resamples, draws)

@@ -259,8 +259,10 @@ def discipline_gap(
     null = means.max(axis=1) - means.min(axis=1)
     p = p_from_null(null, observed, exact, "greater")
     method = ("exact" if exact else "monte-carlo") + f", null median {np.median(null):.3f}"
-    return table, named_test("discipline_gap_range", observed, p, "4.6", df=len(names) - 1,
-                             n=int(values.size), method=method)
+    test = named_test("discipline_gap_range", observed, p, "4.6", df=len(names) - 1,
+                      n=int(values.size), method=method)
+    test["null_median"] = float(np.median(null))
+    return table, test
 
 
 def _block_ranks(values: np.ndarray) -> np.ndarray:
@@ -356,6 +358,7 @@ def discipline_stability(
     null = _mean_pair_rho(block_means(splits))
     null = null[np.isfinite(null)]
     p = (1 + int((null <= observed + 1e-12).sum())) / (1 + null.size)
-    return table, named_test("discipline_order_stability", observed, p, "4.6",
-                             n=len(configs),
-                             method=f"random splits, median {np.median(null):.3f}")
+    test = named_test("discipline_order_stability", observed, p, "4.6", n=len(configs),
+                      method=f"random splits, median {np.median(null):.3f}")
+    test["null_median"] = float(np.median(null))
+    return table, test
