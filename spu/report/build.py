@@ -10,8 +10,11 @@ from pathlib import Path
 
 from spu.report.figures import report_figures, save_figure
 from spu.report.page import CAPTIONS, render_page
+from spu.report.paper_figures import PAPER_CAPTIONS, paper_figure_index, paper_figures
 from spu.report.tables import report_tables
 from spu.stats.analysis import StatsResult
+
+CAPTIONS.update(PAPER_CAPTIONS)
 
 TITLE = "Science Prediction Universe: results"
 
@@ -35,10 +38,13 @@ def build_report(result: StatsResult, out: str | Path) -> list[Path]:
         written.append(path)
 
     pngs: dict[str, Path] = {}
-    for name, draw in report_figures(result).items():
+    drawable, missing = paper_figures(result)
+    for name, draw in {**report_figures(result), **drawable}.items():
         paths = save_figure(draw(), out / "figures", name)
         written += paths
         pngs[name] = paths[0]
+    # Which paper figure each drawn figure reproduces, and what the others need.
+    tables.append(paper_figure_index(pngs, missing))
 
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:

@@ -364,9 +364,9 @@ def residual_gram(
     onehot = np.zeros((ti.size, n_tasks))
     onehot[np.arange(ti.size), ti] = 1.0
     u = ys - ((ys @ onehot) / n)[:, ti]  # within-task deviations, (K, N)
-    p = np.zeros((n_tasks, n_configs, k))
-    p[ti, ci, :] = u.T
-    p = p.reshape(n_tasks, n_configs * k)
+    by_task = np.zeros((n_tasks, n_configs, k))
+    by_task[ti, ci, :] = u.T
+    p = by_task.reshape(n_tasks, n_configs * k)
     # Per-task cross products of the deviations, (T, K * K).
     cross = onehot.T @ (u.T[:, :, None] * u.T[:, None, :]).reshape(ti.size, k * k)
     out = np.empty((w.shape[0], k, k))

@@ -361,7 +361,8 @@ def effort_correlations(
                 rho, p = float(result.statistic), float(result.pvalue)
             family.append({"config": config, "measure": measure, "n": int(keep.sum()),
                            "rho": rho, "p_value": p})
-        for row, adjusted in zip(family, holm([r["p_value"] for r in family]), strict=True):
+        p_values = [float(r["p_value"]) for r in family]  # type: ignore[arg-type]
+        for row, adjusted in zip(family, holm(p_values), strict=True):
             row["p_holm"] = adjusted
         rows += family
     summary: list[dict[str, Any]] = []

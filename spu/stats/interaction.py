@@ -194,8 +194,8 @@ def variance_decomposition(
     boot_terms["n_tasks"] = counts.sum(axis=1)
     boot = _components(boot_terms, c, noise_boot if np.isfinite(noise_var).all()
                        else np.full(resamples, np.nan))
-    total = sum(point[k] for k in COMPONENTS)
-    boot_total = sum(boot[k] for k in COMPONENTS)
+    total = np.sum([point[k] for k in COMPONENTS], axis=0)
+    boot_total = np.sum([boot[k] for k in COMPONENTS], axis=0)
     rows = []
     for name in COMPONENTS:
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -228,7 +228,8 @@ def example_runs(
             continue
         if len({values[i] for i in g.items}) < n:
             continue
-        candidates.append((r, order, values))
+        assert order is not None
+        candidates.append((r, list(order), dict(values)))
     rows: list[dict[str, Any]] = []
     used: set[str] = set()
     for target in scores:
@@ -238,7 +239,8 @@ def example_runs(
         r, order, values = min(pool, key=lambda c: (abs(c[0].score_recovered - target),
                                                     str(c[0].run_id)))
         used.add(r.task_id)
-        measured_rank = {item: k + 1 for k, item in enumerate(sorted(order, key=values.get))}
+        measured_rank = {item: k + 1 for k, item in
+                         enumerate(sorted(order, key=lambda i: values[i]))}
         for k, item in enumerate(order):
             rows.append({"target": target, "run_id": r.run_id, "config": r.config,
                          "task_id": r.task_id, "score": r.score_recovered, "item": item,

@@ -176,6 +176,10 @@ class SimulationParameters:
     """Score added to every run flagged by the exposure detector."""
     repeat_exposure_rate: float = 0.03
     """Share of repeated runs flagged by the exposure detector."""
+    doi_share: float = 0.4
+    """Share of flagged runs whose tool outputs held the source DOI (paper 3.7: 46 of 110)."""
+    outside_rate: float = 0.25
+    """Share of runs sending requests outside the audited tools (paper 3.7: about a quarter)."""
     refusal_difficulty: float = 0.0
     """Log propensity to refuse per task-effect SD: positive refuses the easier tasks."""
     discipline_effects: tuple[tuple[str, str, float], ...] = ()
@@ -409,14 +413,29 @@ def _runs(p: SimulationParameters, streams: _Streams, c: SimulatedConfig,
     columns.update({
         "tool_calls": rng.poisson(200, n), "web_fetches": rng.poisson(20, n),
         "used_gpu": rng.random(n) < 0.3, "flagged_exposure": flagged,
-        "refusal_label": np.where(outcome == "refusal", "[bio]", None),
+        **_network(p, streams.exposure, flagged),
+        "refusal_label": pd.Series(["[bio]" if o == "refusal" else None for o in outcome],
+                                   dtype=object).to_numpy(),
     })
     recovered = outcome == "recovered"
     names = [name for name, _ in DEPARTURE_COUNTS]
     weights = np.array([count for _, count in DEPARTURE_COUNTS], dtype=float)
     drawn = streams.departures.choice(names, size=n, p=weights / weights.sum())
-    columns["departures"] = np.where(recovered, drawn, None)
+    columns["departures"] = pd.Series([d if r else None for d, r in zip(drawn, recovered,
+                                                                          strict=True)],
+                                      dtype=object).to_numpy()
     return pd.DataFrame(columns)
+
+
+def _network(p: SimulationParameters, rng: np.random.Generator,
+             flagged: np.ndarray) -> dict[str, np.ndarray]:
+    """What the exposure detector found and the requests sent outside the audited tools."""
+    n = flagged.size
+    doi = flagged & (rng.random(n) < p.doi_share)
+    kinds = np.where(doi, "doi,title", np.where(flagged, "title", ""))
+    outside = np.where(rng.random(n) < p.outside_rate, rng.poisson(3.0, n) + 1, 0)
+    return {"exposure_kinds": pd.Series([k or None for k in kinds], dtype=object).to_numpy(),
+            "requests_outside_tools": outside}
 
 
 def _outcome_columns(score: np.ndarray, outcome: np.ndarray,
