@@ -181,8 +181,11 @@ def figure_3(result: StatsResult) -> Figure:
         wedge.set_hatch(hatch)
     ax_a.set_title(f"{len(t)} tasks in {t['subfield'].nunique()} subfields "
                    "(outer ring; hatched: private)", fontsize=8)
-    _panel_label(ax_c, "c")
     sizes = t.dropna(subset=["n_items"])
+    if not len(sizes):
+        _empty_panel(ax_c, "c", "the runs table has no n_items column")
+        return fig
+    _panel_label(ax_c, "c")
     rng = np.random.default_rng(0)
     for i, d in enumerate(disciplines):
         own = sizes[sizes["discipline"] == d]
@@ -801,7 +804,8 @@ def figure_24(result: StatsResult) -> Figure:
         gpu = ratios[(ratios["low"] == low) & (ratios["quantity"] == "used_gpu")]
         labels = list(part["label"])
         ax_c.set_yticks(y, labels, fontsize=7)
-        ax_c.set_xscale("log")
+        if len(part):
+            ax_c.set_xscale("log")
         ax_c.axvline(1, color="black", lw=0.6)
         title = f"{high} over {low}, same task (median, log scale)"
         if len(gpu):
@@ -1182,7 +1186,7 @@ PAPER_CAPTIONS = {f.name: f.caption for f in REGISTRY if f.draw is not None}
 def _has(result: StatsResult, needs: str) -> bool:
     name = needs.split()[0] if needs else ""
     if name == "runs":
-        return len(result.runs) > 0
+        return len(official(result.runs)) > 0
     if name == "tasks.csv" and "presented_order_score" in needs:
         t = result.tables.get("tasks.csv")
         return t is not None and t["presented_order_score"].notna().any()
@@ -1193,12 +1197,14 @@ def paper_figures(result: StatsResult) -> tuple[dict[str, Callable[[], Figure]],
                                                 list[tuple[str, str, str]]]:
     """The figures the inputs allow, and every figure or panel not drawn with what it needs.
 
+    The figures are drawn here, so that one whose inputs turn out empty (it raises
+    :class:`MissingInput`) is listed rather than failing the report.
+
     Returns
     -------
     tuple
-        ``{name: builder}`` for the figures with at least one panel's input (a builder
-        that raises :class:`MissingInput` is dropped and listed), and rows ``(figure,
-        panels, needs)`` for what is not drawn.
+        ``{name: builder}`` of the drawn figures (each returns its figure) and rows
+        ``(figure, panels, needs)`` for what is not drawn.
     """
     drawable: dict[str, Callable[[], Figure]] = {}
     missing: list[tuple[str, str, str]] = []
@@ -1210,8 +1216,12 @@ def paper_figures(result: StatsResult) -> tuple[dict[str, Callable[[], Figure]],
                    if not _has(result, table)]
         missing += [(label, panels, need) for panels, need in lacking]
         if spec.draw is not None and len(lacking) < len(spec.panels):
-            draw = spec.draw
-            drawable[spec.name] = functools.partial(draw, result)
+            try:
+                figure = spec.draw(result)
+            except MissingInput as exc:
+                missing.append((label, "all", f"{exc.args[0]} (no rows)"))
+                continue
+            drawable[spec.name] = functools.partial(lambda f: f, figure)
     return drawable, missing
 
 

@@ -216,7 +216,8 @@ def cost_sensitivity_table(
             "cost_charged_mean": charged,
             "charged_increase": charged / cost_mean - 1 if cost_mean else np.nan,
         })
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows, columns=[c for c in SENSITIVITY_COLUMNS if not
+                                        c.startswith("pareto")])
     score = table["adjusted_mean"].to_numpy(dtype=float)
     table["pareto"] = pareto_frontier(table["cost_mean"].to_numpy(), score)
     table["pareto_full_input"] = pareto_frontier(table["cost_full_input_mean"].to_numpy(), score)

@@ -208,8 +208,8 @@ def effort_table(
         "official_repeat_tasks": with_repeats["diff"].to_numpy(dtype=float),
         "repeats_mean": (with_repeats["low"] - with_repeats["high_repeats_mean"]).to_numpy(
             dtype=float),
-        "all_runs_mean": (with_repeats["low"] - with_repeats["task_id"].map(all_mean)).to_numpy(
-            dtype=float),
+        "all_runs_mean": (with_repeats["low"] - with_repeats["task_id"].map(all_mean).astype(
+            float)).to_numpy(dtype=float),
         "official_trimmed": trimmed(tasks["diff"].to_numpy(dtype=float)),
     }
     rows = []
@@ -403,8 +403,8 @@ def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
     point = residual_gram(design, variables)[0]
     boot = residual_gram(design, variables, weights)
     for j, measure in enumerate(names, start=1):
-        rho = float(point[0, j] / np.sqrt(point[0, 0] * point[j, j]))
         with np.errstate(invalid="ignore", divide="ignore"):
+            rho = float(point[0, j] / np.sqrt(point[0, 0] * point[j, j]))
             draws = boot[:, 0, j] / np.sqrt(boot[:, 0, 0] * boot[:, j, j])
         low, high = percentile_interval(draws)
         out.append({"config": "(task and configuration effects removed)", "measure": measure,
