@@ -44,7 +44,11 @@ def build_report(result: StatsResult, out: str | Path) -> list[Path]:
         written += paths
         pngs[name] = paths[0]
     # Which paper figure each drawn figure reproduces, and what the others need.
-    tables.append(paper_figure_index(pngs, missing))
+    index = paper_figure_index(pngs, missing)
+    tables.append(index)
+    path = out / "tables" / f"{index.name}.md"
+    path.write_text(index.to_markdown(), encoding="utf-8")
+    written.append(path)
 
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:

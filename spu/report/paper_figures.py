@@ -1232,7 +1232,7 @@ def paper_figure_index(drawn: Mapping[str, object], missing: list[tuple[str, str
     Examples
     --------
     >>> t = paper_figure_index({"figure_1": None}, [("Figure 12", "c", "submitted orders")])
-    >>> t.rows[0], t.rows[-1]
+    >>> t.rows[0], t.rows[11]
     (('Figure 1', 'figure_1', ''), ('Figure 12', '', 'panels c: submitted orders'))
     """
     other = {f.number: f.drawn_as for f in REGISTRY if f.drawn_as}

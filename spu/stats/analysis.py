@@ -512,6 +512,9 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     }
     summary_frame = pd.DataFrame(summary, columns=["analysis", "statistic", "value", "ci_low",
                                                    "ci_high", "n"])
+    # Every value is a number (a flag counts as 1 or 0), so summary.csv reads back as one.
+    summary_frame["value"] = pd.to_numeric(summary_frame["value"].map(
+        lambda v: float(v) if isinstance(v, (bool, np.bool_)) else v), errors="raise")
     return StatsResult(tables, summary_frame, manifest, runs, stability, notes)
 
 
