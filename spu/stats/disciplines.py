@@ -148,7 +148,9 @@ def default_groups(
     The configurations above the widest gap of the task-adjusted means lead, the rest
     trail (:func:`spu.stats.repeats.largest_gap_group`); only ``eligible`` ones (scored in
     every discipline) are kept, and of those, the ones that a Holm-significant paired
-    test separates from the other group (when that leaves both groups non-empty).
+    test separates from the other group (when that leaves both groups non-empty). When
+    the gap leaves no eligible configuration on one side, the eligible ones are split at
+    their median.
 
     References
     ----------
@@ -178,7 +180,13 @@ def default_groups(
     refined_bottom = [c for c in bottom if c in separated]
     if refined_top and refined_bottom:
         return refined_top, refined_bottom
-    return top, bottom
+    if top and bottom:
+        return top, bottom
+    # The widest gap leaves one side without an eligible configuration: split the eligible
+    # ones at their median task-adjusted mean instead.
+    ranked = [c for c in ordered["config"] if c in eligible]
+    half = len(ranked) // 2
+    return ranked[:half], ranked[len(ranked) - half:]
 
 
 def _gap_by_discipline(diff: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:

@@ -25,8 +25,10 @@ on easier or harder tasks, 3.3), ``discipline_effects`` (a configuration does be
 discipline, 4.6), ``interaction_sd`` (configuration-by-task interaction, 4.4) and
 ``stop_clustering`` (policy stops of the repeats concentrate on some tasks, 3.6).
 
-``python -m spu.stats.simulate OUT.csv [--seed S]`` writes one table, in the runs-table
-format of :mod:`spu.schema` (the format ``spu runs export`` writes).
+``python -m spu.stats.simulate OUT.csv [--seed S] [--study DIR]`` writes one table, in the
+runs-table format of :mod:`spu.schema` (the format ``spu runs export`` writes); with
+``--study`` also the task packages and run folders its scores come from
+(:func:`simulate_study`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -448,16 +451,199 @@ def _outcome_columns(score: np.ndarray, outcome: np.ndarray,
             "score_strict": np.where(strict, score, -1.0)}
 
 
+def _spearman_to_pearson(rho: np.ndarray) -> np.ndarray:
+    """Pearson correlation of normal scores whose Spearman correlation is ``rho``.
+
+    For bivariate normals Spearman's rho is ``(6 / pi) asin(r / 2)`` (Pearson, 1907).
+
+    Examples
+    --------
+    >>> _spearman_to_pearson(np.array([0.0, 1.0])).round(6).tolist()
+    [0.0, 1.0]
+    """
+    return 2 * np.sin(np.pi * np.clip(rho, -1.0, 1.0) / 6)
+
+
+def _task_package(task_id: str, row: pd.Series, rng: np.random.Generator
+                  ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """Contract, answers and targets rows of one simulated task."""
+    n_items, n_groups = int(row["n_items"]), int(row["n_groups"])
+    n_groups = max(1, min(n_groups, n_items // 2))
+    ids = [f"E{i:03d}" for i in rng.permutation(np.arange(1, n_items + 1))]
+    sizes = np.full(n_groups, 2)
+    extra = rng.multinomial(n_items - 2 * n_groups, np.full(n_groups, 1 / n_groups))
+    sizes += extra
+    groups, answers, targets = [], {}, []
+    start = 0
+    for g, size in enumerate(sizes):
+        gid = f"G{g + 1}"
+        items = ids[start:start + size]
+        start += size
+        values = np.round(rng.normal(50.0, 20.0, size), 2)
+        # A numeric setting that tracks the measured value in some groups (the monotone
+        # prior of paper 4.2) and not in others.
+        tracking = rng.random() < 0.4
+        setting = values + rng.normal(0, 5.0 if tracking else 60.0, size)
+        groups.append({"group_id": gid, "endpoint": "measured value", "weight": 1 / n_groups,
+                       "items": items})
+        answers[gid] = dict(zip(items, (float(v) for v in values), strict=True))
+        targets += [{"experiment_id": i, "group_id": gid, "setting": round(float(x), 1),
+                     "label": f"condition {k}"} for k, (i, x) in enumerate(zip(items, setting,
+                                                                             strict=True))]
+    order = rng.permutation(len(targets))
+    contract = {"task_id": task_id, "task_version": "1.0", "groups": groups}
+    key = {"task_id": task_id, "task_version": "1.0", "groups": answers}
+    return contract, key, [targets[i] for i in order]
+
+
+def _write_package(root: Path, task_id: str, row: pd.Series, contract: dict[str, Any],
+                   answers: dict[str, Any], targets: list[dict[str, Any]]) -> None:
+    import csv
+    import json
+
+    folder = root / task_id
+    (folder / "hidden").mkdir(parents=True, exist_ok=True)
+    (folder / "task.yaml").write_text(
+        f"id: {task_id}\nversion: '1.0'\ntitle: simulated task\n"
+        f"discipline: {row['discipline']}\nsubfield: {row['subfield']}\n"
+        f"visibility: {row['visibility']}\n", encoding="utf-8")
+    (folder / "instruction.md").write_text("Rank the experiments of each group.\n",
+                                           encoding="utf-8")
+    (folder / "experiment.md").write_text("A simulated experiment.\n", encoding="utf-8")
+    (folder / "contract.json").write_text(json.dumps(contract), encoding="utf-8")
+    (folder / "protocol.json").write_text(json.dumps({"groups": [
+        {"group_id": g["group_id"], "endpoint": g["endpoint"]} for g in contract["groups"]]}),
+        encoding="utf-8")
+    (folder / "hidden" / "answers.json").write_text(json.dumps(answers), encoding="utf-8")
+    with open(folder / "targets.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["experiment_id", "group_id", "setting", "label"])
+        writer.writeheader()
+        writer.writerows(targets)
+
+
+def _orders(contract: dict[str, Any], answers: dict[str, Any], score: float,
+            rng: np.random.Generator) -> dict[str, list[str]]:
+    """Group orders whose Spearman correlation with the measured values is near ``score``."""
+    from scipy import stats as sps
+
+    pearson = float(_spearman_to_pearson(np.array([score]))[0])
+    out = {}
+    for g in contract["groups"]:
+        items = g["items"]
+        values = np.array([answers[g["group_id"]][i] for i in items])
+        z = sps.norm.ppf((sps.rankdata(values) - 0.5) / values.size)
+        z = (z - z.mean()) / (z.std() or 1.0)
+        latent = pearson * z + np.sqrt(max(1 - pearson**2, 0.0)) * rng.standard_normal(z.size)
+        out[g["group_id"]] = [items[i] for i in np.argsort(latent, kind="stable")]
+    return out
+
+
+def _submission(task_id: str, orders: dict[str, list[str]], departure: str | None
+                ) -> dict[str, Any]:
+    """The rankings.json document: canonical, or with one departure of appendix E.1."""
+    canonical = [{"group_id": g, "order": o} for g, o in orders.items()]
+    if departure == "object_keyed_by_group":
+        return {"task_id": task_id, "task_version": "1.0", "rankings": dict(orders)}
+    if departure == "alternative_order_key":
+        return {"task_id": task_id, "task_version": "1.0",
+                "rankings": [{"group_id": g, "item_ids": o} for g, o in orders.items()]}
+    if departure == "alternative_top_level_key":
+        return {"task_id": task_id, "task_version": "1.0", "groups": canonical}
+    if departure == "alternative_group_key":
+        return {"task_id": task_id, "task_version": "1.0",
+                "rankings": [{"group": g, "order": o} for g, o in orders.items()]}
+    if departure == "renamed_identity":
+        return {"task": task_id, "version": "1.0", "rankings": canonical}
+    return {"task_id": task_id, "task_version": "1.0", "rankings": canonical}
+
+
+def simulate_study(out: str | Path, params: SimulationParameters | None = None,
+                   seed: int = 0) -> pd.DataFrame:
+    """A simulated study on disk: task packages, run folders and the matching runs table.
+
+    Writes ``<out>/tasks/<task_id>/`` (contract, answer key, ``targets.csv`` with a numeric
+    setting that tracks the measured value in some groups) and
+    ``<out>/outputs/runs/<run_key>/output/rankings.json`` for every scored run: orders
+    drawn so that their Spearman correlation with the measured values is near the run's
+    simulated score, written in the run's departure format where it has one. The
+    returned table is :func:`simulate_runs` with what the files determine put in: each
+    scored run's score is the grader's score of its orders, each task's threshold its
+    chance threshold (4,000 random submissions), its experiments and groups those of
+    its package. ``spu stats TABLE --tasks <out>/tasks --runs-dir <out>/outputs`` then
+    runs every analysis, those of the submitted orders included.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     runs = simulate_study(d, SimulationParameters(configs=PAPER_CONFIGS[:2],
+    ...                           repeats=0), seed=0)
+    ...     folders = len(list(Path(d, "outputs", "runs").iterdir()))
+    >>> folders == int(runs["scored"].sum())
+    True
+    """
+    import json
+
+    from spu.grading.chance import chance_threshold
+    from spu.grading.rules import GradingKey
+    from spu.schema import AnswerKey, Contract
+
+    out = Path(out)
+    runs = simulate_runs(params, seed).copy()
+    rng = rng_for(seed, "simulate", "study")
+    tasks = runs.drop_duplicates("task_id").set_index("task_id")
+    keys: dict[str, tuple[dict[str, Any], dict[str, Any], GradingKey]] = {}
+    thresholds, items, groups = {}, {}, {}
+    for task_id, row in tasks.iterrows():
+        contract, answers, targets = _task_package(str(task_id), row, rng)
+        _write_package(out / "tasks", str(task_id), row, contract, answers, targets)
+        typed_contract, typed_answers = Contract(**contract), AnswerKey(**answers)
+        keys[str(task_id)] = (contract, answers["groups"],
+                              GradingKey.build(typed_contract, typed_answers))
+        thresholds[task_id] = chance_threshold(typed_contract, typed_answers)
+        items[task_id] = sum(len(g["items"]) for g in contract["groups"])
+        groups[task_id] = len(contract["groups"])
+    runs["threshold"] = runs["task_id"].map(thresholds)
+    runs["n_items"] = runs["task_id"].map(items).astype("Int64")
+    runs["n_groups"] = runs["task_id"].map(groups).astype("Int64")
+    scored = runs["scored"].to_numpy()
+    for i in np.flatnonzero(scored):
+        r = runs.iloc[i]
+        contract, measured, key = keys[str(r["task_id"])]
+        orders = _orders(contract, measured, float(r["score_recovered"]), rng)
+        score = key.score_orders(orders)
+        runs.iat[i, runs.columns.get_loc("score_recovered")] = score
+        if r["outcome"] != "recovered":
+            runs.iat[i, runs.columns.get_loc("score_strict")] = score
+        departure = r["departures"] if isinstance(r["departures"], str) else None
+        folder = out / "outputs" / "runs" / str(r["run_key"])
+        (folder / "output").mkdir(parents=True, exist_ok=True)
+        (folder / "output" / "rankings.json").write_text(
+            json.dumps(_submission(str(r["task_id"]), orders, departure)), encoding="utf-8")
+        (folder / "run.json").write_text(json.dumps({"run_key": str(r["run_key"]),
+                                                     "task_id": str(r["task_id"])}),
+                                         encoding="utf-8")
+    return runs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spu.stats.simulate OUT [--seed S]``: write a simulated runs table."""
     parser = argparse.ArgumentParser(prog="python -m spu.stats.simulate",
                                      description="Write a runs table with the paper's structure.")
     parser.add_argument("out", type=Path, help="file to write: .csv or .parquet")
     parser.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    parser.add_argument("--study", type=Path, default=None, metavar="DIR",
+                        help="also write task packages (DIR/tasks) and run folders "
+                             "(DIR/outputs) that the table's scores come from")
     args = parser.parse_args(argv)
     from spu.schema import RunsTableWriteError, write_runs_table
 
-    runs = simulate_runs(seed=args.seed)
+    if args.out.suffix.lower() not in (".csv", ".parquet"):
+        print(f"{parser.prog}: {args.out}: the output must end in .csv or .parquet",
+              file=sys.stderr)
+        return 2
+    runs = (simulate_runs(seed=args.seed) if args.study is None
+            else simulate_study(args.study, seed=args.seed))
     try:
         write_runs_table(runs, args.out)
     except RunsTableWriteError as exc:
