@@ -12,6 +12,11 @@ Columns of Table 6, from the ``outcome`` and ``scored`` columns of the runs tabl
   ``score_recovered`` over scored runs.
 
 A count per outcome follows, so that every run of the table is accounted for.
+
+Also here: the formatting-rejected files by departure type (:func:`departure_table`,
+Figure 6a), recovered against valid files (:func:`recovered_vs_valid`, Figure 6c),
+refusals by configuration and discipline (:func:`refusal_table`, Figure 7) and the two
+scoring rules over public and private tasks (:func:`scoring_rules_table`, Figure 8).
 """
 
 from __future__ import annotations
