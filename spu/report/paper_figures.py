@@ -667,7 +667,7 @@ def figure_19(result: StatsResult) -> Figure:
         share = orders.groupby(size)["identical_in_all_repeats"].agg(["mean", "size"])
         ax_a.bar(share.index.astype(int), 100 * share["mean"], color=BLUE)
         for k, (m, n) in share.iterrows():
-            ax_a.text(k, 100 * m + 1, f"n={n}", ha="center", fontsize=7)
+            ax_a.text(k, 100 * m + 1, f"n={int(n)}", ha="center", fontsize=7)
         ax_a.set_xticks(share.index.astype(int),
                         [str(int(k)) if k < 10 else "10+" for k in share.index])
         ax_a.set_xlabel("Items in the group")
