@@ -453,6 +453,13 @@ def figure_10(result: StatsResult) -> Figure:
     return fig
 
 
+def figure_11(result: StatsResult) -> Figure:
+    """Figure 11: the cost-score Pareto frontier (the report draws it as ``pareto``)."""
+    from spu.report.figures import pareto_figure
+
+    return pareto_figure(result.tables["costs.csv"], result.tables["configs.csv"])
+
+
 @_styled
 def figure_12(result: StatsResult) -> Figure:
     """Figure 12: the repeated runs, against the official run and in agreement."""

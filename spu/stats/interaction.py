@@ -553,7 +553,8 @@ def spread_summary(tasks: pd.DataFrame, runs: pd.DataFrame,
     if agreement is not None and len(agreement):
         both = public.merge(agreement[["task_id", "agreement_mean"]], on="task_id").dropna(
             subset=["agreement_mean"])
-        if len(both) >= 3:
+        if len(both) >= 3 and both["task_sd"].nunique() > 1 and both[
+                "agreement_mean"].nunique() > 1:
             add("spread_agreement_spearman",
                 float(sps.spearmanr(both["task_sd"], both["agreement_mean"]).statistic),
                 len(both))

@@ -58,10 +58,11 @@ def test_a_paper_sized_table_draws_its_figures_and_lists_the_rest(result, tmp_pa
     assert 'id="fig-figure_26"' in page and "Paper figures" in page
 
 
-def test_figures_need_their_inputs_and_say_so(paper_runs) -> None:
+def test_figures_need_their_inputs_and_say_so() -> None:
     """A private-only table draws Figure 10 (and Figure 8) and lists Figure 9, whose
     input (official public runs) is empty, instead of dropping or failing it."""
-    private = check_runs_table(paper_runs[paper_runs["visibility"] == "private"])
+    runs = simulate_runs(seed=6)
+    private = check_runs_table(runs[runs["visibility"] == "private"])
     result = analyze(private, StatsOptions(resamples=50, simulations=50))
     drawable, missing = paper_figures(result)
     assert "figure_10" in drawable and "figure_9" not in drawable
