@@ -769,3 +769,130 @@ class AuditVerdict(Record):
     """The right label, where the rules' one was wrong."""
     note: str | None = None
     """Free text."""
+
+
+# --------------------------------------------------------------------------- runs table
+
+# The runs table (SPEC section 5) is the one saved format that is a table rather than a
+# record: ``spu runs export`` writes it from tracking, ``spu.stats.simulate`` writes it
+# from known parameters, and ``spu stats`` reads it. Its columns, their types and its
+# writer live here so that every side uses the same format.
+
+RUNS_TABLE_SPEC_COLUMNS: tuple[str, ...] = (
+    "run_id", "config", "model", "harness", "effort", "task_id", "discipline", "subfield",
+    "visibility", "repeat", "outcome", "score_strict", "score_recovered", "scored",
+    "threshold", "n_items", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+    "output_tokens", "cost_usd", "runtime_s", "tool_calls", "web_fetches", "used_gpu",
+    "flagged_exposure",
+)
+"""The columns of SPEC section 5, in order."""
+
+RUNS_TABLE_EXTRA_COLUMNS: tuple[str, ...] = (
+    "run_key", "task_version", "attempt", "n_attempts", "official", "retried_from",
+    "experiment", "cache_write_1h_tokens", "cost_full_input_usd", "cache_write_rate",
+    "cost_five_minute_usd", "cost_actual_usd", "cli_cost_usd",
+    "cost_disagreement", "long_context_requests", "exposure_kinds", "refusal_label",
+    "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
+    "grader_version", "sandbox", "started_at", "finished_at", "audited_calls",
+    "shell_downloads", "policy_stopped", "n_groups", "departures",
+)
+"""Further columns, after the SPEC ones. ``n_groups`` counts the task's comparison groups
+(from the grade), ``departures`` lists the schema departures of appendix E.1 that recovery
+normalized, ``;``-joined in the order of E.1 (empty for a file without departures)."""
+
+RUNS_TABLE_COLUMNS: tuple[str, ...] = RUNS_TABLE_SPEC_COLUMNS + RUNS_TABLE_EXTRA_COLUMNS
+"""Every column of the runs table, in order."""
+
+RUNS_TABLE_INT_COLUMNS: tuple[str, ...] = (
+    "repeat", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+    "tool_calls", "web_fetches", "attempt", "n_attempts", "cache_write_1h_tokens",
+    "long_context_requests")
+"""Whole-number columns that always have a value."""
+RUNS_TABLE_NULLABLE_INT_COLUMNS: tuple[str, ...] = (
+    "n_items", "requests_outside_tools", "peak_memory_bytes", "audited_calls",
+    "shell_downloads", "n_groups")
+"""Whole-number columns that may be empty."""
+RUNS_TABLE_BOOL_COLUMNS: tuple[str, ...] = (
+    "scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement",
+    "policy_stopped")
+"""True/false columns."""
+RUNS_TABLE_FLOAT_COLUMNS: tuple[str, ...] = (
+    "score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",
+    "cost_full_input_usd", "cost_five_minute_usd", "cost_actual_usd", "cli_cost_usd",
+    "gpu_seconds")
+"""Real-valued columns (NaN where unknown)."""
+
+_RUNS_TABLE_DEFAULTS: dict[str, Any] = {"attempt": 1, "n_attempts": 1, "official": True}
+
+
+class RunsTableWriteError(ValueError):
+    """The runs table cannot be written; the message names the file."""
+
+
+def runs_table_frame(data: Any, *, sort: bool = True, fill: bool = False) -> Any:
+    """The runs table as a pandas DataFrame: every column, in order, with stable dtypes.
+
+    Args:
+        data: rows (an iterable of dicts) or a DataFrame holding the columns.
+        sort: order the rows by configuration, task, repeat, attempt and run id.
+        fill: give columns that ``data`` lacks their empty value (0, false, NaN, empty;
+            ``attempt``/``n_attempts`` 1 and ``official`` true) instead of failing.
+
+    Raises:
+        KeyError: a column is missing and ``fill`` is false.
+    """
+    import pandas as pd
+
+    df = data.copy() if isinstance(data, pd.DataFrame) else pd.DataFrame(list(data))
+    if len(df.columns) == 0:
+        df = pd.DataFrame(columns=list(RUNS_TABLE_COLUMNS))
+    missing = [c for c in RUNS_TABLE_COLUMNS if c not in df.columns]
+    if missing and not fill:
+        raise KeyError(f"runs table lacks column(s) {', '.join(missing)}")
+    for col in missing:
+        if col in _RUNS_TABLE_DEFAULTS:
+            df[col] = _RUNS_TABLE_DEFAULTS[col]
+        elif col in RUNS_TABLE_INT_COLUMNS:
+            df[col] = 0
+        elif col in RUNS_TABLE_BOOL_COLUMNS:
+            df[col] = False
+        elif col in RUNS_TABLE_FLOAT_COLUMNS:
+            df[col] = float("nan")
+        else:
+            df[col] = None
+    df = df[list(RUNS_TABLE_COLUMNS)]
+    for col in RUNS_TABLE_INT_COLUMNS:
+        df[col] = df[col].astype("int64")
+    for col in RUNS_TABLE_NULLABLE_INT_COLUMNS:
+        df[col] = df[col].astype("Int64")
+    for col in RUNS_TABLE_BOOL_COLUMNS:
+        df[col] = df[col].astype(bool)
+    for col in RUNS_TABLE_FLOAT_COLUMNS:
+        df[col] = df[col].astype("float64")
+    if sort:
+        df = df.sort_values(["config", "task_id", "repeat", "attempt", "run_id"], kind="stable")
+    return df.reset_index(drop=True)
+
+
+def write_runs_table(df: Any, out: Any) -> Any:
+    """Write a runs table as CSV or Parquet, chosen by the suffix of ``out``; returns the path.
+
+    The file appears whole or not at all (written beside it, then renamed).
+
+    Raises:
+        RunsTableWriteError: ``out`` ends in neither ``.csv`` nor ``.parquet``.
+    """
+    from pathlib import Path
+
+    out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise RunsTableWriteError(f"{out}: the output must end in .csv or .parquet")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    if suffix == ".csv":
+        df.to_csv(tmp, index=False)
+    else:
+        df.to_parquet(tmp, index=False)
+    tmp.replace(out)
+    return out

@@ -10,8 +10,11 @@ from pathlib import Path
 
 from spu.report.figures import inline_svg, report_figures, save_figure
 from spu.report.page import CAPTIONS, render_page
+from spu.report.paper_figures import PAPER_CAPTIONS, paper_figure_index, paper_figures
 from spu.report.tables import report_tables
 from spu.stats.analysis import StatsResult
+
+CAPTIONS.update(PAPER_CAPTIONS)
 
 TITLE = "Science Prediction Universe: results"
 
@@ -43,9 +46,11 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
     if analysis is not None:
         from spu.report.trajectory_figures import analysis_figures
 
-        drawn, missing = analysis_figures(Path(analysis))
+        drawn, not_drawn = analysis_figures(Path(analysis))
         figures.update(drawn)
-        notes += missing
+        notes += not_drawn
+    drawable, missing = paper_figures(result)
+    figures.update(drawable)
     pngs: dict[str, Path] = {}
     svgs: dict[str, str] = {}
     for name, draw in figures.items():
@@ -54,6 +59,12 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
         written += paths
         pngs[name] = paths[0]
         svgs[name] = inline_svg(figure, name)
+    # Which paper figure each drawn figure reproduces, and what the others need.
+    index = paper_figure_index(pngs, missing)
+    tables.append(index)
+    path = out / "tables" / f"{index.name}.md"
+    path.write_text(index.to_markdown(), encoding="utf-8")
+    written.append(path)
 
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:

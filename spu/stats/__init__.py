@@ -14,8 +14,21 @@ One module per analysis family:
 - :mod:`spu.stats.submissions`: submitted orders read from run folders.
 - :mod:`spu.stats.agreement`: agreement and consensus (E.8).
 - :mod:`spu.stats.monotone`: the monotone prior (4.2).
-- :mod:`spu.stats.simulate`: runs tables with the paper's structure from known parameters.
+- :mod:`spu.stats.tasks`: task statistics and Kruskal-Wallis across disciplines (2.2, 3.3).
+- :mod:`spu.stats.coverage`: missing runs against task difficulty, Figure 1 (3.3).
+- :mod:`spu.stats.effort`: two efforts of one model, effort against score (4.10, E.3).
+- :mod:`spu.stats.design`: detectable-difference curves and study design (E.2).
+- :mod:`spu.stats.interaction`: the configuration-by-task interaction (4.4, E.9).
+- :mod:`spu.stats.disciplines`: scores by discipline, gap and stability tests (4.6, E.10).
+- :mod:`spu.stats.exposure`: flagged runs and the presented order (3.7, E.4).
+- :mod:`spu.stats.pair_order`: pairs in the measured order, top-1 rate (appendix F).
+- :mod:`spu.stats.within_config`: marked against unmarked runs of a configuration.
+- :mod:`spu.stats.permutation`: seeded permutation tests, exact when small.
+- :mod:`spu.stats.named_tests`: the rows of ``tests.csv``.
+- :mod:`spu.stats.simulate`: runs tables (and whole studies on disk) with the paper's
+  structure from known parameters, with planted effects.
 - :mod:`spu.stats.analysis`: everything above, written as ``spu stats`` writes it.
 
-Only numpy, scipy and pandas are used; nothing here imports ray, mlflow or docker.
+Only numpy, scipy, pandas and statsmodels are used; nothing here imports ray, mlflow or
+docker.
 """

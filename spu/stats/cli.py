@@ -3,7 +3,8 @@
 Heavy imports (numpy, scipy, pandas) happen in the handler, so ``spu --help`` stays fast.
 The defaults below are therefore written out; a test checks that they equal
 :data:`~spu.stats.resampling.DEFAULT_RESAMPLES`,
-:data:`~spu.stats.repeats.DEFAULT_SIMULATIONS` and :data:`~spu.stats.private.NULL_DRAWS`.
+:data:`~spu.stats.repeats.DEFAULT_SIMULATIONS`, :data:`~spu.stats.private.NULL_DRAWS` and
+:data:`~spu.stats.design.DIFFERENCES`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
+
+DESIGN_DIFFERENCES = (0.05, 0.1, 0.15, 0.2)
+"""Default differences of ``design.csv`` (:data:`spu.stats.design.DIFFERENCES`)."""
 
 
 def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,14 +42,19 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    help="run-to-run SD of the simulated reruns (default: pooled SD of repeats)")
     p.add_argument("--null-draws", type=int, default=40_000,
                    help="random submissions per private task for the exact null (default 40,000)")
+    p.add_argument("--design-difference", type=float, action="append", default=None,
+                   metavar="D", dest="design_differences",
+                   help="difference in mean score for the study-design table design.csv "
+                        "(repeatable; default 0.05, 0.1, 0.15, 0.2)")
 
 
 def register(sub: Any) -> None:
     """Add ``stats`` to the ``spu`` parser."""
     p = sub.add_parser("stats", help="statistics of a runs table (paper sections 3 and 4)",
-                       description="Write configs.csv, pairs.csv, outcomes.csv, costs.csv, "
-                       "disciplines.csv and the private-task, repeat, agreement and "
-                       "monotone-prior tables to --out.")
+                       description="Write the tables of SPEC sections 6 and 9 (configs, pairs, "
+                       "outcomes, costs, disciplines, tasks, exposure, variance, tests, "
+                       "repeats_orders, ...) and every other table the inputs allow to --out; "
+                       "manifest.json names the paper section of each file.")
     add_analysis_arguments(p)
     p.set_defaults(handler=stats_command)
 
@@ -67,11 +76,15 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
             print(f"spu {command}: --{name.replace('_', '-')} must be at least 1",
                   file=sys.stderr)
             return None
+    differences = tuple(args.design_differences or DESIGN_DIFFERENCES)
+    if any(not d > 0 for d in differences):
+        print(f"spu {command}: --design-difference must be above 0", file=sys.stderr)
+        return None
     options = StatsOptions(
         seed=args.seed, resamples=args.resamples, simulations=args.simulations,
         null_draws=args.null_draws, task_roots=tuple(args.tasks),
         answers_root=args.answers_root, runs_dir=args.runs_dir,
-        top_group_size=args.top_group, run_sd=args.run_sd,
+        top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
     )
     try:
         runs = read_runs_table(args.runs)

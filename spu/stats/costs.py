@@ -131,3 +131,97 @@ def cost_table(
                                       table["adjusted_mean"].to_numpy())
     first = list(COST_COLUMNS)
     return table[first + [c for c in table.columns if c not in first]]
+
+
+SENSITIVITY_COLUMNS: tuple[str, ...] = (
+    "config", "n_scored", "adjusted_mean", "cost_mean", "pareto", "cost_full_input_mean",
+    "full_input_ratio", "pareto_full_input", "n_shared_tasks", "cost_shared_mean",
+    "shared_mean", "pareto_shared", "cost_charged_mean", "charged_increase", "pareto_charged",
+)
+"""Columns of ``cost_sensitivity.csv``."""
+
+
+def cost_sensitivity_table(
+    runs: pd.DataFrame, order: list[str], adjusted: pd.Series
+) -> pd.DataFrame:
+    """``cost_sensitivity.csv``: the Pareto frontier under the checks of paper 3.5.
+
+    Three variants of the cost of a scored run, each with its own frontier against the
+    task-adjusted mean (against the shared-task mean for the shared tasks):
+
+    - **full input price** (``cost_full_input_usd``): every prompt token billed at the
+      input price, without the cache prices; ``full_input_ratio`` is its mean over the
+      cached cost's mean;
+    - **shared tasks**: costs and scores restricted to the public tasks every
+      configuration scored;
+    - **charged** (``cost_total / n_scored``): the cost of the excluded runs charged to
+      the scored runs of the same configuration; ``charged_increase`` is the relative
+      rise over ``cost_mean``.
+
+    Parameters
+    ----------
+    runs
+        Official runs of the public tasks.
+    order
+        Configurations in table order.
+    adjusted
+        Task-adjusted mean by configuration.
+
+    References
+    ----------
+    Paper 3.5, "Cost range" ("The frontier gains only Sonnet 5.5 ... when every prompt
+    token is billed at the full input price ..., which multiplies the mean cost per scored
+    run by 3.2 (Fable 5.1) to 9.5 (DeepSeek), and when the means are restricted to the 27
+    public tasks scored for all thirteen configurations ...; it is unchanged when the cost
+    of the excluded runs is charged to the scored runs of the same configuration").
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"config": ["A", "A", "B", "B"], "task_id": ["t1", "t2"] * 2,
+    ...     "scored": [True, False, True, True], "score_recovered": [0.5, -1, 0.3, 0.1],
+    ...     "cost_usd": [2.0, 1.0, 1.0, 1.0], "cost_full_input_usd": [10.0, 5.0, 8.0, 8.0]})
+    >>> t = cost_sensitivity_table(runs, ["A", "B"], pd.Series({"A": 0.5, "B": 0.2}))
+    >>> t[["config", "full_input_ratio", "cost_charged_mean", "cost_shared_mean"]].values.tolist()
+    [['A', 5.0, 3.0, 2.0], ['B', 8.0, 1.0, 1.0]]
+    """
+    from spu.stats.runs_table import score_matrix
+
+    matrix = score_matrix(runs, order)
+    shared_tasks = matrix.dropna().index
+    full = runs["cost_full_input_usd"] if "cost_full_input_usd" in runs else pd.Series(
+        np.nan, index=runs.index)
+    runs = runs.assign(cost_full_input_usd=full)
+    rows = []
+    for config in order:
+        own = runs[runs["config"] == config]
+        scored = own[own["scored"]]
+        on_shared = scored[scored["task_id"].isin(shared_tasks)]
+        with warnings.catch_warnings():  # a configuration without costs stays NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            cost_mean = float(np.nanmean(scored["cost_usd"])) if len(scored) else np.nan
+            full_mean = (float(np.nanmean(scored["cost_full_input_usd"])) if len(scored)
+                         else np.nan)
+            shared_cost = (float(np.nanmean(on_shared["cost_usd"])) if len(on_shared)
+                           else np.nan)
+        total = own["cost_usd"].sum(min_count=1)
+        charged = float(total) / len(scored) if len(scored) and pd.notna(total) else np.nan
+        rows.append({
+            "config": config, "n_scored": len(scored),
+            "adjusted_mean": adjusted.get(config, np.nan), "cost_mean": cost_mean,
+            "cost_full_input_mean": full_mean,
+            "full_input_ratio": full_mean / cost_mean if cost_mean else np.nan,
+            "n_shared_tasks": len(shared_tasks), "cost_shared_mean": shared_cost,
+            "shared_mean": float(matrix.loc[shared_tasks, config].mean())
+            if len(shared_tasks) else np.nan,
+            "cost_charged_mean": charged,
+            "charged_increase": charged / cost_mean - 1 if cost_mean else np.nan,
+        })
+    table = pd.DataFrame(rows, columns=[c for c in SENSITIVITY_COLUMNS if not
+                                        c.startswith("pareto")])
+    score = table["adjusted_mean"].to_numpy(dtype=float)
+    table["pareto"] = pareto_frontier(table["cost_mean"].to_numpy(), score)
+    table["pareto_full_input"] = pareto_frontier(table["cost_full_input_mean"].to_numpy(), score)
+    table["pareto_shared"] = pareto_frontier(table["cost_shared_mean"].to_numpy(),
+                                             table["shared_mean"].to_numpy(dtype=float))
+    table["pareto_charged"] = pareto_frontier(table["cost_charged_mean"].to_numpy(), score)
+    return table[list(SENSITIVITY_COLUMNS)]

@@ -183,3 +183,53 @@ def private_pairs_table(matrix: pd.DataFrame, order: list[str], seed: int = 0) -
     table["p_holm"] = holm(table["p_value"].to_numpy())
     table["significant"] = table["p_holm"] < ALPHA
     return table
+
+
+def private_task_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """``private_tasks.csv``: the configurations' scores on each private task (E.5, Figure 10).
+
+    Parameters
+    ----------
+    runs
+        Official runs of the private tasks.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``task_id, discipline, subfield, n_runs, n_scored, task_mean, task_sd, task_min,
+        task_max, excluded`` (excluded runs by outcome, e.g. ``refusal:3;timeout:1``),
+        tasks grouped by subfield (the series of 2.4).
+
+    References
+    ----------
+    Paper 3.4 ("On ionic conductivity, all thirteen configurations score between 0.89 and
+    0.95"), E.5 ("Scores by task": "The electrochemical window task has a mean of
+    -0.347") and Figure 10.
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"task_id": "v1", "discipline": "biology", "subfield": "VHH",
+    ...     "config": ["A", "B", "C"], "scored": [True, True, False],
+    ...     "outcome": ["valid", "valid", "refusal"], "score_recovered": [0.5, 0.1, -1.0]})
+    >>> private_task_table(runs)[["task_id", "n_scored", "task_mean", "excluded"]
+    ...     ].values.tolist()
+    [['v1', 2, 0.3, 'refusal:1']]
+    """
+    rows = []
+    for task_id, group in runs.groupby("task_id", sort=True):
+        scores = group.loc[group["scored"], "score_recovered"].to_numpy(dtype=float)
+        excluded = group.loc[~group["scored"], "outcome"].value_counts().sort_index()
+        rows.append({
+            "task_id": task_id, "discipline": group["discipline"].iloc[0],
+            "subfield": group["subfield"].iloc[0] if "subfield" in group else "",
+            "n_runs": len(group), "n_scored": int(scores.size),
+            "task_mean": float(scores.mean()) if scores.size else np.nan,
+            "task_sd": float(scores.std(ddof=1)) if scores.size >= 2 else np.nan,
+            "task_min": float(scores.min()) if scores.size else np.nan,
+            "task_max": float(scores.max()) if scores.size else np.nan,
+            "excluded": ";".join(f"{k}:{v}" for k, v in excluded.items()),
+        })
+    table = pd.DataFrame(rows, columns=["task_id", "discipline", "subfield", "n_runs",
+                                        "n_scored", "task_mean", "task_sd", "task_min",
+                                        "task_max", "excluded"])
+    return table.sort_values(["subfield", "task_id"], kind="stable").reset_index(drop=True)

@@ -15,6 +15,7 @@ order are reported, with the tasks also resampled in a second set of simulations
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -345,3 +346,183 @@ def rank_stability(
         exact_order=exact / simulations,
         top_group_kept_tasks_resampled=float(both.mean()) if both.size else np.nan,
     )
+
+
+STOP_MIN = 3
+"""A task counts as a stop cluster when at least this many of its repeats stopped (3.6)."""
+
+
+def repeat_task_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """``repeats_tasks.csv``: each task with repeated runs (Figures 12a-b, 26a, 19d).
+
+    Parameters
+    ----------
+    runs
+        Runs of the public tasks, official and repeated.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per configuration and task with repeats: ``n_repeats``, ``n_scored``,
+        ``repeat_mean``, ``repeat_sd`` (SD over the scored repeats), ``official`` (the
+        official score where scored), ``n_stops`` (repeats with outcome ``policy_stop``),
+        ``official_above_all`` (the official score exceeds every scored repeat).
+
+    References
+    ----------
+    Paper 3.6 (Figure 12a-b: "exceeds every repeat on one of the 29 tasks"), Figure 26a.
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"config": "A", "task_id": "t", "repeat": [0, 1, 2, 3],
+    ...     "outcome": ["valid", "valid", "policy_stop", "valid"], "scored": True,
+    ...     "score_recovered": [0.9, 0.2, 0.4, 0.6]})
+    >>> t = repeat_task_table(runs).iloc[0]
+    >>> int(t.n_scored), round(float(t.repeat_mean), 3), int(t.n_stops), bool(t.official_above_all)
+    (3, 0.4, 1, True)
+    """
+    repeated = runs[runs["repeat"] >= 1]
+    official = runs[(runs["repeat"] == 0) & runs["scored"]].set_index(
+        ["config", "task_id"])["score_recovered"]
+    rows = []
+    for (config, task), group in repeated.groupby(["config", "task_id"], sort=True):
+        scores = group.loc[group["scored"], "score_recovered"].to_numpy(dtype=float)
+        off = official.get((config, task), np.nan)
+        rows.append({
+            "config": config, "task_id": task, "discipline": group["discipline"].iloc[0]
+            if "discipline" in group else "",
+            "n_repeats": len(group), "n_scored": int(scores.size),
+            "repeat_mean": float(scores.mean()) if scores.size else np.nan,
+            "repeat_sd": float(scores.std(ddof=1)) if scores.size >= 2 else np.nan,
+            "official": off,
+            "n_stops": int((group["outcome"] == "policy_stop").sum()),
+            "official_above_all": bool(scores.size and np.isfinite(off)
+                                       and off > scores.max()),
+        })
+    return pd.DataFrame(rows, columns=["config", "task_id", "discipline", "n_repeats",
+                                       "n_scored", "repeat_mean", "repeat_sd", "official",
+                                       "n_stops", "official_above_all"])
+
+
+def _clusters(stopped: np.ndarray, task_index: np.ndarray, n_tasks: int,
+              minimum: int) -> np.ndarray:
+    """Tasks with at least ``minimum`` stops, for each row of ``stopped`` (B, N)."""
+    counts = np.zeros((stopped.shape[0], n_tasks))
+    for t in range(n_tasks):
+        counts[:, t] = stopped[:, task_index == t].sum(axis=1)
+    return (counts >= minimum).sum(axis=1)
+
+
+def stop_clustering_test(
+    runs: pd.DataFrame, seed: int = 0, draws: int = 10_000, minimum: int = STOP_MIN
+) -> dict[str, Any]:
+    """Whether policy stops of repeated runs cluster on a few tasks (paper 3.6).
+
+    The statistic is the number of tasks with at least ``minimum`` stops among their
+    repeats. Its null spreads the same number of stops over the same runs at random:
+    the stop labels are permuted over all repeated runs, keeping each task's number of
+    runs, and ``p = (1 + #{T* >= T}) / (1 + draws)`` (exact when there are at most
+    ``draws`` relabelings). ``expected`` is what the pooled stop rate predicts,
+    ``sum_t P(Binomial(k_t, p) >= minimum)``.
+
+    Parameters
+    ----------
+    runs
+        Repeated runs (``repeat >= 1``) of one configuration.
+    seed, draws
+        Seed and permutation draws.
+    minimum
+        Stops that make a task a cluster.
+
+    Returns
+    -------
+    dict
+        ``tests.csv`` fields plus ``stops``, ``runs``, ``tasks``, ``expected`` and
+        ``max_stops`` (the most stops on one task).
+
+    References
+    ----------
+    Paper 3.6 ("four tasks stopped in three of their five runs, whereas the pooled stop
+    rate predicts 0.61 tasks with three or more stops (permutation P=0.0019)").
+
+    Examples
+    --------
+    The paper's rate, 20 stops in 145 runs of 29 tasks of five: 29 * P(Bin(5, 20/145) >= 3)
+    = 0.61:
+
+    >>> runs = pd.DataFrame({"task_id": np.repeat(np.arange(29), 5),
+    ...     "outcome": ["policy_stop"] * 20 + ["valid"] * 125})
+    >>> round(stop_clustering_test(runs, draws=200)["expected"], 2)
+    0.61
+    """
+    from scipy import stats as sps
+
+    from spu.stats.permutation import p_from_null, relabelings
+
+    task_codes, task_index = np.unique(runs["task_id"].astype(str).to_numpy(),
+                                       return_inverse=True)
+    stopped = (runs["outcome"] == "policy_stop").to_numpy()
+    n_tasks, n = task_codes.size, stopped.size
+    observed = int(_clusters(stopped[None, :], task_index, n_tasks, minimum)[0])
+    per_task = np.bincount(task_index, minlength=n_tasks)
+    rate = stopped.mean() if n else np.nan
+    expected = float(sum(sps.binom.sf(minimum - 1, k, rate) for k in per_task)) if n else np.nan
+    out: dict[str, Any] = {"test": "stop_clustering", "statistic": float(observed),
+                           "df": None, "section": "3.6", "n": n, "stops": int(stopped.sum()),
+                           "runs": n, "tasks": n_tasks, "expected": expected,
+                           "max_stops": int(np.bincount(task_index, weights=stopped,
+                                                        minlength=n_tasks).max()) if n else 0}
+    if not stopped.any() or stopped.all():
+        out.update({"p_value": np.nan, "method": ""})
+        return out
+    null_labels, exact = relabelings(stopped, rng_for(seed, "stop-clustering"), draws)
+    null = _clusters(null_labels, task_index, n_tasks, minimum).astype(float)
+    out.update({"p_value": p_from_null(null, float(observed), exact, "greater"),
+                "method": "exact" if exact else "monte-carlo", "null_mean": float(null.mean())})
+    return out
+
+
+def stop_effect(runs: pd.DataFrame, seed: int = 0, resamples: int = DEFAULT_RESAMPLES
+                ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """What a policy stop costs: stopped minus other scored repeats of the same task.
+
+    Over the tasks with scored repeats of both kinds, the mean score of the repeats that
+    stopped under the policy (and left a file) minus that of the others, averaged over
+    the tasks with a percentile bootstrap interval over tasks.
+
+    Returns
+    -------
+    tuple
+        ``repeats_stops.csv`` (``config, task_id, n_stopped, n_other, stopped_mean,
+        other_mean, diff``) and a ``summary.csv`` row.
+
+    References
+    ----------
+    Paper 4.5 ("Across the seven tasks that have repeats of both kinds, a stop costs 0.054
+    on average ... (95% CI -0.181 to 0.049)") and Figure 19d.
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"config": "A", "task_id": ["t"] * 3, "repeat": [1, 2, 3],
+    ...     "outcome": ["policy_stop", "valid", "valid"], "scored": True,
+    ...     "score_recovered": [0.1, 0.5, 0.3]})
+    >>> table, row = stop_effect(runs, resamples=20)
+    >>> round(float(table["diff"].iloc[0]), 3), row["n"]
+    (-0.3, 1)
+    """
+    scored = runs[(runs["repeat"] >= 1) & runs["scored"]]
+    rows = []
+    for (config, task), group in scored.groupby(["config", "task_id"], sort=True):
+        stop = (group["outcome"] == "policy_stop").to_numpy()
+        if stop.any() and (~stop).any():
+            s = group["score_recovered"].to_numpy(dtype=float)
+            rows.append({"config": config, "task_id": task, "n_stopped": int(stop.sum()),
+                         "n_other": int((~stop).sum()), "stopped_mean": s[stop].mean(),
+                         "other_mean": s[~stop].mean(), "diff": s[stop].mean() - s[~stop].mean()})
+    table = pd.DataFrame(rows, columns=["config", "task_id", "n_stopped", "n_other",
+                                        "stopped_mean", "other_mean", "diff"])
+    iv = bootstrap_mean(table["diff"].to_numpy(dtype=float), rng_for(seed, "stop-effect"),
+                        resamples)
+    row = {"analysis": "repeats", "statistic": "stop_effect", "value": iv.estimate,
+           "ci_low": iv.low, "ci_high": iv.high, "n": len(table)}
+    return table, row

@@ -40,8 +40,18 @@ USAGE_COLUMNS: tuple[str, ...] = (
 )
 """Columns of the cost analysis (paper 3.5); filled with NaN when absent."""
 
-OPTIONAL_TEXT: tuple[str, ...] = ("model", "harness", "effort", "subfield")
-"""Text columns used where present (matching run folders, labels)."""
+OPTIONAL_TEXT: tuple[str, ...] = ("model", "harness", "effort", "subfield", "run_key",
+                                  "departures", "refusal_label", "exposure_kinds")
+"""Text columns used where present (matching run folders, labels, departures)."""
+
+OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu")
+"""True/false columns of SPEC section 5 used by the exposure and effort analyses; false
+where absent (the table's ``attrs["absent_columns"]`` says which were)."""
+
+OPTIONAL_NUMBER: tuple[str, ...] = ("tool_calls", "web_fetches", "n_groups",
+                                    "cost_full_input_usd", "requests_outside_tools",
+                                    "gpu_seconds")
+"""Numeric columns used where present; NaN where absent."""
 
 ROW = "__row__"
 """Position of each row in the file, kept while checking so messages name the right line."""
@@ -172,8 +182,18 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
         i = int(np.flatnonzero(unscored.to_numpy())[0])
         raise RunsTableError(f"{path}: column 'score_recovered', {_where(path, frame, i)}: "
                              "a scored run needs a score")
-    for column in USAGE_COLUMNS:
+    absent = [c for c in (*USAGE_COLUMNS, *OPTIONAL_BOOL, *OPTIONAL_NUMBER)
+              if c not in frame.columns]
+    for column in (*USAGE_COLUMNS, *OPTIONAL_NUMBER):
         frame[column] = _as_float(path, frame, column) if column in frame.columns else math.nan
+    for column in OPTIONAL_BOOL:
+        if column not in frame.columns:
+            frame[column] = False
+            continue
+        # An empty cell (a run whose record lacks the flag) reads as false.
+        filled = frame[column].where(frame[column].notna() & (frame[column].astype(str)
+                                                              .str.strip() != ""), "false")
+        frame[column] = _as_bool(path, frame.assign(**{column: filled}), column)
     if "cost_five_minute_usd" in frame.columns:
         # The paper's rule (E.6): every cache write at the five-minute price, whatever
         # rule priced cost_usd when the run was recorded.
@@ -193,7 +213,9 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
             f"are both config {first['config']!r}, task {first['task_id']!r}, "
             f"repeat {first['repeat']}"
         )
-    return frame.drop(columns=[ROW])
+    frame = frame.drop(columns=[ROW])
+    frame.attrs["absent_columns"] = absent
+    return frame
 
 
 def official(frame: pd.DataFrame, visibility: str = "public") -> pd.DataFrame:

@@ -26,7 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spu.schema import Outcome, RunRecord
+from spu.schema import (
+    RUNS_TABLE_COLUMNS,
+    RUNS_TABLE_EXTRA_COLUMNS,
+    RUNS_TABLE_SPEC_COLUMNS,
+    Outcome,
+    RunRecord,
+    RunsTableWriteError,
+    runs_table_frame,
+)
+from spu.schema import write_runs_table as write_table
 from spu.tracking.query import (
     RunLookupError,
     attempt_rank,
@@ -39,38 +48,10 @@ from spu.tracking.store import client_for, run_metrics, run_params, run_tags
 if TYPE_CHECKING:
     import pandas as pd
 
-SPEC_COLUMNS: tuple[str, ...] = (
-    "run_id", "config", "model", "harness", "effort", "task_id", "discipline", "subfield",
-    "visibility", "repeat", "outcome", "score_strict", "score_recovered", "scored",
-    "threshold", "n_items", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-    "output_tokens", "cost_usd", "runtime_s", "tool_calls", "web_fetches", "used_gpu",
-    "flagged_exposure",
-)
-"""The columns of SPEC section 5, in order."""
-
-EXTRA_COLUMNS: tuple[str, ...] = (
-    "run_key", "task_version", "attempt", "n_attempts", "official", "retried_from",
-    "experiment", "cache_write_1h_tokens", "cost_full_input_usd", "cache_write_rate",
-    "cost_five_minute_usd", "cost_actual_usd", "cli_cost_usd",
-    "cost_disagreement", "long_context_requests", "exposure_kinds", "refusal_label",
-    "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
-    "grader_version", "sandbox", "started_at", "finished_at", "audited_calls",
-    "shell_downloads", "policy_stopped",
-)
-"""Further columns, after the SPEC ones."""
-
-COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
-
-INT_COLUMNS = ("repeat", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-               "output_tokens", "tool_calls", "web_fetches", "attempt", "n_attempts",
-               "cache_write_1h_tokens", "long_context_requests")
-NULLABLE_INT_COLUMNS = ("n_items", "requests_outside_tools", "peak_memory_bytes",
-                        "audited_calls", "shell_downloads")
-BOOL_COLUMNS = ("scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement",
-                "policy_stopped")
-FLOAT_COLUMNS = ("score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",
-                 "cost_full_input_usd", "cost_five_minute_usd", "cost_actual_usd",
-                 "cli_cost_usd", "gpu_seconds")
+# The format lives with the schema, which the statistics and the simulator use as well.
+SPEC_COLUMNS = RUNS_TABLE_SPEC_COLUMNS
+EXTRA_COLUMNS = RUNS_TABLE_EXTRA_COLUMNS
+COLUMNS = RUNS_TABLE_COLUMNS
 
 OUTCOMES = frozenset(o.value for o in Outcome)
 
@@ -198,6 +179,9 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
         "audited_calls": _count(run, "audited_calls", required=False),
         "shell_downloads": _count(run, "shell_downloads", required=False),
         "policy_stopped": _flag(run, "policy_stopped"),
+        # Every graded run logs one rho/<group> metric per comparison group.
+        "n_groups": sum(1 for k in m if k.startswith("rho/")) or None,
+        "departures": _text(t.get("departures")),
         "_start_ms": run.start_time_ms or 0,
     }
 
@@ -225,19 +209,7 @@ def mark_official(rows: list[dict[str, Any]], all_attempts: bool = False
 
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """The runs table as a DataFrame with the SPEC columns first and stable dtypes."""
-    import pandas as pd
-
-    df = pd.DataFrame(list(rows), columns=list(COLUMNS))
-    for col in INT_COLUMNS:
-        df[col] = df[col].astype("int64")
-    for col in NULLABLE_INT_COLUMNS:
-        df[col] = df[col].astype("Int64")
-    for col in BOOL_COLUMNS:
-        df[col] = df[col].astype(bool)
-    for col in FLOAT_COLUMNS:
-        df[col] = df[col].astype("float64")
-    df = df.sort_values(["config", "task_id", "repeat", "attempt", "run_id"], kind="stable")
-    return df.reset_index(drop=True)
+    return runs_table_frame(rows)
 
 
 def table_from_logged(runs: Iterable[LoggedRun], all_attempts: bool = False) -> pd.DataFrame:
@@ -349,16 +321,12 @@ def runs_table_from_records(runs_dir: Path, *, all_attempts: bool = False) -> pd
 
 
 def write_runs_table(df: pd.DataFrame, out: Path) -> Path:
-    """Write the table as CSV or Parquet, chosen by the suffix of ``out``."""
-    out = Path(out)
-    suffix = out.suffix.lower()
-    if suffix not in (".csv", ".parquet"):
-        raise RunsExportError(f"{out}: the output must end in .csv or .parquet")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
-    if suffix == ".csv":
-        df.to_csv(tmp, index=False)
-    else:
-        df.to_parquet(tmp, index=False)
-    tmp.replace(out)
-    return out
+    """Write the table as CSV or Parquet, chosen by the suffix of ``out``.
+
+    Raises:
+        RunsExportError: ``out`` ends in neither ``.csv`` nor ``.parquet``.
+    """
+    try:
+        return Path(write_table(df, out))
+    except RunsTableWriteError as exc:
+        raise RunsExportError(str(exc)) from None

@@ -359,6 +359,8 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "started_at": record.started_at,
         "finished_at": record.finished_at,
         "warnings": " | ".join(record.notes)[:5000],
+        # The schema departures of appendix E.1 that recovery normalized (paper Figure 6a).
+        "departures": ";".join(record.grade.recovered_departures) if record.grade else "",
     }
     tags.update({k: v for k, v in optional.items() if v})
     return tags

@@ -19,7 +19,7 @@ from spu.cli import main
 from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
 from spu.harness.baseline import AGENT_SCRIPT
 from spu.runner import RunSpec, run_one
-from spu.schema import RunRecord, Usage
+from spu.schema import Outcome, RunRecord, Usage
 from spu.tracking.export import (
     SPEC_COLUMNS,
     RunsExportError,
@@ -445,3 +445,23 @@ def test_record_without_a_label_gets_the_runners_label() -> None:
     row = runs_row(logged_from_record(make_record(config=None), "r1"))
     assert row["config"] == config_label("opus5", "max") == "opus5-max"
     assert runs_row(logged_from_record(make_record(), "r1"))["config"] == "opus5-max"
+
+
+def test_recovered_departures_and_groups_reach_the_runs_table() -> None:
+    """The departures of appendix E.1 that recovery normalized (from the grade) and the
+    number of comparison groups are columns of the runs table (paper Figure 6a, 2.2)."""
+    from spu.schema import Grade, GradeStatus, GroupGrade
+    from spu.tracking.export import logged_from_record, runs_row
+    from tests.tracking.conftest import make_record
+
+    grade = Grade(task_id="t", score=0.5, status=GradeStatus.recovered, score_strict=-1.0,
+                  groups=[GroupGrade(group_id="G1", weight=0.5, rho=0.4),
+                          GroupGrade(group_id="G2", weight=0.5, rho=0.6)],
+                  recovered_departures=["object_keyed_by_group", "renamed_identity"],
+                  grader_version="1")
+    record = make_record(outcome=Outcome.recovered, score_strict=-1.0, grade=grade)
+    row = runs_row(logged_from_record(record, "r1"))
+    assert row["departures"] == "object_keyed_by_group;renamed_identity"
+    assert row["n_groups"] == 2
+    plain = runs_row(logged_from_record(make_record(), "r2"))
+    assert plain["departures"] is None and plain["n_groups"] is None

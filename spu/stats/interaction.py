@@ -1,0 +1,567 @@
+"""Tasks that separate the configurations: the configuration-by-task interaction (4.4, E.9).
+
+- :func:`variance_decomposition` (``variance.csv``, Figure 26c): shares of single-run
+  score variance due to tasks, configurations, their interaction and run-to-run noise,
+  from a two-way analysis of variance over the configurations with the widest coverage
+  on the tasks they all scored, the run-to-run variance taken from the repeats;
+  intervals resample the tasks (and, independently, the repeated tasks).
+- :func:`interaction_tasks` (``interaction_tasks.csv``, Figure 18b): on each task with
+  at least three scored repeats, the mean square of the additive-fit residuals of the
+  configurations against the mean square of the repeats about their mean, an F test
+  with Holm over the tasks.
+- :func:`simulated_nulls` (``pair_correlations.csv``, Figure 18c-d): per-task score
+  correlations of every pair of widely covered configurations, and the agreement of the
+  repeated configuration's official and repeated advantage over the others, each against
+  2,000 tables simulated from the additive fit plus normal run-to-run noise (no
+  interaction).
+- :func:`grouping_share`: the share of the interaction that disciplines or subfields
+  explain, against permuted labels.
+- :func:`spread_summary`: spread statistics of 4.4 and E.10 (strongly split tasks, the
+  widest-spread tasks by discipline).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from spu.stats.additive import additive_residuals, fit_additive
+from spu.stats.named_tests import named_test
+from spu.stats.paired import holm
+from spu.stats.repeats import TaskSpread, variance_components
+from spu.stats.resampling import (
+    DEFAULT_RESAMPLES,
+    percentile_interval,
+    resample_counts,
+    rng_for,
+)
+from spu.stats.runs_table import score_matrix
+
+WIDE_COVERAGE = 0.9
+"""Configurations scored on at least this share of the public tasks enter the
+decomposition and the pair correlations (paper: "the eleven configurations sharing at
+least 90 scored tasks")."""
+
+NULL_DRAWS = 2000
+"""Tables simulated without interaction (paper E.9: 2,000 draws)."""
+
+MIN_REPEATS = 3
+"""Scored repeats a task needs for its F test (paper E.9)."""
+
+WIDEST = 25
+"""The widest-spread tasks examined (paper 4.4 and E.10)."""
+
+COMPONENTS: tuple[str, ...] = ("task", "configuration", "interaction", "run_noise")
+
+
+def wide_configs(matrix: pd.DataFrame, share: float = WIDE_COVERAGE) -> list[str]:
+    """Configurations scored on at least ``share`` of the tasks of ``matrix``.
+
+    Examples
+    --------
+    >>> wide_configs(pd.DataFrame({"A": [1.0, 2.0], "B": [1.0, np.nan]}), 0.9)
+    ['A']
+    """
+    coverage = matrix.notna().mean(axis=0)
+    return [str(c) for c in matrix.columns if coverage[c] >= share]
+
+
+def _anova_terms(y: np.ndarray, w: np.ndarray) -> dict[str, np.ndarray]:
+    """Two-way ANOVA (no replication) of a complete ``T x C`` block, for rows of task weights.
+
+    Returns mean squares of tasks, configurations and residual, one per row of ``w``.
+    """
+    t, c = y.shape
+    n_t = w.sum(axis=1)  # tasks drawn
+    task_mean = y.mean(axis=1)
+    grand = (w @ task_mean) / n_t
+    config_mean = (w @ y) / n_t[:, None]
+    ss_task = c * (w @ task_mean**2 - n_t * grand**2)
+    ss_config = n_t * ((config_mean - grand[:, None]) ** 2).sum(axis=1)
+    ss_total = w @ (y**2).sum(axis=1) - n_t * c * grand**2
+    ss_resid = ss_total - ss_task - ss_config
+    return {"ms_task": ss_task / (n_t - 1), "ms_config": ss_config / (c - 1),
+            "ms_resid": ss_resid / ((n_t - 1) * (c - 1)), "ss_task": ss_task,
+            "ss_config": ss_config, "ss_resid": ss_resid}
+
+
+def _components(terms: dict[str, np.ndarray], n_configs: int, noise_var: np.ndarray
+                ) -> dict[str, np.ndarray]:
+    n_tasks = terms.get("n_tasks")
+    assert n_tasks is not None
+    task = np.maximum((terms["ms_task"] - terms["ms_resid"]) / n_configs, 0.0)
+    config = np.maximum((terms["ms_config"] - terms["ms_resid"]) / n_tasks, 0.0)
+    noise = np.minimum(noise_var, terms["ms_resid"]) if np.isfinite(noise_var).all() else (
+        np.zeros_like(terms["ms_resid"]))
+    interaction = np.maximum(terms["ms_resid"] - noise, 0.0)
+    return {"task": task, "configuration": config, "interaction": interaction,
+            "run_noise": noise}
+
+
+def variance_decomposition(
+    runs: pd.DataFrame, order: list[str], seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
+    coverage: float = WIDE_COVERAGE,
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """``variance.csv``: shares of single-run score variance (paper 4.4, Figure 26c).
+
+    The configurations scored on at least ``coverage`` of the public tasks, on the tasks
+    they all scored, form a complete block. Its two-way analysis of variance without
+    replication gives the expected mean squares ``E[MS_task] = C s_task^2 + s_res^2``,
+    ``E[MS_config] = T s_config^2 + s_res^2`` and ``E[MS_resid] = s_res^2``, where the
+    residual variance is the interaction plus run-to-run noise; the noise variance is the
+    pooled within-task variance of the repeated runs, and the interaction the rest
+    (estimates below zero are set to zero). Intervals: percentile bootstrap over the
+    block's tasks, the repeated tasks resampled independently.
+
+    Parameters
+    ----------
+    runs
+        Runs of the public tasks, official and repeated.
+    order
+        Configurations in table order.
+    seed, resamples
+        Bootstrap seed and resamples.
+    coverage
+        Share of the public tasks a configuration must have scored to enter.
+
+    Returns
+    -------
+    tuple
+        ``variance.csv`` (``component, share, ci_low, ci_high, variance``; components
+        ``task``, ``configuration``, ``interaction``, ``run_noise``) and ``summary.csv``
+        rows (block size, mean squares). Empty when the block has fewer than two
+        configurations or tasks.
+
+    References
+    ----------
+    Searle, Casella and McCulloch (1992), *Variance Components*, ch. 4 (two-way
+    crossed, no replication); paper 4.4 ("a variance decomposition over the nine
+    configurations scored on the same 86 tasks attributes 49% of single-run score
+    variance to configuration-by-task interaction versus only 20% to run-to-run noise")
+    and Figure 26c.
+
+    Examples
+    --------
+    A 3 x 2 block, hand-worked: task means 0.3, 0.5, 0.7 give MS_task = 2 * 0.08 / 2 =
+    0.08; configuration means 0.6 and 0.4 give MS_config = 3 * 0.02 = 0.06; the residuals
+    are +-0.05 on the first two tasks and 0 on the third, SS 0.01 on 2 df, MS_resid =
+    0.005. Without repeats the noise is 0, so task = (0.08 - 0.005) / 2 = 0.0375,
+    configuration = (0.06 - 0.005) / 3 = 0.01833, interaction = 0.005, in all 0.06083:
+
+    >>> runs = pd.DataFrame({"config": ["A"] * 3 + ["B"] * 3, "repeat": 0,
+    ...     "task_id": ["t1", "t2", "t3"] * 2, "scored": True,
+    ...     "score_recovered": [0.35, 0.65, 0.8, 0.25, 0.35, 0.6]})
+    >>> v, _ = variance_decomposition(runs, ["A", "B"], resamples=50)
+    >>> v.set_index("component")["share"].round(4).to_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'task': 0.6164, 'configuration': 0.3014, 'interaction': 0.0822, 'run_noise': 0.0}
+    """
+    official = runs[runs["repeat"] == 0]
+    matrix = score_matrix(official, order)
+    configs = wide_configs(matrix, coverage)
+    block = matrix[configs].dropna()
+    summary: list[dict[str, Any]] = []
+    if len(configs) < 2 or len(block) < 2:
+        return pd.DataFrame(columns=["component", "share", "ci_low", "ci_high", "variance"]), []
+    y = block.to_numpy(dtype=float)
+    t, c = y.shape
+    repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
+    noise_var, noise_boot = np.array([np.nan]), np.full(resamples, np.nan)
+    if len(repeated):
+        spreads = [TaskSpread.from_scores(g) for _, g in repeated.groupby("config")]
+        ss = sum(s.ss.sum() for s in spreads)
+        df = sum((s.k - 1).sum() for s in spreads)
+        if df > 0:
+            noise_var = np.array([ss / df])
+            pooled = TaskSpread(
+                tasks=tuple(itertools.chain.from_iterable(s.tasks for s in spreads)),
+                k=np.concatenate([s.k for s in spreads]),
+                mean=np.concatenate([s.mean for s in spreads]),
+                ss=np.concatenate([s.ss for s in spreads]))
+            rng = rng_for(seed, "variance", "repeats")
+            counts = resample_counts(len(pooled.tasks), resamples, rng)
+            noise_boot = variance_components(pooled, counts)["within_sd"] ** 2
+    terms = _anova_terms(y, np.ones((1, t)))
+    terms["n_tasks"] = np.array([float(t)])
+    point = _components(terms, c, noise_var)
+    counts = resample_counts(t, resamples, rng_for(seed, "variance", "tasks"))
+    boot_terms = _anova_terms(y, counts)
+    boot_terms["n_tasks"] = counts.sum(axis=1)
+    boot = _components(boot_terms, c, noise_boot if np.isfinite(noise_var).all()
+                       else np.full(resamples, np.nan))
+    total = np.sum([point[k] for k in COMPONENTS], axis=0)
+    boot_total = np.sum([boot[k] for k in COMPONENTS], axis=0)
+    rows = []
+    for name in COMPONENTS:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            low, high = percentile_interval(boot[name] / boot_total)
+        rows.append({"component": name, "share": float(point[name][0] / total[0]),
+                     "ci_low": low, "ci_high": high, "variance": float(point[name][0])})
+    summary += [
+        {"analysis": "variance", "statistic": "block_configs", "value": c},
+        {"analysis": "variance", "statistic": "block_tasks", "value": t},
+        {"analysis": "variance", "statistic": "ms_resid", "value": float(terms["ms_resid"][0])},
+        {"analysis": "variance", "statistic": "run_noise_variance_known",
+         "value": bool(np.isfinite(noise_var).all())},
+    ]
+    return pd.DataFrame(rows), summary
+
+
+def interaction_tasks(
+    runs: pd.DataFrame, order: list[str], min_repeats: int = MIN_REPEATS
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """``interaction_tasks.csv``: spread between configurations against between repeats.
+
+    On each public task with at least ``min_repeats`` scored repeats of a configuration:
+    the mean square of the residuals of the additive fit (all scored official public
+    runs) over the configurations on the task, against the mean square of the repeats
+    about their own mean. The fit's residual degrees of freedom, ``N - T - C + 1``, are
+    shared among the tasks in proportion to ``n_t - 1``, so a task with ``n_t`` scored
+    configurations has ``(n_t - 1)(N - T - C + 1)/(N - T)`` of them. ``F`` is the ratio of
+    the two mean squares, tested one-sided with Holm over the tasks.
+
+    Returns
+    -------
+    tuple
+        The table (``config, task_id, n_configs, config_sd, ms_configs, df_configs,
+        n_repeats, repeat_sd, ms_repeats, F, p_value, p_holm``) and ``tests.csv`` rows.
+
+    References
+    ----------
+    Paper E.9 ("comparing their mean square on a task with the mean square of the
+    repeated Astra Max scores about their own mean on the same task (F test with Holm
+    correction over the 28 tasks with at least three scored repeats)") and 4.4 ("the
+    spread between configurations exceeds the spread between repeats of one
+    configuration on 25 tasks, by a median ratio of 6.4"), Figure 18b.
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"config": ["A", "B", "C", "A", "B", "C", "A", "A", "A"],
+    ...     "task_id": ["t"] * 3 + ["u"] * 3 + ["t"] * 3, "repeat": [0] * 6 + [1, 2, 3],
+    ...     "scored": True, "score_recovered": [0.9, 0.1, 0.5, 0.4, 0.6, 0.5, 0.5, 0.6, 0.7]})
+    >>> t, _ = interaction_tasks(runs, ["A", "B", "C"])
+    >>> int(t["n_repeats"].iloc[0]), round(float(t["ms_repeats"].iloc[0]), 4)
+    (3, 0.01)
+    """
+    official = runs[(runs["repeat"] == 0) & runs["scored"]]
+    matrix = score_matrix(official, order)
+    fit = fit_additive(matrix)
+    design, y = fit.design, fit.y
+    resid = additive_residuals(design, y)[0] if y.size else np.zeros(0)
+    n_obs, n_tasks = y.size, len(design.tasks)
+    n_configs = int(np.unique(design.config_index).size)
+    df_resid = n_obs - n_tasks - n_configs + 1
+    task_pos = {t: i for i, t in enumerate(design.tasks)}
+    repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
+    rows = []
+    for (config, task_id), group in repeated.groupby(["config", "task_id"], sort=True):
+        scores = group["score_recovered"].to_numpy(dtype=float)
+        if scores.size < min_repeats or task_id not in task_pos or df_resid <= 0:
+            continue
+        on_task = design.task_index == task_pos[task_id]
+        n_t = int(on_task.sum())
+        if n_t < 2:
+            continue
+        df1 = (n_t - 1) * df_resid / (n_obs - n_tasks)
+        ms_configs = float((resid[on_task] ** 2).sum() / df1)
+        ms_repeats = float(scores.var(ddof=1))
+        f = ms_configs / ms_repeats if ms_repeats > 0 else np.inf
+        p = float(sps.f.sf(f, df1, scores.size - 1)) if np.isfinite(f) else 0.0
+        rows.append({"config": config, "task_id": task_id, "n_configs": n_t,
+                     "config_sd": float(y[on_task].std(ddof=1)), "ms_configs": ms_configs,
+                     "df_configs": df1, "n_repeats": int(scores.size),
+                     "repeat_sd": float(np.sqrt(ms_repeats)), "ms_repeats": ms_repeats,
+                     "F": f, "p_value": p})
+    table = pd.DataFrame(rows, columns=["config", "task_id", "n_configs", "config_sd",
+                                        "ms_configs", "df_configs", "n_repeats", "repeat_sd",
+                                        "ms_repeats", "F", "p_value"])
+    table["p_holm"] = holm(table["p_value"].to_numpy(dtype=float))
+    tests = [named_test(f"interaction_F {r.config} {r.task_id}", r.F, r.p_value, "E.9",
+                        df=f"{r.df_configs:.2f},{r.n_repeats - 1}", n=r.n_configs,
+                        method="asymptotic", p_holm=r.p_holm)
+             for r in table.itertuples(index=False)]
+    return table, tests
+
+
+def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson correlation along the last axis."""
+    a = a - a.mean(axis=-1, keepdims=True)
+    b = b - b.mean(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (a * b).sum(-1) / np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+
+
+def _others_mean(matrix: np.ndarray, j: int) -> np.ndarray:
+    """Mean of the columns other than ``j`` (NaN-aware, NaN where none is known)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(np.delete(matrix, j, axis=-1), axis=-1)
+
+
+def _advantage(matrix: np.ndarray, j: int) -> np.ndarray:
+    """Column ``j`` minus the mean of the other columns, along the last axis."""
+    return matrix[..., j] - _others_mean(matrix, j)
+
+
+def simulated_nulls(
+    runs: pd.DataFrame, order: list[str], run_sd: float, seed: int = 0,
+    draws: int = NULL_DRAWS, coverage: float = WIDE_COVERAGE,
+) -> tuple[pd.DataFrame, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pair correlations and the repeated configuration's advantage against no interaction.
+
+    Null tables: the fitted additive scores ``mu_t + alpha_c`` of every scored official
+    public run (and of every scored repeat) plus independent ``N(0, run_sd)`` noise,
+    ``draws`` times. On each:
+
+    - the Pearson correlation of the per-task scores of every pair of configurations
+      scored on at least ``coverage`` of the tasks, over the tasks both scored
+      (Figure 18d); ``null_mean`` is the correlation expected without interaction, and
+      ``p_sim = (1 + #{r* >= r}) / (1 + draws)``;
+    - for the configuration with repeats: its official score minus the mean of the other
+      configurations on a task, against the mean of its repeats minus the same; the
+      correlation over the repeated tasks and the tasks where the two share a sign
+      (Figure 18c), with the same one-sided simulated p.
+
+    Returns
+    -------
+    tuple
+        ``pair_correlations.csv`` (``config_a, config_b, n_tasks, r, null_mean, p_sim``),
+        ``tests.csv`` rows, ``summary.csv`` rows.
+
+    References
+    ----------
+    Paper 4.4 ("Astra Max's relative advantage in its official run and in its five
+    repeated runs shares the same sign on 20 of the 28 tasks and correlates at r=0.64
+    (P=0.001 against a noise-only null)"; "Astra Medium and Astra Max ... exhibit the
+    strongest per-task score correlation (r=0.56 ...; P<0.0005)"), E.9 (2,000 draws)
+    and Figure 18c-d.
+    """
+    official = runs[(runs["repeat"] == 0) & runs["scored"]]
+    matrix = score_matrix(official, order)
+    fit = fit_additive(matrix)
+    tests: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
+    empty = pd.DataFrame(columns=["config_a", "config_b", "n_tasks", "r", "null_mean",
+                                  "p_sim"])
+    if not np.isfinite(run_sd) or fit.y.size == 0:
+        return empty, tests, summary
+    tasks = list(fit.design.tasks)
+    configs = list(fit.design.configs)
+    mu = pd.Series(fit.mu, index=tasks)
+    alpha = pd.Series(fit.alpha, index=configs)
+    m = matrix.reindex(tasks).to_numpy(dtype=float)
+    fitted = mu.to_numpy()[:, None] + alpha.to_numpy()[None, :]
+    known = np.isfinite(m)
+    rng = rng_for(seed, "interaction-null")
+    null = np.where(known[None], fitted[None] + rng.normal(0.0, run_sd, (draws, *m.shape)),
+                    np.nan)
+
+    wide = wide_configs(matrix.reindex(tasks), coverage)
+    rows = []
+    for a, b in itertools.combinations(wide, 2):
+        i, j = configs.index(a), configs.index(b)
+        both = known[:, i] & known[:, j]
+        if both.sum() < 3:
+            continue
+        r = float(_pearson_rows(m[both, i], m[both, j]))
+        sims = _pearson_rows(null[:, both, i], null[:, both, j])
+        rows.append({"config_a": a, "config_b": b, "n_tasks": int(both.sum()), "r": r,
+                     "null_mean": float(np.nanmean(sims)),
+                     "p_sim": (1 + int((sims >= r - 1e-12).sum())) / (1 + draws)})
+    pairs = pd.DataFrame(rows, columns=empty.columns)
+    if len(pairs):
+        top = pairs.loc[pairs["r"].idxmax()]
+        summary += [
+            {"analysis": "interaction", "statistic": "pair_r_median",
+             "value": float(pairs["r"].median()), "n": len(pairs)},
+            {"analysis": "interaction", "statistic": "pair_r_null_mean",
+             "value": float(pairs["null_mean"].mean()), "n": len(pairs)},
+            {"analysis": "interaction", "statistic": f"pair_r_max {top.config_a} / "
+             f"{top.config_b}", "value": float(top.r), "n": int(top.n_tasks)},
+        ]
+        tests.append(named_test(f"pair_correlation {top.config_a} / {top.config_b}",
+                                float(top.r), float(top.p_sim), "4.4", n=int(top.n_tasks),
+                                method="simulated"))
+
+    repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
+    for config, group in repeated.groupby("config"):
+        if config not in configs:
+            continue
+        j = configs.index(str(config))
+        means = group.groupby("task_id")["score_recovered"].agg(["mean", "size"])
+        rows_idx = [tasks.index(t) for t in means.index if t in tasks]
+        if len(rows_idx) < 3:
+            continue
+        task_names = [tasks[i] for i in rows_idx]
+        rep_mean = means.loc[task_names, "mean"].to_numpy(dtype=float)
+        rep_n = means.loc[task_names, "size"].to_numpy(dtype=int)
+        sub = m[rows_idx]
+        official_adv = _advantage(sub, j)
+        repeat_adv = rep_mean - _others_mean(sub, j)
+        keep = np.isfinite(official_adv) & np.isfinite(repeat_adv)
+        if keep.sum() < 3:
+            continue
+        r = float(_pearson_rows(official_adv[keep], repeat_adv[keep]))
+        same_sign = int((np.sign(official_adv[keep]) == np.sign(repeat_adv[keep])).sum())
+        sub_null = null[:, rows_idx]
+        null_official = _advantage(sub_null, j)
+        noise = rng.normal(0.0, run_sd, (draws, len(rows_idx))) / np.sqrt(rep_n)
+        null_repeat = fitted[rows_idx, j][None] + noise - _others_mean(sub_null, j)
+        sims = _pearson_rows(null_official[:, keep], null_repeat[:, keep])
+        p = (1 + int((sims >= r - 1e-12).sum())) / (1 + draws)
+        tests.append(named_test(f"repeat_advantage_correlation {config}", r, p, "4.4",
+                                n=int(keep.sum()), method="simulated"))
+        summary += [
+            {"analysis": "interaction", "statistic": f"repeat_advantage_r {config}",
+             "value": r, "n": int(keep.sum())},
+            {"analysis": "interaction", "statistic": f"repeat_advantage_same_sign {config}",
+             "value": same_sign, "n": int(keep.sum())},
+        ]
+    return pairs, tests, summary
+
+
+def grouping_share(
+    runs: pd.DataFrame, order: list[str], column: str, seed: int = 0, draws: int = NULL_DRAWS
+) -> dict[str, Any]:
+    """Share of the interaction that a task grouping explains, against permuted labels.
+
+    The residuals of the additive fit (scored official public runs) hold the interaction
+    plus noise. A grouping of the tasks (``discipline`` or ``subfield``) explains the
+    part captured by configuration-by-group means of the residuals:
+    ``share = sum_cg n_cg rbar_cg^2 / sum r^2``. The p permutes the grouping over the
+    tasks, keeping the group sizes: ``(1 + #{share* >= share}) / (1 + draws)``.
+
+    Returns
+    -------
+    dict
+        A ``tests.csv`` row (statistic: the share).
+
+    References
+    ----------
+    Paper 4.4 ("discipline and subfield grouping explain almost none of the
+    configuration-by-task interaction (5% at the discipline level, P=0.08, and
+    indistinct from chance at the subfield level, P=0.29)").
+
+    Examples
+    --------
+    Residuals +-0.1 that follow the discipline for both configurations are all
+    explained:
+
+    >>> runs = pd.DataFrame({"config": ["A"] * 4 + ["B"] * 4, "repeat": 0, "scored": True,
+    ...     "task_id": ["t1", "t2", "t3", "t4"] * 2, "discipline": ["x", "x", "y", "y"] * 2,
+    ...     "score_recovered": [0.6, 0.6, 0.4, 0.4, 0.4, 0.4, 0.6, 0.6]})
+    >>> round(grouping_share(runs, ["A", "B"], "discipline", draws=100)["statistic"], 6)
+    1.0
+    """
+    name = f"interaction_by_{column}"
+    official = runs[(runs["repeat"] == 0) & runs["scored"]]
+    if column not in official.columns:
+        return named_test(name, math.nan, math.nan, "4.4")
+    matrix = score_matrix(official, order)
+    fit = fit_additive(matrix)
+    design = fit.design
+    if fit.y.size == 0:
+        return named_test(name, math.nan, math.nan, "4.4")
+    resid = additive_residuals(design, fit.y)[0]
+    labels = official.groupby("task_id")[column].first().reindex(list(design.tasks))
+    codes, groups = pd.factorize(labels.astype(str))
+    n_tasks, n_configs, n_groups = len(design.tasks), len(design.configs), len(groups)
+    r = np.zeros((n_tasks, n_configs))
+    r[design.task_index, design.config_index] = resid
+    o = design.observed
+    total = float((resid ** 2).sum())
+
+    def share(code_rows: np.ndarray) -> np.ndarray:
+        onehot = np.zeros((code_rows.shape[0], n_tasks, n_groups))
+        np.put_along_axis(onehot, code_rows[:, :, None], 1.0, axis=2)
+        s = np.einsum("btg,tc->bgc", onehot, r)
+        n = np.einsum("btg,tc->bgc", onehot, o)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 0, s**2 / np.where(n > 0, n, 1), 0.0).sum(axis=(1, 2)) / total
+
+    observed = float(share(codes[None, :])[0])
+    rng = rng_for(seed, "grouping-share", column)
+    permuted = rng.permuted(np.broadcast_to(codes, (draws, n_tasks)), axis=1)
+    null = share(permuted)
+    p = (1 + int((null >= observed - 1e-12).sum())) / (1 + draws)
+    return named_test(name, observed, p, "4.4", df=n_groups, n=n_tasks, method="monte-carlo")
+
+
+def spread_summary(tasks: pd.DataFrame, runs: pd.DataFrame,
+                   agreement: pd.DataFrame | None = None) -> tuple[list[dict[str, Any]],
+                                                                   list[dict[str, Any]]]:
+    """Spread statistics of paper 4.4 and E.10 from ``tasks.csv`` and the official runs.
+
+    Summary rows: public tasks where one configuration scores above 0.5 and another below
+    0; the median spread (SD between configurations) and the ratio of the largest to the
+    smallest; configurations with the sole highest score on at least one of the
+    :data:`WIDEST` widest-spread tasks; the Spearman correlation of spread with agreement
+    (when agreement was computed). Test rows: for each discipline, its count among the
+    widest-spread tasks against the hypergeometric expectation (one-sided P).
+
+    References
+    ----------
+    Paper 4.4 ("On 46 of the 100 public tasks ... the cross-configuration standard
+    deviation has a median of 0.242 and varies by more than a factor of twenty ...
+    Spearman -0.56 with the inter-configuration agreement ... nine of the thirteen
+    configurations achieve the sole highest score on at least one of the 25 most
+    discriminating tasks") and E.10 ("13 of the 25 widest-spread tasks against 9.8
+    expected (P=0.097)"); ``scipy.stats.hypergeom``.
+
+    Examples
+    --------
+    >>> tasks = pd.DataFrame({"task_id": ["a", "b"], "visibility": "public",
+    ...     "discipline": ["x", "y"], "task_sd": [0.4, 0.1], "task_min": [-0.2, 0.1],
+    ...     "task_max": [0.7, 0.3]})
+    >>> runs = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "config": ["A", "B"] * 2,
+    ...     "repeat": 0, "scored": True, "visibility": "public",
+    ...     "score_recovered": [0.7, -0.2, 0.3, 0.1]})
+    >>> rows, _ = spread_summary(tasks, runs)
+    >>> {r["statistic"]: r["value"] for r in rows}["tasks_split_strong_negative"]
+    1
+    """
+    public = tasks[(tasks["visibility"] == "public") & tasks["task_sd"].notna()]
+    rows: list[dict[str, Any]] = []
+    tests: list[dict[str, Any]] = []
+    if not len(public):
+        return rows, tests
+
+    def add(statistic: str, value: Any, n: Any = None) -> None:
+        rows.append({"analysis": "interaction", "statistic": statistic, "value": value, "n": n})
+
+    add("tasks_split_strong_negative",
+        int(((public["task_max"] > 0.5) & (public["task_min"] < 0)).sum()), len(public))
+    sd = public["task_sd"].to_numpy(dtype=float)
+    add("spread_median", float(np.median(sd)), len(public))
+    if (sd > 0).any():
+        add("spread_max_over_min", float(sd.max() / sd[sd > 0].min()), len(public))
+    widest = public.nlargest(min(WIDEST, len(public)), "task_sd")
+    official = runs[(runs["repeat"] == 0) & runs["scored"]
+                    & runs["task_id"].isin(set(widest["task_id"]))]
+    leaders = set()
+    for _, group in official.groupby("task_id"):
+        top = group["score_recovered"].max()
+        best = group[group["score_recovered"] == top]
+        if len(best) == 1:
+            leaders.add(best["config"].iloc[0])
+    add("configs_sole_top_on_widest", len(leaders), len(widest))
+    if agreement is not None and len(agreement):
+        both = public.merge(agreement[["task_id", "agreement_mean"]], on="task_id").dropna(
+            subset=["agreement_mean"])
+        if len(both) >= 3 and both["task_sd"].nunique() > 1 and both[
+                "agreement_mean"].nunique() > 1:
+            add("spread_agreement_spearman",
+                float(sps.spearmanr(both["task_sd"], both["agreement_mean"]).statistic),
+                len(both))
+    big_n, n = len(public), len(widest)
+    for discipline, count in public["discipline"].value_counts().sort_index().items():
+        k = int((widest["discipline"] == discipline).sum())
+        p = float(sps.hypergeom.sf(k - 1, big_n, int(count), n))
+        tests.append(named_test(f"widest_spread {discipline}", float(k), p, "E.10",
+                                n=n, method=f"hypergeometric, expected {n * count / big_n:.1f}"))
+    return rows, tests
