@@ -97,7 +97,6 @@ def activity_time_figure(t: pd.DataFrame) -> Figure:
     ax.set_ylabel("Share of time")
     ax.set_title("How agents spend a run", loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=7.5)
-    fig.tight_layout()
     return fig
 
 
@@ -119,7 +118,6 @@ def milestones_figure(t: pd.DataFrame) -> Figure:
     ax.set_xlim(0, 100)
     ax.set_xlabel("Point in the run (% of its duration)")
     ax.set_title("Milestones", loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -144,7 +142,6 @@ def share_heatmap(t: pd.DataFrame, rows: str, columns: str, values: str, title: 
     ax.set_title(title, loc="left")
     fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
     ax.spines[:].set_visible(False)
-    fig.tight_layout()
     return fig
 
 
@@ -167,7 +164,6 @@ def stacked_shares(t: pd.DataFrame, category: str, title: str, order: list[str] 
     ax.set_xlabel("Share")
     ax.set_title(title, loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=7.5)
-    fig.tight_layout()
     return fig
 
 
@@ -186,7 +182,6 @@ def first_complete_figure(f: pd.DataFrame) -> Figure:
     ax.set_xlim(0, 100)
     ax.set_xlabel("First complete ranking (% of the run)")
     ax.set_title("When the first complete ranking is written", loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -206,7 +201,6 @@ def associations_figure(t: pd.DataFrame) -> Figure:
     ax.invert_yaxis()
     ax.set_xlabel("Score difference with the feature (task and configuration fixed)")
     ax.set_title("What relates to score", loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -226,7 +220,6 @@ def scatter_equality(t: pd.DataFrame, x: str, y: str, xlabel: str, ylabel: str, 
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -244,7 +237,6 @@ def by_config_points(t: pd.DataFrame, value: str, xlabel: str, title: str) -> Fi
     ax.set_yticks(range(len(configs)), configs)
     ax.set_xlabel(xlabel)
     ax.set_title(title, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -260,7 +252,6 @@ def gpu_runtime_figure(t: pd.DataFrame) -> Figure:
     ax.set_xlabel("Median run time (hours)")
     ax.set_title("Run time and GPU use", loc="left")
     ax.legend(frameon=False, fontsize=8)
-    fig.tight_layout()
     return fig
 
 
@@ -282,7 +273,6 @@ def profiles_figure(t: pd.DataFrame) -> Figure:
     ax.set_yticks(range(m.shape[0]), m.index)
     ax.set_title("Configuration profiles", loc="left")
     ax.spines[:].set_visible(False)
-    fig.tight_layout()
     return fig
 
 
@@ -307,7 +297,6 @@ def confusion_figure(t: pd.DataFrame, accuracy: float | None, chance: float | No
     if accuracy is not None and chance is not None:
         title += f": accuracy {accuracy:.0%} (chance {chance:.0%})"
     ax.set_title(title, loc="left", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
@@ -330,7 +319,6 @@ def flips_figure(t: pd.DataFrame) -> Figure:
     ax.set_xlabel("Share of flipped pairs that moved into the measured order")
     ax.set_title("Revisions against random flips", loc="left")
     ax.legend(frameon=False, fontsize=7.5, loc="lower right")
-    fig.tight_layout()
     return fig
 
 
@@ -351,7 +339,6 @@ def efforts_figure(t: pd.DataFrame) -> Figure:
     ax.set_yticks(y, labels)
     ax.set_xlabel("Median ratio, higher to lower effort on the same task (log scale)")
     ax.set_title("The same model at two efforts", loc="left")
-    fig.tight_layout()
     return fig
 
 

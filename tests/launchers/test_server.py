@@ -20,7 +20,7 @@ from spu.schema import Outcome, RunRecord, SandboxInfo
 from spu.tracking.store import TrackingTarget, log_run
 
 uri, artifacts, worker, runs, folder = sys.argv[1:6]
-target = TrackingTarget(uri=uri, artifact_root=artifacts, experiment="default")
+target = TrackingTarget(uri=uri, artifact_root=artifacts, experiment="spu-default")
 for i in range(int(runs)):
     key = f"{int(worker):08x}{i:08x}"
     record = RunRecord(run_key=key, task_id="t", task_version="1", model="random",
