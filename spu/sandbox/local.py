@@ -48,6 +48,7 @@ from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES, detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.process import run_with_limits, wrapper_error
+from spu.sandbox.seccomp import SeccompError, filter_fd
 from spu.schema import ProcessEvidence, SandboxInfo
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,14 @@ class LocalSandbox(Sandbox):
                 "NETWORK NOT ISOLATED: not running as root, the agent shares the host's network "
                 "namespace (network:host) and reaches every service of this machine; run as "
                 "root for the filtered network, or set sandbox.network=false")
+        self.seccomp = True
+        try:
+            os.close(filter_fd())
+        except (SeccompError, OSError) as exc:
+            self.seccomp = False
+            self.warnings.append(
+                f"no seccomp filter ({exc}): the agent can use the kernel keyrings (a channel "
+                f"between runs) and create user namespaces")
         self.agent_uid: int | None = None
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
@@ -216,11 +225,13 @@ class LocalSandbox(Sandbox):
         return args
 
     def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str],
-                   sync_fds: tuple[int, int] | None = None) -> list[str]:
+                   sync_fds: tuple[int, int] | None = None,
+                   seccomp_fd: int | None = None) -> list[str]:
         """The full bubblewrap command line that runs ``argv`` with ``env`` in the sandbox.
 
         ``sync_fds`` (info, block): bubblewrap reports its namespaces on the first and
         waits on the second before it starts ``argv`` (the network is set up between).
+        ``seccomp_fd``: the filter of :mod:`spu.sandbox.seccomp`, installed by bubblewrap.
         """
         cmd = [
             "bwrap",
@@ -258,6 +269,8 @@ class LocalSandbox(Sandbox):
             cmd += ["--setenv", key, value]
         if sync_fds is not None:
             cmd += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
         if self.agent_uid is not None:
             uid = str(self.agent_uid)
             argv = [
@@ -286,11 +299,20 @@ class LocalSandbox(Sandbox):
         on_start: Callable[[int], None] | None = None
         sync_fds = None
         open_fds: set[int] = set()
+        seccomp_fd = None
+        if self.seccomp:
+            try:
+                seccomp_fd = filter_fd()
+            except (SeccompError, OSError) as exc:
+                return ProcessEvidence(error=f"sandbox did not start: no seccomp filter: {exc}")
+            open_fds.add(seccomp_fd)
+            pass_fds = (seccomp_fd,)
         if self.request.network and not self.host_network:
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
             open_fds = {info_r, info_w, block_r, block_w}
-            sync_fds = pass_fds = (info_w, block_r)
+            sync_fds = (info_w, block_r)
+            pass_fds = (*pass_fds, *sync_fds)
             network = UserNetwork(self.request.host_ports, self.request.allowed_networks)
             self.networks.append(network)
 
@@ -305,7 +327,7 @@ class LocalSandbox(Sandbox):
                 os.write(block_w, b"1")
         try:
             evidence = run_with_limits(
-                self.bwrap_argv(argv, full_env, sync_fds),
+                self.bwrap_argv(argv, full_env, sync_fds, seccomp_fd),
                 host_env,
                 cwd=None,
                 stdout=stdout,
@@ -362,6 +384,8 @@ class LocalSandbox(Sandbox):
         """Namespaces in force, the network, and the limits enforced."""
         isolation = ["mount-namespace", "pid-namespace", "ipc-namespace", "uts-namespace",
                      "read-only-system", "cleared-environment", "die-with-parent"]
+        if self.seccomp:
+            isolation.append("seccomp")
         if os.geteuid() != 0 or self.agent_uid is not None:
             isolation.append("unprivileged-user")
         network = self.network_mode_planned()

@@ -1,0 +1,265 @@
+"""Red-team suite: an agent attacks the framework and the host, through the real ``run_one``.
+
+Each test runs ``agents/redteam.py`` (``harness=command``) with one or more of its
+attacks in every isolating backend and asserts two things: the attack failed, and
+nothing else was lost (the run still has its ``run.json``, its outcome, its evidence).
+Attacks and what holds them:
+
+- kernel keyrings as a channel between runs, user namespaces: the sandbox's seccomp
+  filter (``local``), Docker's default profile (``docker``);
+- ``/proc``, sysrq, sysctls, cgroup files, ``open_by_handle_at``: no capabilities,
+  read-only ``/proc/sys``;
+- every route to a host service (TCP and UDP on each IPv4 and IPv6 address of this
+  machine, link-local, Unix sockets in ``/tmp`` and ``/run``, abstract sockets, the
+  Docker socket): the network namespace and pasta's filter;
+- device nodes, setuid/setgid files and file capabilities left for the host: disarmed
+  when the run's files come back (:func:`spu.sandbox.disk.disarm`);
+- links, FIFOs, sockets, sparse, deep, crowded and non-UTF-8 outputs: read without
+  following, recorded, logged;
+- writes outside ``/workspace`` and ``/output``: memory (``local``'s tmpfs) or the
+  disk limit (``docker``'s container layer);
+- a SIGTERM-deaf daemon: gone with its run;
+- other tasks' answers and the answer root where a system folder would show them:
+  masked.
+
+Every address targeted is this machine's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spu.main import spec_from_config
+from spu.runner import run_one
+from spu.schema import Outcome, RunRecord
+from tests.conftest import EXAMPLE_TASK
+from tests.sandbox.conftest import AGENTS, ISOLATING, require_backend
+
+REDTEAM = AGENTS / "redteam.py"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's isolation needs root")
+
+
+# --------------------------------------------------------------------------- running the agent
+
+
+@dataclasses.dataclass
+class Attacked:
+    """One red-team run: its record, the agent's report and the run folder."""
+
+    record: RunRecord
+    report: dict
+    run_dir: Path
+
+    @property
+    def saved(self) -> dict:
+        """``run.json`` as written."""
+        return json.loads((self.run_dir / "run.json").read_text())
+
+
+def _attack(request, compose, backend: str, attacks: list[str], *overrides: str,
+            repeat: int = 0, task: Path = EXAMPLE_TASK) -> Attacked:
+    require_backend(request, backend)
+    cfg = compose("harness=command", f"harness.entrypoint={REDTEAM}", f"sandbox={backend}",
+                  f"task_root={task.parent}", f"task={task.name}", "limits.cpus=1",
+                  "limits.gpus=0", "limits.grace_s=1", "limits.memory_gb=1",
+                  "limits.time_s=300", "limits.disk_gb=1", *overrides)
+    spec = spec_from_config(cfg)
+    if backend == "docker":
+        spec = dataclasses.replace(spec, sandbox=dataclasses.replace(
+            spec.sandbox, image=require_backend(request, backend)["image"]))
+    spec = dataclasses.replace(spec, repeat=repeat, harness=dataclasses.replace(
+        spec.harness, args=[f"--attack={a}" for a in attacks]))
+    record = run_one(spec)
+    run_dir = spec.output_root / "runs" / record.run_key
+    report_file = run_dir / "output" / "redteam.json"
+    report = json.loads(report_file.read_text()) if report_file.is_file() else {}
+    attacked = Attacked(record, report, run_dir)
+    # Nothing lost: the run has its record, with the evidence of its process.
+    assert attacked.saved["outcome"] == record.outcome.value
+    assert attacked.saved["process"]["error"] is None, attacked.saved["process"]
+    return attacked
+
+
+def _failed(result: list) -> bool:
+    """An ``attempt()`` of the agent that did not succeed."""
+    return result[0] is False
+
+
+# --------------------------------------------------------------------------- the kernel
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_kernel_keyrings_carry_nothing_from_one_run_to_the_next(backend, request,
+                                                                 compose) -> None:
+    """Invariant: no run can leave a value in a kernel keyring for a later run to read."""
+    token = uuid.uuid4().hex[:12]
+    writer = _attack(request, compose, backend, [f"keyring-write:{token}"])
+    reader = _attack(request, compose, backend, [f"keyring-read:{token}"], repeat=1)
+    written = writer.report["keyring-write"]
+    assert all(isinstance(v, str) for v in written.values()), f"a key was added: {written}"
+    read = reader.report["keyring-read"]
+    assert not any(isinstance(v, dict) for v in read.values()), f"a key was read: {read}"
+    assert writer.record.outcome is reader.record.outcome is Outcome.no_file
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_no_user_namespace_no_capability_no_kernel_knob(backend, request, compose) -> None:
+    """Invariant: the agent gets no capability anywhere: no user namespace of its own, no
+    sysctl, sysrq or cgroup file, no file opened by handle outside its mounts."""
+    run = _attack(request, compose, backend, ["userns", "proc", "handle"])
+    assert run.report["userns"] == {"created": False}
+    proc = run.report["proc"]
+    for path, result in proc["open_for_write"].items():
+        if path != "/proc/self/oom_score_adj":  # its own process: allowed everywhere
+            assert _failed(result), f"{path} is writable"
+    assert run.report["handle"].get("open_by_handle_at") in (None, "EPERM")
+    if backend == "local":
+        assert proc["uid"] != 0 and _failed(proc["pid1_root"]) and _failed(proc["pid1_environ"])
+        assert "CapEff:\t0000000000000000" in proc["caps"]
+    assert run.record.outcome is Outcome.no_file
+
+
+# --------------------------------------------------------------------------- host services
+
+
+@contextlib.contextmanager
+def _host_services(token: str) -> Iterator[dict[str, str]]:
+    """Services on every address and socket kind of this machine; yields reach targets.
+
+    Each answers ``<token>-<label>``: TCP and UDP on ``0.0.0.0`` and ``::`` (every
+    address of the machine), a TCP port on the IPv4 loopback only, Unix sockets in
+    ``/tmp`` and ``/run`` (world-writable, so that the agent's user could connect)
+    and an abstract Unix socket.
+    """
+    stop = threading.Event()
+    sockets: list[socket.socket] = []
+    paths: list[Path] = []
+
+    def _serve_stream(sock: socket.socket, label: str) -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            with conn:
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"{token}-{label}".encode())
+
+    def _serve_datagram(sock: socket.socket, label: str) -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                _, peer = sock.recvfrom(100)
+            except OSError:
+                continue
+            with contextlib.suppress(OSError):
+                sock.sendto(f"{token}-{label}".encode(), peer)
+
+    def _start(sock: socket.socket, label: str, stream: bool = True) -> None:
+        if stream:
+            sock.listen(16)
+        sockets.append(sock)
+        threading.Thread(target=_serve_stream if stream else _serve_datagram,
+                         args=(sock, label), daemon=True).start()
+
+    targets: dict[str, str] = {}
+    try:
+        for family, any_address, kind in ((socket.AF_INET, "0.0.0.0", "v4"),
+                                          (socket.AF_INET6, "::", "v6")):
+            tcp = socket.socket(family, socket.SOCK_STREAM)
+            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                tcp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            tcp.bind((any_address, 0))
+            _start(tcp, f"tcp-{kind}")
+            udp = socket.socket(family, socket.SOCK_DGRAM)
+            if family == socket.AF_INET6:
+                udp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            udp.bind((any_address, 0))
+            _start(udp, f"udp-{kind}", stream=False)
+            for address in _host_addresses(kind):
+                host = f"[{address}]" if kind == "v6" else address
+                targets[f"tcp@{address}"] = f"tcp:{host}:{tcp.getsockname()[1]}"
+                targets[f"udp@{address}"] = f"udp:{host}:{udp.getsockname()[1]}"
+        loop = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        loop.bind(("127.0.0.1", 0))
+        _start(loop, "loopback")
+        targets["loopback"] = f"tcp:127.0.0.1:{loop.getsockname()[1]}"
+        for folder in ("/tmp", "/run"):
+            path = Path(folder) / f"spu-redteam-{token}.sock"
+            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            unix.bind(str(path))
+            path.chmod(0o777)
+            paths.append(path)
+            _start(unix, f"unix{folder}")
+            targets[f"unix@{folder}"] = f"unix:{path}"
+        abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        abstract.bind(f"\0spu-redteam-{token}")
+        _start(abstract, "abstract")
+        targets["abstract"] = f"abstract:spu-redteam-{token}"
+        for path in ("/var/run/docker.sock", "/run/docker.sock"):
+            targets[f"docker@{path}"] = f"unix:{path}"
+        yield targets
+    finally:
+        stop.set()
+        for sock in sockets:
+            sock.close()
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def _host_addresses(kind: str) -> list[str]:
+    """This machine's addresses of one family, link-local ones with their interface."""
+    listing = json.loads(subprocess.run(["ip", "-j", "-4" if kind == "v4" else "-6", "addr"],
+                                        capture_output=True, text=True, check=True).stdout)
+    out = []
+    for link in listing:
+        for addr in link.get("addr_info", []):
+            local = addr["local"]
+            if addr.get("scope") == "link" and kind == "v6":
+                local = f"{local}%eth0"  # as the agent would name it: its own interface
+            out.append(local)
+    return sorted(set(out))
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_no_host_service_answers_by_any_route(backend, request, compose) -> None:
+    """Invariant: TCP, UDP, IPv6, link-local, Unix, abstract and Docker sockets of the host
+    are all out of reach; the machine's own services keep running."""
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 is missing")
+    token = uuid.uuid4().hex[:10]
+    with _host_services(token) as targets:
+        run = _attack(request, compose, backend,
+                      [f"reach:{label}={target}" for label, target in targets.items()])
+        # The host still reaches its own services (the test's control).
+        with socket.create_connection(("127.0.0.1", int(targets["loopback"].rsplit(":", 1)[1])),
+                                      timeout=5) as conn:
+            assert conn.recv(100).decode().startswith(token)
+    answers = {k: v for k, v in run.report.items() if k.startswith("reach:")}
+    assert len(answers) == len(targets), "every target was tried"
+    reached = {k: v["answer"] for k, v in answers.items() if v["answer"]}
+    assert reached == {}, f"host services answered the agent: {reached}"
+    assert run.record.sandbox.network == "pasta-filtered"
+    assert run.record.outcome is Outcome.no_file
