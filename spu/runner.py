@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +39,7 @@ from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.sandbox.disk import release_stale as release_stale_disk
+from spu.sandbox.disk import remove_tree
 from spu.schema import (
     AnswerKey,
     ExposureHit,
@@ -139,13 +139,13 @@ def _now() -> str:
 def _archive_previous_attempt(run_dir: Path) -> None:
     if not (run_dir / "run.json").exists():
         if run_dir.exists():
-            shutil.rmtree(run_dir)
+            remove_tree(run_dir)  # an agent's tree may be deeper than shutil.rmtree goes
         return
     attempts = run_dir / "attempts"
     n = 1 + sum(1 for _ in attempts.iterdir()) if attempts.exists() else 1
     holding = run_dir.with_name(run_dir.name + ".previous")
     if holding.exists():
-        shutil.rmtree(holding)
+        remove_tree(holding)
     run_dir.rename(holding)
     run_dir.mkdir(parents=True)
     if (holding / "attempts").exists():

@@ -19,7 +19,6 @@ import logging
 import os
 import re
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +47,15 @@ COMPRESS_LOGS_ABOVE_BYTES = 1 << 20
 
 MAX_ARTIFACT_BYTES = 256 << 20
 """Files of the agent's folders larger than this are not logged (a note says so)."""
+
+MAX_ARTIFACT_TOTAL_BYTES = 1 << 30
+"""Bytes logged from each of the agent's folders at most (sparse files copy as dense)."""
+
+MAX_ARTIFACT_FILES = 1000
+"""Files logged from each of the agent's folders at most (an agent can make millions)."""
+
+MAX_ARTIFACT_DEPTH = 32
+"""Folders of the run's output deeper than this are not logged (named as skipped)."""
 
 BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
 """MLflow's limits per ``log_batch`` call."""
@@ -228,14 +236,30 @@ def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
     return run_id
 
 
-def _regular_files(folder: Path) -> Iterator[Path]:
-    """Regular files under ``folder``, never following a link the agent may have planted."""
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs.sort()
-        for name in sorted(files):
-            path = Path(root) / name
-            if stat.S_ISREG(path.lstat().st_mode):
-                yield path
+def _regular_files(folder: Path, skipped: list[str]) -> Iterator[Path]:
+    """Regular files under ``folder``, never following a link the agent may have planted.
+
+    Walked with a stack, not ``os.walk``: an agent's tree may be deeper than Python
+    recurses. A folder more than :data:`MAX_ARTIFACT_DEPTH` levels down is not logged
+    (MLflow makes artifact folders recursively); it is named in ``skipped``.
+    """
+    pending = [(folder, 0)]
+    while pending:
+        current, depth = pending.pop()
+        if depth > MAX_ARTIFACT_DEPTH:
+            skipped.append(f"{current.relative_to(folder.parent)}/ (deeper than "
+                           f"{MAX_ARTIFACT_DEPTH} levels)")
+            continue
+        try:
+            with os.scandir(current) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                yield Path(entry.path)
+        pending.extend((Path(e.path), depth + 1) for e in reversed(entries)
+                       if e.is_dir(follow_symlinks=False))
 
 
 def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path) -> list[str]:
@@ -250,12 +274,17 @@ def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path) -> list[
             base = run_dir / folder
             if not base.is_dir() or base.is_symlink():
                 continue
-            for path in _regular_files(base):
+            total = 0
+            for count, path in enumerate(_regular_files(base, skipped)):
+                if count == MAX_ARTIFACT_FILES:
+                    skipped.append(f"{folder}/: files past the first {MAX_ARTIFACT_FILES}")
+                    break
                 rel = path.relative_to(run_dir)
                 size = path.lstat().st_size
-                if size > MAX_ARTIFACT_BYTES:
+                if size > MAX_ARTIFACT_BYTES or total + size > MAX_ARTIFACT_TOTAL_BYTES:
                     skipped.append(f"{rel} ({size} bytes)")
                     continue
+                total += size
                 if folder == "logs" and size > COMPRESS_LOGS_ABOVE_BYTES:
                     path = _gzip_copy(path, Path(scratch) / rel.parent)
                 client.log_artifact(run_id, str(path), artifact_path=str(rel.parent))

@@ -263,3 +263,92 @@ def test_no_host_service_answers_by_any_route(backend, request, compose) -> None
     assert reached == {}, f"host services answered the agent: {reached}"
     assert run.record.sandbox.network == "pasta-filtered"
     assert run.record.outcome is Outcome.no_file
+
+
+# --------------------------------------------------------------------------- files for the host
+
+
+def _special_entries(root: Path) -> dict[str, list[str]]:
+    """Device nodes, setuid/setgid files and file capabilities under ``root``."""
+    found: dict[str, list[str]] = {"devices": [], "setid": [], "filecaps": []}
+    for path in root.rglob("*"):
+        info = path.lstat()
+        if stat.S_ISBLK(info.st_mode) or stat.S_ISCHR(info.st_mode):
+            found["devices"].append(str(path))
+        elif stat.S_ISREG(info.st_mode):
+            if info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                found["setid"].append(str(path))
+            with contextlib.suppress(OSError):
+                os.getxattr(path, "security.capability", follow_symlinks=False)
+                found["filecaps"].append(str(path))
+    return found
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+@pytest.mark.parametrize("disk_gb", ["1", "0"], ids=["run-disk", "no-disk-limit"])
+def test_no_device_node_setuid_file_or_file_capability_reaches_the_host(
+        backend, disk_gb, request, compose) -> None:
+    """Invariant: the run folder the host keeps holds no device node (a raw disk), no
+    setuid/setgid file (a root shell) and no file capability, whatever the agent made."""
+    run = _attack(request, compose, backend, ["mknod", "suid"], f"limits.disk_gb={disk_gb}")
+    assert run.report["suid"][f"/workspace/suid-mode"], "the agent made its copies"
+    assert _special_entries(run.run_dir) == {"devices": [], "setid": [], "filecaps": []}
+    # Its files are still there, disarmed, and the run is recorded.
+    shell = run.run_dir / "workspace" / "suid-sh"
+    assert shell.is_file() and stat.S_IMODE(shell.stat().st_mode) == 0o755
+    assert run.record.outcome is Outcome.no_file
+    if backend == "docker":
+        assert _failed(run.report["mknod"]["/workspace/mem-node"]), "MKNOD is dropped"
+        assert _failed(run.report["suid"]["/workspace/filecap"]), "SETFCAP is dropped"
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_odd_outputs_are_recorded_and_logged_without_being_followed(
+        backend, request, compose, tmp_path, monkeypatch) -> None:
+    """Invariant: links, a FIFO, a socket, a link as the submission, sparse files (one of
+    20 GiB), non-UTF-8 and control-character names, a tree deeper than Python recurses
+    and many files: the run is recorded (the link rejected, not followed), its files come
+    back as they were, MLflow logs a bounded part of them, and the tree can be removed."""
+    from mlflow.tracking import MlflowClient
+
+    from spu.sandbox.disk import remove_tree
+    from spu.tracking import store
+    from spu.tracking.store import TrackingTarget, log_run
+
+    run = _attack(request, compose, backend,
+                  ["specials", "link-submission:/etc/passwd", "sparse:20", "sparse-files:4,60",
+                   "deep:1500", "many:2000"])
+    report = run.report
+    assert report["deep"] == {"depth": 1500} and report["many"] == {"made": 2000}
+    out = run.run_dir / "output"
+    assert (out / "rankings.json").is_symlink() and (out / "report.md").is_fifo()
+    assert (out / "etc-link").is_symlink() and os.readlink(out / "etc-link") == "/etc"
+    assert (out / "sparse.bin").stat().st_size == 20 * 2**30
+    assert (out / "sparse.bin").stat().st_blocks * 512 < 2**20, "copied back sparse"
+    assert os.path.exists(os.path.join(bytes(out), b"bad-\xff\xfe.txt"))
+    assert len(os.listdir(out / "many")) == 2000
+    # The link was not followed: the submission is rejected as not JSON.
+    assert run.record.outcome is Outcome.rejected and not run.record.scored
+    assert run.record.grade.status.value == "invalid"
+    # MLflow logs regular files only, a bounded number and size of them, none too deep.
+    monkeypatch.setattr(store, "MAX_ARTIFACT_FILES", 300)
+    monkeypatch.setattr(store, "MAX_ARTIFACT_TOTAL_BYTES", 100 * 2**20)
+    target = TrackingTarget(uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                            artifact_root=str(tmp_path / "artifacts"), experiment="redteam")
+    run_id = log_run(run.record, run.run_dir, target)
+    stored = [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
+    names = {p.name for p in stored}
+    assert "passwd" not in names and "rankings.json" not in names and "report.md" not in names
+    assert len([p for p in stored if p.parent.name == "many"]) < 300
+    assert sum(p.stat().st_blocks * 512 for p in stored) < 110 * 2**20
+    mlflow_run = MlflowClient(target.uri).get_run(run_id)
+    assert mlflow_run.info.status == "FINISHED"
+    skipped = mlflow_run.data.tags["artifacts_skipped"]
+    assert "deeper than" in skipped and "files past the first 300" in skipped
+    # A run folder can be removed whole, however deep (a rerun of a crashed run does).
+    remove_tree(run.run_dir)
+    assert not run.run_dir.exists()

@@ -13,7 +13,8 @@ small JSON object); the test that ran it decides whether the attack held. Attack
 - ``mknod``: a raw-disk and a ``/dev/mem`` device node in the workspace and output.
 - ``suid``: a setuid and setgid shell and a binary with file capabilities.
 - ``specials``: links, a FIFO, a socket, a hard link and non-UTF-8 names in the output.
-- ``sparse:GIB``: a sparse file of GIB in the output (a few blocks on disk).
+- ``sparse:GIB``: a sparse file of GIB in the output (a few blocks on disk);
+  ``sparse-files:COUNT,MIB``: COUNT sparse files of MIB each.
 - ``deep:DEPTH``, ``many:COUNT``: a deep folder tree, many small files, in the output.
 - ``fill-outside:MIB``: write up to MIB into every writable place but the layout.
 - ``daemon``: a SIGTERM-deaf, session-leading daemon that keeps writing to the output.
@@ -297,6 +298,16 @@ def sparse(gib):
     return {"size": st.st_size, "blocks": st.st_blocks}
 
 
+def sparse_files(spec):
+    count, mib = (int(x) for x in spec.split(","))
+    folder = os.path.join(OUT, "sparse")
+    os.mkdir(folder)
+    for i in range(count):
+        with open(os.path.join(folder, f"s{i}.bin"), "wb") as f:
+            f.truncate(mib * 2**20)
+    return {"files": count, "mib": mib}
+
+
 def deep(depth):
     path = os.path.join(OUT, "deep")
     os.mkdir(path)
@@ -394,7 +405,7 @@ def link_submission(target):
 ATTACKS = {
     "keyring-write": keyring_write, "keyring-read": keyring_read, "userns": userns,
     "proc": proc_and_sys, "handle": open_by_handle, "reach": reach, "mknod": mknod_attack,
-    "suid": suid_attack, "specials": specials, "sparse": sparse, "deep": deep, "many": many,
+    "suid": suid_attack, "specials": specials, "sparse": sparse, "sparse-files": sparse_files, "deep": deep, "many": many,
     "fill-outside": fill_outside, "daemon": daemon, "deep-json": deep_json,
     "link-submission": link_submission,
 }
