@@ -321,9 +321,11 @@ def sandbox_request(run: PreparedRun, staged: Path,
         host_ports=sorted({*spec.sandbox.host_ports, *host_ports}),
         allowed_networks=list(spec.sandbox.allowed_networks),
         extra_ro_binds=run.harness.sandbox_binds(),
-        # Hidden from the agent even where a system folder would show them.
+        # Hidden from the agent even where a system folder would show them: every task
+        # of the task root and every key of the answer root, not only this run's.
         masked_paths=[run.task.path, run.task.answers_path(spec.answers_root).parent,
-                      spec.output_root.resolve()],
+                      spec.task_dir.resolve().parent, spec.output_root.resolve(),
+                      *([Path(spec.answers_root).resolve()] if spec.answers_root else [])],
     )
 
 

@@ -73,6 +73,8 @@ class Attacked:
 def _attack(request, compose, backend: str, attacks: list[str], *overrides: str,
             repeat: int = 0, task: Path = EXAMPLE_TASK) -> Attacked:
     require_backend(request, backend)
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setenv("SPU_TASK_ROOT", str(task.parent))  # where task=<id> is looked up
     cfg = compose("harness=command", f"harness.entrypoint={REDTEAM}", f"sandbox={backend}",
                   f"task_root={task.parent}", f"task={task.name}", "limits.cpus=1",
                   "limits.gpus=0", "limits.grace_s=1", "limits.memory_gb=1",
@@ -352,3 +354,123 @@ def test_odd_outputs_are_recorded_and_logged_without_being_followed(
     # A run folder can be removed whole, however deep (a rerun of a crashed run does).
     remove_tree(run.run_dir)
     assert not run.run_dir.exists()
+
+
+# --------------------------------------------------------------------------- disk, processes
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_writing_outside_the_layout_is_held_by_a_limit(backend, request, compose) -> None:
+    """Invariant: what the agent writes outside ``/workspace`` and ``/output`` is bounded:
+    ``local`` gives it only tmpfs folders, charged to its memory limit; ``docker``
+    measures the container's own layer against ``limits.disk_gb`` (``disk_limit``)."""
+    if backend == "local":
+        run = _attack(request, compose, backend, ["fill-outside:1500"], "limits.memory_gb=0.5")
+        if run.record.sandbox.limits.memory_mechanism == "rlimit-as":
+            pytest.skip("no writable memory cgroup here")
+        written = run.report.get("fill-outside", {})
+        assert written.get("/tmp", {}).get("mib", 0) < 600, written
+        assert all(v.get("mib", 0) == 0 for k, v in written.items() if k != "/tmp"), written
+        assert run.record.outcome is Outcome.memory_limit and not run.record.scored
+    else:
+        run = _attack(request, compose, backend, ["fill-outside:100"], "limits.disk_gb=0.3")
+        assert run.record.outcome is Outcome.disk_limit and run.record.process.disk_full
+        assert not run.record.scored
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_a_sigterm_deaf_daemon_does_not_outlive_its_run(backend, request, compose) -> None:
+    """Invariant: a daemon in its own session, deaf to SIGTERM and SIGHUP, that keeps
+    writing to the output, is gone when the run is recorded; nothing writes afterwards."""
+    run = _attack(request, compose, backend, ["daemon"])
+    late = run.run_dir / "output" / "late.txt"
+    assert run.report["daemon"] == {"started": True} and late.is_file()
+    size = late.stat().st_size
+    time.sleep(1.5)
+    assert late.stat().st_size == size, "something still writes into the run folder"
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
+            and b"redteam.py" in _cmdline(p)]
+    assert left == [], "a process of the run survived it"
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(run.run_dir) not in mounts, "the run's disk was released"
+    assert run.record.outcome is Outcome.no_file
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_a_submission_nested_a_million_deep_is_rejected(backend, request, compose) -> None:
+    """Invariant: a ``rankings.json`` built to exhaust a recursive parser is graded (invalid),
+    and the run is recorded as ``rejected``, not as a grader crash."""
+    run = _attack(request, compose, backend, ["deep-json"])
+    assert run.record.outcome is Outcome.rejected
+    assert run.record.grade.status.value == "invalid"
+    assert run.saved["process"]["error"] is None
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def _task_tree(root: Path, canary: str) -> tuple[Path, Path]:
+    """Two tasks under ``root``; the second's answers hold ``canary``. Returns both."""
+    first, second = root / EXAMPLE_TASK.name, root / "spu-redteam-other"
+    shutil.copytree(EXAMPLE_TASK, first)
+    shutil.copytree(EXAMPLE_TASK, second)
+    meta = (second / "task.yaml").read_text().replace(EXAMPLE_TASK.name, second.name)
+    (second / "task.yaml").write_text(meta)
+    answers = json.loads((second / "hidden" / "answers.json").read_text())
+    answers["source"] = {"title": canary}
+    (second / "hidden" / "answers.json").write_text(json.dumps(answers))
+    return first, second
+
+
+@pytest.fixture
+def system_folder() -> Iterator[Path]:
+    """A folder under ``/opt``, which ``sandbox=local`` shows the agent (read-only)."""
+    if os.geteuid() != 0:
+        pytest.skip("writing under /opt needs root")
+    folder = Path("/opt") / f"spu-redteam-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["task_root", "answers_root"])
+def test_answers_of_other_tasks_are_masked_under_a_system_folder(
+        where, request, compose, system_folder) -> None:
+    """Invariant: a task root or an answer root deployed under a folder the sandbox shows
+    (``/opt``) is hidden whole: no task's answers, not only the run's own."""
+    canary = f"spu-redteam-canary-{uuid.uuid4().hex}"
+    tasks = system_folder / "tasks"
+    first, second = _task_tree(tasks, canary)
+    overrides: list[str] = []
+    if where == "answers_root":
+        answers = system_folder / "answers"
+        for task in (first, second):
+            (answers / task.name).mkdir(parents=True)
+            shutil.move(str(task / "hidden" / "answers.json"), answers / task.name)
+        overrides.append(f"answers_root={answers}")
+        probe = answers / second.name / "answers.json"
+    else:
+        probe = second / "hidden" / "answers.json"
+    run = _attack(request, compose, "local",
+                  ["read:" + str(probe), "read:" + str(tasks)], *overrides, task=first)
+    assert probe.is_file(), "the host still has them"
+    assert run.report["read:" + str(probe)]["content"] is None, run.report
+    assert run.report["read:" + str(tasks)]["content"] in (None, []), run.report
+    assert canary not in json.dumps(run.report)
+    assert run.record.outcome is Outcome.no_file

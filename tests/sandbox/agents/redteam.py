@@ -20,6 +20,7 @@ small JSON object); the test that ran it decides whether the attack held. Attack
 - ``daemon``: a SIGTERM-deaf, session-leading daemon that keeps writing to the output.
 - ``deep-json``: a ``rankings.json`` nested a million levels deep.
 - ``link-submission:PATH``: ``rankings.json`` as a link to PATH.
+- ``read:PATH``: read a file or list a folder (a host path it should not see).
 
 It never writes a valid submission unless asked (``--submit``) and targets only the
 addresses it is given (this machine's).
@@ -397,6 +398,17 @@ def deep_json():
     return {"written": True}
 
 
+def read(path):
+    """Read a file (a host path the agent should not see) or list a folder."""
+    try:
+        if os.path.isdir(path):
+            return {"content": sorted(os.listdir(path))}
+        with open(path, "rb") as f:
+            return {"content": f.read(4096).decode(errors="replace")}
+    except OSError as exc:
+        return {"content": None, "error": errno.errorcode.get(exc.errno, str(exc))}
+
+
 def link_submission(target):
     path = os.path.join(OUT, "rankings.json")
     return {"link": attempt(os.symlink, target, path)}
@@ -407,20 +419,19 @@ ATTACKS = {
     "proc": proc_and_sys, "handle": open_by_handle, "reach": reach, "mknod": mknod_attack,
     "suid": suid_attack, "specials": specials, "sparse": sparse, "sparse-files": sparse_files, "deep": deep, "many": many,
     "fill-outside": fill_outside, "daemon": daemon, "deep-json": deep_json,
-    "link-submission": link_submission,
+    "link-submission": link_submission, "read": read,
 }
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--attack", action="append", default=[])
-    parser.add_argument("--wait-for", help="a file of the output to wait for before ending")
-    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds before exiting")
     args = parser.parse_args()
     report = {}
     for spec in args.attack:
         name, _, arg = spec.partition(":")
-        key = spec if name == "reach" else name
+        key = spec if name in ("reach", "read") else name
         try:
             result = ATTACKS[name](*([arg] if arg else []))
         except Exception as exc:  # noqa: BLE001 - the report says what happened
