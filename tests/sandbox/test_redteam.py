@@ -393,7 +393,7 @@ def test_a_sigterm_deaf_daemon_does_not_outlive_its_run(backend, request, compos
     time.sleep(1.5)
     assert late.stat().st_size == size, "something still writes into the run folder"
     left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
-            and b"redteam.py" in _cmdline(p)]
+            and b".agent/redteam.py" in _cmdline(p)]
     assert left == [], "a process of the run survived it"
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(run.run_dir) not in mounts, "the run's disk was released"
