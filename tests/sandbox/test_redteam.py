@@ -139,6 +139,39 @@ def test_no_user_namespace_no_capability_no_kernel_knob(backend, request, compos
     assert run.record.outcome is Outcome.no_file
 
 
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_nothing_of_the_host_is_inherited_or_signalled(backend, request, compose,
+                                                       monkeypatch) -> None:
+    """Invariant: the agent inherits no host file descriptor and no variable of the
+    framework's environment (a credential), cannot signal a host process of its own
+    user id, ptrace bubblewrap, type into a terminal, or move its folders away."""
+    secret = f"spu-redteam-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", secret)
+    monkeypatch.setenv("SPU_REDTEAM_SECRET", secret)
+    victim = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "sleep", "600"], start_new_session=True)
+    try:
+        run = _attack(request, compose, backend, ["inherited", "escape-layout", "kill-all"],
+                      "limits.time_s=60")
+        assert victim.poll() is None, "a host process of the agent's user id was killed"
+    finally:
+        victim.kill()
+        victim.wait()
+    fds = run.report["inherited"]["fds"]
+    # stdin, stdout, stderr and the listing's own descriptor (gone when read: ENOENT).
+    leaked = {fd: target for fd, target in fds.items() if int(fd) > 2 and target != "ENOENT"}
+    assert leaked == {}, f"file descriptors inherited: {leaked}"
+    assert secret not in json.dumps(run.report), "the framework's environment leaked"
+    escaped = {k: v for k, v in run.report["escape-layout"].items() if v[0]}
+    if backend == "docker":  # its PID 1 is the container's docker-init, a process of its own
+        escaped.pop("ptrace pid 1", None)
+    assert escaped == {}, escaped
+    # kill(-1) ended the agent itself (its own processes are all it may signal): recorded.
+    assert run.record.outcome is Outcome.no_file
+
+
 # --------------------------------------------------------------------------- host services
 
 

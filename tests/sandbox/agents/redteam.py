@@ -21,6 +21,10 @@ small JSON object); the test that ran it decides whether the attack held. Attack
 - ``deep-json``: a ``rankings.json`` nested a million levels deep.
 - ``link-submission:PATH``: ``rankings.json`` as a link to PATH.
 - ``read:PATH``: read a file or list a folder (a host path it should not see).
+- ``inherited``: the file descriptors and environment it was handed.
+- ``kill-all``: ``kill(-1, SIGKILL)``: every process it may signal.
+- ``escape-layout``: move or remove ``/output``, ``/workspace``, ``/task``; ptrace its
+  PID 1; push a key into the terminal (TIOCSTI).
 
 It never writes a valid submission unless asked (``--submit``) and targets only the
 addresses it is given (this machine's).
@@ -409,6 +413,58 @@ def read(path):
         return {"content": None, "error": errno.errorcode.get(exc.errno, str(exc))}
 
 
+def inherited():
+    """Open file descriptors (a host folder among them would be a way out) and the
+    environment, its own and its PID 1's."""
+    fds = {}
+    for fd in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            fds[fd] = errno.errorcode.get(exc.errno, str(exc))
+    try:
+        pid1 = open("/proc/1/environ", "rb").read().decode(errors="replace")
+    except OSError:
+        pid1 = None
+    return {"fds": fds, "environ": dict(os.environ), "pid1_environ": pid1}
+
+
+def kill_all():
+    """SIGKILL every process it may signal (``kill(-1)``), from a child it forks first."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        try:
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    return {"survived": True}
+
+
+def escape_layout():
+    """Replace the output or the workspace by a link (the host would then follow it)."""
+    out = {}
+    for folder in (OUT, WORK, "/task"):
+        out[f"rename {folder}"] = attempt(os.rename, folder, folder + "-moved")
+        out[f"rmdir {folder}"] = attempt(os.rmdir, folder)
+    attached = libc.ptrace(16, 1, 0, 0) == 0  # PTRACE_ATTACH
+    out["ptrace pid 1"] = [attached, _err()]
+    if attached:  # let it go on (it is the sandbox's own init)
+        os.waitpid(1, getattr(os, "__WALL", 0x40000000))
+        libc.ptrace(17, 1, 0, 0)  # PTRACE_DETACH
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR)
+        import fcntl
+        import termios
+
+        fcntl.ioctl(fd, termios.TIOCSTI, b"x")  # a key pressed in the host's terminal
+        out["tiocsti"] = [True, None]
+    except OSError as exc:
+        out["tiocsti"] = [False, errno.errorcode.get(exc.errno, str(exc))]
+    return out
+
+
 def link_submission(target):
     path = os.path.join(OUT, "rankings.json")
     return {"link": attempt(os.symlink, target, path)}
@@ -419,7 +475,8 @@ ATTACKS = {
     "proc": proc_and_sys, "handle": open_by_handle, "reach": reach, "mknod": mknod_attack,
     "suid": suid_attack, "specials": specials, "sparse": sparse, "sparse-files": sparse_files, "deep": deep, "many": many,
     "fill-outside": fill_outside, "daemon": daemon, "deep-json": deep_json,
-    "link-submission": link_submission, "read": read,
+    "link-submission": link_submission, "read": read, "inherited": inherited,
+    "kill-all": kill_all, "escape-layout": escape_layout,
 }
 
 
