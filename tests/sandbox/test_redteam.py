@@ -507,3 +507,71 @@ def test_answers_of_other_tasks_are_masked_under_a_system_folder(
     assert run.report["read:" + str(tasks)]["content"] in (None, []), run.report
     assert canary not in json.dumps(run.report)
     assert run.record.outcome is Outcome.no_file
+
+
+# --------------------------------------------------------------------------- session files
+
+
+def _planted_sessions(home: Path, host_file: Path) -> Path:
+    """A CLI home the agent booby-trapped; returns its ``.claude/projects`` folder."""
+    projects = home / ".claude" / "projects" / "p"
+    (projects / "subagents").mkdir(parents=True)
+    os.mkfifo(projects / "fifo.jsonl")  # never ends: a blocking reader hangs
+    os.symlink(host_file, projects / "host.jsonl")  # the framework reads as root
+    os.symlink("/dev/zero", projects / "zero.jsonl")  # endless, no newline
+    os.symlink(host_file.parent, projects / "folder-link")
+    (projects / "subagents" / "agent-x.jsonl").write_text("")
+    os.mkfifo(projects / "subagents" / "agent-x.meta.json")
+    (projects / "long.jsonl").write_bytes(b'{"type": "user", "x": "' + b"a" * 5000 + b'"}\n'
+                                          + b'{"type": "nothing"}\n')
+    return projects.parent
+
+
+def _within_seconds(fn, seconds: float = 30.0):
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert result, "the reader hung on a file the agent planted"
+    return result[0]
+
+
+@pytest.mark.parametrize("cli", ["claude_code", "codex"])
+def test_session_files_the_agent_planted_are_not_followed(cli, tmp_path, monkeypatch) -> None:
+    """Invariant: reading the agent's session files (as root, after the run) never follows
+    a link to a host file, never blocks on a FIFO, never reads an endless file or holds a
+    giant line; a home folder replaced by a link is not read."""
+    from spu.harness.trajectory import jsonl
+    from spu.harness.trajectory.claude_code import read_claude_code_sessions
+    from spu.harness.trajectory.codex import read_codex_sessions
+
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(jsonl, "MAX_FILE_BYTES", 1 << 20)
+    canary = f"spu-redteam-host-{uuid.uuid4().hex}"
+    host = tmp_path / "host"
+    host.mkdir()
+    line = {"type": "user", "message": {"role": "user", "content": canary}}
+    (host / "secret.jsonl").write_text(json.dumps(line) + "\n")
+    (host / "rollout-secret.jsonl").write_text(json.dumps(line) + "\n")
+    home = tmp_path / "home"
+    projects = _planted_sessions(home, host / "secret.jsonl")
+    if cli == "codex":
+        sessions = home / ".codex" / "sessions"
+        sessions.parent.mkdir()
+        projects.rename(sessions)
+        for path in list(sessions.rglob("*.jsonl")):
+            path.rename(path.with_name(f"rollout-{path.name}"))
+        os.symlink(host / "rollout-secret.jsonl", sessions / "p" / "rollout-link.jsonl")
+        reading = _within_seconds(lambda: read_codex_sessions(sessions))
+    else:
+        reading = _within_seconds(lambda: read_claude_code_sessions(projects))
+    assert canary not in reading.model_dump_json() if hasattr(reading, "model_dump_json") \
+        else canary not in repr(reading)
+    assert all("host" not in f and "zero" not in f and "fifo" not in f for f in reading.files)
+    assert any("longer than" in w for w in reading.warnings), reading.warnings
+    # The CLI's whole folder replaced by a link to a host folder: not read at all.
+    linked = tmp_path / "linked-home"
+    linked.mkdir()
+    os.symlink(host, linked / ".claude")
+    reading = _within_seconds(lambda: read_claude_code_sessions(linked / ".claude"))
+    assert reading.files == () and canary not in repr(reading)
