@@ -328,7 +328,7 @@ def test_no_device_node_setuid_file_or_file_capability_reaches_the_host(
     """Invariant: the run folder the host keeps holds no device node (a raw disk), no
     setuid/setgid file (a root shell) and no file capability, whatever the agent made."""
     run = _attack(request, compose, backend, ["mknod", "suid"], f"limits.disk_gb={disk_gb}")
-    assert run.report["suid"][f"/workspace/suid-mode"], "the agent made its copies"
+    assert run.report["suid"]["/workspace/suid-mode"], "the agent made its copies"
     assert _special_entries(run.run_dir) == {"devices": [], "setid": [], "filecaps": []}
     # Its files are still there, disarmed, and the run is recorded.
     shell = run.run_dir / "workspace" / "suid-sh"
@@ -575,3 +575,32 @@ def test_session_files_the_agent_planted_are_not_followed(cli, tmp_path, monkeyp
     os.symlink(host, linked / ".claude")
     reading = _within_seconds(lambda: read_claude_code_sessions(linked / ".claude"))
     assert reading.files == () and canary not in repr(reading)
+
+
+@pytest.mark.parametrize("backend", ["local", "subprocess"])
+def test_framework_file_access_never_follows_a_planted_link(backend, open_sandbox,
+                                                            tmp_path) -> None:
+    """Invariant: ``Sandbox.write_file``/``read_file`` (the framework, as root) refuse a path
+    through a link the agent left in its workspace: no host file written or read."""
+    from spu.sandbox import SandboxError
+
+    box = open_sandbox(backend)
+    host = tmp_path / "host-folder"
+    host.mkdir()
+    (host / "secret.txt").write_text("host secret")
+    workspace = box.sandbox.layout_roots().workspace
+    os.symlink(host, workspace / ".agent")
+    os.symlink(host / "secret.txt", workspace / "notes.txt")
+    inside = box.paths.workspace
+    with pytest.raises(SandboxError):
+        box.sandbox.write_file(f"{inside}/.agent/agent.py", b"overwritten")
+    with pytest.raises(SandboxError):
+        box.sandbox.read_file(f"{inside}/.agent/secret.txt")
+    with pytest.raises(OSError):
+        box.sandbox.read_file(f"{inside}/notes.txt")
+    with pytest.raises(OSError):
+        box.sandbox.write_file(f"{inside}/notes.txt", b"overwritten")
+    assert sorted(p.name for p in host.iterdir()) == ["secret.txt"]
+    assert (host / "secret.txt").read_text() == "host secret"
+    box.sandbox.write_file(f"{inside}/sub/ok.txt", b"fine")
+    assert box.sandbox.read_file(f"{inside}/sub/ok.txt") == b"fine"

@@ -213,7 +213,7 @@ def reach(spec):
                         try:
                             token = s.recv(200).decode(errors="replace")
                             break
-                        except socket.timeout:
+                        except TimeoutError:
                             continue
         else:
             name = ("\0" + address) if kind == "abstract" else address
@@ -245,8 +245,9 @@ def mknod_attack():
     for folder in (WORK, OUT):
         for (major, minor) in host_disk_devices()[:1] or [(8, 0)]:
             path = os.path.join(folder, "disk-node")
+            device = os.makedev(major, minor)
             out[f"{folder}/disk-node"] = attempt(
-                lambda p=path, d=os.makedev(major, minor): os.mknod(p, 0o666 | stat.S_IFBLK, d))
+                lambda p=path, d=device: os.mknod(p, 0o666 | stat.S_IFBLK, d))
             if os.path.exists(path):
                 attempt(os.chmod, path, 0o666)
                 out[f"{folder}/disk-node-open"] = attempt(
@@ -473,7 +474,8 @@ def link_submission(target):
 ATTACKS = {
     "keyring-write": keyring_write, "keyring-read": keyring_read, "userns": userns,
     "proc": proc_and_sys, "handle": open_by_handle, "reach": reach, "mknod": mknod_attack,
-    "suid": suid_attack, "specials": specials, "sparse": sparse, "sparse-files": sparse_files, "deep": deep, "many": many,
+    "suid": suid_attack, "specials": specials, "sparse": sparse, "sparse-files": sparse_files,
+    "deep": deep, "many": many,
     "fill-outside": fill_outside, "daemon": daemon, "deep-json": deep_json,
     "link-submission": link_submission, "read": read, "inherited": inherited,
     "kill-all": kill_all, "escape-layout": escape_layout,
