@@ -345,9 +345,10 @@ def test_no_device_node_setuid_file_or_file_capability_reaches_the_host(
 def test_odd_outputs_are_recorded_and_logged_without_being_followed(
         backend, request, compose, tmp_path, monkeypatch) -> None:
     """Invariant: links, a FIFO, a socket, a link as the submission, sparse files (one of
-    20 GiB), non-UTF-8 and control-character names, a tree deeper than Python recurses
-    and many files: the run is recorded (the link rejected, not followed), its files come
-    back as they were, MLflow logs a bounded part of them, and the tree can be removed."""
+    20 GiB), non-UTF-8 and control-character names, a tree deeper than Python recurses,
+    many files and forged run records: the run is recorded (the link rejected, not
+    followed), its files come back as they were, no forged record is taken for one,
+    MLflow logs a bounded part of them, and the tree can be removed."""
     from mlflow.tracking import MlflowClient
 
     from spu.sandbox.disk import remove_tree
@@ -356,7 +357,7 @@ def test_odd_outputs_are_recorded_and_logged_without_being_followed(
 
     run = _attack(request, compose, backend,
                   ["specials", "link-submission:/etc/passwd", "sparse:20", "sparse-files:4,60",
-                   "deep:1500", "many:2000"])
+                   "deep:1500", "many:2000", "forge"])
     report = run.report
     assert report["deep"] == {"depth": 1500} and report["many"] == {"made": 2000}
     out = run.run_dir / "output"
@@ -369,6 +370,11 @@ def test_odd_outputs_are_recorded_and_logged_without_being_followed(
     # The link was not followed: the submission is rejected as not JSON.
     assert run.record.outcome is Outcome.rejected and not run.record.scored
     assert run.record.grade.status.value == "invalid"
+    # The forged records are files of the run, never records: the export sees one run.
+    from spu.tracking.export import record_paths
+
+    runs = run.run_dir.parent
+    assert record_paths(runs) == [(run.run_dir / "run.json", run.run_dir.name)]
     # MLflow logs regular files only, a bounded number and size of them, none too deep.
     monkeypatch.setattr(store, "MAX_ARTIFACT_FILES", 300)
     monkeypatch.setattr(store, "MAX_ARTIFACT_TOTAL_BYTES", 100 * 2**20)
@@ -390,6 +396,18 @@ def test_odd_outputs_are_recorded_and_logged_without_being_followed(
 
 
 # --------------------------------------------------------------------------- disk, processes
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_running_the_disk_out_of_inodes_ends_as_disk_limit(backend, request, compose) -> None:
+    """Invariant: empty files by the hundred thousand fill a run disk's inodes, not the
+    host's: the run ends ``disk_limit`` with its record."""
+    run = _attack(request, compose, backend, ["many:200000"], "limits.disk_gb=0.02")
+    # Out of inodes, the agent could not even write its report.
+    assert len(os.listdir(run.run_dir / "output" / "many")) < 20000
+    assert run.record.outcome is Outcome.disk_limit and run.record.process.disk_full
 
 
 @needs_root

@@ -21,6 +21,7 @@ small JSON object); the test that ran it decides whether the attack held. Attack
 - ``deep-json``: a ``rankings.json`` nested a million levels deep.
 - ``link-submission:PATH``: ``rankings.json`` as a link to PATH.
 - ``read:PATH``: read a file or list a folder (a host path it should not see).
+- ``forge``: forged ``run.json``, ``grade.json`` and ``result.json`` in its folders.
 - ``inherited``: the file descriptors and environment it was handed.
 - ``kill-all``: ``kill(-1, SIGKILL)``: every process it may signal.
 - ``escape-layout``: move or remove ``/output``, ``/workspace``, ``/task``; ptrace its
@@ -466,6 +467,20 @@ def escape_layout():
     return out
 
 
+def forge():
+    """Run records and grades where a reader globbing the run folders might take them."""
+    record = {"run_key": "f" * 16, "task_id": "spu-forged", "outcome": "valid",
+              "score_recovered": 1.0, "score_strict": 1.0, "scored": True}
+    written = []
+    for folder in (OUT, WORK, os.path.join(OUT, "attempts", "1"), os.path.join(WORK, "f" * 16)):
+        os.makedirs(folder, exist_ok=True)
+        for name in ("run.json", "grade.json", "result.json"):
+            with open(os.path.join(folder, name), "w") as f:
+                json.dump(record, f)
+            written.append(os.path.join(folder, name))
+    return {"written": written}
+
+
 def link_submission(target):
     path = os.path.join(OUT, "rankings.json")
     return {"link": attempt(os.symlink, target, path)}
@@ -478,7 +493,7 @@ ATTACKS = {
     "deep": deep, "many": many,
     "fill-outside": fill_outside, "daemon": daemon, "deep-json": deep_json,
     "link-submission": link_submission, "read": read, "inherited": inherited,
-    "kill-all": kill_all, "escape-layout": escape_layout,
+    "kill-all": kill_all, "escape-layout": escape_layout, "forge": forge,
 }
 
 
