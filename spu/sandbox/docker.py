@@ -17,10 +17,13 @@ network. pasta runs on this machine, so the engine must be local. Any other
 ``network_mode`` is handed to Docker as it is (``bridge``: internet, and the host and
 its network reachable; recorded as ``network:docker-<mode>`` with a warning);
 ``sandbox.network=false`` is ``none``. The agent runs as the image's user (root in the
-images above); the container boundary, not the user id, is the isolation.
+images above) without ``MKNOD`` and ``SETFCAP``; the container boundary, not the user
+id, is the isolation, and what it leaves for the host is disarmed
+(:func:`spu.sandbox.disk.disarm`).
 
 The workspace and output live on the run's size-limited disk (:mod:`spu.sandbox.disk`,
-mounted on this machine and bound into the container); stdout and stderr are streamed
+mounted on this machine and bound into the container); what it writes elsewhere, into
+the container's own layer, is measured against the same limit (:class:`LayerMeter`); stdout and stderr are streamed
 from the container (Docker keeps no log file of its own) and capped at ``limits.log_mb``.
 Containers carry the id of the process that made them; those of a process that is gone
 (a driver killed with ``kill -9``) are removed when the next sandbox is prepared.

@@ -10,6 +10,9 @@ Started by root, bubblewrap keeps every capability for the sandboxed process, an
 process with user id 0 may write the host's ``/proc/sys`` even without capabilities.
 So under root the agent runs as an unprivileged user (``nobody`` by default), dropped
 inside the sandbox by ``setpriv`` with an empty bounding set and ``no_new_privs``.
+A seccomp filter (:mod:`spu.sandbox.seccomp`) keeps it from the kernel keyrings, shared
+by every process of its user (a channel from one run to the next), and from user
+namespaces.
 
 The agent has a network namespace of its own. With ``network=true`` (the paper's
 agents have internet) bubblewrap holds the agent back (``--block-fd``) until pasta has
