@@ -23,8 +23,9 @@ id, is the isolation, and what it leaves for the host is disarmed
 
 The workspace and output live on the run's size-limited disk (:mod:`spu.sandbox.disk`,
 mounted on this machine and bound into the container); what it writes elsewhere, into
-the container's own layer, is measured against the same limit (:class:`LayerMeter`); stdout and stderr are streamed
-from the container (Docker keeps no log file of its own) and capped at ``limits.log_mb``.
+the container's own layer, is measured against the same limit (:class:`LayerMeter`);
+stdout and stderr are streamed from the container (Docker keeps no log file of its own)
+and capped at ``limits.log_mb``.
 Containers carry the id of the process that made them; those of a process that is gone
 (a driver killed with ``kill -9``) are removed when the next sandbox is prepared.
 
