@@ -8,8 +8,9 @@ where a system folder would show them (a repository under ``/opt``), they are ma
 
 Started by root, bubblewrap keeps every capability for the sandboxed process, and a
 process with user id 0 may write the host's ``/proc/sys`` even without capabilities.
-So under root the agent runs as an unprivileged user (``nobody`` by default), dropped
-inside the sandbox by ``setpriv`` with an empty bounding set and ``no_new_privs``.
+So under root the agent runs as an unprivileged user of its own (``spu-agent``, a user id
+drawn per run: :data:`AGENT_UID_BASE`), dropped inside the sandbox by ``setpriv`` with an
+empty bounding set and ``no_new_privs``.
 A seccomp filter (:mod:`spu.sandbox.seccomp`) keeps it from the kernel keyrings, shared
 by every process of its user (a channel from one run to the next), and from user
 namespaces.
@@ -27,12 +28,15 @@ The workspace and output live on a file system of ``limits.disk_gb``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import pwd
 import select
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -69,8 +73,14 @@ SYSTEM_DIRS: tuple[str, ...] = (
 )
 """Host folders mounted read-only: the programs and libraries an agent may use."""
 
-AGENT_UID = 65534
-"""User and group id the agent runs as when the framework runs as root (``nobody``)."""
+AGENT_UID_BASE = 1_900_000_000
+AGENT_UID_SPAN = 1 << 24
+"""A root framework runs each agent under a user id of its own, drawn from the run
+folder's path in ``[AGENT_UID_BASE, AGENT_UID_BASE + AGENT_UID_SPAN)``: what the kernel
+counts per user (inotify instances, keyrings, processes) is then the run's alone, where
+a shared ``nobody`` let one run starve another (``sandbox.agent_uid`` fixes one id)."""
+AGENT_NAME = "spu-agent"
+"""The name of that user inside the sandbox (its own ``/etc/passwd`` and ``/etc/group``)."""
 
 WRAPPER_PREFIXES = ("bwrap: ", "setpriv: ")
 """How bubblewrap and setpriv start their own error messages."""
@@ -107,6 +117,34 @@ def _bwrap_works() -> tuple[bool, str]:
     if probe.returncode != 0:
         return False, f"bubblewrap cannot create namespaces here: {probe.stderr.decode()[-300:]}"
     return True, "bubblewrap works"
+
+
+def agent_uid_for(run_dir: Path) -> int:
+    """The user id of the agent of ``run_dir`` (distinct for concurrent runs, stable).
+
+    Examples:
+        >>> agent_uid_for(Path("/runs/a")) == agent_uid_for(Path("/runs/a"))
+        True
+        >>> AGENT_UID_BASE <= agent_uid_for(Path("/runs/b")) < AGENT_UID_BASE + AGENT_UID_SPAN
+        True
+    """
+    digest = hashlib.sha256(str(run_dir.resolve()).encode()).digest()
+    return AGENT_UID_BASE + int.from_bytes(digest[:8], "big") % AGENT_UID_SPAN
+
+
+def _identity_files(uid: int) -> Path:
+    """A folder with the host's ``passwd`` and ``group`` plus the agent's user and group."""
+    folder = Path(tempfile.mkdtemp(prefix="spu-identity-"))
+    os.chmod(folder, 0o755)
+    for name, line in (("passwd", f"{AGENT_NAME}:x:{uid}:{uid}:SPU agent:/workspace:/bin/sh"),
+                       ("group", f"{AGENT_NAME}:x:{uid}:")):
+        try:
+            host = Path("/etc", name).read_text()
+        except OSError:
+            host = ""
+        (folder / name).write_text(host.rstrip("\n") + ("\n" if host else "") + line + "\n")
+        os.chmod(folder / name, 0o644)
+    return folder
 
 
 def _within(path: Path, folder: Path) -> bool:
@@ -191,6 +229,7 @@ class LocalSandbox(Sandbox):
                 f"no seccomp filter ({exc}): the agent can use the kernel keyrings (a channel "
                 f"between runs) and create user namespaces")
         self.agent_uid: int | None = None
+        self.identity: Path | None = None
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
                 self.warnings.append(
@@ -198,8 +237,13 @@ class LocalSandbox(Sandbox):
                     "sandbox, with capabilities, and could reach the host through /proc/sys"
                 )
             else:
-                self.agent_uid = int(self.options.get("agent_uid") or AGENT_UID)
+                self.agent_uid = int(self.options.get("agent_uid")
+                                     or agent_uid_for(request.run_dir))
                 _make_readable(self.folders.task)
+                try:
+                    pwd.getpwuid(self.agent_uid)
+                except KeyError:
+                    self.identity = _identity_files(self.agent_uid)
         return LAYOUT
 
     def host_path(self, inside: str) -> Path:
@@ -259,6 +303,9 @@ class LocalSandbox(Sandbox):
         for d in SYSTEM_DIRS:
             if os.path.exists(d):
                 cmd += self._masks(Path(d), Path(d))
+        if self.identity is not None:
+            for name in ("passwd", "group"):
+                cmd += ["--ro-bind", str(self.identity / name), f"/etc/{name}"]
         for host, inside in self.request.extra_ro_binds.items():
             cmd += ["--ro-bind", str(host), inside, *self._masks(Path(host), Path(inside))]
         cmd += self._gpu_args()
@@ -372,6 +419,9 @@ class LocalSandbox(Sandbox):
             self.limits.cleanup()
         if hasattr(self, "disk"):
             self.disk.release()
+        if getattr(self, "identity", None) is not None:
+            shutil.rmtree(self.identity, ignore_errors=True)  # type: ignore[arg-type]
+            self.identity = None
 
     def network_mode_planned(self) -> str:
         """The network the agent gets: the one in force once it ran, else the one planned."""

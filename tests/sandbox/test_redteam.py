@@ -122,6 +122,33 @@ def test_kernel_keyrings_carry_nothing_from_one_run_to_the_next(backend, request
 
 @needs_root
 @pytest.mark.slow
+def test_a_run_cannot_starve_a_concurrent_run_of_per_user_kernel_resources(
+        request, compose, tmp_path) -> None:
+    """Invariant: two runs at once never share a user id: one holding every inotify
+    instance its user may have leaves the other its own (and both differ from host users).
+    (``docker`` agents are all root: see the README's security section.)"""
+    outputs = tmp_path / "hog-outputs"
+    done: dict[str, Attacked] = {}
+    request.getfixturevalue("monkeypatch")  # set up here, used from the hog's thread
+    hog = threading.Thread(target=lambda: done.setdefault("hog", _attack(
+        request, compose, "local", ["proc", "inotify-hog:25"], f"output_root={outputs}")))
+    hog.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not list(outputs.glob("runs/*/output/inotify-held")):
+            assert time.monotonic() < deadline and hog.is_alive(), "the hog never started"
+            time.sleep(0.2)
+        probe = _attack(request, compose, "local", ["inotify-probe", "proc"], repeat=1)
+    finally:
+        hog.join()
+    assert done["hog"].report["inotify-hog"]["held"] >= 64, done["hog"].report
+    assert probe.report["inotify-probe"]["errno"] is None, probe.report
+    assert probe.report["proc"]["uid"] != done["hog"].report["proc"]["uid"]
+    assert done["hog"].record.outcome is probe.record.outcome is Outcome.no_file
+
+
+@needs_root
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ISOLATING)
 def test_no_user_namespace_no_capability_no_kernel_knob(backend, request, compose) -> None:
     """Invariant: the agent gets no capability anywhere: no user namespace of its own, no

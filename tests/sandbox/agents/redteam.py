@@ -22,6 +22,8 @@ small JSON object); the test that ran it decides whether the attack held. Attack
 - ``link-submission:PATH``: ``rankings.json`` as a link to PATH.
 - ``read:PATH``: read a file or list a folder (a host path it should not see).
 - ``forge``: forged ``run.json``, ``grade.json`` and ``result.json`` in its folders.
+- ``inotify-hog:SECONDS``: hold every inotify instance its user may have (a per-user
+  kernel count) while another run starts; ``inotify-probe``: get one.
 - ``inherited``: the file descriptors and environment it was handed.
 - ``kill-all``: ``kill(-1, SIGKILL)``: every process it may signal.
 - ``escape-layout``: move or remove ``/output``, ``/workspace``, ``/task``; ptrace its
@@ -481,6 +483,25 @@ def forge():
     return {"written": written}
 
 
+def inotify_hog(seconds):
+    """Hold every inotify instance its user may have, for ``seconds``."""
+    held = []
+    while True:
+        fd = libc.inotify_init()
+        if fd < 0:
+            break
+        held.append(fd)
+    with open(os.path.join(OUT, "inotify-held"), "w") as f:
+        f.write(str(len(held)))
+    time.sleep(float(seconds))
+    return {"held": len(held)}
+
+
+def inotify_probe():
+    fd = libc.inotify_init()
+    return {"fd": fd, "errno": None if fd >= 0 else _err()}
+
+
 def link_submission(target):
     path = os.path.join(OUT, "rankings.json")
     return {"link": attempt(os.symlink, target, path)}
@@ -494,6 +515,7 @@ ATTACKS = {
     "fill-outside": fill_outside, "daemon": daemon, "deep-json": deep_json,
     "link-submission": link_submission, "read": read, "inherited": inherited,
     "kill-all": kill_all, "escape-layout": escape_layout, "forge": forge,
+    "inotify-hog": inotify_hog, "inotify-probe": inotify_probe,
 }
 
 
