@@ -207,7 +207,8 @@ def _host_services(token: str) -> Iterator[dict[str, str]]:
     """Services on every address and socket kind of this machine; yields reach targets.
 
     Each answers ``<token>-<label>``: TCP and UDP on ``0.0.0.0`` and ``::`` (every
-    address of the machine), a TCP port on the IPv4 loopback only, Unix sockets in
+    address of the machine), two TCP ports on the IPv4 loopback only (``allowed``: the
+    one a test lets the run reach, its control), Unix sockets in
     ``/tmp`` and ``/run`` (world-writable, so that the agent's user could connect)
     and an abstract Unix socket.
     """
@@ -222,9 +223,11 @@ def _host_services(token: str) -> Iterator[dict[str, str]]:
                 conn, _ = sock.accept()
             except OSError:
                 continue
-            with conn:
-                with contextlib.suppress(OSError):
-                    conn.sendall(f"{token}-{label}".encode())
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2)
+                conn.recv(100)  # the agent's hello first: closing on unread data resets
+                conn.sendall(f"{token}-{label}".encode())
+                conn.shutdown(socket.SHUT_WR)
 
     def _serve_datagram(sock: socket.socket, label: str) -> None:
         sock.settimeout(0.2)
@@ -266,6 +269,10 @@ def _host_services(token: str) -> Iterator[dict[str, str]]:
         loop.bind(("127.0.0.1", 0))
         _start(loop, "loopback")
         targets["loopback"] = f"tcp:127.0.0.1:{loop.getsockname()[1]}"
+        allowed = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        allowed.bind(("127.0.0.1", 0))
+        _start(allowed, "allowed")
+        targets["allowed"] = f"tcp:127.0.0.1:{allowed.getsockname()[1]}"
         for folder in ("/tmp", "/run"):
             path = Path(folder) / f"spu-redteam-{token}.sock"
             unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -305,25 +312,36 @@ def _host_addresses(kind: str) -> list[str]:
 
 @needs_root
 @pytest.mark.slow
+@pytest.mark.parametrize("network", ["true", "false"], ids=["online", "offline"])
 @pytest.mark.parametrize("backend", ISOLATING)
-def test_no_host_service_answers_by_any_route(backend, request, compose) -> None:
+def test_no_host_service_answers_by_any_route(backend, network, request, compose) -> None:
     """Invariant: TCP, UDP, IPv6, link-local, Unix, abstract and Docker sockets of the host
-    are all out of reach; the machine's own services keep running."""
+    are all out of reach, online and offline, but for the run's own host port; the
+    machine's own services keep running."""
     if shutil.which("ip") is None:
         pytest.skip("iproute2 is missing")
     token = uuid.uuid4().hex[:10]
     with _host_services(token) as targets:
-        run = _attack(request, compose, backend,
-                      [f"reach:{label}={target}" for label, target in targets.items()])
+        allowed = targets.pop("allowed")
+        reach = [f"reach:{label}={target}" for label, target in targets.items()]
+        run = _attack(request, compose, backend, [f"reach:allowed={allowed}", *reach],
+                      f"sandbox.network={network}",
+                      f"sandbox.host_ports=[{allowed.rsplit(':', 1)[1]}]")
         # The host still reaches its own services (the test's control).
         with socket.create_connection(("127.0.0.1", int(targets["loopback"].rsplit(":", 1)[1])),
                                       timeout=5) as conn:
+            conn.sendall(b"hello\n")
             assert conn.recv(100).decode().startswith(token)
     answers = {k: v for k, v in run.report.items() if k.startswith("reach:")}
-    assert len(answers) == len(targets), "every target was tried"
+    assert len(answers) == len(targets) + 1, "every target was tried"
+    own = answers.pop(f"reach:allowed={allowed}")["answer"]
     reached = {k: v["answer"] for k, v in answers.items() if v["answer"]}
     assert reached == {}, f"host services answered the agent: {reached}"
-    assert run.record.sandbox.network == "pasta-filtered"
+    if network == "true":
+        assert own == f"{token}-allowed", "the probe works: its own host port answers"
+        assert run.record.sandbox.network == "pasta-filtered"
+    else:
+        assert own is None and run.record.sandbox.network == "offline"
     assert run.record.outcome is Outcome.no_file
 
 
