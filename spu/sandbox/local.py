@@ -36,7 +36,6 @@ import pwd
 import select
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -132,10 +131,17 @@ def agent_uid_for(run_dir: Path) -> int:
     return AGENT_UID_BASE + int.from_bytes(digest[:8], "big") % AGENT_UID_SPAN
 
 
-def _identity_files(uid: int) -> Path:
-    """A folder with the host's ``passwd`` and ``group`` plus the agent's user and group."""
-    folder = Path(tempfile.mkdtemp(prefix="spu-identity-"))
-    os.chmod(folder, 0o755)
+IDENTITY_FOLDER = ".spu-identity"
+"""Folder of the run (not shown to the agent) holding its ``passwd`` and ``group``."""
+
+
+def _identity_files(run_dir: Path, uid: int) -> Path:
+    """The host's ``passwd`` and ``group`` plus the agent's user and group.
+
+    They live in the run folder, so that a driver killed mid-run leaves nothing elsewhere.
+    """
+    folder = run_dir / IDENTITY_FOLDER
+    folder.mkdir(mode=0o755, exist_ok=True)
     for name, line in (("passwd", f"{AGENT_NAME}:x:{uid}:{uid}:SPU agent:/workspace:/bin/sh"),
                        ("group", f"{AGENT_NAME}:x:{uid}:")):
         try:
@@ -243,7 +249,7 @@ class LocalSandbox(Sandbox):
                 try:
                     pwd.getpwuid(self.agent_uid)
                 except KeyError:
-                    self.identity = _identity_files(self.agent_uid)
+                    self.identity = _identity_files(request.run_dir, self.agent_uid)
         return LAYOUT
 
     def host_path(self, inside: str) -> Path:
