@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.tracking.cli",  # spu runs export
     "spu.cost.cli",      # spu cost estimate
     "spu.stats.cli",     # spu stats
+    "spu.analysis.cli",  # spu analyze
     "spu.report.cli",    # spu report
     "spu.testing.cli",   # spu scripted-server
 )

@@ -125,6 +125,44 @@ class SandboxConfig:
 
 
 @dataclass
+class ToolsConfig:
+    """The audited tools service of a run (``conf/tools``; SPEC section 7, paper 3.7)."""
+
+    name: str = "offline"
+    """Name of the configuration (``offline``, ``web``)."""
+    enabled: bool = True
+    """Start the service (and the egress proxy) for agents that can use it; baselines never."""
+    provider: str = "offline"
+    """Search and fetch provider: ``offline`` (a local corpus) or ``web`` (real providers)."""
+    corpus: str | None = None
+    """JSON Lines corpus of the offline provider, one ``{"url", "title", "text"}`` a line."""
+    search_api: str = "searxng"
+    """Search API of the web provider: ``searxng`` or ``brave``."""
+    search_url: str | None = None
+    """Base URL of the search API (SearXNG: the instance; Brave: its API endpoint)."""
+    api_key_env: str | None = None
+    """Environment variable holding the search API key (never the key itself)."""
+    policy: str = "record"
+    """``record`` logs and never blocks (paper); ``stop`` refuses every call after the first
+    exposure flag."""
+    max_results: int = 10
+    """Default and cap of ``search(max_results)`` (capped at 50)."""
+    search_timeout_s: float = 20.0
+    """Seconds a search may take before the agent gets an error."""
+    fetch_timeout_s: float = 30.0
+    """Seconds a fetch may take (connection and whole body) before the agent gets an error."""
+    max_fetch_bytes: int = 10485760
+    """Bytes of a fetched body read at most; the rest is cut (the text says so)."""
+    max_text_chars: int = 100000
+    """Characters of text returned to the agent at most (the full text is in the audit)."""
+    egress_proxy: bool = True
+    """Give the agent an egress proxy that records every connection (never blocks)."""
+    allow_local_fetch: bool = False
+    """Let ``fetch`` reach loopback and private addresses (tests, a local mirror); off, the
+    service, which runs on the host, cannot be used to reach the host's own services."""
+
+
+@dataclass
 class TrackingConfig:
     """Where runs are recorded (``conf/tracking``)."""
 
@@ -187,6 +225,7 @@ class SPUConfig:
     effort: EffortConfig = MISSING
     task: TaskConfig = MISSING
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)

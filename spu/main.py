@@ -8,6 +8,7 @@ leaves ``result.json`` in its Hydra output folder, which the results table of
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -51,6 +52,9 @@ def spec_from_config(cfg: DictConfig) -> Any:
         answers_root=Path(conf.answers_root).resolve() if conf.answers_root else None,
         sandbox=conf.sandbox,
         limits=conf.limits,
+        # A relative corpus is the launching directory's, wherever the run executes.
+        tools=dataclasses.replace(conf.tools, corpus=str(Path(conf.tools.corpus).resolve()))
+        if conf.tools.corpus else conf.tools,
         gpu_ids=tuple(conf.sandbox.gpu_ids),
     )
 

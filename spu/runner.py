@@ -6,6 +6,8 @@ tests call. It writes everything under ``<output_root>/runs/<run_key>/``:
 - ``task/``: the public files the agent saw (read-only at ``/task``);
 - ``workspace/``, ``output/``: the agent's home and its submission folder;
 - ``logs/``: stdout, stderr and the CLI's raw logs;
+- ``tools/``: the audit log of the tools service (``audit.jsonl``, full texts under
+  ``calls/``) and the egress log (``egress.jsonl``) (SPEC section 7);
 - ``grade.json``, ``trajectory.jsonl.gz`` and ``run.json`` (SPEC section 4).
 
 A retried run keeps its earlier attempts under ``attempts/<n>/``.
@@ -22,13 +24,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spu.analysis.exposure import detect_exposure
+from spu.analysis.exposure import ExposureDetector, detect_exposure, detect_exposure_in_audit
 from spu.config import (
     EffortConfig,
     HarnessConfig,
     LimitsConfig,
     ModelConfig,
     SandboxConfig,
+    ToolsConfig,
 )
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
@@ -37,12 +40,15 @@ from spu.grading.isolated import grade_isolated
 from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
+from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.sandbox.disk import release_stale as release_stale_disk
 from spu.sandbox.disk import remove_tree
+from spu.sandbox.gpu_usage import GpuSampler
 from spu.schema import (
     AnswerKey,
     ExposureHit,
+    GpuUsage,
     Grade,
     GradeStatus,
     Outcome,
@@ -51,6 +57,10 @@ from spu.schema import (
     SandboxInfo,
 )
 from spu.tasks.package import TaskPackage, load_answers, load_task, stage_public_files
+from spu.tools.audit import AUDIT_FILE, TOOLS_DIR, read_audit
+from spu.tools.egress import EgressProxyError, shell_downloads
+from spu.tools.providers import Provider, ProviderConfigError
+from spu.tools.session import ToolsSession, ToolsSummary, make_provider, trajectory_from_audit
 from spu.tracking.trajectories import TRAJECTORY_FILE, write_trajectory
 
 log = logging.getLogger(__name__)
@@ -79,6 +89,7 @@ class RunSpec:
     answers_root: Path | None = None
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     gpu_ids: tuple[str, ...] = ()
     attempt: int = 1
     retried_from: str | None = None
@@ -222,6 +233,8 @@ class PreparedRun:
     key: str
     harness: Harness
     limits: RunLimits
+    provider: Provider | None = None
+    """The audited tools' provider, checked; None when the run has no tools service."""
 
     @property
     def run_dir(self) -> Path:
@@ -247,6 +260,10 @@ class AgentPhase:
     """Loud warnings for the run record."""
     submission: bytes | None = None
     """The submitted ``rankings.json`` (None: no file)."""
+    tools: ToolsSummary | None = None
+    """What the audited tools service and the egress proxy recorded (None: no service)."""
+    gpu: GpuUsage | None = None
+    """What sampling the run's GPUs measured (None: no GPU, or not measurable)."""
 
 
 @dataclass(frozen=True)
@@ -287,7 +304,14 @@ def prepare_run(spec: RunSpec) -> PreparedRun:
         disk_gb=spec.limits.disk_gb,
         log_mb=spec.limits.log_mb,
     )
-    return PreparedRun(spec, task, answers, spec_run_key(spec, task), harness, limits)
+    provider = None
+    if spec.tools.enabled and harness.uses_tools:
+        try:
+            provider = make_provider(spec.tools)
+        except ProviderConfigError as exc:
+            raise RunConfigError(str(exc)) from None
+    return PreparedRun(spec, task, answers, spec_run_key(spec, task), harness, limits,
+                       provider)
 
 
 def stage(run: PreparedRun) -> Path:
@@ -337,12 +361,16 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
     """
     phase = AgentPhase(staged=staged, started=_now(),
                        sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
+    tools: ToolsSession | None = None
     try:
         sandbox, phase.notes = _open_sandbox(run.spec)
         prepared = False
+        tools = open_tools(run)
         try:
             # The run's host services first: their ports are part of the sandbox request.
             host_ports = run.harness.start_services(run.run_dir / "logs")
+            if tools is not None:
+                host_ports = [*host_ports, *tools.host_ports()]
             paths = sandbox.prepare(sandbox_request(run, staged, host_ports))
             prepared = True
             ctx = AgentContext(
@@ -353,25 +381,72 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
                 limits=run.limits,
                 seed=int(run.key[:8], 16),
                 gpu_ids=list(run.spec.gpu_ids),
+                tools=tools.open_endpoints(paths.host_address) if tools is not None else None,
             )
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
-            phase.evidence = sandbox.exec(
-                command.argv,
-                command.env,
-                stdout=ctx.log_dir / "agent.stdout",
-                stderr=ctx.log_dir / "agent.stderr",
-            )
+            limits = sandbox.info().limits
+            sampler = GpuSampler(limits.gpus if limits is not None else [])
+            sampler.start()
+            try:
+                phase.evidence = sandbox.exec(
+                    command.argv,
+                    command.env,
+                    stdout=ctx.log_dir / "agent.stdout",
+                    stderr=ctx.log_dir / "agent.stderr",
+                )
+            finally:
+                phase.gpu = sampler.stop()
             phase.result = run.harness.parse(ctx, phase.evidence)
         finally:
             run.harness.cleanup()
             if prepared:
                 phase.sandbox_info = sandbox.info()
             sandbox.cleanup()
-    except (SandboxError, HarnessError, OSError) as exc:
+    except (SandboxError, HarnessError, EgressProxyError, OSError, RuntimeError) as exc:
         log.error("run %s could not start: %s", run.key, exc)
         phase.evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
+    finally:
+        if tools is not None:
+            tools.close()
+    if tools is not None:
+        read_tools(run, phase, tools)
     return phase
+
+
+def open_tools(run: PreparedRun) -> ToolsSession | None:
+    """Start the run's audited tools service and egress proxy (None: the run has none).
+
+    The service screens every answer for the source study's identifiers as it goes, so
+    that ``tools.policy=stop`` can stop at the first flag.
+    """
+    if run.provider is None:
+        return None
+    detector = (ExposureDetector.for_source(run.answers.source)
+                if run.answers.source is not None else None)
+
+    def screen(text: str) -> list[tuple[str, str]]:
+        if detector is None or detector.empty:
+            return []
+        return [(m.kind, m.matched) for m in detector.scan(text)]
+
+    return ToolsSession(run.spec.tools, run.run_dir, run.provider, screen).start()
+
+
+def read_tools(run: PreparedRun, phase: AgentPhase, tools: ToolsSession) -> None:
+    """After the agent: read the tools summary into ``phase``.
+
+    An agent that left no trajectory of its own gets one of its audited calls; a policy
+    stop makes the outcome ``policy_stop``.
+    """
+    phase.tools = tools.summary(run.harness.api_hosts())
+    result = phase.result
+    if result.trajectory is None and phase.tools.audited_calls:
+        result.trajectory = trajectory_from_audit(tools.folder, run.spec.harness.name)
+        result.tool_calls = count_tool_calls(result.trajectory)
+        result.web_fetches = count_web_fetches(result.trajectory)
+    if phase.tools.policy_stop is not None:
+        result.policy_stop = True
 
 
 def collect(run_dir: Path) -> bytes | None:
@@ -404,9 +479,18 @@ def price(run: PreparedRun, result: AgentResult) -> RunCost:
 
 
 def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
-    """Step 7: tool outputs that show an identifier of the source study (never scored)."""
+    """Step 7: tool outputs that show an identifier of the source study (never scored).
+
+    Every tool output of the trajectory (shell output included), and the full answers of
+    the audited calls, which a CLI may have shortened in its own record.
+    """
     steps = result.trajectory.steps if result.trajectory is not None else []
-    return detect_exposure(run.answers.source, steps)
+    hits = detect_exposure(run.answers.source, steps)
+    tools_dir = run.run_dir / TOOLS_DIR
+    if (tools_dir / AUDIT_FILE).is_file():
+        hits += detect_exposure_in_audit(run.answers.source, tools_dir,
+                                         read_audit(tools_dir / AUDIT_FILE), steps, hits)
+    return hits
 
 
 def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost,
@@ -459,10 +543,20 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         or (result.trajectory.cli_version if result.trajectory is not None else None),
         flagged_exposure=bool(exposure),
         exposure_hits=exposure,
+        audited_calls=phase.tools.audited_calls if phase.tools is not None else None,
+        policy_stopped=result.policy_stop,
+        policy_stop=phase.tools.policy_stop if phase.tools is not None else None,
+        requests_outside_tools=(phase.tools.requests_outside_tools
+                                if phase.tools is not None else None),
+        outside_destinations=phase.tools.outside_destinations if phase.tools is not None else [],
+        shell_downloads=(shell_downloads(result.trajectory.steps)
+                         if result.trajectory is not None else None),
         runtime_s=evidence.duration_s,
         tool_calls=result.tool_calls,
         web_fetches=result.web_fetches,
-        used_gpu=result.used_gpu,
+        used_gpu=result.used_gpu or bool(phase.gpu and phase.gpu.used_gpu),
+        gpu_seconds=phase.gpu.gpu_seconds if phase.gpu is not None else None,
+        gpu_usage=phase.gpu,
         refusal_label=result.refusal_label,
         sandbox=phase.sandbox_info,
         process=evidence,

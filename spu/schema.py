@@ -14,6 +14,7 @@ from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_va
 
 RUN_RECORD_VERSION = "1"
 TRAJECTORY_VERSION = "1"
+AUDIT_VERSION = "1"
 
 
 class Record(BaseModel):
@@ -419,9 +420,92 @@ class ExposureHit(Record):
     identifier: str
     """The source identifier that was found (as written in the answer key)."""
     step: int
-    """Index of the trajectory step whose tool output holds it."""
+    """Index of the trajectory step whose tool output holds it (-1: found only in the
+    audit log of the tools service, in a call the trajectory does not show)."""
     tool: str | None = None
     """Name of the tool that returned it."""
+    matched: str | None = None
+    """The text that matched, as found (decoded and normalized for titles)."""
+    audit_call: int | None = None
+    """Index of the audited call whose output held it, when found in the audit log."""
+
+
+class PolicyStop(Record):
+    """A stop under the information policy (paper 3.7): the agent's, or the service's."""
+
+    by: Literal["agent", "service"]
+    """``agent``: it called ``policy_stop``; ``service``: ``tools.policy=stop`` refused
+    further calls after an exposure flag."""
+    step: str
+    """The step that exposed a prohibited result, as the agent stated it (or the audited
+    call that was flagged)."""
+    reason: str
+    """Why, as the agent stated it (or the identifier kinds that were found)."""
+    call: int
+    """Index of the audited call that recorded the stop."""
+    time: str
+    """ISO-8601 time (UTC) of the stop."""
+
+
+class AuditEntry(Record):
+    """One line of ``<run_dir>/tools/audit.jsonl``: one call of the audited tools (SPEC 7)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
+
+    time: str
+    """ISO-8601 time (UTC) the call arrived."""
+    tool: str
+    """``search``, ``fetch`` or ``policy_stop``."""
+    args: dict[str, Any]
+    """The arguments as the agent sent them."""
+    status: str
+    """``ok``, ``error`` (the provider failed or the arguments were bad) or ``refused``
+    (``tools.policy=stop`` after an exposure flag)."""
+    latency_s: float
+    """Seconds from the call's arrival to its answer."""
+    text_sha256: str
+    """SHA-256 of the full text of the answer (UTF-8)."""
+    chars: int
+    """Characters in the full text of the answer."""
+    call: int = 0
+    """Index of the call in the run, from 0."""
+    text_file: str | None = None
+    """The full text, relative to ``<run_dir>/tools/``."""
+    http_status: int | None = None
+    """HTTP status of a fetch (404 for a URL outside the offline corpus)."""
+    error: str | None = None
+    """What went wrong, as the agent was told."""
+    truncated: bool = False
+    """True when the text returned to the agent was cut (the full text is in ``text_file``)."""
+    exposure: list[str] = Field(default_factory=list)
+    """Identifier kinds of the source study found in the answer (screened as it happened)."""
+    schema_version: str = AUDIT_VERSION
+    """Version of this line's format."""
+
+
+class GpuUsage(Record):
+    """GPU use measured by sampling the devices handed to a run (paper 4.8, E.12)."""
+
+    devices: list[str] = Field(default_factory=list)
+    """Device ids sampled (indices or UUIDs)."""
+    method: str
+    """How they were read: ``nvml`` or ``nvidia-smi``."""
+    samples: int = 0
+    """Readings taken (one per interval, over all devices)."""
+    busy_samples: int = 0
+    """Readings in which some device showed work (utilization at least 1%)."""
+    interval_s: float = 1.0
+    """Seconds between two readings."""
+    gpu_seconds: float = 0.0
+    """Device time weighted by utilization: 10 s at 50% count 5 s."""
+    used_gpu: bool = False
+    """True when any reading showed work on a device."""
+    peak_utilization: float = 0.0
+    """Highest utilization read, in percent."""
+    peak_memory_mb: float | None = None
+    """Highest device memory in use, in MiB, where readable."""
+    errors: list[str] = Field(default_factory=list)
+    """Readings that failed, and why (first few)."""
 
 
 class RunRecord(Record):
@@ -486,13 +570,27 @@ class RunRecord(Record):
     web_fetches: int = 0
     """Web search and fetch calls in the trajectory."""
     requests_outside_tools: int | None = None
-    """Network requests sent outside the audited tools, where the sandbox records them."""
+    """Network connections made around the audited tools (the egress log: destinations
+    other than the model provider's API and the tools service), where one was kept."""
+    outside_destinations: list[str] = Field(default_factory=list)
+    """The distinct ``host:port`` of those connections, first seen first (at most 100)."""
+    shell_downloads: int | None = None
+    """Downloads started from the shell (``curl``, ``wget``, ``pip install``, ``git clone``...)
+    seen in the trajectory, counted apart from the egress log."""
+    audited_calls: int | None = None
+    """Calls of the audited tools service (None: the run had no service)."""
+    policy_stopped: bool = False
+    """True when the run stopped under the information policy (outcome ``policy_stop``)."""
+    policy_stop: PolicyStop | None = None
+    """The first stop: who, at which step, why."""
     gpu_seconds: float | None = None
-    """GPU time used by the agent, where the backend measures it."""
+    """GPU time used by the agent (utilization-weighted device seconds), where measured."""
+    gpu_usage: GpuUsage | None = None
+    """How the GPUs handed to the run were sampled, where they were."""
     cli_version: str | None = None
     """Version of the agent CLI that ran."""
     used_gpu: bool = False
-    """True when the agent ran work on a GPU."""
+    """True when the agent ran work on a GPU (measured where ``gpu_usage`` is set)."""
     flagged_exposure: bool = False
     """True when a tool output contained an identifier of the source study."""
     exposure_hits: list[ExposureHit] = Field(default_factory=list)
@@ -571,3 +669,68 @@ class Trajectory(Record):
     """The steps in time order."""
     usage: Usage = Field(default_factory=Usage)
     """Total usage over all model calls."""
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+ANALYSIS_VERSION = "1"
+
+
+class Activity(str, Enum):
+    """Primary activity of a tool call, in the fixed priority of paper appendix E.7."""
+
+    subagent = "subagent"
+    web_search = "web_search"
+    web_fetch = "web_fetch"
+    software_install = "software_install"
+    scientific_computation = "scientific_computation"
+    submission_files = "submission_files"
+    other_python = "other_python"
+    code_writing = "code_writing"
+    notes_and_data = "notes_and_data"
+    reading_inputs = "reading_inputs"
+    environment_probe = "environment_probe"
+    waiting = "waiting"
+    viewing_files = "viewing_files"
+    planning = "planning"
+    other = "other"
+
+
+ACTIVITY_CLASSES: dict[Activity, str] = {
+    Activity.reading_inputs: "task inputs",
+    Activity.web_search: "web search and fetch",
+    Activity.web_fetch: "web search and fetch",
+    Activity.software_install: "setup and probes",
+    Activity.environment_probe: "setup and probes",
+    Activity.scientific_computation: "scientific computation",
+    Activity.other_python: "other Python and code",
+    Activity.code_writing: "other Python and code",
+    Activity.notes_and_data: "files and notes",
+    Activity.viewing_files: "files and notes",
+    Activity.submission_files: "submission files",
+    Activity.subagent: "other",
+    Activity.waiting: "other",
+    Activity.planning: "other",
+    Activity.other: "other",
+}
+"""The eight-class merge of Figure 14a (``activity_class`` of ``calls.csv``)."""
+
+
+class AuditVerdict(Record):
+    """A person's check of one sampled call label (``spu analyze audit FILE``)."""
+
+    run_key: str
+    """Run of the call."""
+    step: int
+    """Trajectory step of the call."""
+    call_index: int
+    """Position of the call within its step."""
+    activity: Activity
+    """The label the rules gave."""
+    correct: bool | None = None
+    """The verdict: true, false, or null while unchecked."""
+    correct_activity: Activity | None = None
+    """The right label, where the rules' one was wrong."""
+    note: str | None = None
+    """Free text."""

@@ -97,3 +97,31 @@ def test_rerun_keeps_the_earlier_attempt(example_task, tmp_path) -> None:
     run_dir = tmp_path / "outputs" / "runs" / first.run_key
     assert second.attempt == 2
     assert json.loads((run_dir / "attempts" / "1" / "run.json").read_text())["attempt"] == 1
+
+
+def test_gpu_use_is_measured_on_the_gpus_handed_to_the_run(example_task, tmp_path,
+                                                           monkeypatch) -> None:
+    """run.json's used_gpu and gpu_seconds come from sampling the run's devices (fake NVML)."""
+    import spu.runner
+    from spu.sandbox.gpu_usage import GpuSampler, fake_nvml
+
+    seen: list[list[str]] = []
+
+    def sampler(ids, **kw):
+        seen.append(list(ids))
+        return GpuSampler(ids, interval_s=0.02, nvml=fake_nvml({"0": [60.0]}))
+
+    monkeypatch.setattr(spu.runner, "GpuSampler", sampler)
+    record = run_one(_spec(example_task, "random", tmp_path, sandbox="subprocess",
+                           gpu_ids=("0",)))
+    assert seen == [["0"]]
+    assert record.used_gpu and record.gpu_usage is not None
+    assert record.gpu_usage.method == "nvml" and record.gpu_seconds is not None
+    assert record.gpu_seconds > 0
+    stored = json.loads((tmp_path / "outputs" / "runs" / record.run_key / "run.json").read_text())
+    assert stored["used_gpu"] is True and stored["gpu_seconds"] == record.gpu_seconds
+
+
+def test_run_without_gpu_records_nothing_measured(example_task, tmp_path) -> None:
+    record = run_one(_spec(example_task, "random", tmp_path, sandbox="subprocess"))
+    assert record.gpu_usage is None and record.gpu_seconds is None and not record.used_gpu

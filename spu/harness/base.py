@@ -12,13 +12,16 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.registry import Registry
 from spu.sandbox.base import RunLimits, Sandbox, SandboxPaths
 from spu.schema import ProcessEvidence, Trajectory, Usage
 from spu.tasks.package import TaskPackage
+
+if TYPE_CHECKING:
+    from spu.tools.session import ToolEndpoints
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
                    "NO_PROXY")
@@ -45,6 +48,8 @@ class AgentContext:
     """Seed derived from the run key, for agents that draw random numbers."""
     gpu_ids: list[str] = field(default_factory=list)
     """GPUs the launcher assigned; the sandbox places them and sets the GPU environment."""
+    tools: ToolEndpoints | None = None
+    """The audited tools service and the egress proxy, as the agent reaches them."""
 
     @property
     def log_dir(self) -> Path:
@@ -71,7 +76,23 @@ class AgentContext:
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        if self.tools is not None and self.tools.url:
+            env["SPU_TOOLS_URL"] = self.tools.url
         return env
+
+    def proxy_env(self) -> dict[str, str]:
+        """The proxy variables of the agent (both spellings).
+
+        With an egress proxy, every connection goes through it (the host's own proxy
+        variables are replaced), except to the host's address, where the tools service
+        is; without one, the host's proxy variables that are set.
+        """
+        if self.tools is None or not self.tools.proxy_url:
+            return host_proxy_env()
+        bypass = ",".join(dict.fromkeys([self.tools.host_address, "127.0.0.1", "localhost"]))
+        return {**dict.fromkeys(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"),
+                                self.tools.proxy_url),
+                "no_proxy": bypass, "NO_PROXY": bypass}
 
 
 @dataclass
@@ -108,6 +129,9 @@ class Harness(ABC):
     """Starts one kind of agent and reads back its run."""
 
     name: ClassVar[str]
+    uses_tools: ClassVar[bool] = True
+    """Whether the run gets the audited tools service and the egress proxy (not the
+    offline baselines)."""
 
     def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
         self.cfg = cfg
@@ -135,15 +159,27 @@ class Harness(ABC):
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:  # noqa: B027
         """Put what the agent needs into the sandbox (before ``command``)."""
 
+    def api_hosts(self) -> set[str]:
+        """Host names of the model provider's API.
+
+        Connections to them are not counted as requests outside the audited tools. By
+        default the host of ``model.base_url``, where the model config names one.
+        """
+        from urllib.parse import urlsplit
+
+        host = urlsplit(self.model.base_url).hostname if self.model.base_url else None
+        return {host} if host else set()
+
     def agent_env(self, ctx: AgentContext, extra: dict[str, str]) -> dict[str, str]:
         """The agent's environment, for :meth:`command`.
 
         In order, later entries winning: the ``SPU_*`` variables
-        (:meth:`AgentContext.base_env`), the host's proxy variables that are set (both
-        spellings), ``extra`` (what this harness adds), then ``harness.env``.
+        (:meth:`AgentContext.base_env`), the proxy variables (the egress proxy, or the
+        host's that are set, both spellings: :meth:`AgentContext.proxy_env`), ``extra``
+        (what this harness adds), then ``harness.env``.
         """
         env = ctx.base_env()
-        env.update(host_proxy_env())
+        env.update(ctx.proxy_env())
         env.update(extra)
         env.update({k: str(v) for k, v in self.cfg.env.items()})
         return env

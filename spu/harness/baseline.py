@@ -25,6 +25,7 @@ class BaselineHarness(CommandHarness):
     """The three baseline strategies, chosen by ``model.name``."""
 
     name = "baseline"
+    uses_tools = False  # offline reference agents: no search, no network
 
     def entrypoint(self) -> Path:
         """The bundled baseline agent script."""

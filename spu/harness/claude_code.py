@@ -3,7 +3,11 @@
 ``claude -p <instruction> --output-format stream-json --verbose`` with permissions
 bypassed (inside the sandbox; as root this needs ``IS_SANDBOX=1``), the model with
 ``--model`` and the effort with ``--effort``. ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``
-keeps its traffic to the model endpoint. Models of other providers run through their
+keeps its traffic to the model endpoint. Its built-in ``WebSearch`` and ``WebFetch`` are
+disallowed; the audited tools service is its MCP server ``spu`` (``--mcp-config``, with
+``--strict-mcp-config`` so no other MCP configuration is read), whose tools it offers
+the model, and records, as ``mcp__spu__search``, ``mcp__spu__fetch`` and
+``mcp__spu__policy_stop``. Models of other providers run through their
 Anthropic-compatible endpoints (``ANTHROPIC_BASE_URL``), with every model tier
 pinned to the configured model so that sub-agents and side queries use it too.
 
@@ -13,6 +17,7 @@ The trajectory comes from the session files in ``$HOME/.claude/projects/``
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from spu.harness.base import AgentCommand, AgentContext, AgentResult, register_harness
@@ -34,6 +39,10 @@ MODEL_TIER_VARIABLES = (
 )
 """Every model choice Claude Code makes, pinned to the configuration's model."""
 
+BUILTIN_WEB_TOOLS = ("WebSearch", "WebFetch")
+"""Claude Code's own web tools, never offered: all web access goes through the audited
+service (paper 3.7)."""
+
 
 @register_harness
 class ClaudeCodeHarness(CLIAgentHarness):
@@ -42,6 +51,16 @@ class ClaudeCodeHarness(CLIAgentHarness):
     name = "claude_code"
     binary = "claude"
     effort_field = "claude_code"
+    default_endpoint = "https://api.anthropic.com"
+
+    def mcp_config(self, ctx: AgentContext) -> str | None:
+        """``--mcp-config``: the audited tools service as the MCP server ``spu``."""
+        if ctx.tools is None or not ctx.tools.url:
+            return None
+        from spu.tools.session import MCP_SERVER_NAME
+
+        return json.dumps({"mcpServers": {MCP_SERVER_NAME: {"type": "http",
+                                                             "url": ctx.tools.url}}})
 
     def command(self, ctx: AgentContext) -> AgentCommand:
         """``claude -p`` with stream-json output, the model and the effort."""
@@ -52,6 +71,10 @@ class ClaudeCodeHarness(CLIAgentHarness):
         effort = self.effort_value()
         if effort:
             argv += ["--effort", effort]
+        argv += ["--disallowedTools", ",".join(BUILTIN_WEB_TOOLS)]
+        mcp = self.mcp_config(ctx)
+        if mcp is not None:
+            argv += ["--mcp-config", mcp, "--strict-mcp-config"]
         env = {
             "IS_SANDBOX": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
-from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, host_proxy_env
+from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError
 from spu.harness.npm_tools import InstalledTool, ToolInstallError, ensure_installed, tools_dir
 from spu.harness.trajectory import SessionReading, count_tool_calls, count_web_fetches
 from spu.harness.trajectory.jsonl import read_jsonl
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 SCRIPTED = "scripted"
 """Provider of ``model=scripted``: the local scripted model server."""
 
-DEFAULT_SCRIPT = "presented_order"
+DEFAULT_SCRIPT = "spu_agent"
 """The script ``model=scripted`` plays when ``model.api_model`` names none."""
 
 TOOLS_MOUNT = "/spu-tools"
@@ -52,6 +52,8 @@ class CLIAgentHarness(Harness):
     """Executable name under ``node_modules/.bin``."""
     effort_field: ClassVar[str]
     """Field of :class:`~spu.config.EffortConfig` holding this harness's effort value."""
+    default_endpoint: ClassVar[str | None] = None
+    """The provider's API when the model config names no ``base_url``."""
 
     def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
         super().__init__(cfg, model, effort)
@@ -221,12 +223,20 @@ class CLIAgentHarness(Harness):
         """
         cli_env = {"TMPDIR": f"{ctx.paths.workspace}/{TEMP_FOLDER}"}
         if self.server is not None:
-            proxies = host_proxy_env()
+            proxies = ctx.proxy_env()
             host_bypass = proxies.get("no_proxy") or proxies.get("NO_PROXY")
-            cli_env["no_proxy"] = cli_env["NO_PROXY"] = ",".join(
-                dict.fromkeys(filter(None, [host_bypass, self.host_address, "127.0.0.1",
-                                            "localhost"])))
+            cli_env["no_proxy"] = cli_env["NO_PROXY"] = ",".join(dict.fromkeys(
+                filter(None, [*(host_bypass or "").split(","), self.host_address, "127.0.0.1",
+                              "localhost"])))
         return super().agent_env(ctx, {**cli_env, **extra})
+
+    def api_hosts(self) -> set[str]:
+        """The model endpoint's host (the scripted server's, or the provider's)."""
+        from urllib.parse import urlsplit
+
+        endpoint = self.endpoint() or self.default_endpoint
+        host = urlsplit(endpoint).hostname if endpoint else None
+        return {host} if host else set()
 
     def cleanup(self) -> None:
         """Stop the scripted model server, if one runs."""

@@ -5,7 +5,11 @@
 fresh ``CODEX_HOME`` (``/workspace/.codex``) whose ``config.toml`` declares the model
 provider: a custom ``model_providers`` entry with ``base_url``, ``env_key`` and
 ``wire_api = "responses"`` (this version ignores ``OPENAI_BASE_URL``), and the
-reasoning effort as ``model_reasoning_effort``.
+reasoning effort as ``model_reasoning_effort``. Its own web search is off
+(``web_search = "disabled"``); the audited tools service is its MCP server ``spu``
+(``[mcp_servers.spu]`` with the streamable-HTTP ``url``), whose tools Codex offers the
+model in the namespace ``mcp__spu`` and records as calls of ``search`` in that namespace
+(read back as ``mcp__spu__search``, ``mcp__spu__fetch``, ``mcp__spu__policy_stop``).
 
 The trajectory comes from the rollout files in ``$CODEX_HOME/sessions/``.
 """
@@ -27,6 +31,9 @@ PROVIDER_ID = "spu"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """Responses API endpoint when the model config names none."""
 SCRIPTED_KEY_VARIABLE = "SPU_SCRIPTED_API_KEY"
+MCP_TOOL_TIMEOUT_S = 180
+"""Seconds Codex waits for an audited call (the service answers errors within its own
+timeouts, well below this)."""
 
 
 def codex_home(ctx: AgentContext) -> str:
@@ -46,13 +53,14 @@ class CodexHarness(CLIAgentHarness):
     name = "codex"
     binary = "codex"
     effort_field = "codex"
+    default_endpoint = DEFAULT_BASE_URL
 
     def key_variable(self) -> str:
         """The variable Codex reads the key from (``env_key`` of the provider)."""
         return SCRIPTED_KEY_VARIABLE if self.scripted else str(self.model.api_key_env)
 
-    def config_toml(self) -> str:
-        """``config.toml`` declaring the provider, the model and the effort."""
+    def config_toml(self, tools_url: str | None = None) -> str:
+        """``config.toml`` declaring the provider, the model, the effort and the MCP server."""
         base_url = self.endpoint()
         if self.server is not None:
             base_url = f"{base_url}/v1"
@@ -65,6 +73,7 @@ class CodexHarness(CLIAgentHarness):
             lines.append(f"model_reasoning_effort = {_toml(effort)}")
         lines += [
             "check_for_update_on_startup = false",
+            'web_search = "disabled"',
             "",
             f"[model_providers.{PROVIDER_ID}]",
             f"name = {_toml(self.model.provider)}",
@@ -72,13 +81,23 @@ class CodexHarness(CLIAgentHarness):
             f"env_key = {_toml(self.key_variable())}",
             'wire_api = "responses"',
         ]
+        if tools_url:
+            from spu.tools.session import MCP_SERVER_NAME
+
+            lines += [
+                "",
+                f"[mcp_servers.{MCP_SERVER_NAME}]",
+                f"url = {_toml(tools_url)}",
+                f"tool_timeout_sec = {MCP_TOOL_TIMEOUT_S}",
+            ]
         return "\n".join(lines) + "\n"
 
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
         """Start the scripted server when asked, then write a fresh ``CODEX_HOME``."""
         super().prepare(ctx, sandbox)
-        sandbox.write_file(f"{codex_home(ctx)}/config.toml", self.config_toml().encode(),
-                           mode=0o600)
+        tools_url = ctx.tools.url if ctx.tools is not None else None
+        sandbox.write_file(f"{codex_home(ctx)}/config.toml",
+                           self.config_toml(tools_url).encode(), mode=0o600)
 
     def command(self, ctx: AgentContext) -> AgentCommand:
         """``codex exec --json ...`` with the instruction as the prompt."""

@@ -23,8 +23,12 @@ def _meta(result: StatsResult) -> list[str]:
             f"simulated reruns; spu {m['spu_version']}."]
 
 
-def build_report(result: StatsResult, out: str | Path) -> list[Path]:
-    """Write tables, figures, ``report.md`` and ``report.html``; returns the files written."""
+def build_report(result: StatsResult, out: str | Path, analysis: Path | None = None
+                 ) -> list[Path]:
+    """Write tables, figures, ``report.md`` and ``report.html``; returns the files written.
+
+    ``analysis``: an ``spu analyze`` output folder whose figures 14-24 join the report.
+    """
     out = Path(out)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -39,19 +43,27 @@ def build_report(result: StatsResult, out: str | Path) -> list[Path]:
         paths = save_figure(draw(), out / "figures", name)
         written += paths
         pngs[name] = paths[0]
+    notes = list(result.notes)
+    if analysis is not None:
+        from spu.report.trajectory_figures import include_analysis
+
+        drawn, missing = include_analysis(Path(analysis), out / "figures")
+        pngs.update(drawn)
+        written += [p.with_suffix(s) for p in drawn.values() for s in (".png", ".svg")]
+        notes += missing
 
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:
         markdown.append(f"![{name}](figures/{name}.png)\n\n*{CAPTIONS.get(name, name)}*\n")
     markdown += [t.to_markdown() for t in tables]
-    if result.notes:
-        markdown.append("## Notes\n\n" + "".join(f"- {n}\n" for n in result.notes))
+    if notes:
+        markdown.append("## Notes\n\n" + "".join(f"- {n}\n" for n in notes))
     path = out / "report.md"
     path.write_text("\n".join(markdown), encoding="utf-8")
     written.append(path)
 
     path = out / "report.html"
-    path.write_text(render_page(TITLE, _meta(result), tables, pngs, result.notes),
+    path.write_text(render_page(TITLE, _meta(result), tables, pngs, notes),
                     encoding="utf-8")
     written.append(path)
     return written

@@ -6,6 +6,7 @@ Takes the same inputs as ``spu stats``; heavy imports happen in the handler.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from spu.stats.cli import add_analysis_arguments
@@ -18,6 +19,10 @@ def register(sub: Any) -> None:
                        "(tables/, report.md), figures (figures/*.png, *.svg) and a "
                        "self-contained report.html to --out.")
     add_analysis_arguments(p)
+    p.add_argument("--analysis", type=Path, default=None, metavar="ANALYZE_DIR",
+                   help="an spu analyze output folder: its figures 14-24 join the report "
+                        "(with --runs-dir and no --analysis, the runs are analysed first, "
+                        "into OUT/analysis)")
     p.add_argument("--with-csv", action="store_true",
                    help="also write the CSV files of spu stats under OUT/stats/")
     p.set_defaults(handler=report_command)
@@ -32,7 +37,19 @@ def report_command(args: argparse.Namespace) -> int:
     result = run_analysis(args, "report")
     if result is None:
         return 2
-    written = build_report(result, args.out)
+    analysis = args.analysis
+    if analysis is None and args.runs_dir is not None:
+        from spu.analysis.trajectory_analysis import (
+            AnalyzeOptions,
+            analyze_runs,
+            write_analysis,
+        )
+
+        analysis = args.out / "analysis"
+        write_analysis(analyze_runs(args.runs_dir, AnalyzeOptions(
+            task_roots=tuple(args.tasks), answers_root=args.answers_root, seed=args.seed,
+            resamples=args.resamples)), analysis)
+    written = build_report(result, args.out, analysis)
     if args.with_csv:
         written += write_stats(result, args.out / "stats")
     print(f"spu report: wrote {len(written)} files to {args.out} "

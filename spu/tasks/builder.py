@@ -8,12 +8,18 @@ and writes the package of SPEC section 1:
 - experiment ids are anonymized random codes, and rows and contract items are in a
   random order, both drawn from the spec's seed (the same spec gives the same bytes);
 - every experiment is described by one neutral template (``experiment.md``);
-- ``instruction.md`` is the general instruction followed by the task's part;
+- ``instruction.md`` is the general instruction, with the task's hardware and time
+  filled in, followed by the task's part;
 - the source (package, file, publication) goes to the hidden answer key only.
 
-The package is validated before it is written; one with errors is refused. When the
-presented order happens to beat the chance threshold, the rows are drawn again
-(the attempt number is part of the seed), as a maintainer would reshuffle them.
+The package is validated before it is written; one with errors is refused.
+
+Presented order (``presented_order`` in the spec): by default the rows and items are
+shuffled once and kept, as in the paper, where the presented order beats the chance
+threshold on 6 of 100 tasks, "matching random expectation" (appendix E.4); the
+validator's ``presented-order`` screen still reports such a shuffle. ``redraw`` draws
+the shuffle again while the presented order beats the chance threshold (the attempt
+number is part of the seed), as a maintainer who wants no such task would.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -39,9 +45,16 @@ from spu.schema import Discipline, TaskLimits, Visibility
 from spu.tasks.package import TaskLoadError, load_yaml_model
 from spu.tasks.validate import ScreenSettings, ValidationReport, validate_task
 
+if TYPE_CHECKING:
+    from spu.tasks.threshold import ThresholdReport
+
 GENERAL_INSTRUCTION = Path(__file__).parent / "templates" / "instruction_general.md"
 MAX_REDRAWS = 50
-"""Shuffles tried before giving up on a presented order below the chance threshold."""
+"""Shuffles tried by ``presented_order: redraw`` before giving up."""
+
+PAPER_LIMITS = TaskLimits(time_s=28800.0, memory_gb=16.0, cpus=8, gpus=1)
+"""The paper's computing environment (section 2.1), the run defaults of SPEC section 4:
+what the instruction states for a task that sets no ``limits`` of its own."""
 
 
 class BuildError(Exception):
@@ -196,8 +209,9 @@ class BuildSpec(_Spec):
     """Fixed conditions for ``protocol.json`` (default: the procedure)."""
     task_text: str
     """The task-specific part of the instruction."""
-    time_limit_h: float = 8
-    """Time limit quoted in the instruction."""
+    presented_order: Literal["shuffle", "redraw"] = "shuffle"
+    """``shuffle``: one seeded shuffle, kept whatever its score (the paper, E.4);
+    ``redraw``: shuffle again while the presented order beats the chance threshold."""
     id_prefix: str = "E"
     """Prefix of the anonymized experiment ids."""
     files: list[FileSpec] = Field(default_factory=list)
@@ -221,7 +235,11 @@ class BuildResult:
     report: ValidationReport
     n_items: int
     attempt: int
-    """Which shuffle was kept (0 is the first)."""
+    """Which shuffle was kept (0 is the first; always 0 with ``presented_order: shuffle``)."""
+    presented_order_score: float
+    """Score of submitting every group in its ``targets.csv`` row order."""
+    chance_threshold: float
+    """The task's sampled chance threshold (paper 2.5), which that score is compared with."""
 
 
 def load_spec(path: str | Path) -> BuildSpec:
@@ -466,12 +484,47 @@ def _conditions_text(conditions: dict[str, Any]) -> str:
     return "; ".join(f"{k}: {v}" for k, v in conditions.items())
 
 
+def _gpus_text(gpus: int) -> str:
+    if gpus <= 0:
+        return "no GPU"
+    return "one GPU" if gpus == 1 else f"{gpus} GPUs"
+
+
+def stated_limits(limits: TaskLimits | None) -> TaskLimits:
+    """A task's ``limits`` completed by the paper's (:data:`PAPER_LIMITS`): every field set."""
+    given = limits.model_dump(exclude_none=True) if limits is not None else {}
+    return PAPER_LIMITS.model_copy(update=given)
+
+
+def general_instruction(task_id: str, task_version: str,
+                        limits: TaskLimits | None = None) -> str:
+    """The general part of every instruction, filled in for one task.
+
+    The hardware and time are the task's ``limits`` where it sets them and the paper's
+    otherwise (:data:`PAPER_LIMITS`: 8 CPU cores, 16 GiB, one GPU, 8 hours); the
+    instruction tells the agent to check what it actually has (paper 4.8).
+
+    Examples
+    --------
+    >>> text = general_instruction("spu-t3st", "1.0", TaskLimits(cpus=4, gpus=0))
+    >>> "4 CPU" in text and "16 GiB of memory and no GPU, for up to 8 hours" in text
+    True
+    """
+    merged = stated_limits(limits)
+    assert merged.time_s is not None and merged.memory_gb is not None
+    assert merged.cpus is not None and merged.gpus is not None
+    text = GENERAL_INSTRUCTION.read_text(encoding="utf-8")
+    for key, value in {"task_id": task_id, "task_version": task_version,
+                       "cpus": str(merged.cpus), "memory_gb": f"{merged.memory_gb:g}",
+                       "gpus_text": _gpus_text(merged.gpus),
+                       "time_limit_h": f"{merged.time_s / 3600:g}"}.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
 def render_instruction(spec: BuildSpec, sizes: dict[str, int], weights: dict[str, float]) -> str:
     """The general instruction with its placeholders filled, then the task's part."""
-    general = GENERAL_INSTRUCTION.read_text(encoding="utf-8")
-    general = (general.replace("{task_id}", spec.id)
-               .replace("{task_version}", spec.version)
-               .replace("{time_limit_h}", f"{spec.time_limit_h:g}"))
+    general = general_instruction(spec.id, spec.version, spec.limits)
     lines = [general.rstrip(), "", "## This task", "", spec.task_text.strip(), "",
              "Comparison groups (order each from the lowest to the highest measured value):", ""]
     for g, gid in zip(spec.groups, _group_ids(spec), strict=True):
@@ -623,26 +676,44 @@ def build_task(
     files = {f.name: _file_bytes(f, spec_path.parent, cache_dir) for f in spec.files}
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    redraw = spec.presented_order == "redraw"
     try:
-        for attempt in range(MAX_REDRAWS):
+        for attempt in range(MAX_REDRAWS if redraw else 1):
             draft = staging / out.name
             if draft.exists():
                 shutil.rmtree(draft)
             write_package(spec, experiments, source, draft, attempt, files)
             report = validate_task(draft, strict=strict, screens=screens)
-            if not any(f.code == "presented-order" for f in report.findings):
+            if not redraw or not any(f.code == "presented-order" for f in report.findings):
                 break
         else:
             raise BuildError(f"{spec_path.name}: no shuffle in {MAX_REDRAWS} put the presented "
                              f"order below the chance threshold")
         if not report.ok:
             shown = "\n  ".join(str(f) for f in report.errors)
+            hint = ""
+            if any(f.code == "presented-order" for f in report.errors):
+                hint = ("\n  (the paper keeps such a shuffle; to refuse it, set "
+                        "presented_order: redraw in the spec)")
             raise BuildError(f"{spec_path.name}: the package fails validation; nothing was "
-                             f"written:\n  {shown}")
+                             f"written:\n  {shown}{hint}")
+        presented = _presented_order(draft, screens or ScreenSettings())
         if out.exists():
             shutil.rmtree(out)
         draft.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     final = ValidationReport(out, report.findings)
-    return BuildResult(path=out, report=final, n_items=len(experiments), attempt=attempt)
+    return BuildResult(path=out, report=final, n_items=len(experiments), attempt=attempt,
+                       presented_order_score=presented.presented_order_score,
+                       chance_threshold=presented.threshold)
+
+
+def _presented_order(task_dir: Path, screens: ScreenSettings) -> ThresholdReport:
+    from spu.tasks.package import load_answers, load_task
+    from spu.tasks.threshold import task_threshold
+
+    task = load_task(task_dir)
+    return task_threshold(task.contract, load_answers(task.answers_path()),
+                          [r.experiment_id for r in task.targets()],
+                          draws=screens.draws, seed=screens.seed)

@@ -1,4 +1,4 @@
-"""``spu task validate | threshold | build | list`` (SPEC section 4)."""
+"""``spu task validate | threshold | build | export | import | list`` (SPEC sections 4, 10)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,28 @@ def register(sub: Any) -> None:
     p.add_argument("--strict", action="store_true", help="refuse on warnings too")
     _screen_options(p)
     p.set_defaults(handler=build_command)
+
+    p = task_sub.add_parser("export", help="write a task as a Harbor task (SPEC section 10)")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--format", choices=("harbor",), required=True, dest="format",
+                   help="the format to write (harbor)")
+    p.add_argument("--out", type=Path, required=True, help="folder of the Harbor task to write")
+    p.add_argument("--answers", type=Path, default=None,
+                   help="answer key (default: TASK_DIR/hidden/answers.json)")
+    p.add_argument("--base-image", default=None,
+                   help="FROM of environment/Dockerfile (default debian:bookworm-slim; "
+                        "python3 is installed where the image lacks it)")
+    p.add_argument("--force", action="store_true", help="replace an existing folder")
+    p.set_defaults(handler=export_command)
+
+    p = task_sub.add_parser("import", help="read a Harbor task written by spu task export "
+                                           "back into a task package")
+    p.add_argument("source", type=Path, metavar="DIR")
+    p.add_argument("--from", choices=("harbor",), required=True, dest="from_format",
+                   help="the format to read (harbor)")
+    p.add_argument("--out", type=Path, required=True, help="task folder to write")
+    p.add_argument("--force", action="store_true", help="replace an existing task folder")
+    p.set_defaults(handler=import_command)
 
     p = task_sub.add_parser("list", help="list task packages, filtered by discipline, "
                                          "visibility or subfield")
@@ -131,7 +153,9 @@ def threshold_command(args: argparse.Namespace) -> int:
     else:
         print(f"  exact threshold: not computed ({report.exact_note})")
     print(f"  attainable maximum: {report.attainable_max:.4f}")
-    print(f"  presented-order score: {report.presented_order_score:.4f}")
+    side = "above" if report.presented_order_beats_chance else "not above"
+    print(f"  presented-order score: {report.presented_order_score:.4f} ({side} the chance "
+          f"threshold; paper E.4: a shuffled task is above it about 1 time in 20)")
     return 0
 
 
@@ -145,9 +169,44 @@ def build_command(args: argparse.Namespace) -> int:
     except BuildError as exc:
         print(f"spu task build: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {result.path} ({result.n_items} experiments, shuffle {result.attempt})")
+    print(f"wrote {result.path} ({result.n_items} experiments, shuffle {result.attempt}; "
+          f"presented-order score {result.presented_order_score:.4f}, chance threshold "
+          f"{result.chance_threshold:.4f})")
     for f in result.report.findings:
         print(f"  {f}")
+    return 0
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """Write the Harbor task; exit 1 (writing nothing) when the task fails validation."""
+    from spu.tasks.harbor import DEFAULT_BASE_IMAGE, HARBOR_VERSION, HarborError, export_harbor
+
+    try:
+        result = export_harbor(args.task_dir, args.out, answers=args.answers,
+                               base_image=args.base_image or DEFAULT_BASE_IMAGE,
+                               force=args.force)
+    except HarborError as exc:
+        print(f"spu task export: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {result.path} (Harbor {HARBOR_VERSION} task format, {len(result.files)} "
+          f"files; the answer key is in tests/ only)")
+    for w in result.warnings:
+        print(f"  {w}")
+    return 0
+
+
+def import_command(args: argparse.Namespace) -> int:
+    """Write the task package; exit 1 (writing nothing) when the Harbor task is not one."""
+    from spu.tasks.harbor import HarborError, import_harbor
+
+    try:
+        result = import_harbor(args.source, args.out, force=args.force)
+    except HarborError as exc:
+        print(f"spu task import: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {result.path}")
+    for note in result.notes:
+        print(f"  note: {note}")
     return 0
 
 

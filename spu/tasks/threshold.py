@@ -90,6 +90,11 @@ class ThresholdReport:
     group_methods: dict[str, str] = field(default_factory=dict)
     """Exact method of each group (``sampled`` where the group is too large)."""
 
+    @property
+    def presented_order_beats_chance(self) -> bool:
+        """Whether the presented order scores above ``threshold`` (paper E.4: 6 of 100 tasks)."""
+        return self.presented_order_score > self.threshold
+
     def public_json(self) -> dict[str, object]:
         """The object printed by ``spu task threshold --json``."""
         return {
@@ -101,6 +106,7 @@ class ThresholdReport:
             "seed": self.seed,
             "attainable_max": self.attainable_max,
             "presented_order_score": self.presented_order_score,
+            "presented_order_beats_chance": self.presented_order_beats_chance,
             "exact_threshold": self.exact_threshold,
             "exact_method": self.exact_method,
             "exact_note": self.exact_note,

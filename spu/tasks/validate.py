@@ -8,14 +8,17 @@ value that is not a finite number, and a leak (measured values or source identif
 in a public file).
 
 Warnings are the screens of the paper's construction protocol (section 2.3, steps 2
-and 3); ``strict`` turns them into errors: a group whose measured order follows one
-varied numeric setting, a group whose values lie within the stated measurement error
-or a small relative spread, experiment ids that are not anonymized, and a presented
-order (``targets.csv`` rows or contract items) that scores above the chance threshold.
+and 3); ``strict`` turns them into errors: a group whose measured values rise or fall
+strictly with one varied numeric setting (``strictly-monotone``, the paper's exclusion)
+or follow one closely (``monotone-rho``, ``|rho| >= 0.95``), a group whose values lie
+within the stated measurement error or a small relative spread, experiment ids that
+are not anonymized, and a presented order (``targets.csv`` rows or contract items)
+that scores above the chance threshold.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -74,7 +77,8 @@ class ScreenSettings:
     """Thresholds of the construction screens (paper section 2.3, step 2)."""
 
     monotone_rho: float = 0.95
-    """A group is monotone in a setting when ``|Spearman rho| >=`` this."""
+    """The ``monotone-rho`` check fires when ``|Spearman rho|`` with a setting reaches this
+    (a group strictly monotone in a setting is ``strictly-monotone`` whatever this is)."""
     min_relative_spread: float = 0.05
     """A group is narrow when ``(max - min) / max(|value|)`` is below this."""
     draws: int = 4000
@@ -337,6 +341,36 @@ def _as_number(cell: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def strict_trend(settings: list[float], values: list[float]) -> str | None:
+    """``"rises"`` or ``"falls"`` when ``values`` move strictly with ``settings``, else None.
+
+    Strictly: ordered by the setting (no two experiments at the same setting), every
+    measured value is above (or every one below) the one before; a tie on either side
+    breaks the trend. Extending such a series ranks the group perfectly (paper 2.3,
+    step 2, Figure 4).
+
+    Examples
+    --------
+    >>> strict_trend([10, 20, 40], [0.5, 0.9, 1.3])
+    'rises'
+    >>> strict_trend([10, 20, 40], [1.3, 0.9, 0.5])
+    'falls'
+    >>> strict_trend([10, 20, 20], [0.5, 0.9, 1.3]) is None  # a repeated setting
+    True
+    >>> strict_trend([10, 20, 40], [0.5, 1.3, 0.9]) is None
+    True
+    """
+    pairs = sorted(zip(settings, values, strict=True))
+    if any(a[0] == b[0] for a, b in itertools.pairwise(pairs)):
+        return None
+    steps = [b[1] - a[1] for a, b in itertools.pairwise(pairs)]
+    if all(d > 0 for d in steps):
+        return "rises"
+    if all(d < 0 for d in steps):
+        return "falls"
+    return None
+
+
 def _screen_groups(rows: list[TargetRow], contract: Contract, answers: AnswerKey,
                    protocol: Protocol | None, screens: ScreenSettings, answers_name: str,
                    out: _Collector) -> None:
@@ -352,17 +386,7 @@ def _screen_groups(rows: list[TargetRow], contract: Contract, answers: AnswerKey
         if spread == 0:
             continue
         if len(items) >= 3:
-            for col in by_id[items[0]].settings:
-                numbers = [_as_number(by_id[i].settings.get(col, "")) for i in items]
-                if any(v is None for v in numbers) or len(set(numbers)) < 3:
-                    continue
-                rho = _spearman([float(v) for v in numbers if v is not None], values)
-                if abs(rho) >= screens.monotone_rho:
-                    trend = "rises" if rho > 0 else "falls"
-                    out.warning("targets.csv", "monotone",
-                                f"group {g.group_id}: the measured order {trend} with setting "
-                                f"{col!r} (Spearman rho {rho:+.3f}); extending the trend "
-                                f"ranks it (paper 2.3, step 2)")
+            _screen_trends(g.group_id, [by_id[i] for i in items], values, screens, out)
         error = errors.get(g.group_id)
         if error is not None and spread <= error:
             out.warning(answers_name, "narrow",
@@ -373,6 +397,41 @@ def _screen_groups(rows: list[TargetRow], contract: Contract, answers: AnswerKey
             out.warning(answers_name, "narrow",
                         f"group {g.group_id}: relative spread {spread / scale:.3f} is below "
                         f"{screens.min_relative_spread:g} (paper 2.3, step 2)")
+
+
+def _screen_trends(group_id: str, rows: list[TargetRow], values: list[float],
+                   screens: ScreenSettings, out: _Collector) -> None:
+    """The two trend checks of step 2 on one group of at least three experiments.
+
+    ``strictly-monotone``: the measured order rises or falls strictly with one numeric
+    setting, the paper's exclusion (2.3, Figure 4). ``monotone-rho``: the looser
+    warning, ``|Spearman rho| >=`` ``screens.monotone_rho`` with a setting that takes at
+    least three values, for a near-series the strict check lets through.
+    """
+    columns = list(rows[0].settings)
+    varied = [c for c in columns if len({r.settings.get(c, "") for r in rows}) > 1]
+    for col in columns:
+        numbers = [_as_number(r.settings.get(col, "")) for r in rows]
+        if any(v is None for v in numbers):
+            continue
+        x = [float(v) for v in numbers if v is not None]
+        trend = strict_trend(x, values)
+        if trend is not None:
+            only = " (the only setting varied in the group)" if varied == [col] else ""
+            out.warning("targets.csv", "strictly-monotone",
+                        f"group {group_id}: the measured values {trend} strictly with setting "
+                        f"{col!r}{only}; extending the series ranks it perfectly "
+                        f"(paper 2.3, step 2)")
+            continue
+        if len(set(x)) < 3:
+            continue
+        rho = _spearman(x, values)
+        if abs(rho) >= screens.monotone_rho:
+            direction = "rises" if rho > 0 else "falls"
+            out.warning("targets.csv", "monotone-rho",
+                        f"group {group_id}: the measured order {direction} with setting "
+                        f"{col!r} (Spearman rho {rho:+.3f}, |rho| >= {screens.monotone_rho:g}); "
+                        f"extending the trend ranks it well (paper 2.3, step 2)")
 
 
 def _screen_ids(rows: list[TargetRow], contract: Contract, answers: AnswerKey,

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from spu.schema import Usage
-from spu.testing.script import SUBAGENT_MARKER, ScriptedTurn
+from spu.testing.script import SUBAGENT_MARKER, ScriptedTurn, not_offered, offered_tool
 
 SHELL_TOOL = "Bash"
 AGENT_TOOL = "Agent"
@@ -36,6 +36,11 @@ def is_subagent_request(body: dict[str, Any]) -> bool:
         return any(SUBAGENT_MARKER in (b if isinstance(b, str) else str(b.get("text", "")))
                    for b in blocks if isinstance(b, (str, dict)))
     return False
+
+
+def offered_tools(body: dict[str, Any]) -> list[str]:
+    """Names of the tools the request offers."""
+    return [str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict)]
 
 
 def turn_index(body: dict[str, Any]) -> int:
@@ -64,16 +69,29 @@ def usage_object(usage: Usage, output_tokens: int) -> dict[str, Any]:
     }
 
 
-def content_blocks(turn: ScriptedTurn, tool_use_id: str) -> list[dict[str, Any]]:
-    """The content of the answer to ``turn``, as complete blocks."""
+def content_blocks(turn: ScriptedTurn, tool_use_id: str,
+                   offered: list[str] | None = None) -> list[dict[str, Any]]:
+    """The content of the answer to ``turn``, as complete blocks.
+
+    A ``tool`` turn calls the tool under the name the request offers it (``offered``);
+    when the request offers no such tool, the turn runs a shell command that says so
+    instead, so that the script goes on (:func:`~spu.testing.script.not_offered`).
+    """
     if turn.refusal is not None:
         return []
     blocks: list[dict[str, Any]] = []
     if turn.reasoning:
         blocks.append({"type": "thinking", "thinking": turn.reasoning,
                        "signature": "c2NyaXB0ZWQ="})
+    tool_name = offered_tool(offered or [], turn.tool) if turn.tool is not None else None
+    if turn.tool is not None and tool_name is None:
+        turn = not_offered(turn)
     if turn.text:
         blocks.append({"type": "text", "text": turn.text})
+    if tool_name is not None:
+        blocks.append({"type": "tool_use", "id": tool_use_id, "name": tool_name,
+                       "input": dict(turn.arguments or {})})
+        return blocks
     if turn.command is not None:
         blocks.append({"type": "tool_use", "id": tool_use_id, "name": SHELL_TOOL,
                        "input": {"command": turn.command,
@@ -86,36 +104,39 @@ def content_blocks(turn: ScriptedTurn, tool_use_id: str) -> list[dict[str, Any]]
     return blocks
 
 
-def stop(turn: ScriptedTurn) -> tuple[str, dict[str, Any] | None]:
-    """Stop reason and stop details of the answer to ``turn``."""
+def stop(turn: ScriptedTurn, blocks: list[dict[str, Any]]) -> tuple[str, dict[str, Any] | None]:
+    """Stop reason and stop details of the answer to ``turn`` made of ``blocks``."""
     if turn.refusal is not None:
         return "refusal", {"type": "refusal", "category": turn.refusal,
                            "explanation": "Scripted refusal."}
-    return ("end_turn" if turn.is_final else "tool_use"), None
+    calls = any(b["type"] == "tool_use" for b in blocks)
+    return ("tool_use" if calls else "end_turn"), None
 
 
 def message(turn: ScriptedTurn, usage: Usage, *, model: str, message_id: str,
-            tool_use_id: str) -> dict[str, Any]:
+            tool_use_id: str, offered: list[str] | None = None) -> dict[str, Any]:
     """The whole answer as one message (for requests with ``stream: false``)."""
-    reason, details = stop(turn)
+    blocks = content_blocks(turn, tool_use_id, offered)
+    reason, details = stop(turn, blocks)
     return {
         "id": message_id, "type": "message", "role": "assistant", "model": model,
-        "content": content_blocks(turn, tool_use_id),
+        "content": blocks,
         "stop_reason": reason, "stop_sequence": None, "stop_details": details,
         "usage": usage_object(usage, usage.output),
     }
 
 
 def stream_events(turn: ScriptedTurn, usage: Usage, *, model: str, message_id: str,
-                  tool_use_id: str) -> list[Event]:
+                  tool_use_id: str, offered: list[str] | None = None) -> list[Event]:
     """The answer to ``turn`` as the API's server-sent events."""
-    reason, details = stop(turn)
+    blocks = content_blocks(turn, tool_use_id, offered)
+    reason, details = stop(turn, blocks)
     events: list[Event] = [("message_start", {"type": "message_start", "message": {
         "id": message_id, "type": "message", "role": "assistant", "model": model,
         "content": [], "stop_reason": None, "stop_sequence": None,
         "usage": usage_object(usage, 1),
     }})]
-    for index, block in enumerate(content_blocks(turn, tool_use_id)):
+    for index, block in enumerate(blocks):
         events += _block_events(index, block)
     final_usage = usage_object(usage, usage.output)
     final_usage.pop("service_tier")

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from spu.schema import Usage
-from spu.testing.script import ScriptedTurn
+from spu.testing.script import ScriptedTurn, not_offered, offered_tool
 
 SHELL_TOOLS = ("exec_command", "shell")
 """Codex's shell tools, newest first: the first one the request offers is used."""
@@ -29,6 +29,44 @@ def shell_tool(body: dict[str, Any]) -> str | None:
     """The shell tool the request offers, or None for a request outside the agent loop."""
     names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     return next((name for name in SHELL_TOOLS if name in names), None)
+
+
+NAMESPACE_SEPARATOR = "__"
+"""Joins a namespace and a tool name in :func:`offered_tools` (``mcp__spu__search``)."""
+
+
+def offered_tools(body: dict[str, Any]) -> list[str]:
+    """Names of the tools the request offers.
+
+    Function tools by name, the tools of a namespace as ``<namespace>__<name>`` (Codex
+    offers an MCP server's tools in the namespace ``mcp__<server>``), others by type.
+    """
+    names = []
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            names += [f"{tool.get('name')}{NAMESPACE_SEPARATOR}{t.get('name')}"
+                      for t in tool.get("tools") or [] if isinstance(t, dict)]
+        else:
+            names.append(str(tool.get("name") or tool.get("type")))
+    return names
+
+
+def function_call_name(body: dict[str, Any], offered_name: str) -> dict[str, str]:
+    """``name`` (and ``namespace``) of a function call item for a tool of :func:`offered_tools`.
+
+    A tool of a namespace is called by its own name with the ``namespace`` field (Codex
+    answers a flattened name with ``unsupported call``).
+    """
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict) and tool.get("type") == "namespace":
+            prefix = f"{tool.get('name')}{NAMESPACE_SEPARATOR}"
+            inner = offered_name.removeprefix(prefix)
+            inner_tools = [t for t in tool.get("tools") or [] if isinstance(t, dict)]
+            if inner != offered_name and any(t.get("name") == inner for t in inner_tools):
+                return {"name": inner, "namespace": str(tool.get("name"))}
+    return {"name": offered_name}
 
 
 def turn_index(body: dict[str, Any]) -> int:
@@ -54,18 +92,31 @@ def usage_object(usage: Usage) -> dict[str, Any]:
     }
 
 
-def output_items(turn: ScriptedTurn, tool: str, ids: dict[str, str]) -> list[dict[str, Any]]:
-    """The output items of the answer to ``turn``, complete."""
+def output_items(turn: ScriptedTurn, tool: str, ids: dict[str, str],
+                 body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The output items of the answer to ``turn``, complete.
+
+    ``tool`` is the shell tool; a ``tool`` turn calls the tool under the name the request
+    (``body``) offers it, or runs a shell command saying that it is not offered.
+    """
+    offered = offered_tools(body or {})
     items: list[dict[str, Any]] = []
     if turn.reasoning:
         items.append({"type": "reasoning", "id": ids["reasoning"],
                       "summary": [{"type": "summary_text", "text": turn.reasoning}],
                       "encrypted_content": None})
+    tool_name = offered_tool(offered or [], turn.tool) if turn.tool is not None else None
+    if turn.tool is not None and tool_name is None:
+        turn = not_offered(turn)
     if turn.text:
         items.append({"type": "message", "id": ids["message"], "role": "assistant",
                       "status": "completed",
                       "content": [{"type": "output_text", "text": turn.text,
                                    "annotations": []}]})
+    if tool_name is not None:
+        items.append({"type": "function_call", "id": ids["call_item"], "status": "completed",
+                      "call_id": ids["call"], **function_call_name(body or {}, tool_name),
+                      "arguments": json.dumps(turn.arguments or {})})
     if turn.command is not None:
         arguments = ({"cmd": turn.command} if tool == "exec_command"
                      else {"command": ["bash", "-lc", turn.command]})
@@ -84,11 +135,11 @@ def response_object(response_id: str, model: str, status: str,
 
 
 def stream_events(turn: ScriptedTurn, usage: Usage, *, model: str, tool: str,
-                  ids: dict[str, str]) -> list[Event]:
+                  ids: dict[str, str], body: dict[str, Any] | None = None) -> list[Event]:
     """The answer to ``turn`` as the API's server-sent events.
 
     ``ids`` names the response (``response``) and its items (``reasoning``,
-    ``message``, ``call_item``, ``call``).
+    ``message``, ``call_item``, ``call``); ``body`` is the request (the tools it offers).
     """
     rid = ids["response"]
     events: list[Event] = [("response.created", {
@@ -102,7 +153,7 @@ def stream_events(turn: ScriptedTurn, usage: Usage, *, model: str, tool: str,
             "response": response_object(rid, model, "failed", [], None,
                                         {"code": code, "message": message})}))
         return events
-    items = output_items(turn, tool, ids)
+    items = output_items(turn, tool, ids, body)
     for index, item in enumerate(items):
         events += _item_events(index, item)
     events.append(("response.completed", {

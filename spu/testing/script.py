@@ -3,8 +3,10 @@
 A :class:`Script` is a list of :class:`ScriptedTurn`: each turn is one model
 response, with text, optional reasoning, and optionally one shell command that the
 agent CLI runs through its own shell tool (``Bash`` in Claude Code, ``exec_command``
-in Codex). The server picks the turn from the conversation it receives (the number of
-tool results in it), so the same script drives both CLIs and survives their retries.
+in Codex) or one call of another tool the CLI offers, by its bare name (``search``:
+the audited tools service's ``mcp__spu__search`` in Claude Code). The server picks the
+turn from the conversation it receives (the number of tool results in it), so the same
+script drives both CLIs and survives their retries.
 
 Every response reports a distinct, known usage (:func:`scripted_usage`), different in
 each bucket and each turn, so that tests can check usage bucket by bucket.
@@ -13,6 +15,7 @@ each bucket and each turn, so that tests can check usage bucket by bucket.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,11 +71,16 @@ class ScriptedTurn:
     """Answer with this HTTP status instead (an API error)."""
     agent_prompt: str | None = None
     """Delegate to a sub-agent with this prompt (Claude Code's ``Agent`` tool) instead."""
+    tool: str | None = None
+    """Call this tool instead: a name the request offers, or the bare name of an MCP tool
+    (``search`` matches ``mcp__spu__search``); the turn fails loudly when none matches."""
+    arguments: dict[str, Any] | None = None
+    """Arguments of the ``tool`` call."""
 
     @property
     def is_final(self) -> bool:
         """True when the turn ends the conversation (no tool call follows)."""
-        return self.command is None and self.agent_prompt is None
+        return self.command is None and self.agent_prompt is None and self.tool is None
 
 
 FINAL_TURN = ScriptedTurn(text="Done.")
@@ -110,6 +118,53 @@ def default_script() -> Script:
                          command=WRITE_PRESENTED_ORDER),
             ScriptedTurn(text="Writing the report and the source record.", command=WRITE_REPORT),
             ScriptedTurn(text="Submitted rankings.json with every group in the presented order."),
+        ),
+    )
+
+
+EXAMPLE_QUERY = "additive effects on yields of palladium catalysed C-N cross-coupling"
+"""What the ``spu_agent`` script searches for (answered by ``examples/tools_corpus.jsonl``)."""
+
+EXAMPLE_URL = "https://corpus.spu.invalid/notes/ranking-experiments"
+"""What the ``spu_agent`` script fetches (a document of ``examples/tools_corpus.jsonl``)."""
+
+
+def spu_agent_script() -> Script:
+    """The default script: the task, the audited tools, a ranking in presented order.
+
+    List the task files, search and fetch through the audited tools, write a ranking in
+    presented order and a report, stop. Where the run has no tools service, its two
+    calls run shell commands that say so.
+    """
+    turns = default_script().turns
+    return Script(
+        name="spu_agent",
+        turns=(
+            turns[0],
+            ScriptedTurn(text="Searching the literature through the audited tools.",
+                         tool="search", arguments={"query": EXAMPLE_QUERY, "max_results": 5}),
+            ScriptedTurn(text="Reading a note on ranking experiments.", tool="fetch",
+                         arguments={"url": EXAMPLE_URL}),
+            *turns[1:],
+        ),
+    )
+
+
+def policy_stop_script() -> Script:
+    """Search, meet a prohibited result, write a provisional ranking, call ``policy_stop``."""
+    turns = spu_agent_script().turns
+    return Script(
+        name="policy_stop",
+        turns=(
+            *turns[:2],
+            ScriptedTurn(text="Writing a provisional ranking before stopping.",
+                         command=WRITE_PRESENTED_ORDER),
+            ScriptedTurn(text="A search result names the source study: stopping under the "
+                              "information policy.", tool="policy_stop",
+                         arguments={"step": "search 1",
+                                    "reason": "a search result showed the source study's DOI"}),
+            ScriptedTurn(text="Stopped under the information policy after step 'search 1'; a "
+                              "provisional ranking in presented order is submitted."),
         ),
     )
 
@@ -153,7 +208,46 @@ def api_error_script(status: int = 400) -> Script:
     )
 
 
+def offered_tool(offered: list[str], wanted: str) -> str | None:
+    """The name under which the request offers tool ``wanted``, or None.
+
+    An exact name wins; otherwise an MCP tool whose qualified name ends with the bare
+    name after a separator (``mcp__spu__search``, ``spu.search``, ``spu/search``).
+
+    Examples
+    --------
+    >>> offered_tool(["Bash", "mcp__spu__search", "mcp__spu__fetch"], "search")
+    'mcp__spu__search'
+    >>> offered_tool(["Bash"], "search") is None
+    True
+    """
+    if wanted in offered:
+        return wanted
+    for name in offered:
+        if any(name.endswith(sep + wanted) for sep in ("__", ".", "/")):
+            return name
+    return None
+
+
+def not_offered(turn: ScriptedTurn) -> ScriptedTurn:
+    """What a ``tool`` turn plays when the request does not offer its tool.
+
+    A shell command that says so, so that the script goes on (the turns count tool
+    results) and the trajectory shows what happened.
+
+    Examples
+    --------
+    >>> not_offered(ScriptedTurn(text="Searching.", tool="search")).command
+    "echo '[scripted] tool search is not offered'"
+    """
+    name = re.sub(r"[^0-9A-Za-z_.-]", "_", str(turn.tool))
+    return ScriptedTurn(text=turn.text, reasoning=turn.reasoning,
+                        command=f"echo '[scripted] tool {name} is not offered'")
+
+
 BUILTIN_SCRIPTS = {
+    "spu_agent": spu_agent_script,
+    "policy_stop": policy_stop_script,
     "presented_order": default_script,
     "refusal": refusal_script,
     "api_error": api_error_script,
@@ -202,9 +296,11 @@ def _turn(path: Path, where: str, raw: Any) -> ScriptedTurn:
     if unknown:
         raise ScriptError(f"{path}: {where} has unknown key {unknown[0]!r} "
                           f"(known: {', '.join(sorted(fields))})")
-    for key in ("text", "command", "reasoning", "refusal", "agent_prompt"):
+    for key in ("text", "command", "reasoning", "refusal", "agent_prompt", "tool"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ScriptError(f"{path}: {where}.{key} must be a string")
+    if raw.get("arguments") is not None and not isinstance(raw["arguments"], dict):
+        raise ScriptError(f"{path}: {where}.arguments must be an object")
     if raw.get("http_error") is not None and (
             isinstance(raw["http_error"], bool) or not isinstance(raw["http_error"], int)):
         raise ScriptError(f"{path}: {where}.http_error must be an integer")

@@ -276,12 +276,13 @@ def _handler_class(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
             server.record(ServedResponse(api="anthropic", path=path, kind=play.kind, status=200,
                                          turn=play.index, model=model, usage=play.usage,
                                          response_id=ids["message_id"]), summary)
+            offered = anthropic_messages.offered_tools(body)
             if body.get("stream"):
-                self._send_sse(anthropic_messages.stream_events(play.turn, play.usage,
-                                                                model=model, **ids))
+                self._send_sse(anthropic_messages.stream_events(
+                    play.turn, play.usage, model=model, offered=offered, **ids))
             else:
-                self._send_json(200, anthropic_messages.message(play.turn, play.usage,
-                                                                model=model, **ids))
+                self._send_json(200, anthropic_messages.message(
+                    play.turn, play.usage, model=model, offered=offered, **ids))
 
         def _openai(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
             model = str(body.get("model") or "scripted")
@@ -300,7 +301,7 @@ def _handler_class(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
                                          turn=play.index, model=model, usage=usage,
                                          response_id=ids["response"]), summary)
             self._send_sse(openai_responses.stream_events(
-                play.turn, usage, model=model, tool=tool or "exec_command", ids=ids))
+                play.turn, usage, model=model, tool=tool or "exec_command", ids=ids, body=body))
 
         def _scripted_error(self, api: str, path: str, play: _Play, model: str,
                             summary: dict[str, Any],

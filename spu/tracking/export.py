@@ -52,7 +52,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "experiment", "cache_write_1h_tokens", "cost_full_input_usd", "cli_cost_usd",
     "cost_disagreement", "long_context_requests", "exposure_kinds", "refusal_label",
     "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
-    "grader_version", "sandbox", "started_at", "finished_at",
+    "grader_version", "sandbox", "started_at", "finished_at", "audited_calls",
+    "shell_downloads", "policy_stopped",
 )
 """Further columns, after the SPEC ones."""
 
@@ -61,8 +62,10 @@ COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
 INT_COLUMNS = ("repeat", "input_tokens", "cache_read_tokens", "cache_write_tokens",
                "output_tokens", "tool_calls", "web_fetches", "attempt", "n_attempts",
                "cache_write_1h_tokens", "long_context_requests")
-NULLABLE_INT_COLUMNS = ("n_items", "requests_outside_tools", "peak_memory_bytes")
-BOOL_COLUMNS = ("scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement")
+NULLABLE_INT_COLUMNS = ("n_items", "requests_outside_tools", "peak_memory_bytes",
+                        "audited_calls", "shell_downloads")
+BOOL_COLUMNS = ("scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement",
+                "policy_stopped")
 FLOAT_COLUMNS = ("score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",
                  "cost_full_input_usd", "cli_cost_usd", "gpu_seconds")
 
@@ -186,6 +189,9 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
         "sandbox": _text(p.get("sandbox")),
         "started_at": _text(t.get("started_at")),
         "finished_at": _text(t.get("finished_at")),
+        "audited_calls": _count(run, "audited_calls", required=False),
+        "shell_downloads": _count(run, "shell_downloads", required=False),
+        "policy_stopped": _flag(run, "policy_stopped"),
         "_start_ms": run.start_time_ms or 0,
     }
 

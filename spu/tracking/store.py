@@ -5,8 +5,9 @@ Everything the runs table needs is logged as params, metrics and tags in one
 alone, without downloading artifacts. The run folder's files follow as artifacts:
 ``run.json``, ``grade.json``, the trajectory (``trajectory.jsonl.gz``, copied as a
 stream), the submission folder ``output/`` (``rankings.json``, ``report.md``,
-``sources.json``, ``scripts/``) and the raw CLI logs ``logs/`` (gzip-compressed on
-the fly above :data:`COMPRESS_LOGS_ABOVE_BYTES`).
+``sources.json``, ``scripts/``), the raw CLI logs ``logs/`` (gzip-compressed on
+the fly above :data:`COMPRESS_LOGS_ABOVE_BYTES`) and the tools service's records ``tools/``
+(``audit.jsonl``, the full answers, ``egress.jsonl``).
 
 MLflow is imported inside the functions that use it, so importing this module (and
 ``spu``) does not load it.
@@ -39,8 +40,9 @@ log = logging.getLogger(__name__)
 ARTIFACT_FILES = ("run.json", "grade.json", TRAJECTORY_FILE, LEGACY_TRAJECTORY_FILE)
 """Files of a run folder logged at the artifact root."""
 
-ARTIFACT_DIRS = ("output", "logs")
-"""Folders of a run folder logged file by file (the workspace and task copy are not)."""
+ARTIFACT_DIRS = ("output", "logs", "tools")
+"""Folders of a run folder logged file by file (the workspace and task copy are not);
+``tools/`` holds the audit log of the tools service, its full answers and the egress log."""
 
 COMPRESS_LOGS_ABOVE_BYTES = 1 << 20
 """Raw logs larger than this are logged gzip-compressed (``agent.stdout.gz``)."""
@@ -159,6 +161,8 @@ def run_metrics(record: RunRecord) -> dict[str, float]:
         "cost_full_input_usd": record.cost_full_input_usd,
         "cli_cost_usd": record.cli_cost_usd,
         "requests_outside_tools": record.requests_outside_tools,
+        "audited_calls": record.audited_calls,
+        "shell_downloads": record.shell_downloads,
         "peak_memory_bytes": record.process.peak_memory_bytes,
         "gpu_seconds": record.gpu_seconds,
     }
@@ -180,6 +184,7 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "scored": _flag(record.scored),
         "run_key": record.run_key,
         "flagged_exposure": _flag(record.flagged_exposure),
+        "policy_stopped": _flag(record.policy_stopped),
         "used_gpu": _flag(record.used_gpu),
         "cost_disagreement": _flag(record.cost_disagreement),
         "attempt": str(record.attempt),
@@ -189,6 +194,7 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "exposure_kinds": ",".join(exposure_kinds(record.exposure_hits)),
         "retried_from": record.retried_from,
         "refusal_label": record.refusal_label,
+        "policy_stop_step": record.policy_stop.step[:500] if record.policy_stop else None,
         "started_at": record.started_at,
         "finished_at": record.finished_at,
         "warnings": " | ".join(record.notes)[:5000],

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import yaml
 
+from spu.tasks.builder import general_instruction
+
 ROOT = Path(__file__).resolve().parents[1]
-GENERAL = (ROOT.parent / "spu" / "tasks" / "templates" / "instruction_general.md").read_text()
 
 EXAMPLES = [
     {
@@ -134,8 +135,7 @@ def build(example: dict, seed: int) -> None:
     groups_text = "\n".join(
         f"- {g['group_id']} ({len(g['rows'])} experiments, weight {g['weight']}): {g['endpoint']}"
         for g in example["groups"])
-    general = (GENERAL.replace("{task_id}", example["id"]).replace("{task_version}", "1.0")
-               .replace("{time_limit_h}", "8"))
+    general = general_instruction(example["id"], "1.0")
     (out / "instruction.md").write_text(
         f"{general}\n## This task\n\n{example['title'].removeprefix('Example: ').capitalize()}."
         f"\n\nComparison groups:\n\n{groups_text}\n")

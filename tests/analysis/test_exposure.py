@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from spu.analysis.exposure import detect_exposure, exposure_kinds
+from spu.analysis.exposure import (
+    detect_exposure,
+    evaluate,
+    exposure_kinds,
+    format_evaluation,
+    read_cases,
+)
 from spu.schema import SourceRecord, ToolCall, TrajectoryStep
+from tests.conftest import run_module
 
 SOURCE = SourceRecord(
     doi="10.1038/s41586-023-06792-0",
@@ -112,3 +121,54 @@ def test_steps_are_consumed_as_a_stream() -> None:
         yield TrajectoryStep(index=3, tool_calls=[ToolCall(name="Read", output="PMID 38012345")])
 
     assert [(h.kind, h.step) for h in detect_exposure(SOURCE, generate())] == [("pmid", 3)]
+
+
+CASES = Path(__file__).parent / "exposure_cases.jsonl"
+
+
+def test_precision_and_recall_on_the_labelled_fixture_set() -> None:
+    """Paper E.4's detector on 80 labelled tool outputs: HTML pages, search-API JSON, PDF
+    text, URL-encoded links, near misses with shared DOI prefixes, PMID-like numbers in
+    tables. Precision must be 1 (a flag is a serious claim); the one known miss is a PMID
+    under a table's column header, far from its label."""
+    cases = read_cases(CASES)
+    assert len(cases) >= 60
+    assert {c["format"] for c in cases} == {"html", "json", "pdf", "url", "near_miss", "table"}
+    result = evaluate(cases)
+    print(format_evaluation(result))
+    assert result.overall.precision == 1.0
+    assert result.overall.recall >= 0.98
+    assert result.errors == ("table-03: expected ['pmid'] found []",)
+    by_kind = {s.kind: s for s in result.kinds}
+    assert all(by_kind[k].true_positives > 0 for k in
+               ("doi", "pmid", "pmcid", "title", "partial_title", "preprint_doi",
+                "preprint_title"))
+
+
+def test_the_evaluation_command_prints_the_table() -> None:
+    proc = run_module(["spu.analysis.exposure", str(CASES)])
+    assert proc.returncode == 0, proc.stderr
+    assert "80 labelled cases" in proc.stdout
+    assert proc.stdout.splitlines()[-2].split()[:4] == ["all", "50", "0", "1"]
+
+
+def test_matched_text_and_audit_only_hits() -> None:
+    """A hit says what matched; the audit log's full answer is screened where the CLI's
+    record shows less, at the step of the same tool's call of the same rank."""
+    import tempfile
+
+    from spu.analysis.exposure import detect_exposure_in_audit
+    from spu.schema import AuditEntry
+
+    folder = Path(tempfile.mkdtemp())
+    (folder / "calls").mkdir()
+    (folder / "calls" / "00000-fetch.txt").write_text("... 10.1038/S41586-023-06792-0 ...")
+    entry = AuditEntry(time="t", tool="fetch", args={"url": "u"}, status="ok", latency_s=0,
+                       text_sha256="x", chars=1, call=0, text_file="calls/00000-fetch.txt")
+    shortened = [TrajectoryStep(index=5, tool_calls=[ToolCall(name="mcp__spu__fetch",
+                                                              output="[cut]")])]
+    hits = detect_exposure_in_audit(SOURCE, folder, [entry], shortened)
+    assert [(h.kind, h.step, h.tool, h.matched, h.audit_call) for h in hits] == [
+        ("doi", 5, "mcp__spu__fetch", "10.1038/s41586-023-06792-0", 0)]
+    # Found in the trajectory already: not repeated.
+    assert detect_exposure_in_audit(SOURCE, folder, [entry], shortened, hits) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 from spu.harness import HarnessError, get_harness
 from spu.harness.cli_agent import TOOLS_MOUNT
 from spu.harness.npm_tools import InstalledTool, install_prefix, installed
+from spu.tools.session import ToolEndpoints
 from tests.conftest import EXAMPLE_TASK
 
 CATALOGUE = {
@@ -83,7 +85,7 @@ def _with_tool(harness, tmp_path: Path) -> None:
 class _Ctx:
     """The parts of an AgentContext the command needs."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, tools: object = None) -> None:
         from spu.sandbox.base import SandboxPaths
 
         self.paths = SandboxPaths(task="/task", workspace="/workspace", output="/output")
@@ -91,9 +93,54 @@ class _Ctx:
                                    "id": "t", "version": "1"})()
         self.seed = 1
         self.gpu_ids: list[str] = []
+        self.tools = tools
 
     def base_env(self) -> dict[str, str]:
         return {"SPU_TASK_DIR": "/task", "PATH": "/usr/bin:/bin"}
+
+    def proxy_env(self) -> dict[str, str]:
+        from spu.harness.base import AgentContext
+
+        return AgentContext.proxy_env(self)  # type: ignore[arg-type]
+
+
+TOOLS = ToolEndpoints(url="http://10.0.2.2:41000/s3cret/mcp", proxy_url="http://10.0.2.2:41001",
+                      host_address="10.0.2.2")
+
+
+def test_claude_code_gets_the_audited_tools_and_never_its_own_web_tools(
+        compose, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
+    conf = typed(compose("model=opus5", "harness=claude_code", "effort=max"))
+    harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
+    _with_tool(harness, tmp_path)
+    argv = harness.command(_Ctx(tmp_path)).argv  # type: ignore[arg-type]
+    assert argv[argv.index("--disallowedTools") + 1] == "WebSearch,WebFetch"
+    assert "--mcp-config" not in argv  # no service, no MCP server
+    command = harness.command(_Ctx(tmp_path, TOOLS))  # type: ignore[arg-type]
+    argv = command.argv
+    assert argv[argv.index("--disallowedTools") + 1] == "WebSearch,WebFetch"
+    assert json.loads(argv[argv.index("--mcp-config") + 1]) == {
+        "mcpServers": {"spu": {"type": "http", "url": TOOLS.url}}}
+    assert "--strict-mcp-config" in argv
+    # Every connection goes through the egress proxy, except to the host's address.
+    env = command.env
+    assert env["HTTPS_PROXY"] == env["https_proxy"] == env["HTTP_PROXY"] == TOOLS.proxy_url
+    assert env["NO_PROXY"].split(",") == ["10.0.2.2", "127.0.0.1", "localhost"]
+    assert harness.api_hosts() == {"api.anthropic.com"}
+
+
+def test_codex_gets_the_audited_tools_as_its_mcp_server_and_no_web_search(
+        compose, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    conf = typed(compose("model=astra", "harness=codex", "effort=medium"))
+    harness = get_harness("codex")(conf.harness, conf.model, conf.effort)
+    parsed = tomllib.loads(harness.config_toml(TOOLS.url))
+    assert parsed["web_search"] == "disabled"
+    assert parsed["mcp_servers"] == {"spu": {"url": TOOLS.url, "tool_timeout_sec": 180}}
+    assert "mcp_servers" not in tomllib.loads(harness.config_toml())
+    assert tomllib.loads(harness.config_toml())["web_search"] == "disabled"
+    assert harness.api_hosts() == {"api.openai.com"}
 
 
 def test_claude_code_command_for_a_compatible_endpoint(compose, tmp_path: Path,

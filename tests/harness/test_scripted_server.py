@@ -13,7 +13,14 @@ import pytest
 from spu.cli import main as spu_main
 from spu.schema import Usage
 from spu.testing import ScriptedModelServer, ScriptError, load_script, reported_usage
-from spu.testing.script import SIDE_USAGE, default_script, refusal_script, scripted_usage
+from spu.testing.script import (
+    SIDE_USAGE,
+    Script,
+    ScriptedTurn,
+    default_script,
+    refusal_script,
+    scripted_usage,
+)
 
 BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]
 EXEC = [{"type": "function", "name": "exec_command", "parameters": {}}]
@@ -188,3 +195,30 @@ def test_cli_rejects_an_unreadable_script(tmp_path: Path, capsys: pytest.Capture
                                           ) -> None:
     assert spu_main(["scripted-server", "--script", str(tmp_path / "nope.json")]) == 2
     assert "nope.json: no such script file" in capsys.readouterr().err
+
+
+def test_a_tool_turn_calls_the_offered_mcp_tool_in_both_apis() -> None:
+    """Claude Code offers ``mcp__spu__search``; Codex offers ``search`` in the namespace
+    ``mcp__spu`` and must be answered with the namespace field (a flat name is refused)."""
+    script = Script(name="t", turns=(
+        ScriptedTurn(text="s", tool="search", arguments={"query": "q"}),))
+    with ScriptedModelServer(script) as server:
+        _, data, _ = post(server.url + "/v1/messages", {
+            "model": "m", "stream": False, "messages": anthropic_conversation(0),
+            "tools": BASH + [{"name": "mcp__spu__search", "input_schema": {}}]})
+        _, stream, _ = post(server.url + "/v1/responses", {
+            "model": "m", "stream": True, "input": [],
+            "tools": EXEC + [{"type": "namespace", "name": "mcp__spu", "tools": [
+                {"type": "function", "name": "search", "parameters": {}}]}]})
+        # A request without the tool: the turn runs a shell command that says so.
+        _, missing, _ = post(server.url + "/v1/messages", {
+            "model": "m", "stream": False, "messages": anthropic_conversation(0),
+            "tools": BASH})
+    (use,) = [b for b in json.loads(data)["content"] if b["type"] == "tool_use"]
+    assert (use["name"], use["input"]) == ("mcp__spu__search", {"query": "q"})
+    output = sse(stream)[-1][1]["response"]["output"]
+    (call,) = [i for i in output if i["type"] == "function_call"]
+    assert (call["name"], call["namespace"]) == ("search", "mcp__spu")
+    (fallback,) = [b for b in json.loads(missing)["content"] if b["type"] == "tool_use"]
+    assert fallback["name"] == "Bash"
+    assert fallback["input"]["command"] == "echo '[scripted] tool search is not offered'"

@@ -110,3 +110,28 @@ def test_truncated_rollout_is_incomplete(tmp_path: Path) -> None:
     assert not reading.complete
     assert "truncated session" in (infra_error(reading, ProcessEvidence(exit_code=0), None)
                                    or "")
+
+
+def test_an_mcp_call_is_named_with_its_namespace_and_its_output_read(tmp_path) -> None:
+    """Codex records an MCP call as ``search`` in the namespace ``mcp__spu``; it must read
+    as ``mcp__spu__search`` (what it is), with the text of its ``input_text`` blocks."""
+    import json as _json
+
+    from spu.harness.trajectory.codex import read_codex_sessions
+
+    lines = [
+        {"timestamp": "2026-01-01T00:00:00Z", "type": "session_meta", "payload": {"id": "t"}},
+        {"timestamp": "2026-01-01T00:00:01Z", "type": "response_item", "payload": {
+            "type": "function_call", "name": "search", "namespace": "mcp__spu",
+            "arguments": '{"query": "q"}', "call_id": "c1"}},
+        {"timestamp": "2026-01-01T00:00:02Z", "type": "response_item", "payload": {
+            "type": "function_call_output", "call_id": "c1", "output": [
+                {"type": "input_text", "text": "Wall time: 0.1 seconds\nOutput:"},
+                {"type": "input_text", "text": '[{"url": "u"}]'}]}},
+    ]
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "rollout-1.jsonl").write_text("".join(_json.dumps(x) + "\n" for x in lines))
+    (call,) = [c for s in read_codex_sessions(folder).trajectory.steps for c in s.tool_calls]
+    assert (call.name, call.arguments) == ("mcp__spu__search", {"query": "q"})
+    assert call.output == 'Wall time: 0.1 seconds\nOutput:\n[{"url": "u"}]'

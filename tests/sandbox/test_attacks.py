@@ -124,6 +124,10 @@ def _scan_args(targets: dict[str, str], exclude_ports: set[int] = frozenset()) -
 # --------------------------------------------------------------------------- the attacks
 
 
+def other_name(name: str) -> str:
+    return "b" if name == "a" else "a"
+
+
 @needs_root
 @pytest.mark.parametrize("backend", ISOLATING)
 def test_port_scan_in_a_parallel_sweep_reaches_the_internet_and_its_own_port_only(
@@ -186,15 +190,19 @@ def test_port_scan_in_a_parallel_sweep_reaches_the_internet_and_its_own_port_onl
         assert f"own-{name}" in (targets["own"] or ""), "its own host port is reachable"
         unreached = {k: v for k, v in targets.items() if k not in ("internet", "own")}
         assert all(v is None for v in unreached.values()), unreached
-        # The scan: only its own port, forwarded at 127.0.0.1, answers.
-        assert report["scanned"] > 10
-        assert {(h, p) for h, p, _ in report["open"]} == {("127.0.0.1", own[name])}, (
-            report["open"])
-        assert report["own_listeners"] == [own[name]]
+        # The scan: only its own host ports (its port, its tools service and egress
+        # proxy), forwarded at 127.0.0.1, answer; the other run's are out of reach.
         saved = _saved(spec, record)
+        ports = set(saved["sandbox"]["host_ports"])
+        other_ports = set(_saved(specs[other_name(name)], records[other_name(name)])
+                          ["sandbox"]["host_ports"])
+        assert own[name] in ports and not ports & other_ports
+        assert report["scanned"] > 10
+        assert {(h, p) for h, p, _ in report["open"]} == {("127.0.0.1", p) for p in ports}, (
+            report["open"])
+        assert report["own_listeners"] == sorted(ports)
         assert saved["sandbox"]["network"] == "pasta-filtered"
         assert "network:pasta-filtered" in saved["sandbox"]["isolation"]
-        assert saved["sandbox"]["host_ports"] == [own[name]]
         assert record.outcome is Outcome.no_file and record.process.error is None
 
 
@@ -237,7 +245,11 @@ def test_ray_head_on_this_machine_cannot_be_joined(backend, request, compose,
         shutil.rmtree(temp, ignore_errors=True)
     report = read_json(_run_dir(spec, record) / "output" / "net.json")
     assert all(v is None for v in report["targets"].values()), report["targets"]
-    assert report["open"] == [], "no port of this machine answers an agent without host ports"
+    # Only the run's own services (its audited tools and egress proxy) answer.
+    ports = set(_saved(spec, record)["sandbox"]["host_ports"])
+    assert port not in ports
+    assert {(h, p) for h, p, _ in report["open"]} == {("127.0.0.1", p) for p in ports}, (
+        "no other port of this machine answers an agent")
     assert record.process.error is None
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spu.tasks.builder import BuildError, build_task, load_spec
+from spu.tasks.builder import BuildError, BuildResult, build_task, load_spec
 from spu.tasks.package import load_answers, load_task
 from spu.tasks.validate import validate_task
 from tests.conftest import REPO, TASKS, run_module
@@ -311,19 +311,84 @@ def test_shipped_task_rebuilds_byte_for_byte(spec_path, tmp_path) -> None:
     assert json.loads((shipped / "hidden" / "answers.json").read_text())["source"]["package"]
 
 
-def test_a_presented_order_above_chance_is_drawn_again(tmp_path) -> None:
-    """A shuffle whose row or contract order beats the chance threshold is not kept."""
+def _four_rows(tmp_path: Path) -> None:
     rows = [("Pd-A", s, t, y, "b1") for s, t, y in
             [("toluene", 60, 1.0), ("THF", 70, 2.0), ("DMF", 80, 3.0), ("MeCN", 90, 4.0)]]
     write_csv(tmp_path / "table.csv", rows)
-    redrawn = None
+
+
+def _four_spec(seed: int, **extra) -> dict:
+    return spec_dict({"path": "table.csv"}, seed=seed, settings=[{"column": "solvent"}],
+                     groups=[{"where": {"catalyst": "Pd-A"}, "endpoint": "yield"}], **extra)
+
+
+def _seed_beating_chance(tmp_path: Path) -> tuple[int, BuildResult]:
+    """A seed whose first shuffle presents the four experiments above chance."""
+    _four_rows(tmp_path)
     for seed in range(300):  # with 4 items about 1 shuffle in 12 beats 0.8: find one
-        spec = spec_dict({"path": "table.csv"}, seed=seed,
-                         settings=[{"column": "solvent"}],
-                         groups=[{"where": {"catalyst": "Pd-A"}, "endpoint": "yield"}])
-        result = build_task(write_spec(tmp_path, spec), tmp_path / "out", force=True)
-        assert not any(f.code == "presented-order" for f in result.report.findings)
-        if result.attempt > 0:
-            redrawn = result
-            break
-    assert redrawn is not None, "no seed needed a second shuffle"
+        result = build_task(write_spec(tmp_path, _four_spec(seed)), tmp_path / "out",
+                            force=True)
+        if result.presented_order_score > result.chance_threshold:
+            return seed, result
+    raise AssertionError("no seed presents its order above chance")
+
+
+def test_the_paper_keeps_a_presented_order_above_chance(tmp_path) -> None:
+    """Default (paper E.4): one shuffle, kept and reported, even when it beats chance."""
+    _, kept = _seed_beating_chance(tmp_path)
+    assert kept.attempt == 0
+    assert any(f.code == "presented-order" for f in kept.report.warnings)
+    task = load_task(kept.path)
+    measured = load_answers(task.answers_path()).groups["G1"]
+    rows = [r.experiment_id for r in task.targets()]
+    # Four distinct values: the row order beats the chance threshold 0.8 only at rho = 1.
+    assert kept.chance_threshold == pytest.approx(0.8)
+    assert kept.presented_order_score == 1.0 and rows == sorted(rows, key=measured.get)
+
+
+def test_a_presented_order_above_chance_is_drawn_again_on_request(tmp_path) -> None:
+    """``presented_order: redraw``: a shuffle whose row or contract order beats chance goes."""
+    seed, _ = _seed_beating_chance(tmp_path)
+    redrawn = build_task(write_spec(tmp_path, _four_spec(seed, presented_order="redraw")),
+                         tmp_path / "redrawn")
+    assert redrawn.attempt > 0
+    assert not any(f.code == "presented-order" for f in redrawn.report.findings)
+    assert redrawn.presented_order_score <= redrawn.chance_threshold
+
+
+def test_strict_build_refuses_a_presented_order_above_chance_and_says_why(tmp_path) -> None:
+    seed, _ = _seed_beating_chance(tmp_path)
+    out = tmp_path / "strict"
+    with pytest.raises(BuildError, match="presented_order: redraw"):
+        build_task(write_spec(tmp_path, _four_spec(seed)), out, strict=True)
+    assert not out.exists()
+
+
+def test_instruction_states_the_hardware_and_the_tools(simple_spec, tmp_path) -> None:
+    """Paper 4.8: the agent is told its CPUs, memory, GPU and time, and to check them; 3.7:
+    the audited tools (MCP server ``spu``, ``$SPU_TOOLS_URL``) and ``policy_stop``."""
+    text = (build_task(simple_spec, tmp_path / "a").path / "instruction.md").read_text()
+    assert "8 CPU cores, 16 GiB of memory and one GPU, for up to 8" in " ".join(text.split())
+    assert "Check the hardware actually available to you" in text
+    for words in ("MCP server `spu`", "`search`", "`fetch`", "`policy_stop`",
+                  "`$SPU_TOOLS_URL`", "policy_stop(step, reason)", "submit what you have"):
+        assert words in text, words
+    assert "{" + "cpus}" not in text and "{" + "gpus_text}" not in text
+
+    limited = yaml.safe_load(simple_spec.read_text())
+    limited["limits"] = {"cpus": 2, "memory_gb": 4, "gpus": 0, "time_s": 5400}
+    path = build_task(write_spec(simple_spec.parent, limited, "limited.yaml"),
+                      tmp_path / "b").path
+    text = " ".join((path / "instruction.md").read_text().split())
+    assert "2 CPU cores, 4 GiB of memory and no GPU, for up to 1.5 hours" in text
+    assert load_task(path).meta.limits is not None
+
+
+def test_paper_limits_are_the_run_defaults() -> None:
+    """What the instruction states by default is what a run gets by default (SPEC 4)."""
+    from spu.config import LimitsConfig
+    from spu.tasks.builder import PAPER_LIMITS
+
+    d = LimitsConfig()
+    assert (PAPER_LIMITS.time_s, PAPER_LIMITS.memory_gb, PAPER_LIMITS.cpus,
+            PAPER_LIMITS.gpus) == (d.time_s, d.memory_gb, d.cpus, d.gpus)

@@ -181,6 +181,24 @@ def test_presented_order_follows_targets_rows() -> None:
     down = task_threshold(contract, answers, presented=items[::-1])
     assert up.presented_order_score == pytest.approx(1.0)
     assert down.presented_order_score == pytest.approx(-1.0)
+    assert up.presented_order_beats_chance and not down.presented_order_beats_chance
+
+
+def test_cli_threshold_reports_the_presented_order_either_way(tmp_path) -> None:
+    """Above or below chance, ``spu task threshold`` states the presented-order score."""
+    from tests.tasks.conftest import write_task
+
+    rows_up = write_task(tmp_path / "up", groups={"G1": {"weight": 1.0, "values": {
+        "E417": 1.0, "E902": 2.0, "E233": 3.0, "E781": 4.0, "E560": 5.0}}},
+        rows=[{"experiment_id": e, "group_id": "G1", "x": "a"}
+              for e in ["E417", "E902", "E233", "E781", "E560"]])
+    for task, side in ((rows_up, "above"), (EXAMPLE_TWO_GROUPS, "not above")):
+        out = run_module(["spu", "task", "threshold", str(task)])
+        assert out.returncode == 0, out.stderr
+        assert f"({side} the chance threshold" in out.stdout
+        data = json.loads(run_module(["spu", "task", "threshold", str(task), "--json"]).stdout)
+        assert data["presented_order_beats_chance"] is (side == "above")
+        assert isinstance(data["presented_order_score"], float)
 
 
 def test_cli_threshold_json_has_the_spec_keys() -> None:

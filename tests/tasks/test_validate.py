@@ -296,31 +296,64 @@ def test_leak_source_file_name(make_task) -> None:
 # ----------------------------------------------------------------------------- screens
 
 
-def test_monotone_group_warns_and_strict_fails(make_task) -> None:
-    # A concentration series: the setting's order is the measured order in G1.
+def test_strictly_monotone_group_is_flagged_by_name(make_task) -> None:
+    """A concentration series (paper 2.3, Figure 4): the exact check names the setting."""
     values = GROUPS["G1"]["values"]
     cells = {e: str(10 + rank) for rank, e in enumerate(sorted(values, key=values.get))}
     cells.update({e: SETTINGS[e][1] for e in GROUPS["G2"]["values"]})
     task = make_task(rows=_rows_with("concentration_mm", cells))
     report = validate_task(task)
     assert report.ok
-    monotone = [f for f in report.warnings if f.code == "monotone"]
-    assert len(monotone) == 1 and "G1" in monotone[0].message
-    assert "'concentration_mm'" in monotone[0].message and "+1.000" in monotone[0].message
+    strict_trend = [f for f in report.warnings if f.code == "strictly-monotone"]
+    assert len(strict_trend) == 1 and "group G1" in strict_trend[0].message
+    assert "rises strictly with setting 'concentration_mm'" in strict_trend[0].message
+    # The looser check does not repeat a group the exact one caught.
+    assert "monotone-rho" not in codes(report, Severity.warning)
     strict = validate_task(task, strict=True)
-    assert not strict.ok and "monotone" in codes(strict)
+    assert not strict.ok and "strictly-monotone" in codes(strict)
 
 
-def test_monotone_threshold_is_configurable(make_task) -> None:
+def test_strictly_monotone_falling_and_only_varied_setting(make_task) -> None:
+    values = GROUPS["G1"]["values"]
+    falling = sorted(values, key=values.get, reverse=True)
+    cells = {e: f"{0.5 * (k + 1):g}" for k, e in enumerate(falling)}
+    cells.update({e: SETTINGS[e][1] for e in GROUPS["G2"]["values"]})
+    group_of = {e: gid for gid, g in GROUPS.items() for e in g["values"]}
+    rows = [{"experiment_id": e, "group_id": group_of[e], "solvent": "THF",
+             "dose_mg": cells[e]} for e in SETTINGS]
+    found = [f for f in validate_task(make_task(rows=rows)).warnings
+             if f.code == "strictly-monotone"]
+    assert len(found) == 1
+    assert "falls strictly with setting 'dose_mg' (the only setting varied in the group)" \
+        in found[0].message
+
+
+def test_a_tie_breaks_the_strict_trend_but_not_the_rho_check(make_task) -> None:
+    """Two experiments at the same setting: not a strict series; |rho| 0.986 still warns."""
+    values = GROUPS["G1"]["values"]
+    order = sorted(values, key=values.get)
+    cells = {e: str(10 + rank) for rank, e in enumerate(order)}
+    cells[order[1]] = cells[order[0]]  # ranks 1.5, 1.5, 3..6 against 1..6
+    cells.update({e: SETTINGS[e][1] for e in GROUPS["G2"]["values"]})
+    report = validate_task(make_task(rows=_rows_with("concentration_mm", cells)))
+    assert "strictly-monotone" not in codes(report, Severity.warning)
+    near = [f for f in report.warnings if f.code == "monotone-rho"]
+    # rho of (1.5, 1.5, 3, 4, 5, 6) with (1..6): hand-worked 0.985611 (scipy agrees).
+    assert len(near) == 1 and "+0.986" in near[0].message and "'concentration_mm'" in \
+        near[0].message
+
+
+def test_monotone_rho_threshold_is_configurable(make_task) -> None:
     values = GROUPS["G1"]["values"]
     order = sorted(values, key=values.get)
     order[0], order[1] = order[1], order[0]  # one swap: rho = 1 - 6*2/(6*35) = 0.943
     cells = {e: str(10 + rank) for rank, e in enumerate(order)}
     cells.update({e: SETTINGS[e][1] for e in GROUPS["G2"]["values"]})
     task = make_task(rows=_rows_with("concentration_mm", cells))
-    assert "monotone" not in codes(validate_task(task), Severity.warning)
+    found = codes(validate_task(task), Severity.warning)
+    assert "monotone-rho" not in found and "strictly-monotone" not in found
     loose = validate_task(task, screens=ScreenSettings(monotone_rho=0.9))
-    assert "monotone" in codes(loose, Severity.warning)
+    assert "monotone-rho" in codes(loose, Severity.warning)
 
 
 def test_narrow_relative_spread_warns(make_task) -> None:

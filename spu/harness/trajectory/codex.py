@@ -16,7 +16,12 @@ Traps handled here:
 - ``input_tokens`` includes the cached tokens (``cached_input_tokens``) and the cache
   writes (``cache_write_input_tokens``): the uncached input is what remains;
 - a provider refusal is an error whose ``codex_error_info`` is ``bio_policy`` or
-  ``cyber_policy``, not an answer.
+  ``cyber_policy``, not an answer;
+- an MCP tool is called by its own name in the namespace of its server
+  (``{"name": "search", "namespace": "mcp__spu"}``): the call is named
+  ``mcp__spu__search``, as Claude Code names it, so that it reads as what it is;
+- tool outputs may be lists of ``input_text`` blocks (an MCP call's output starts with a
+  ``Wall time`` block).
 """
 
 from __future__ import annotations
@@ -208,8 +213,11 @@ def _tool_call(item: dict[str, Any]) -> ToolCall:
         arguments = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
         arguments = raw
-    return ToolCall(id=item.get("call_id") or item.get("id"), name=str(item.get("name", "?")),
-                    arguments=arguments)
+    name = str(item.get("name", "?"))
+    namespace = item.get("namespace")
+    if isinstance(namespace, str) and namespace:
+        name = f"{namespace}__{name}"
+    return ToolCall(id=item.get("call_id") or item.get("id"), name=name, arguments=arguments)
 
 
 def read_codex_sessions(sessions_dir: Path, cli_version: str | None = None) -> SessionReading:

@@ -115,8 +115,19 @@ def read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str,
         yield number, entry
 
 
+TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
+"""Content block types that hold text (Messages API; Responses API input and output)."""
+
+
 def tool_output_text(content: Any) -> str | None:
-    """A tool result's content as text (a string, or a list of text blocks)."""
+    r"""A tool result's content as text (a string, or a list of text blocks).
+
+    Examples
+    --------
+    >>> tool_output_text([{"type": "input_text", "text": "Wall time: 0.1 seconds"},
+    ...                   {"type": "input_text", "text": "[]"}, {"type": "image"}])
+    'Wall time: 0.1 seconds\n[]\n[image]'
+    """
     if content is None:
         return None
     if isinstance(content, str):
@@ -124,7 +135,7 @@ def tool_output_text(content: Any) -> str | None:
     if isinstance(content, list):
         parts = []
         for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
+            if isinstance(block, dict) and block.get("type") in TEXT_BLOCKS:
                 parts.append(str(block.get("text", "")))
             elif isinstance(block, dict):
                 parts.append(f"[{block.get('type', 'block')}]")

@@ -1,0 +1,781 @@
+"""Rules that label a tool call: its activity, the method families it ran, its GPU work.
+
+Paper appendix E.7: each tool call gets one primary activity by a fixed priority
+(:data:`PRIORITY`), and the method families of the code it *executed*. A script is
+credited when it runs, not when it is written: the rules remember what each written
+file would do (:class:`ScriptSignals`) and credit it to the call that runs it.
+
+The labeller is pure: :func:`label_call` takes the call and a :class:`RunContext` that
+holds the run's paths and the signals of the scripts written so far, and returns a
+:class:`CallLabel`; :meth:`RunContext.remember` is the only state it keeps between
+calls (one entry per written script, never the script's text).
+
+Traps of the format handled here:
+
+- tool names differ by CLI: Claude Code ``Bash``/``Write``/``Read``/``Task``,
+  ``mcp__<server>__<tool>`` for MCP; Codex ``exec_command``/``shell``/``apply_patch``/
+  ``update_plan``, MCP as ``<server>__<tool>``, ``mcp__<server>__<tool>`` or
+  ``<server>.<tool>``; the built-in web tools (``WebSearch``, ``WebFetch``, Codex
+  ``web_search``) count as web like the audited service's ``search`` and ``fetch``;
+- a Python program is often a shell heredoc (``python3 - <<'PY' ... PY``), a ``-c``
+  string, or a file written earlier and run by name;
+- a program that did not run (``command not found``, ``No module named``) is no
+  method family;
+- a ``curl`` of the task's own files (``file:///task/...``, loopback) is reading the
+  inputs, not a download; a ``pip install`` inside Python is an installation.
+
+Examples
+--------
+>>> ctx = RunContext()
+>>> label_call("Bash", {"command": "pip install rdkit"}, "", ctx).activity.value
+'software_install'
+>>> label_call("mcp__spu__search", {"query": "x"}, "", ctx).activity.value
+'web_search'
+>>> _ = label_call("Write", {"file_path": "/workspace/a.py",
+...                          "content": "from rdkit import Chem"}, "ok", ctx)
+>>> label = label_call("Bash", {"command": "python a.py"}, "done", ctx)
+>>> label.activity.value, label.families
+('scientific_computation', ('cheminformatics',))
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from spu.schema import Activity
+
+PRIORITY: tuple[Activity, ...] = tuple(Activity)
+"""The fixed priority of E.7, highest first (the order of :class:`~spu.schema.Activity`)."""
+
+METHOD_FAMILIES: tuple[str, ...] = (
+    "monte_carlo", "cheminformatics", "semiempirical_qm", "dft", "molecular_dynamics",
+    "ml_potentials", "docking", "bioinformatics", "fitting_rate_equations",
+)
+"""The method families of E.7 and Figure 15a."""
+
+MODULE_FAMILIES: dict[str, str] = {
+    # cheminformatics
+    "rdkit": "cheminformatics", "openbabel": "cheminformatics", "pybel": "cheminformatics",
+    "mordred": "cheminformatics", "datamol": "cheminformatics", "molfeat": "cheminformatics",
+    "chemprop": "cheminformatics", "cirpy": "cheminformatics", "pubchempy": "cheminformatics",
+    "openeye": "cheminformatics", "oddt": "cheminformatics",
+    # semiempirical quantum chemistry
+    "xtb": "semiempirical_qm", "tblite": "semiempirical_qm", "dftbplus": "semiempirical_qm",
+    "pyscf.semiempirical": "semiempirical_qm",
+    # density functional theory
+    "pyscf": "dft", "gpu4pyscf": "dft", "psi4": "dft", "gpaw": "dft", "qcengine": "dft",
+    "ase.calculators.vasp": "dft", "ase.calculators.espresso": "dft",
+    "ase.calculators.orca": "dft", "ase.calculators.nwchem": "dft", "pyberny": "dft",
+    # molecular dynamics
+    "openmm": "molecular_dynamics", "simtk": "molecular_dynamics",
+    "mdtraj": "molecular_dynamics", "MDAnalysis": "molecular_dynamics",
+    "gromacs": "molecular_dynamics", "lammps": "molecular_dynamics",
+    "hoomd": "molecular_dynamics", "openmmtools": "molecular_dynamics",
+    "ase.md": "molecular_dynamics", "jax_md": "molecular_dynamics",
+    "openff": "molecular_dynamics",
+    # machine-learned interatomic potentials
+    "mace": "ml_potentials", "torchani": "ml_potentials", "chgnet": "ml_potentials",
+    "m3gnet": "ml_potentials", "matgl": "ml_potentials", "nequip": "ml_potentials",
+    "allegro": "ml_potentials", "sevenn": "ml_potentials", "orb_models": "ml_potentials",
+    "fairchem": "ml_potentials", "ocpmodels": "ml_potentials", "aimnet": "ml_potentials",
+    "aimnet2": "ml_potentials", "schnetpack": "ml_potentials", "deepmd": "ml_potentials",
+    "mattersim": "ml_potentials",
+    # docking
+    "vina": "docking", "meeko": "docking", "smina": "docking", "gnina": "docking",
+    "AutoDockTools": "docking", "diffdock": "docking", "pdbfixer": "docking",
+    # sequence and structure bioinformatics
+    "Bio": "bioinformatics", "pysam": "bioinformatics", "pyhmmer": "bioinformatics",
+    "esm": "bioinformatics", "prody": "bioinformatics", "biotite": "bioinformatics",
+    "freesasa": "bioinformatics", "anarci": "bioinformatics", "abnumber": "bioinformatics",
+    "parasail": "bioinformatics", "pyrosetta": "bioinformatics", "colabfold": "bioinformatics",
+    "transformers.models.esm": "bioinformatics", "dssp": "bioinformatics",
+    # fitting and rate equations
+    "lmfit": "fitting_rate_equations", "cantera": "fitting_rate_equations",
+    "tellurium": "fitting_rate_equations", "kinetics": "fitting_rate_equations",
+    # Monte Carlo sampling libraries
+    "emcee": "monte_carlo", "pymc": "monte_carlo", "pymc3": "monte_carlo",
+    "numpyro": "monte_carlo", "arviz": "monte_carlo",
+}
+"""Python module (or its first dotted parts) -> method family."""
+
+PROGRAM_FAMILIES: dict[str, str] = {
+    "obabel": "cheminformatics", "babel": "cheminformatics",
+    "xtb": "semiempirical_qm", "crest": "semiempirical_qm", "mopac": "semiempirical_qm",
+    "MOPAC2016.exe": "semiempirical_qm", "dftb+": "semiempirical_qm", "sqm": "semiempirical_qm",
+    "orca": "dft", "g16": "dft", "g09": "dft", "psi4": "dft", "cp2k": "dft", "cp2k.popt": "dft",
+    "cp2k.psmp": "dft", "pw.x": "dft", "vasp": "dft", "vasp_std": "dft", "vasp_gam": "dft",
+    "nwchem": "dft", "gpaw": "dft", "qchem": "dft", "ridft": "dft", "dscf": "dft",
+    "siesta": "dft", "abinit": "dft",
+    "gmx": "molecular_dynamics", "gmx_mpi": "molecular_dynamics", "lmp": "molecular_dynamics",
+    "lmp_serial": "molecular_dynamics", "lmp_mpi": "molecular_dynamics",
+    "namd2": "molecular_dynamics", "namd3": "molecular_dynamics", "pmemd": "molecular_dynamics",
+    "pmemd.cuda": "molecular_dynamics", "sander": "molecular_dynamics",
+    "vina": "docking", "qvina": "docking", "qvina2": "docking", "smina": "docking",
+    "gnina": "docking", "rbdock": "docking", "ledock": "docking",
+    "blastp": "bioinformatics", "blastn": "bioinformatics", "blastx": "bioinformatics",
+    "psiblast": "bioinformatics", "hmmscan": "bioinformatics", "hmmsearch": "bioinformatics",
+    "jackhmmer": "bioinformatics", "mafft": "bioinformatics", "muscle": "bioinformatics",
+    "clustalo": "bioinformatics", "needle": "bioinformatics", "water": "bioinformatics",
+    "mmseqs": "bioinformatics", "diamond": "bioinformatics", "mkdssp": "bioinformatics",
+    "dssp": "bioinformatics", "foldseek": "bioinformatics", "TMalign": "bioinformatics",
+    "colabfold_batch": "bioinformatics", "samtools": "bioinformatics", "bwa": "bioinformatics",
+    "bowtie2": "bioinformatics", "RNAfold": "bioinformatics",
+}
+"""Executable name -> method family (a program of that family that ran)."""
+
+# Calls that mark a family inside executed Python, whatever is imported.
+_CALL_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b(?:curve_fit|least_squares|polyfit|lmfit|minimize_scalar|leastsq|"
+                r"odeint|solve_ivp|ode\(|Model\(\w*\)\.fit|nls|fit_kinetics)\s*\("),
+     "fitting_rate_equations"),
+    (re.compile(r"\b(?:pairwise2|PairwiseAligner|pairwise_alignment|align\.globalxx|"
+                r"align\.localxx|smith_waterman|needleman_wunsch)\b"), "bioinformatics"),
+    (re.compile(r"\b(?:np\.random|numpy\.random|rng|random|default_rng\([^)]*\))\s*\."
+                r"(?:normal|uniform|lognormal|dirichlet|choice|permutation|shuffle|beta|gamma|"
+                r"poisson|multivariate_normal|binomial|exponential|standard_normal|gauss|"
+                r"integers|randint|triangular|rand|randn|random|sample)\s*\(|\.rvs\s*\(|"
+                r"\bmonte[_ ]?carlo\b", re.IGNORECASE), "monte_carlo"),
+)
+
+_GPU_CODE = re.compile(
+    r"\.cuda\(|\.to\(\s*['\"]cuda|device\s*=\s*['\"]cuda|torch\.device\(\s*['\"]cuda|"
+    r"\bcupy\b|\bgpu4pyscf\b|getPlatformByName\(\s*['\"](?:CUDA|OpenCL)|numba\.cuda|"
+    r"['\"]/?GPU:\d['\"]|jax\.devices\(\s*['\"]gpu|\.to_gpu\(|tf\.device\(")
+_GPU_PROGRAM = re.compile(
+    r"(?:\s-nb\s+gpu|\s-gpu_id|\s--gpu\b|\s-gpu\b|--device[ =]+(?:cuda|\d)|\bpmemd\.cuda\b|"
+    r"--cuda\b|--use-gpu\b|-gpu\s+on)")
+_GPU_NAMED = re.compile(
+    r"(?:cuda:\d|\bon (?:the )?GPU\b|Using (?:the )?(?:GPU|CUDA|device: cuda)|device\(type='cuda'|"
+    r"\bPlatform:? CUDA\b|NVIDIA (?:H\d+|A\d+|L\d+|RTX|GeForce|Tesla|GH\d+)|Tesla [A-Z]\d+|"
+    r"\bH20\b|\bGPU \d: )", re.IGNORECASE)
+_PROBE_CODE = re.compile(
+    r"is_available\(\)|device_count\(\)|get_device_name|__version__|sys\.version|"
+    r"platform\.|find_spec|importlib|cpu_count|virtual_memory|shutil\.which")
+GPU_ERRORS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("library_load", re.compile(r"lib(?:cud\w*|cublas\w*|cufft\w*|nvrtc\w*|cusparse\w*|"
+                                r"cusolver\w*|nccl\w*)[^\n]{0,60}(?:cannot open|not found|No such)|"
+                                r"(?:cannot open shared object|Could not load library)[^\n]{0,60}"
+                                r"cu", re.IGNORECASE)),
+    ("out_of_memory", re.compile(r"CUDA out of memory|OutOfMemoryError|cudaErrorMemoryAllocation|"
+                                 r"CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)),
+    ("no_device", re.compile(r"no CUDA-capable device|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|"
+                             r"Found no NVIDIA driver|Torch not compiled with CUDA",
+                             re.IGNORECASE)),
+    ("driver", re.compile(r"CUDA driver version is insufficient|driver/library version "
+                          r"mismatch|CUDA_ERROR_\w+|cudaError\w+", re.IGNORECASE)),
+    ("other_cuda", re.compile(r"CUDA error|RuntimeError: CUDA|CUBLAS_STATUS_\w+|"
+                              r"an illegal memory access", re.IGNORECASE)),
+)
+"""Kinds of GPU error named in a program's output (Figure 22c), first match wins."""
+
+_INSTALL = re.compile(
+    r"(?:^|[\s;&|(\"'`!])(?:(?:python3?|uv)\s+-m\s+pip|pip3?|uv\s+pip|uv|conda|mamba|micromamba|"
+    r"apt(?:-get)?|npm|cargo|gem|brew|dnf|yum|apk)\s+(?:-\S+\s+)*(?:install|add)\b|"
+    r"install\.packages\(|pip\.main\(\[['\"]install|['\"]pip3?['\"]\s*,\s*(?:['\"]-\S+['\"]\s*,\s*)*"
+    r"['\"]install['\"]")
+_DOWNLOAD_PROGRAMS = frozenset({"curl", "wget", "aria2c", "lynx", "w3m", "links"})
+_URL = re.compile(r"\b(?:https?|ftp|file)://[^\s'\"<>)]+", re.IGNORECASE)
+_PY_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import|import[ \t]+([\w., \t]+))",
+                        re.MULTILINE)
+_NOT_FOUND_MODULE = re.compile(r"No module named '?([\w.]+)")
+_COMMAND_NOT_FOUND = re.compile(r"(?<![\w.+-])([\w.+-]+): (?:command )?not found")
+_WRITE_OPS = re.compile(r"(?<![<>&])>>?(?![&>])|\btee\b|\bcp\b|\bmv\b|"
+                        r"open\([^)]*['\"][wa]b?\+?['\"]|"
+                        r"\.write\(|json\.dump\(|write_text\(|to_csv\(|to_json\(|savetxt\(|"
+                        r"\bdump\(")
+_SUBMISSION_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json|SPU_OUTPUT_DIR|/output\b")
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\s*(?:\n|$)", re.DOTALL)
+_CAT_TO_FILE = re.compile(r"\b(?:cat|tee)\s*(?:-a\s+)?>?\s*>?\s*['\"]?([^\s'\"<>|;&]+)['\"]?\s*"
+                          r"<<-?\s*(['\"]?)(\w+)\2[^\n]*\n(.*?)\n\s*\3\s*(?:\n|$)", re.DOTALL)
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.+)$", re.MULTILINE)
+_PYTHON = re.compile(r"^(?:python(?:\d(?:\.\d+)?)?|ipython3?|pypy3?)$")
+_WRAPPERS = frozenset({"sudo", "nohup", "time", "timeout", "env", "nice", "stdbuf",
+                       "exec", "command", "xargs", "mpirun", "mpiexec", "srun", "setsid",
+                       "uv", "conda", "micromamba", "mamba"})
+_WAIT_PROGRAMS = frozenset({"sleep", "wait", "watch", "ps", "top", "htop", "jobs", "pgrep",
+                            "pidof", "kill", "pkill", "fg", "bg"})
+_PROBE_PROGRAMS = frozenset({"nvidia-smi", "nproc", "free", "df", "du", "uname", "lscpu",
+                             "which", "whereis", "type", "hostname", "whoami", "id", "env",
+                             "printenv", "lsb_release", "nvcc", "ulimit", "module", "lspci",
+                             "conda", "pip", "pip3", "mount", "cat /proc"})
+_VIEW_PROGRAMS = frozenset({"cat", "head", "tail", "less", "more", "ls", "find", "tree", "wc",
+                            "grep", "rg", "egrep", "sed", "awk", "file", "stat", "diff", "jq",
+                            "realpath", "readlink", "column", "sort", "uniq", "cut", "nl",
+                            "xxd", "od", "strings", "zcat", "unzip", "tar", "pdftotext",
+                            "pwd", "cd", "echo", "printf", "test", "[", "true"})
+_PLAN_PROGRAMS = frozenset({"date"})
+_CODE_SUFFIXES = (".py", ".sh", ".r", ".jl", ".c", ".cpp", ".h", ".f90", ".js", ".ts",
+                  ".ipynb", ".pl", ".rs", ".go", ".java", ".m", ".inp", ".in", ".gjf", ".com",
+                  ".mdp", ".conf", ".toml", ".yaml", ".yml", ".cfg", ".ini", ".bash")
+
+_SUBAGENT_TOOLS = frozenset({"task", "agent", "spawn_agent", "send_input", "resume_agent",
+                             "close_agent", "sendmessage"})
+_WAIT_TOOLS = frozenset({"bashoutput", "taskoutput", "killshell", "killbash", "wait",
+                         "write_stdin", "taskstop"})
+_PLAN_TOOLS = frozenset({"todowrite", "update_plan", "exitplanmode", "enterplanmode",
+                         "todoread"})
+_VIEW_TOOLS = frozenset({"read", "glob", "grep", "ls", "view_image", "list_dir", "read_file",
+                         "notebookread", "grep_files", "view"})
+_WRITE_TOOLS = frozenset({"write", "edit", "multiedit", "notebookedit", "apply_patch",
+                          "create_file", "str_replace_based_edit_tool"})
+_SHELL_TOOLS = frozenset({"bash", "exec_command", "shell", "local_shell", "shell_command",
+                          "container.exec", "unified_exec"})
+WEB_SEARCH_TOOLS = frozenset({"websearch", "web_search", "search", "web_search_preview"})
+WEB_FETCH_TOOLS = frozenset({"webfetch", "web_fetch", "fetch", "open_page"})
+
+
+@dataclass(frozen=True)
+class ScriptSignals:
+    """What a piece of Python code would do if it ran (derived once, the text not kept)."""
+
+    modules: frozenset[str] = frozenset()
+    """Top-level and dotted module names imported."""
+    families: frozenset[str] = frozenset()
+    """Method families its imports and calls belong to."""
+    gpu: bool = False
+    """It places work on a GPU (CUDA tensor, GPU build, CUDA platform)."""
+    install: bool = False
+    """It installs software (``pip install`` through subprocess, ``!pip``...)."""
+    submission: bool = False
+    """It writes a submission file (``rankings.json``, ``report.md``, the output folder)."""
+    probe: bool = False
+    """It only probes the environment (versions, device counts), computing nothing."""
+
+    def __or__(self, other: ScriptSignals) -> ScriptSignals:
+        return ScriptSignals(self.modules | other.modules, self.families | other.families,
+                             self.gpu or other.gpu, self.install or other.install,
+                             self.submission or other.submission, self.probe and other.probe)
+
+
+@functools.lru_cache(maxsize=4096)
+def python_signals(code: str) -> ScriptSignals:
+    r"""The signals of a Python source text.
+
+    Examples
+    --------
+    >>> s = python_signals("import numpy as np\nx = np.random.normal(0, 1, 1000)")
+    >>> sorted(s.families), s.gpu
+    (['monte_carlo'], False)
+    >>> python_signals("import torch; print(torch.cuda.is_available())").probe
+    True
+    """
+    code_nc = _strip_comments(code)
+    modules: set[str] = set()
+    for m in _PY_IMPORT.finditer(code_nc):
+        if m.group(1):
+            modules.add(m.group(1))
+        else:
+            for part in m.group(2).split(","):
+                name = part.strip().split(" ")[0].strip()
+                if name:
+                    modules.add(name)
+    families = {f for mod in modules if (f := module_family(mod))}
+    for pattern, family in _CALL_FAMILIES:
+        if pattern.search(code_nc):
+            families.add(family)
+    lines = [ln for ln in code_nc.splitlines() if ln.strip()]
+    probe = (bool(_PROBE_CODE.search(code_nc)) and len(lines) <= 8 and not families
+             and not _WRITE_OPS.search(code_nc))
+    return ScriptSignals(
+        modules=frozenset(modules), families=frozenset(families),
+        gpu=bool(_GPU_CODE.search(code_nc)), install=bool(_INSTALL.search(code_nc)),
+        submission=bool(_SUBMISSION_NAMES.search(code_nc) and _WRITE_OPS.search(code_nc)),
+        probe=probe,
+    )
+
+
+def module_family(module: str) -> str | None:
+    """Family of an imported module, by its longest known dotted prefix.
+
+    Examples
+    --------
+    >>> module_family("pyscf.semiempirical"), module_family("pyscf.dft"), module_family("os")
+    ('semiempirical_qm', 'dft', None)
+    """
+    parts = module.split(".")
+    for k in range(len(parts), 0, -1):
+        family = MODULE_FAMILIES.get(".".join(parts[:k]))
+        if family:
+            return family
+    return None
+
+
+def _strip_comments(code: str) -> str:
+    return re.sub(r"(?m)^\s*#.*$|\s+#[^'\"\n]*$", "", code)
+
+
+@dataclass
+class RunContext:
+    """What the labeller knows about a run: its folders and the scripts written so far."""
+
+    task_paths: tuple[str, ...] = ("/task", "SPU_TASK_DIR")
+    """Prefixes that name the task's input folder (the sandbox path and the variable)."""
+    output_paths: tuple[str, ...] = ("/output", "SPU_OUTPUT_DIR")
+    """Prefixes that name the submission folder."""
+    scripts: dict[str, ScriptSignals] = field(default_factory=dict)
+    """Signals of each file written so far, by base name and by full path."""
+
+    def remember(self, path: str, signals: ScriptSignals) -> None:
+        """Record what a written (or edited) file would do when run."""
+        path = path.strip().strip("'\"")
+        for key in (path, path.rsplit("/", 1)[-1]):
+            old = self.scripts.get(key)
+            self.scripts[key] = signals if old is None else old | signals
+
+    def script(self, path: str) -> ScriptSignals | None:
+        """Signals of a file run by name (full path first, then base name)."""
+        path = path.strip().strip("'\"")
+        return self.scripts.get(path) or self.scripts.get(path.rsplit("/", 1)[-1])
+
+    def in_task(self, text: str) -> bool:
+        """Whether ``text`` names the task's input folder."""
+        return any(p in text for p in self.task_paths)
+
+    def in_output(self, text: str) -> bool:
+        """Whether ``text`` names the submission folder or a submission file."""
+        return any(p in text for p in self.output_paths) or bool(
+            re.search(r"rankings\.json|report\.md|sources\.json", text))
+
+
+@dataclass(frozen=True)
+class CallLabel:
+    """The labels of one tool call."""
+
+    activity: Activity
+    """Primary activity by the fixed priority."""
+    families: tuple[str, ...] = ()
+    """Method families the call actually ran, sorted."""
+    gpu_workload: bool = False
+    """The call ran code that places work on a GPU."""
+    gpu_confirmed: bool = False
+    """...and the program's own output names the device."""
+    gpu_errors: tuple[str, ...] = ()
+    """Kinds of GPU error in its output (:data:`GPU_ERRORS`)."""
+    gpu_probe: bool = False
+    """The call probes the GPU (``nvidia-smi``, ``torch.cuda.is_available()``)."""
+    background: bool = False
+    """It starts a background job (``&``, ``nohup``, ``run_in_background``)."""
+    url: str | None = None
+    """The URL fetched, for a web fetch or download."""
+    query: str | None = None
+    """The query, for a web search."""
+
+
+def split_tool_name(name: str) -> tuple[str | None, str]:
+    """``(server, tool)`` of a tool name, the server None for a built-in tool.
+
+    Examples
+    --------
+    >>> split_tool_name("mcp__spu__search"), split_tool_name("spu__fetch")
+    (('spu', 'search'), ('spu', 'fetch'))
+    >>> split_tool_name("spu.policy_stop"), split_tool_name("Bash")
+    (('spu', 'policy_stop'), (None, 'Bash'))
+    """
+    if name.startswith("mcp__"):
+        rest = name[5:]
+        server, _, tool = rest.partition("__")
+        return (server, tool) if tool else (None, rest)
+    if "__" in name:
+        server, _, tool = name.partition("__")
+        return server, tool
+    if "." in name and not name.startswith("container."):
+        server, _, tool = name.partition(".")
+        return server, tool
+    return None, name
+
+
+def _text_arg(arguments: Any, *keys: str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    if isinstance(arguments, dict):
+        for key in keys:
+            value = arguments.get(key)
+            if isinstance(value, str):
+                return value
+            if isinstance(value, list):
+                return shlex.join(str(v) for v in value)
+    if isinstance(arguments, list):
+        return shlex.join(str(v) for v in arguments)
+    return ""
+
+
+def shell_command(name: str, arguments: Any) -> str | None:
+    """The shell command of a shell tool call, or None for another tool."""
+    lowered = name.lower()
+    if lowered not in _SHELL_TOOLS:
+        return None
+    if isinstance(arguments, dict) and isinstance(arguments.get("command"), list):
+        argv = [str(v) for v in arguments["command"]]
+        # Codex ``shell``: ["bash", "-lc", "<script>"]
+        if len(argv) >= 3 and argv[0].endswith("sh") and argv[1] in ("-c", "-lc", "-ic"):
+            return argv[2]
+        return shlex.join(argv)
+    return _text_arg(arguments, "command", "cmd", "script", "input")
+
+
+_SHELL_TOKEN = re.compile(r"""
+    (?P<space>[ \t\r]+|\\\n)
+  | (?P<comment>(?<![^\s;&|()])\#[^\n]*)
+  | (?P<op>&&|\|\||;;|[;&|()\n]|\d*(?:<<<|>>|<>|>&|<&|&>|[<>])\d*-?)
+  | (?P<single>'[^']*')
+  | (?P<double>"(?:\\.|[^"\\])*")
+  | (?P<escape>\\.)
+  | (?P<word>[^\s'"\\;&|()<>\#]+|\#|.)
+""", re.VERBOSE | re.DOTALL)
+"""Shell tokens: blanks, comments, operators, quoted strings, escapes and word pieces."""
+
+_SEPARATORS = frozenset({"&&", "||", ";;", ";", "&", "|", "(", ")", "\n"})
+
+
+def simple_commands(script: str) -> list[list[str]]:
+    r"""The simple commands of a shell script (heredoc bodies removed), as word lists.
+
+    Examples
+    --------
+    >>> simple_commands("cd /x && FOO=1 timeout 60 xtb mol.xyz --opt | tail -5")
+    [['cd', '/x'], ['xtb', 'mol.xyz', '--opt'], ['tail', '-5']]
+    """
+    # Agents repeat commands (``sleep 60``, ``nvidia-smi``, ``tail job.log``): cached.
+    return [list(c) for c in _simple_commands(script)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _simple_commands(script: str) -> tuple[tuple[str, ...], ...]:
+    body = _HEREDOC.sub("\n", script) if "<<" in script else script
+    commands: list[list[str]] = []
+    words: list[str] = []
+    word: list[str] | None = None
+    redirect = False
+
+    def finish() -> None:
+        nonlocal word, redirect
+        if word is not None:
+            if redirect:
+                redirect = False  # the redirection's target file, not an argument
+            else:
+                words.append("".join(word))
+            word = None
+
+    for m in _SHELL_TOKEN.finditer(body):
+        kind, text = m.lastgroup, m.group()
+        if kind in ("space", "comment"):
+            finish()
+        elif kind == "op":
+            finish()
+            if text in _SEPARATORS:
+                if words:
+                    commands.append(words)
+                words, redirect = [], False
+            else:  # a redirection: ``>``, ``2>``, ``<<<``; ``2>&1`` names no file
+                redirect = not text[-1].isdigit() and text[-1] != "-"
+        else:
+            if word is None:
+                word = []
+            if kind == "single":
+                word.append(text[1:-1])
+            elif kind == "double":
+                word.append(re.sub(r'\\(["\\$`])', r"\1", text[1:-1]))
+            elif kind == "escape":
+                word.append(text[1:])
+            else:
+                word.append(text)
+    finish()
+    if words:
+        commands.append(words)
+    return tuple(tuple(w) for w in (_unwrap(c) for c in commands) if w)
+
+
+def _unwrap(words: list[str]) -> list[str]:
+    """Drop variable assignments and wrappers (``sudo``, ``timeout 60``, ``mpirun -np 4``)."""
+    while words:
+        head = words[0]
+        if re.fullmatch(r"\w+=.*", head):
+            words = words[1:]
+        elif head in ("uv", "conda", "micromamba", "mamba"):
+            if len(words) > 1 and words[1] == "run":
+                words = words[2:]
+                while words and words[0].startswith("-"):
+                    words = words[2:] if words[0] in ("-n", "-p", "--name") else words[1:]
+            else:
+                break
+        elif head in _WRAPPERS:
+            words = words[1:]
+            # the wrapper's own options and arguments: ``-np 4``, ``60``, ``-s KILL``
+            while words and (words[0].startswith("-") or re.fullmatch(r"[\d.]+[smhd]?",
+                                                                       words[0])):
+                takes_value = words[0] in ("-np", "-n", "-s", "--signal", "-k", "-N", "-c")
+                words = words[2:] if takes_value and len(words) > 1 else words[1:]
+        else:
+            break
+    return words
+
+
+def _program(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
+
+
+@dataclass
+class _ShellReading:
+    programs: list[str] = field(default_factory=list)
+    python: ScriptSignals | None = None
+    ran_python: bool = False
+    download_url: str | None = None
+    task_url: bool = False
+    written_files: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _read_shell(script: str, ctx: RunContext) -> _ShellReading:
+    out = _ShellReading()
+    heredocs = {m.group(2): m.group(3) for m in _HEREDOC.finditer(script)}
+    for m in _CAT_TO_FILE.finditer(script):
+        out.written_files.append((m.group(1), m.group(4)))
+    for words in simple_commands(script):
+        prog = _program(words[0])
+        out.programs.append(prog)
+        if _PYTHON.match(prog):
+            out.ran_python = True
+            code = None
+            if "-c" in words[1:]:
+                i = words.index("-c")
+                code = words[i + 1] if i + 1 < len(words) else ""
+            elif "-m" in words[1:]:
+                i = words.index("-m")
+                mod = words[i + 1] if i + 1 < len(words) else ""
+                code = f"import {mod}"
+                if mod == "pip" and "install" in words:
+                    code = "pip install"
+            else:
+                files = [w for w in words[1:] if not w.startswith("-")]
+                if files and files[0] != "-":
+                    known = ctx.script(files[0])
+                    out.python = (out.python | known) if (known and out.python) else (
+                        known or out.python)
+                    continue
+                # ``python3 - <<'PY'`` or ``python3 <<EOF``: the heredoc is the program
+                code = "\n".join(heredocs.values())
+            signals = python_signals(code or "")
+            out.python = signals if out.python is None else out.python | signals
+        elif prog in _DOWNLOAD_PROGRAMS or (prog == "git" and "clone" in words):
+            for word in words[1:]:
+                for url in _URL.findall(word):
+                    if _is_remote(url) and not ctx.in_task(url):
+                        out.download_url = out.download_url or url
+                    else:
+                        out.task_url = True
+    return out
+
+
+def _is_remote(url: str) -> bool:
+    parsed = urlparse(url)
+    if parsed.scheme.lower() == "file":
+        return False
+    host = (parsed.hostname or "").lower()
+    return bool(host) and host not in ("localhost", "0.0.0.0", "::1") and not \
+        host.startswith("127.")
+
+
+SCAN_CHARS = 65_536
+"""Characters read at each end of a long output when looking for errors and device names:
+a program prints them at its start or end, and a long output must not cost a full scan by
+every pattern."""
+
+
+def scan_window(output: str) -> str:
+    """The head and tail of ``output`` (all of it when short).
+
+    Examples
+    --------
+    >>> len(scan_window("x" * 1_000_000)) == 2 * SCAN_CHARS + 1
+    True
+    """
+    if len(output) <= 2 * SCAN_CHARS:
+        return output
+    return output[:SCAN_CHARS] + "\n" + output[-SCAN_CHARS:]
+
+
+_GPU_WORDS = ("cuda", "libcu", "cublas", "nvrtc", "nccl", "nvidia", "gpu", "tesla", "h20")
+"""Words one of which every GPU error or device name holds: outputs without any skip the
+patterns (a substring test is far cheaper than the case-insensitive alternations)."""
+
+
+def _mentions_gpu(output: str) -> bool:
+    low = output.lower()
+    return any(word in low for word in _GPU_WORDS)
+
+
+def _errors_in(output: str) -> tuple[str, ...]:
+    found = []
+    for kind, pattern in GPU_ERRORS:
+        if pattern.search(output):
+            found.append(kind)
+            break
+    return tuple(found)
+
+
+def _failed_modules(output: str) -> set[str]:
+    return {m.split(".")[0] for m in _NOT_FOUND_MODULE.findall(output)}
+
+
+def _family_set(signals: ScriptSignals | None, programs: Iterable[str], output: str
+                ) -> tuple[str, ...]:
+    families: set[str] = set()
+    missing_programs = set(_COMMAND_NOT_FOUND.findall(output)) if any(
+        p in PROGRAM_FAMILIES for p in programs) and "not found" in output else set()
+    for prog in programs:
+        family = PROGRAM_FAMILIES.get(prog)
+        if family and prog not in missing_programs:
+            families.add(family)
+    if signals is not None:
+        failed = _failed_modules(output) if "No module named" in output else set()
+        if failed:
+            kept = {module_family(m) for m in signals.modules
+                    if m.split(".")[0] not in failed}
+            # A failed import ends the script: only families of imports that loaded and
+            # of calls made before... are unknowable; keep what the surviving imports give.
+            families |= {f for f in kept if f}
+        else:
+            families |= set(signals.families)
+    return tuple(sorted(families))
+
+
+def label_call(name: str, arguments: Any, output: str | None, ctx: RunContext,
+               is_error: bool = False) -> CallLabel:
+    """Label one tool call (paper E.7); records written scripts in ``ctx``.
+
+    Args:
+        name: Tool name as the CLI recorded it.
+        arguments: The call's arguments.
+        output: The tool's output ('' or None when not recorded).
+        ctx: The run's context; updated with the signals of files this call writes.
+        is_error: The tool reported an error.
+
+    Returns:
+        The call's labels.
+    """
+    output = output or ""
+    server, tool = split_tool_name(name)
+    lowered = tool.lower()
+    if server is not None or lowered in WEB_SEARCH_TOOLS or lowered in WEB_FETCH_TOOLS:
+        if lowered in WEB_SEARCH_TOOLS or "search" in lowered:
+            query = _text_arg(arguments, "query", "q", "search_query") or None
+            if query is None and isinstance(arguments, dict) and isinstance(
+                    arguments.get("queries"), list):
+                query = " | ".join(str(q) for q in arguments["queries"])
+            return CallLabel(Activity.web_search, query=query)
+        if lowered in WEB_FETCH_TOOLS or "fetch" in lowered or lowered == "open_page":
+            return CallLabel(Activity.web_fetch, url=_text_arg(arguments, "url", "uri") or None)
+        if server is not None:
+            return CallLabel(Activity.other)
+    if lowered in _SUBAGENT_TOOLS:
+        return CallLabel(Activity.subagent)
+    if lowered in _PLAN_TOOLS:
+        return CallLabel(Activity.planning)
+    if lowered in _WAIT_TOOLS:
+        if lowered == "write_stdin" and isinstance(arguments, dict) and arguments.get("chars"):
+            typed = str(arguments.get("chars"))
+            return _label_shell(typed, output, ctx, background=False)
+        return CallLabel(Activity.waiting)
+    if lowered in _WRITE_TOOLS:
+        return _label_write(lowered, arguments, ctx)
+    if lowered in _VIEW_TOOLS:
+        viewed = _text_arg(arguments, "file_path", "path", "pattern", "notebook_path")
+        return CallLabel(Activity.reading_inputs if ctx.in_task(viewed) else Activity.viewing_files)
+    command = shell_command(tool, arguments)
+    if command is not None:
+        background = bool(isinstance(arguments, dict) and arguments.get("run_in_background"))
+        return _label_shell(command, output, ctx, background)
+    return CallLabel(Activity.other)
+
+
+def _label_write(tool: str, arguments: Any, ctx: RunContext) -> CallLabel:
+    files: list[tuple[str, str]] = []
+    if tool == "apply_patch":
+        patch = _text_arg(arguments, "input", "patch")
+        for m in _PATCH_FILE.finditer(patch):
+            start = m.end()
+            nxt = patch.find("\n*** ", start)
+            body = patch[start: nxt if nxt >= 0 else len(patch)]
+            added = "\n".join(ln[1:] for ln in body.splitlines() if ln.startswith("+"))
+            files.append((m.group(1).strip(), added))
+    else:
+        path = _text_arg(arguments, "file_path", "path", "notebook_path")
+        content = _text_arg(arguments, "content", "new_string", "new_source", "file_text")
+        if isinstance(arguments, dict) and isinstance(arguments.get("edits"), list):
+            content += "\n".join(str(e.get("new_string", "")) for e in arguments["edits"]
+                                 if isinstance(e, dict))
+        files.append((path, content))
+    activity = Activity.notes_and_data
+    for path, content in files:
+        if path.lower().endswith((".py", ".ipynb")) or path == "":
+            ctx.remember(path, python_signals(content))
+        if ctx.in_output(path):
+            activity = min(activity, Activity.submission_files, key=PRIORITY.index)
+        elif path.lower().endswith(_CODE_SUFFIXES):
+            activity = min(activity, Activity.code_writing, key=PRIORITY.index)
+    return CallLabel(activity)
+
+
+def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -> CallLabel:
+    reading = _read_shell(command, ctx)
+    output = scan_window(output)
+    for path, content in reading.written_files:
+        if path.lower().endswith(".py"):
+            ctx.remember(path, python_signals(content))
+    background = background or bool(re.search(r"(?<![&>])&\s*(?:$|\n|;)|\bnohup\b|\bsetsid\b|"
+                                              r"\bdisown\b|\bscreen\s+-d|\btmux\s+new", command))
+    signals = reading.python
+    ran_python = reading.ran_python
+    families = _family_set(signals if ran_python else None, reading.programs, output)
+    gpu_probe = "nvidia-smi" in reading.programs or bool(
+        signals is not None and signals.probe and re.search(r"cuda|gpu", command, re.I))
+    gpu_workload = bool((signals is not None and ran_python and signals.gpu)
+                        or (_GPU_PROGRAM.search(command) and any(
+                            p in PROGRAM_FAMILIES for p in reading.programs)))
+    gpu_words = (gpu_workload or ran_python) and _mentions_gpu(output)
+    gpu_confirmed = gpu_workload and gpu_words and bool(_GPU_NAMED.search(output))
+    gpu_errors = _errors_in(output) if gpu_words else ()
+    label = dict(families=families, gpu_workload=gpu_workload, gpu_confirmed=gpu_confirmed,
+                 gpu_errors=gpu_errors, gpu_probe=gpu_probe, background=background)
+    if reading.download_url:
+        return CallLabel(Activity.web_fetch, url=reading.download_url, **label)  # type: ignore[arg-type]
+    if _INSTALL.search(command) or (signals is not None and ran_python and signals.install):
+        return CallLabel(Activity.software_install, **label)  # type: ignore[arg-type]
+    if families or gpu_workload:
+        return CallLabel(Activity.scientific_computation, **label)  # type: ignore[arg-type]
+    writes = bool(_WRITE_OPS.search(_HEREDOC.sub("\n", command))) or bool(reading.written_files)
+    if (ran_python and signals is not None and signals.submission) or (
+            writes and ctx.in_output(command) and not ran_python):
+        return CallLabel(Activity.submission_files, **label)  # type: ignore[arg-type]
+    if ran_python:
+        if signals is not None and signals.probe:
+            return CallLabel(Activity.environment_probe, **label)  # type: ignore[arg-type]
+        return CallLabel(Activity.other_python, **label)  # type: ignore[arg-type]
+    if reading.written_files:
+        code = any(p.lower().endswith(_CODE_SUFFIXES) for p, _ in reading.written_files)
+        return CallLabel(Activity.code_writing if code else Activity.notes_and_data,
+                         **label)  # type: ignore[arg-type]
+    if writes and re.search(r">\s*['\"]?[^\s'\"]+\.(?:py|sh|r|jl|c|inp|in)\b", command):
+        return CallLabel(Activity.code_writing, **label)  # type: ignore[arg-type]
+    programs = reading.programs
+    if reading.task_url or (ctx.in_task(command) and all(
+            p in _VIEW_PROGRAMS or p in _DOWNLOAD_PROGRAMS for p in programs)):
+        return CallLabel(Activity.reading_inputs, **label)  # type: ignore[arg-type]
+    if any(p in _PROBE_PROGRAMS for p in programs) or re.search(
+            r"/proc/(?:cpuinfo|meminfo)|--version\b|\bpip (?:list|show|freeze)\b", command):
+        return CallLabel(Activity.environment_probe, **label)  # type: ignore[arg-type]
+    if programs and any(p in _WAIT_PROGRAMS for p in programs) or re.search(
+            r"\btail\s+-f\b", command):
+        return CallLabel(Activity.waiting, **label)  # type: ignore[arg-type]
+    if writes:
+        return CallLabel(Activity.notes_and_data, **label)  # type: ignore[arg-type]
+    if programs and all(p in _PLAN_PROGRAMS for p in programs):
+        return CallLabel(Activity.planning, **label)  # type: ignore[arg-type]
+    if programs and all(p in _VIEW_PROGRAMS for p in programs):
+        return CallLabel(Activity.viewing_files, **label)  # type: ignore[arg-type]
+    return CallLabel(Activity.other, **label)  # type: ignore[arg-type]

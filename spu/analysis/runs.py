@@ -1,0 +1,458 @@
+"""One pass over a run folder: its calls labelled and timed, and the run's features.
+
+A run folder (``<output_root>/runs/<run_key>/``) holds ``run.json``, the staged public
+task (``task/contract.json``), the submission (``output/``), the trajectory
+(``trajectory.jsonl.gz``, read one step at a time with
+:func:`~spu.tracking.trajectories.iter_steps`) and, where the audited tools served the
+run, ``tools/audit.jsonl`` (SPEC section 7). :func:`read_run` reads them once and keeps
+per call only its labels and time, so memory does not grow with the size of the tool
+outputs: a 1 GB trajectory is read in the memory of its largest step.
+
+Time (paper E.7): a call is credited with the time from its step to the next step,
+divided evenly among the calls of the step; ``t_norm`` is the call's start as a share
+of the trajectory's span (first to last timestamp). A trajectory without timestamps
+counts one unit per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from spu.analysis.activities import (
+    METHOD_FAMILIES,
+    CallLabel,
+    RunContext,
+    label_call,
+    shell_command,
+    split_tool_name,
+)
+from spu.analysis.rankings import SOURCES, RankingTracker, flip_shares, is_complete_ranking
+from spu.analysis.sources import search_operators, source_class
+from spu.grading.rules import GradingKey
+from spu.grading.submission import read_submission, read_submission_file
+from spu.schema import ACTIVITY_CLASSES, Activity, Contract, ToolCall, TrajectoryStep
+from spu.stats.submissions import orders_from_bytes
+from spu.tracking.trajectories import TrajectoryFileError, find_trajectory, iter_steps
+
+AUDIT_LOG = Path("tools") / "audit.jsonl"
+"""The audited tools' log inside a run folder (SPEC section 7)."""
+
+CLASSES: tuple[str, ...] = tuple(dict.fromkeys(ACTIVITY_CLASSES.values()))
+"""The eight activity classes of Figure 14a, in the order of the priority."""
+
+MAX_AUDIT_LINES = 1_000_000
+"""Lines read from one audit log (a bound against a runaway log)."""
+
+_EXPECTED = re.compile(
+    r"expect\w*[^\n.]{0,60}?(?:spearman|\brho\b|ρ|rank correlation)[^\n]{0,40}?"
+    r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?|"
+    r"(?:spearman|\brho\b|ρ)[^\n.]{0,40}?expect\w*[^\n]{0,30}?"
+    r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?", re.IGNORECASE)
+
+
+def stated_expected_rho(report: str) -> float | None:
+    """The expected Spearman correlation a report states (Figure 17b), or None.
+
+    A range counts as its midpoint.
+
+    Examples
+    --------
+    >>> stated_expected_rho("Expected Spearman correlation: ~0.45")
+    0.45
+    >>> stated_expected_rho("I expect a Spearman rho of 0.3-0.5 for G1.")
+    0.4
+    >>> stated_expected_rho("Spearman rho is the metric.") is None
+    True
+    """
+    m = _EXPECTED.search(report)
+    if not m:
+        return None
+    low, high = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    value = float(low) if high is None else (float(low) + float(high)) / 2
+    return round(value, 6) if -1 <= value <= 1 else None
+
+
+@dataclass
+class CallRow:
+    """One labelled call (a row of ``calls.csv``)."""
+
+    run_key: str
+    step: int
+    call_index: int
+    tool: str
+    activity: str
+    activity_class: str
+    time_s: float
+    t_abs: float
+    t_norm: float = 0.0
+    families: str = ""
+
+
+@dataclass
+class RunReading:
+    """Everything read from one run folder."""
+
+    calls: list[CallRow]
+    features: dict[str, Any]
+    group_sources: dict[str, str] = field(default_factory=dict)
+    """Where each submitted group order first appears (Figure 16a)."""
+    fetched: list[tuple[str, str]] = field(default_factory=list)
+    """(url, source class) of each fetch, from the audit log where present."""
+    operators: dict[str, float] = field(default_factory=dict)
+    """Share of the run's queries using each search operator."""
+    gpu_errors: Counter[str] = field(default_factory=Counter)
+    """GPU errors by kind."""
+    gpu_families: Counter[str] = field(default_factory=Counter)
+    """Method families of the calls that ran a GPU workload."""
+    notes: list[str] = field(default_factory=list)
+
+
+def _seconds(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def call_texts(call: ToolCall) -> str:
+    """The code and arguments of a call as text (a shell command as it ran)."""
+    command = shell_command(split_tool_name(call.name)[1], call.arguments)
+    if command is not None:
+        return command
+    args = call.arguments
+    if isinstance(args, str):
+        text = args
+    elif isinstance(args, dict):
+        text = "\n".join(v if isinstance(v, str) else json.dumps(v) for v in args.values())
+    else:
+        text = json.dumps(args)
+    if call.name == "apply_patch":
+        text = "\n".join(ln[1:] if ln.startswith("+") else ln for ln in text.splitlines())
+    return text
+
+
+def read_audit_log(path: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
+    """Entries of an audit log (SPEC 7); unreadable lines are noted and skipped."""
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        notes.append(f"{path}: not readable ({exc.strerror})")
+        return
+    with f:
+        for number, line in enumerate(f, start=1):
+            if number > MAX_AUDIT_LINES:
+                notes.append(f"{path}: more than {MAX_AUDIT_LINES:,} lines, rest skipped")
+                return
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as exc:
+                notes.append(f"{path}: line {number}: not JSON ({exc.msg}), skipped")
+                continue
+            if not isinstance(entry, dict) or not isinstance(entry.get("tool"), str):
+                notes.append(f"{path}: line {number}: no key 'tool', skipped")
+                continue
+            yield entry
+
+
+@dataclass
+class _PendingStep:
+    index: int
+    start: float
+    calls: list[tuple[ToolCall, CallLabel]]
+
+
+def _features_base(record: Mapping[str, Any]) -> dict[str, Any]:
+    scored = bool(record.get("scored"))
+    score = record.get("score_recovered")
+    return {
+        "run_key": record.get("run_key"),
+        "config": record.get("config") or f"{record.get('model')}-{record.get('effort')}",
+        "model": record.get("model"), "harness": record.get("harness"),
+        "effort": record.get("effort"), "task_id": record.get("task_id"),
+        "discipline": record.get("discipline"), "visibility": record.get("visibility"),
+        "repeat": int(record.get("repeat") or 0), "outcome": record.get("outcome"),
+        "scored": scored,
+        "score": float(score) if scored and isinstance(score, (int, float)) else math.nan,
+        "runtime_s": float(record.get("runtime_s") or 0.0),
+        "output_tokens": int((record.get("usage") or {}).get("output") or 0),
+        "gpu_seconds": record.get("gpu_seconds"),
+    }
+
+
+def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None) -> RunReading:
+    """Label and time every call of one run and compute its features.
+
+    Args:
+        run_dir: The run folder.
+        answers: Grading keys by task id, for the score of the first draft and the
+            flipped pairs (optional: without one those stay empty).
+
+    Raises:
+        ValueError: ``run.json`` is missing or not a JSON object (the message names it).
+    """
+    run_dir = Path(run_dir)
+    try:
+        record = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{run_dir / 'run.json'}: not readable ({exc})") from None
+    if not isinstance(record, dict) or "run_key" not in record:
+        raise ValueError(f"{run_dir / 'run.json'}: no key 'run_key'")
+    features = _features_base(record)
+    run_key = str(record["run_key"])
+    notes: list[str] = []
+    contract = _contract(run_dir, notes)
+    submitted = orders_from_bytes(read_submission(run_dir / "output"))
+    tracker = RankingTracker(contract, submitted) if contract is not None else None
+    ctx = RunContext(task_paths=("/task", "SPU_TASK_DIR", str(run_dir / "task")),
+                     output_paths=("/output", "SPU_OUTPUT_DIR", str(run_dir / "output")))
+
+    calls: list[CallRow] = []
+    reading = RunReading(calls=calls, features=features, notes=notes)
+    queries: list[str] = []
+    fetch_urls: list[str] = []
+    families: set[str] = set()
+    flags = Counter[str]()
+    first_rankings_write: tuple[int, float] | None = None
+    pending: _PendingStep | None = None
+    t0: float | None = None
+    last = 0.0
+    n_steps = 0
+
+    def close(step: _PendingStep, end: float) -> None:
+        share = max(end - step.start, 0.0) / len(step.calls)
+        for k, (call, label) in enumerate(step.calls):
+            calls.append(CallRow(run_key, step.index, k, call.name, label.activity.value,
+                                 ACTIVITY_CLASSES[label.activity], share, step.start,
+                                 families=";".join(label.families)))
+
+    trajectory = find_trajectory(run_dir)
+    steps: Iterator[TrajectoryStep] = iter(())
+    if trajectory is None:
+        notes.append(f"{run_dir}: no trajectory")
+    else:
+        steps = iter_steps(trajectory)
+    try:
+        for step in steps:
+            n_steps += 1
+            stamp = _seconds(step.timestamp)
+            if t0 is None and stamp is not None:
+                t0 = stamp
+            now = (stamp - t0) if (stamp is not None and t0 is not None) else (
+                last + (1.0 if t0 is None else 0.0))
+            now = max(now, last)
+            last = now
+            if pending is not None:
+                close(pending, now)
+                pending = None
+            if tracker is not None:
+                tracker.feed(step.index, now, "model_text", step.text)
+                tracker.feed(step.index, now, "model_text", step.reasoning)
+            if not step.tool_calls:
+                continue
+            labelled = []
+            for call in step.tool_calls:
+                label = label_call(call.name, call.arguments, call.output, ctx, call.is_error)
+                labelled.append((call, label))
+                _count(label, call, flags, reading)
+                families.update(label.families)
+                if label.activity is Activity.web_search and label.query:
+                    queries.append(label.query)
+                if label.activity is Activity.web_fetch and label.url:
+                    fetch_urls.append(label.url)
+                text = call_texts(call) if (tracker is not None or first_rankings_write is None) \
+                    else ""
+                if (first_rankings_write is None and "rankings.json" in text and
+                        label.activity in (Activity.submission_files,
+                                           Activity.scientific_computation,
+                                           Activity.other_python)):
+                    first_rankings_write = (step.index, now)
+                if label.activity in (Activity.submission_files,) and "rankings.json" in text:
+                    flags["ranking_writes"] += 1
+                if tracker is not None:
+                    tracker.feed(step.index, now, "tool_call", text)
+                    tracker.feed(step.index, now, "tool_output", call.output)
+            pending = _PendingStep(step.index, now, labelled)
+    except TrajectoryFileError as exc:
+        notes.append(str(exc))
+    if pending is not None:
+        close(pending, last)
+    if t0 is None and n_steps:
+        notes.append(f"{run_dir}: trajectory has no timestamps; one unit per step")
+    span = last if last > 0 else 1.0
+    for row in calls:
+        row.t_norm = round(min(row.t_abs / span, 1.0), 6)
+
+    _time_features(features, calls, span)
+    features["n_calls"] = len(calls)
+    features["method_families"] = ";".join(sorted(families))
+    features["n_families"] = len(families)
+    for family in METHOD_FAMILIES:
+        features[f"family_{family}"] = family in families
+    features["n_searches"] = flags["search"]
+    features["n_fetches"] = flags["fetch"]
+    features["subagent"] = flags["subagent"] > 0
+    features["background_jobs"] = flags["background"] > 0
+    features["ranking_writes"] = flags["ranking_writes"]
+    features["code_chars"] = flags["code_chars"]
+    features["gpu_probe"] = flags["gpu_probe"] > 0
+    features["gpu_probe_early"] = any(
+        r.activity == "environment_probe" for r in calls[:10]) and flags["gpu_probe"] > 0
+    features["gpu_workload"] = flags["gpu_workload"] > 0
+    features["gpu_confirmed"] = flags["gpu_confirmed"] > 0
+    features["gpu_errors"] = ";".join(sorted(reading.gpu_errors))
+    ran = flags["gpu_workload_ok"] > 0
+    features["gpu_level"] = (
+        "device named" if features["gpu_confirmed"] else "workload ran" if ran
+        else "workload failed" if features["gpu_workload"] else "probed only"
+        if features["gpu_probe"] else "no GPU probe")
+    features["used_gpu"] = bool(record.get("used_gpu")) or ran
+    report = run_dir / "output" / "report.md"
+    text = (read_submission_file(report) or b"")[:1_000_000].decode("utf-8", "replace")
+    features["stated_expected_rho"] = stated_expected_rho(text)
+
+    _ranking_features(features, tracker, contract, submitted, answers, first_rankings_write,
+                      span, reading)
+    _web_sources(run_dir, reading, queries, fetch_urls)
+    return reading
+
+
+def _count(label: CallLabel, call: ToolCall, flags: Counter[str], reading: RunReading) -> None:
+    activity = label.activity
+    flags["search"] += activity is Activity.web_search
+    flags["fetch"] += activity is Activity.web_fetch
+    flags["subagent"] += activity is Activity.subagent
+    flags["background"] += label.background
+    flags["gpu_probe"] += label.gpu_probe
+    if label.gpu_workload:
+        flags["gpu_workload"] += 1
+        flags["gpu_confirmed"] += label.gpu_confirmed
+        if not label.gpu_errors and not call.is_error:
+            flags["gpu_workload_ok"] += 1
+        reading.gpu_families.update(label.families or ("other",))
+    reading.gpu_errors.update(label.gpu_errors)
+    if activity is Activity.code_writing:
+        args = call.arguments
+        if isinstance(args, dict):
+            flags["code_chars"] += sum(len(v) for k, v in args.items()
+                                       if isinstance(v, str) and k in (
+                                           "content", "new_string", "input", "patch"))
+        elif isinstance(args, str):
+            flags["code_chars"] += len(args)
+
+
+def _time_features(features: dict[str, Any], calls: list[CallRow], span: float) -> None:
+    total = sum(r.time_s for r in calls)
+    by_class: dict[str, float] = {}
+    first: dict[str, float] = {}
+    for r in calls:
+        by_class[r.activity_class] = by_class.get(r.activity_class, 0.0) + r.time_s
+        first.setdefault(r.activity, r.t_norm)
+    for name in CLASSES:
+        features[f"share_{_slug(name)}"] = by_class.get(name, 0.0) / total if total > 0 \
+            else math.nan
+    features["web_share"] = features["share_web_search_and_fetch"]
+    features["compute_share"] = features["share_scientific_computation"]
+    web = [first[a] for a in ("web_search", "web_fetch") if a in first]
+    features["first_web_t"] = min(web) if web else math.nan
+    features["first_compute_t"] = first.get("scientific_computation", math.nan)
+    features["first_install_t"] = first.get("software_install", math.nan)
+    features["first_submission_t"] = first.get("submission_files", math.nan)
+    features["first_input_t"] = first.get("reading_inputs", math.nan)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _contract(run_dir: Path, notes: list[str]) -> Contract | None:
+    path = run_dir / "task" / "contract.json"
+    try:
+        return Contract.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path}: no readable contract ({type(exc).__name__}); rankings not traced")
+        return None
+
+
+def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
+                      contract: Contract | None, submitted: dict[str, list[str]] | None,
+                      answers: Mapping[str, GradingKey] | None,
+                      first_write: tuple[int, float] | None, span: float,
+                      reading: RunReading) -> None:
+    for name in ("first_complete_step", "first_complete_t", "first_draft_score",
+                 "submission_differs", "flipped_into_measured", "flipped_expected_share"):
+        features[name] = math.nan
+    features.update(first_complete_source=None, revisions=0, pairs_flipped=0)
+    if tracker is None or contract is None:
+        return
+    found = tracker.finish()
+    reading.group_sources = dict(found.group_sources)
+    draft = found.first_draft
+    complete_file = submitted is not None and is_complete_ranking(submitted, contract)
+    if draft is None and complete_file and submitted is not None:
+        # Only in the file: a program wrote it and nothing printed it (paper 4.2).
+        draft = submitted
+        features["first_complete_source"] = "file_only"
+        if first_write is not None:
+            features["first_complete_step"] = first_write[0]
+            features["first_complete_t"] = min(first_write[1] / span, 1.0)
+    elif draft is not None:
+        features["first_complete_source"] = found.first_source
+        features["first_complete_step"] = found.first_step
+        features["first_complete_t"] = min((found.first_t or 0.0) / span, 1.0)
+        features["revisions"] = found.revisions
+        features["pairs_flipped"] = found.pairs_flipped
+        features["submission_differs"] = bool(complete_file and submitted != draft)
+    key = (answers or {}).get(contract.task_id)
+    if draft is not None and key is not None:
+        features["first_draft_score"] = key.score_orders(draft)
+        if complete_file and submitted is not None and submitted != draft:
+            measured = {g.group_id: _measured(g) for g in key.groups}
+            shares = flip_shares(draft, submitted, measured)
+            if shares.flipped:
+                features["flipped_into_measured"] = shares.into_measured / shares.flipped
+                features["flipped_expected_share"] = shares.expected_share
+    for source in SOURCES:
+        features[f"groups_{source}"] = sum(1 for s in found.group_sources.values()
+                                           if s == source)
+
+
+def _measured(group: Any) -> dict[str, float]:
+    # The grading key keeps twice the average rank of each item: ordering by it is
+    # ordering by the measured value, ties kept.
+    return {item: float(rank) for item, rank in group.twice_rank.items()}
+
+
+def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
+                 fetch_urls: list[str]) -> None:
+    log = run_dir / AUDIT_LOG
+    features = reading.features
+    if log.is_file():
+        audited_queries, audited_urls = [], []
+        for entry in read_audit_log(log, reading.notes):
+            raw = entry.get("args")
+            args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            if entry["tool"] == "search" and isinstance(args.get("query"), str):
+                audited_queries.append(args["query"])
+            elif entry["tool"] == "fetch" and isinstance(args.get("url"), str):
+                audited_urls.append(args["url"])
+        queries, fetch_urls = audited_queries, audited_urls
+        features["web_source"] = "audit_log"
+    else:
+        features["web_source"] = "trajectory"
+    reading.fetched = [(url, source_class(url)) for url in fetch_urls]
+    if queries:
+        reading.operators = search_operators(queries)
+    features["n_queries"] = len(queries)
+    features["n_fetched_urls"] = len(fetch_urls)

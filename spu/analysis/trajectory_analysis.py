@@ -1,0 +1,587 @@
+"""``spu analyze``: every run folder under a folder read once, then the tables of paper 4.
+
+:func:`analyze_runs` reads each run (:func:`spu.analysis.runs.read_run`, one pass, one
+step at a time) and builds the tables of SPEC section 8 and the figures' inputs;
+:func:`write_analysis` writes them as CSV with a ``manifest.json`` saying what was
+computed from what and what was skipped, and why.
+
+Files: ``calls.csv``, ``runs_features.csv``, ``associations.csv`` (SPEC 8), and
+``activity_time.csv`` (Figure 14a), ``milestones.csv`` (14b), ``families.csv`` (15a-b),
+``jaccard.csv`` (15), ``sources.csv`` (15c), ``search_operators.csv`` (15d),
+``first_appearance.csv`` (16a), ``revisions.csv`` (17c, 21b, 24d-e), ``self_assessment.csv``
+(17b), ``gpu.csv`` and ``gpu_errors.csv`` (22), ``classifier.csv`` and
+``classifier_confusion.csv`` (23b), ``profiles.csv`` (23a), ``efforts.csv`` (24c-d),
+``summary.csv``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import spu
+from spu.analysis.activities import METHOD_FAMILIES
+from spu.analysis.associations import configuration_classifier, feature_associations
+from spu.analysis.rankings import SOURCES
+from spu.analysis.runs import CLASSES, RunReading, read_run
+from spu.analysis.sources import OPERATORS, SOURCE_CLASSES
+from spu.grading.rules import AnswerKeyError, GradingKey
+from spu.schema import Activity
+from spu.stats.resampling import rng_for
+
+CALL_COLUMNS = ("run_key", "step", "call_index", "tool", "activity", "activity_class",
+                "time_s", "t_norm", "families")
+FEATURE_COLUMNS = ("run_key", "config", "task_id", "score", "n_calls", "runtime_s",
+                   "web_share", "compute_share", "first_web_t", "method_families",
+                   "first_complete_step", "first_complete_t", "first_draft_score", "revisions",
+                   "pairs_flipped", "used_gpu", "gpu_seconds", "stated_expected_rho")
+"""The columns SPEC section 8 fixes, first; more follow."""
+
+GRID = np.linspace(0.0, 1.0, 101)
+"""Points of normalized run time at which Figure 14a's shares are given."""
+
+SMOOTHING_SD = 0.02
+"""Gaussian kernel of Figure 14a (s.d. 2% of the run)."""
+
+MILESTONES = {"first_input_t": "first read of the task inputs",
+              "first_web_t": "first web access", "first_install_t": "first installation",
+              "first_compute_t": "first scientific computation",
+              "first_complete_t": "first complete ranking",
+              "first_submission_t": "first submission file"}
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """What ``spu analyze`` reads besides the run folders, and how it resamples."""
+
+    task_roots: tuple[Path, ...] = ()
+    """Task roots holding the answer keys (first-draft score, flipped pairs)."""
+    answers_root: Path | None = None
+    """Answer keys kept apart from the task packages."""
+    seed: int = 0
+    """Seed of every random draw."""
+    resamples: int = 10_000
+    """Bootstrap resamples of tasks for the associations."""
+    trees: int = 500
+    """Trees of the configuration classifier."""
+    official_only: bool = True
+    """Analyse official runs (repeat 0) only, as the paper's section 4 does."""
+    jobs: int = 2
+    """Processes reading run folders (1: in this process)."""
+
+
+@dataclass
+class AnalysisResult:
+    """All outputs of :func:`analyze_runs`."""
+
+    tables: dict[str, pd.DataFrame]
+    manifest: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def run_folders(runs_dir: Path) -> list[Path]:
+    """Run folders under ``runs_dir`` (an output root or its ``runs/``), sorted."""
+    base = runs_dir / "runs" if (runs_dir / "runs").is_dir() else runs_dir
+    return sorted(p.parent for p in base.glob("*/run.json"))
+
+
+def grading_keys(options: AnalyzeOptions, notes: list[str]) -> dict[str, GradingKey]:
+    """Grading keys of the tasks under the task roots, by task id (answer keys found)."""
+    from spu.stats.submissions import load_task_set
+
+    keys: dict[str, GradingKey] = {}
+    for task_id, info in load_task_set(options.task_roots, options.answers_root).items():
+        if info.answers is None:
+            continue
+        try:
+            keys[task_id] = GradingKey.build(info.package.contract, info.answers)
+        except AnswerKeyError as exc:
+            notes.append(f"task {task_id}: answer key unusable ({exc})")
+    return keys
+
+
+def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> AnalysisResult:
+    """Read every run folder under ``runs_dir`` and build the tables.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``runs_dir`` is not a folder.
+    """
+    opt = options or AnalyzeOptions()
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise FileNotFoundError(f"{runs_dir}: runs folder does not exist")
+    notes: list[str] = []
+    keys = grading_keys(opt, notes) if opt.task_roots else {}
+    readings: list[RunReading] = []
+    skipped = 0
+    started = time.perf_counter()
+    for reading in _read_all(run_folders(runs_dir), keys, opt.jobs):
+        if isinstance(reading, str):
+            notes.append(reading)
+            skipped += 1
+            continue
+        if opt.official_only and reading.features["repeat"] != 0:
+            continue
+        readings.append(reading)
+        notes += reading.notes
+    read_s = time.perf_counter() - started
+    result = build_tables(readings, opt)
+    result.manifest["seconds"] = {"read": round(read_s, 2), **result.manifest["seconds"]}
+    result.notes = notes + result.notes
+    result.manifest.update(runs_dir=str(runs_dir), skipped_folders=skipped,
+                           task_roots=[str(p) for p in opt.task_roots],
+                           grading_keys=len(keys))
+    return result
+
+
+def _read_or_note(folder: Path, keys: dict[str, GradingKey]) -> RunReading | str:
+    try:
+        return read_run(folder, keys)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _read_all(folders: list[Path], keys: dict[str, GradingKey], jobs: int
+              ) -> Iterable[RunReading | str]:
+    """Readings of ``folders`` in order, in ``jobs`` processes (each streams its runs)."""
+    if jobs <= 1 or len(folders) < 8:
+        return (_read_or_note(f, keys) for f in folders)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
+        return list(pool.map(partial(_read_or_note, keys=keys), folders,
+                             chunksize=max(1, min(32, len(folders) // (4 * jobs)))))
+
+
+def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisResult:
+    """The tables of one set of run readings (pure: no I/O)."""
+    notes: list[str] = []
+    calls = pd.DataFrame(
+        [(c.run_key, c.step, c.call_index, c.tool, c.activity, c.activity_class, c.time_s,
+          c.t_norm, c.families) for r in readings for c in r.calls], columns=list(CALL_COLUMNS))
+    features = pd.DataFrame([r.features for r in readings])
+    if features.empty:
+        features = pd.DataFrame(columns=list(FEATURE_COLUMNS))
+    else:
+        rest = [c for c in features.columns if c not in FEATURE_COLUMNS]
+        features = features[[*FEATURE_COLUMNS, *rest]]
+    tables: dict[str, pd.DataFrame] = {"calls.csv": calls, "runs_features.csv": features}
+    scored = features[features["scored"].astype(bool)] if "scored" in features else features
+
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+    tables["associations.csv"] = feature_associations(scored, opt.resamples, opt.seed)
+    seconds["associations"] = round(time.perf_counter() - clock, 2)
+    clock = time.perf_counter()
+    if tables["associations.csv"].empty:
+        notes.append("associations: fewer than three scored runs on two tasks")
+    tables["activity_time.csv"] = activity_time(calls, scored)
+    tables["milestones.csv"] = milestones(scored)
+    tables["families.csv"] = family_shares(scored)
+    tables["jaccard.csv"] = family_jaccard(scored)
+    tables["sources.csv"] = fetched_sources(readings)
+    tables["search_operators.csv"] = operator_shares(readings)
+    tables["first_appearance.csv"] = first_appearance(readings)
+    tables["revisions.csv"] = revisions(scored)
+    tables["self_assessment.csv"] = self_assessment(scored)
+    gpu, gpu_errors = gpu_tables(readings, scored)
+    tables["gpu.csv"], tables["gpu_errors.csv"] = gpu, gpu_errors
+    tables["profiles.csv"] = profiles(scored)
+    tables["efforts.csv"] = effort_pairs(scored)
+    summary: list[dict[str, Any]] = []
+    seconds["tables"] = round(time.perf_counter() - clock, 2)
+    clock = time.perf_counter()
+    classifier = configuration_classifier(scored, seed=opt.seed, n_estimators=opt.trees,
+                                          jobs=opt.jobs)
+    seconds["classifier"] = round(time.perf_counter() - clock, 2)
+    if classifier is None:
+        notes.append("classifier: fewer than two Claude Code configurations with two scored "
+                     "runs each")
+        tables["classifier.csv"] = pd.DataFrame(columns=["config", "n_runs", "recall"])
+        tables["classifier_confusion.csv"] = pd.DataFrame()
+    else:
+        conf = classifier.confusion
+        tables["classifier.csv"] = pd.DataFrame({
+            "config": conf.index, "n_runs": conf.sum(axis=1).to_numpy(),
+            "recall": np.diag(conf.to_numpy()) / np.maximum(conf.sum(axis=1).to_numpy(), 1)})
+        tables["classifier_confusion.csv"] = conf.rename_axis("true_config").reset_index()
+        summary += [
+            {"statistic": "classifier_accuracy", "value": classifier.accuracy,
+             "n": classifier.n_runs},
+            {"statistic": "classifier_chance", "value": classifier.chance,
+             "n": classifier.n_runs},
+            {"statistic": "classifier_folds", "value": classifier.folds, "n": classifier.n_runs},
+        ]
+    summary += _summary(calls, scored, tables)
+    tables["summary.csv"] = pd.DataFrame(summary, columns=["statistic", "value", "n"])
+    manifest = {"spu_version": spu.__version__, "seed": opt.seed, "resamples": opt.resamples,
+                "trees": opt.trees, "official_only": opt.official_only,
+                "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls),
+                "seconds": seconds}
+    return AnalysisResult(tables, manifest, notes)
+
+
+def activity_time(calls: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
+    """Share of time in each activity class along normalized run time (Figure 14a).
+
+    Each run counts equally: its calls' time is spread on :data:`GRID` by a Gaussian
+    kernel of s.d. :data:`SMOOTHING_SD`, normalized per run to shares that sum to 1 at
+    each point, then averaged over runs.
+    """
+    columns = ["t", *CLASSES]
+    keep = calls[calls["run_key"].isin(set(features["run_key"]))] if len(features) else calls
+    if keep.empty:
+        return pd.DataFrame(columns=columns)
+    class_index = {c: i for i, c in enumerate(CLASSES)}
+    total = np.zeros((len(GRID), len(CLASSES)))
+    n_runs = 0
+    for _, run in keep.groupby("run_key", sort=False):
+        t = run["t_norm"].to_numpy(float)
+        w = run["time_s"].to_numpy(float)
+        if w.sum() <= 0:
+            w = np.ones_like(w)
+        kernel = np.exp(-0.5 * ((GRID[:, None] - t[None, :]) / SMOOTHING_SD) ** 2)
+        by_class = np.zeros((len(GRID), len(CLASSES)))
+        cls = run["activity_class"].map(class_index).to_numpy(int)
+        for k in range(len(CLASSES)):
+            mask = cls == k
+            if mask.any():
+                by_class[:, k] = kernel[:, mask] @ w[mask]
+        sums = by_class.sum(axis=1, keepdims=True)
+        total += np.divide(by_class, sums, out=np.zeros_like(by_class), where=sums > 0)
+        n_runs += 1
+    out = pd.DataFrame(total / max(n_runs, 1), columns=list(CLASSES))
+    out.insert(0, "t", GRID)
+    return out
+
+
+def milestones(features: pd.DataFrame) -> pd.DataFrame:
+    """Median and interquartile range of each milestone's point in the run (Figure 14b)."""
+    rows = []
+    for config, part in [("all", features), *features.groupby("config", sort=True)]:
+        for column, name in MILESTONES.items():
+            if column not in part:
+                continue
+            values = part[column].dropna().to_numpy(float)
+            rows.append({"config": config, "milestone": name, "n_runs": len(part),
+                         "n_reached": values.size,
+                         "median": np.median(values) if values.size else math.nan,
+                         "q25": np.quantile(values, 0.25) if values.size else math.nan,
+                         "q75": np.quantile(values, 0.75) if values.size else math.nan})
+    return pd.DataFrame(rows, columns=["config", "milestone", "n_runs", "n_reached", "median",
+                                       "q25", "q75"])
+
+
+def family_shares(features: pd.DataFrame) -> pd.DataFrame:
+    """Share of runs that ran each method family, by configuration and by discipline."""
+    rows = []
+    groups: list[tuple[str, str, pd.DataFrame]] = [("all", "all", features)]
+    if len(features):
+        groups += [("config", str(k), v) for k, v in features.groupby("config", sort=True)]
+        groups += [("discipline", str(k), v)
+                   for k, v in features.groupby(features["discipline"].fillna("unknown"),
+                                                sort=True)]
+    for by, value, part in groups:
+        for family in METHOD_FAMILIES:
+            column = f"family_{family}"
+            used = part[column].astype(bool) if column in part else pd.Series(dtype=bool)
+            rows.append({"by": by, "value": value, "family": family, "n_runs": len(part),
+                         "n_used": int(used.sum()),
+                         "share": float(used.mean()) if len(part) else math.nan})
+    return pd.DataFrame(rows, columns=["by", "value", "family", "n_runs", "n_used", "share"])
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard similarity of two family sets; two empty sets are identical (1).
+
+    Examples
+    --------
+    >>> jaccard(frozenset({"dft", "monte_carlo"}), frozenset({"dft"})), jaccard(frozenset(),
+    ...                                                                          frozenset())
+    (0.5, 1.0)
+    """
+    union = a | b
+    return len(a & b) / len(union) if union else 1.0
+
+
+def family_jaccard(features: pd.DataFrame) -> pd.DataFrame:
+    """Mean Jaccard similarity of method families between configurations on the same task.
+
+    For each pair of configurations (a configuration with itself: its runs on the same
+    task, repeats included when analysed), the mean over pairs of runs on the same task;
+    ``different_tasks`` rows compare runs on different tasks (paper 4.1: 0.65 vs 0.29).
+    """
+    columns = ["config_a", "config_b", "scope", "n_pairs", "mean_jaccard"]
+    if features.empty:
+        return pd.DataFrame(columns=columns)
+    sets = [frozenset(s.split(";")) - {""} for s in features["method_families"].fillna("")]
+    configs = features["config"].astype(str).tolist()
+    tasks = features["task_id"].astype(str).tolist()
+    sums: dict[tuple[str, str, str], float] = {}
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for i, j in combinations(range(len(sets)), 2):
+        a, b = sorted((configs[i], configs[j]))
+        scope = "same_task" if tasks[i] == tasks[j] else "different_tasks"
+        sums[(a, b, scope)] = sums.get((a, b, scope), 0.0) + jaccard(sets[i], sets[j])
+        counts[(a, b, scope)] += 1
+    rows = [{"config_a": a, "config_b": b, "scope": s, "n_pairs": counts[(a, b, s)],
+             "mean_jaccard": sums[(a, b, s)] / counts[(a, b, s)]} for (a, b, s) in sorted(counts)]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def fetched_sources(readings: Iterable[RunReading]) -> pd.DataFrame:
+    """Fetched URLs by source class and configuration (Figure 15c)."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for r in readings:
+        for _, cls in r.fetched:
+            counts[(str(r.features["config"]), cls, str(r.features.get("web_source")))] += 1
+    rows = [{"config": c, "source_class": s, "log": log, "n_urls": n}
+            for (c, s, log), n in sorted(counts.items())]
+    table = pd.DataFrame(rows, columns=["config", "source_class", "log", "n_urls"])
+    if len(table):
+        table["share"] = table["n_urls"] / table.groupby("config")["n_urls"].transform("sum")
+    else:
+        table["share"] = pd.Series(dtype=float)
+    table["source_class"] = pd.Categorical(table["source_class"], SOURCE_CLASSES)
+    return table.sort_values(["config", "source_class"]).reset_index(drop=True)
+
+
+def operator_shares(readings: Iterable[RunReading]) -> pd.DataFrame:
+    """Mean share of a run's queries using each operator, over runs that searched (15d)."""
+    per_config: dict[str, list[dict[str, float]]] = {}
+    for r in readings:
+        if r.operators:
+            per_config.setdefault(str(r.features["config"]), []).append(r.operators)
+    rows = []
+    for config, runs in sorted(per_config.items()):
+        for name in OPERATORS:
+            rows.append({"config": config, "operator": name, "n_runs": len(runs),
+                         "mean_share": float(np.mean([o[name] for o in runs]))})
+    return pd.DataFrame(rows, columns=["config", "operator", "n_runs", "mean_share"])
+
+
+def first_appearance(readings: Iterable[RunReading]) -> pd.DataFrame:
+    """Where each traced submitted group order first appears, by configuration (16a)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for r in readings:
+        for source in r.group_sources.values():
+            counts[(str(r.features["config"]), source)] += 1
+    rows = [{"config": c, "source": s, "n_groups": counts[(c, s)]}
+            for c in sorted({c for c, _ in counts}) for s in SOURCES]
+    table = pd.DataFrame(rows, columns=["config", "source", "n_groups"])
+    if len(table):
+        table["share"] = table["n_groups"] / table.groupby("config")["n_groups"].transform("sum")
+    else:
+        table["share"] = pd.Series(dtype=float)
+    return table
+
+
+def revisions(features: pd.DataFrame) -> pd.DataFrame:
+    """Runs whose trajectory holds a first draft: its score, the submission's, the flips.
+
+    One row per such run (Figures 17c, 21b, 24d-e): ``change`` is the submission's score
+    minus the draft's.
+    """
+    columns = ["run_key", "config", "task_id", "first_complete_source", "first_complete_t",
+               "first_draft_score", "score", "change", "revisions", "pairs_flipped",
+               "flipped_into_measured", "flipped_expected_share"]
+    if features.empty or "first_complete_source" not in features:
+        return pd.DataFrame(columns=columns)
+    f = features[features["first_complete_source"].notna()].copy()
+    f["change"] = f["score"] - f["first_draft_score"]
+    return f[columns].reset_index(drop=True)
+
+
+def self_assessment(features: pd.DataFrame) -> pd.DataFrame:
+    """Expected Spearman stated in the report against the achieved score (Figure 17b)."""
+    columns = ["run_key", "config", "task_id", "stated_expected_rho", "score", "overestimate"]
+    if features.empty:
+        return pd.DataFrame(columns=columns)
+    f = features[features["stated_expected_rho"].notna() & features["score"].notna()].copy()
+    f["overestimate"] = f["stated_expected_rho"] - f["score"]
+    return f[columns].reset_index(drop=True)
+
+
+GPU_LEVELS = ("no GPU probe", "probed only", "workload failed", "workload ran", "device named")
+"""Levels of GPU use of Figure 22a, lowest first."""
+
+
+def gpu_tables(readings: Iterable[RunReading], features: pd.DataFrame
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """GPU use by configuration (22a, d) and GPU errors by kind (22c)."""
+    rows = []
+    for config, part in [("all", features), *features.groupby("config", sort=True)]:
+        if part.empty:
+            continue
+        used = part["used_gpu"].astype(bool)
+        row: dict[str, Any] = {"config": config, "n_runs": len(part)}
+        for level in GPU_LEVELS:
+            row[f"share_{level.replace(' ', '_')}"] = float((part["gpu_level"] == level).mean())
+        row["share_used_gpu"] = float(used.mean())
+        row["median_runtime_gpu_s"] = float(part.loc[used, "runtime_s"].median()) \
+            if used.any() else math.nan
+        row["median_runtime_other_s"] = float(part.loc[~used, "runtime_s"].median()) \
+            if (~used).any() else math.nan
+        seconds = pd.to_numeric(part["gpu_seconds"], errors="coerce")
+        row["measured_runs"] = int(seconds.notna().sum())
+        row["gpu_seconds_total"] = float(seconds.sum()) if seconds.notna().any() else math.nan
+        rows.append(row)
+    gpu = pd.DataFrame(rows)
+    keep = set(features["run_key"]) if len(features) else set()
+    errors: Counter[tuple[str, str]] = Counter()
+    started: Counter[str] = Counter()
+    for r in readings:
+        if r.features["run_key"] not in keep or not r.features.get("gpu_workload"):
+            continue
+        config = str(r.features["config"])
+        started[config] += 1
+        for kind in r.gpu_errors:
+            errors[(config, kind)] += 1
+    err_rows = [{"config": c, "error": k, "n_runs": n, "n_started": started[c],
+                 "share": n / started[c]} for (c, k), n in sorted(errors.items())]
+    return gpu, pd.DataFrame(err_rows, columns=["config", "error", "n_runs", "n_started",
+                                                "share"])
+
+
+PROFILE_COLUMNS = {"runtime_s": "median", "n_calls": "median", "n_searches": "median",
+                   "n_fetches": "median", "n_families": "median", "ranking_writes": "median",
+                   "first_complete_t": "median", "web_share": "median",
+                   "compute_share": "median", "subagent": "mean", "background_jobs": "mean",
+                   "used_gpu": "mean"}
+"""Working habits of Figure 23a and how each is summarised over a configuration's runs."""
+
+
+def profiles(features: pd.DataFrame) -> pd.DataFrame:
+    """Working habits of each configuration: medians, or shares of runs (Figure 23a)."""
+    if features.empty:
+        return pd.DataFrame(columns=["config", *PROFILE_COLUMNS])
+    f = features.copy()
+    for column in ("subagent", "background_jobs", "used_gpu"):
+        f[column] = f[column].astype(float)
+    agg = {c: how for c, how in PROFILE_COLUMNS.items() if c in f}
+    return f.groupby("config", sort=True).agg(agg).reset_index()
+
+
+EFFORT_ORDER = ("none", "low", "medium", "high", "xhigh", "max")
+"""Reasoning efforts from least to most (``conf/effort``)."""
+
+EFFORT_RATIOS = {"runtime_s": "run time", "output_tokens": "output tokens",
+                 "code_chars": "code written", "n_searches": "web searches"}
+
+
+def effort_pairs(features: pd.DataFrame) -> pd.DataFrame:
+    """The same model at two efforts on the same tasks (paper 4.10, Figure 24c-d).
+
+    For each model run at two or more efforts, the most against the least: the median
+    over shared tasks of the ratio (more / less effort) of run time, output tokens, code
+    written and web searches; the share of runs that used a GPU at each; and, on the tasks
+    where the higher effort's first draft was scored, the mean score of that draft, of its
+    submission and of the lower effort's submission.
+    """
+    columns = ["model", "effort_high", "effort_low", "quantity", "n_tasks", "value"]
+    rows: list[dict[str, Any]] = []
+    if features.empty or "model" not in features:
+        return pd.DataFrame(columns=columns)
+    for model, part in features.groupby("model", sort=True):
+        efforts = sorted(set(part["effort"].astype(str)),
+                         key=lambda e: EFFORT_ORDER.index(e) if e in EFFORT_ORDER else -1)
+        if len(efforts) < 2:
+            continue
+        low, high = efforts[0], efforts[-1]
+        a = part[part["effort"] == high].groupby("task_id").first()
+        b = part[part["effort"] == low].groupby("task_id").first()
+        shared = a.index.intersection(b.index)
+        base = {"model": model, "effort_high": high, "effort_low": low}
+        for column, name in EFFORT_RATIOS.items():
+            x = a.loc[shared, column].astype(float)
+            y = b.loc[shared, column].astype(float)
+            ok = (x > 0) & (y > 0)
+            rows.append({**base, "quantity": f"ratio of {name}", "n_tasks": int(ok.sum()),
+                         "value": float(np.median(x[ok] / y[ok])) if ok.any() else math.nan})
+        for effort, t in ((high, a), (low, b)):
+            rows.append({**base, "quantity": f"share used GPU ({effort})",
+                         "n_tasks": len(shared),
+                         "value": float(t.loc[shared, "used_gpu"].astype(bool).mean())
+                         if len(shared) else math.nan})
+        drafted = [t for t in shared if pd.notna(a.loc[t, "first_draft_score"])]
+        for name, values in (("first draft score (high)", a.loc[drafted, "first_draft_score"]),
+                             ("submission score (high)", a.loc[drafted, "score"]),
+                             ("submission score (low)", b.loc[drafted, "score"])):
+            rows.append({**base, "quantity": name, "n_tasks": len(drafted),
+                         "value": float(values.mean()) if len(drafted) else math.nan})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _summary(calls: pd.DataFrame, features: pd.DataFrame,
+             tables: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    if len(calls):
+        time_by = calls.groupby("activity")["time_s"].sum()
+        total = float(time_by.sum())
+        for activity in Activity:
+            if activity.value in time_by.index and total > 0:
+                rows.append({"statistic": f"time_share_{activity.value}",
+                             "value": float(time_by[activity.value]) / total, "n": len(calls)})
+    if len(features):
+        rows.append({"statistic": "runs_without_web",
+                     "value": float(((features["n_searches"] + features["n_fetches"]) == 0)
+                                    .mean()), "n": len(features)})
+        drafts = features["first_complete_source"].notna()
+        rows.append({"statistic": "runs_with_first_draft", "value": int(drafts.sum()),
+                     "n": len(features)})
+    rev = tables["revisions.csv"]
+    differs = rev[rev["change"].notna() & (rev["revisions"] > 0)]
+    if len(differs):
+        rows.append({"statistic": "revision_mean_change", "value": float(differs["change"].mean()),
+                     "n": len(differs)})
+    sa = tables["self_assessment.csv"]
+    if len(sa):
+        rows.append({"statistic": "self_assessment_mean_overestimate",
+                     "value": float(sa["overestimate"].mean()), "n": len(sa)})
+    return rows
+
+
+def write_analysis(result: AnalysisResult, out: Path) -> list[Path]:
+    """Write every table as CSV and ``manifest.json``; returns the files written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, table in result.tables.items():
+        path = out / name
+        table.to_csv(path, index=False)
+        written.append(path)
+    manifest = dict(result.manifest, notes=result.notes[:200],
+                    notes_left_out=max(0, len(result.notes) - 200))
+    path = out / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
+    written.append(path)
+    return written
+
+
+def sample_calls(calls: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """``n`` calls drawn without replacement, seeded, for a person to check (paper E.7).
+
+    Examples
+    --------
+    >>> c = pd.DataFrame({"run_key": list("abcdef"), "step": range(6)})
+    >>> list(sample_calls(c, 3, seed=1)["run_key"]) == list(sample_calls(c, 3, 1)["run_key"])
+    True
+    """
+    rng = rng_for(seed, "audit sample")
+    take = rng.choice(len(calls), size=min(n, len(calls)), replace=False)
+    return calls.iloc[np.sort(take)].reset_index(drop=True)

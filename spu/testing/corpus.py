@@ -1,0 +1,289 @@
+"""A corpus of run folders shaped like the paper's, built from recorded CLI sessions.
+
+``python -m spu.testing.corpus --out DIR --runs 40`` writes ``DIR/runs/<run_key>/`` folders
+as ``run_one`` leaves them (``run.json``, ``task/``, ``output/``, ``trajectory.jsonl.gz``,
+``tools/audit.jsonl``) for ``spu analyze`` examples, tests and the benchmark, without
+running an agent. Each trajectory starts from a session recorded with the real Claude
+Code or Codex CLI (``tests/golden/cli_sessions``, or a built-in copy of its first calls
+when the tests are not installed) and adds calls in that CLI's own tool vocabulary:
+reading the inputs, probes, installs, searches and fetches through the audited tools,
+scripts written then run (method families), notes, a first complete ranking in model
+text, code or tool output, revisions, and the submission. Scores are graded against the
+task's answer key, so the statistics have something to find. Everything is seeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spu.grading.rules import GradingKey
+from spu.schema import (
+    Outcome,
+    RunRecord,
+    SandboxInfo,
+    ToolCall,
+    Trajectory,
+    TrajectoryStep,
+    Usage,
+)
+from spu.tasks.package import TaskPackage, discover_tasks, load_answers, load_task
+from spu.tracking.trajectories import write_trajectory
+
+CONFIGS: tuple[tuple[str, str, str], ...] = (
+    ("opus55", "max", "claude_code"), ("opus5", "max", "claude_code"),
+    ("sonnet55", "max", "claude_code"), ("deepseek", "max", "claude_code"),
+    ("qwen38", "max", "claude_code"), ("astra", "max", "codex"), ("astra", "medium", "codex"),
+)
+
+SCRIPTS = {
+    "cheminformatics": "from rdkit import Chem\nfrom rdkit.Chem import Descriptors\n"
+                       "print([Descriptors.MolWt(Chem.MolFromSmiles(s)) for s in ['CCO']])\n",
+    "semiempirical_qm": "import subprocess\nsubprocess.run(['xtb', 'mol.xyz', '--opt'])\n"
+                        "from xtb.interface import Calculator\n",
+    "dft": "from pyscf import gto, dft\nmol = gto.M(atom='H 0 0 0; H 0 0 0.74')\n"
+           "print(dft.RKS(mol).kernel())\n",
+    "molecular_dynamics": "import openmm\nfrom openmm import app\nprint('Platform: CUDA')\n",
+    "ml_potentials": "from mace.calculators import mace_mp\ncalc = mace_mp()\n",
+    "docking": "from vina import Vina\nv = Vina()\n",
+    "bioinformatics": "from Bio import pairwise2\nfrom Bio.Seq import Seq\n",
+    "fitting_rate_equations": "from scipy.optimize import curve_fit\n"
+                              "from scipy.integrate import solve_ivp\n"
+                              "popt, _ = curve_fit(lambda x, a: a * x, [1, 2], [2, 4])\n",
+    "monte_carlo": "import numpy as np\nrng = np.random.default_rng(0)\n"
+                   "w = rng.dirichlet(np.ones(4), size=10000)\n",
+}
+GPU_SCRIPT = "import torch\nx = torch.randn(4096, 4096, device='cuda')\nprint(x.device)\n"
+URLS = ("https://pubs.acs.org/doi/10.1021/x", "https://pubchem.ncbi.nlm.nih.gov/compound/2244",
+        "https://en.wikipedia.org/wiki/Suzuki_reaction", "https://github.com/rdkit/rdkit",
+        "https://arxiv.org/abs/2401.00001", "https://www.example.org/page")
+QUERIES = ("suzuki coupling yield ligand", "\"ligand bite angle\" palladium -review",
+           "site:nature.com cross coupling base", "xtb documentation")
+
+
+class _Builder:
+    """The steps of one synthetic trajectory in one CLI's vocabulary."""
+
+    def __init__(self, harness: str, start: datetime, rng: np.random.Generator) -> None:
+        self.harness, self.rng, self.now = harness, rng, start
+        self.steps: list[TrajectoryStep] = []
+        self.audit: list[dict[str, Any]] = []
+
+    def step(self, text: str | None = None, calls: Sequence[ToolCall] = (),
+             reasoning: str | None = None, role: str = "assistant") -> None:
+        self.now += timedelta(seconds=float(self.rng.exponential(20.0)) + 0.5)
+        self.steps.append(TrajectoryStep(
+            index=len(self.steps), timestamp=self.now.isoformat().replace("+00:00", "Z"),
+            role=role, text=text, reasoning=reasoning, tool_calls=list(calls),  # type: ignore[arg-type]
+            usage=Usage(input=200, cache_read=4000, output=int(self.rng.integers(50, 800)))
+            if role == "assistant" else None))
+
+    def shell(self, command: str, output: str) -> ToolCall:
+        if self.harness == "codex":
+            return ToolCall(name="exec_command", arguments={"cmd": command},
+                            output=f"Process exited with code 0\nOutput:\n{output}")
+        return ToolCall(name="Bash", arguments={"command": command, "description": "step"},
+                        output=output)
+
+    def write(self, path: str, content: str) -> ToolCall:
+        if self.harness == "codex":
+            body = "\n".join("+" + ln for ln in content.splitlines())
+            return ToolCall(name="apply_patch",
+                            arguments={"input": f"*** Begin Patch\n*** Add File: {path}\n{body}"
+                                                "\n*** End Patch"}, output="Success.")
+        return ToolCall(name="Write", arguments={"file_path": path, "content": content},
+                        output=f"File created successfully at: {path}")
+
+    def mcp(self, tool: str, args: dict[str, Any], output: str) -> ToolCall:
+        name = f"mcp__spu__{tool}" if self.harness == "claude_code" else f"spu__{tool}"
+        self.audit.append({"time": self.now.isoformat(), "tool": tool, "args": args,
+                           "status": 200, "latency_s": 0.4, "text_sha256": "0" * 64,
+                           "chars": len(output)})
+        return ToolCall(name=name, arguments=args, output=output)
+
+
+def _ranking_json(task_id: str, orders: dict[str, list[str]]) -> str:
+    return json.dumps({"task_id": task_id, "rankings": [
+        {"group_id": g, "order": o} for g, o in orders.items()]})
+
+
+def _shuffle(rng: np.random.Generator, orders: dict[str, list[str]], swaps: int
+             ) -> dict[str, list[str]]:
+    out = {g: list(o) for g, o in orders.items()}
+    for _ in range(swaps):
+        g = list(out)[int(rng.integers(len(out)))]
+        if len(out[g]) > 1:
+            i = int(rng.integers(len(out[g]) - 1))
+            out[g][i], out[g][i + 1] = out[g][i + 1], out[g][i]
+    return out
+
+
+def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str, str],
+              calls: int, rng: np.random.Generator, start: datetime,
+              recorded: Trajectory | None = None, output_blob: int = 0
+              ) -> tuple[Trajectory, dict[str, list[str]], list[dict[str, Any]], str]:
+    """One synthetic trajectory, its submitted orders, audit lines and report text."""
+    model, effort, harness = config
+    b = _Builder(harness, start, rng)
+    if recorded is not None:  # the recorded session's opening, as the CLI wrote it
+        for s in recorded.steps[:2]:
+            b.step(s.text, s.tool_calls, s.reasoning, role=s.role)
+    else:
+        b.step("# Task: predict how real experiments turned out", role="user")
+    b.step("Reading the task files.", [b.shell('cat "${SPU_TASK_DIR:-/task}/targets.csv"',
+                                               "experiment_id,group_id\n")])
+    b.step(None, [b.shell("nvidia-smi; nproc; free -g", "NVIDIA H20 | 0MiB / 97871MiB")])
+    families = [f for f in SCRIPTS if rng.random() < 0.35]
+    use_gpu = rng.random() < 0.25
+    presented = {g.group_id: list(g.items) for g in task.contract.groups}
+    draft = _shuffle(rng, presented, 3 + int(rng.integers(6)))
+    final = _shuffle(rng, draft, int(rng.integers(0, 4))) if rng.random() < 0.5 else draft
+    draft_at = int(rng.integers(calls // 4, max(calls // 4 + 1, calls - 3)))
+    where = rng.choice(["model_text", "tool_call", "tool_output"])
+    blob = "x" * output_blob
+    for k in range(calls):
+        r = rng.random()
+        if k == draft_at:
+            text = _ranking_json(task.id, draft)
+            if where == "model_text":
+                b.step(f"My first complete ranking:\n{text}")
+            elif where == "tool_call":
+                b.step(None, [b.write("/workspace/draft.json", text)])
+            else:
+                b.step(None, [b.shell("python3 rank.py", text)])
+        elif r < 0.15:
+            q = QUERIES[int(rng.integers(len(QUERIES)))]
+            b.step(None, [b.mcp("search", {"query": q}, "[{\"url\": \"...\"}]")])
+        elif r < 0.27:
+            url = URLS[int(rng.integers(len(URLS)))]
+            b.step(None, [b.mcp("fetch", {"url": url}, "page text " + blob)])
+        elif r < 0.47 and families:
+            family = families[int(rng.integers(len(families)))]
+            name = f"/workspace/{family}.py"
+            b.step(None, [b.write(name, SCRIPTS[family])])
+            b.step(None, [b.shell(f"cd /workspace && python3 {name}", "done " + blob)])
+        elif r < 0.52 and use_gpu:
+            b.step(None, [b.write("/workspace/gpu.py", GPU_SCRIPT)])
+            failed = rng.random() < 0.3
+            b.step(None, [b.shell("python3 /workspace/gpu.py",
+                                  "OSError: libcudart.so.12: cannot open shared object file"
+                                  if failed else "cuda:0")])
+        elif r < 0.57:
+            b.step(None, [b.shell("pip install rdkit", "Successfully installed rdkit")])
+        elif r < 0.67:
+            b.step(None, [b.write("/workspace/notes.md", "notes on the mechanism")])
+        elif r < 0.77:
+            b.step(None, [b.shell("python3 -c 'import pandas as pd; "
+                                  "print(pd.read_csv(\"/workspace/x.csv\").describe())'",
+                                  "count 12 " + blob)])
+        elif r < 0.85:
+            b.step(None, [b.shell("ls -la /workspace && head -5 /workspace/x.csv", "a b c")])
+        elif r < 0.9:
+            b.step(None, [b.shell("sleep 30; tail -5 /workspace/job.log", "step 400")])
+        else:
+            b.step("Thinking about the proxy.", reasoning="The endpoint is governed by ...")
+    b.step(None, [b.shell(f"cat > /output/rankings.json <<'EOF'\n"
+                          f"{_ranking_json(task.id, final)}\nEOF", "")])
+    stated = round(float(rng.uniform(0.2, 0.8)), 2) if rng.random() < 0.3 else None
+    report = "# Report\n\nRanked by a proxy.\n" + (
+        f"Expected Spearman correlation: {stated}\n" if stated is not None else "")
+    b.step(None, [b.write("/output/report.md", report)])
+    b.step("Submitted.")
+    trajectory = Trajectory(harness=harness, cli_version="corpus", steps=b.steps)
+    return trajectory, final, b.audit, report
+
+
+def _recorded(harness: str) -> Trajectory | None:
+    root = Path(__file__).resolve().parents[2] / "tests" / "golden" / "cli_sessions" / harness
+    try:
+        if harness == "claude_code":
+            from spu.harness.trajectory.claude_code import read_claude_code_sessions
+            return read_claude_code_sessions(root / "presented_order" / "projects").trajectory
+        from spu.harness.trajectory.codex import read_codex_sessions
+        return read_codex_sessions(root / "presented_order" / "sessions").trajectory
+    except OSError:
+        return None
+
+
+def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: int = 40,
+                seed: int = 0, output_blob: int = 0, repeats: int = 0) -> list[Path]:
+    """Write ``n_runs`` run folders under ``out/runs`` (configurations x tasks, cycled).
+
+    ``calls`` is the mean number of tool calls per run; ``output_blob`` pads some tool
+    outputs with that many characters (for memory tests); ``repeats`` adds repeated runs.
+    """
+    rng = np.random.default_rng(seed)
+    tasks = [load_task(p) for p in discover_tasks(task_root)]
+    keys: dict[str, GradingKey | None] = {}
+    for t in tasks:
+        try:
+            keys[t.id] = GradingKey.build(t.contract, load_answers(t.answers_path()))
+        except (OSError, ValueError):
+            keys[t.id] = None
+    recorded = {h: _recorded(h) for h in ("claude_code", "codex")}
+    folders = []
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    for i in range(n_runs):
+        # every configuration on each task in turn, so tasks hold several configurations
+        config = CONFIGS[i % len(CONFIGS)]
+        task = tasks[(i // len(CONFIGS)) % len(tasks)]
+        repeat = 0 if i < n_runs - repeats else 1 + i % 5
+        n_calls = max(6, int(rng.poisson(calls)))
+        trajectory, final, audit, report = build_run(
+            task, keys[task.id], config, n_calls, rng, start, recorded[config[2]], output_blob)
+        run_key = f"{i:05d}-{task.id}-{config[0]}-{config[1]}-{repeat}"
+        folder = out / "runs" / run_key
+        if folder.exists():
+            shutil.rmtree(folder)
+        (folder / "task").mkdir(parents=True)
+        (folder / "output").mkdir()
+        (folder / "tools").mkdir()
+        shutil.copy(task.path / "contract.json", folder / "task" / "contract.json")
+        submission = _ranking_json(task.id, final)
+        (folder / "output" / "rankings.json").write_text(submission)
+        (folder / "output" / "report.md").write_text(report)
+        (folder / "tools" / "audit.jsonl").write_text("".join(json.dumps(a) + "\n"
+                                                              for a in audit))
+        write_trajectory(folder / "trajectory.jsonl.gz", trajectory)
+        key = keys[task.id]
+        score = key.score_orders(final) if key is not None else 0.0
+        span = (datetime.fromisoformat(trajectory.steps[-1].timestamp or "") -
+                datetime.fromisoformat(trajectory.steps[0].timestamp or "")).total_seconds()
+        record = RunRecord(
+            run_key=run_key, task_id=task.id, task_version=task.version,
+            discipline=task.meta.discipline.value, subfield=task.meta.subfield,
+            visibility=task.meta.visibility.value, model=config[0], harness=config[2],
+            effort=config[1], repeat=repeat, config=f"{config[0]}-{config[1]}",
+            outcome=Outcome.valid, scored=True, score_strict=score, score_recovered=score,
+            runtime_s=span, tool_calls=sum(len(s.tool_calls) for s in trajectory.steps),
+            sandbox=SandboxInfo(backend="local"), usage=Usage(output=1000))
+        (folder / "run.json").write_text(record.model_dump_json(indent=1))
+        folders.append(folder)
+        start += timedelta(hours=1)
+    return folders
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spu.testing.corpus --out DIR [--runs N] [--calls N] [--seed S]``."""
+    p = argparse.ArgumentParser(prog="python -m spu.testing.corpus", description=__doc__)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--runs", type=int, default=40)
+    p.add_argument("--calls", type=int, default=40, help="mean tool calls per run")
+    p.add_argument("--tasks", type=Path, default=Path("tasks"))
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    folders = make_corpus(args.out, args.runs, args.tasks, args.calls, args.seed)
+    print(f"wrote {len(folders)} run folders under {args.out / 'runs'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

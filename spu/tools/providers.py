@@ -1,0 +1,104 @@
+"""Search and fetch providers of the audited tools service (``tools.provider``).
+
+A provider is one module holding one :class:`Provider` subclass registered with
+:func:`register_provider`; ``tools.provider=<name>`` selects it (``offline``: a local
+corpus, ``web``: a search API and httpx). The service calls :meth:`Provider.search` and
+:meth:`Provider.fetch` in a worker thread under the configured timeouts; a provider
+raises :class:`ProviderError` with a message the agent can read when it cannot answer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from spu.config import ToolsConfig
+from spu.registry import Registry
+
+MAX_RESULTS_CAP = 50
+"""No search returns more results than this, whatever the agent asks."""
+
+
+class ProviderError(RuntimeError):
+    """A provider could not answer; the message is what the agent is told."""
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One search result (SPEC section 7: ``{"url", "title", "snippet"}``)."""
+
+    url: str
+    title: str
+    snippet: str
+    published: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as the agent sees it (``published`` only where known)."""
+        data = asdict(self)
+        if self.published is None:
+            data.pop("published")
+        return data
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a fetch returned (SPEC section 7: ``{"url", "status", "content_type", "text"}``)."""
+
+    url: str
+    status: int
+    content_type: str
+    text: str
+    note: str | None = None
+    """What the agent should know about the text (cut at the size limit, not decodable)."""
+
+    def to_json(self, text: str | None = None) -> dict[str, Any]:
+        """The result as the agent sees it, with ``text`` in place of the full text."""
+        data: dict[str, Any] = {"url": self.url, "status": self.status,
+                                "content_type": self.content_type,
+                                "text": self.text if text is None else text}
+        if self.note:
+            data["note"] = self.note
+        return data
+
+
+class Provider(ABC):
+    """Answers ``search`` and ``fetch`` for one run."""
+
+    name: ClassVar[str]
+
+    def __init__(self, cfg: ToolsConfig) -> None:
+        self.cfg = cfg
+
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`ProviderConfigError` when the configuration cannot work.
+
+        Called before the run starts: a corpus that does not parse, a missing API key.
+        """
+
+    @abstractmethod
+    def search(self, query: str, max_results: int) -> list[SearchResult]:
+        """Results for ``query``, best first, at most ``max_results``."""
+
+    @abstractmethod
+    def fetch(self, url: str) -> FetchResult:
+        """The page at ``url`` as text."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; runs when the run ends."""
+
+
+class ProviderConfigError(ValueError):
+    """The provider's configuration cannot work; the message names the key to fix."""
+
+
+_REGISTRY: Registry[Provider] = Registry("tools provider", {
+    "offline": "spu.tools.offline",
+    "web": "spu.tools.web",
+})
+
+register_provider = _REGISTRY.register
+"""Class decorator: make a provider selectable by its ``name``."""
+
+get_provider = _REGISTRY.get
+"""The provider class called ``name`` (or ``package.module:Class``), imported on first use."""

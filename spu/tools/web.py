@@ -1,0 +1,245 @@
+"""``tools.provider=web``: a search API and ``httpx`` fetches, under timeouts and size limits.
+
+Search goes to ``tools.search_api``: ``searxng`` (a SearXNG instance's JSON API at
+``tools.search_url``, ``/search?format=json``) or ``brave`` (the Brave Search API, key
+in the variable ``tools.api_key_env``). Fetch reads at most ``tools.max_fetch_bytes``
+within ``tools.fetch_timeout_s`` (connection and whole body) and turns HTML and PDF
+into text (:mod:`spu.tools.extract`).
+
+Traps handled here:
+
+- the service runs on the host, outside the sandbox, so a fetch of ``127.0.0.1`` or a
+  private address would reach the host's own services (the tracking server, the scripted
+  model server, other runs' services): every host name is resolved first and refused
+  unless all its addresses are public, and the connection goes to the address that was
+  checked (the name is kept for TLS and the ``Host`` header), so DNS cannot change the
+  answer between the check and the connection; redirects are followed by hand, each
+  checked the same way (``tools.allow_local_fetch`` lifts this, for tests and local mirrors);
+- a server that drips bytes slowly never hits a read timeout: the whole body has a
+  deadline, and what arrived by then is returned, cut, with a note;
+- a body larger than the limit is cut at the limit, never read whole into memory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import time
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from spu.config import ToolsConfig
+from spu.tools.extract import page_text
+from spu.tools.providers import (
+    FetchResult,
+    Provider,
+    ProviderConfigError,
+    ProviderError,
+    SearchResult,
+    register_provider,
+)
+
+SEARCH_APIS = ("searxng", "brave")
+BRAVE_URL = "https://api.search.brave.com/res/v1/web/search"
+MAX_REDIRECTS = 5
+USER_AGENT = "spu-audited-fetch/1"
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def resolve_checked(host: str, port: int, allow_local: bool) -> str:
+    """An address of ``host`` to connect to, refusing local and private ones.
+
+    Raises:
+        ProviderError: the name does not resolve, or resolves to a loopback, private,
+            link-local or reserved address (unless ``allow_local``).
+
+    Examples
+    --------
+    >>> resolve_checked("127.0.0.1", 80, allow_local=False)
+    Traceback (most recent call last):
+    ...
+    spu.tools.providers.ProviderError: fetch refused: 127.0.0.1 is a local or private address
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ProviderError(f"cannot resolve {host}: {exc}") from None
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses:
+        raise ProviderError(f"cannot resolve {host}")
+    if not allow_local and not all(_public(a) for a in addresses):
+        raise ProviderError(f"fetch refused: {host} is a local or private address")
+    return addresses[0]
+
+
+@register_provider
+class WebProvider(Provider):
+    """A search API and the open web."""
+
+    name = "web"
+
+    def __init__(self, cfg: ToolsConfig) -> None:
+        super().__init__(cfg)
+        self._client: Any = None
+
+    def check(self) -> None:
+        """The search API is known and has its URL or key."""
+        if self.cfg.search_api not in SEARCH_APIS:
+            raise ProviderConfigError(f"tools.search_api: {self.cfg.search_api!r} is not one of "
+                                      f"{', '.join(SEARCH_APIS)}")
+        if self.cfg.search_api == "searxng" and not self.cfg.search_url:
+            raise ProviderConfigError("tools.search_url: the SearXNG instance to search is not "
+                                      "set (e.g. tools.search_url=http://127.0.0.1:8888)")
+        if self.cfg.search_api == "brave":
+            name = self.cfg.api_key_env or "BRAVE_API_KEY"
+            if not os.environ.get(name):
+                raise ProviderConfigError(f"tools.api_key_env: the Brave Search API key is not "
+                                          f"in the environment variable {name}")
+
+    @property
+    def client(self) -> Any:
+        """One ``httpx.Client`` for the run (environment proxies not used: see the module)."""
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(trust_env=False, follow_redirects=False,
+                                        headers={"user-agent": USER_AGENT})
+        return self._client
+
+    def close(self) -> None:
+        """Close the connections."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # ------------------------------------------------------------------ search
+
+    def search(self, query: str, max_results: int) -> list[SearchResult]:
+        """Ask the configured search API."""
+        import httpx
+
+        try:
+            if self.cfg.search_api == "brave":
+                results = self._brave(query, max_results)
+            else:
+                results = self._searxng(query)
+        except httpx.TimeoutException:
+            raise ProviderError(f"the search API ({self.cfg.search_api}) did not answer within "
+                                f"{self.cfg.search_timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"the search API ({self.cfg.search_api}) failed: "
+                                f"{type(exc).__name__}: {exc}") from None
+        return results[:max_results]
+
+    def _get_json(self, url: str, **kwargs: Any) -> Any:
+        response = self.client.get(url, timeout=self.cfg.search_timeout_s, **kwargs)
+        if response.status_code != 200:
+            raise ProviderError(f"the search API ({self.cfg.search_api}) answered HTTP "
+                                f"{response.status_code}")
+        try:
+            return response.json()
+        except ValueError:
+            raise ProviderError(f"the search API ({self.cfg.search_api}) answered something "
+                                f"other than JSON") from None
+
+    def _searxng(self, query: str) -> list[SearchResult]:
+        base = str(self.cfg.search_url).rstrip("/")
+        data = self._get_json(f"{base}/search", params={"q": query, "format": "json"})
+        items = data.get("results") if isinstance(data, dict) else None
+        return [SearchResult(url=str(r.get("url", "")), title=str(r.get("title") or ""),
+                             snippet=str(r.get("content") or ""),
+                             published=r.get("publishedDate") or None)
+                for r in items or [] if isinstance(r, dict) and r.get("url")]
+
+    def _brave(self, query: str, max_results: int) -> list[SearchResult]:
+        key = os.environ.get(self.cfg.api_key_env or "BRAVE_API_KEY", "")
+        data = self._get_json(self.cfg.search_url or BRAVE_URL,
+                              params={"q": query, "count": min(max_results, 20)},
+                              headers={"accept": "application/json",
+                                       "x-subscription-token": key})
+        web = data.get("web") if isinstance(data, dict) else None
+        items = web.get("results") if isinstance(web, dict) else None
+        return [SearchResult(url=str(r.get("url", "")), title=str(r.get("title") or ""),
+                             snippet=str(r.get("description") or ""),
+                             published=r.get("page_age") or r.get("age") or None)
+                for r in items or [] if isinstance(r, dict) and r.get("url")]
+
+    # ------------------------------------------------------------------ fetch
+
+    def fetch(self, url: str) -> FetchResult:
+        """GET ``url`` (redirects followed by hand, each target checked) and turn it into text."""
+        import httpx
+
+        deadline = time.monotonic() + self.cfg.fetch_timeout_s
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                outcome = self._get(current, deadline)
+            except httpx.TimeoutException:
+                raise ProviderError(f"{current} did not answer within "
+                                    f"{self.cfg.fetch_timeout_s:g} s") from None
+            except httpx.HTTPError as exc:
+                raise ProviderError(f"fetch of {current} failed: {type(exc).__name__}: "
+                                    f"{exc}") from None
+            if isinstance(outcome, str):
+                current = outcome
+                continue
+            return outcome
+        raise ProviderError(f"fetch of {url}: more than {MAX_REDIRECTS} redirects")
+
+    def _get(self, url: str, deadline: float) -> FetchResult | str:
+        """The page, or the URL a redirect points to."""
+        import httpx
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ProviderError(f"fetch refused: {url!r} is not an http(s) URL")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        address = resolve_checked(parts.hostname, port, self.cfg.allow_local_fetch)
+        host_in_url = f"[{address}]" if ":" in address else address
+        netloc = host_in_url if parts.port is None else f"{host_in_url}:{parts.port}"
+        pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+        host_header = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        remaining = max(deadline - time.monotonic(), 0.1)
+        timeout = httpx.Timeout(remaining)
+        request = self.client.build_request(
+            "GET", pinned, headers={"host": host_header, "accept": "*/*"}, timeout=timeout,
+            extensions={"sni_hostname": parts.hostname})
+        response = self.client.send(request, stream=True)
+        try:
+            if response.is_redirect and response.headers.get("location"):
+                return urljoin(url, response.headers["location"])
+            body, cut = self._read(response, deadline)
+        finally:
+            response.close()
+        content_type = response.headers.get("content-type", "")
+        text, note = page_text(body, content_type, url)
+        notes = [n for n in (cut, note) if n]
+        return FetchResult(url=url, status=response.status_code,
+                           content_type=content_type.split(";")[0].strip(), text=text,
+                           note="; ".join(notes) or None)
+
+    def _read(self, response: Any, deadline: float) -> tuple[bytes, str | None]:
+        limit = self.cfg.max_fetch_bytes
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():  # as it arrives: the deadline is checked per piece
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= limit:
+                declared = response.headers.get("content-length")
+                whole = f" of {declared}" if declared else ""
+                return (b"".join(chunks)[:limit],
+                        f"cut at the size limit: first {limit} bytes{whole} read")
+            if time.monotonic() > deadline:
+                return (b"".join(chunks),
+                        f"cut at the time limit: {size} bytes read in "
+                        f"{self.cfg.fetch_timeout_s:g} s")
+        return b"".join(chunks), None

@@ -1,0 +1,107 @@
+"""The exported Harbor verifier of spu-bhpt, run in containers of the project's agent image.
+
+1. On its own: ``bash tests/test.sh`` from the exported task folder, in a container of the
+   agent image (python3 and its standard library only, no network), writes the same
+   score as ``spu grade`` for every fixture submission.
+2. As Harbor runs it: the exported ``environment/Dockerfile`` (on the agent image) builds
+   offline, shows the public files at ``/task`` and no answer key, and ``/tests/test.sh``
+   grades ``/output/rankings.json`` into ``/logs/verifier/reward.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from spu.tasks.harbor import export_harbor
+from tests.conftest import TASKS, run_module
+from tests.tasks.submissions import fixture_submissions
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+TASK = TASKS / "spu-bhpt"
+
+
+@pytest.fixture
+def engine(docker_engine):
+    if docker_engine.skip_reason:
+        pytest.skip(f"Docker unavailable: {docker_engine.skip_reason}")
+    from spu.sandbox.docker import docker_client
+
+    client = docker_client()
+    yield client, docker_engine.image
+    client.close()
+
+
+def _run(client, image: str, command: list[str], volumes: dict[str, dict[str, str]],
+         workdir: str | None = None) -> str:
+    name = f"spu-test-harbor-{uuid.uuid4().hex[:10]}"
+    options = {"working_dir": workdir} if workdir else {}
+    container = client.containers.run(image, command, name=name, volumes=volumes,
+                                      network_mode="none", detach=True, **options)
+    try:
+        status = container.wait(timeout=120)
+        logs = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    assert status["StatusCode"] == 0, logs
+    return logs
+
+
+def _spu_grade(task: Path, submission: Path) -> float:
+    out = run_module(["spu", "grade", str(submission), "--task", str(task), "--json"])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["score"]
+
+
+def test_plain_test_sh_in_the_agent_image_writes_the_spu_grade(engine, tmp_path) -> None:
+    client, image = engine
+    harbor = export_harbor(TASK, tmp_path / "spu-bhpt").path
+    names = ["measured", "reversed", "presented", "shuffle-1", "shuffle-2", "group-absent",
+             "misses-one", "wrong-task", "keyed-by-group", "not-json", "over-1-mib"]
+    fixtures = fixture_submissions(TASK)
+    for name in names:
+        output, logs = tmp_path / name / "output", tmp_path / name / "logs"
+        output.mkdir(parents=True)
+        logs.mkdir()
+        (output / "rankings.json").write_bytes(fixtures[name] or b"")
+        _run(client, image, ["bash", "tests/test.sh"], workdir="/harbor/spu-bhpt", volumes={
+            str(harbor): {"bind": "/harbor/spu-bhpt", "mode": "ro"},
+            str(output): {"bind": "/output", "mode": "ro"},
+            str(logs): {"bind": "/logs/verifier", "mode": "rw"}})
+        reward = float((logs / "reward.txt").read_text())
+        assert reward == _spu_grade(TASK, output / "rankings.json"), name
+        grade = json.loads((logs / "grade.json").read_text())
+        assert grade["task_id"] == "spu-bhpt" and grade["reward"] == reward
+
+
+def test_exported_environment_builds_and_grades_as_harbor_does(engine, tmp_path) -> None:
+    client, image = engine
+    harbor = export_harbor(TASK, tmp_path / "spu-bhpt", base_image=image).path
+    tag = f"spu-test-harbor-env:{uuid.uuid4().hex[:10]}"
+    client.images.build(path=str(harbor / "environment"), tag=tag, network_mode="none",
+                        rm=True, forcerm=True)
+    try:
+        listing = _run(client, tag, ["sh", "-c", "find /task -type f | sort && "
+                                     "echo SPU_OUTPUT_DIR=$SPU_OUTPUT_DIR && pwd"], volumes={})
+        files = {line.removeprefix("/task/") for line in listing.split()
+                 if line.startswith("/task/")}
+        assert files == {"task.yaml", "instruction.md", "experiment.md", "protocol.json",
+                         "targets.csv", "contract.json"}
+        assert "SPU_OUTPUT_DIR=/output" in listing and listing.strip().endswith("/workspace")
+
+        output, logs = tmp_path / "output", tmp_path / "logs"
+        output.mkdir()
+        logs.mkdir()
+        (output / "rankings.json").write_bytes(fixture_submissions(TASK)["shuffle-3"] or b"")
+        _run(client, tag, ["bash", "/tests/test.sh"], volumes={
+            str(harbor / "tests"): {"bind": "/tests", "mode": "ro"},
+            str(output): {"bind": "/output", "mode": "ro"},
+            str(logs): {"bind": "/logs/verifier", "mode": "rw"}})
+        assert float((logs / "reward.txt").read_text()) == \
+            _spu_grade(TASK, output / "rankings.json")
+    finally:
+        client.images.remove(tag, force=True)

@@ -1,0 +1,123 @@
+"""The egress proxy records every connection and blocks none; shell downloads are counted."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from spu.schema import ToolCall, TrajectoryStep
+from spu.tools.egress import EgressProxy, outside_requests, read_egress, shell_downloads
+from tests.tools.pages import LocalSite
+
+
+@pytest.mark.slow
+def test_the_proxy_passes_plain_and_tunnelled_connections_and_records_them(
+        tmp_path: Path) -> None:
+    site = LocalSite()
+    port = site.httpd.server_address[1]
+    try:
+        proxy = EgressProxy(tmp_path)
+        proxy.allow([f"127.0.0.1:{port}"])  # a local endpoint the run may reach
+        with proxy:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+                {"http": f"http://127.0.0.1:{proxy.port}"}))
+            with opener.open(f"{site.url}/html", timeout=20) as answer:
+                assert answer.status == 200 and b"Isoxazole" in answer.read()
+            # A CONNECT tunnel (what HTTPS clients ask for) is passed through unopened.
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as raw:
+                raw.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n"
+                            f"Host: 127.0.0.1:{port}\r\n\r\n".encode())
+                assert b" 200 " in raw.recv(1024)
+                raw.sendall(b"GET /pdf HTTP/1.1\r\nHost: x\r\n\r\n")
+                received = b""
+                while b"%%EOF" not in received:
+                    piece = raw.recv(65536)
+                    assert piece, received
+                    received += piece
+                assert b"%PDF-" in received
+        lines = list(read_egress(tmp_path / "egress.jsonl"))
+        assert [(e["method"], e["host"], e["port"]) for e in lines] == [
+            ("GET", "127.0.0.1", port), ("CONNECT", "127.0.0.1", port)]
+        assert lines[0]["path"] == "/html" and lines[1]["path"] is None
+        assert not any("refused" in line for line in lines)
+    finally:
+        site.kill()
+    assert outside_requests(lines, {"api.test"}, {("127.0.0.1", port)}) == (0, [])
+    assert outside_requests(lines, {"api.test"}, set()) == (2, [f"127.0.0.1:{port}"])
+
+
+def test_shell_downloads_are_counted_from_the_shell_calls_only() -> None:
+    steps = [TrajectoryStep(index=0, tool_calls=[
+        ToolCall(name="Bash", arguments={"command": "pip install -q rdkit; wget http://x/y"}),
+        ToolCall(name="exec_command", arguments={"cmd": "git clone https://g/r && ls"}),
+        ToolCall(name="local_shell", arguments={"command": ["bash", "-lc", "curl -O u"]}),
+        ToolCall(name="Write", arguments={"content": "curl is a tool"}),
+        ToolCall(name="Bash", arguments={"command": "python -m pip --quiet install numpy"}),
+        ToolCall(name="Bash", arguments={"command": "echo pipeline installed"}),
+    ])]
+    assert shell_downloads(steps) == 5
+
+
+@pytest.mark.slow
+def test_the_proxy_refuses_the_hosts_own_services_and_logs_the_attempt(tmp_path: Path) -> None:
+    """The proxy runs on the host: it must not be the agent's way to the tracking server,
+    a database or another run's service (loopback, private, link-local addresses)."""
+    site = LocalSite()  # stands in for a host service the run was not given
+    port = site.httpd.server_address[1]
+    try:
+        with EgressProxy(tmp_path) as proxy:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+                {"http": f"http://127.0.0.1:{proxy.port}"}))
+            for url in (f"{site.url}/html", f"http://localhost:{port}/html"):
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    opener.open(url, timeout=20)
+                assert refused.value.code == 403
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as raw:
+                raw.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+                assert b" 403 " in raw.recv(1024)
+        assert site.httpd.requests == []  # type: ignore[attr-defined]
+    finally:
+        site.kill()
+    lines = list(read_egress(tmp_path / "egress.jsonl"))
+    assert [(e["host"], e.get("refused")) for e in lines] == [
+        ("127.0.0.1", "local address"), ("localhost", "local address"),
+        ("127.0.0.1", "local address")]
+
+
+@pytest.mark.slow
+def test_no_proxy_outlives_a_runner_killed_with_sigkill(tmp_path: Path) -> None:
+    """The proxy runs in its own session; a ``kill -9`` of the runner must still end it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from pathlib import Path; from spu.tools.egress import "
+            "EgressProxy; p = EgressProxy(Path(sys.argv[1])).start(); "
+            "print(p._process.pid, flush=True); time.sleep(120)")
+    runner = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert runner.stdout is not None
+    proxy_pid = int(runner.stdout.readline())
+    os.kill(proxy_pid, 0)  # alive
+    runner.send_signal(signal.SIGKILL)
+    runner.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(proxy_pid, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it became our child's orphan in our session (it did not)
+            os.waitpid(proxy_pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    else:
+        os.killpg(proxy_pid, signal.SIGKILL)
+        pytest.fail("the egress proxy outlived its runner")
