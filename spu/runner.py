@@ -47,6 +47,7 @@ from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.sandbox.disk import release_stale as release_stale_disk
+from spu.sandbox.disk import remove_tree
 from spu.sandbox.gpu_usage import GpuSampler
 from spu.schema import (
     AnswerKey,
@@ -162,13 +163,13 @@ def _now() -> str:
 def _archive_previous_attempt(run_dir: Path) -> None:
     if not (run_dir / "run.json").exists():
         if run_dir.exists():
-            shutil.rmtree(run_dir)
+            remove_tree(run_dir)  # an agent's tree may be deeper than shutil.rmtree goes
         return
     attempts = run_dir / "attempts"
     n = 1 + sum(1 for _ in attempts.iterdir()) if attempts.exists() else 1
     holding = run_dir.with_name(run_dir.name + ".previous")
     if holding.exists():
-        shutil.rmtree(holding)
+        remove_tree(holding)
     run_dir.rename(holding)
     run_dir.mkdir(parents=True)
     if (holding / "attempts").exists():
@@ -387,9 +388,11 @@ def sandbox_request(run: PreparedRun, staged: Path,
         host_ports=sorted({*spec.sandbox.host_ports, *host_ports}),
         allowed_networks=list(spec.sandbox.allowed_networks),
         extra_ro_binds=run.harness.sandbox_binds(),
-        # Hidden from the agent even where a system folder would show them.
+        # Hidden from the agent even where a system folder would show them: every task
+        # of the task root and every key of the answer root, not only this run's.
         masked_paths=[run.task.path, run.task.answers_path(spec.answers_root).parent,
-                      spec.output_root.resolve()],
+                      spec.task_dir.resolve().parent, spec.output_root.resolve(),
+                      *([Path(spec.answers_root).resolve()] if spec.answers_root else [])],
     )
 
 

@@ -14,6 +14,8 @@ through the same ``SPU_*`` environment variables.)
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -126,6 +128,10 @@ class RunFolders:
         raise ValueError(f"{inside!r} is not inside the sandbox layout {layout}")
 
 
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
 class SandboxError(RuntimeError):
     """The sandbox could not be prepared or started: the run is an infrastructure error."""
 
@@ -193,16 +199,48 @@ class Sandbox(ABC):
     def host_path(self, inside: str) -> Path:
         """The host path behind a path of the layout (for reading and writing files)."""
 
-    def write_file(self, inside: str, data: bytes, mode: int = 0o644) -> None:
-        """Write ``data`` at path ``inside`` of the layout."""
+    def _unlinked_host_path(self, inside: str) -> Path:
+        """``host_path(inside)``, refused when a link is on the way from its layout folder.
+
+        The framework writes and reads as root: a link the agent planted in its
+        workspace must never lead it to a host file. (Call it while no agent process
+        runs: a folder swapped for a link after the check is not seen.)
+        """
         path = self.host_path(inside)
+        roots = self.layout_roots()
+        root = next((r for r in (roots.workspace, roots.output, roots.task)
+                     if _within(path, r)), None)
+        parts = path.relative_to(root).parts[:-1] if root is not None else ()
+        current = root
+        for part in parts:
+            assert current is not None
+            current = current / part
+            if current.is_symlink():
+                raise SandboxError(f"{inside!r} passes through a link ({part}): not followed")
+        return path
+
+    def layout_roots(self) -> RunFolders:
+        """The host folders behind the layout (backends keep them as ``folders``)."""
+        return self.folders  # type: ignore[attr-defined,no-any-return]
+
+    def write_file(self, inside: str, data: bytes, mode: int = 0o644) -> None:
+        """Write ``data`` at path ``inside`` of the layout (never through a link)."""
+        path = self._unlinked_host_path(inside)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        path.chmod(mode)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), mode)
 
     def read_file(self, inside: str) -> bytes:
-        """Read the file at path ``inside`` of the layout."""
-        return self.host_path(inside).read_bytes()
+        """Read the regular file at path ``inside`` of the layout (never through a link)."""
+        path = self._unlinked_host_path(inside)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SandboxError(f"{inside!r} is not a regular file")
+            return f.read()
 
     @abstractmethod
     def collect(self) -> Path:

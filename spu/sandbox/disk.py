@@ -11,8 +11,13 @@ and never more than the limit), formatted ext4 and loop-mounted at
 ``<run_dir>/.spu-disk-<pid>``, with its ``workspace`` and ``output`` bound over the
 run's folders. An agent that fills it gets ``ENOSPC`` from the kernel and the
 run is stopped as ``disk_limit``; nothing beyond the limit reaches the host's disk.
-When the agent is done the files are copied back into the run folder (special files
-and links are copied as such, never followed) and the image is deleted.
+When the agent is done the files are copied back into the run folder (links, FIFOs and
+sockets as such, never followed; no extended attributes) and the image is deleted.
+
+Whatever the agent leaves is disarmed before the host sees it (:func:`disarm`, under
+every mechanism): device nodes are removed, setuid and setgid bits and file
+capabilities stripped, so that a container agent running as root cannot leave a
+root shell or a raw disk for the host's users.
 
 Elsewhere (not root, no loop device, no ``mkfs.ext4``) the sizes of the two folders
 are sampled every few seconds and the agent is stopped when they pass the limit
@@ -29,8 +34,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from spu.schema import EnforcedLimits
@@ -73,23 +80,110 @@ def _mounts_under(root: Path) -> list[Path]:
     return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
 
 
-def _used_bytes(folders: list[Path]) -> int:
-    total = 0
-    for folder in folders:
-        for base, dirs, files in os.walk(folder):
-            for name in dirs + files:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def walk_entries(root: Path) -> Iterator[tuple[int, str, os.stat_result]]:
+    """``(folder fd, name, lstat)`` of everything under ``root``, at any depth, links unfollowed.
+
+    An agent's tree may be deeper than Python's recursion limit and than ``PATH_MAX``:
+    the walk keeps one open folder (it climbs back through ``..``) and a list of the
+    names still to visit at each level. ``/proc/self/fd/<fd>/<name>`` names an entry
+    whatever its depth. Call it only once the agent's processes are gone (or on
+    folders it cannot change): a tree that moves under the walk is skipped, not
+    followed.
+    """
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return
+    pending: list[list[str]] = [os.listdir(fd)]
+    try:
+        while pending:
+            if not pending[-1]:
+                pending.pop()
+                if pending:
+                    parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = parent
+                continue
+            name = pending[-1].pop()
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            yield fd, name, info
+            if stat.S_ISDIR(info.st_mode):
                 try:
-                    total += os.lstat(os.path.join(base, name)).st_blocks * 512
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    names = os.listdir(child)
                 except OSError:
                     continue
-    return total
+                os.close(fd)
+                fd = child
+                pending.append(names)
+    finally:
+        os.close(fd)
+
+
+def disarm(root: Path) -> int:
+    """Make what an agent left under ``root`` harmless to the host; returns the changes.
+
+    Device nodes are removed (a root agent in a container can make one for the host's
+    disk, which the host could open), setuid and setgid bits are cleared and file
+    capabilities removed from regular files (a root shell left for the host's users).
+    Links, FIFOs and sockets stay: readers open the agent's files without following
+    links or blocking.
+    """
+    changes = 0
+    for fd, name, info in walk_entries(root):
+        mode = info.st_mode
+        try:
+            if stat.S_ISBLK(mode) or stat.S_ISCHR(mode):
+                os.unlink(name, dir_fd=fd)
+                log.warning("removed the device node %s the agent left in %s", name, root)
+                changes += 1
+            elif stat.S_ISREG(mode):
+                path = f"/proc/self/fd/{fd}/{name}"
+                if mode & (stat.S_ISUID | stat.S_ISGID):
+                    os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                    changes += 1
+                try:
+                    os.removexattr(path, "security.capability", follow_symlinks=False)
+                    changes += 1
+                except OSError:
+                    pass  # none set (ENODATA), or no extended attributes here
+        except OSError as exc:
+            log.error("could not disarm %s under %s: %s", name, root, exc)
+    return changes
+
+
+def remove_tree(path: Path) -> None:
+    """``rm -rf`` of a folder an agent wrote (any depth; ``shutil.rmtree`` recurses)."""
+    if path.is_symlink() or not path.exists():
+        path.unlink(missing_ok=True)
+        return
+    done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)],
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0 and path.exists():
+        raise OSError(f"could not remove {path}: {done.stderr.strip()[-300:]}")
+
+
+def used_bytes(folders: list[Path]) -> int:
+    """Disk blocks used by everything under ``folders`` (any depth, links unfollowed)."""
+    return sum(info.st_blocks * 512 for folder in folders
+               for _, _, info in walk_entries(folder))
 
 
 def _copy_back(source: Path, target: Path) -> None:
-    """Copy a folder's contents as they are (links and FIFOs as such, owners kept)."""
+    """Copy a folder's contents as they are (links and FIFOs as such, owners kept).
+
+    Extended attributes are not copied (file capabilities would travel with them).
+    """
     target.mkdir(parents=True, exist_ok=True)
     if any(source.iterdir()):
-        _run(["cp", "-a", "--no-dereference", f"{source}/.", str(target)])
+        _run(["cp", "-R", "--no-dereference", "--preserve=mode,ownership,timestamps,links",
+              f"{source}/.", str(target)])
 
 
 class RunDisk:
@@ -175,7 +269,7 @@ class RunDisk:
             now = time.monotonic()
             if now >= self._next_poll:
                 self._next_poll = now + POLL_EVERY_S
-                used = _used_bytes([self.run_dir / name for name in FOLDERS])
+                used = used_bytes([self.run_dir / name for name in FOLDERS])
                 self._polled_full = used >= self.limit_bytes
             return self._polled_full
         return False
@@ -189,10 +283,16 @@ class RunDisk:
         })
 
     def release(self) -> None:
-        """Copy the files back into the run folder, unmount and delete the image."""
+        """Disarm the agent's files, copy them back, unmount and delete the image.
+
+        Call it once the agent's processes are gone.
+        """
         if self.mount_point is not None:
             release_mount(self.run_dir, self.mount_point)
             self.mount_point = None
+        else:
+            for name in FOLDERS:
+                disarm(self.run_dir / name)
 
 
 def release_mount(run_dir: Path, point: Path) -> None:
@@ -205,6 +305,7 @@ def release_mount(run_dir: Path, point: Path) -> None:
     if point in mounted:
         for name in FOLDERS:
             if (point / name).is_dir():
+                disarm(point / name)
                 try:
                     _copy_back(point / name, run_dir / name)
                 except DiskError as exc:

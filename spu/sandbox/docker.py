@@ -17,11 +17,15 @@ network. pasta runs on this machine, so the engine must be local. Any other
 ``network_mode`` is handed to Docker as it is (``bridge``: internet, and the host and
 its network reachable; recorded as ``network:docker-<mode>`` with a warning);
 ``sandbox.network=false`` is ``none``. The agent runs as the image's user (root in the
-images above); the container boundary, not the user id, is the isolation.
+images above) without ``MKNOD`` and ``SETFCAP``; the container boundary, not the user
+id, is the isolation, and what it leaves for the host is disarmed
+(:func:`spu.sandbox.disk.disarm`).
 
 The workspace and output live on the run's size-limited disk (:mod:`spu.sandbox.disk`,
-mounted on this machine and bound into the container); stdout and stderr are streamed
-from the container (Docker keeps no log file of its own) and capped at ``limits.log_mb``.
+mounted on this machine and bound into the container); what it writes elsewhere, into
+the container's own layer, is measured against the same limit (:class:`LayerMeter`);
+stdout and stderr are streamed from the container (Docker keeps no log file of its own)
+and capped at ``limits.log_mb``.
 Containers carry the id of the process that made them; those of a process that is gone
 (a driver killed with ``kill -9``) are removed when the next sandbox is prepared.
 
@@ -50,7 +54,7 @@ from spu.sandbox.base import (
     register_sandbox,
     remembered_availability,
 )
-from spu.sandbox.disk import RunDisk
+from spu.sandbox.disk import RunDisk, used_bytes
 from spu.sandbox.gpus import detect_gpus, place_gpus
 from spu.sandbox.limits import GIB
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
@@ -67,6 +71,10 @@ OWNER_LABEL = "spu.owner"
 PASTA_MODE = "pasta"
 """``sandbox.network_mode`` of the filtered user-mode network."""
 POLL_S = 0.2
+LAYER_POLL_S = 2.0
+"""How often the container's own writable layer is measured against the disk limit."""
+DROPPED_CAPABILITIES = ("MKNOD", "SETFCAP")
+"""Capabilities of Docker's default set that an agent never gets."""
 INIT_PREFIXES = ("[FATAL tini", "[WARN  tini")
 """How docker-init (tini) starts its own messages."""
 BUILD_HINT = (
@@ -173,6 +181,40 @@ def _pump(stream: Any, out: CappedLog, err: CappedLog) -> threading.Thread:
     return thread
 
 
+class LayerMeter:
+    """What an agent wrote into its container's own layer, on the engine's disk.
+
+    That is everything outside ``/workspace`` and ``/output`` (``/tmp``, ``/root``,
+    ``/usr/local``...). The run's disk does not hold that layer, so it is measured
+    (the engine's overlay ``UpperDir``, every :data:`LAYER_POLL_S` or ten times as long
+    as a measurement takes) and held to the same limit: a run past it ends
+    ``disk_limit``. A fast writer can pass it between two measurements; the layer goes
+    with the container.
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.upper: Path | None = None
+        self._next = 0.0
+        self._full = False
+
+    def watch(self, upper: str | None) -> None:
+        """Measure the layer at host path ``upper`` (None: not visible here)."""
+        self.upper = Path(upper) if upper and os.path.isdir(upper) else None
+        self._next, self._full = 0.0, False
+
+    def full(self, now: bool = False) -> bool:
+        """True once the layer holds the limit (measured when due, or ``now``)."""
+        if self.upper is None or self.limit_bytes <= 0 or self._full:
+            return self._full
+        clock = time.monotonic()
+        if now or clock >= self._next:
+            self._full = used_bytes([self.upper]) >= self.limit_bytes
+            took = time.monotonic() - clock
+            self._next = time.monotonic() + max(LAYER_POLL_S, 10 * took)
+        return self._full
+
+
 @register_sandbox
 class DockerSandbox(Sandbox):
     """A container per process, with the layout, the limits and GPUs as device requests."""
@@ -222,6 +264,7 @@ class DockerSandbox(Sandbox):
         except OSError as exc:
             raise SandboxError(f"the run's disk could not be set up: {exc}") from exc
         self.warnings += self.disk.warnings
+        self.layer = LayerMeter(self.disk.limit_bytes if self.disk.mechanism != "none" else 0)
         mode = str(self.options.get("network_mode") or PASTA_MODE)
         if not request.network:
             self.network_mode, self.network_name = "none", "offline"
@@ -299,6 +342,9 @@ class DockerSandbox(Sandbox):
             "volumes": volumes,
             "working_dir": LAYOUT.workspace,
             "security_opt": ["no-new-privileges"],
+            # Root in the container may not make device nodes or file capabilities: both
+            # would reach the host with the run's files (spu.sandbox.disk.disarm).
+            "cap_drop": list(DROPPED_CAPABILITIES),
             "labels": {RUN_LABEL: self.sandbox_id, OWNER_LABEL: _owner()},
             "log_config": {"type": "none", "config": {}},
             "detach": True,
@@ -343,6 +389,7 @@ class DockerSandbox(Sandbox):
         except docker.errors.DockerException as exc:
             return ProcessEvidence(error=f"container not created: {exc}")
         try:
+            self.layer.watch(self._upper_dir(container))
             cap = self.request.limits.log_cap_bytes or 1 << 62
             stdout.parent.mkdir(parents=True, exist_ok=True)
             with open(stdout, "wb") as out_file, open(stderr, "wb") as err_file:
@@ -359,7 +406,10 @@ class DockerSandbox(Sandbox):
                         duration_s=time.monotonic() - start,
                     )
                 timed_out, disk_full, peak = self._wait(container, start, limit,
-                                                        self.disk.full)
+                                                        self._over_limit)
+                # A writer that filled its layer and exited at once (the layer goes with
+                # the container: measured now).
+                disk_full = disk_full or (not timed_out and self.layer.full(now=True))
                 duration = time.monotonic() - start
                 state = self.client.api.inspect_container(container.id)["State"]
                 pump.join(timeout=max(5.0, self.request.limits.grace_s))
@@ -388,6 +438,26 @@ class DockerSandbox(Sandbox):
             log_dropped_bytes=dropped,
             error=error,
         )
+
+    def _upper_dir(self, container: Any) -> str | None:
+        """Host folder of the container's writable layer (overlay2), where visible."""
+        import docker
+
+        try:
+            driver = self.client.api.inspect_container(container.id).get("GraphDriver") or {}
+        except docker.errors.DockerException:
+            return None
+        upper = (driver.get("Data") or {}).get("UpperDir")
+        if (not upper or not os.path.isdir(upper)) and self.layer.limit_bytes > 0:
+            note = (f"the container's own layer (storage driver {driver.get('Name')!r}) is not "
+                    f"visible here: what the agent writes outside /workspace and /output is "
+                    f"not held to limits.disk_gb")
+            if note not in self.warnings:
+                self.warnings.append(note)
+        return upper
+
+    def _over_limit(self) -> bool:
+        return self.disk.full() or self.layer.full()
 
     def _wait(self, container: Any, start: float, limit: float | None,
               over_limit: Callable[[], bool]) -> tuple[bool, bool, int | None]:

@@ -8,8 +8,12 @@ where a system folder would show them (a repository under ``/opt``), they are ma
 
 Started by root, bubblewrap keeps every capability for the sandboxed process, and a
 process with user id 0 may write the host's ``/proc/sys`` even without capabilities.
-So under root the agent runs as an unprivileged user (``nobody`` by default), dropped
-inside the sandbox by ``setpriv`` with an empty bounding set and ``no_new_privs``.
+So under root the agent runs as an unprivileged user of its own (``spu-agent``, a user id
+drawn per run: :data:`AGENT_UID_BASE`), dropped inside the sandbox by ``setpriv`` with an
+empty bounding set and ``no_new_privs``.
+A seccomp filter (:mod:`spu.sandbox.seccomp`) keeps it from the kernel keyrings, shared
+by every process of its user (a channel from one run to the next), and from user
+namespaces.
 
 The agent has a network namespace of its own. With ``network=true`` (the paper's
 agents have internet) bubblewrap holds the agent back (``--block-fd``) until pasta has
@@ -24,9 +28,11 @@ The workspace and output live on a file system of ``limits.disk_gb``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import pwd
 import select
 import shutil
 import subprocess
@@ -48,6 +54,7 @@ from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES, detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.process import run_with_limits, wrapper_error
+from spu.sandbox.seccomp import SeccompError, filter_fd
 from spu.schema import ProcessEvidence, SandboxInfo
 
 log = logging.getLogger(__name__)
@@ -65,8 +72,14 @@ SYSTEM_DIRS: tuple[str, ...] = (
 )
 """Host folders mounted read-only: the programs and libraries an agent may use."""
 
-AGENT_UID = 65534
-"""User and group id the agent runs as when the framework runs as root (``nobody``)."""
+AGENT_UID_BASE = 1_900_000_000
+AGENT_UID_SPAN = 1 << 24
+"""A root framework runs each agent under a user id of its own, drawn from the run
+folder's path in ``[AGENT_UID_BASE, AGENT_UID_BASE + AGENT_UID_SPAN)``: what the kernel
+counts per user (inotify instances, keyrings, processes) is then the run's alone, where
+a shared ``nobody`` let one run starve another (``sandbox.agent_uid`` fixes one id)."""
+AGENT_NAME = "spu-agent"
+"""The name of that user inside the sandbox (its own ``/etc/passwd`` and ``/etc/group``)."""
 
 WRAPPER_PREFIXES = ("bwrap: ", "setpriv: ")
 """How bubblewrap and setpriv start their own error messages."""
@@ -103,6 +116,41 @@ def _bwrap_works() -> tuple[bool, str]:
     if probe.returncode != 0:
         return False, f"bubblewrap cannot create namespaces here: {probe.stderr.decode()[-300:]}"
     return True, "bubblewrap works"
+
+
+def agent_uid_for(run_dir: Path) -> int:
+    """The user id of the agent of ``run_dir`` (distinct for concurrent runs, stable).
+
+    Examples:
+        >>> agent_uid_for(Path("/runs/a")) == agent_uid_for(Path("/runs/a"))
+        True
+        >>> AGENT_UID_BASE <= agent_uid_for(Path("/runs/b")) < AGENT_UID_BASE + AGENT_UID_SPAN
+        True
+    """
+    digest = hashlib.sha256(str(run_dir.resolve()).encode()).digest()
+    return AGENT_UID_BASE + int.from_bytes(digest[:8], "big") % AGENT_UID_SPAN
+
+
+IDENTITY_FOLDER = ".spu-identity"
+"""Folder of the run (not shown to the agent) holding its ``passwd`` and ``group``."""
+
+
+def _identity_files(run_dir: Path, uid: int) -> Path:
+    """The host's ``passwd`` and ``group`` plus the agent's user and group.
+
+    They live in the run folder, so that a driver killed mid-run leaves nothing elsewhere.
+    """
+    folder = run_dir / IDENTITY_FOLDER
+    folder.mkdir(mode=0o755, exist_ok=True)
+    for name, line in (("passwd", f"{AGENT_NAME}:x:{uid}:{uid}:SPU agent:/workspace:/bin/sh"),
+                       ("group", f"{AGENT_NAME}:x:{uid}:")):
+        try:
+            host = Path("/etc", name).read_text()
+        except OSError:
+            host = ""
+        (folder / name).write_text(host.rstrip("\n") + ("\n" if host else "") + line + "\n")
+        os.chmod(folder / name, 0o644)
+    return folder
 
 
 def _within(path: Path, folder: Path) -> bool:
@@ -178,7 +226,16 @@ class LocalSandbox(Sandbox):
                 "NETWORK NOT ISOLATED: not running as root, the agent shares the host's network "
                 "namespace (network:host) and reaches every service of this machine; run as "
                 "root for the filtered network, or set sandbox.network=false")
+        self.seccomp = True
+        try:
+            os.close(filter_fd())
+        except (SeccompError, OSError) as exc:
+            self.seccomp = False
+            self.warnings.append(
+                f"no seccomp filter ({exc}): the agent can use the kernel keyrings (a channel "
+                f"between runs) and create user namespaces")
         self.agent_uid: int | None = None
+        self.identity: Path | None = None
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
                 self.warnings.append(
@@ -186,8 +243,13 @@ class LocalSandbox(Sandbox):
                     "sandbox, with capabilities, and could reach the host through /proc/sys"
                 )
             else:
-                self.agent_uid = int(self.options.get("agent_uid") or AGENT_UID)
+                self.agent_uid = int(self.options.get("agent_uid")
+                                     or agent_uid_for(request.run_dir))
                 _make_readable(self.folders.task)
+                try:
+                    pwd.getpwuid(self.agent_uid)
+                except KeyError:
+                    self.identity = _identity_files(request.run_dir, self.agent_uid)
         return LAYOUT
 
     def host_path(self, inside: str) -> Path:
@@ -216,11 +278,13 @@ class LocalSandbox(Sandbox):
         return args
 
     def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str],
-                   sync_fds: tuple[int, int] | None = None) -> list[str]:
+                   sync_fds: tuple[int, int] | None = None,
+                   seccomp_fd: int | None = None) -> list[str]:
         """The full bubblewrap command line that runs ``argv`` with ``env`` in the sandbox.
 
         ``sync_fds`` (info, block): bubblewrap reports its namespaces on the first and
         waits on the second before it starts ``argv`` (the network is set up between).
+        ``seccomp_fd``: the filter of :mod:`spu.sandbox.seccomp`, installed by bubblewrap.
         """
         cmd = [
             "bwrap",
@@ -245,6 +309,9 @@ class LocalSandbox(Sandbox):
         for d in SYSTEM_DIRS:
             if os.path.exists(d):
                 cmd += self._masks(Path(d), Path(d))
+        if self.identity is not None:
+            for name in ("passwd", "group"):
+                cmd += ["--ro-bind", str(self.identity / name), f"/etc/{name}"]
         for host, inside in self.request.extra_ro_binds.items():
             cmd += ["--ro-bind", str(host), inside, *self._masks(Path(host), Path(inside))]
         cmd += self._gpu_args()
@@ -258,6 +325,8 @@ class LocalSandbox(Sandbox):
             cmd += ["--setenv", key, value]
         if sync_fds is not None:
             cmd += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
         if self.agent_uid is not None:
             uid = str(self.agent_uid)
             argv = [
@@ -286,11 +355,20 @@ class LocalSandbox(Sandbox):
         on_start: Callable[[int], None] | None = None
         sync_fds = None
         open_fds: set[int] = set()
+        seccomp_fd = None
+        if self.seccomp:
+            try:
+                seccomp_fd = filter_fd()
+            except (SeccompError, OSError) as exc:
+                return ProcessEvidence(error=f"sandbox did not start: no seccomp filter: {exc}")
+            open_fds.add(seccomp_fd)
+            pass_fds = (seccomp_fd,)
         if self.request.network and not self.host_network:
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
             open_fds = {info_r, info_w, block_r, block_w}
-            sync_fds = pass_fds = (info_w, block_r)
+            sync_fds = (info_w, block_r)
+            pass_fds = (*pass_fds, *sync_fds)
             network = UserNetwork(self.request.host_ports, self.request.allowed_networks)
             self.networks.append(network)
 
@@ -305,7 +383,7 @@ class LocalSandbox(Sandbox):
                 os.write(block_w, b"1")
         try:
             evidence = run_with_limits(
-                self.bwrap_argv(argv, full_env, sync_fds),
+                self.bwrap_argv(argv, full_env, sync_fds, seccomp_fd),
                 host_env,
                 cwd=None,
                 stdout=stdout,
@@ -348,6 +426,9 @@ class LocalSandbox(Sandbox):
             self.limits.cleanup()
         if hasattr(self, "disk"):
             self.disk.release()
+        if getattr(self, "identity", None) is not None:
+            shutil.rmtree(self.identity, ignore_errors=True)  # type: ignore[arg-type]
+            self.identity = None
 
     def network_mode_planned(self) -> str:
         """The network the agent gets: the one in force once it ran, else the one planned."""
@@ -363,6 +444,8 @@ class LocalSandbox(Sandbox):
         """Namespaces in force, the network, and the limits enforced."""
         isolation = ["mount-namespace", "pid-namespace", "ipc-namespace", "uts-namespace",
                      "read-only-system", "cleared-environment", "die-with-parent"]
+        if self.seccomp:
+            isolation.append("seccomp")
         if os.geteuid() != 0 or self.agent_uid is not None:
             isolation.append("unprivileged-user")
         network = self.network_mode_planned()

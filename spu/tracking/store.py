@@ -34,7 +34,6 @@ import logging
 import os
 import re
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,6 +75,15 @@ BLOB_FOLDER = "blobs/sha256"
 EXPERIMENT_PREFIX = "spu-"
 """SPU's MLflow experiments are ``spu-<experiment.name>``: never confused with MLflow's
 own empty ``Default`` experiment."""
+
+MAX_ARTIFACT_TOTAL_BYTES = 1 << 30
+"""Bytes logged from each of the agent's folders at most (sparse files copy as dense)."""
+
+MAX_ARTIFACT_FILES = 1000
+"""Files logged from each of the agent's folders at most (an agent can make millions)."""
+
+MAX_ARTIFACT_DEPTH = 32
+"""Folders of the run's output deeper than this are not logged (named as skipped)."""
 
 BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
 """MLflow's limits per ``log_batch`` call."""
@@ -441,14 +449,30 @@ def blob_root(target: TrackingTarget) -> str:
     return f"{target.artifact_root.rstrip('/')}/{BLOB_FOLDER}"
 
 
-def _regular_files(folder: Path) -> Iterator[Path]:
-    """Regular files under ``folder``, never following a link the agent may have planted."""
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs.sort()
-        for name in sorted(files):
-            path = Path(root) / name
-            if stat.S_ISREG(path.lstat().st_mode):
-                yield path
+def _regular_files(folder: Path, skipped: list[str]) -> Iterator[Path]:
+    """Regular files under ``folder``, never following a link the agent may have planted.
+
+    Walked with a stack, not ``os.walk``: an agent's tree may be deeper than Python
+    recurses. A folder more than :data:`MAX_ARTIFACT_DEPTH` levels down is not logged
+    (MLflow makes artifact folders recursively); it is named in ``skipped``.
+    """
+    pending = [(folder, 0)]
+    while pending:
+        current, depth = pending.pop()
+        if depth > MAX_ARTIFACT_DEPTH:
+            skipped.append(f"{current.relative_to(folder.parent)}/ (deeper than "
+                           f"{MAX_ARTIFACT_DEPTH} levels)")
+            continue
+        try:
+            with os.scandir(current) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                yield Path(entry.path)
+        pending.extend((Path(e.path), depth + 1) for e in reversed(entries)
+                       if e.is_dir(follow_symlinks=False))
 
 
 def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path,
@@ -469,12 +493,17 @@ def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path,
             base = run_dir / folder
             if not base.is_dir() or base.is_symlink():
                 continue
-            for path in _regular_files(base):
+            total = 0
+            for count, path in enumerate(_regular_files(base, skipped)):
+                if count == MAX_ARTIFACT_FILES:
+                    skipped.append(f"{folder}/: files past the first {MAX_ARTIFACT_FILES}")
+                    break
                 rel = path.relative_to(run_dir)
                 size = path.lstat().st_size
-                if size > MAX_ARTIFACT_BYTES:
+                if size > MAX_ARTIFACT_BYTES or total + size > MAX_ARTIFACT_TOTAL_BYTES:
                     skipped.append(f"{rel} ({size} bytes)")
                     continue
+                total += size
                 if folder == "logs" and size > COMPRESS_LOGS_ABOVE_BYTES:
                     path = _gzip_copy(path, Path(scratch) / rel.parent)
                     size = path.stat().st_size

@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from spu.harness.trajectory import SessionReading, refusal_label, total_usage
-from spu.harness.trajectory.jsonl import read_jsonl, tool_output_text
+from spu.harness.trajectory.jsonl import (
+    read_jsonl,
+    read_small,
+    session_files,
+    tool_output_text,
+)
 from spu.schema import ToolCall, Trajectory, TrajectoryStep, Usage
 
 SYNTHETIC_MODEL = "<synthetic>"
@@ -204,8 +209,8 @@ def _subagent_name(path: Path) -> str:
     agent_id = path.stem.removeprefix("agent-")
     meta = path.with_name(f"{path.stem}.meta.json")
     try:
-        agent_type = json.loads(meta.read_text(encoding="utf-8")).get("agentType")
-    except (OSError, ValueError, AttributeError):
+        agent_type = json.loads(read_small(meta) or b"null").get("agentType")
+    except (ValueError, AttributeError, RecursionError):
         agent_type = None
     return f"{agent_type}:{agent_id}" if agent_type else agent_id
 
@@ -218,7 +223,7 @@ def read_claude_code_sessions(projects_dir: Path, cli_version: str | None = None
     calls find their calls; steps are then put in time order.
     """
     reader = _Reader()
-    files = sorted(projects_dir.rglob("*.jsonl")) if projects_dir.is_dir() else []
+    files = session_files(projects_dir, "*.jsonl", reader.warnings)
     main = [p for p in files if "subagents" not in p.parts]
     subagents = [p for p in files if "subagents" in p.parts]
     for path in main:

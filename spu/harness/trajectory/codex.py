@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from spu.harness.trajectory import SessionReading, refusal_label, total_usage
-from spu.harness.trajectory.jsonl import read_jsonl, tool_output_text
+from spu.harness.trajectory.jsonl import read_jsonl, session_files, tool_output_text
 from spu.schema import ToolCall, Trajectory, TrajectoryStep, Usage
 
 REFUSAL_ERRORS = {"bio_policy": "bio", "cyber_policy": "cyber"}
@@ -228,7 +228,7 @@ def read_codex_sessions(sessions_dir: Path, cli_version: str | None = None) -> S
     """
     warnings: list[str] = []
     calls_by_id: dict[str, ToolCall] = {}
-    files = sorted(sessions_dir.rglob("rollout-*.jsonl")) if sessions_dir.is_dir() else []
+    files = session_files(sessions_dir, "rollout-*.jsonl", warnings)
     threads = []
     for path in files:
         thread = _ThreadReader(agent=None, warnings=warnings, calls_by_id=calls_by_id)

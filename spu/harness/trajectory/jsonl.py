@@ -1,11 +1,95 @@
-"""Reading a CLI's JSONL session file line by line, keeping what can be read."""
+"""Reading a CLI's JSONL session files line by line, keeping what can be read.
+
+The files are the agent's: it writes its home folder, so a "session file" may be a
+link to a host file (the framework reads as root), a FIFO that never ends, ``/dev/zero``
+behind a link, or one line of gigabytes. They are opened without following a link or
+blocking, read only when regular, and read within bounds (:data:`MAX_LINE_BYTES`,
+:data:`MAX_FILE_BYTES`); the folders holding them are listed without following links.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+MAX_LINE_BYTES = 64 << 20
+"""A longer line is skipped (with a warning), not held in memory."""
+MAX_FILE_BYTES = 2 << 30
+"""What is read of one session file at most."""
+MAX_FILES = 10_000
+"""Session files listed under one folder at most."""
+
+
+def session_files(root: Path, pattern: str, warnings: list[str] | None = None) -> list[Path]:
+    """Regular files under ``root`` whose name matches ``pattern``, sorted; links unfollowed.
+
+    A ``root`` reached through a link (the agent replaced its CLI's folder by one to a
+    host folder) is not read: it yields nothing and a warning.
+    """
+    if not root.is_dir():
+        return []
+    if os.path.realpath(root) != os.path.abspath(root):
+        if warnings is not None:
+            warnings.append(f"{root.name}: reached through a link, not read")
+        return []
+    found: list[Path] = []
+    pending = [root]
+    while pending and len(found) < MAX_FILES:
+        try:
+            with os.scandir(pending.pop()) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False) and fnmatch.fnmatch(entry.name, pattern):
+                found.append(Path(entry.path))
+    return sorted(found[:MAX_FILES])
+
+
+def read_small(path: Path, limit: int = 1 << 20) -> bytes | None:
+    """The first ``limit`` bytes of a regular file; None for a link, a FIFO, no file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+
+
+def _lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of a regular file, within the bounds, never following a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        warnings.append(f"{path.name}: not read ({exc.strerror})")
+        return
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            warnings.append(f"{path.name}: not a regular file, not read")
+            return
+        number = read = 0
+        while read < MAX_FILE_BYTES:
+            line = f.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            number += 1
+            read += len(line)
+            if len(line) > MAX_LINE_BYTES:
+                warnings.append(f"{path.name}:{number}: longer than {MAX_LINE_BYTES} bytes, "
+                                f"skipped")
+                while line and not line.endswith(b"\n") and read < MAX_FILE_BYTES:
+                    line = f.readline(MAX_LINE_BYTES)
+                    read += len(line)
+                continue
+            yield number, line
+        warnings.append(f"{path.name}: read up to {MAX_FILE_BYTES} bytes, the rest skipped")
 
 
 def read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -13,21 +97,22 @@ def read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str,
 
     A line that is not a JSON object (a session cut off mid-write leaves a partial
     last line) is skipped with a warning naming the file and the line, so the rest
-    of the session is not lost.
+    of the session is not lost. A link, a FIFO or another special file is not read.
     """
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                warnings.append(f"{path.name}:{number}: not JSON ({exc.msg}), skipped")
-                continue
-            if not isinstance(entry, dict):
-                warnings.append(f"{path.name}:{number}: not a JSON object, skipped")
-                continue
-            yield number, entry
+    for number, raw in _lines(path, warnings):
+        line = raw.decode("utf-8", errors="replace")
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+            warnings.append(f"{path.name}:{number}: not JSON ({msg}), skipped")
+            continue
+        if not isinstance(entry, dict):
+            warnings.append(f"{path.name}:{number}: not a JSON object, skipped")
+            continue
+        yield number, entry
 
 
 TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
