@@ -3,7 +3,7 @@
 A run folder (``<output_root>/runs/<run_key>/``) holds ``run.json``, the staged public
 task (``task/contract.json``), the submission (``output/``), the trajectory
 (``trajectory.jsonl.gz``, read one step at a time with
-:func:`~spu.tracking.trajectories.iter_steps`) and, where the audited tools served the
+:func:`~spu.tracking.trajectories.iter_step_views`) and, where the audited tools served the
 run, ``tools/audit.jsonl`` (SPEC section 7). :func:`read_run` reads them once and keeps
 per call only its labels and time, so memory does not grow with the size of the tool
 outputs: a 1 GB trajectory is read in the memory of its largest step.
@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +40,18 @@ from spu.grading.rules import GradingKey
 from spu.grading.submission import read_submission, read_submission_file
 from spu.schema import ACTIVITY_CLASSES, Activity, Contract, ToolCall, TrajectoryStep
 from spu.stats.submissions import orders_from_bytes
-from spu.tracking.trajectories import TrajectoryFileError, find_trajectory, iter_steps
+from spu.tracking.trajectories import (
+    StepView,
+    ToolCallView,
+    TrajectoryFileError,
+    find_trajectory,
+    iter_step_views,
+)
+
+Step = TrajectoryStep | StepView
+"""A trajectory step as read: the pydantic model or its fast view (the same fields)."""
+Call = ToolCall | ToolCallView
+"""A tool call of a :data:`Step`."""
 
 AUDIT_LOG = Path("tools") / "audit.jsonl"
 """The audited tools' log inside a run folder (SPEC section 7)."""
@@ -124,7 +135,7 @@ def _seconds(stamp: str | None) -> float | None:
         return None
 
 
-def call_texts(call: ToolCall) -> str:
+def call_texts(call: Call) -> str:
     """The code and arguments of a call as text (a shell command as it ran)."""
     command = shell_command(split_tool_name(call.name)[1], call.arguments)
     if command is not None:
@@ -170,7 +181,7 @@ def read_audit_log(path: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
 class _PendingStep:
     index: int
     start: float
-    calls: list[tuple[ToolCall, CallLabel]]
+    calls: list[tuple[Call, CallLabel]]
 
 
 def _features_base(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,13 +202,16 @@ def _features_base(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None) -> RunReading:
+def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
+             reader: Callable[[Path], Iterator[Step]] = iter_step_views) -> RunReading:
     """Label and time every call of one run and compute its features.
 
     Args:
         run_dir: The run folder.
         answers: Grading keys by task id, for the score of the first draft and the
             flipped pairs (optional: without one those stay empty).
+        reader: Reads the steps of the trajectory file (default: the fast views;
+            :func:`~spu.tracking.trajectories.iter_steps` gives the same reading).
 
     Raises:
         ValueError: ``run.json`` is missing or not a JSON object (the message names it).
@@ -238,11 +252,11 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None) -> 
                                  families=";".join(label.families)))
 
     trajectory = find_trajectory(run_dir)
-    steps: Iterator[TrajectoryStep] = iter(())
+    steps: Iterator[Step] = iter(())
     if trajectory is None:
         notes.append(f"{run_dir}: no trajectory")
     else:
-        steps = iter_steps(trajectory)
+        steps = reader(trajectory)
     try:
         for step in steps:
             n_steps += 1
@@ -328,7 +342,7 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None) -> 
     return reading
 
 
-def _count(label: CallLabel, call: ToolCall, flags: Counter[str], reading: RunReading) -> None:
+def _count(label: CallLabel, call: Call, flags: Counter[str], reading: RunReading) -> None:
     activity = label.activity
     flags["search"] += activity is Activity.web_search
     flags["fetch"] += activity is Activity.web_fetch

@@ -22,7 +22,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -250,14 +249,21 @@ def activity_time(calls: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
     class_index = {c: i for i, c in enumerate(CLASSES)}
     total = np.zeros((len(GRID), len(CLASSES)))
     n_runs = 0
-    for _, run in keep.groupby("run_key", sort=False):
-        t = run["t_norm"].to_numpy(float)
-        w = run["time_s"].to_numpy(float)
+    # The runs in order of first appearance (as groupby(sort=False)), each run's calls in
+    # table order, sliced from arrays taken once (a DataFrame per run costs more than the
+    # arithmetic).
+    codes, _ = pd.factorize(keep["run_key"])
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    all_t = keep["t_norm"].to_numpy(float)[order]
+    all_w = keep["time_s"].to_numpy(float)[order]
+    all_cls = keep["activity_class"].map(class_index).to_numpy(int)[order]
+    for t, w, cls in zip(np.split(all_t, bounds), np.split(all_w, bounds),
+                         np.split(all_cls, bounds), strict=True):
         if w.sum() <= 0:
             w = np.ones_like(w)
         kernel = np.exp(-0.5 * ((GRID[:, None] - t[None, :]) / SMOOTHING_SD) ** 2)
         by_class = np.zeros((len(GRID), len(CLASSES)))
-        cls = run["activity_class"].map(class_index).to_numpy(int)
         for k in range(len(CLASSES)):
             mask = cls == k
             if mask.any():
@@ -330,18 +336,64 @@ def family_jaccard(features: pd.DataFrame) -> pd.DataFrame:
     if features.empty:
         return pd.DataFrame(columns=columns)
     sets = [frozenset(s.split(";")) - {""} for s in features["method_families"].fillna("")]
-    configs = features["config"].astype(str).tolist()
-    tasks = features["task_id"].astype(str).tolist()
-    sums: dict[tuple[str, str, str], float] = {}
-    counts: Counter[tuple[str, str, str]] = Counter()
-    for i, j in combinations(range(len(sets)), 2):
-        a, b = sorted((configs[i], configs[j]))
-        scope = "same_task" if tasks[i] == tasks[j] else "different_tasks"
-        sums[(a, b, scope)] = sums.get((a, b, scope), 0.0) + jaccard(sets[i], sets[j])
-        counts[(a, b, scope)] += 1
-    rows = [{"config_a": a, "config_b": b, "scope": s, "n_pairs": counts[(a, b, s)],
-             "mean_jaccard": sums[(a, b, s)] / counts[(a, b, s)]} for (a, b, s) in sorted(counts)]
+    index: dict[frozenset[str], int] = {}
+    set_codes = np.array([index.setdefault(x, len(index)) for x in sets], dtype=np.intp)
+    distinct = list(index)
+    # Similarity of each pair of distinct family sets, by :func:`jaccard` itself.
+    similarity = np.array([[jaccard(a, b) for b in distinct] for a in distinct]).reshape(
+        len(distinct), len(distinct))
+    config_codes, configs = pd.factorize(features["config"].astype(str), sort=True)
+    task_codes, _ = pd.factorize(features["task_id"].astype(str))
+    n_configs = len(configs)
+    sums: dict[int, float] = {}
+    counts: Counter[int] = Counter()
+    for i, j in _pair_blocks(len(sets)):
+        # Pair key: sorted configuration pair, then 0 (different tasks) or 1 (same task).
+        low = np.minimum(config_codes[i], config_codes[j])
+        high = np.maximum(config_codes[i], config_codes[j])
+        keys = (low * n_configs + high) * 2 + (task_codes[i] == task_codes[j])
+        values = similarity[set_codes[i], set_codes[j]]
+        order = np.argsort(keys, kind="stable")  # pairs of a key keep their order
+        keys, values = keys[order], values[order]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        for start, end in zip(starts, [*starts[1:], len(keys)], strict=True):
+            key = int(keys[start])
+            part = values[start:end]
+            if key in sums:
+                part = np.r_[sums[key], part]
+            # cumsum adds left to right: the same float sum as adding pair by pair
+            sums[key] = float(np.cumsum(part)[-1])
+            counts[key] += end - start
+    rows = []
+    for key in counts:
+        pair, same = divmod(key, 2)
+        a, b = configs[pair // n_configs], configs[pair % n_configs]
+        rows.append({"config_a": a, "config_b": b,
+                     "scope": "same_task" if same else "different_tasks",
+                     "n_pairs": counts[key], "mean_jaccard": sums[key] / counts[key]})
+    rows.sort(key=lambda r: (r["config_a"], r["config_b"], r["scope"]))
     return pd.DataFrame(rows, columns=columns)
+
+
+PAIRS_PER_BLOCK = 1 << 21
+"""Pairs of runs handled at once by :func:`family_jaccard` (bounds its memory)."""
+
+
+def _pair_blocks(n: int) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """All pairs ``i < j`` of ``range(n)`` in the order of ``combinations``, in blocks."""
+    i0 = 0
+    while i0 < n - 1:
+        i1, pairs = i0, 0
+        while i1 < n - 1 and (pairs == 0 or pairs + (n - 1 - i1) <= PAIRS_PER_BLOCK):
+            pairs += n - 1 - i1
+            i1 += 1
+        rows = np.arange(i0, i1)
+        i = np.repeat(rows, n - 1 - rows)
+        # j runs from i + 1 to n - 1 within each row
+        first = np.repeat(np.cumsum(n - 1 - rows) - (n - 1 - rows), n - 1 - rows)
+        j = np.arange(len(i)) - first + i + 1
+        yield i, j
+        i0 = i1
 
 
 def fetched_sources(readings: Iterable[RunReading]) -> pd.DataFrame:
