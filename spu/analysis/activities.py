@@ -193,8 +193,11 @@ _SUBMISSION_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json|SPU_OUT
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\s*(?:\n|$)", re.DOTALL)
 _CAT_TO_FILE = re.compile(r"\b(?:cat|tee)\s*(?:-a\s+)?>?\s*>?\s*['\"]?([^\s'\"<>|;&]+)['\"]?\s*"
                           r"<<-?\s*(['\"]?)(\w+)\2[^\n]*\n(.*?)\n\s*\3\s*(?:\n|$)", re.DOTALL)
-_BACKGROUND = re.compile(r"(?<![&>])&\s*(?:$|\n|;)|\bnohup\b|\bsetsid\b|\bdisown\b|"
-                         r"\bscreen\s+-d|\btmux\s+new")
+# A job sent to the background: ``cmd &`` (not ``&&``, ``>&``), nohup, setsid, disown, screen,
+# tmux. The ``&`` is matched first and the character before it checked after, so the
+# search looks for the literal instead of trying a lookbehind at every position.
+_BACKGROUND_AMP = re.compile(r"&(?<![&>]&)\s*(?:$|\n|;)")
+_BACKGROUND_WORD = re.compile(r"\bnohup\b|\bsetsid\b|\bdisown\b|\bscreen\s+-d|\btmux\s+new")
 _CUDA_OR_GPU = re.compile(r"cuda|gpu", re.IGNORECASE)
 _WRITES_CODE = re.compile(r">\s*['\"]?[^\s'\"]+\.(?:py|sh|r|jl|c|inp|in)\b")
 _PROBE_COMMAND = re.compile(r"/proc/(?:cpuinfo|meminfo)|--version\b|\bpip (?:list|show|freeze)\b")
@@ -204,7 +207,7 @@ _OUTPUT_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json")
 # Substrings one of which every match of a pattern holds: a command without any skips
 # the pattern (a few substring tests cost less than one search of an alternation that
 # begins with a lookbehind or a character class, which is tried at every position).
-_BACKGROUND_WORDS = ("&", "nohup", "setsid", "disown", "screen", "tmux")
+_BACKGROUND_WORDS = ("nohup", "setsid", "disown", "screen", "tmux")
 _INSTALL_WORDS = ("install", "add")
 _WRITE_WORDS = (">", "tee", "cp", "mv", "open(", ".write(", "dump(", "write_text(", "to_csv(",
                 "to_json(", "savetxt(")
@@ -212,6 +215,18 @@ _WRITE_WORDS = (">", "tee", "cp", "mv", "open(", ".write(", "dump(", "write_text
 
 def _may_match(text: str, words: tuple[str, ...]) -> bool:
     return any(word in text for word in words)
+
+
+def _starts_background(command: str) -> bool:
+    """Whether a shell command starts a background job.
+
+    Examples
+    --------
+    >>> [_starts_background(c) for c in ("sleep 9 &", "a && b", "a 2>&1; b", "&", "nohup x")]
+    [True, False, False, True, True]
+    """
+    return bool(("&" in command and _BACKGROUND_AMP.search(command)) or (
+        _may_match(command, _BACKGROUND_WORDS) and _BACKGROUND_WORD.search(command)))
 
 
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.+)$", re.MULTILINE)
@@ -749,8 +764,7 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
     for path, content in reading.written_files:
         if path.lower().endswith(".py"):
             ctx.remember(path, python_signals(content))
-    background = background or bool(_may_match(command, _BACKGROUND_WORDS)
-                                    and _BACKGROUND.search(command))
+    background = background or _starts_background(command)
     signals = reading.python
     ran_python = reading.ran_python
     families = _family_set(signals if ran_python else None, reading.programs, output)

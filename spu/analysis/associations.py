@@ -19,6 +19,7 @@ weighted least-squares solve, computed for all features at once.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -306,16 +307,86 @@ def configuration_classifier(features: pd.DataFrame, seed: int = 0, n_estimators
     Runs of the configurations under one ``harness`` (default Claude Code, as in the
     paper: the harness alone would tell the others apart; ``None``: all runs) that were
     scored. ``None`` when fewer than two configurations have at least two runs each.
+    ``jobs`` processes fit the folds; the predictions do not depend on it.
 
     References
     ----------
     Paper 4.9 and E.7: 500 trees, stratified five-fold cross-validation, accuracy
     against always guessing the most common configuration.
     """
-    from sklearn.ensemble import RandomForestClassifier
-    from sklearn.metrics import confusion_matrix
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    if jobs <= 1:
+        pending = start_classifier(features, seed, n_estimators, folds, harness, columns)
+        return None if pending is None else pending.result()
+    with fold_pool(jobs) as pool:
+        pending = start_classifier(features, seed, n_estimators, folds, harness, columns, pool)
+        return None if pending is None else pending.result()
 
+
+def fold_pool(jobs: int) -> Executor:
+    """Processes for the classifier's folds (forked where the system can: no re-import)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method))
+
+
+class PendingClassifier:
+    """A configuration classifier whose folds are being fitted (:func:`start_classifier`)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, counts: pd.Series, k: int, seed: int,
+                 n_estimators: int, executor: Executor | None) -> None:
+        from sklearn.model_selection import StratifiedKFold
+
+        self._x, self._y, self._counts, self._k = x, y, counts, k
+        cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+        self._tests = [test for _, test in cv.split(x, y)]
+        jobs = [(x, y, train, test, n_estimators, seed) for train, test in cv.split(x, y)]
+        self._folds: list[Future[np.ndarray]] | None = None
+        self._jobs = jobs
+        if executor is not None:
+            self._folds = [executor.submit(fit_predict_fold, *job) for job in jobs]
+
+    def result(self) -> ClassifierResult:
+        """Wait for the folds and score the out-of-fold predictions."""
+        from sklearn.metrics import confusion_matrix
+
+        y = self._y
+        parts = ([f.result() for f in self._folds] if self._folds is not None
+                 else [fit_predict_fold(*job) for job in self._jobs])
+        # Out-of-fold predictions in run order, as cross_val_predict assembles them.
+        predicted = np.empty_like(y)
+        for test, part in zip(self._tests, parts, strict=True):
+            predicted[test] = part
+        labels = sorted(set(y))
+        confusion = pd.DataFrame(confusion_matrix(y, predicted, labels=labels), index=labels,
+                                 columns=labels)
+        return ClassifierResult(
+            accuracy=float(np.mean(predicted == y)),
+            chance=float(self._counts.reindex(labels).max() / len(y)),
+            n_runs=len(y), folds=self._k, confusion=confusion)
+
+
+def fit_predict_fold(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray,
+                     n_estimators: int, seed: int) -> np.ndarray:
+    """One fold: a forest fitted on ``train``, its predictions for ``test``."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    forest = RandomForestClassifier(n_estimators=n_estimators, random_state=seed, n_jobs=1)
+    return forest.fit(x[train], y[train]).predict(x[test])
+
+
+def start_classifier(features: pd.DataFrame, seed: int = 0, n_estimators: int = 500,
+                     folds: int = 5, harness: str | None = "claude_code",
+                     columns: Sequence[str] = CLASSIFIER_FEATURES,
+                     executor: Executor | None = None) -> PendingClassifier | None:
+    """Start :func:`configuration_classifier`: other work can go on while the folds fit.
+
+    The folds are submitted to ``executor`` (None: fitted in this process when the
+    result is asked for). They are those of ``StratifiedKFold(shuffle=True,
+    random_state=seed)`` and each forest is seeded with ``seed``: the predictions are
+    those of sklearn's ``cross_val_predict``, wherever the folds run.
+    """
     f = features[features["scored"].astype(bool)]
     if harness is not None and "harness" in f:
         f = f[f["harness"] == harness]
@@ -326,15 +397,4 @@ def configuration_classifier(features: pd.DataFrame, seed: int = 0, n_estimators
     k = int(min(folds, f["config"].value_counts().min()))
     x = f[[c for c in columns if c in f]].astype(float).fillna(-1.0).to_numpy()
     y = f["config"].astype(str).to_numpy()
-    forest = RandomForestClassifier(n_estimators=n_estimators, random_state=seed, n_jobs=1)
-    cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    # The folds in two processes: a forest's per-tree Python overhead holds the GIL, so
-    # threads inside one forest gain little (the project's machines have 2 cores).
-    predicted = cross_val_predict(forest, x, y, cv=cv, n_jobs=jobs)
-    labels = sorted(set(y))
-    confusion = pd.DataFrame(confusion_matrix(y, predicted, labels=labels), index=labels,
-                             columns=labels)
-    return ClassifierResult(
-        accuracy=float(np.mean(predicted == y)),
-        chance=float(counts.reindex(labels).max() / len(y)),
-        n_runs=len(y), folds=k, confusion=confusion)
+    return PendingClassifier(x, y, counts, k, seed, n_estimators, executor)

@@ -91,7 +91,7 @@ def stated_expected_rho(report: str) -> float | None:
     return round(value, 6) if -1 <= value <= 1 else None
 
 
-@dataclass
+@dataclass(slots=True)
 class CallRow:
     """One labelled call (a row of ``calls.csv``)."""
 
@@ -105,6 +105,12 @@ class CallRow:
     t_abs: float
     t_norm: float = 0.0
     families: str = ""
+
+    def __reduce__(self) -> tuple[type[CallRow], tuple[Any, ...]]:
+        # Pickled as its values: a worker process sends a run's calls back cheaply.
+        return CallRow, (self.run_key, self.step, self.call_index, self.tool, self.activity,
+                         self.activity_class, self.time_s, self.t_abs, self.t_norm,
+                         self.families)
 
 
 @dataclass

@@ -16,12 +16,15 @@ Files: ``calls.csv``, ``runs_features.csv``, ``associations.csv`` (SPEC 8), and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,7 @@ import pandas as pd
 
 import spu
 from spu.analysis.activities import METHOD_FAMILIES
-from spu.analysis.associations import configuration_classifier, feature_associations
+from spu.analysis.associations import feature_associations, fold_pool, start_classifier
 from spu.analysis.rankings import SOURCES
 from spu.analysis.runs import CLASSES, RunReading, read_run
 from spu.analysis.sources import OPERATORS, SOURCE_CLASSES
@@ -126,17 +129,24 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
     readings: list[RunReading] = []
     skipped = 0
     started = time.perf_counter()
-    for reading in _read_all(run_folders(runs_dir), keys, opt.jobs):
-        if isinstance(reading, str):
-            notes.append(reading)
-            skipped += 1
-            continue
-        if opt.official_only and reading.features["repeat"] != 0:
-            continue
-        readings.append(reading)
-        notes += reading.notes
-    read_s = time.perf_counter() - started
-    result = build_tables(readings, opt)
+    folders = run_folders(runs_dir)
+    # One set of worker processes reads the runs, then fits the classifier's folds while
+    # this process computes the other tables.
+    pool = fold_pool(opt.jobs) if opt.jobs > 1 and len(folders) >= 8 else None
+    if pool is not None:
+        import sklearn.ensemble  # noqa: F401  (imported once: the forked workers inherit it)
+    with pool or contextlib.nullcontext():
+        for reading in _read_all(folders, keys, pool, opt.jobs):
+            if isinstance(reading, str):
+                notes.append(reading)
+                skipped += 1
+                continue
+            if opt.official_only and reading.features["repeat"] != 0:
+                continue
+            readings.append(reading)
+            notes += reading.notes
+        read_s = time.perf_counter() - started
+        result = build_tables(readings, opt, pool)
     result.manifest["seconds"] = {"read": round(read_s, 2), **result.manifest["seconds"]}
     result.notes = notes + result.notes
     result.manifest.update(runs_dir=str(runs_dir), skipped_folders=skipped,
@@ -152,23 +162,29 @@ def _read_or_note(folder: Path, keys: dict[str, GradingKey]) -> RunReading | str
         return str(exc)
 
 
-def _read_all(folders: list[Path], keys: dict[str, GradingKey], jobs: int
-              ) -> Iterable[RunReading | str]:
-    """Readings of ``folders`` in order, in ``jobs`` processes (each streams its runs)."""
-    if jobs <= 1 or len(folders) < 8:
+def _read_all(folders: list[Path], keys: dict[str, GradingKey], pool: Executor | None,
+              jobs: int) -> Iterable[RunReading | str]:
+    """Readings of ``folders`` in order, in the pool's ``jobs`` processes or in this one."""
+    if pool is None:
         return (_read_or_note(f, keys) for f in folders)
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from functools import partial
-
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
-        return list(pool.map(partial(_read_or_note, keys=keys), folders,
-                             chunksize=max(1, min(32, len(folders) // (4 * jobs)))))
+    return list(pool.map(partial(_read_or_note, keys=keys), folders,
+                         chunksize=max(1, min(32, len(folders) // (4 * jobs)))))
 
 
-def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisResult:
-    """The tables of one set of run readings (pure: no I/O)."""
+def build_tables(readings: list[RunReading], opt: AnalyzeOptions,
+                 executor: Executor | None = None) -> AnalysisResult:
+    """The tables of one set of run readings (pure: no I/O).
+
+    The classifier's folds run in ``executor`` (None: in ``opt.jobs`` processes of its
+    own) while this process computes the other tables; the results do not depend on it.
+    """
+    own = fold_pool(opt.jobs) if executor is None and opt.jobs > 1 else None
+    with own or contextlib.nullcontext():
+        return _build_tables(readings, opt, executor or own)
+
+
+def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
+                  executor: Executor | None) -> AnalysisResult:
     notes: list[str] = []
     calls = pd.DataFrame(
         [(c.run_key, c.step, c.call_index, c.tool, c.activity, c.activity_class, c.time_s,
@@ -183,6 +199,8 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     scored = features[features["scored"].astype(bool)] if "scored" in features else features
 
     clock = time.perf_counter()
+    pending = start_classifier(scored, seed=opt.seed, n_estimators=opt.trees,
+                               executor=executor)
     seconds: dict[str, float] = {}
     tables["associations.csv"] = feature_associations(scored, opt.resamples, opt.seed)
     seconds["associations"] = round(time.perf_counter() - clock, 2)
@@ -205,9 +223,8 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     summary: list[dict[str, Any]] = []
     seconds["tables"] = round(time.perf_counter() - clock, 2)
     clock = time.perf_counter()
-    classifier = configuration_classifier(scored, seed=opt.seed, n_estimators=opt.trees,
-                                          jobs=opt.jobs)
-    seconds["classifier"] = round(time.perf_counter() - clock, 2)
+    classifier = None if pending is None else pending.result()
+    seconds["classifier"] = round(time.perf_counter() - clock, 2)  # what was left to wait
     if classifier is None:
         notes.append("classifier: fewer than two Claude Code configurations with two scored "
                      "runs each")
