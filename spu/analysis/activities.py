@@ -402,6 +402,10 @@ class CallLabel:
     """The query, for a web search."""
 
 
+_PLAIN_LABEL = {activity: CallLabel(activity) for activity in Activity}
+"""The label of each activity with nothing else to say (shared: labels are frozen)."""
+
+
 def split_tool_name(name: str) -> tuple[str | None, str]:
     """``(server, tool)`` of a tool name, the server None for a built-in tool.
 
@@ -708,26 +712,27 @@ def label_call(name: str, arguments: Any, output: str | None, ctx: RunContext,
         if lowered in WEB_FETCH_TOOLS or "fetch" in lowered or lowered == "open_page":
             return CallLabel(Activity.web_fetch, url=_text_arg(arguments, "url", "uri") or None)
         if server is not None:
-            return CallLabel(Activity.other)
+            return _PLAIN_LABEL[Activity.other]
     if lowered in _SUBAGENT_TOOLS:
-        return CallLabel(Activity.subagent)
+        return _PLAIN_LABEL[Activity.subagent]
     if lowered in _PLAN_TOOLS:
-        return CallLabel(Activity.planning)
+        return _PLAIN_LABEL[Activity.planning]
     if lowered in _WAIT_TOOLS:
         if lowered == "write_stdin" and isinstance(arguments, dict) and arguments.get("chars"):
             typed = str(arguments.get("chars"))
             return _label_shell(typed, output, ctx, background=False)
-        return CallLabel(Activity.waiting)
+        return _PLAIN_LABEL[Activity.waiting]
     if lowered in _WRITE_TOOLS:
         return _label_write(lowered, arguments, ctx)
     if lowered in _VIEW_TOOLS:
         viewed = _text_arg(arguments, "file_path", "path", "pattern", "notebook_path")
-        return CallLabel(Activity.reading_inputs if ctx.in_task(viewed) else Activity.viewing_files)
+        return _PLAIN_LABEL[Activity.reading_inputs if ctx.in_task(viewed)
+                            else Activity.viewing_files]
     command = shell_command(tool, arguments)
     if command is not None:
         background = bool(isinstance(arguments, dict) and arguments.get("run_in_background"))
         return _label_shell(command, output, ctx, background)
-    return CallLabel(Activity.other)
+    return _PLAIN_LABEL[Activity.other]
 
 
 def _label_write(tool: str, arguments: Any, ctx: RunContext) -> CallLabel:
@@ -755,7 +760,7 @@ def _label_write(tool: str, arguments: Any, ctx: RunContext) -> CallLabel:
             activity = min(activity, Activity.submission_files, key=PRIORITY.index)
         elif path.lower().endswith(_CODE_SUFFIXES):
             activity = min(activity, Activity.code_writing, key=PRIORITY.index)
-    return CallLabel(activity)
+    return _PLAIN_LABEL[activity]
 
 
 def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -> CallLabel:

@@ -59,6 +59,9 @@ AUDIT_LOG = Path("tools") / "audit.jsonl"
 CLASSES: tuple[str, ...] = tuple(dict.fromkeys(ACTIVITY_CLASSES.values()))
 """The eight activity classes of Figure 14a, in the order of the priority."""
 
+_ACTIVITY_NAMES = {a: (a.value, ACTIVITY_CLASSES[a]) for a in Activity}
+"""Each activity's name and class, as ``calls.csv`` writes them."""
+
 MAX_AUDIT_LINES = 1_000_000
 """Lines read from one audit log (a bound against a runaway log)."""
 
@@ -253,9 +256,9 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     def close(step: _PendingStep, end: float) -> None:
         share = max(end - step.start, 0.0) / len(step.calls)
         for k, (call, label) in enumerate(step.calls):
-            calls.append(CallRow(run_key, step.index, k, call.name, label.activity.value,
-                                 ACTIVITY_CLASSES[label.activity], share, step.start,
-                                 families=";".join(label.families)))
+            name, cls = _ACTIVITY_NAMES[label.activity]
+            calls.append(CallRow(run_key, step.index, k, call.name, name, cls, share,
+                                 step.start, families=";".join(label.families)))
 
     trajectory = find_trajectory(run_dir)
     steps: Iterator[Step] = iter(())
@@ -361,7 +364,8 @@ def _count(label: CallLabel, call: Call, flags: Counter[str], reading: RunReadin
         if not label.gpu_errors and not call.is_error:
             flags["gpu_workload_ok"] += 1
         reading.gpu_families.update(label.families or ("other",))
-    reading.gpu_errors.update(label.gpu_errors)
+    if label.gpu_errors:
+        reading.gpu_errors.update(label.gpu_errors)
     if activity is Activity.code_writing:
         args = call.arguments
         if isinstance(args, dict):
