@@ -362,7 +362,8 @@ class RunContext:
         path = path.strip().strip("'\"")
         for key in (path, path.rsplit("/", 1)[-1]):
             old = self.scripts.get(key)
-            self.scripts[key] = signals if old is None else old | signals
+            # the same file written again with the same code: x | x is x
+            self.scripts[key] = signals if old is None or old is signals else old | signals
 
     def script(self, path: str) -> ScriptSignals | None:
         """Signals of a file run by name (full path first, then base name)."""

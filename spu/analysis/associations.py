@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 
 from spu.analysis.activities import METHOD_FAMILIES
-from spu.stats.paired import holm
 from spu.stats.resampling import percentile_interval, rng_for
 
 METHOD_FEATURES: tuple[str, ...] = (
@@ -278,6 +277,8 @@ def feature_associations(features: pd.DataFrame, resamples: int = 10_000, seed: 
         "n_with": data.x.sum(axis=0).astype(int), "n_runs": data.score.size,
         "estimate": estimate, "ci_low": ci[0], "ci_high": ci[1], "p_value": p,
     })
+    from spu.stats.paired import holm  # scipy.stats: imported when needed
+
     table["p_holm"] = np.nan
     for _, part in table.groupby("family"):
         table.loc[part.index, "p_holm"] = holm(part["p_value"].to_numpy())
@@ -352,8 +353,17 @@ class PendingClassifier:
         from sklearn.metrics import confusion_matrix
 
         y = self._y
-        parts = ([f.result() for f in self._folds] if self._folds is not None
-                 else [fit_predict_fold(*job) for job in self._jobs])
+        if self._folds is None:
+            parts = [fit_predict_fold(*job) for job in self._jobs]
+        else:
+            # This process, free now, fits the folds no worker has taken, last first
+            # (the workers take them first to last); the rest it waits for.
+            mine: dict[int, np.ndarray] = {}
+            for i in reversed(range(len(self._folds))):
+                if not self._folds[i].cancel():
+                    break
+                mine[i] = fit_predict_fold(*self._jobs[i])
+            parts = [mine[i] if i in mine else f.result() for i, f in enumerate(self._folds)]
         # Out-of-fold predictions in run order, as cross_val_predict assembles them.
         predicted = np.empty_like(y)
         for test, part in zip(self._tests, parts, strict=True):

@@ -92,7 +92,6 @@ def analyze_command(args: argparse.Namespace) -> int:
 def run_analyze(args: argparse.Namespace) -> int:
     """Write the tables and figures; exit 2 when the inputs cannot be used."""
     from spu.analysis.trajectory_analysis import AnalyzeOptions, analyze_runs, write_analysis
-    from spu.report.trajectory_figures import write_figures
     from spu.stats.submissions import StatsInputError
 
     if args.resamples < 1 or args.trees < 1:
@@ -108,6 +107,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     written = write_analysis(result, args.out)
     if not args.no_figures:
+        from spu.report.trajectory_figures import write_figures
+
         drawn, missing = write_figures(result.tables, args.out / "figures")
         written += drawn
         for name, need in missing.items():

@@ -130,23 +130,17 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
     skipped = 0
     started = time.perf_counter()
     folders = run_folders(runs_dir)
-    # One set of worker processes reads the runs, then fits the classifier's folds while
-    # this process computes the other tables.
-    pool = fold_pool(opt.jobs) if opt.jobs > 1 and len(folders) >= 8 else None
-    if pool is not None:
-        import sklearn.ensemble  # noqa: F401  (imported once: the forked workers inherit it)
-    with pool or contextlib.nullcontext():
-        for reading in _read_all(folders, keys, pool, opt.jobs):
-            if isinstance(reading, str):
-                notes.append(reading)
-                skipped += 1
-                continue
-            if opt.official_only and reading.features["repeat"] != 0:
-                continue
-            readings.append(reading)
-            notes += reading.notes
-        read_s = time.perf_counter() - started
-        result = build_tables(readings, opt, pool)
+    for reading in _read_all(folders, keys, opt.jobs):
+        if isinstance(reading, str):
+            notes.append(reading)
+            skipped += 1
+            continue
+        if opt.official_only and reading.features["repeat"] != 0:
+            continue
+        readings.append(reading)
+        notes += reading.notes
+    read_s = time.perf_counter() - started
+    result = build_tables(readings, opt)
     result.manifest["seconds"] = {"read": round(read_s, 2), **result.manifest["seconds"]}
     result.notes = notes + result.notes
     result.manifest.update(runs_dir=str(runs_dir), skipped_folders=skipped,
@@ -162,13 +156,28 @@ def _read_or_note(folder: Path, keys: dict[str, GradingKey]) -> RunReading | str
         return str(exc)
 
 
-def _read_all(folders: list[Path], keys: dict[str, GradingKey], pool: Executor | None,
-              jobs: int) -> Iterable[RunReading | str]:
-    """Readings of ``folders`` in order, in the pool's ``jobs`` processes or in this one."""
-    if pool is None:
+def _read_all(folders: list[Path], keys: dict[str, GradingKey], jobs: int
+              ) -> Iterable[RunReading | str]:
+    """Readings of ``folders`` in order, in ``jobs`` processes (each streams its runs).
+
+    While the workers read, this process imports what the tables and the classifier
+    need, so the processes forked later for the classifier's folds inherit it.
+    """
+    if jobs <= 1 or len(folders) < 8:
         return (_read_or_note(f, keys) for f in folders)
-    return list(pool.map(partial(_read_or_note, keys=keys), folders,
-                         chunksize=max(1, min(32, len(folders) // (4 * jobs)))))
+    with fold_pool(jobs) as pool:
+        readings = pool.map(partial(_read_or_note, keys=keys), folders,
+                            chunksize=max(1, min(32, len(folders) // (4 * jobs))))
+        _import_for_tables()
+        return list(readings)
+
+
+def _import_for_tables() -> None:
+    import sklearn.ensemble  # noqa: F401
+    import sklearn.metrics  # noqa: F401
+    import sklearn.model_selection  # noqa: F401
+
+    import spu.stats.paired  # noqa: F401
 
 
 def build_tables(readings: list[RunReading], opt: AnalyzeOptions,
