@@ -318,13 +318,13 @@ def configuration_classifier(features: pd.DataFrame, seed: int = 0, n_estimators
     if jobs <= 1:
         pending = start_classifier(features, seed, n_estimators, folds, harness, columns)
         return None if pending is None else pending.result()
-    with fold_pool(jobs) as pool:
+    with worker_pool(jobs) as pool:
         pending = start_classifier(features, seed, n_estimators, folds, harness, columns, pool)
         return None if pending is None else pending.result()
 
 
-def fold_pool(jobs: int) -> Executor:
-    """Processes for the classifier's folds (forked where the system can: no re-import)."""
+def worker_pool(jobs: int) -> Executor:
+    """Worker processes, forked where the system can (they inherit what is imported)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -339,14 +339,14 @@ class PendingClassifier:
                  n_estimators: int, executor: Executor | None) -> None:
         from sklearn.model_selection import StratifiedKFold
 
-        self._x, self._y, self._counts, self._k = x, y, counts, k
+        self._y, self._counts, self._k = y, counts, k
         cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-        self._tests = [test for _, test in cv.split(x, y)]
-        jobs = [(x, y, train, test, n_estimators, seed) for train, test in cv.split(x, y)]
+        splits = list(cv.split(x, y))
+        self._tests = [test for _, test in splits]
+        self._jobs = [(x, y, train, test, n_estimators, seed) for train, test in splits]
         self._folds: list[Future[np.ndarray]] | None = None
-        self._jobs = jobs
         if executor is not None:
-            self._folds = [executor.submit(fit_predict_fold, *job) for job in jobs]
+            self._folds = [executor.submit(fit_predict_fold, *job) for job in self._jobs]
 
     def result(self) -> ClassifierResult:
         """Wait for the folds and score the out-of-fold predictions."""

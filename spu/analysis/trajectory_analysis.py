@@ -33,7 +33,7 @@ import pandas as pd
 
 import spu
 from spu.analysis.activities import METHOD_FAMILIES
-from spu.analysis.associations import feature_associations, fold_pool, start_classifier
+from spu.analysis.associations import feature_associations, start_classifier, worker_pool
 from spu.analysis.rankings import SOURCES
 from spu.analysis.runs import CLASSES, RunReading, read_run
 from spu.analysis.sources import OPERATORS, SOURCE_CLASSES
@@ -165,7 +165,7 @@ def _read_all(folders: list[Path], keys: dict[str, GradingKey], jobs: int
     """
     if jobs <= 1 or len(folders) < 8:
         return (_read_or_note(f, keys) for f in folders)
-    with fold_pool(jobs) as pool:
+    with worker_pool(jobs) as pool:
         readings = pool.map(partial(_read_or_note, keys=keys), folders,
                             chunksize=max(1, min(32, len(folders) // (4 * jobs))))
         _import_for_tables()
@@ -187,7 +187,7 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     The classifier's folds run in ``executor`` (None: in ``opt.jobs`` processes of its
     own) while this process computes the other tables; the results do not depend on it.
     """
-    own = fold_pool(opt.jobs) if executor is None and opt.jobs > 1 else None
+    own = worker_pool(opt.jobs) if executor is None and opt.jobs > 1 else None
     with own or contextlib.nullcontext():
         return _build_tables(readings, opt, executor or own)
 

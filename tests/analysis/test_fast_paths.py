@@ -26,9 +26,9 @@ from spu.analysis.associations import (
     _FixedEffects,
     association_inputs,
     configuration_classifier,
-    fold_pool,
     start_classifier,
     task_resample_counts,
+    worker_pool,
 )
 from spu.analysis.runs import read_run
 from spu.analysis.trajectory_analysis import (
@@ -135,7 +135,7 @@ def test_classifier_folds_anywhere_equal_cross_val_predict() -> None:
     expected = confusion_matrix(y, predicted, labels=labels)
     results = [configuration_classifier(f, seed=3, n_estimators=40, jobs=jobs)
                for jobs in (1, 2)]
-    with fold_pool(2) as pool:
+    with worker_pool(2) as pool:
         pending = start_classifier(f, seed=3, n_estimators=40, executor=pool)
         assert pending is not None
         results.append(pending.result())
