@@ -207,3 +207,20 @@ def test_step_views_refuse_what_iter_steps_refuses(tmp_path) -> None:
     legacy = tmp_path / "trajectory.json"
     legacy.write_text(_trajectory().model_dump_json())
     assert [s.index for s in iter_step_views(legacy)] == [0, 1, 2]
+
+
+def test_step_views_name_the_line_of_bytes_that_are_not_utf8(tmp_path) -> None:
+    """A step line that is not UTF-8 stops the fast reader at that line, with the file and
+    line named and the earlier steps read (iter_steps decodes text and fails before)."""
+    from spu.tracking.trajectories import iter_step_views
+
+    path = tmp_path / TRAJECTORY_FILE
+    with gzip.open(path, "wb") as f:
+        f.write(json.dumps({"harness": "codex"}).encode() + b"\n")
+        f.write(json.dumps({"index": 0, "text": "ok"}).encode() + b"\n")
+        f.write(b'{"index": 1, "text": "bad \xff byte"}\n')
+    seen = []
+    with pytest.raises(TrajectoryFileError, match=r"trajectory\.jsonl\.gz: line 3: .*JSON"):
+        for step in iter_step_views(path):
+            seen.append(step.index)
+    assert seen == [0]
