@@ -50,7 +50,8 @@ def _analyze_parser() -> argparse.ArgumentParser:
     p.add_argument("--trees", type=int, default=500,
                    help="trees of the configuration classifier (default 500)")
     p.add_argument("--jobs", type=int, default=2,
-                   help="processes reading the run folders (default 2)")
+                   help="worker processes reading the runs, then fitting the classifier's "
+                        "folds (default 2; the results do not depend on it)")
     p.add_argument("--all-repeats", action="store_true",
                    help="analyse repeated runs too (default: official runs, repeat 0)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")

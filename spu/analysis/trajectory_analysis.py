@@ -79,7 +79,8 @@ class AnalyzeOptions:
     official_only: bool = True
     """Analyse official runs (repeat 0) only, as the paper's section 4 does."""
     jobs: int = 2
-    """Processes reading run folders (1: in this process)."""
+    """Worker processes reading the run folders, then fitting the classifier's folds (1:
+    all in this process). The results do not depend on it."""
 
 
 @dataclass
