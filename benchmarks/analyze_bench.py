@@ -1,14 +1,17 @@
 """Speed and memory of ``spu analyze`` (paper 4: 1,155 runs, 227,103 tool calls).
 
     .venv/bin/python benchmarks/analyze_bench.py [--runs 1155] [--calls 227103] [--keep DIR]
+                                                 [--repeat N] [--jobs 2]
     .venv/bin/python benchmarks/analyze_bench.py --memory   # peak RSS, 100 MB vs 1 GB trajectory
 
-Speed: builds a corpus of the paper's shape from the recorded Claude Code and Codex
-sessions (``spu.testing.corpus``), then times, in this process, (a) the reference: a plain
-pandas pass over the decoded JSON (every trajectory line ``json.loads``-ed, the tool calls
-flattened into one DataFrame and counted per run) and (b) ``spu analyze`` (every table,
-10,000 task resamples, the 500-tree classifier; figures not drawn). Prints both and the
-ratio. Target: ``spu analyze`` under 60 s on 2 cores.
+Speed: builds a corpus of the paper's shape (``--calls`` tool calls in all, exactly) from
+the recorded Claude Code and Codex sessions (``spu.testing.corpus``), then times, in this
+process, (a) the reference: a plain pandas pass over the decoded JSON (every trajectory
+line ``json.loads``-ed, the tool calls flattened into one DataFrame and counted per run)
+and (b) ``spu analyze`` (every table, 10,000 task resamples, the 500-tree classifier,
+the CSV files; figures not drawn). Prints both, wall and CPU time, the ratio and the load
+average (the machine may be shared: compare ratios, and run several ``--repeat`` rounds).
+Target: ``spu analyze`` under 60 s on 2 cores.
 
 Memory: writes one trajectory whose tool outputs add up to 100 MB and one of 1 GB
 (compressible text, so writing takes seconds), reads each with ``read_run`` in a fresh
@@ -50,7 +53,17 @@ def reference_pass(runs_dir: Path) -> tuple[float, int]:
     return time.perf_counter() - start, len(calls)
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished child processes."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def speed(args: argparse.Namespace) -> None:
+    import os
+    import statistics
+
     from spu.analysis.trajectory_analysis import AnalyzeOptions, analyze_runs, write_analysis
     from spu.testing.corpus import make_corpus
 
@@ -58,17 +71,31 @@ def speed(args: argparse.Namespace) -> None:
         root = Path(args.keep) if args.keep else Path(tmp)
         if not (root / "runs").is_dir():
             t = time.perf_counter()
-            make_corpus(root, args.runs, REPO / "tasks", calls=args.calls // args.runs, seed=0)
+            make_corpus(root, args.runs, REPO / "tasks", total_calls=args.calls, seed=0)
             print(f"corpus: {args.runs} runs written in {time.perf_counter() - t:.1f} s")
-        ref_s, n_calls = reference_pass(root)
-        print(f"reference (json.loads + pandas): {n_calls:,} calls in {ref_s:.1f} s")
-        start = time.perf_counter()
-        result = analyze_runs(root, AnalyzeOptions(task_roots=(REPO / "tasks",)))
-        write_analysis(result, root / "analysis")
-        took = time.perf_counter() - start
-        print(f"spu analyze: {result.manifest['runs']} runs, {result.manifest['calls']:,} calls "
-              f"in {took:.1f} s ({took / ref_s:.2f}x the reference; target under 60 s)")
-        print(f"  by phase (s): {result.manifest['seconds']}")
+        ratios = []
+        for round_ in range(1, args.repeat + 1):
+            load = os.getloadavg()[0]
+            cpu, start = _cpu(), time.perf_counter()
+            ref_s, n_calls = reference_pass(root)
+            ref_cpu = _cpu() - cpu
+            cpu, start = _cpu(), time.perf_counter()
+            result = analyze_runs(root, AnalyzeOptions(task_roots=(REPO / "tasks",),
+                                                       jobs=args.jobs))
+            write_analysis(result, root / "analysis")
+            took, took_cpu = time.perf_counter() - start, _cpu() - cpu
+            ratios.append(took / ref_s)
+            print(f"round {round_} (load average {load:.1f} on {os.cpu_count()} cores before, "
+                  f"{os.getloadavg()[0]:.1f} after):")
+            print(f"  reference (json.loads + pandas): {n_calls:,} calls in {ref_s:.1f} s "
+                  f"({ref_cpu:.1f} s CPU)")
+            print(f"  spu analyze: {result.manifest['runs']} runs, "
+                  f"{result.manifest['calls']:,} calls in {took:.1f} s ({took_cpu:.1f} s CPU "
+                  f"with {args.jobs} worker processes): {took / ref_s:.2f}x the reference; "
+                  f"target under 60 s on 2 cores")
+            print(f"  by phase (s): {result.manifest['seconds']}")
+        if len(ratios) > 1:
+            print(f"median ratio over {len(ratios)} rounds: {statistics.median(ratios):.2f}x")
 
 
 def _child(path: str) -> None:
@@ -126,6 +153,8 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=1155)
     p.add_argument("--calls", type=int, default=227_103)
     p.add_argument("--keep", default=None, help="build (or reuse) the corpus in this folder")
+    p.add_argument("--repeat", type=int, default=1, help="rounds of reference + analyze")
+    p.add_argument("--jobs", type=int, default=2, help="processes of spu analyze")
     p.add_argument("--memory", action="store_true")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()

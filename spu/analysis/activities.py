@@ -193,6 +193,42 @@ _SUBMISSION_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json|SPU_OUT
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\s*(?:\n|$)", re.DOTALL)
 _CAT_TO_FILE = re.compile(r"\b(?:cat|tee)\s*(?:-a\s+)?>?\s*>?\s*['\"]?([^\s'\"<>|;&]+)['\"]?\s*"
                           r"<<-?\s*(['\"]?)(\w+)\2[^\n]*\n(.*?)\n\s*\3\s*(?:\n|$)", re.DOTALL)
+# A job sent to the background: ``cmd &`` (not ``&&``, ``>&``), nohup, setsid, disown, screen,
+# tmux. The ``&`` is matched first and the character before it checked after, so the
+# search looks for the literal instead of trying a lookbehind at every position.
+_BACKGROUND_AMP = re.compile(r"&(?<![&>]&)\s*(?:$|\n|;)")
+_BACKGROUND_WORD = re.compile(r"\bnohup\b|\bsetsid\b|\bdisown\b|\bscreen\s+-d|\btmux\s+new")
+_CUDA_OR_GPU = re.compile(r"cuda|gpu", re.IGNORECASE)
+_WRITES_CODE = re.compile(r">\s*['\"]?[^\s'\"]+\.(?:py|sh|r|jl|c|inp|in)\b")
+_PROBE_COMMAND = re.compile(r"/proc/(?:cpuinfo|meminfo)|--version\b|\bpip (?:list|show|freeze)\b")
+_TAIL_F = re.compile(r"\btail\s+-f\b")
+_OUTPUT_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json")
+
+# Substrings one of which every match of a pattern holds: a command without any skips
+# the pattern (a few substring tests cost less than one search of an alternation that
+# begins with a lookbehind or a character class, which is tried at every position).
+_BACKGROUND_WORDS = ("nohup", "setsid", "disown", "screen", "tmux")
+_INSTALL_WORDS = ("install", "add")
+_WRITE_WORDS = (">", "tee", "cp", "mv", "open(", ".write(", "dump(", "write_text(", "to_csv(",
+                "to_json(", "savetxt(")
+
+
+def _may_match(text: str, words: tuple[str, ...]) -> bool:
+    return any(word in text for word in words)
+
+
+def _starts_background(command: str) -> bool:
+    """Whether a shell command starts a background job.
+
+    Examples
+    --------
+    >>> [_starts_background(c) for c in ("sleep 9 &", "a && b", "a 2>&1; b", "&", "nohup x")]
+    [True, False, False, True, True]
+    """
+    return bool(("&" in command and _BACKGROUND_AMP.search(command)) or (
+        _may_match(command, _BACKGROUND_WORDS) and _BACKGROUND_WORD.search(command)))
+
+
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update) File: (.+)$", re.MULTILINE)
 _PYTHON = re.compile(r"^(?:python(?:\d(?:\.\d+)?)?|ipython3?|pypy3?)$")
 _WRAPPERS = frozenset({"sudo", "nohup", "time", "timeout", "env", "nice", "stdbuf",
@@ -326,7 +362,8 @@ class RunContext:
         path = path.strip().strip("'\"")
         for key in (path, path.rsplit("/", 1)[-1]):
             old = self.scripts.get(key)
-            self.scripts[key] = signals if old is None else old | signals
+            # the same file written again with the same code: x | x is x
+            self.scripts[key] = signals if old is None or old is signals else old | signals
 
     def script(self, path: str) -> ScriptSignals | None:
         """Signals of a file run by name (full path first, then base name)."""
@@ -339,8 +376,7 @@ class RunContext:
 
     def in_output(self, text: str) -> bool:
         """Whether ``text`` names the submission folder or a submission file."""
-        return any(p in text for p in self.output_paths) or bool(
-            re.search(r"rankings\.json|report\.md|sources\.json", text))
+        return any(p in text for p in self.output_paths) or bool(_OUTPUT_NAMES.search(text))
 
 
 @dataclass(frozen=True)
@@ -365,6 +401,10 @@ class CallLabel:
     """The URL fetched, for a web fetch or download."""
     query: str | None = None
     """The query, for a web search."""
+
+
+_PLAIN_LABEL = {activity: CallLabel(activity) for activity in Activity}
+"""The label of each activity with nothing else to say (shared: labels are frozen)."""
 
 
 def split_tool_name(name: str) -> tuple[str | None, str]:
@@ -532,9 +572,11 @@ class _ShellReading:
 
 def _read_shell(script: str, ctx: RunContext) -> _ShellReading:
     out = _ShellReading()
-    heredocs = {m.group(2): m.group(3) for m in _HEREDOC.finditer(script)}
-    for m in _CAT_TO_FILE.finditer(script):
-        out.written_files.append((m.group(1), m.group(4)))
+    heredocs: dict[str, str] = {}
+    if "<<" in script:  # both patterns need it; most commands have none
+        heredocs = {m.group(2): m.group(3) for m in _HEREDOC.finditer(script)}
+        for m in _CAT_TO_FILE.finditer(script):
+            out.written_files.append((m.group(1), m.group(4)))
     for words in simple_commands(script):
         prog = _program(words[0])
         out.programs.append(prog)
@@ -671,26 +713,27 @@ def label_call(name: str, arguments: Any, output: str | None, ctx: RunContext,
         if lowered in WEB_FETCH_TOOLS or "fetch" in lowered or lowered == "open_page":
             return CallLabel(Activity.web_fetch, url=_text_arg(arguments, "url", "uri") or None)
         if server is not None:
-            return CallLabel(Activity.other)
+            return _PLAIN_LABEL[Activity.other]
     if lowered in _SUBAGENT_TOOLS:
-        return CallLabel(Activity.subagent)
+        return _PLAIN_LABEL[Activity.subagent]
     if lowered in _PLAN_TOOLS:
-        return CallLabel(Activity.planning)
+        return _PLAIN_LABEL[Activity.planning]
     if lowered in _WAIT_TOOLS:
         if lowered == "write_stdin" and isinstance(arguments, dict) and arguments.get("chars"):
             typed = str(arguments.get("chars"))
             return _label_shell(typed, output, ctx, background=False)
-        return CallLabel(Activity.waiting)
+        return _PLAIN_LABEL[Activity.waiting]
     if lowered in _WRITE_TOOLS:
         return _label_write(lowered, arguments, ctx)
     if lowered in _VIEW_TOOLS:
         viewed = _text_arg(arguments, "file_path", "path", "pattern", "notebook_path")
-        return CallLabel(Activity.reading_inputs if ctx.in_task(viewed) else Activity.viewing_files)
+        return _PLAIN_LABEL[Activity.reading_inputs if ctx.in_task(viewed)
+                            else Activity.viewing_files]
     command = shell_command(tool, arguments)
     if command is not None:
         background = bool(isinstance(arguments, dict) and arguments.get("run_in_background"))
         return _label_shell(command, output, ctx, background)
-    return CallLabel(Activity.other)
+    return _PLAIN_LABEL[Activity.other]
 
 
 def _label_write(tool: str, arguments: Any, ctx: RunContext) -> CallLabel:
@@ -718,7 +761,7 @@ def _label_write(tool: str, arguments: Any, ctx: RunContext) -> CallLabel:
             activity = min(activity, Activity.submission_files, key=PRIORITY.index)
         elif path.lower().endswith(_CODE_SUFFIXES):
             activity = min(activity, Activity.code_writing, key=PRIORITY.index)
-    return CallLabel(activity)
+    return _PLAIN_LABEL[activity]
 
 
 def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -> CallLabel:
@@ -727,16 +770,15 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
     for path, content in reading.written_files:
         if path.lower().endswith(".py"):
             ctx.remember(path, python_signals(content))
-    background = background or bool(re.search(r"(?<![&>])&\s*(?:$|\n|;)|\bnohup\b|\bsetsid\b|"
-                                              r"\bdisown\b|\bscreen\s+-d|\btmux\s+new", command))
+    background = background or _starts_background(command)
     signals = reading.python
     ran_python = reading.ran_python
     families = _family_set(signals if ran_python else None, reading.programs, output)
     gpu_probe = "nvidia-smi" in reading.programs or bool(
-        signals is not None and signals.probe and re.search(r"cuda|gpu", command, re.I))
+        signals is not None and signals.probe and _CUDA_OR_GPU.search(command))
     gpu_workload = bool((signals is not None and ran_python and signals.gpu)
-                        or (_GPU_PROGRAM.search(command) and any(
-                            p in PROGRAM_FAMILIES for p in reading.programs)))
+                        or (any(p in PROGRAM_FAMILIES for p in reading.programs)
+                            and _GPU_PROGRAM.search(command)))
     gpu_words = (gpu_workload or ran_python) and _mentions_gpu(output)
     gpu_confirmed = gpu_workload and gpu_words and bool(_GPU_NAMED.search(output))
     gpu_errors = _errors_in(output) if gpu_words else ()
@@ -744,11 +786,14 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
                  gpu_errors=gpu_errors, gpu_probe=gpu_probe, background=background)
     if reading.download_url:
         return CallLabel(Activity.web_fetch, url=reading.download_url, **label)  # type: ignore[arg-type]
-    if _INSTALL.search(command) or (signals is not None and ran_python and signals.install):
+    if (_may_match(command, _INSTALL_WORDS) and _INSTALL.search(command)) or (
+            signals is not None and ran_python and signals.install):
         return CallLabel(Activity.software_install, **label)  # type: ignore[arg-type]
     if families or gpu_workload:
         return CallLabel(Activity.scientific_computation, **label)  # type: ignore[arg-type]
-    writes = bool(_WRITE_OPS.search(_HEREDOC.sub("\n", command))) or bool(reading.written_files)
+    body = _HEREDOC.sub("\n", command) if "<<" in command else command
+    writes = bool(_may_match(body, _WRITE_WORDS) and _WRITE_OPS.search(body)) or bool(
+        reading.written_files)
     if (ran_python and signals is not None and signals.submission) or (
             writes and ctx.in_output(command) and not ran_python):
         return CallLabel(Activity.submission_files, **label)  # type: ignore[arg-type]
@@ -760,17 +805,15 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
         code = any(p.lower().endswith(_CODE_SUFFIXES) for p, _ in reading.written_files)
         return CallLabel(Activity.code_writing if code else Activity.notes_and_data,
                          **label)  # type: ignore[arg-type]
-    if writes and re.search(r">\s*['\"]?[^\s'\"]+\.(?:py|sh|r|jl|c|inp|in)\b", command):
+    if writes and _WRITES_CODE.search(command):
         return CallLabel(Activity.code_writing, **label)  # type: ignore[arg-type]
     programs = reading.programs
     if reading.task_url or (ctx.in_task(command) and all(
             p in _VIEW_PROGRAMS or p in _DOWNLOAD_PROGRAMS for p in programs)):
         return CallLabel(Activity.reading_inputs, **label)  # type: ignore[arg-type]
-    if any(p in _PROBE_PROGRAMS for p in programs) or re.search(
-            r"/proc/(?:cpuinfo|meminfo)|--version\b|\bpip (?:list|show|freeze)\b", command):
+    if any(p in _PROBE_PROGRAMS for p in programs) or _PROBE_COMMAND.search(command):
         return CallLabel(Activity.environment_probe, **label)  # type: ignore[arg-type]
-    if programs and any(p in _WAIT_PROGRAMS for p in programs) or re.search(
-            r"\btail\s+-f\b", command):
+    if programs and any(p in _WAIT_PROGRAMS for p in programs) or _TAIL_F.search(command):
         return CallLabel(Activity.waiting, **label)  # type: ignore[arg-type]
     if writes:
         return CallLabel(Activity.notes_and_data, **label)  # type: ignore[arg-type]

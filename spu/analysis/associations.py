@@ -18,14 +18,14 @@ weighted least-squares solve, computed for all features at once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from spu.analysis.activities import METHOD_FAMILIES
-from spu.stats.paired import holm
 from spu.stats.resampling import percentile_interval, rng_for
 
 METHOD_FEATURES: tuple[str, ...] = (
@@ -127,6 +127,61 @@ class _FixedEffects:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(den > 1e-9 * scale, num / den, np.nan)
 
+    def solve_many(self, weights: np.ndarray) -> np.ndarray:
+        """:meth:`solve` for each row of ``weights`` (resamples x tasks), all at once.
+
+        The same algebra as :meth:`solve` on stacked arrays: one call replaces a Python
+        loop of thousands of small solves. The sums run in another order, so a
+        coefficient may differ from :meth:`solve`'s in the last bits (relative 1e-12).
+        """
+        u = np.asarray(weights, dtype=float)
+        tc = u[:, :, None] * self.tc                                # (R, T, C)
+        wt = tc.sum(axis=2)
+        inv = np.divide(1.0, wt, out=np.zeros_like(wt), where=wt > 0)
+        tx = u[:, :, None] * self.sx                                # (R, T, K)
+        ty = u * self.sy
+        cx = np.einsum("rt,tck->rck", u, self.cx)                  # C'WX
+        cy = u @ self.cy                                           # C'Wy
+        itc = inv[:, :, None] * tc
+        schur = -np.matmul(tc.transpose(0, 2, 1), itc)
+        diagonal = np.arange(tc.shape[2])
+        schur[:, diagonal, diagonal] += tc.sum(axis=1)
+        rhs = cx - np.matmul(itc.transpose(0, 2, 1), tx)
+        b = np.zeros_like(rhs)
+        try:
+            b[:, 1:] = np.linalg.solve(schur[:, 1:, 1:], rhs[:, 1:])
+        except np.linalg.LinAlgError:  # a resample without some configuration
+            for r in range(len(u)):
+                try:
+                    b[r, 1:] = np.linalg.solve(schur[r, 1:, 1:], rhs[r, 1:])
+                except np.linalg.LinAlgError:
+                    b[r] = np.linalg.lstsq(schur[r], rhs[r], rcond=None)[0]
+        a = inv[:, :, None] * (tx - np.matmul(tc, b))              # x's task effects
+        num = u @ self.sxy - np.einsum("rt,rtk->rk", ty, a) - np.einsum("rc,rck->rk", cy, b)
+        den = u @ self.sxx - (a * tx).sum(axis=1) - (b * cx).sum(axis=1)
+        scale = u @ self.sxx + 1.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 1e-9 * scale, num / den, np.nan)
+
+
+BATCH = 500
+"""Resamples solved together (memory: a few arrays of resamples x tasks x configurations)."""
+
+
+def task_resample_counts(rng: np.random.Generator, n_tasks: int, resamples: int
+                         ) -> Iterator[np.ndarray]:
+    """Times each task is drawn, for each resample, :data:`BATCH` resamples at a time.
+
+    The draws are those of one ``rng.integers(0, n_tasks, n_tasks)`` per resample, in
+    order, so the resamples do not depend on the batch size.
+    """
+    for start in range(0, resamples, BATCH):
+        size = min(BATCH, resamples - start)
+        counts = np.empty((size, n_tasks))
+        for r in range(size):
+            counts[r] = np.bincount(rng.integers(0, n_tasks, n_tasks), minlength=n_tasks)
+        yield counts
+
 
 @dataclass(frozen=True)
 class AssociationInputs:
@@ -205,11 +260,9 @@ def feature_associations(features: pd.DataFrame, resamples: int = 10_000, seed: 
                         data.n_configs)
     estimate = fit.solve(np.ones(data.n_tasks))
     rng = rng_for(seed, "associations")
-    draws = np.full((resamples, len(data.names)), np.nan)
-    for r in range(resamples):
-        counts = np.bincount(rng.integers(0, data.n_tasks, data.n_tasks),
-                             minlength=data.n_tasks).astype(float)
-        draws[r] = fit.solve(counts)
+    draws = np.concatenate([np.empty((0, len(data.names))), *(
+        fit.solve_many(counts) for counts in task_resample_counts(rng, data.n_tasks,
+                                                                  resamples))])
     ci = percentile_interval(draws)
     with np.errstate(invalid="ignore"):
         valid = np.isfinite(draws)
@@ -224,6 +277,8 @@ def feature_associations(features: pd.DataFrame, resamples: int = 10_000, seed: 
         "n_with": data.x.sum(axis=0).astype(int), "n_runs": data.score.size,
         "estimate": estimate, "ci_low": ci[0], "ci_high": ci[1], "p_value": p,
     })
+    from spu.stats.paired import holm  # scipy.stats: imported when needed
+
     table["p_holm"] = np.nan
     for _, part in table.groupby("family"):
         table.loc[part.index, "p_holm"] = holm(part["p_value"].to_numpy())
@@ -253,16 +308,95 @@ def configuration_classifier(features: pd.DataFrame, seed: int = 0, n_estimators
     Runs of the configurations under one ``harness`` (default Claude Code, as in the
     paper: the harness alone would tell the others apart; ``None``: all runs) that were
     scored. ``None`` when fewer than two configurations have at least two runs each.
+    ``jobs`` processes fit the folds; the predictions do not depend on it.
 
     References
     ----------
     Paper 4.9 and E.7: 500 trees, stratified five-fold cross-validation, accuracy
     against always guessing the most common configuration.
     """
-    from sklearn.ensemble import RandomForestClassifier
-    from sklearn.metrics import confusion_matrix
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    if jobs <= 1:
+        pending = start_classifier(features, seed, n_estimators, folds, harness, columns)
+        return None if pending is None else pending.result()
+    with worker_pool(jobs) as pool:
+        pending = start_classifier(features, seed, n_estimators, folds, harness, columns, pool)
+        return None if pending is None else pending.result()
 
+
+def worker_pool(jobs: int) -> Executor:
+    """Worker processes, forked where the system can (they inherit what is imported)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method))
+
+
+class PendingClassifier:
+    """A configuration classifier whose folds are being fitted (:func:`start_classifier`)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, counts: pd.Series, k: int, seed: int,
+                 n_estimators: int, executor: Executor | None) -> None:
+        from sklearn.model_selection import StratifiedKFold
+
+        self._y, self._counts, self._k = y, counts, k
+        cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+        splits = list(cv.split(x, y))
+        self._tests = [test for _, test in splits]
+        self._jobs = [(x, y, train, test, n_estimators, seed) for train, test in splits]
+        self._folds: list[Future[np.ndarray]] | None = None
+        if executor is not None:
+            self._folds = [executor.submit(fit_predict_fold, *job) for job in self._jobs]
+
+    def result(self) -> ClassifierResult:
+        """Wait for the folds and score the out-of-fold predictions."""
+        from sklearn.metrics import confusion_matrix
+
+        y = self._y
+        if self._folds is None:
+            parts = [fit_predict_fold(*job) for job in self._jobs]
+        else:
+            # This process, free now, fits the folds no worker has taken, last first
+            # (the workers take them first to last); the rest it waits for.
+            mine: dict[int, np.ndarray] = {}
+            for i in reversed(range(len(self._folds))):
+                if not self._folds[i].cancel():
+                    break
+                mine[i] = fit_predict_fold(*self._jobs[i])
+            parts = [mine[i] if i in mine else f.result() for i, f in enumerate(self._folds)]
+        # Out-of-fold predictions in run order, as cross_val_predict assembles them.
+        predicted = np.empty_like(y)
+        for test, part in zip(self._tests, parts, strict=True):
+            predicted[test] = part
+        labels = sorted(set(y))
+        confusion = pd.DataFrame(confusion_matrix(y, predicted, labels=labels), index=labels,
+                                 columns=labels)
+        return ClassifierResult(
+            accuracy=float(np.mean(predicted == y)),
+            chance=float(self._counts.reindex(labels).max() / len(y)),
+            n_runs=len(y), folds=self._k, confusion=confusion)
+
+
+def fit_predict_fold(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray,
+                     n_estimators: int, seed: int) -> np.ndarray:
+    """One fold: a forest fitted on ``train``, its predictions for ``test``."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    forest = RandomForestClassifier(n_estimators=n_estimators, random_state=seed, n_jobs=1)
+    return forest.fit(x[train], y[train]).predict(x[test])
+
+
+def start_classifier(features: pd.DataFrame, seed: int = 0, n_estimators: int = 500,
+                     folds: int = 5, harness: str | None = "claude_code",
+                     columns: Sequence[str] = CLASSIFIER_FEATURES,
+                     executor: Executor | None = None) -> PendingClassifier | None:
+    """Start :func:`configuration_classifier`: other work can go on while the folds fit.
+
+    The folds are submitted to ``executor`` (None: fitted in this process when the
+    result is asked for). They are those of ``StratifiedKFold(shuffle=True,
+    random_state=seed)`` and each forest is seeded with ``seed``: the predictions are
+    those of sklearn's ``cross_val_predict``, wherever the folds run.
+    """
     f = features[features["scored"].astype(bool)]
     if harness is not None and "harness" in f:
         f = f[f["harness"] == harness]
@@ -273,15 +407,4 @@ def configuration_classifier(features: pd.DataFrame, seed: int = 0, n_estimators
     k = int(min(folds, f["config"].value_counts().min()))
     x = f[[c for c in columns if c in f]].astype(float).fillna(-1.0).to_numpy()
     y = f["config"].astype(str).to_numpy()
-    forest = RandomForestClassifier(n_estimators=n_estimators, random_state=seed, n_jobs=1)
-    cv = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    # The folds in two processes: a forest's per-tree Python overhead holds the GIL, so
-    # threads inside one forest gain little (the project's machines have 2 cores).
-    predicted = cross_val_predict(forest, x, y, cv=cv, n_jobs=jobs)
-    labels = sorted(set(y))
-    confusion = pd.DataFrame(confusion_matrix(y, predicted, labels=labels), index=labels,
-                             columns=labels)
-    return ClassifierResult(
-        accuracy=float(np.mean(predicted == y)),
-        chance=float(counts.reindex(labels).max() / len(y)),
-        n_runs=len(y), folds=k, confusion=confusion)
+    return PendingClassifier(x, y, counts, k, seed, n_estimators, executor)

@@ -50,7 +50,8 @@ def _analyze_parser() -> argparse.ArgumentParser:
     p.add_argument("--trees", type=int, default=500,
                    help="trees of the configuration classifier (default 500)")
     p.add_argument("--jobs", type=int, default=2,
-                   help="processes reading the run folders (default 2)")
+                   help="worker processes reading the runs, then fitting the classifier's "
+                        "folds (default 2; the results do not depend on it)")
     p.add_argument("--all-repeats", action="store_true",
                    help="analyse repeated runs too (default: official runs, repeat 0)")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
@@ -92,7 +93,6 @@ def analyze_command(args: argparse.Namespace) -> int:
 def run_analyze(args: argparse.Namespace) -> int:
     """Write the tables and figures; exit 2 when the inputs cannot be used."""
     from spu.analysis.trajectory_analysis import AnalyzeOptions, analyze_runs, write_analysis
-    from spu.report.trajectory_figures import write_figures
     from spu.stats.submissions import StatsInputError
 
     if args.resamples < 1 or args.trees < 1:
@@ -108,6 +108,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     written = write_analysis(result, args.out)
     if not args.no_figures:
+        from spu.report.trajectory_figures import write_figures
+
         drawn, missing = write_figures(result.tables, args.out / "figures")
         written += drawn
         for name, need in missing.items():

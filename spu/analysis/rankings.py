@@ -237,6 +237,9 @@ class RankingTracker:
     def __init__(self, contract: Contract, submitted: Orders | None) -> None:
         self.contract = contract
         self.ids = {item for g in contract.groups for item in g.items}
+        # Whether a text names any item at all, in one pass (most texts name none).
+        self._names_an_item = re.compile("|".join(
+            re.escape(item) for item in sorted(self.ids, key=len, reverse=True)))
         self.submitted = submitted or {}
         self.result = RankingsInTheMaking()
         self._last: Orders | None = None
@@ -261,8 +264,8 @@ class RankingTracker:
                 self._ranking(step, t, source, orders)
 
     def _trace(self, step: int, source: str, text: str) -> None:
-        # A long text is tokenized only when it names an item (a fast substring test).
-        if len(text) > 65_536 and not any(item in text for item in self.ids):
+        # A text is tokenized only when it names an item (a fast substring test).
+        if not self._names_an_item.search(text):
             return
         tokens = [tok for tok in _TOKEN.findall(text) if tok in self.ids]
         if len(tokens) < MIN_GROUP_ITEMS:

@@ -3,7 +3,7 @@
 A run folder (``<output_root>/runs/<run_key>/``) holds ``run.json``, the staged public
 task (``task/contract.json``), the submission (``output/``), the trajectory
 (``trajectory.jsonl.gz``, read one step at a time with
-:func:`~spu.tracking.trajectories.iter_steps`) and, where the audited tools served the
+:func:`~spu.tracking.trajectories.iter_step_views`) and, where the audited tools served the
 run, ``tools/audit.jsonl`` (SPEC section 7). :func:`read_run` reads them once and keeps
 per call only its labels and time, so memory does not grow with the size of the tool
 outputs: a 1 GB trajectory is read in the memory of its largest step.
@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,13 +40,27 @@ from spu.grading.rules import GradingKey
 from spu.grading.submission import read_submission, read_submission_file
 from spu.schema import ACTIVITY_CLASSES, Activity, Contract, ToolCall, TrajectoryStep
 from spu.stats.submissions import orders_from_bytes
-from spu.tracking.trajectories import TrajectoryFileError, find_trajectory, iter_steps
+from spu.tracking.trajectories import (
+    StepView,
+    ToolCallView,
+    TrajectoryFileError,
+    find_trajectory,
+    iter_step_views,
+)
+
+Step = TrajectoryStep | StepView
+"""A trajectory step as read: the pydantic model or its fast view (the same fields)."""
+Call = ToolCall | ToolCallView
+"""A tool call of a :data:`Step`."""
 
 AUDIT_LOG = Path("tools") / "audit.jsonl"
 """The audited tools' log inside a run folder (SPEC section 7)."""
 
 CLASSES: tuple[str, ...] = tuple(dict.fromkeys(ACTIVITY_CLASSES.values()))
 """The eight activity classes of Figure 14a, in the order of the priority."""
+
+_ACTIVITY_NAMES = {a: (a.value, ACTIVITY_CLASSES[a]) for a in Activity}
+"""Each activity's name and class, as ``calls.csv`` writes them."""
 
 MAX_AUDIT_LINES = 1_000_000
 """Lines read from one audit log (a bound against a runaway log)."""
@@ -80,7 +94,7 @@ def stated_expected_rho(report: str) -> float | None:
     return round(value, 6) if -1 <= value <= 1 else None
 
 
-@dataclass
+@dataclass(slots=True)
 class CallRow:
     """One labelled call (a row of ``calls.csv``)."""
 
@@ -94,6 +108,12 @@ class CallRow:
     t_abs: float
     t_norm: float = 0.0
     families: str = ""
+
+    def __reduce__(self) -> tuple[type[CallRow], tuple[Any, ...]]:
+        # Pickled as its values: a worker process sends a run's calls back cheaply.
+        return CallRow, (self.run_key, self.step, self.call_index, self.tool, self.activity,
+                         self.activity_class, self.time_s, self.t_abs, self.t_norm,
+                         self.families)
 
 
 @dataclass
@@ -124,7 +144,7 @@ def _seconds(stamp: str | None) -> float | None:
         return None
 
 
-def call_texts(call: ToolCall) -> str:
+def call_texts(call: Call) -> str:
     """The code and arguments of a call as text (a shell command as it ran)."""
     command = shell_command(split_tool_name(call.name)[1], call.arguments)
     if command is not None:
@@ -170,7 +190,7 @@ def read_audit_log(path: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
 class _PendingStep:
     index: int
     start: float
-    calls: list[tuple[ToolCall, CallLabel]]
+    calls: list[tuple[Call, CallLabel]]
 
 
 def _features_base(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,13 +211,16 @@ def _features_base(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None) -> RunReading:
+def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
+             reader: Callable[[Path], Iterator[Step]] = iter_step_views) -> RunReading:
     """Label and time every call of one run and compute its features.
 
     Args:
         run_dir: The run folder.
         answers: Grading keys by task id, for the score of the first draft and the
             flipped pairs (optional: without one those stay empty).
+        reader: Reads the steps of the trajectory file (default: the fast views;
+            :func:`~spu.tracking.trajectories.iter_steps` gives the same reading).
 
     Raises:
         ValueError: ``run.json`` is missing or not a JSON object (the message names it).
@@ -233,16 +256,16 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None) -> 
     def close(step: _PendingStep, end: float) -> None:
         share = max(end - step.start, 0.0) / len(step.calls)
         for k, (call, label) in enumerate(step.calls):
-            calls.append(CallRow(run_key, step.index, k, call.name, label.activity.value,
-                                 ACTIVITY_CLASSES[label.activity], share, step.start,
-                                 families=";".join(label.families)))
+            name, cls = _ACTIVITY_NAMES[label.activity]
+            calls.append(CallRow(run_key, step.index, k, call.name, name, cls, share,
+                                 step.start, families=";".join(label.families)))
 
     trajectory = find_trajectory(run_dir)
-    steps: Iterator[TrajectoryStep] = iter(())
+    steps: Iterator[Step] = iter(())
     if trajectory is None:
         notes.append(f"{run_dir}: no trajectory")
     else:
-        steps = iter_steps(trajectory)
+        steps = reader(trajectory)
     try:
         for step in steps:
             n_steps += 1
@@ -328,7 +351,7 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None) -> 
     return reading
 
 
-def _count(label: CallLabel, call: ToolCall, flags: Counter[str], reading: RunReading) -> None:
+def _count(label: CallLabel, call: Call, flags: Counter[str], reading: RunReading) -> None:
     activity = label.activity
     flags["search"] += activity is Activity.web_search
     flags["fetch"] += activity is Activity.web_fetch
@@ -341,7 +364,8 @@ def _count(label: CallLabel, call: ToolCall, flags: Counter[str], reading: RunRe
         if not label.gpu_errors and not call.is_error:
             flags["gpu_workload_ok"] += 1
         reading.gpu_families.update(label.families or ("other",))
-    reading.gpu_errors.update(label.gpu_errors)
+    if label.gpu_errors:
+        reading.gpu_errors.update(label.gpu_errors)
     if activity is Activity.code_writing:
         args = call.arguments
         if isinstance(args, dict):

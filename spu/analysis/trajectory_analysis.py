@@ -16,13 +16,15 @@ Files: ``calls.csv``, ``runs_features.csv``, ``associations.csv`` (SPEC 8), and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from itertools import combinations
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ import pandas as pd
 
 import spu
 from spu.analysis.activities import METHOD_FAMILIES
-from spu.analysis.associations import configuration_classifier, feature_associations
+from spu.analysis.associations import feature_associations, start_classifier, worker_pool
 from spu.analysis.rankings import SOURCES
 from spu.analysis.runs import CLASSES, RunReading, read_run
 from spu.analysis.sources import OPERATORS, SOURCE_CLASSES
@@ -77,7 +79,8 @@ class AnalyzeOptions:
     official_only: bool = True
     """Analyse official runs (repeat 0) only, as the paper's section 4 does."""
     jobs: int = 2
-    """Processes reading run folders (1: in this process)."""
+    """Worker processes reading the run folders, then fitting the classifier's folds (1:
+    all in this process). The results do not depend on it."""
 
 
 @dataclass
@@ -127,7 +130,8 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
     readings: list[RunReading] = []
     skipped = 0
     started = time.perf_counter()
-    for reading in _read_all(run_folders(runs_dir), keys, opt.jobs):
+    folders = run_folders(runs_dir)
+    for reading in _read_all(folders, keys, opt.jobs):
         if isinstance(reading, str):
             notes.append(reading)
             skipped += 1
@@ -155,21 +159,42 @@ def _read_or_note(folder: Path, keys: dict[str, GradingKey]) -> RunReading | str
 
 def _read_all(folders: list[Path], keys: dict[str, GradingKey], jobs: int
               ) -> Iterable[RunReading | str]:
-    """Readings of ``folders`` in order, in ``jobs`` processes (each streams its runs)."""
+    """Readings of ``folders`` in order, in ``jobs`` processes (each streams its runs).
+
+    While the workers read, this process imports what the tables and the classifier
+    need, so the processes forked later for the classifier's folds inherit it.
+    """
     if jobs <= 1 or len(folders) < 8:
         return (_read_or_note(f, keys) for f in folders)
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from functools import partial
-
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)) as pool:
-        return list(pool.map(partial(_read_or_note, keys=keys), folders,
-                             chunksize=max(1, min(32, len(folders) // (4 * jobs)))))
+    with worker_pool(jobs) as pool:
+        readings = pool.map(partial(_read_or_note, keys=keys), folders,
+                            chunksize=max(1, min(32, len(folders) // (4 * jobs))))
+        _import_for_tables()
+        return list(readings)
 
 
-def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisResult:
-    """The tables of one set of run readings (pure: no I/O)."""
+def _import_for_tables() -> None:
+    import sklearn.ensemble  # noqa: F401
+    import sklearn.metrics  # noqa: F401
+    import sklearn.model_selection  # noqa: F401
+
+    import spu.stats.paired  # noqa: F401
+
+
+def build_tables(readings: list[RunReading], opt: AnalyzeOptions,
+                 executor: Executor | None = None) -> AnalysisResult:
+    """The tables of one set of run readings (pure: no I/O).
+
+    The classifier's folds run in ``executor`` (None: in ``opt.jobs`` processes of its
+    own) while this process computes the other tables; the results do not depend on it.
+    """
+    own = worker_pool(opt.jobs) if executor is None and opt.jobs > 1 else None
+    with own or contextlib.nullcontext():
+        return _build_tables(readings, opt, executor or own)
+
+
+def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
+                  executor: Executor | None) -> AnalysisResult:
     notes: list[str] = []
     calls = pd.DataFrame(
         [(c.run_key, c.step, c.call_index, c.tool, c.activity, c.activity_class, c.time_s,
@@ -184,6 +209,8 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     scored = features[features["scored"].astype(bool)] if "scored" in features else features
 
     clock = time.perf_counter()
+    pending = start_classifier(scored, seed=opt.seed, n_estimators=opt.trees,
+                               executor=executor)
     seconds: dict[str, float] = {}
     tables["associations.csv"] = feature_associations(scored, opt.resamples, opt.seed)
     seconds["associations"] = round(time.perf_counter() - clock, 2)
@@ -206,9 +233,8 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions) -> AnalysisRes
     summary: list[dict[str, Any]] = []
     seconds["tables"] = round(time.perf_counter() - clock, 2)
     clock = time.perf_counter()
-    classifier = configuration_classifier(scored, seed=opt.seed, n_estimators=opt.trees,
-                                          jobs=opt.jobs)
-    seconds["classifier"] = round(time.perf_counter() - clock, 2)
+    classifier = None if pending is None else pending.result()
+    seconds["classifier"] = round(time.perf_counter() - clock, 2)  # what was left to wait
     if classifier is None:
         notes.append("classifier: fewer than two Claude Code configurations with two scored "
                      "runs each")
@@ -250,14 +276,21 @@ def activity_time(calls: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
     class_index = {c: i for i, c in enumerate(CLASSES)}
     total = np.zeros((len(GRID), len(CLASSES)))
     n_runs = 0
-    for _, run in keep.groupby("run_key", sort=False):
-        t = run["t_norm"].to_numpy(float)
-        w = run["time_s"].to_numpy(float)
+    # The runs in order of first appearance (as groupby(sort=False)), each run's calls in
+    # table order, sliced from arrays taken once (a DataFrame per run costs more than the
+    # arithmetic).
+    codes, _ = pd.factorize(keep["run_key"])
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    all_t = keep["t_norm"].to_numpy(float)[order]
+    all_w = keep["time_s"].to_numpy(float)[order]
+    all_cls = keep["activity_class"].map(class_index).to_numpy(int)[order]
+    for t, w, cls in zip(np.split(all_t, bounds), np.split(all_w, bounds),
+                         np.split(all_cls, bounds), strict=True):
         if w.sum() <= 0:
             w = np.ones_like(w)
         kernel = np.exp(-0.5 * ((GRID[:, None] - t[None, :]) / SMOOTHING_SD) ** 2)
         by_class = np.zeros((len(GRID), len(CLASSES)))
-        cls = run["activity_class"].map(class_index).to_numpy(int)
         for k in range(len(CLASSES)):
             mask = cls == k
             if mask.any():
@@ -330,18 +363,64 @@ def family_jaccard(features: pd.DataFrame) -> pd.DataFrame:
     if features.empty:
         return pd.DataFrame(columns=columns)
     sets = [frozenset(s.split(";")) - {""} for s in features["method_families"].fillna("")]
-    configs = features["config"].astype(str).tolist()
-    tasks = features["task_id"].astype(str).tolist()
-    sums: dict[tuple[str, str, str], float] = {}
-    counts: Counter[tuple[str, str, str]] = Counter()
-    for i, j in combinations(range(len(sets)), 2):
-        a, b = sorted((configs[i], configs[j]))
-        scope = "same_task" if tasks[i] == tasks[j] else "different_tasks"
-        sums[(a, b, scope)] = sums.get((a, b, scope), 0.0) + jaccard(sets[i], sets[j])
-        counts[(a, b, scope)] += 1
-    rows = [{"config_a": a, "config_b": b, "scope": s, "n_pairs": counts[(a, b, s)],
-             "mean_jaccard": sums[(a, b, s)] / counts[(a, b, s)]} for (a, b, s) in sorted(counts)]
+    index: dict[frozenset[str], int] = {}
+    set_codes = np.array([index.setdefault(x, len(index)) for x in sets], dtype=np.intp)
+    distinct = list(index)
+    # Similarity of each pair of distinct family sets, by :func:`jaccard` itself.
+    similarity = np.array([[jaccard(a, b) for b in distinct] for a in distinct]).reshape(
+        len(distinct), len(distinct))
+    config_codes, configs = pd.factorize(features["config"].astype(str), sort=True)
+    task_codes, _ = pd.factorize(features["task_id"].astype(str))
+    n_configs = len(configs)
+    sums: dict[int, float] = {}
+    counts: Counter[int] = Counter()
+    for i, j in _pair_blocks(len(sets)):
+        # Pair key: sorted configuration pair, then 0 (different tasks) or 1 (same task).
+        low = np.minimum(config_codes[i], config_codes[j])
+        high = np.maximum(config_codes[i], config_codes[j])
+        keys = (low * n_configs + high) * 2 + (task_codes[i] == task_codes[j])
+        values = similarity[set_codes[i], set_codes[j]]
+        order = np.argsort(keys, kind="stable")  # pairs of a key keep their order
+        keys, values = keys[order], values[order]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        for start, end in zip(starts, [*starts[1:], len(keys)], strict=True):
+            key = int(keys[start])
+            part = values[start:end]
+            if key in sums:
+                part = np.r_[sums[key], part]
+            # cumsum adds left to right: the same float sum as adding pair by pair
+            sums[key] = float(np.cumsum(part)[-1])
+            counts[key] += end - start
+    rows = []
+    for key in counts:
+        pair, same = divmod(key, 2)
+        a, b = configs[pair // n_configs], configs[pair % n_configs]
+        rows.append({"config_a": a, "config_b": b,
+                     "scope": "same_task" if same else "different_tasks",
+                     "n_pairs": counts[key], "mean_jaccard": sums[key] / counts[key]})
+    rows.sort(key=lambda r: (r["config_a"], r["config_b"], r["scope"]))
     return pd.DataFrame(rows, columns=columns)
+
+
+PAIRS_PER_BLOCK = 1 << 21
+"""Pairs of runs handled at once by :func:`family_jaccard` (bounds its memory)."""
+
+
+def _pair_blocks(n: int) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """All pairs ``i < j`` of ``range(n)`` in the order of ``combinations``, in blocks."""
+    i0 = 0
+    while i0 < n - 1:
+        i1, pairs = i0, 0
+        while i1 < n - 1 and (pairs == 0 or pairs + (n - 1 - i1) <= PAIRS_PER_BLOCK):
+            pairs += n - 1 - i1
+            i1 += 1
+        rows = np.arange(i0, i1)
+        i = np.repeat(rows, n - 1 - rows)
+        # j runs from i + 1 to n - 1 within each row
+        first = np.repeat(np.cumsum(n - 1 - rows) - (n - 1 - rows), n - 1 - rows)
+        j = np.arange(len(i)) - first + i + 1
+        yield i, j
+        i0 = i1
 
 
 def fetched_sources(readings: Iterable[RunReading]) -> pd.DataFrame:

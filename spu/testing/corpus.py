@@ -76,9 +76,11 @@ class _Builder:
         self.harness, self.rng, self.now = harness, rng, start
         self.steps: list[TrajectoryStep] = []
         self.audit: list[dict[str, Any]] = []
+        self.n_calls = 0
 
     def step(self, text: str | None = None, calls: Sequence[ToolCall] = (),
              reasoning: str | None = None, role: str = "assistant") -> None:
+        self.n_calls += len(calls)
         self.now += timedelta(seconds=float(self.rng.exponential(20.0)) + 0.5)
         self.steps.append(TrajectoryStep(
             index=len(self.steps), timestamp=self.now.isoformat().replace("+00:00", "Z"),
@@ -126,11 +128,25 @@ def _shuffle(rng: np.random.Generator, orders: dict[str, list[str]], swaps: int
     return out
 
 
+def opening_calls(recorded: Trajectory | None) -> int:
+    """Tool calls every run of :func:`build_run` makes besides its working steps.
+
+    The recorded session's first two steps, the read of the inputs and the probe, and
+    the two submission files.
+    """
+    return (sum(len(s.tool_calls) for s in recorded.steps[:2]) if recorded else 0) + 4
+
+
 def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str, str],
               calls: int, rng: np.random.Generator, start: datetime,
-              recorded: Trajectory | None = None, output_blob: int = 0
+              recorded: Trajectory | None = None, output_blob: int = 0,
+              exact: bool = False
               ) -> tuple[Trajectory, dict[str, list[str]], list[dict[str, Any]], str]:
-    """One synthetic trajectory, its submitted orders, audit lines and report text."""
+    """One synthetic trajectory, its submitted orders, audit lines and report text.
+
+    ``calls`` working steps; with ``exact``, working steps until the trajectory holds
+    exactly ``calls`` tool calls in all (at least :func:`opening_calls`).
+    """
     model, effort, harness = config
     b = _Builder(harness, start, rng)
     if recorded is not None:  # the recorded session's opening, as the CLI wrote it
@@ -138,6 +154,10 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
             b.step(s.text, s.tool_calls, s.reasoning, role=s.role)
     else:
         b.step("# Task: predict how real experiments turned out", role="user")
+    # exact: working steps, drawn as below, until they made ``budget`` calls
+    budget = max(calls - opening_calls(recorded), 0) if exact else None
+    if budget is not None:
+        calls = budget
     b.step("Reading the task files.", [b.shell('cat "${SPU_TASK_DIR:-/task}/targets.csv"',
                                                "experiment_id,group_id\n")])
     b.step(None, [b.shell("nvidia-smi; nproc; free -g", "NVIDIA H20 | 0MiB / 97871MiB")])
@@ -149,9 +169,15 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
     draft_at = int(rng.integers(calls // 4, max(calls // 4 + 1, calls - 3)))
     where = rng.choice(["model_text", "tool_call", "tool_output"])
     blob = "x" * output_blob
-    for k in range(calls):
+    k = 0
+    before = b.n_calls
+    drafted = False
+    while k < calls if budget is None else b.n_calls - before < budget:
         r = rng.random()
-        if k == draft_at:
+        room = 2 if budget is None else budget - (b.n_calls - before)
+        due = k == draft_at if budget is None else not drafted and (k >= draft_at or room <= 1)
+        if due:
+            drafted = True
             text = _ranking_json(task.id, draft)
             if where == "model_text":
                 b.step(f"My first complete ranking:\n{text}")
@@ -165,12 +191,12 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
         elif r < 0.27:
             url = URLS[int(rng.integers(len(URLS)))]
             b.step(None, [b.mcp("fetch", {"url": url}, "page text " + blob)])
-        elif r < 0.47 and families:
+        elif r < 0.47 and families and room >= 2:
             family = families[int(rng.integers(len(families)))]
             name = f"/workspace/{family}.py"
             b.step(None, [b.write(name, SCRIPTS[family])])
             b.step(None, [b.shell(f"cd /workspace && python3 {name}", "done " + blob)])
-        elif r < 0.52 and use_gpu:
+        elif r < 0.52 and use_gpu and room >= 2:
             b.step(None, [b.write("/workspace/gpu.py", GPU_SCRIPT)])
             failed = rng.random() < 0.3
             b.step(None, [b.shell("python3 /workspace/gpu.py",
@@ -190,6 +216,7 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
             b.step(None, [b.shell("sleep 30; tail -5 /workspace/job.log", "step 400")])
         else:
             b.step("Thinking about the proxy.", reasoning="The endpoint is governed by ...")
+        k += 1
     b.step(None, [b.shell(f"cat > /output/rankings.json <<'EOF'\n"
                           f"{_ranking_json(task.id, final)}\nEOF", "")])
     stated = round(float(rng.uniform(0.2, 0.8)), 2) if rng.random() < 0.3 else None
@@ -213,12 +240,40 @@ def _recorded(harness: str) -> Trajectory | None:
         return None
 
 
+def call_targets(rng: np.random.Generator, n_runs: int, total: int, minimum: int) -> np.ndarray:
+    """Tool calls of each run, adding up to ``total`` exactly.
+
+    Poisson around the mean, at least ``minimum``; the difference to ``total`` is spread
+    one call at a time over random runs.
+
+    Examples
+    --------
+    >>> t = call_targets(np.random.default_rng(0), 1155, 227_103, 10)
+    >>> int(t.sum()), bool(t.min() >= 10)
+    (227103, True)
+    """
+    if total < minimum * n_runs:
+        raise ValueError(f"{total} tool calls cannot make {n_runs} runs of at least {minimum}")
+    n = np.maximum(rng.poisson(total / n_runs, n_runs), minimum)
+    left = total - int(n.sum())
+    while left:
+        i = int(rng.integers(n_runs))
+        change = 1 if left > 0 else -1
+        if n[i] + change >= minimum:
+            n[i] += change
+            left -= change
+    return n
+
+
 def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: int = 40,
-                seed: int = 0, output_blob: int = 0, repeats: int = 0) -> list[Path]:
+                seed: int = 0, output_blob: int = 0, repeats: int = 0,
+                total_calls: int | None = None) -> list[Path]:
     """Write ``n_runs`` run folders under ``out/runs`` (configurations x tasks, cycled).
 
-    ``calls`` is the mean number of tool calls per run; ``output_blob`` pads some tool
-    outputs with that many characters (for memory tests); ``repeats`` adds repeated runs.
+    ``calls`` is the mean number of working steps per run; ``total_calls`` instead fixes
+    the corpus's tool calls exactly (the paper's 1,155 runs hold 227,103); ``output_blob``
+    pads some tool outputs with that many characters (for memory tests); ``repeats``
+    adds repeated runs.
     """
     rng = np.random.default_rng(seed)
     tasks = [load_task(p) for p in discover_tasks(task_root)]
@@ -229,6 +284,10 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
         except (OSError, ValueError):
             keys[t.id] = None
     recorded = {h: _recorded(h) for h in ("claude_code", "codex")}
+    targets = None
+    if total_calls is not None:  # a generator of its own: the runs draw as without it
+        least = max(opening_calls(r) for r in recorded.values()) + 2
+        targets = call_targets(np.random.default_rng([seed, 1]), n_runs, total_calls, least)
     folders = []
     start = datetime(2026, 11, 1, tzinfo=UTC)
     for i in range(n_runs):
@@ -236,9 +295,10 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
         config = CONFIGS[i % len(CONFIGS)]
         task = tasks[(i // len(CONFIGS)) % len(tasks)]
         repeat = 0 if i < n_runs - repeats else 1 + i % 5
-        n_calls = max(6, int(rng.poisson(calls)))
+        n_calls = max(6, int(rng.poisson(calls))) if targets is None else int(targets[i])
         trajectory, final, audit, report = build_run(
-            task, keys[task.id], config, n_calls, rng, start, recorded[config[2]], output_blob)
+            task, keys[task.id], config, n_calls, rng, start, recorded[config[2]], output_blob,
+            exact=targets is not None)
         run_key = f"{i:05d}-{task.id}-{config[0]}-{config[1]}-{repeat}"
         folder = out / "runs" / run_key
         if folder.exists():
@@ -272,15 +332,18 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m spu.testing.corpus --out DIR [--runs N] [--calls N] [--seed S]``."""
+    """``python -m spu.testing.corpus --out DIR [--runs N] [--calls N | --total-calls N]``."""
     p = argparse.ArgumentParser(prog="python -m spu.testing.corpus", description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--runs", type=int, default=40)
-    p.add_argument("--calls", type=int, default=40, help="mean tool calls per run")
+    p.add_argument("--calls", type=int, default=40, help="mean working steps per run")
+    p.add_argument("--total-calls", type=int, default=None,
+                   help="tool calls of the whole corpus, exactly (the paper: 227103)")
     p.add_argument("--tasks", type=Path, default=Path("tasks"))
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    folders = make_corpus(args.out, args.runs, args.tasks, args.calls, args.seed)
+    folders = make_corpus(args.out, args.runs, args.tasks, args.calls, args.seed,
+                          total_calls=args.total_calls)
     print(f"wrote {len(folders)} run folders under {args.out / 'runs'}")
     return 0
 

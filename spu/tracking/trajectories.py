@@ -12,11 +12,14 @@ Files of the first layout (``trajectory.json``, one JSON document) still load.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
+import msgspec
 from pydantic import ValidationError
 
 from spu.schema import TRAJECTORY_VERSION, Trajectory, TrajectoryStep, Usage
@@ -108,6 +111,88 @@ def iter_steps(path: Path) -> Iterator[TrajectoryStep]:
                         validation_message(f"{path}: line {number}", exc)) from None
     except (OSError, EOFError) as exc:
         raise _not_gzip(path, exc) from None
+
+
+class UsageView(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`~spu.schema.Usage` as :func:`iter_step_views` decodes it."""
+
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cache_write_1h: int = 0
+    output: int = 0
+
+
+class ToolCallView(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`~spu.schema.ToolCall` as :func:`iter_step_views` decodes it."""
+
+    name: str
+    id: str | None = None
+    arguments: Any = None
+    output: str | None = None
+    is_error: bool = False
+
+
+class StepView(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`~spu.schema.TrajectoryStep` as :func:`iter_step_views` decodes it.
+
+    The same fields, types and defaults (a test compares them), read without building
+    pydantic models: what an analysis reading millions of steps needs.
+    """
+
+    index: int
+    timestamp: str | None = None
+    role: Literal["user", "assistant", "system", "tool"] = "assistant"
+    message_id: str | None = None
+    text: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallView] = msgspec.field(default_factory=list)
+    usage: UsageView | None = None
+    agent: str | None = None
+
+
+_STEP_VIEW = msgspec.json.Decoder(StepView)
+
+
+def iter_step_views(path: Path) -> Iterator[StepView]:
+    """The steps of a trajectory file as :class:`StepView`, read one line at a time.
+
+    Every step :func:`iter_steps` reads, with the same values, about five times faster: a
+    line that is exactly of the schema's types is decoded by msgspec; any other line
+    (a value pydantic would coerce, or an invalid one) goes through
+    :class:`~spu.schema.TrajectoryStep` as in :func:`iter_steps`, so it is read, or
+    refused with the same message, as there.
+
+    Raises:
+        TrajectoryFileError: as :func:`iter_steps`.
+    """
+    path = Path(path)
+    if path.name.endswith(".json"):
+        for step in _read_legacy(path).steps:
+            yield _view(step)
+        return
+    try:
+        # Lines through a C buffered reader: GzipFile's own readline is Python code.
+        with gzip.open(path, "rb") as gz, io.BufferedReader(gz, 1 << 16) as f:
+            _parse_header(path, f.readline().decode("utf-8"))
+            for number, line in enumerate(f, start=2):
+                if not line.strip():
+                    continue
+                try:
+                    yield _STEP_VIEW.decode(line)
+                except msgspec.MsgspecError:
+                    try:
+                        step = TrajectoryStep.model_validate_json(line)
+                    except ValidationError as exc:
+                        raise TrajectoryFileError(
+                            validation_message(f"{path}: line {number}", exc)) from None
+                    yield _view(step)
+    except (OSError, EOFError) as exc:
+        raise _not_gzip(path, exc) from None
+
+
+def _view(step: TrajectoryStep) -> StepView:
+    return msgspec.convert(step.model_dump(), StepView)
 
 
 def _not_gzip(path: Path, exc: OSError | EOFError) -> TrajectoryFileError:
