@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -207,12 +208,15 @@ def _open_sandbox(spec: RunSpec) -> tuple[Sandbox, list[str]]:
 
 
 @dataclass(frozen=True)
-class PreparedRun:
-    """A run about to start: its trusted task, answer key, key, harness and limits."""
+class AgentRun:
+    """The agent's side of a run: its public task, key, harness and limits, and no answer key.
+
+    This is all a machine that runs agents gets: a launcher that grades elsewhere builds
+    it from the public files alone (:func:`prepare_agent`).
+    """
 
     spec: RunSpec
     task: TaskPackage
-    answers: AnswerKey
     key: str
     harness: Harness
     limits: RunLimits
@@ -221,6 +225,13 @@ class PreparedRun:
     def run_dir(self) -> Path:
         """``<output_root>/runs/<run_key>``."""
         return (self.spec.output_root / "runs" / self.key).resolve()
+
+
+@dataclass(frozen=True)
+class PreparedRun(AgentRun):
+    """A run about to start: its trusted task, answer key, key, harness and limits."""
+
+    answers: AnswerKey
 
 
 @dataclass
@@ -241,6 +252,8 @@ class AgentPhase:
     """Loud warnings for the run record."""
     submission: bytes | None = None
     """The submitted ``rankings.json`` (None: no file)."""
+    node: str | None = None
+    """The cluster node the agent ran on, where a launcher placed it elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -255,7 +268,43 @@ class RunGrades:
     """Why grading failed; the run is then an infrastructure error."""
 
 
-def prepare_run(spec: RunSpec) -> PreparedRun:
+def prepare_agent(spec: RunSpec, check: bool = True) -> AgentRun:
+    """Load the public task, build the harness and the limits: what the agent's side needs.
+
+    Args:
+        spec: the run.
+        check: check that the harness can start here (its CLI is installed...); a
+            grading-side caller that never starts the agent passes False.
+
+    Raises
+    ------
+    RunConfigError
+        When the configuration cannot run at all (nothing is written then).
+    spu.tasks.TaskLoadError
+        When the task package cannot be read.
+    """
+    task = load_task(spec.task_dir)
+    return _agent_run(spec, task, check)
+
+
+def _agent_run(spec: RunSpec, task: TaskPackage, check: bool) -> AgentRun:
+    try:
+        harness = get_harness(spec.harness.name)(spec.harness, spec.model, spec.effort)
+        if check:
+            harness.check()
+    except (KeyError, HarnessError) as exc:
+        raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
+    limits = RunLimits(
+        time_s=_task_limit(task, "time_s", spec.limits.time_s),
+        memory_gb=_task_limit(task, "memory_gb", spec.limits.memory_gb),
+        cpus=int(_task_limit(task, "cpus", spec.limits.cpus)),
+        gpus=int(_task_limit(task, "gpus", spec.limits.gpus)),
+        grace_s=spec.limits.grace_s,
+    )
+    return AgentRun(spec, task, spec_run_key(spec, task), harness, limits)
+
+
+def prepare_run(spec: RunSpec, check: bool = True) -> PreparedRun:
     """Load the trusted task and key, build the harness and the limits (before step 1).
 
     Raises
@@ -267,29 +316,19 @@ def prepare_run(spec: RunSpec) -> PreparedRun:
     """
     task = load_task(spec.task_dir)
     answers = load_answers(task.answers_path(spec.answers_root))
-    try:
-        harness = get_harness(spec.harness.name)(spec.harness, spec.model, spec.effort)
-        harness.check()
-    except (KeyError, HarnessError) as exc:
-        raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
-    limits = RunLimits(
-        time_s=_task_limit(task, "time_s", spec.limits.time_s),
-        memory_gb=_task_limit(task, "memory_gb", spec.limits.memory_gb),
-        cpus=int(_task_limit(task, "cpus", spec.limits.cpus)),
-        gpus=int(_task_limit(task, "gpus", spec.limits.gpus)),
-        grace_s=spec.limits.grace_s,
-    )
-    return PreparedRun(spec, task, answers, spec_run_key(spec, task), harness, limits)
+    agent = _agent_run(spec, task, check)
+    return PreparedRun(spec=agent.spec, task=agent.task, key=agent.key, harness=agent.harness,
+                       limits=agent.limits, answers=answers)
 
 
-def stage(run: PreparedRun) -> Path:
+def stage(run: AgentRun) -> Path:
     """Step 1: archive an earlier attempt and stage the task's public files."""
     _archive_previous_attempt(run.run_dir)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     return stage_public_files(run.task, run.run_dir / "task")
 
 
-def sandbox_request(run: PreparedRun, staged: Path) -> SandboxRequest:
+def sandbox_request(run: AgentRun, staged: Path) -> SandboxRequest:
     """Step 2's request: the staged files, the limits and what the agent must not see."""
     spec = run.spec
     return SandboxRequest(
@@ -305,11 +344,14 @@ def sandbox_request(run: PreparedRun, staged: Path) -> SandboxRequest:
     )
 
 
-def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
+def run_agent(run: AgentRun, staged: Path,
+              started: Callable[[AgentContext], None] | None = None) -> AgentPhase:
     """Steps 2-3: open the sandbox and run the agent in it until it ends or is stopped.
 
     A sandbox or harness that cannot start is recorded as evidence (an ``infra_error``),
-    never raised: the run still gets its record.
+    never raised: the run still gets its record. ``started``, when given, is called with
+    the agent's context just before the agent starts (a launcher watches the run's
+    spending through it).
     """
     phase = AgentPhase(staged=staged, started=_now(),
                        sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
@@ -328,6 +370,8 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
         try:
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
+            if started is not None:
+                started(ctx)
             phase.evidence = sandbox.exec(
                 command.argv,
                 command.env,
@@ -367,7 +411,22 @@ def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
     return RunGrades(grades.strict, grades.recovered, note=grades.warning)
 
 
-def price(run: PreparedRun, result: AgentResult) -> RunCost:
+_THRESHOLDS: dict[tuple[str, str, str], float] = {}
+
+
+def task_threshold(task: TaskPackage, answers: AnswerKey) -> float:
+    """The task's chance threshold, drawn once per task and key in this process.
+
+    The 4,000 seeded draws give the same number every time; a sweep of many runs on one
+    task needs them once.
+    """
+    cache_key = (task.id, task.version, answers.model_dump_json())
+    if cache_key not in _THRESHOLDS:
+        _THRESHOLDS[cache_key] = chance_threshold(task.contract, answers)
+    return _THRESHOLDS[cache_key]
+
+
+def price(run: AgentRun, result: AgentResult) -> RunCost:
     """Step 6: the run's cost at the model's list prices, request by request."""
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     steps = result.trajectory.steps if result.trajectory is not None else []
@@ -418,7 +477,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
         grade=grades.recovered,
-        threshold=chance_threshold(task.contract, run.answers),
+        threshold=task_threshold(task, run.answers),
         n_items=task.n_items,
         usage=usage,
         cost_usd=cost.estimate.total,
@@ -441,6 +500,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         finished_at=_now(),
         attempt=spec.attempt,
         retried_from=spec.retried_from,
+        node=phase.node,
         notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
     write_run_record(run_dir, run_record)
