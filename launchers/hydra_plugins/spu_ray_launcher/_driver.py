@@ -378,7 +378,7 @@ class Driver:
                         record.run_key, att.number, record.outcome.value,
                         record.process.error or "no error message", att.number + 1)
             self.ledger.spend(record.cost_usd)
-            self.progress.lost()
+            self.progress.lost(record.cost_usd)
             self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
             return
         self.final(att, record, tracking_id)
@@ -405,7 +405,7 @@ class Driver:
                     att.number, record.node or "?", reason)
         if att.number < att.last:
             self.ledger.spend(record.cost_usd)
-            self.progress.lost()
+            self.progress.lost(record.cost_usd)
             self.display.say(f"[yellow]job #{att.job.idx}: worker lost ({reason}); "
                              f"launching it again[/yellow]")
             self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
