@@ -42,21 +42,20 @@ PROXIED_ARTIFACT_ROOT = "mlflow-artifacts:/"
 """Artifact root of a server that proxies artifacts: clients upload through it."""
 
 
-def redact_uri(uri: str) -> str:
-    """``uri`` with the password of its user part replaced by ``***``.
+def redact_uri(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` replaced by ``***``.
 
     Examples:
         >>> redact_uri("postgresql+psycopg://spu:s3cret@db:5432/spu")
         'postgresql+psycopg://spu:***@db:5432/spu'
+        >>> redact_uri("tracking.server.backend_store_uri=postgresql://a:b@h/d")
+        'tracking.server.backend_store_uri=postgresql://a:***@h/d'
         >>> redact_uri("sqlite:////tmp/mlflow.db")
         'sqlite:////tmp/mlflow.db'
     """
-    scheme, sep, rest = uri.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return uri
-    userinfo, _, host = rest.partition("@")
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in userinfo else uri
+    import re
+
+    return re.sub(r"(://[^:/@\s]+:)[^@/\s]+@", r"\1***@", text)
 
 
 class TrackingServerError(RuntimeError):

@@ -63,7 +63,7 @@ from spu.launch.resources import (
     run_request,
 )
 from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_attempts, plan_run
-from spu.launch.server import TrackingServer
+from spu.launch.server import TrackingServer, redact_uri
 from spu.tracking.query import recorded_run_from_record
 from spu.tracking.store import TrackingTarget, log_run
 
@@ -328,7 +328,8 @@ class Driver:
         self.in_flight[ref] = Attempt(job, run, staged, number, last, retried_from)
         self.progress.launched()
         if number == job.plan.first_attempt:
-            log.info("#%d: %s", job.idx, " ".join(filter_overrides(job.overrides)))
+            log.info("#%d: %s", job.idx,
+                     " ".join(redact_uri(o) for o in filter_overrides(job.overrides)))
 
     def stop_for_budget(self) -> None:
         """Settle every job not launched yet as not launched, and say why."""
@@ -448,6 +449,15 @@ class Driver:
 
     # -- the loop ----------------------------------------------------------------------
 
+    def busy(self) -> int:
+        """Places of the window taken: runs in flight, and under a budget runs being recorded.
+
+        With ``budget.max_cost_usd`` a run holds its place until its cost is counted, so
+        the sweep never launches past the cap on costs it has not counted yet.
+        """
+        held = len(self.in_flight)
+        return held + (len(self.settling) if self.ledger.limit_usd is not None else 0)
+
     def run(self) -> None:
         """Launch, collect, settle and refresh until every job is settled."""
         from concurrent.futures import FIRST_COMPLETED
@@ -455,8 +465,7 @@ class Driver:
 
         try:
             while self.pending or self.in_flight or self.settling:
-                while (self.pending and len(self.in_flight) < self.window
-                       and not self.ledger.reached):
+                while self.pending and self.busy() < self.window and not self.ledger.reached:
                     self.submit(*self.pending.popleft())
                 if self.pending and self.ledger.reached:
                     self.stop_for_budget()
