@@ -101,14 +101,20 @@ def _absolute(cfg: DictConfig, key: str) -> None:
 
 def compose_job(launcher: SPURayLauncher, overrides: Sequence[str], idx: int,
                 sweep_dir: Path) -> SweepJob:
-    """The config of one job, ready to travel to a worker on this machine or another."""
+    """The config of one job, composed by Hydra, with absolute paths."""
     assert launcher.hydra_context is not None and launcher.config is not None
     cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config,
                                                                  list(overrides))
+    return job_of(launcher, cfg, list(overrides), idx, sweep_dir)
+
+
+def job_of(launcher: SPURayLauncher, cfg: DictConfig, overrides: list[str], idx: int,
+           sweep_dir: Path) -> SweepJob:
+    """A :class:`SweepJob` of a composed config."""
     with open_dict(cfg), read_write(cfg.hydra):
         cfg.hydra.job.id = idx
         cfg.hydra.job.num = idx
-        # ``${now:...}`` would resolve again, later, in each worker.
+        # ``${now:...}`` would resolve again, later.
         cfg.hydra.sweep.dir = str(sweep_dir)
         for key in ("output_root", "task_root", "answers_root"):
             _absolute(cfg, key)
@@ -119,8 +125,71 @@ def compose_job(launcher: SPURayLauncher, overrides: Sequence[str], idx: int,
     limits = OmegaConf.to_container(cfg.limits, resolve=True)
     assert isinstance(limits, dict)
     request = run_request(limits, str(identity.task_dir) if identity else None, chosen)
-    return SweepJob(idx=idx, overrides=list(overrides), config=cfg, folder=folder,
+    return SweepJob(idx=idx, overrides=overrides, config=cfg, folder=folder,
                     identity=identity, request=request)
+
+
+class JobComposer:
+    """Composes a sweep's jobs, once per distinct configuration, not once per repeat.
+
+    Hydra composes every job from scratch (about 50 ms each on an idle machine, seconds
+    on a loaded one); the jobs of ``repeat=0,1,2,3,4`` differ in one number. A job whose
+    overrides equal an earlier job's but for a plain ``repeat=N`` gets a copy of that
+    job's config with ``repeat`` (and the override lists Hydra keeps) changed, and a copy
+    of its run spec. A sweep folder named after the overrides
+    (``hydra.sweep.subdir=${hydra.job.override_dirname}``) is composed in full.
+    """
+
+    def __init__(self, launcher: SPURayLauncher, sweep_dir: Path) -> None:
+        self.launcher = launcher
+        self.sweep_dir = sweep_dir
+        self.configs: dict[tuple[str, ...], tuple[DictConfig, str]] = {}
+        self.specs: dict[tuple[str, ...], Any] = {}
+
+    @staticmethod
+    def split(overrides: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
+        """The overrides but ``repeat=N``, and N (None without a plain integer repeat)."""
+        rest, repeat = [], None
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if key == "repeat" and sep and value.strip().lstrip("-").isdigit():
+                repeat = value.strip()
+            else:
+                rest.append(item)
+        return tuple(rest), repeat
+
+    def compose(self, overrides: Sequence[str], idx: int) -> SweepJob:
+        """The job of ``overrides``."""
+        rest, repeat = self.split(overrides)
+        held = self.configs.get(rest) if repeat is not None else None
+        if held is None:
+            job = compose_job(self.launcher, overrides, idx, self.sweep_dir)
+            subdir = str(OmegaConf.select(job.config, "hydra.sweep.subdir", default=""))
+            raw = OmegaConf.to_container(job.config.hydra.sweep, resolve=False)
+            if repeat is not None and "override_dirname" not in str(raw) + subdir:
+                self.configs[rest] = (job.config, repeat)
+            return job
+        base, base_repeat = held
+        cfg = copy.deepcopy(base)
+        with open_dict(cfg), read_write(cfg.hydra):
+            cfg.repeat = int(repeat)  # type: ignore[arg-type]
+            task_overrides = [f"repeat={repeat}" if o == f"repeat={base_repeat}" else o
+                              for o in cfg.hydra.overrides.task]
+            cfg.hydra.overrides.task = task_overrides
+            cfg.hydra.job.override_dirname = str(cfg.hydra.job.override_dirname).replace(
+                f"repeat={base_repeat}", f"repeat={repeat}")
+        return job_of(self.launcher, cfg, list(overrides), idx, self.sweep_dir)
+
+    def spec(self, job: SweepJob) -> Any:
+        """The job's :class:`~spu.runner.RunSpec`, converted once per configuration."""
+        from spu.main import spec_from_config
+
+        rest, repeat = self.split(job.overrides)
+        if repeat is None:
+            return spec_from_config(without_hydra(job.config))
+        if rest not in self.specs:
+            self.specs[rest] = spec_from_config(without_hydra(job.config))
+        return replace(self.specs[rest], repeat=int(job.config.repeat))
 
 
 def without_hydra(config: DictConfig) -> DictConfig:
@@ -549,7 +618,8 @@ def launch(launcher: SPURayLauncher, job_overrides: Sequence[Sequence[str]],
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [compose_job(launcher, overrides, initial_job_idx + i, sweep_dir)
+    composer = JobComposer(launcher, sweep_dir)
+    jobs = [composer.compose(overrides, initial_job_idx + i)
             for i, overrides in enumerate(job_overrides)]
     limit = config.budget.max_cost_usd
     ledger = CostLedger(None if limit is None else float(limit))
@@ -572,7 +642,7 @@ def launch(launcher: SPURayLauncher, job_overrides: Sequence[Sequence[str]],
                 to_run = []
             if to_run:
                 returns.update(run_on_ray(launcher, to_run, sweep_dir, len(jobs) - len(to_run),
-                                          ledger, progress, display, server))
+                                          ledger, progress, display, server, composer))
             else:
                 display.say(f"SPU sweep: {len(jobs)} jobs, none to launch on Ray "
                             f"({progress.skipped} skipped, {progress.not_launched} not launched)")
@@ -584,16 +654,15 @@ def launch(launcher: SPURayLauncher, job_overrides: Sequence[Sequence[str]],
 
 def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, settled: int,
                ledger: CostLedger, progress: SweepProgress, display: ProgressDisplay,
-               server: TrackingServer | None) -> dict[int, JobReturn]:
+               server: TrackingServer | None, composer: JobComposer) -> dict[int, JobReturn]:
     """Start Ray (and a tracking server if needed), run the jobs, stop what was started."""
     from hydra_plugins.spu_ray_launcher._security import configure_ray_auth
 
     from spu.grading.isolated import GradingService
     from spu.launch.reaper import Reaper
-    from spu.main import spec_from_config
 
     for job in jobs:
-        job.spec = spec_from_config(without_hydra(job.config))
+        job.spec = composer.spec(job)
     # Spawned before Ray starts, so that both start up at the same time.
     local_server = None if server is not None else spawn_tracking_server(launcher, jobs,
                                                                          sweep_dir)
