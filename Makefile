@@ -23,7 +23,8 @@ system-deps:
 	@scripts/ensure-debian-packages.sh bwrap:bubblewrap
 
 test-system-deps: system-deps
-	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap
+	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap \
+		pg_ctlcluster:postgresql
 
 # The pinned agent CLIs (Claude Code, Codex) from npm into ~/.cache/spu/tools, once.
 # Never fails the caller: without npm or network the CLI tests skip and say why.
