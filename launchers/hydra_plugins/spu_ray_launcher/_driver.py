@@ -461,7 +461,8 @@ class Driver:
                       retried_from=record.retried_from, node=record.node)
         write_result(att.job.folder, result)
         self.ledger.add(result.get("cost_usd"))
-        self.progress.finished(result)
+        # Each retry was counted as it happened (progress.lost).
+        self.progress.finished({**result, "retries": 0})
         self.display.result(result)
         self.returns[att.job.idx] = job_return(att.job, result)
 
