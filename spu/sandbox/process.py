@@ -129,9 +129,6 @@ def run_with_limits(
             return ProcessEvidence(error=f"could not start {argv[0]!r}: {exc}")
         timed_out = False
         deadline = None if timeout_s is None else start + timeout_s
-        # Short first waits: a run that ends at once (a no-op agent, a start failure) is
-        # not held for a whole poll interval; long runs settle at POLL_S.
-        pause = 0.001
         while True:
             wpid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             if wpid != 0:
@@ -146,8 +143,7 @@ def run_with_limits(
                 else:
                     _signal_tree(proc.pid, signal.SIGKILL)
                     deadline = None
-            time.sleep(pause)
-            pause = min(POLL_S, pause * 2)
+            time.sleep(POLL_S)
         proc.returncode = os.waitstatus_to_exitcode(status)
     duration = time.monotonic() - start
     if enforcer is not None:
