@@ -234,8 +234,18 @@ def start_ray(launcher: SPURayLauncher) -> bool:
             kwargs["object_store_memory"] = int(init.object_store_memory)
         if init.temp_dir:
             kwargs["_temp_dir"] = str(Path(str(init.temp_dir)).expanduser().resolve())
-    ray.init(**kwargs)
+    # A local Ray's processes inherit this environment: the driver's own credentials
+    # (its tracking token, the database password) stay out of the workers'.
+    held = {name: os.environ.pop(name) for name in DRIVER_SECRETS if name in os.environ}
+    try:
+        ray.init(**kwargs)
+    finally:
+        os.environ.update(held)
     return True
+
+
+DRIVER_SECRETS = ("MLFLOW_TRACKING_TOKEN", "PGPASSWORD", "SPU_TRACKING_SERVER_TOKEN")
+"""Variables only the grading side needs, kept out of the environment Ray's workers get."""
 
 
 def alive_nodes() -> list[dict[str, float]]:
