@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -112,8 +113,12 @@ def profile(work: Path, runs: int) -> None:
 
 
 def sweep_seconds(launcher: str, runs: int, work: Path, sandbox: str,
-                  extra: tuple[str, ...] = ()) -> float:
-    """Wall time of one sweep of ``runs`` no-op runs under ``launcher``."""
+                  extra: tuple[str, ...] = ()) -> tuple[float, float]:
+    """Wall time and CPU time of one sweep of ``runs`` no-op runs under ``launcher``.
+
+    The CPU time is that of the sweep's process and every process it and its children
+    waited for (Ray's, the servers', the sandboxes'); a Docker engine's is not in it.
+    """
     out = work / f"out-{launcher.replace('/', '_')}-{sandbox}"
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, "-m", "spu.main", f"hydra/launcher={launcher}",
@@ -122,34 +127,41 @@ def sweep_seconds(launcher: str, runs: int, work: Path, sandbox: str,
             f"sandbox={sandbox}", f"repeat=range(0,{runs})", *extra]
     if launcher.startswith("ray"):
         argv.append("hydra.launcher.progress=off")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         sys.exit(f"{launcher} sweep failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     finished = len(list((out / "runs").glob("*/run.json")))
     if finished != runs:
         sys.exit(f"{launcher} sweep left {finished} runs, not {runs}")
     shutil.rmtree(out, ignore_errors=True)
-    return seconds
+    return seconds, cpu
 
 
 def compare(title: str, reference_runs: int, runs: int, work: Path, sandbox: str,
             fast_extra: tuple[str, ...], common: tuple[str, ...] = ()) -> tuple[float, float]:
     """Time the current path and the fast path; print both and the ratio."""
     load = os.getloadavg()[0]
-    current = sweep_seconds("basic", reference_runs, work, sandbox, common)
-    fast = sweep_seconds("ray_local", runs, work, sandbox, (*common, *fast_extra))
+    current, current_cpu = sweep_seconds("basic", reference_runs, work, sandbox, common)
+    fast, fast_cpu = sweep_seconds("ray_local", runs, work, sandbox, (*common, *fast_extra))
     load = max(load, os.getloadavg()[0])
-    print(f"{title} (load average up to {load:.1f} on {os.cpu_count()} CPUs)")
+    cpus = os.cpu_count() or 1
+    print(f"{title} (load average up to {load:.1f} on {cpus} CPUs)")
     rates = {}
-    for name, n, seconds in (("current: basic (reference)", reference_runs, current),
-                             ("fast: ray_local", runs, fast)):
+    for name, n, seconds, cpu in (("current: basic (reference)", reference_runs, current,
+                                   current_cpu),
+                                  ("fast: ray_local", runs, fast, fast_cpu)):
         rates[name] = n / seconds * 60
         print(f"  {name:<28} {n:4d} runs in {seconds:7.1f} s = {rates[name]:7.1f} runs/min "
-              f"({seconds / n:.3f} s/run)")
+              f"({seconds / n:.3f} s/run); CPU {cpu / n:.3f} s/run, at most "
+              f"{cpus * 60 * n / cpu:.0f} runs/min on {cpus} idle CPUs")
     ratio = rates["fast: ray_local"] / rates["current: basic (reference)"]
-    print(f"  ratio fast / current (runs per minute): {ratio:.2f}")
+    print(f"  ratio fast / current (runs per minute): {ratio:.2f}; "
+          f"(CPU per run): {(fast_cpu / runs) / (current_cpu / reference_runs):.2f}")
     return rates["fast: ray_local"], fast / runs
 
 
