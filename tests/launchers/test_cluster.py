@@ -207,7 +207,9 @@ def test_node_loss_records_the_lost_attempts_and_reruns_them_elsewhere(
 
     runs = records(out)
     assert len(runs) == 4 and len({r["run_key"] for r in runs}) == 4
-    assert {r["outcome"] for r in runs} == {"valid"}
+    odd = [(r["outcome"], r["attempt"], r["node"], r["process"], r["notes"])
+           for r in runs if r["outcome"] != "valid"]
+    assert not odd, (odd, killed[0].name, done.stdout[-3000:])  # type: ignore[attr-defined]
     lost = []
     for r in runs:
         for attempt in sorted((out / "runs" / r["run_key"] / "attempts").glob("*/run.json")):
