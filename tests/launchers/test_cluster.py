@@ -209,7 +209,10 @@ def test_node_loss_records_the_lost_attempts_and_reruns_them_elsewhere(
     assert len(runs) == 4 and len({r["run_key"] for r in runs}) == 4
     odd = [(r["outcome"], r["attempt"], r["node"], r["process"], r["notes"])
            for r in runs if r["outcome"] != "valid"]
-    assert not odd, (odd, killed[0].name, done.stdout[-3000:])  # type: ignore[attr-defined]
+    earlier = [(json.loads(a.read_text())["node"], json.loads(a.read_text())["outcome"])
+               for a in (out / "runs").glob("*/attempts/*/run.json")]
+    assert not odd, (odd, killed[0].name, killed[0].ip, earlier,
+                     cluster.wait_for_nodes(1), done.stdout[-3000:])  # type: ignore[attr-defined]
     lost = []
     for r in runs:
         for attempt in sorted((out / "runs" / r["run_key"] / "attempts").glob("*/run.json")):
