@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=40
 # The newest published agent CLIs the tests also run (npm view <package> version); the
 # paper's versions are the defaults pinned in conf/harness/.
 NEWEST_CLAUDE_CODE ?= 2.1.332
@@ -29,7 +29,7 @@ system-deps:
 
 test-system-deps: system-deps
 	@scripts/ensure-debian-packages.sh dockerd:docker.io debootstrap:debootstrap \
-		chromium-headless-shell:chromium-headless-shell
+		chromium-headless-shell:chromium-headless-shell pg_ctlcluster:postgresql
 
 # The agent CLIs (Claude Code, Codex; the paper's pins and the newest) from npm into
 # ~/.cache/spu/tools, once.

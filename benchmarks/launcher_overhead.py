@@ -1,30 +1,44 @@
-"""Scheduling overhead of the launchers, and tracking write time per run.
+"""Sweep overhead: where a no-op run's time goes, and the fast path against the current one.
 
 Usage::
 
-    .venv/bin/python benchmarks/launcher_overhead.py [--runs 200] [--records 50]
+    .venv/bin/python benchmarks/launcher_overhead.py [--runs 300] [--reference-runs 40]
+        [--docker-runs 60] [--profile-runs 10] [--skip-docker]
 
-1. Launchers: a sweep of ``--runs`` runs of a no-op agent (it exits at once; every run
-   is graded as ``no_file``) on one example task, with tracking off, under Hydra's basic
-   launcher (the reference) and under ``hydra/launcher=ray_local``. Each sweep is one
-   ``python -m spu.main`` call, timed from start to exit, so start-up is spread over the
-   runs as it is in a real sweep. Prints runs per minute and the ratio Ray / basic.
-2. Tracking: ``--records`` run records written with ``log_run`` straight into SQLite (the
-   reference) and through the MLflow server a parallel sweep starts. Prints milliseconds
-   per record and the ratio server / SQLite.
+A no-op agent (``harness=command``, a shell script that exits at once: every run is
+graded ``no_file``) on one example task, with **bubblewrap isolation, isolated grading
+and tracking on** (MLflow on SQLite under the output root), as a real sweep has them.
 
-Both references are measured in the same call, on the same machine.
+1. Profile: ``--profile-runs`` runs taken apart in this process, step by step: Hydra
+   composition, the run spec, loading the task and key, staging, the sandbox with the
+   agent, grading in a process of its own against the sweep's grading service, the
+   4,000-draw chance threshold drawn again against cached, the record, and tracking.
+2. Sweeps, each one ``python -m spu.main`` call timed from start to exit (start-up is
+   spread over the runs, as in a real sweep): the current path, the basic launcher
+   (``run_one`` per Hydra job: composition, a grading process, the threshold and a
+   tracking call per run; the reference), against the fast path, ``hydra/launcher=ray_local``
+   (agents on Ray; one composition per configuration, one grading service, cached
+   thresholds and tracking in threads on the driver). Prints runs per minute, seconds
+   per run and the ratio; target: at least 300 runs/min.
+3. The same two sweeps with ``sandbox=docker`` (one container per run, with init,
+   limits and no network), where a Docker engine answers; target: under 0.6 s per run.
+
+Both references are measured in the same call, on the same machine; the load the
+machine carried (``os.getloadavg``) is printed with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,87 +46,167 @@ TASK = REPO / "tasks" / "example-coupling-conditions"
 NOOP_AGENT = "#!/bin/sh\nexit 0\n"
 
 
-def sweep_seconds(launcher: str, runs: int, work: Path, sandbox: str) -> float:
-    """Wall time of one sweep of ``runs`` no-op runs under ``launcher``."""
-    out = work / f"out-{launcher.replace('/', '_')}"
+def timed(step: Callable[[], object], times: list[float]) -> object:
+    """Run ``step``, append its seconds to ``times``, return its value."""
+    start = time.perf_counter()
+    value = step()
+    times.append(time.perf_counter() - start)
+    return value
+
+
+def profile(work: Path, runs: int) -> None:
+    """Time each step of ``runs`` no-op runs in this process and print the medians."""
+    from hydra import compose, initialize_config_dir
+
+    from spu.config import register_configs
+    from spu.grading.chance import chance_threshold
+    from spu.grading.isolated import GradingService, grade_isolated
+    from spu.main import spec_from_config
+    from spu.runner import RunGrades, collect, prepare_run, price, record, run_agent, screen, stage
+    from spu.tracking.store import TrackingTarget, log_run
+
+    register_configs()
+    os.environ["SPU_TASK_ROOT"] = str(work / "tasks")
+    out = work / "profile"
+    target = TrackingTarget(uri=f"sqlite:///{out / 'mlflow.db'}",
+                            artifact_root=(out / "mlartifacts").as_uri(), experiment="bench")
+    steps: dict[str, list[float]] = {name: [] for name in (
+        "hydra composition", "run spec", "load task and key", "stage public files",
+        "sandbox + no-op agent (bwrap)", "grading process (per run)",
+        "grading service (per run)", "chance threshold (4,000 draws)",
+        "chance threshold (cached)", "record (grade.json, run.json)", "tracking (log_run)")}
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"), \
+            GradingService() as service:
+        for i in range(runs):
+            cfg = timed(lambda i=i: compose("config", overrides=[
+                f"task={TASK.name}", "model=random", "harness=command",
+                f"harness.entrypoint={work / 'noop_agent'}", "sandbox=local",
+                f"output_root={out}", f"repeat={i}"]), steps["hydra composition"])
+            spec = timed(lambda cfg=cfg: spec_from_config(cfg), steps["run spec"])
+            run = timed(lambda spec=spec: prepare_run(spec), steps["load task and key"])
+            staged = timed(lambda run=run: stage(run), steps["stage public files"])
+            phase = timed(lambda run=run, staged=staged: run_agent(run, staged),
+                          steps["sandbox + no-op agent (bwrap)"])
+            phase.submission = collect(run.run_dir)
+            timed(lambda run=run, phase=phase: grade_isolated(
+                run.task.contract, run.answers, phase.submission),
+                steps["grading process (per run)"])
+            graded = timed(lambda run=run, phase=phase: service.grade(
+                run.task.id, run.task.contract, run.answers, phase.submission),
+                steps["grading service (per run)"])
+            timed(lambda run=run: chance_threshold(run.task.contract, run.answers),
+                  steps["chance threshold (4,000 draws)"])
+            from spu.runner import task_threshold
+
+            timed(lambda run=run: task_threshold(run.task, run.answers),
+                  steps["chance threshold (cached)"])
+            grades = RunGrades(graded.strict, graded.recovered)  # type: ignore[attr-defined]
+            rec = timed(lambda run=run, phase=phase, grades=grades: record(
+                run, phase, grades, price(run, phase.result), screen(run, phase.result)),
+                steps["record (grade.json, run.json)"])
+            timed(lambda run=run, rec=rec: log_run(rec, run.run_dir, target),
+                  steps["tracking (log_run)"])
+    print(f"where a no-op run's time goes: median of {runs} runs, milliseconds")
+    for name, values in steps.items():
+        # The first run pays imports and start-up; the median leaves it out.
+        print(f"  {name:<32} {statistics.median(values) * 1000:8.1f} ms")
+
+
+def sweep_seconds(launcher: str, runs: int, work: Path, sandbox: str,
+                  extra: tuple[str, ...] = ()) -> tuple[float, float]:
+    """Wall time and CPU time of one sweep of ``runs`` no-op runs under ``launcher``.
+
+    The CPU time is that of the sweep's process and every process it and its children
+    waited for (Ray's, the servers', the sandboxes'); a Docker engine's is not in it.
+    """
+    out = work / f"out-{launcher.replace('/', '_')}-{sandbox}"
+    shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, "-m", "spu.main", f"hydra/launcher={launcher}",
             f"task_root={work / 'tasks'}", f"output_root={out}", f"task={TASK.name}",
             "model=random", "harness=command", f"harness.entrypoint={work / 'noop_agent'}",
-            f"sandbox={sandbox}", "tracking=none", f"repeat=range(0,{runs})"]
+            f"sandbox={sandbox}", f"repeat=range(0,{runs})", *extra]
     if launcher.startswith("ray"):
         argv.append("hydra.launcher.progress=off")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         sys.exit(f"{launcher} sweep failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     finished = len(list((out / "runs").glob("*/run.json")))
     if finished != runs:
         sys.exit(f"{launcher} sweep left {finished} runs, not {runs}")
-    return seconds
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds, cpu
 
 
-def tracking_ms(records: int, work: Path) -> tuple[float, float]:
-    """Milliseconds per ``log_run`` into SQLite directly, and through an MLflow server."""
-    from spu.launch.server import TrackingServer
-    from spu.schema import Outcome, RunRecord, SandboxInfo
-    from spu.tracking.store import TrackingTarget, log_run
-
-    run_dir = work / "record"
-    run_dir.mkdir()
-    record = RunRecord(run_key="0" * 16, task_id="t", task_version="1", model="random",
-                       harness="baseline", effort="none", outcome=Outcome.valid, scored=True,
-                       score_strict=0.1, score_recovered=0.1, sandbox=SandboxInfo(backend="x"))
-    (run_dir / "run.json").write_text(record.model_dump_json())
-
-    def per_record(target: TrackingTarget) -> float:
-        log_run(record, run_dir, target)  # warm-up: creates the experiment
-        start = time.perf_counter()
-        for _ in range(records):
-            log_run(record, run_dir, target)
-        return (time.perf_counter() - start) / records * 1000
-
-    direct = work / "direct"
-    sqlite_ms = per_record(TrackingTarget(uri=f"sqlite:///{direct / 'mlflow.db'}",
-                                          artifact_root=(direct / "art").as_uri(),
-                                          experiment="bench"))
-    served = work / "served"
-    with TrackingServer(f"sqlite:///{served / 'mlflow.db'}", (served / "art").as_uri(),
-                        served / "server.log") as server:
-        server_ms = per_record(TrackingTarget(uri=server.uri,
-                                              artifact_root=(served / "art").as_uri(),
-                                              experiment="bench"))
-    return sqlite_ms, server_ms
+def compare(title: str, reference_runs: int, runs: int, work: Path, sandbox: str,
+            fast_extra: tuple[str, ...], common: tuple[str, ...] = ()) -> tuple[float, float]:
+    """Time the current path and the fast path; print both and the ratio."""
+    load = os.getloadavg()[0]
+    current, current_cpu = sweep_seconds("basic", reference_runs, work, sandbox, common)
+    fast, fast_cpu = sweep_seconds("ray_local", runs, work, sandbox, (*common, *fast_extra))
+    load = max(load, os.getloadavg()[0])
+    cpus = os.cpu_count() or 1
+    print(f"{title} (load average up to {load:.1f} on {cpus} CPUs)")
+    rates = {}
+    for name, n, seconds, cpu in (("current: basic (reference)", reference_runs, current,
+                                   current_cpu),
+                                  ("fast: ray_local", runs, fast, fast_cpu)):
+        rates[name] = n / seconds * 60
+        print(f"  {name:<28} {n:4d} runs in {seconds:7.1f} s = {rates[name]:7.1f} runs/min "
+              f"({seconds / n:.3f} s/run); CPU {cpu / n:.3f} s/run, at most "
+              f"{cpus * 60 * n / cpu:.0f} runs/min on {cpus} idle CPUs")
+    ratio = rates["fast: ray_local"] / rates["current: basic (reference)"]
+    print(f"  ratio fast / current (runs per minute): {ratio:.2f}; "
+          f"(CPU per run): {(fast_cpu / runs) / (current_cpu / reference_runs):.2f}")
+    return rates["fast: ray_local"], fast / runs
 
 
 def main() -> int:
-    """Run both measurements and print them with their ratios."""
+    """Profile, then the sweeps, with their ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--records", type=int, default=50)
-    parser.add_argument("--sandbox", default="subprocess",
-                        help="sandbox of the no-op runs (default subprocess: measures the "
-                             "launcher, not bubblewrap)")
+    parser.add_argument("--runs", type=int, default=300, help="runs of the fast-path sweep")
+    parser.add_argument("--reference-runs", type=int, default=40,
+                        help="runs of the current-path sweep (it is slow)")
+    parser.add_argument("--docker-runs", type=int, default=60)
+    parser.add_argument("--profile-runs", type=int, default=10)
+    parser.add_argument("--slots", type=int, default=4,
+                        help="sandboxes at once in the fast path (ray_local)")
+    parser.add_argument("--skip-docker", action="store_true")
     args = parser.parse_args()
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    fast_extra = (f"hydra.launcher.init.sandbox_slots={args.slots}",
+                  f"hydra.launcher.init.num_cpus={args.slots}")
     with tempfile.TemporaryDirectory(prefix="spu-bench-") as tmp:
         work = Path(tmp)
         shutil.copytree(TASK, work / "tasks" / TASK.name)
         (work / "noop_agent").write_text(NOOP_AGENT)
         (work / "noop_agent").chmod(0o755)
-        print(f"launcher scheduling overhead: no-op agent, {args.runs} runs, "
-              f"sandbox={args.sandbox}, tracking off, {os.cpu_count()} CPUs")
-        basic = sweep_seconds("basic", args.runs, work, args.sandbox)
-        ray = sweep_seconds("ray_local", args.runs, work, args.sandbox)
-        for name, seconds in (("basic (reference)", basic), ("ray_local", ray)):
-            print(f"  {name:<18} {args.runs} runs in {seconds:7.1f} s = "
-                  f"{args.runs / seconds * 60:7.1f} runs/min ({seconds / args.runs:.3f} s/run)")
-        print(f"  ratio ray_local / basic (runs per minute): {basic / ray:.2f}")
-        sqlite_ms, server_ms = tracking_ms(args.records, work)
-        print(f"tracking write time per run: {args.records} records")
-        print(f"  sqlite direct (reference) {sqlite_ms:7.1f} ms/run")
-        print(f"  through mlflow server     {server_ms:7.1f} ms/run")
-        print(f"  ratio server / sqlite: {server_ms / sqlite_ms:.2f}")
+        if args.profile_runs:
+            profile(work, args.profile_runs)
+        rate, _ = compare("sweeps: no-op agent, sandbox=local (bubblewrap), isolated grading, "
+                          "tracking on", args.reference_runs, args.runs, work, "local",
+                          fast_extra)
+        print(f"  target >= 300 runs/min: {'met' if rate >= 300 else 'NOT met'} "
+              f"({rate:.0f} runs/min)")
+        if args.skip_docker:
+            return 0
+        from spu.sandbox.docker import DockerSandbox
+
+        ok, why = DockerSandbox.available()
+        if not ok:
+            print(f"sweeps with sandbox=docker: skipped ({why}; start dockerd and build "
+                  f"spu-agent:latest, as the test suite does)")
+            return 0
+        _, per_run = compare("sweeps: no-op agent, sandbox=docker (container with init, "
+                             "limits, no network), isolated grading, tracking on",
+                             max(5, args.reference_runs // 2), args.docker_runs, work,
+                             "docker", fast_extra, ("sandbox.network=false",))
+        print(f"  target < 0.6 s/run: {'met' if per_run < 0.6 else 'NOT met'} "
+              f"({per_run:.3f} s/run)")
     return 0
 
 

@@ -166,6 +166,20 @@ class ToolsConfig:
 
 
 @dataclass
+class TrackingServerConfig:
+    """``tracking=server``: the MLflow server the Ray launcher starts for a sweep."""
+
+    backend_store_uri: str | None = None
+    """The store it serves (``postgresql+psycopg://user:password@host:5432/db``); None:
+    no server of this kind."""
+    artifacts_destination: str | None = None
+    """Where it stores the artifacts it proxies (``--serve-artifacts``); None:
+    ``<output_root>/mlartifacts``."""
+    workers: int = 2
+    """Its worker processes."""
+
+
+@dataclass
 class TrackingConfig:
     """Where runs are recorded (``conf/tracking``)."""
 
@@ -176,6 +190,8 @@ class TrackingConfig:
     """Artifact location; default ``<output_root>/mlartifacts``."""
     experiment: str | None = None
     """MLflow experiment name; default the experiment config's name."""
+    server: TrackingServerConfig = field(default_factory=TrackingServerConfig)
+    """``tracking=server``: a server on this store, started by the Ray launcher."""
 
 
 @dataclass

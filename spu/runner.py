@@ -21,7 +21,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -237,12 +237,15 @@ def _open_sandbox(spec: RunSpec) -> tuple[Sandbox, list[str]]:
 
 
 @dataclass(frozen=True)
-class PreparedRun:
-    """A run about to start: its trusted task, answer key, key, harness and limits."""
+class AgentRun:
+    """The agent's side of a run: its public task, key, harness and limits, and no answer key.
+
+    This is all a machine that runs agents gets: a launcher that grades elsewhere builds
+    it from the public files alone (:func:`prepare_agent`).
+    """
 
     spec: RunSpec
     task: TaskPackage
-    answers: AnswerKey
     key: str
     harness: Harness
     limits: RunLimits
@@ -253,6 +256,13 @@ class PreparedRun:
     def run_dir(self) -> Path:
         """``<output_root>/runs/<run_key>``."""
         return (self.spec.output_root / "runs" / self.key).resolve()
+
+
+@dataclass(frozen=True)
+class PreparedRun(AgentRun):
+    """A run about to start: its trusted task, answer key, key, harness and limits."""
+
+    answers: AnswerKey = field(kw_only=True)
 
 
 @dataclass
@@ -277,6 +287,8 @@ class AgentPhase:
     """What the audited tools service and the egress proxy recorded (None: no service)."""
     gpu: GpuUsage | None = None
     """What sampling the run's GPUs measured (None: no GPU, or not measurable)."""
+    node: str | None = None
+    """The cluster node the agent ran on, where a launcher placed it elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -291,21 +303,30 @@ class RunGrades:
     """Why grading failed; the run is then an infrastructure error."""
 
 
-def prepare_run(spec: RunSpec) -> PreparedRun:
-    """Load the trusted task and key, build the harness and the limits (before step 1).
+def prepare_agent(spec: RunSpec, check: bool = True) -> AgentRun:
+    """Load the public task, build the harness and the limits: what the agent's side needs.
+
+    Args:
+        spec: the run.
+        check: check that the harness can start here (its CLI is installed...); a
+            grading-side caller that never starts the agent passes False.
 
     Raises
     ------
     RunConfigError
         When the configuration cannot run at all (nothing is written then).
     spu.tasks.TaskLoadError
-        When the task package or its answer key cannot be read.
+        When the task package cannot be read.
     """
     task = load_task(spec.task_dir)
-    answers = load_answers(task.answers_path(spec.answers_root))
+    return _agent_run(spec, task, check)
+
+
+def _agent_run(spec: RunSpec, task: TaskPackage, check: bool) -> AgentRun:
     try:
         harness = get_harness(spec.harness.name)(spec.harness, spec.model, spec.effort)
-        harness.check()
+        if check:
+            harness.check()
     except (KeyError, HarnessError) as exc:
         raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
     limits = RunLimits(
@@ -323,8 +344,24 @@ def prepare_run(spec: RunSpec) -> PreparedRun:
             provider = make_provider(spec.tools)
         except ProviderConfigError as exc:
             raise RunConfigError(str(exc)) from None
-    return PreparedRun(spec, task, answers, spec_run_key(spec, task), harness, limits,
-                       provider)
+    return AgentRun(spec, task, spec_run_key(spec, task), harness, limits, provider)
+
+
+def prepare_run(spec: RunSpec, check: bool = True) -> PreparedRun:
+    """Load the trusted task and key, build the harness and the limits (before step 1).
+
+    Raises
+    ------
+    RunConfigError
+        When the configuration cannot run at all (nothing is written then).
+    spu.tasks.TaskLoadError
+        When the task package or its answer key cannot be read.
+    """
+    task = load_task(spec.task_dir)
+    answers = load_answers(task.answers_path(spec.answers_root))
+    agent = _agent_run(spec, task, check)
+    return PreparedRun(spec=agent.spec, task=agent.task, key=agent.key, harness=agent.harness,
+                       limits=agent.limits, provider=agent.provider, answers=answers)
 
 
 def stage(run: PreparedRun) -> Path:
@@ -369,7 +406,7 @@ def stage(run: PreparedRun) -> Path:
     return run.run_dir / "task"
 
 
-def sandbox_request(run: PreparedRun, staged: Path,
+def sandbox_request(run: AgentRun, staged: Path,
                     host_ports: Sequence[int] = ()) -> SandboxRequest:
     """Step 2's request: the staged files, limits, network and what the agent must not see.
 
@@ -396,11 +433,14 @@ def sandbox_request(run: PreparedRun, staged: Path,
     )
 
 
-def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
+def run_agent(run: AgentRun, staged: Path,
+              started: Callable[[AgentContext], None] | None = None) -> AgentPhase:
     """Steps 2-3: open the sandbox and run the agent in it until it ends or is stopped.
 
     A sandbox or harness that cannot start is recorded as evidence (an ``infra_error``),
-    never raised: the run still gets its record.
+    never raised: the run still gets its record. ``started``, when given, is called with
+    the agent's context just before the agent starts (a launcher watches the run's
+    spending through it).
     """
     phase = AgentPhase(staged=staged, started=_now(),
                        sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
@@ -428,6 +468,8 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
             )
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
+            if started is not None:
+                started(ctx)
             limits = sandbox.info().limits
             sampler = GpuSampler(limits.gpus if limits is not None else [])
             sampler.start()
@@ -460,16 +502,18 @@ def run_agent(run: PreparedRun, staged: Path) -> AgentPhase:
     return phase
 
 
-def open_tools(run: PreparedRun) -> ToolsSession | None:
+def open_tools(run: AgentRun) -> ToolsSession | None:
     """Start the run's audited tools service and egress proxy (None: the run has none).
 
     The service screens every answer for the source study's identifiers as it goes, so
-    that ``tools.policy=stop`` can stop at the first flag.
+    that ``tools.policy=stop`` can stop at the first flag. An agent node of a cluster
+    (an :class:`AgentRun`, no answer key) has no identifiers to screen with: its calls are
+    screened after the run, on the grading side (:func:`screen`).
     """
     if run.provider is None:
         return None
-    detector = (ExposureDetector.for_source(run.answers.source)
-                if run.answers.source is not None else None)
+    source = run.answers.source if isinstance(run, PreparedRun) else None
+    detector = ExposureDetector.for_source(source) if source is not None else None
 
     def screen(text: str) -> list[tuple[str, str]]:
         if detector is None or detector.empty:
@@ -479,7 +523,7 @@ def open_tools(run: PreparedRun) -> ToolsSession | None:
     return ToolsSession(run.spec.tools, run.run_dir, run.provider, screen).start()
 
 
-def read_tools(run: PreparedRun, phase: AgentPhase, tools: ToolsSession) -> None:
+def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:
     """After the agent: read the tools summary into ``phase``.
 
     An agent that left no trajectory of its own gets one of its audited calls; a policy
@@ -495,7 +539,7 @@ def read_tools(run: PreparedRun, phase: AgentPhase, tools: ToolsSession) -> None
         result.policy_stop = True
 
 
-def watch_agent(run: PreparedRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
+def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
     """The monitor of step 3: status file and lines, API errors, a rejected key.
 
     When the provider rejects the key, the monitor asks the sandbox to stop the agent
@@ -538,7 +582,22 @@ def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
     return RunGrades(grades.strict, grades.recovered, note=grades.warning)
 
 
-def price(run: PreparedRun, result: AgentResult) -> RunCost:
+_THRESHOLDS: dict[tuple[str, str, str], float] = {}
+
+
+def task_threshold(task: TaskPackage, answers: AnswerKey) -> float:
+    """The task's chance threshold, drawn once per task and key in this process.
+
+    The 4,000 seeded draws give the same number every time; a sweep of many runs on one
+    task needs them once.
+    """
+    cache_key = (task.id, task.version, answers.model_dump_json())
+    if cache_key not in _THRESHOLDS:
+        _THRESHOLDS[cache_key] = chance_threshold(task.contract, answers)
+    return _THRESHOLDS[cache_key]
+
+
+def price(run: AgentRun, result: AgentResult) -> RunCost:
     """Step 6: the run's cost at the model's list prices, request by request."""
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     steps = result.trajectory.steps if result.trajectory is not None else []
@@ -599,7 +658,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
         grade=grades.recovered,
-        threshold=chance_threshold(task.contract, run.answers),
+        threshold=task_threshold(task, run.answers),
         n_items=task.n_items,
         usage=usage,
         cost_usd=cost.estimate.total,
@@ -634,6 +693,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         finished_at=_now(),
         attempt=spec.attempt,
         retried_from=spec.retried_from,
+        node=phase.node,
         notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
     write_run_record(run_dir, run_record)

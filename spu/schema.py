@@ -644,6 +644,9 @@ class RunRecord(Record):
     """1 for the first attempt, 2 for the retry of an infra error."""
     retried_from: str | None = None
     """Tracking id of the attempt this one retries."""
+    node: str | None = None
+    """The cluster node that ran the agent (a Ray node id), where a launcher placed the
+    agent away from the grading side; None for a run on this machine."""
     notes: list[str] = Field(default_factory=list)
     """Loud warnings about the run (e.g. a grader that could not be isolated)."""
     grade_history: list[PastGrade] = Field(default_factory=list)

@@ -246,3 +246,109 @@ def grade_isolated(
         isolation=mode,
         warning=warning,
     )
+
+
+SERVE_CODE = "import sys; from spu.grading.worker import serve; sys.exit(serve())"
+"""What a grading service runs: requests on stdin, grades on stdout, no file in view."""
+
+
+class GradingService:
+    """One isolated grading process that grades many submissions (a sweep's grader).
+
+    A process per run costs an interpreter start (about 0.2 s); a sweep of thousands of
+    short runs pays that once here. The process is isolated as :func:`grade_isolated`'s
+    (``bwrap``: no network, no file of the host but the runtime, here not even a job
+    folder: contract, key and submission come through its stdin). Thread-safe: one
+    request at a time. A process that dies is started again for the next request.
+
+    Args:
+        isolation: ``auto``, ``bwrap``, ``netns`` or ``none``.
+        timeout_s: longest wait for one grade.
+    """
+
+    def __init__(self, isolation: str = "auto", timeout_s: float = GRADING_TIMEOUT_S) -> None:
+        import threading
+
+        self.mode = available_isolation(isolation)
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sent: set[str] = set()
+        self._empty = tempfile.mkdtemp(prefix="spu-grader-")
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                isolated_command(Path(self._empty), self.mode, SERVE_CODE),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=_PLAIN_ENV)
+            self._sent = set()
+        return self._proc
+
+    def grade(self, key_name: str, contract: Contract, answers: AnswerKey,
+              submission: bytes | None) -> IsolatedGrades:
+        """Grade ``submission`` strictly and with recovery, as :func:`grade_isolated`.
+
+        Raises:
+            GraderIsolationError: When the grading process fails or falls silent.
+        """
+        import base64
+        import select
+
+        request: dict[str, object] = {
+            "key": key_name,
+            "submission": None if submission is None else base64.b64encode(submission).decode()}
+        with self._lock:
+            proc = self._start()
+            if key_name not in self._sent:
+                request["contract"] = contract.model_dump(mode="json")
+                request["answers"] = answers.model_dump(mode="json")
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps(request).encode() + b"\n")
+                proc.stdin.flush()
+                ready, _, _ = select.select([proc.stdout], [], [], self.timeout_s)
+                line = proc.stdout.readline() if ready else b""
+            except OSError as exc:
+                line = b""
+                log.error("grading service (isolation %s): %s", self.mode, exc)
+            if not line:
+                self._stop_locked()
+                raise GraderIsolationError(
+                    f"grading service (isolation {self.mode}) gave no grade within "
+                    f"{self.timeout_s:g} s")
+            self._sent.add(key_name)
+        out = json.loads(line)
+        if "error" in out:
+            raise GraderIsolationError(f"grading service (isolation {self.mode}): "
+                                       f"{out['error']}")
+        warning = not_isolated_warning(self.mode)
+        return IsolatedGrades(
+            strict=Grade.model_validate(out["strict"]).model_copy(update={"isolation": self.mode}),
+            recovered=Grade.model_validate(out["recovered"]).model_copy(
+                update={"isolation": self.mode}),
+            isolation=self.mode, warning=warning)
+
+    def _stop_locked(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def close(self) -> None:
+        """Stop the grading process."""
+        with self._lock:
+            self._stop_locked()
+        shutil.rmtree(self._empty, ignore_errors=True)
+
+    def __enter__(self) -> GradingService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -39,6 +39,11 @@ class CostLedger:
         if cost_usd is not None and not math.isnan(cost_usd):
             self.spent_usd += cost_usd
 
+    def spend(self, cost_usd: float | None) -> None:
+        """Count the cost of an attempt that is not the run's last (retried, or lost)."""
+        if cost_usd is not None and not math.isnan(cost_usd):
+            self.spent_usd += cost_usd
+
     @property
     def reached(self) -> bool:
         """True once the counted cost has reached the cap (to a billionth of a dollar).

@@ -92,6 +92,10 @@ def tracking_target(cfg: DictConfig, output_root: Path) -> TrackingTarget | None
     """Where ``cfg``'s runs are tracked, or None with tracking off."""
     if not cfg.tracking.enabled:
         return None
+    if OmegaConf.select(cfg, "tracking.server.backend_store_uri") and not cfg.tracking.uri:
+        raise ValueError("tracking=server: the Ray launcher starts that server for its sweep "
+                         "(hydra/launcher=ray, ray_local or ray_cluster); under this launcher "
+                         "set tracking.uri to a running server instead")
     return resolve_target(cfg.tracking, output_root, str(cfg.experiment.name))
 
 

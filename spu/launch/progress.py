@@ -115,10 +115,15 @@ class SweepProgress:
         if result is not None:
             self.cost_usd += float(result.get("cost_usd") or 0.0)
 
-    def lost(self) -> None:
-        """A launched attempt was lost with its worker and will be retried."""
+    def lost(self, cost_usd: float | None = None) -> None:
+        """A launched attempt ended early (lost with its node, or to be retried).
+
+        Its cost, when known, counts: the attempt spent it even though it is not the
+        run's last.
+        """
         self.running -= 1
         self.retried += 1
+        self.cost_usd += float(cost_usd or 0.0)
 
     def snapshot(self) -> ProgressSnapshot:
         """The counters now."""

@@ -1,14 +1,22 @@
-"""An MLflow tracking server for the length of a parallel sweep.
+"""An MLflow tracking server for the length of a sweep, reachable by the grading side only.
 
-SQLite takes one writer at a time; several worker processes logging runs into the
-same file at once fail with "database is locked" under load. When a sweep runs jobs
-in parallel on a local SQLite store, the launcher starts ``mlflow server`` on that
-store (bound to 127.0.0.1 on a free port), points the workers at it, and stops it
-when the sweep ends: only the server then writes the file. Artifacts keep going to
-the artifact root directly (each experiment records its own artifact location).
+SQLite takes one writer at a time; several writers logging runs into the same file at
+once fail with "database is locked" under load. The Ray launcher records runs from its
+driver (the grading side) with several threads, so it starts ``mlflow server`` for the
+sweep and stops it at the end:
 
-On a cluster whose workers are on other machines, run a shared server on a
-PostgreSQL database instead and set ``tracking.uri`` to it (see the README).
+- on the local SQLite store when runs go in parallel (``tracking=mlflow``), or on a
+  PostgreSQL database (``tracking=server``: ``tracking.server.backend_store_uri``),
+  with artifacts proxied by the server (``--serve-artifacts``) into
+  ``tracking.server.artifacts_destination``;
+- bound to 127.0.0.1 on a free port: no other machine, and no sandbox with a network
+  namespace of its own, can connect;
+- behind a per-sweep bearer token (``--app-name spu-token``,
+  :mod:`spu.launch.tracking_gate`): a request without it gets 401. The grading side's
+  MLflow client sends it (``MLFLOW_TRACKING_TOKEN``).
+
+The backend URI (which may hold a database password) goes to the server in its
+environment, never on its command line, where ``ps`` would show it.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,6 +37,25 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+
+PROXIED_ARTIFACT_ROOT = "mlflow-artifacts:/"
+"""Artifact root of a server that proxies artifacts: clients upload through it."""
+
+
+def redact_uri(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` replaced by ``***``.
+
+    Examples:
+        >>> redact_uri("postgresql+psycopg://spu:s3cret@db:5432/spu")
+        'postgresql+psycopg://spu:***@db:5432/spu'
+        >>> redact_uri("tracking.server.backend_store_uri=postgresql://a:b@h/d")
+        'tracking.server.backend_store_uri=postgresql://a:***@h/d'
+        >>> redact_uri("sqlite:////tmp/mlflow.db")
+        'sqlite:////tmp/mlflow.db'
+    """
+    import re
+
+    return re.sub(r"(://[^:/@\s]+:)[^@/\s]+@", r"\1***@", text)
 
 
 class TrackingServerError(RuntimeError):
@@ -50,33 +78,55 @@ def _die_with_parent() -> None:
 
 
 class TrackingServer:
-    """``mlflow server`` on a SQLite store, as a context manager.
+    """``mlflow server`` for one sweep, as a context manager.
 
     Args:
-        backend_uri: the ``sqlite:///`` store to serve.
-        artifact_root: default artifact root for experiments the server creates.
+        backend_uri: the store to serve (``sqlite:///...`` or ``postgresql+psycopg://...``).
+        artifact_root: default artifact root for experiments the server creates
+            (ignored when ``artifacts_destination`` is set).
         log_path: where the server's output goes.
         host: interface to bind (127.0.0.1: this machine only).
         workers: server worker processes.
         start_timeout_s: how long to wait for ``/health``.
+        artifacts_destination: proxy artifacts (``--serve-artifacts``) into this
+            location; clients then log to ``mlflow-artifacts:/``.
+        token: require this bearer token on every request (:mod:`spu.launch.tracking_gate`);
+            ``"auto"`` draws one; None serves without a credential.
     """
 
     def __init__(self, backend_uri: str, artifact_root: str, log_path: Path,
                  host: str = "127.0.0.1", workers: int = 1,
-                 start_timeout_s: float = 120.0) -> None:
+                 start_timeout_s: float = 120.0, artifacts_destination: str | None = None,
+                 token: str | None = "auto") -> None:
         self.backend_uri = backend_uri
         self.artifact_root = artifact_root
         self.log_path = Path(log_path)
         self.host = host
         self.workers = workers
         self.start_timeout_s = start_timeout_s
+        self.artifacts_destination = artifacts_destination
+        self.token = secrets.token_urlsafe(32) if token == "auto" else token
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def uri(self) -> str:
-        """The tracking URI workers use."""
+        """The tracking URI clients use."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def client_artifact_root(self) -> str:
+        """The artifact root clients log to: the server's proxy, or the root itself."""
+        return PROXIED_ARTIFACT_ROOT if self.artifacts_destination else self.artifact_root
+
+    def client_env(self) -> dict[str, str]:
+        """The environment an MLflow client needs to use the server (its credential)."""
+        return {"MLFLOW_TRACKING_TOKEN": self.token} if self.token else {}
+
+    @property
+    def described_backend(self) -> str:
+        """The backend URI without its password, for messages."""
+        return redact_uri(self.backend_uri)
 
     def start(self) -> str:
         """Start the server and wait until it answers; returns its URI."""
@@ -85,17 +135,31 @@ class TrackingServer:
 
     def spawn(self) -> None:
         """Start the server process without waiting (see :meth:`wait_ready`)."""
+        from spu.launch.tracking_gate import TOKEN_ENV
+
         if self.backend_uri.startswith("sqlite:///"):
             Path(self.backend_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         self.port = free_port(self.host)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "mlflow", "server",
-                "--backend-store-uri", self.backend_uri,
-                "--default-artifact-root", self.artifact_root,
                 "--host", self.host, "--port", str(self.port),
                 "--workers", str(self.workers)]
-        # The server's background job runner (AI gateway jobs) is of no use here.
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        if self.artifacts_destination:
+            dest = self.artifacts_destination
+            if dest.startswith("file://"):
+                Path(dest[len("file://"):]).mkdir(parents=True, exist_ok=True)
+            argv += ["--serve-artifacts", "--artifacts-destination", dest,
+                     "--default-artifact-root", PROXIED_ARTIFACT_ROOT]
+        else:
+            argv += ["--no-serve-artifacts", "--default-artifact-root", self.artifact_root]
+        # The server's background job runner (AI gateway jobs) is of no use here; the
+        # store URI may hold a password: the environment, not the command line.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+               "MLFLOW_BACKEND_STORE_URI": self.backend_uri}
+        env.pop("MLFLOW_TRACKING_TOKEN", None)
+        if self.token:
+            argv += ["--app-name", "spu-token"]
+            env[TOKEN_ENV] = self.token
         with open(self.log_path, "ab") as out:
             self._proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=env,
@@ -109,17 +173,19 @@ class TrackingServer:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise TrackingServerError(
-                    f"mlflow server for {self.backend_uri} exited with status "
+                    f"mlflow server for {self.described_backend} exited with status "
                     f"{self._proc.returncode}; see {self.log_path}")
             try:
                 with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as reply:
                     if reply.status == 200:
-                        log.info("tracking server %s serves %s", self.uri, self.backend_uri)
+                        log.info("tracking server %s serves %s", self.uri,
+                                 self.described_backend)
                         return self.uri
             except (urllib.error.URLError, OSError):
                 time.sleep(0.25)
         self.stop()
-        raise TrackingServerError(f"mlflow server for {self.backend_uri} did not answer within "
+        raise TrackingServerError(f"mlflow server for {self.described_backend} did not answer "
+                                  f"within "
                                   f"{self.start_timeout_s:.0f} s; see {self.log_path}")
 
     def stop(self, grace_s: float = 15.0) -> None:

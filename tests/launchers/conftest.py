@@ -98,10 +98,11 @@ def sweep_command(*overrides: str) -> list[str]:
     return [sys.executable, "-m", "spu.main", *overrides]
 
 
-def run_sweep(*overrides: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run a sweep to its end from the repository root."""
+def run_sweep(*overrides: str, timeout: float = 600,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a sweep to its end from the repository root (``env`` added to this one's)."""
     return subprocess.run(sweep_command(*overrides), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+                          timeout=timeout, env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 @dataclass
@@ -151,16 +152,21 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    """Process ids whose command line contains ``text``."""
+    """Process ids whose command line or environment contains ``text``.
+
+    The environment counts: the sweep's tracking server gets its store there, not on
+    its command line.
+    """
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if text.encode() in cmdline and state != "Z":
+        if text.encode() in cmdline + environ and state != "Z":
             found.append(int(entry))
     return found

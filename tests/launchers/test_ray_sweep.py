@@ -99,12 +99,15 @@ def test_killing_the_driver_halfway_then_relaunching_finishes_without_duplicates
 
 def test_a_run_whose_worker_dies_is_recorded_and_retried_once(task_root, agents,
                                                               tmp_path) -> None:
-    """Invariant: an attempt lost with its worker stays recorded and the retry points to it."""
+    """Invariant: an attempt lost with its worker stays recorded and the retry points to it.
+
+    The sweep also runs with ``hydra.launcher.insecure=true``: every record says so.
+    """
     out = tmp_path / "outputs"
     result = run_sweep(*ray_sweep(out, task_root, "model=presented_order", "harness=command",
                                   f"harness.entrypoint={agents.dies_once}",
                                   f"+harness.env.MARKER_DIR={agents.marker_dir}",
-                                  "sandbox=subprocess"))
+                                  "sandbox=subprocess", "hydra.launcher.insecure=true"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("worker lost (WorkerCrashedError") == 2
     records = tracked_runs(out)
@@ -123,7 +126,10 @@ def test_a_run_whose_worker_dies_is_recorded_and_retried_once(task_root, agents,
                            "run.json").read_text())
         assert lost["outcome"] == "infra_error"
         assert lost["process"]["error"].startswith("WorkerCrashedError")
+        for noted in (record, lost):
+            assert any(n.startswith("RAY WITHOUT TOKEN AUTHENTICATION") for n in noted["notes"])
     assert "retried 2 · skipped 0" in result.stdout
+    assert "RAY WITHOUT TOKEN AUTHENTICATION" in result.stdout
 
 
 def test_budget_stops_launching_once_finished_runs_cost_it(task_root, tmp_path) -> None:
@@ -178,3 +184,51 @@ def test_a_seeded_cost_counts_toward_the_budget_under_both_launchers(task_root,
         assert "budget.max_cost_usd=2 reached: $3.00 spent by 1 finished runs" in \
             result.stdout + result.stderr
         assert len(tracked_runs(out)) == 1
+
+
+def ray_processes(temp_dir: Path) -> list[int]:
+    """Processes of the Ray whose temporary folder is ``temp_dir``."""
+    return processes_mentioning(str(temp_dir))
+
+
+def test_kill_9_of_the_driver_leaves_no_ray_process_and_ray_wants_its_token(
+        task_root, agents, tmp_path, background) -> None:
+    """Invariant: a local Ray turns away a client without the sweep's token, and none of
+    its processes outlives a driver killed with SIGKILL (only the driver: no group kill)."""
+    import os
+    import shutil
+    import signal
+    import tempfile
+
+    from hydra_plugins.spu_ray_launcher._security import accepts_without_token
+
+    out = tmp_path / "outputs"
+    # Short: Ray's socket paths must stay under 108 bytes.
+    ray_dir = Path(tempfile.mkdtemp(prefix="spu-rk-", dir="/tmp"))
+    args = ray_sweep(out, task_root, "model=presented_order", "harness=command",
+                     f"harness.entrypoint={agents.slow}", f"sandbox={sandbox_name()}",
+                     "repeat=0,1,2,3,4,5,6,7", f"hydra.launcher.init.temp_dir={ray_dir}")
+    bg = start_sweep(background, tmp_path / "sweep.log", *args)
+    wait_for(lambda: len(list((out / "runs").glob("*/run.json"))) >= 1, 600, "a finished run")
+    gcs = gcs_address(ray_dir)
+    assert not accepts_without_token(gcs), "a client without the token joined the sweep's Ray"
+    assert ray_processes(ray_dir), "no Ray process found to begin with"
+    os.kill(bg.proc.pid, signal.SIGKILL)
+    bg.proc.wait(timeout=60)
+    wait_for(lambda: not ray_processes(ray_dir), 120, "every Ray process of the sweep to exit")
+    shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def gcs_address(ray_dir: Path) -> str:
+    """The GCS address of the Ray running under ``ray_dir``, from its processes."""
+    import re
+
+    for pid in ray_processes(ray_dir):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        found = re.search(r"--gcs-address=([0-9.]+:[0-9]+)", cmdline.replace("\0", " "))
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no Ray process under {ray_dir} names its GCS address")

@@ -1,7 +1,9 @@
-"""The sweep's MLflow server: many writers at once, nothing lost, nothing left running."""
+"""The sweep's MLflow server: many writers at once, nothing lost, nothing left running,
+nothing served without the sweep's credential."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import urllib.error
@@ -42,8 +44,23 @@ def test_parallel_writers_through_the_server_lose_no_record(tmp_path) -> None:
     server = TrackingServer(backend, artifacts, tmp_path / "server.log")
     with server:
         assert server.uri.startswith("http://127.0.0.1:")
+        # Without the sweep's token the server answers nothing but its health.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{server.uri}/api/2.0/mlflow/experiments/search"
+                                   "?max_results=1", timeout=30)
+        assert refused.value.code == 401
+        wrong = urllib.request.Request(f"{server.uri}/api/2.0/mlflow/experiments/search"
+                                       "?max_results=1",
+                                       headers={"Authorization": "Bearer not-the-token-at-all"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(wrong, timeout=30)
+        assert refused.value.code == 401
+        # The store's URI is not on the server's command line (it may hold a password).
+        assert all(str(out / "mlflow.db") not in open(f"/proc/{pid}/cmdline").read()
+                   for pid in processes_mentioning(str(out / "mlflow.db")))
+        env = {**os.environ, **server.client_env()}
         writers = [subprocess.Popen([sys.executable, "-c", WRITER, server.uri, artifacts,
-                                     str(w), "3", str(tmp_path / "runs")], cwd=REPO,
+                                     str(w), "3", str(tmp_path / "runs")], cwd=REPO, env=env,
                                     stderr=subprocess.PIPE, text=True) for w in range(3)]
         for writer in writers:
             _, err = writer.communicate(timeout=300)

@@ -208,3 +208,25 @@ def test_two_jobs_of_one_run_key_launch_once(tmp_path) -> None:
     assert list(returns) == [2] and progress.not_launched == 1
     row = json.loads((tmp_path / "2" / "result.json").read_text())
     assert (row["status"], row["note"]) == ("not_launched", "same run as job #0")
+
+
+def test_repeats_of_one_configuration_share_one_composition() -> None:
+    """Only a plain ``repeat=N`` is set apart; anything else keeps its own composition."""
+    from hydra_plugins.spu_ray_launcher._driver import JobComposer
+
+    assert JobComposer.split(["task=a", "repeat=3", "model=x"]) == (("task=a", "model=x"), "3")
+    assert JobComposer.split(["task=a", "+repeat=3"]) == (("task=a", "+repeat=3"), None)
+    assert JobComposer.split(["task=a", "repeat=${oc.env:X}"])[1] is None
+
+
+def test_longest_expected_first_uses_history_of_the_same_configuration_and_task() -> None:
+    """Expected times: same (configuration, task) median, else the configuration's median."""
+    from spu.launch.schedule import RuntimeHistory, expected_runtimes, longest_expected_first
+
+    history = RuntimeHistory.from_runs([("a", "t1", 100.0), ("a", "t2", 10.0),
+                                        ("b", "t1", 50.0), ("b", "t1", 70.0)])
+    runs = [("a", "t2"), ("b", "t1"), ("a", "t9"), ("a", "t1"), ("c", "t1")]
+    expected = expected_runtimes(history, runs)
+    # a/t9: a's median 55; c/t1: no configuration history, every run's median 60.
+    assert expected == [10.0, 60.0, 55.0, 100.0, 60.0]
+    assert longest_expected_first(expected) == [3, 1, 4, 2, 0]

@@ -1,24 +1,28 @@
-"""The sweep driver of ``hydra/launcher=ray``.
+"""The sweep driver of ``hydra/launcher=ray``: the grading side of a cluster sweep.
 
 For a batch of jobs it:
 
-1. composes each job's config (as Hydra's basic launcher does), with absolute paths
-   and the sweep folder resolved here, so workers write where the driver reads;
+1. composes each job's config (as Hydra's basic launcher does), with absolute paths;
 2. decides each run key from tracking (:mod:`spu.launch.resume`): finished keys are
    skipped without asking Ray for anything, their stored results written to the
    sweep folder and counted in the budget;
-3. starts Ray (or joins the cluster), fits each run's request (CPUs, GPUs, memory and
-   a ``sandbox_slot``) to the nodes, and starts an MLflow server when parallel workers
-   would otherwise share a SQLite file;
-4. keeps at most ``max_concurrent`` runs (default: as many as the cluster holds) in
-   flight as Ray tasks, streams each result as it arrives, keeps a progress line, stops
-   launching once ``budget.max_cost_usd`` is spent, and relaunches a job whose worker
-   died after recording the lost attempt (:func:`spu.launch.job.record_lost_attempt`);
-5. stops the server, shuts Ray down if it started it, and returns one
-   :class:`~hydra.core.utils.JobReturn` per job, in order.
-
-Retries of ``infra_error`` within a worker, and the resume check repeated there,
-come from ``spu.main.run_from_config`` as under any launcher.
+3. sets up Ray's token authentication (:mod:`._security`), starts Ray (or joins the
+   cluster), fits each run's request (CPUs, GPUs, memory and a ``sandbox_slot``) to
+   the nodes, starts the sweep's tracking server when one is needed, and a grading
+   service (one isolated grading process for the sweep);
+4. orders the runs longest expected first (:mod:`spu.launch.schedule`) and keeps at
+   most ``max_concurrent`` of them in flight. For each attempt it loads the trusted
+   task and key *here*, stages the public files into ``runs/<run_key>/task/`` and
+   ships them (Ray's object store) to an agent node, which runs only the agent
+   (:func:`spu.launch.remote.run_agent_job`) and sends back the submission,
+   trajectory and logs; grading, pricing, the exposure screen, ``run.json`` and
+   tracking happen here, in a few threads (:func:`spu.launch.remote.settle_agent_return`).
+   No storage is shared with the agent nodes, and no answer key ever leaves this side;
+5. retries ``infra_error`` and ``memory_limit`` (``sweep.retries``), records an attempt
+   lost with its node as ``infra_error`` with what it had spent (reported while it
+   ran) and runs it again elsewhere, streams each result, keeps a progress line and
+   stops launching once ``budget.max_cost_usd`` is spent;
+6. stops what it started and returns one :class:`~hydra.core.utils.JobReturn` per job.
 """
 
 from __future__ import annotations
@@ -26,16 +30,16 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
-from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
-from hydra_plugins.spu_ray_launcher._worker import run_job_on_worker
+from hydra_plugins.spu_ray_launcher._worker import run_agent_on_node
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from ray.exceptions import RayError, RayTaskError
 
@@ -43,13 +47,14 @@ from spu.launch.budget import CostLedger
 from spu.launch.job import JobStatus as RunStatus
 from spu.launch.job import (
     RunIdentity,
+    lost_attempt_record,
     not_launched_result,
-    record_lost_attempt,
     recorded_result,
     tracking_target,
     write_result,
 )
 from spu.launch.progress import ProgressDisplay, SweepProgress
+from spu.launch.remote import FileBundle, agent_job, settle_agent_return
 from spu.launch.resources import (
     SANDBOX_SLOT,
     RunRequest,
@@ -58,8 +63,10 @@ from spu.launch.resources import (
     fit_request,
     run_request,
 )
-from spu.launch.resume import ResumeMode, latest_attempts, plan_run
-from spu.launch.server import TrackingServer
+from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_attempts, plan_run
+from spu.launch.server import TrackingServer, redact_uri
+from spu.tracking.query import recorded_run_from_record
+from spu.tracking.store import TrackingTarget, log_run
 
 if TYPE_CHECKING:
     from hydra_plugins.spu_ray_launcher.ray_launcher import SPURayLauncher
@@ -77,7 +84,14 @@ class SweepJob:
     folder: Path
     identity: RunIdentity | None
     request: RunRequest
-    lost: int = 0
+    spec: Any = None
+    """Its :class:`~spu.runner.RunSpec` (built when it is about to run)."""
+    plan: RunPlan = RunPlan(skip=False)
+    """Its resume plan: which attempt comes first, how far retries go."""
+    target: TrackingTarget | None = None
+    """Where its attempts are tracked (None: tracking off)."""
+    expected_s: float | None = None
+    """Its expected run time, from tracking (None: unknown)."""
 
 
 def _absolute(cfg: DictConfig, key: str) -> None:
@@ -88,14 +102,20 @@ def _absolute(cfg: DictConfig, key: str) -> None:
 
 def compose_job(launcher: SPURayLauncher, overrides: Sequence[str], idx: int,
                 sweep_dir: Path) -> SweepJob:
-    """The config of one job, ready to travel to a worker on this machine or another."""
+    """The config of one job, composed by Hydra, with absolute paths."""
     assert launcher.hydra_context is not None and launcher.config is not None
     cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config,
                                                                  list(overrides))
+    return job_of(launcher, cfg, list(overrides), idx, sweep_dir)
+
+
+def job_of(launcher: SPURayLauncher, cfg: DictConfig, overrides: list[str], idx: int,
+           sweep_dir: Path) -> SweepJob:
+    """A :class:`SweepJob` of a composed config."""
     with open_dict(cfg), read_write(cfg.hydra):
         cfg.hydra.job.id = idx
         cfg.hydra.job.num = idx
-        # ``${now:...}`` would resolve again, later, in each worker.
+        # ``${now:...}`` would resolve again, later.
         cfg.hydra.sweep.dir = str(sweep_dir)
         for key in ("output_root", "task_root", "answers_root"):
             _absolute(cfg, key)
@@ -106,15 +126,84 @@ def compose_job(launcher: SPURayLauncher, overrides: Sequence[str], idx: int,
     limits = OmegaConf.to_container(cfg.limits, resolve=True)
     assert isinstance(limits, dict)
     request = run_request(limits, str(identity.task_dir) if identity else None, chosen)
-    return SweepJob(idx=idx, overrides=list(overrides), config=cfg, folder=folder,
+    return SweepJob(idx=idx, overrides=overrides, config=cfg, folder=folder,
                     identity=identity, request=request)
 
 
-def job_return(job: SweepJob, value: Any, failed: bool = False) -> JobReturn:
-    """The JobReturn of a job the driver settled without running it on a worker."""
-    task_cfg = copy.deepcopy(job.config)
+class JobComposer:
+    """Composes a sweep's jobs, once per distinct configuration, not once per repeat.
+
+    Hydra composes every job from scratch (about 50 ms each on an idle machine, seconds
+    on a loaded one); the jobs of ``repeat=0,1,2,3,4`` differ in one number. A job whose
+    overrides equal an earlier job's but for a plain ``repeat=N`` gets a copy of that
+    job's config with ``repeat`` (and the override lists Hydra keeps) changed, and a copy
+    of its run spec. A sweep folder named after the overrides
+    (``hydra.sweep.subdir=${hydra.job.override_dirname}``) is composed in full.
+    """
+
+    def __init__(self, launcher: SPURayLauncher, sweep_dir: Path) -> None:
+        self.launcher = launcher
+        self.sweep_dir = sweep_dir
+        self.configs: dict[tuple[str, ...], tuple[DictConfig, str]] = {}
+        self.specs: dict[tuple[str, ...], Any] = {}
+
+    @staticmethod
+    def split(overrides: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
+        """The overrides but ``repeat=N``, and N (None without a plain integer repeat)."""
+        rest, repeat = [], None
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if key == "repeat" and sep and value.strip().lstrip("-").isdigit():
+                repeat = value.strip()
+            else:
+                rest.append(item)
+        return tuple(rest), repeat
+
+    def compose(self, overrides: Sequence[str], idx: int) -> SweepJob:
+        """The job of ``overrides``."""
+        rest, repeat = self.split(overrides)
+        held = self.configs.get(rest) if repeat is not None else None
+        if held is None:
+            job = compose_job(self.launcher, overrides, idx, self.sweep_dir)
+            subdir = str(OmegaConf.select(job.config, "hydra.sweep.subdir", default=""))
+            raw = OmegaConf.to_container(job.config.hydra.sweep, resolve=False)
+            if repeat is not None and "override_dirname" not in str(raw) + subdir:
+                self.configs[rest] = (job.config, repeat)
+            return job
+        base, base_repeat = held
+        cfg = copy.deepcopy(base)
+        with open_dict(cfg), read_write(cfg.hydra):
+            cfg.repeat = int(repeat)  # type: ignore[arg-type]
+            task_overrides = [f"repeat={repeat}" if o == f"repeat={base_repeat}" else o
+                              for o in cfg.hydra.overrides.task]
+            cfg.hydra.overrides.task = task_overrides
+            cfg.hydra.job.override_dirname = str(cfg.hydra.job.override_dirname).replace(
+                f"repeat={base_repeat}", f"repeat={repeat}")
+        return job_of(self.launcher, cfg, list(overrides), idx, self.sweep_dir)
+
+    def spec(self, job: SweepJob) -> Any:
+        """The job's :class:`~spu.runner.RunSpec`, converted once per configuration."""
+        from spu.main import spec_from_config
+
+        rest, repeat = self.split(job.overrides)
+        if repeat is None:
+            return spec_from_config(without_hydra(job.config))
+        if rest not in self.specs:
+            self.specs[rest] = spec_from_config(without_hydra(job.config))
+        return replace(self.specs[rest], repeat=int(job.config.repeat))
+
+
+def without_hydra(config: DictConfig) -> DictConfig:
+    """The job's own config, as Hydra hands it to the task function."""
+    task_cfg = copy.deepcopy(config)
     with read_write(task_cfg), open_dict(task_cfg):
         del task_cfg["hydra"]
+    return task_cfg
+
+
+def job_return(job: SweepJob, value: Any, failed: bool = False) -> JobReturn:
+    """The JobReturn of a job, settled by the driver."""
+    task_cfg = without_hydra(job.config)
     ret = JobReturn(overrides=job.overrides, cfg=task_cfg,
                     hydra_cfg=OmegaConf.create({"hydra": job.config.hydra}),
                     working_dir=os.getcwd(), task_name=str(job.config.hydra.job.name))
@@ -124,7 +213,10 @@ def job_return(job: SweepJob, value: Any, failed: bool = False) -> JobReturn:
 
 
 def start_ray(launcher: SPURayLauncher) -> bool:
-    """Start a local Ray or join a cluster; True when this call started it."""
+    """Start a local Ray or join a cluster; True when this call started it.
+
+    Token authentication is set up first (:func:`._security.configure_ray_auth`).
+    """
     if ray.is_initialized():
         return False
     init = launcher.init
@@ -141,8 +233,23 @@ def start_ray(launcher: SPURayLauncher) -> bool:
             kwargs["num_gpus"] = init.num_gpus
         if init.object_store_memory:
             kwargs["object_store_memory"] = int(init.object_store_memory)
-    ray.init(**kwargs)
+        if init.temp_dir:
+            kwargs["_temp_dir"] = str(Path(str(init.temp_dir)).expanduser().resolve())
+    # A local Ray's processes inherit this environment: the driver's own credentials
+    # (its tracking token, the database password) stay out of the workers'.
+    held = {name: os.environ.pop(name) for name in DRIVER_SECRETS if name in os.environ}
+    try:
+        ray.init(**kwargs)
+    finally:
+        os.environ.update(held)
     return True
+
+
+STATUS_EVERY_S = 5.0
+"""Seconds between two asks of the monitor for the live status of the runs in flight."""
+
+DRIVER_SECRETS = ("MLFLOW_TRACKING_TOKEN", "PGPASSWORD", "SPU_TRACKING_SERVER_TOKEN")
+"""Variables only the grading side needs, kept out of the environment Ray's workers get."""
 
 
 def alive_nodes() -> list[dict[str, float]]:
@@ -151,17 +258,19 @@ def alive_nodes() -> list[dict[str, float]]:
 
 
 def decide_from_tracking(jobs: list[SweepJob]) -> dict[int, dict[str, Any]]:
-    """The stored result of every job an earlier launch finished, by job index."""
+    """Plan every job from tracking; the stored result of each job to skip, by index."""
     groups: dict[tuple[Any, str], list[SweepJob]] = {}
     for job in jobs:
         if job.identity is None:
             continue
-        mode = ResumeMode.parse(str(job.config.sweep.resume))
-        if mode is ResumeMode.off:
-            continue
         root = Path(str(job.config.output_root))
-        target = tracking_target(job.config, root)
-        groups.setdefault((target, str(root)), []).append(job)
+        if job.target is None:
+            job.target = tracking_target(job.config, root)
+        retries = int(job.config.sweep.retries)
+        job.plan = plan_run(None, str(job.config.sweep.resume), retries)
+        if ResumeMode.parse(str(job.config.sweep.resume)) is ResumeMode.off:
+            continue
+        groups.setdefault((job.target, str(root)), []).append(job)
     skipped: dict[int, dict[str, Any]] = {}
     for (target, root), members in groups.items():
         assert all(j.identity for j in members)
@@ -170,10 +279,37 @@ def decide_from_tracking(jobs: list[SweepJob]) -> dict[int, dict[str, Any]]:
         for job in members:
             assert job.identity is not None
             held = latest.get(job.identity.run_key)
-            plan = plan_run(held, str(job.config.sweep.resume), int(job.config.sweep.retries))
-            if plan.skip and held is not None:
-                skipped[job.idx] = recorded_result(held, RunStatus.skipped, plan.reason)
+            job.plan = plan_run(held, str(job.config.sweep.resume), int(job.config.sweep.retries))
+            if job.plan.skip and held is not None:
+                skipped[job.idx] = recorded_result(held, RunStatus.skipped, job.plan.reason)
     return skipped
+
+
+def order_longest_first(jobs: list[SweepJob]) -> list[SweepJob]:
+    """The jobs longest expected first (:mod:`spu.launch.schedule`), from tracking's history.
+
+    History is an optimization: a store that cannot be read keeps the given order.
+    """
+    from spu.launch.schedule import RuntimeHistory, longest_expected_first
+    from spu.tracking.query import recorded_runs
+
+    histories: dict[Any, RuntimeHistory] = {}
+    for job in jobs:
+        if job.target is None or job.identity is None:
+            continue
+        if job.target not in histories:
+            try:
+                held = recorded_runs(job.target).values()
+            except Exception as exc:  # noqa: BLE001 - ordering must never stop a sweep
+                log.warning("no run-time history from %s: %s", job.target.uri, exc)
+                held = []
+            histories[job.target] = RuntimeHistory.from_runs(
+                (f"{r.model}/{r.harness}/{r.effort}", r.task_id, r.runtime_s)  # type: ignore[misc]
+                for r in held if r.outcome not in RETRIED_OUTCOMES)
+        ident = job.identity
+        job.expected_s = histories[job.target].expected(
+            f"{ident.model}/{ident.harness}/{ident.effort}", ident.task_id)
+    return [jobs[i] for i in longest_expected_first([j.expected_s for j in jobs])]
 
 
 def shared_sqlite_target(jobs: list[SweepJob]) -> Any:
@@ -192,124 +328,266 @@ def shared_sqlite_target(jobs: list[SweepJob]) -> Any:
     return sqlite[0]
 
 
+@dataclass
+class Attempt:
+    """One attempt of a job, in flight on an agent node or being settled here."""
+
+    job: SweepJob
+    run: Any
+    """Its :class:`~spu.runner.PreparedRun` (trusted task and answer key: never shipped)."""
+    staged: Path
+    number: int
+    last: int
+    """The highest attempt number this launch may reach."""
+    retried_from: str | None = None
+
+
 class Driver:
     """Runs the jobs left after the resume check, on Ray, until done or out of budget."""
 
     def __init__(self, launcher: SPURayLauncher, jobs: list[SweepJob], window: int,
-                 ledger: CostLedger, progress: SweepProgress, display: ProgressDisplay) -> None:
+                 ledger: CostLedger, progress: SweepProgress, display: ProgressDisplay,
+                 grader: Any, notes: list[str]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from hydra_plugins.spu_ray_launcher._monitor import start_monitor
+
         self.launcher = launcher
-        self.pending: deque[SweepJob] = deque(jobs)
+        self.pending: deque[tuple[SweepJob, int, int, str | None]] = deque(
+            (job, job.plan.first_attempt, job.plan.last_attempt, job.plan.retried_from)
+            for job in jobs)
         self.window = window
         self.ledger = ledger
         self.progress = progress
         self.display = display
+        self.grader = grader
+        self.notes = notes
         self.returns: dict[int, JobReturn] = {}
-        self.in_flight: dict[Any, SweepJob] = {}
-        assert launcher.hydra_context is not None
-        self.remote = ray.remote(run_job_on_worker)
-        # Put once: every task then carries references, not copies.
-        self.shared = (ray.put(launcher.hydra_context), ray.put(launcher.task_function),
-                       ray.put(Singleton.get_state()))
+        self.in_flight: dict[Any, Attempt] = {}
+        self.settling: dict[Any, Attempt] = {}
+        self.task_refs: dict[tuple[str, str], Any] = {}
+        self.remote = ray.remote(run_agent_on_node)
+        self.monitor = start_monitor()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, int(launcher.settle_threads)),
+                                       thread_name_prefix="spu-settle")
+        self._statuses: tuple[float, list[Any]] = (-STATUS_EVERY_S, [])
         display.running = self.running_status
 
     def running_status(self) -> list[Any]:
-        """Elapsed time and latest event of each run in flight (their ``status.json``)."""
-        from spu.harness.monitor import read_status
+        """Elapsed time and latest event of each run in flight, as its node last reported.
 
-        found = []
-        for job in self.in_flight.values():
-            if job.identity is None:
-                continue
-            run_dir = Path(str(job.config.output_root)) / "runs" / job.identity.run_key
-            status = read_status(run_dir)
-            if status is not None:
-                found.append(status)
+        The monitor is asked at most every :data:`STATUS_EVERY_S` seconds.
+        """
+        from spu.harness.monitor import RunStatus as AgentStatus
+
+        asked, found = self._statuses
+        if time.monotonic() - asked >= STATUS_EVERY_S:
+            try:
+                found = [AgentStatus(**status) for status in
+                         ray.get(self.monitor.statuses.remote(), timeout=5)]
+            except Exception:  # noqa: BLE001 - the status line is best effort
+                pass
+            self._statuses = (time.monotonic(), found)
         return found
 
-    def submit(self, job: SweepJob) -> None:
-        """Hand one job to Ray as a task with its resources."""
+    # -- launching ---------------------------------------------------------------------
+
+    def task_ref(self, run: Any, staged: Path) -> Any:
+        """The public files of the run's task in the object store, put once per task."""
+        key = (str(run.task.path), run.task.version)
+        if key not in self.task_refs:
+            self.task_refs[key] = ray.put(FileBundle.of(staged))
+        return self.task_refs[key]
+
+    def submit(self, job: SweepJob, number: int, last: int, retried_from: str | None) -> None:
+        """Stage attempt ``number`` of ``job`` here and hand its agent side to Ray."""
+        from spu.runner import prepare_run, stage
+
+        spec = replace(job.spec, attempt=number, retried_from=retried_from)
+        try:
+            run = prepare_run(spec, check=False)
+            staged = stage(run)
+        except Exception as exc:  # noqa: BLE001 - a job that cannot start fails alone
+            self.display.say(f"[red]job #{job.idx} cannot start: {type(exc).__name__}: "
+                             f"{exc}[/red]")
+            self.progress.launched()
+            self.progress.finished(None)
+            self.returns[job.idx] = job_return(job, exc, failed=True)
+            return
         req = job.request
         options: dict[str, Any] = {"num_cpus": req.cpus, "num_gpus": req.gpus,
                                    "max_retries": 0, "retry_exceptions": False,
-                                   "name": f"spu-job-{job.idx}"}
+                                   "name": f"spu-{run.key}-a{number}"}
         if req.memory_bytes:
             options["memory"] = req.memory_bytes
         if req.sandbox_slots:
             options["resources"] = {SANDBOX_SLOT: req.sandbox_slots}
-        ctx, task_function, state = self.shared
-        ref = self.remote.options(**options).remote(ctx, job.config, task_function, state)
-        self.in_flight[ref] = job
+        shipped = replace(spec, answers_root=None, task_dir=Path(run.task.path.name),
+                          output_root=Path("."))
+        job_for_node = agent_job(shipped, run.key, self.launcher.report_every_s)
+        ref = self.remote.options(**options).remote(job_for_node, self.task_ref(run, staged),
+                                                    self.monitor)
+        self.in_flight[ref] = Attempt(job, run, staged, number, last, retried_from)
         self.progress.launched()
-        log.info("#%d: %s", job.idx, " ".join(filter_overrides(job.overrides)))
+        if number == job.plan.first_attempt:
+            log.info("#%d: %s", job.idx,
+                     " ".join(redact_uri(o) for o in filter_overrides(job.overrides)))
 
     def stop_for_budget(self) -> None:
         """Settle every job not launched yet as not launched, and say why."""
-        settle_not_launched(list(self.pending), self.ledger, self.progress, self.display,
-                            self.returns)
+        settle_not_launched([j for j, *_ in self.pending], self.ledger, self.progress,
+                            self.display, self.returns)
         self.pending.clear()
 
-    def finish(self, ref: Any) -> None:
-        """Collect one finished task: stream its result, or relaunch a lost attempt."""
-        job = self.in_flight.pop(ref)
+    # -- results -----------------------------------------------------------------------
+
+    def collect(self, ref: Any) -> None:
+        """An agent side ended: settle it in a thread, or handle its loss."""
+        att = self.in_flight.pop(ref)
         try:
-            ret: JobReturn = ray.get(ref, timeout=self.launcher.get_timeout_s)
+            returned = ray.get(ref, timeout=self.launcher.get_timeout_s)
         except RayTaskError as exc:
             self.progress.finished(None)
-            self.display.say(f"[red]job #{job.idx} failed on its worker: {exc}[/red]")
-            self.returns[job.idx] = job_return(job, exc, failed=True)
+            self.display.say(f"[red]job #{att.job.idx} failed on its agent node: "
+                             f"{exc}[/red]")
+            self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
-        except RayError as exc:
-            self.lost(job, exc)
+        except (RayError, TimeoutError) as exc:
+            self.lost(att, exc)
             return
-        if ret.status is not JobStatus.COMPLETED:
-            self.progress.finished(None)
-            error = ret._return_value
-            self.display.say(f"[red]job #{job.idx} failed: {type(error).__name__}: "
-                             f"{error}[/red]")
-        else:
-            result = ret.return_value
-            self.progress.finished(result)
-            if result.get("status") in (RunStatus.ran, RunStatus.skipped):
-                self.ledger.add(result.get("cost_usd"))
-            self.display.result(result)
-        self.returns[job.idx] = ret
+        future = self.pool.submit(self.settle, att, returned)
+        self.settling[future] = att
 
-    def lost(self, job: SweepJob, exc: RayError) -> None:
-        """The worker (or node) running ``job`` died: record the attempt, maybe relaunch."""
+    def settle(self, att: Attempt, returned: Any) -> tuple[Any, str | None]:
+        """Grade, price, screen and record one attempt here; track it (a worker thread)."""
+        record = settle_agent_return(att.run, att.staged, returned, self.grader, self.notes)
+        target = att.job.target
+        tracking_id = log_run(record, att.run.run_dir, target) if target is not None else None
+        return record, tracking_id
+
+    def settled(self, future: Any) -> None:
+        """A settled attempt: retry it, or stream the job's result."""
+        att = self.settling.pop(future)
+        try:
+            record, tracking_id = future.result()
+        except Exception as exc:  # noqa: BLE001 - recording one run must not end the sweep
+            self.progress.finished(None)
+            self.display.say(f"[red]job #{att.job.idx}: recording failed: "
+                             f"{type(exc).__name__}: {exc}[/red]")
+            self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
+            return
+        if record.outcome.value in RETRIED_OUTCOMES and att.number < att.last:
+            log.warning("run %s: attempt %d ended %s (%s); retrying as attempt %d",
+                        record.run_key, att.number, record.outcome.value,
+                        record.process.error or "no error message", att.number + 1)
+            self.ledger.spend(record.cost_usd)
+            self.progress.lost(record.cost_usd)
+            self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
+            return
+        self.final(att, record, tracking_id)
+
+    def final(self, att: Attempt, record: Any, tracking_id: str | None, note: str = "") -> None:
+        """Stream and write the job's result: its last attempt."""
+        result = recorded_result(recorded_run_from_record(record, tracking_id), RunStatus.ran,
+                                 note)
+        result.update(retries=att.number - att.job.plan.first_attempt,
+                      retried_from=record.retried_from, node=record.node)
+        write_result(att.job.folder, result)
+        self.ledger.add(result.get("cost_usd"))
+        # Each retry was counted as it happened (progress.lost).
+        self.progress.finished({**result, "retries": 0})
+        self.display.result(result)
+        self.returns[att.job.idx] = job_return(att.job, result)
+
+    def lost(self, att: Attempt, exc: BaseException) -> None:
+        """The node running the attempt died: record what it spent, maybe run it again."""
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        retries = int(job.config.sweep.retries)
-        lost = record_lost_attempt(job.config, reason, retries_left=job.lost < retries)
-        job.lost += 1
-        if lost.retry:
-            self.progress.lost()
-            self.display.say(f"[yellow]job #{job.idx}: worker lost ({reason}); "
+        record = self.lost_record(att, reason)
+        target = att.job.target
+        tracking_id = log_run(record, att.run.run_dir, target) if target is not None else None
+        log.warning("run %s: attempt %d lost with its node %s (%s)", record.run_key,
+                    att.number, record.node or "?", reason)
+        if att.number < att.last:
+            self.ledger.spend(record.cost_usd)
+            self.progress.lost(record.cost_usd)
+            self.display.say(f"[yellow]job #{att.job.idx}: worker lost ({reason}); "
                              f"launching it again[/yellow]")
-            self.pending.appendleft(job)
+            self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
             return
-        self.progress.finished(lost.result)
-        if lost.result is None:
-            self.display.say(f"[red]job #{job.idx}: worker lost ({reason})[/red]")
-            self.returns[job.idx] = job_return(job, exc, failed=True)
-            return
-        write_result(job.folder, lost.result)
-        self.ledger.add(lost.result.get("cost_usd"))
-        self.display.result(lost.result)
-        self.returns[job.idx] = job_return(job, lost.result)
+        self.final(att, record, tracking_id, note=reason)
+
+    def lost_record(self, att: Attempt, reason: str) -> Any:
+        """The record of a lost attempt, with the usage its node last reported."""
+        from spu.cost import run_cost
+        from spu.runner import write_run_record
+        from spu.schema import Usage
+
+        job = att.job
+        assert job.identity is not None
+        record = lost_attempt_record(job.identity, str(job.config.sandbox.name), att.number,
+                                     att.retried_from, reason)
+        seen = self.monitor_lookup(att)
+        update: dict[str, Any] = {"node": seen.get("node"),
+                                  "notes": [*record.notes, *self.notes]}
+        if seen.get("usage"):
+            usage = Usage(**seen["usage"])
+            cost = run_cost(job.spec.model.prices, usage, [], None)
+            update.update(usage=usage, cost_usd=cost.estimate.total,
+                          cost_full_input_usd=cost.full_input_price.total)
+            update["notes"].append("usage as last reported by the agent node before it was "
+                                   "lost")
+        record = record.model_copy(update=update)
+        att.run.run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_record(att.run.run_dir, record)
+        return record
+
+    def monitor_lookup(self, att: Attempt) -> dict[str, Any]:
+        """What the monitor heard from the attempt's node: where it ran, what it spent."""
+        try:
+            seen = ray.get(self.monitor.lookup.remote(att.run.key, att.number), timeout=30)
+        except (RayError, TimeoutError) as exc:
+            log.warning("sweep monitor unreachable: %s", exc)
+            return {}
+        return dict(seen or {})
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def busy(self) -> int:
+        """Places of the window taken: runs in flight, and under a budget runs being recorded.
+
+        With ``budget.max_cost_usd`` a run holds its place until its cost is counted, so
+        the sweep never launches past the cap on costs it has not counted yet.
+        """
+        held = len(self.in_flight)
+        return held + (len(self.settling) if self.ledger.limit_usd is not None else 0)
 
     def run(self) -> None:
-        """Launch, collect and refresh until every job is settled."""
-        while self.pending or self.in_flight:
-            while self.pending and len(self.in_flight) < self.window and not self.ledger.reached:
-                self.submit(self.pending.popleft())
-            if self.pending and self.ledger.reached:
-                self.stop_for_budget()
-            if not self.in_flight:
-                continue
-            ready, _ = ray.wait(list(self.in_flight), num_returns=1,
-                                timeout=self.launcher.poll_s)
-            for ref in ready:
-                self.finish(ref)
-            self.display.refresh()
+        """Launch, collect, settle and refresh until every job is settled."""
+        from concurrent.futures import FIRST_COMPLETED
+        from concurrent.futures import wait as wait_futures
+
+        try:
+            while self.pending or self.in_flight or self.settling:
+                while self.pending and self.busy() < self.window and not self.ledger.reached:
+                    self.submit(*self.pending.popleft())
+                if self.pending and self.ledger.reached:
+                    self.stop_for_budget()
+                if self.in_flight:
+                    # Both kinds of waiting: check each often; one kind: wait on it.
+                    timeout = 0.05 if self.settling else self.launcher.poll_s
+                    ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight),
+                                        timeout=timeout, fetch_local=False)
+                    for ref in ready:
+                        self.collect(ref)
+                if self.settling:
+                    done, _ = wait_futures(list(self.settling),
+                                           timeout=0.0 if self.in_flight else self.launcher.poll_s,
+                                           return_when=FIRST_COMPLETED)
+                    for future in done:
+                        self.settled(future)
+                self.display.refresh()
+        finally:
+            self.pool.shutdown(wait=True)
 
 
 def settle_not_launched(jobs: list[SweepJob], ledger: CostLedger, progress: SweepProgress,
@@ -374,71 +652,144 @@ def launch(launcher: SPURayLauncher, job_overrides: Sequence[Sequence[str]],
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [compose_job(launcher, overrides, initial_job_idx + i, sweep_dir)
+    composer = JobComposer(launcher, sweep_dir)
+    jobs = [composer.compose(overrides, initial_job_idx + i)
             for i, overrides in enumerate(job_overrides)]
     limit = config.budget.max_cost_usd
     ledger = CostLedger(None if limit is None else float(limit))
     progress = SweepProgress(len(jobs), ledger.limit_usd)
     returns: dict[int, JobReturn] = {}
-    for idx, result in decide_from_tracking(jobs).items():
-        job = next(j for j in jobs if j.idx == idx)
-        write_result(job.folder, result)
-        returns[idx] = job_return(job, result)
-        ledger.add(result.get("cost_usd"))
-        progress.skipped_one(result)
-    to_run = [j for j in jobs if j.idx not in returns]
-    with ProgressDisplay(progress, launcher.progress, launcher.progress_every_s) as display:
-        to_run = settle_duplicates(to_run, progress, display, returns)
-        if to_run and ledger.reached:
-            settle_not_launched(to_run, ledger, progress, display, returns)
-            to_run = []
-        if to_run:
-            returns.update(run_on_ray(launcher, to_run, sweep_dir, len(jobs) - len(to_run),
-                                      ledger, progress, display))
-        else:
-            display.say(f"SPU sweep: {len(jobs)} jobs, none to launch on Ray "
-                        f"({progress.skipped} skipped, {progress.not_launched} not launched)")
+    # tracking=server: the sweep's own server first, so that resume reads from it alone.
+    server = start_configured_server(launcher, jobs, sweep_dir)
+    try:
+        for idx, result in decide_from_tracking(jobs).items():
+            job = next(j for j in jobs if j.idx == idx)
+            write_result(job.folder, result)
+            returns[idx] = job_return(job, result)
+            ledger.add(result.get("cost_usd"))
+            progress.skipped_one(result)
+        to_run = [j for j in jobs if j.idx not in returns]
+        with ProgressDisplay(progress, launcher.progress, launcher.progress_every_s) as display:
+            to_run = settle_duplicates(to_run, progress, display, returns)
+            if to_run and ledger.reached:
+                settle_not_launched(to_run, ledger, progress, display, returns)
+                to_run = []
+            if to_run:
+                returns.update(run_on_ray(launcher, to_run, sweep_dir, len(jobs) - len(to_run),
+                                          ledger, progress, display, server, composer))
+            else:
+                display.say(f"SPU sweep: {len(jobs)} jobs, none to launch on Ray "
+                            f"({progress.skipped} skipped, {progress.not_launched} not launched)")
+    finally:
+        if server is not None:
+            server.stop()
     return [returns[j.idx] for j in jobs]
 
 
 def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, settled: int,
-               ledger: CostLedger, progress: SweepProgress,
-               display: ProgressDisplay) -> dict[int, JobReturn]:
+               ledger: CostLedger, progress: SweepProgress, display: ProgressDisplay,
+               server: TrackingServer | None, composer: JobComposer) -> dict[int, JobReturn]:
     """Start Ray (and a tracking server if needed), run the jobs, stop what was started."""
+    from hydra_plugins.spu_ray_launcher._security import configure_ray_auth
+
+    from spu.grading.isolated import GradingService
+    from spu.launch.reaper import Reaper
+
+    for job in jobs:
+        job.spec = composer.spec(job)
     # Spawned before Ray starts, so that both start up at the same time.
-    server = spawn_tracking_server(launcher, jobs, sweep_dir)
+    local_server = None if server is not None else spawn_tracking_server(launcher, jobs,
+                                                                         sweep_dir)
+    auth = configure_ray_auth(launcher.init, bool(launcher.insecure))
     started = False
+    reaper = None
+    grader = None
     try:
         started = start_ray(launcher)
+        if started:
+            reaper = Reaper.for_ray()
+        auth.check_joined()
+        for note in auth.notes:
+            log.warning(note)
+            display.say(f"[bold red]{note}[/bold red]")
         window = fit_to_nodes(launcher, jobs)
-        if server is not None:
-            use_tracking_server(server, jobs, len(alive_nodes()))
+        if local_server is not None:
+            use_tracking_server(local_server, jobs, len(alive_nodes()) if not launcher.init.address
+                                else 2)
+        grader = GradingService(str(jobs[0].spec.sandbox.grader_isolation))
+        jobs = order_longest_first(jobs)
+        known = sum(j.expected_s is not None for j in jobs)
+        shown = server or local_server
         display.say(f"SPU sweep on Ray: {settled + len(jobs)} jobs, {settled} skipped (finished "
                     f"earlier), {len(jobs)} to run, {window} at a time, each "
-                    f"{jobs[0].request.describe()}"
-                    + (f"; tracking through {server.uri}" if server else ""))
-        driver = Driver(launcher, jobs, window, ledger, progress, display)
+                    f"{jobs[0].request.describe()}; longest expected first ({known} with a "
+                    f"run-time history); grading here ({grader.mode})"
+                    + (f"; tracking through {shown.uri}" if shown else ""))
+        driver = Driver(launcher, jobs, window, ledger, progress, display, grader, auth.notes)
         driver.run()
         return driver.returns
     finally:
-        if server is not None:
-            server.stop()
+        if grader is not None:
+            grader.close()
+        if local_server is not None:
+            local_server.stop()
         if started and launcher.shutdown:
             ray.shutdown()
+            if reaper is not None:
+                reaper.disarm()
+        elif reaper is not None:
+            reaper.disarm()
+        auth.cleanup()
+
+
+def start_configured_server(launcher: SPURayLauncher, jobs: list[SweepJob],
+                            sweep_dir: Path) -> TrackingServer | None:
+    """``tracking=server``: start ``mlflow server`` on the configured store, for this sweep.
+
+    It serves one store (``tracking.server.backend_store_uri``, PostgreSQL in a real
+    sweep) and proxies artifacts into ``tracking.server.artifacts_destination`` (default
+    ``<output_root>/mlartifacts``); only this driver talks to it, on 127.0.0.1, with a
+    token drawn for the sweep.
+    """
+    configured = {str(uri) for j in jobs if j.config.tracking.enabled
+                  and (uri := OmegaConf.select(j.config, "tracking.server.backend_store_uri"))}
+    if not configured:
+        return None
+    if len(configured) > 1:
+        raise ValueError("the jobs of this sweep name several tracking.server.backend_store_uri "
+                         "values; one sweep serves one store")
+    first = next(j for j in jobs
+                 if OmegaConf.select(j.config, "tracking.server.backend_store_uri"))
+    cfg = first.config.tracking.server
+    dest = cfg.artifacts_destination or (
+        Path(str(first.config.output_root)) / "mlartifacts").resolve().as_uri()
+    server = TrackingServer(configured.pop(), dest, sweep_dir / "mlflow-server.log",
+                            workers=int(cfg.workers), artifacts_destination=str(dest))
+    server.start()
+    os.environ.update(server.client_env())
+    for job in jobs:
+        if job.config.tracking.enabled:
+            experiment = job.config.tracking.experiment or str(job.config.experiment.name)
+            job.target = TrackingTarget(uri=server.uri, artifact_root=server.client_artifact_root,
+                                        experiment=str(experiment))
+            with open_dict(job.config):
+                job.config.tracking.uri = server.uri
+                job.config.tracking.artifact_root = server.client_artifact_root
+    return server
 
 
 def spawn_tracking_server(launcher: SPURayLauncher, jobs: list[SweepJob],
                           sweep_dir: Path) -> TrackingServer | None:
-    """Spawn an MLflow server when parallel workers would share a SQLite file.
+    """Spawn an MLflow server when the driver's settling threads would share a SQLite file.
 
-    ``tracking_server``: ``auto`` (when more than one run may go at once), ``always``
-    or ``never``. The server is waited for in :func:`use_tracking_server`.
+    ``tracking_server``: ``auto`` (when more than one run may be recorded at once),
+    ``always`` or ``never``. The server is waited for in :func:`use_tracking_server`.
     """
     mode = launcher.tracking_server
     if mode not in ("auto", "always", "never"):
         raise ValueError(f"hydra.launcher.tracking_server={mode!r}: not auto, always or never")
     target = shared_sqlite_target(jobs)
-    parallel = len(jobs) > 1 and launcher.max_concurrent != 1
+    parallel = len(jobs) > 1 and launcher.max_concurrent != 1 and launcher.settle_threads > 1
     if target is None or mode == "never" or (mode == "auto" and not parallel):
         return None
     server = TrackingServer(target.uri, target.artifact_root, sweep_dir / "mlflow-server.log",
@@ -448,12 +799,12 @@ def spawn_tracking_server(launcher: SPURayLauncher, jobs: list[SweepJob],
 
 
 def use_tracking_server(server: TrackingServer, jobs: list[SweepJob], n_nodes: int) -> None:
-    """Wait for the server and point every job's ``tracking.uri`` at it."""
-    if n_nodes > 1:
-        raise ValueError(f"tracking.uri is {server.backend_uri}, a file on this machine that "
-                         f"workers on the cluster's other nodes cannot reach: set tracking.uri "
-                         f"to a shared tracking server (README, 'Sweeps on Ray')")
+    """Wait for the server and point every job's tracking at it."""
+    del n_nodes  # only this driver writes: the store's place no longer matters
     server.wait_ready()
+    os.environ.update(server.client_env())
     for job in jobs:
+        if job.target is not None:
+            job.target = replace(job.target, uri=server.uri)
         with open_dict(job.config):
             job.config.tracking.uri = server.uri

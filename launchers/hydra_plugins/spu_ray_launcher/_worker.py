@@ -1,19 +1,21 @@
-"""What a Ray worker runs for one job: Hydra's ``run_job``, with its GPU ids in the config.
+"""What runs on an agent node for one attempt: the agent's side of the run, nothing else.
 
-The GPUs Ray assigned to the task (``ray.get_gpu_ids()``) become the run's
-``sandbox.gpu_ids``: the sandbox hands exactly those to the agent
-(``CUDA_VISIBLE_DEVICES``, or Docker ``device_requests``).
+The node gets the run's spec (no answer root), the task's public files and, for
+``harness=command``, the agent's executable, all through Ray; it runs the agent in its
+sandbox (:func:`spu.launch.remote.run_agent_job`) and returns the submission, trajectory
+and logs. The GPUs Ray assigned to the task (``ray.get_gpu_ids()``) become the run's
+GPU ids: the sandbox hands exactly those to the agent (``CUDA_VISIBLE_DEVICES``, or
+Docker ``device_requests``). While the agent runs, the node reports its spending to the
+sweep's monitor, so that an attempt lost with its node still counts what it spent.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, run_job, setup_globals
-from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from spu.launch.remote import AgentJob, AgentReturn, FileBundle, run_agent_job
 
 
 def assigned_gpu_ids() -> list[str]:
@@ -23,16 +25,23 @@ def assigned_gpu_ids() -> list[str]:
     return [str(g) for g in ray.get_gpu_ids()]
 
 
-def run_job_on_worker(hydra_context: HydraContext, sweep_config: DictConfig,
-                      task_function: TaskFunction, singleton_state: dict[Any, Any]) -> JobReturn:
-    """Run one Hydra job in this worker, as the basic launcher would in its process."""
-    setup_globals()
-    Singleton.set_state(singleton_state)
+def run_agent_on_node(job: AgentJob, task_files: FileBundle, monitor: Any) -> AgentReturn:
+    """Run the agent's side of one attempt on this node (a Ray task)."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
     gpu_ids = assigned_gpu_ids()
     if gpu_ids:
-        with open_dict(sweep_config):
-            sweep_config.sandbox.gpu_ids = gpu_ids
-    HydraConfig.instance().set_config(sweep_config)
-    return run_job(hydra_context=hydra_context, task_function=task_function,
-                   config=sweep_config, job_dir_key="hydra.sweep.dir",
-                   job_subdir_key="hydra.sweep.subdir")
+        spec = job.spec
+        job = replace(job, spec=replace(spec, gpu_ids=tuple(gpu_ids),
+                                        sandbox=replace(spec.sandbox, gpu_ids=list(gpu_ids))))
+    key, attempt = job.run_key, int(job.spec.attempt)
+    monitor.started.remote(key, attempt, node, time.time())
+
+    def report(usage: dict[str, int], cost_usd: float | None,
+               status: dict[str, Any] | None = None) -> None:
+        monitor.spent.remote(key, attempt, usage, cost_usd, status)
+
+    returned = run_agent_job(job, task_files, node=node, report=report)
+    monitor.ended.remote(key, attempt, time.time())
+    return returned

@@ -37,6 +37,13 @@ class RayInitConf:
     """Ray namespace of the sweep."""
     runtime_env: dict[str, Any] = field(default_factory=dict)
     """Ray runtime environment for the workers (e.g. ``env_vars`` for API keys)."""
+    temp_dir: str | None = None
+    """Local Ray only: Ray's temporary folder (sockets, logs); None: Ray's default."""
+    auth_token_path: str | None = None
+    """Joining a cluster: a file holding the cluster's token (sets ``RAY_AUTH_MODE=token``
+    and ``RAY_AUTH_TOKEN_PATH``); None: this process's ``RAY_AUTH_*`` variables."""
+    verify_auth: bool = True
+    """Joining a cluster: check that it turns away a client without the token."""
 
 
 @dataclass
@@ -81,6 +88,12 @@ class SPURayLauncherConf:
     """Timeout of ``ray.get`` on a finished run's result."""
     shutdown: bool = True
     """Shut Ray down at the end when this launcher started it."""
+    insecure: bool = False
+    """Start or join Ray without token authentication; every run record then says so."""
+    settle_threads: int = 4
+    """Threads of the driver that grade, record and track finished attempts."""
+    report_every_s: float = 10.0
+    """Seconds between an agent node's reports of a run's spending."""
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="spu_ray_schema",

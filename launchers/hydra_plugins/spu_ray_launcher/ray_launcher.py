@@ -12,7 +12,10 @@ from omegaconf import DictConfig
 
 
 class SPURayLauncher(Launcher):
-    """Runs each job of a sweep as a Ray task with the resources of its config.
+    """Runs the agent of each job as a Ray task with the resources of its config.
+
+    Grading, recording and tracking stay on the driver; agent nodes share no storage
+    with it and never receive an answer key.
 
     See :mod:`hydra_plugins.spu_ray_launcher._driver` for what a launch does.
     """
@@ -20,7 +23,8 @@ class SPURayLauncher(Launcher):
     def __init__(self, init: DictConfig, resources: DictConfig, max_concurrent: int = 0,
                  tracking_server: str = "auto", tracking_server_workers: int = 1,
                  progress: str = "auto", progress_every_s: float = 30.0, poll_s: float = 1.0,
-                 get_timeout_s: float = 600.0, shutdown: bool = True) -> None:
+                 get_timeout_s: float = 600.0, shutdown: bool = True, insecure: bool = False,
+                 settle_threads: int = 4, report_every_s: float = 10.0) -> None:
         self.init = init
         self.resources = resources
         self.max_concurrent = max_concurrent
@@ -31,6 +35,9 @@ class SPURayLauncher(Launcher):
         self.poll_s = poll_s
         self.get_timeout_s = get_timeout_s
         self.shutdown = shutdown
+        self.insecure = insecure
+        self.settle_threads = settle_threads
+        self.report_every_s = report_every_s
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
