@@ -26,13 +26,15 @@ from typing import Any, ParamSpec
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib import ticker
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from spu.report.figures import STYLE
+from spu.report.figures import STYLE, _wrap
 from spu.report.tables import Table
 from spu.stats.analysis import StatsResult
 from spu.stats.runs_table import official
@@ -104,6 +106,45 @@ def _discipline_ticks(ax: Axes, disciplines: list[str]) -> None:
                                                        strict=True)], fontsize=7)
     ax.xaxis.set_ticks_position("top")
     ax.tick_params(axis="x", length=0)
+
+
+def _stagger_top_labels(fig: Figure, ax: Axes, gap_pt: float = 3.0) -> None:
+    """Lift a top tick label that would overprint its left neighbour to a higher row.
+
+    Narrow column groups (a discipline of one task beside another) put their centred
+    labels closer than the labels are wide. Each label takes the lowest row where it
+    clears the label before it, and a tick line reaches up to it, so every label stays
+    horizontal, readable and tied to its group; constrained layout makes room above.
+    """
+    fig.canvas.draw()  # lay out once to measure the labels where they will be drawn
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    gap = gap_pt * fig.dpi / 72
+    rows: list[float] = []  # right edge of the last label placed in each row, in pixels
+    ticks = ax.xaxis.get_major_ticks()
+    for tick in sorted(ticks, key=lambda t: t.get_loc()):
+        box = tick.label2.get_window_extent(renderer)
+        level = next((i for i, right in enumerate(rows) if box.x0 > right + gap), len(rows))
+        if level == len(rows):
+            rows.append(box.x1)
+        rows[level] = box.x1
+        rise = level * 1.4 * tick.label2.get_fontsize()
+        tick.set_pad(tick.get_pad() + rise)
+        tick.tick2line.set_markersize(rise)
+        tick.tick2line.set_color("#666666")
+
+
+class _PlainLogFormatter(ticker.LogFormatter):
+    """Log-axis labels as plain numbers (``3``, ``0.2``), short enough to sit side by side."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:g}"
+
+
+def _plain_log_axis(axis: Axis) -> None:
+    """Label a log axis with plain numbers: decades, and a few minor ticks when it spans
+    less than a decade (the default's ``3×10⁰`` labels overprint there)."""
+    axis.set_major_formatter(_PlainLogFormatter())
+    axis.set_minor_formatter(_PlainLogFormatter(minor_thresholds=(1, 0.4)))
 
 
 def _order(result: StatsResult) -> list[str]:
@@ -219,8 +260,12 @@ def figure_5(result: StatsResult) -> Figure:
     discipline = runs.groupby("task_id")["discipline"].first()
     columns = sorted(grid.columns, key=lambda c: (discipline[c], -np.nan_to_num(mean[c], nan=-9)))
     values = grid[columns].apply(lambda col: col.map(code)).to_numpy(dtype=float)
-    fig = _canvas(min(16.0, 3.0 + 0.09 * len(columns)), 0.3 * len(order) * 2 + 3.0)
-    ax_a, ax_b = fig.subplots(2, 1, height_ratios=[1.2, 1])
+    # Wide enough for the task columns and for the configurations' labels under panel b.
+    width = min(16.0, max(7.5, 3.0 + 0.09 * len(columns), 1.5 + 0.2 * len(order)))
+    grid_h = max(1.4, 0.22 * len(order))
+    box_h = 2.6
+    fig = _canvas(width, grid_h + box_h + 2.8)
+    ax_a, ax_b = fig.subplots(2, 1, height_ratios=[grid_h, box_h])
     _panel_label(ax_a, "a")
     ax_a.imshow(np.ma.masked_invalid(values), aspect="auto", interpolation="none",
                 cmap=ListedColormap(list(OUTCOME_COLORS.values())), vmin=-0.5,
@@ -230,16 +275,17 @@ def figure_5(result: StatsResult) -> Figure:
     ax_a.set_xlabel("Public tasks, by discipline and mean score")
     present = sorted(set(runs["outcome"]), key=outcomes.index)
     ax_a.legend(handles=[Patch(color=OUTCOME_COLORS[o], label=o.replace("_", " "))
-                         for o in present], ncols=min(len(present), 5), fontsize=7,
-                frameon=False, loc="upper left", bbox_to_anchor=(0, -0.08))
+                         for o in present], fontsize=7, frameon=False, loc="upper left",
+                bbox_to_anchor=(1.01, 1))
     _panel_label(ax_b, "b")
     data = [runs.loc[runs["config"] == c, "score_strict"].to_numpy(dtype=float) for c in order]
     ax_b.boxplot(data, showfliers=False, widths=0.5)
     rng = np.random.default_rng(0)
     for i, d in enumerate(data, start=1):
         ax_b.scatter(i + rng.uniform(-0.2, 0.2, d.size), d, s=4, color=BLUE, alpha=0.5)
-    ax_b.set_xticks(range(1, len(order) + 1), order, rotation=45, ha="right", fontsize=7)
-    ax_b.set_ylabel("Score, every run without a valid file at -1")
+    ax_b.set_xticks(range(1, len(order) + 1), order, rotation=90, fontsize=7)
+    ax_b.set_ylabel("Score, every run without\na valid file at -1")
+    _stagger_top_labels(fig, ax_a)
     return fig
 
 
@@ -407,13 +453,14 @@ def figure_9(result: StatsResult) -> Figure:
     for r in pairs.itertuples(index=False):
         shared[index[r.config_a], index[r.config_b]] = r.n_shared
         shared[index[r.config_b], index[r.config_a]] = r.n_shared
-    image = ax_d.imshow(shared, cmap="Blues", interpolation="none")
+    # Cells fill the panel (not square), so the names under it get the panel's width.
+    image = ax_d.imshow(shared, cmap="Blues", interpolation="none", aspect="auto")
     for i in range(len(order)):
         for j in range(len(order)):
             if np.isfinite(shared[i, j]):
                 ax_d.text(j, i, f"{int(shared[i, j])}", ha="center", va="center", fontsize=5.5,
                           color="white" if shared[i, j] > 0.6 * np.nanmax(shared) else "black")
-    ax_d.set_xticks(range(len(order)), order, rotation=60, ha="right", fontsize=6)
+    ax_d.set_xticks(range(len(order)), order, rotation=90, fontsize=6)
     ax_d.set_yticks(range(len(order)), order, fontsize=6)
     fig.colorbar(image, ax=ax_d, shrink=0.7).set_label("Shared scored tasks")
     return fig
