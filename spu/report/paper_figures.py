@@ -296,8 +296,9 @@ def figure_6(result: StatsResult) -> Figure:
     recovered = _table(result, "recovered.csv")
     if departures is None and recovered is None:
         raise MissingInput("departures.csv, recovered.csv")
-    fig = _canvas(12.0, 4.2)
-    ax_a, ax_b, ax_c = fig.subplots(1, 3)
+    n_recovered = 0 if recovered is None else len(recovered)
+    fig = _canvas(min(16.0, max(12.0, 9.0 + 0.3 * n_recovered)), 4.2)
+    ax_a, ax_b, ax_c = fig.subplots(1, 3, width_ratios=[1, max(1.0, 0.14 * n_recovered), 1])
     _panel_label(ax_a, "a")
     if departures is not None:
         wide = departures.pivot(index="departure", columns="config", values="n_files").fillna(0)
@@ -309,7 +310,8 @@ def figure_6(result: StatsResult) -> Figure:
         ax_a.set_yticks(range(len(wide)), [d.replace("_", " ") for d in wide.index],
                         fontsize=7)
         ax_a.set_xlabel("Files")
-        ax_a.legend(fontsize=6, frameon=False, loc="best")
+        ax_a.legend(fontsize=6, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                    ncols=1 + len(wide.columns) // 25)
     else:
         _empty_panel(ax_a, "a", "no formatting-rejected files")
     _panel_label(ax_b, "b")
@@ -323,7 +325,7 @@ def figure_6(result: StatsResult) -> Figure:
             if v.size:
                 ax_b.boxplot([v], positions=[i + dx], widths=0.3, showfliers=False,
                              patch_artist=True, boxprops={"facecolor": color, "alpha": 0.5})
-    ax_b.set_xticks(range(len(configs)), configs, rotation=45, ha="right", fontsize=7)
+    ax_b.set_xticks(range(len(configs)), configs, rotation=90, fontsize=7)
     ax_b.set_ylabel("Score")
     ax_b.legend(handles=[Patch(color=BLUE, alpha=0.5, label="valid"),
                          Patch(color=RED, alpha=0.5, label="recovered")], fontsize=7,
@@ -494,7 +496,7 @@ def figure_10(result: StatsResult) -> Figure:
                         color="white" if abs(values[i, j]) > 0.6 else "black")
     subfield = private.groupby("task_id")["subfield"].first() if "subfield" in private else None
     labels = [f"{t}\n{subfield[t]}" if subfield is not None else t for t in columns]
-    ax.set_xticks(range(len(columns)), labels, rotation=60, ha="right", fontsize=6)
+    ax.set_xticks(range(len(columns)), labels, rotation=90, fontsize=6)
     ax.set_yticks(range(len(order)), order, fontsize=7)
     fig.colorbar(image, ax=ax, shrink=0.8).set_label("Score (grey: excluded run)")
     return fig
@@ -860,11 +862,13 @@ def figure_24(result: StatsResult) -> Figure:
         ax_c.set_yticks(y, labels, fontsize=7)
         if len(part):
             ax_c.set_xscale("log")
+            _plain_log_axis(ax_c.xaxis)
         ax_c.axvline(1, color="black", lw=0.6)
-        title = f"{high} over {low}, same task (median, log scale)"
+        # A third of the figure's width, less the tick labels: wrap to fit.
+        title = _wrap(f"{high} over {low}, same task (median, log scale)", 3.0, 9)
         if len(gpu):
-            title += (f"\nGPU used in {100 * gpu['high_mean'].iloc[0]:.0f}% against "
-                      f"{100 * gpu['low_mean'].iloc[0]:.0f}% of scored runs")
+            title += "\n" + _wrap(f"GPU used in {100 * gpu['high_mean'].iloc[0]:.0f}% against "
+                                  f"{100 * gpu['low_mean'].iloc[0]:.0f}% of scored runs", 3.0, 9)
         ax_c.set_xlabel(title)
     return fig
 
