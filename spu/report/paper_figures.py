@@ -113,8 +113,9 @@ def _stagger_top_labels(fig: Figure, ax: Axes, gap_pt: float = 3.0) -> None:
 
     Narrow column groups (a discipline of one task beside another) put their centred
     labels closer than the labels are wide. Each label takes the lowest row where it
-    clears the label before it, and a tick line reaches up to it, so every label stays
-    horizontal, readable and tied to its group; constrained layout makes room above.
+    clears the label before it, still centred on its group, so every label stays
+    horizontal and readable; constrained layout makes room above. (No leader lines: they
+    would cross the labels of the lower rows.)
     """
     fig.canvas.draw()  # lay out once to measure the labels where they will be drawn
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
@@ -129,8 +130,6 @@ def _stagger_top_labels(fig: Figure, ax: Axes, gap_pt: float = 3.0) -> None:
         rows[level] = box.x1
         rise = level * 1.4 * tick.label2.get_fontsize()
         tick.set_pad(tick.get_pad() + rise)
-        tick.tick2line.set_markersize(rise)
-        tick.tick2line.set_color("#666666")
 
 
 class _PlainLogFormatter(ticker.LogFormatter):
