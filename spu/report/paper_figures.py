@@ -121,6 +121,7 @@ def _stagger_top_labels(fig: Figure, ax: Axes, gap_pt: float = 3.0) -> None:
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     gap = gap_pt * fig.dpi / 72
     rows: list[float] = []  # right edge of the last label placed in each row, in pixels
+    pad = float(matplotlib.rcParams["xtick.major.pad"])  # the ticks' own, in points
     ticks = ax.xaxis.get_major_ticks()
     for tick in sorted(ticks, key=lambda t: t.get_loc()):
         box = tick.label2.get_window_extent(renderer)
@@ -128,8 +129,7 @@ def _stagger_top_labels(fig: Figure, ax: Axes, gap_pt: float = 3.0) -> None:
         if level == len(rows):
             rows.append(box.x1)
         rows[level] = box.x1
-        rise = level * 1.4 * tick.label2.get_fontsize()
-        tick.set_pad(tick.get_pad() + rise)
+        tick.set_pad(pad + level * 1.2 * box.height * 72 / fig.dpi)
 
 
 class _PlainLogFormatter(ticker.LogFormatter):
@@ -140,8 +140,11 @@ class _PlainLogFormatter(ticker.LogFormatter):
 
 
 def _plain_log_axis(axis: Axis) -> None:
-    """Label a log axis with plain numbers: decades, and a few minor ticks when it spans
-    less than a decade (the default's ``3×10⁰`` labels overprint there)."""
+    """Label a log axis with plain numbers.
+
+    Decades, and a few minor ticks when the axis spans less than a decade, where the
+    default's ``3×10⁰`` labels overprint each other.
+    """
     axis.set_major_formatter(_PlainLogFormatter())
     axis.set_minor_formatter(_PlainLogFormatter(minor_thresholds=(1, 0.4)))
 
