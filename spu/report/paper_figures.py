@@ -26,13 +26,15 @@ from typing import Any, ParamSpec
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib import ticker
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from spu.report.figures import STYLE
+from spu.report.figures import STYLE, _wrap
 from spu.report.tables import Table
 from spu.stats.analysis import StatsResult
 from spu.stats.runs_table import official
@@ -104,6 +106,47 @@ def _discipline_ticks(ax: Axes, disciplines: list[str]) -> None:
                                                        strict=True)], fontsize=7)
     ax.xaxis.set_ticks_position("top")
     ax.tick_params(axis="x", length=0)
+
+
+def _stagger_top_labels(fig: Figure, ax: Axes, gap_pt: float = 3.0) -> None:
+    """Lift a top tick label that would overprint its left neighbour to a higher row.
+
+    Narrow column groups (a discipline of one task beside another) put their centred
+    labels closer than the labels are wide. Each label takes the lowest row where it
+    clears the label before it, still centred on its group, so every label stays
+    horizontal and readable; constrained layout makes room above. (No leader lines: they
+    would cross the labels of the lower rows.)
+    """
+    fig.canvas.draw()  # lay out once to measure the labels where they will be drawn
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    gap = gap_pt * fig.dpi / 72
+    rows: list[float] = []  # right edge of the last label placed in each row, in pixels
+    pad = float(matplotlib.rcParams["xtick.major.pad"])  # the ticks' own, in points
+    ticks = ax.xaxis.get_major_ticks()
+    for tick in sorted(ticks, key=lambda t: t.get_loc()):
+        box = tick.label2.get_window_extent(renderer)
+        level = next((i for i, right in enumerate(rows) if box.x0 > right + gap), len(rows))
+        if level == len(rows):
+            rows.append(box.x1)
+        rows[level] = box.x1
+        tick.set_pad(pad + level * 1.2 * box.height * 72 / fig.dpi)
+
+
+class _PlainLogFormatter(ticker.LogFormatter):
+    """Log-axis labels as plain numbers (``3``, ``0.2``), short enough to sit side by side."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:g}"
+
+
+def _plain_log_axis(axis: Axis) -> None:
+    """Label a log axis with plain numbers.
+
+    Decades, and a few minor ticks when the axis spans less than a decade, where the
+    default's ``3×10⁰`` labels overprint each other.
+    """
+    axis.set_major_formatter(_PlainLogFormatter())
+    axis.set_minor_formatter(_PlainLogFormatter(minor_thresholds=(1, 0.4)))
 
 
 def _order(result: StatsResult) -> list[str]:
@@ -219,8 +262,12 @@ def figure_5(result: StatsResult) -> Figure:
     discipline = runs.groupby("task_id")["discipline"].first()
     columns = sorted(grid.columns, key=lambda c: (discipline[c], -np.nan_to_num(mean[c], nan=-9)))
     values = grid[columns].apply(lambda col: col.map(code)).to_numpy(dtype=float)
-    fig = _canvas(min(16.0, 3.0 + 0.09 * len(columns)), 0.3 * len(order) * 2 + 3.0)
-    ax_a, ax_b = fig.subplots(2, 1, height_ratios=[1.2, 1])
+    # Wide enough for the task columns and for the configurations' labels under panel b.
+    width = min(16.0, max(7.5, 3.0 + 0.09 * len(columns), 1.5 + 0.2 * len(order)))
+    grid_h = max(1.4, 0.22 * len(order))
+    box_h = 2.6
+    fig = _canvas(width, grid_h + box_h + 2.8)
+    ax_a, ax_b = fig.subplots(2, 1, height_ratios=[grid_h, box_h])
     _panel_label(ax_a, "a")
     ax_a.imshow(np.ma.masked_invalid(values), aspect="auto", interpolation="none",
                 cmap=ListedColormap(list(OUTCOME_COLORS.values())), vmin=-0.5,
@@ -230,16 +277,17 @@ def figure_5(result: StatsResult) -> Figure:
     ax_a.set_xlabel("Public tasks, by discipline and mean score")
     present = sorted(set(runs["outcome"]), key=outcomes.index)
     ax_a.legend(handles=[Patch(color=OUTCOME_COLORS[o], label=o.replace("_", " "))
-                         for o in present], ncols=min(len(present), 5), fontsize=7,
-                frameon=False, loc="upper left", bbox_to_anchor=(0, -0.08))
+                         for o in present], fontsize=7, frameon=False, loc="upper left",
+                bbox_to_anchor=(1.01, 1))
     _panel_label(ax_b, "b")
     data = [runs.loc[runs["config"] == c, "score_strict"].to_numpy(dtype=float) for c in order]
     ax_b.boxplot(data, showfliers=False, widths=0.5)
     rng = np.random.default_rng(0)
     for i, d in enumerate(data, start=1):
         ax_b.scatter(i + rng.uniform(-0.2, 0.2, d.size), d, s=4, color=BLUE, alpha=0.5)
-    ax_b.set_xticks(range(1, len(order) + 1), order, rotation=45, ha="right", fontsize=7)
-    ax_b.set_ylabel("Score, every run without a valid file at -1")
+    ax_b.set_xticks(range(1, len(order) + 1), order, rotation=90, fontsize=7)
+    ax_b.set_ylabel("Score, every run without\na valid file at -1")
+    _stagger_top_labels(fig, ax_a)
     return fig
 
 
@@ -250,8 +298,9 @@ def figure_6(result: StatsResult) -> Figure:
     recovered = _table(result, "recovered.csv")
     if departures is None and recovered is None:
         raise MissingInput("departures.csv, recovered.csv")
-    fig = _canvas(12.0, 4.2)
-    ax_a, ax_b, ax_c = fig.subplots(1, 3)
+    n_recovered = 0 if recovered is None else len(recovered)
+    fig = _canvas(min(16.0, max(12.0, 9.0 + 0.3 * n_recovered)), 4.2)
+    ax_a, ax_b, ax_c = fig.subplots(1, 3, width_ratios=[1, max(1.0, 0.14 * n_recovered), 1])
     _panel_label(ax_a, "a")
     if departures is not None:
         wide = departures.pivot(index="departure", columns="config", values="n_files").fillna(0)
@@ -263,7 +312,8 @@ def figure_6(result: StatsResult) -> Figure:
         ax_a.set_yticks(range(len(wide)), [d.replace("_", " ") for d in wide.index],
                         fontsize=7)
         ax_a.set_xlabel("Files")
-        ax_a.legend(fontsize=6, frameon=False, loc="best")
+        ax_a.legend(fontsize=6, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                    ncols=1 + len(wide.columns) // 25)
     else:
         _empty_panel(ax_a, "a", "no formatting-rejected files")
     _panel_label(ax_b, "b")
@@ -277,7 +327,7 @@ def figure_6(result: StatsResult) -> Figure:
             if v.size:
                 ax_b.boxplot([v], positions=[i + dx], widths=0.3, showfliers=False,
                              patch_artist=True, boxprops={"facecolor": color, "alpha": 0.5})
-    ax_b.set_xticks(range(len(configs)), configs, rotation=45, ha="right", fontsize=7)
+    ax_b.set_xticks(range(len(configs)), configs, rotation=90, fontsize=7)
     ax_b.set_ylabel("Score")
     ax_b.legend(handles=[Patch(color=BLUE, alpha=0.5, label="valid"),
                          Patch(color=RED, alpha=0.5, label="recovered")], fontsize=7,
@@ -407,13 +457,14 @@ def figure_9(result: StatsResult) -> Figure:
     for r in pairs.itertuples(index=False):
         shared[index[r.config_a], index[r.config_b]] = r.n_shared
         shared[index[r.config_b], index[r.config_a]] = r.n_shared
-    image = ax_d.imshow(shared, cmap="Blues", interpolation="none")
+    # Cells fill the panel (not square), so the names under it get the panel's width.
+    image = ax_d.imshow(shared, cmap="Blues", interpolation="none", aspect="auto")
     for i in range(len(order)):
         for j in range(len(order)):
             if np.isfinite(shared[i, j]):
                 ax_d.text(j, i, f"{int(shared[i, j])}", ha="center", va="center", fontsize=5.5,
                           color="white" if shared[i, j] > 0.6 * np.nanmax(shared) else "black")
-    ax_d.set_xticks(range(len(order)), order, rotation=60, ha="right", fontsize=6)
+    ax_d.set_xticks(range(len(order)), order, rotation=90, fontsize=6)
     ax_d.set_yticks(range(len(order)), order, fontsize=6)
     fig.colorbar(image, ax=ax_d, shrink=0.7).set_label("Shared scored tasks")
     return fig
@@ -447,7 +498,7 @@ def figure_10(result: StatsResult) -> Figure:
                         color="white" if abs(values[i, j]) > 0.6 else "black")
     subfield = private.groupby("task_id")["subfield"].first() if "subfield" in private else None
     labels = [f"{t}\n{subfield[t]}" if subfield is not None else t for t in columns]
-    ax.set_xticks(range(len(columns)), labels, rotation=60, ha="right", fontsize=6)
+    ax.set_xticks(range(len(columns)), labels, rotation=90, fontsize=6)
     ax.set_yticks(range(len(order)), order, fontsize=7)
     fig.colorbar(image, ax=ax, shrink=0.8).set_label("Score (grey: excluded run)")
     return fig
@@ -813,11 +864,13 @@ def figure_24(result: StatsResult) -> Figure:
         ax_c.set_yticks(y, labels, fontsize=7)
         if len(part):
             ax_c.set_xscale("log")
+            _plain_log_axis(ax_c.xaxis)
         ax_c.axvline(1, color="black", lw=0.6)
-        title = f"{high} over {low}, same task (median, log scale)"
+        # A third of the figure's width, less the tick labels: wrap to fit.
+        title = _wrap(f"{high} over {low}, same task (median, log scale)", 3.0, 9)
         if len(gpu):
-            title += (f"\nGPU used in {100 * gpu['high_mean'].iloc[0]:.0f}% against "
-                      f"{100 * gpu['low_mean'].iloc[0]:.0f}% of scored runs")
+            title += "\n" + _wrap(f"GPU used in {100 * gpu['high_mean'].iloc[0]:.0f}% against "
+                                  f"{100 * gpu['low_mean'].iloc[0]:.0f}% of scored runs", 3.0, 9)
         ax_c.set_xlabel(title)
     return fig
 
