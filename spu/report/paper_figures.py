@@ -21,7 +21,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ParamSpec
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -34,7 +34,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from spu.report.figures import STYLE, _wrap
+from spu.report.figures import _styled, _wrap
 from spu.report.tables import Table
 from spu.stats.analysis import StatsResult
 from spu.stats.runs_table import official
@@ -51,19 +51,9 @@ OUTCOME_COLORS = {
 }
 """Colour of each outcome (Figure 5a)."""
 
-_P = ParamSpec("_P")
-
 
 class MissingInput(LookupError):
     """A figure cannot be drawn: none of its panels has its input."""
-
-
-def _styled(draw: Callable[_P, Figure]) -> Callable[_P, Figure]:
-    @functools.wraps(draw)
-    def styled(*args: _P.args, **kwargs: _P.kwargs) -> Figure:
-        with matplotlib.rc_context(STYLE):
-            return draw(*args, **kwargs)
-    return styled
 
 
 def _canvas(width: float, height: float) -> Figure:
