@@ -8,7 +8,8 @@ It blocks nothing on the internet (the paper's agents stay connected), but the p
 on the host, so a connection to the host's own loopback, private or link-local addresses
 (the tracking server, a database, other runs' services, the cluster's other nodes) is
 refused with 403 and logged as refused, unless its ``host:port`` is in the allow file
-(the run's own tools service). The name is resolved once and the connection goes to the
+(the run's own tools service); so is a connection to any address of the host's own
+interfaces, public ones included. The name is resolved once and the connection goes to the
 checked address, so DNS cannot change the answer in between.
 """
 
@@ -38,10 +39,30 @@ def _text(value: Any) -> str | None:
 
 
 def _local(address: str) -> bool:
+    """A loopback, private, link-local or multicast address, or one of this host's own.
+
+    A host with a public address answers on it too (services bound to every interface):
+    an address that this process can bind to is the host's own, whatever its range.
+    """
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
+    return not ip.is_global or ip.is_multicast or own_address(str(ip))
+
+
+def own_address(address: str) -> bool:
+    """Whether ``address`` is assigned to an interface of this host (it can be bound).
+
+    >>> own_address("127.0.0.1"), own_address("198.51.100.254")
+    (True, False)
+    """
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:
+        return False
+    return True
 
 
 def _allowed(path: str) -> set[str]:

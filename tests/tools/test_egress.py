@@ -121,3 +121,18 @@ def test_no_proxy_outlives_a_runner_killed_with_sigkill(tmp_path: Path) -> None:
     else:
         os.killpg(proxy_pid, signal.SIGKILL)
         pytest.fail("the egress proxy outlived its runner")
+
+
+def test_every_address_of_the_hosts_own_interfaces_counts_as_local() -> None:
+    """A host with a public address answers on it too: the proxy treats each address of its
+    own interfaces as local, whatever its range; an address of no interface is not."""
+    import subprocess
+
+    from spu.tools.egress_plugin import _local, own_address
+
+    found = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False)
+    addresses = found.stdout.split() + ["127.0.0.1"]
+    for address in addresses:
+        assert own_address(address) and _local(address), address
+    # Documentation addresses (RFC 5737, 3849) that no interface of a test machine holds.
+    assert not own_address("198.51.100.254") and not own_address("2001:db8::ffff")
