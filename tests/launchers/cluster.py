@@ -39,6 +39,11 @@ def cluster_unavailable() -> str | None:
     """Why a multi-node cluster cannot run here, or None."""
     if os.geteuid() != 0:
         return "needs root for private mount namespaces (unshare -m)"
+    for hidden in HIDDEN_ON_AGENT_NODES:
+        for needed, what in ((REPO, "the checkout"), (Path(sys.prefix), "the environment")):
+            if needed.resolve().is_relative_to(hidden):
+                return (f"{what} is under {hidden}, which agent nodes cover with an empty "
+                        f"file system (clone it elsewhere)")
     for tool in ("unshare", "nsenter", "mount"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
