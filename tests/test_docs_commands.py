@@ -204,6 +204,7 @@ def make_scratch(tmp: Path) -> Scratch:
     shutil.copy(REPO / "README.md", root / "README.md")
     shutil.copytree(REPO / "docs", root / "docs")
     shutil.copytree(REPO / "tasks", root / "tasks")
+    shutil.copytree(REPO / "examples", root / "examples")
     cache = REPO / ".cache" / "spu-tasks"
     if cache.is_dir():
         shutil.copytree(cache, root / ".cache" / "spu-tasks")

@@ -164,10 +164,24 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEn
                     _stop_test_dockerd()
 
 
+def live_engine(request: pytest.FixtureRequest) -> DockerEngine:
+    """The session's engine, started again if it stopped answering since.
+
+    Sessions share one dockerd (pytest-xdist workers included); something outside a test's
+    control (the last user's teardown, a recycled process id) may stop it. A test then
+    gets it started again instead of failing on a missing socket.
+    """
+    engine: DockerEngine = request.getfixturevalue("docker_engine")
+    if engine.skip_reason or _engine_answers():
+        return engine
+    with _locked(LOCK):
+        return _prepare_engine(request.getfixturevalue("tmp_path_factory").mktemp("dockerd"))
+
+
 def require_backend(request: pytest.FixtureRequest, name: str) -> dict[str, object]:
     """Skip (with the reason) unless backend ``name`` runs here; returns its options."""
     if name == "docker":
-        engine: DockerEngine = request.getfixturevalue("docker_engine")
+        engine = live_engine(request)
         if engine.skip_reason:
             pytest.skip(f"sandbox=docker unavailable: {engine.skip_reason}")
         return {"image": engine.image, "network_mode": "pasta", "pids_limit": 512}

@@ -18,6 +18,7 @@ import pytest
 
 from spu.tasks.harbor import export_harbor
 from tests.conftest import TASKS, run_module
+from tests.sandbox.conftest import live_engine
 from tests.tasks.submissions import fixture_submissions
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -26,7 +27,8 @@ TASK = TASKS / "spu-bhpt"
 
 
 @pytest.fixture
-def engine(docker_engine):
+def engine(request):
+    docker_engine = live_engine(request)
     if docker_engine.skip_reason:
         pytest.skip(f"Docker unavailable: {docker_engine.skip_reason}")
     from spu.sandbox.docker import docker_client
