@@ -205,6 +205,10 @@ def make_scratch(tmp: Path) -> Scratch:
     shutil.copytree(REPO / "docs", root / "docs")
     shutil.copytree(REPO / "tasks", root / "tasks")
     shutil.copytree(REPO / "examples", root / "examples")
+    # The detector's labelled cases, which the README evaluates.
+    (root / "tests" / "analysis").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "analysis" / "exposure_cases.jsonl",
+                root / "tests" / "analysis" / "exposure_cases.jsonl")
     cache = REPO / ".cache" / "spu-tasks"
     if cache.is_dir():
         shutil.copytree(cache, root / ".cache" / "spu-tasks")

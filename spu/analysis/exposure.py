@@ -510,7 +510,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m spu.analysis.exposure CASES.jsonl", file=sys.stderr)
         return 2
-    print(format_evaluation(evaluate(read_cases(Path(args[0])))))
+    try:
+        cases = read_cases(Path(args[0]))
+    except OSError as exc:
+        print(f"spu: {args[0]}: cannot read the cases ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    print(format_evaluation(evaluate(cases)))
     return 0
 
 
