@@ -175,7 +175,30 @@ def live_engine(request: pytest.FixtureRequest) -> DockerEngine:
     if engine.skip_reason or _engine_answers():
         return engine
     with _locked(LOCK):
+        _wait_for_engine_exit()
         return _prepare_engine(request.getfixturevalue("tmp_path_factory").mktemp("dockerd"))
+
+
+def _wait_for_engine_exit(timeout_s: float = 60) -> None:
+    """Wait until a stopping dockerd is gone: it removes its pid file and, last, its socket
+    path, which would take the socket of a dockerd started meanwhile with it."""
+    pids = set()
+    for path in (PID_FILE, Path("/var/run/docker.pid")):
+        with contextlib.suppress(OSError, ValueError):
+            pids.add(int(path.read_text()))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)  # reap it when this session started it
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    alive.append(pid)
+        if not alive:
+            return
+        time.sleep(0.5)
 
 
 def require_backend(request: pytest.FixtureRequest, name: str) -> dict[str, object]:
