@@ -138,7 +138,13 @@ class TrackingServer:
         from spu.launch.tracking_gate import TOKEN_ENV
 
         if self.backend_uri.startswith("sqlite:///"):
-            Path(self.backend_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            from spu.tracking.empty_store import seed_sqlite_store
+            from spu.tracking.store import store_lock
+
+            db = Path(self.backend_uri[len("sqlite:///"):])
+            db.parent.mkdir(parents=True, exist_ok=True)
+            with store_lock(self.backend_uri):
+                seed_sqlite_store(db)  # the server need not build the schema
         self.port = free_port(self.host)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "mlflow", "server",

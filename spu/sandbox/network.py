@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -176,22 +177,87 @@ def _iptables(*args: str, check: bool = True) -> subprocess.CompletedProcess[str
     return _run(["iptables", "-w", "10", *args], check=check)
 
 
+def _iptables_batch(lines: Sequence[str], check: bool = True) -> bool:
+    """Apply ``lines`` (``iptables`` arguments of the filter table) in one transaction.
+
+    One ``iptables-restore --noflush`` call: all of them or none, and one turn at the
+    kernel's table instead of one per rule (runs set up and torn down in parallel
+    queue for that turn). Returns whether it applied.
+    """
+    text = "*filter\n" + "".join(f"{line}\n" for line in lines) + "COMMIT\n"
+    done = subprocess.run(["iptables-restore", "-w", "10", "--noflush"], input=text,
+                          capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise NetworkError(f"iptables-restore failed: {done.stderr.strip()[-300:]}")
+    return done.returncode == 0
+
+
+def _rule(args: Sequence[str]) -> str:
+    """One rule as an ``iptables-restore`` line (arguments quoted where needed)."""
+    return " ".join(f'"{a}"' if not a or any(c.isspace() for c in a) else a for a in args)
+
+
 def _ensure_fail_closed_rule() -> None:
     """Reject every socket of every framework pasta that no run chain accepted."""
     rule = ["OUTPUT", "-m", "cgroup", "--path", CGROUP_PARENT, "-j", "REJECT"]
     if _iptables("-C", *rule, check=False).returncode != 0:
-        _iptables("-A", *rule)
+        with _table_lock():
+            if _iptables("-C", *rule, check=False).returncode != 0:
+                _iptables("-A", *rule)
 
 
-def _remove_chain(chain: str) -> None:
-    """Delete the jumps to ``chain`` (by position: its cgroup may be gone) and the chain."""
-    listing = _iptables("-S", "OUTPUT", check=False).stdout.splitlines()
-    rules = [line for line in listing if line.startswith("-A OUTPUT")]
-    for index in reversed(range(len(rules))):
-        if rules[index].endswith(f"-j {chain}"):
-            _iptables("-D", "OUTPUT", str(index + 1), check=False)
-    _iptables("-F", chain, check=False)
-    _iptables("-X", chain, check=False)
+def _table_lock() -> Any:
+    """SPU's processes take turns at edits that depend on a listing of OUTPUT."""
+    from spu.tracking.locks import FileLock
+
+    return FileLock(Path("/run/lock") / "spu-iptables.lock")
+
+
+def _remove_chain(chain: str, cgroup_path: str | None = None) -> None:
+    """Delete the jump to ``chain`` and the chain.
+
+    With the jump's cgroup path (its cgroup still exists), in one transaction by the
+    rule itself; otherwise (a killed run's leftovers: its cgroup may be gone, so the
+    rule cannot be named) by position, under a lock so that no other SPU process moves
+    the positions between the listing and the deletion.
+    """
+    if cgroup_path is not None and _iptables_batch(
+            [_rule(["-D", "OUTPUT", "-m", "cgroup", "--path", cgroup_path, "-j", chain]),
+             f"-F {chain}", f"-X {chain}"], check=False):
+        return
+    with _table_lock():
+        listing = _iptables("-S", "OUTPUT", check=False).stdout.splitlines()
+        rules = [line for line in listing if line.startswith("-A OUTPUT")]
+        lines = [f"-D OUTPUT {index + 1}" for index in reversed(range(len(rules)))
+                 if rules[index].endswith(f"-j {chain}")]
+        if not _iptables_batch([*lines, f"-F {chain}", f"-X {chain}"], check=False):
+            for line in lines:  # a chain already gone fails the batch: one at a time
+                _iptables(*line.split(), check=False)
+            _iptables("-F", chain, check=False)
+            _iptables("-X", chain, check=False)
+
+
+def _stale_chains() -> list[str]:
+    """SPU chains no live process owns.
+
+    Those whose owner, named in the jump's cgroup, is gone, and those no jump leads to
+    (a live run never leaves a chain without one: its set-up is one transaction).
+    """
+    listing = _iptables("-S", check=False).stdout.splitlines()
+    chains = {line.split()[1] for line in listing
+              if line.startswith(f"-N {CHAIN_PREFIX}") and len(line.split()) == 2}
+    owned: set[str] = set()
+    for line in listing:
+        fields = line.split()
+        if not (line.startswith("-A OUTPUT") and fields[-2:-1] == ["-j"]
+                and fields[-1] in chains):
+            continue
+        path = next((f.strip('"') for f in fields if f.strip('"').startswith(
+            f"{CGROUP_PARENT}/")), "")
+        owner = path.partition("/")[2].split("-", 1)[0]
+        if owner.isdigit() and _pid_alive(int(owner)):
+            owned.add(fields[-1])
+    return sorted(chains - owned)
 
 
 def _kill_cgroup(folder: Path) -> None:
@@ -242,10 +308,14 @@ def prune_stale_networks() -> int:
             continue
         ident = folder.name
         _kill_cgroup(folder)
-        _remove_chain(CHAIN_PREFIX + ident.split("-", 1)[1])
+        _remove_chain(CHAIN_PREFIX + ident.split("-", 1)[1], f"{CGROUP_PARENT}/{ident}")
         _remove_cgroup(folder)
         _run(["ip", "netns", "delete", NETNS_PREFIX + ident], check=False)
         removed += 1
+    if shutil.which("iptables") is not None:
+        for chain in _stale_chains():  # a chain whose cgroup went first
+            _remove_chain(chain)
+            removed += 1
     return removed
 
 
@@ -308,12 +378,17 @@ class UserNetwork:
         self._cgroup.mkdir()
         self._chain = CHAIN_PREFIX + self.ident.split("-", 1)[1]
         _ensure_fail_closed_rule()
-        _iptables("-N", self._chain)
-        for rule in _filter_rules(self._chain, self.host_ports, self.allowed_networks):
-            _iptables("-A", *rule)
-        _iptables("-I", "OUTPUT", "1", "-m", "cgroup", "--path",
-                  f"{CGROUP_PARENT}/{self.ident}", "-j", self._chain)
+        # The chain, its rules and the jump to it: one transaction.
+        _iptables_batch([f":{self._chain} - [0:0]",
+                         *(_rule(["-A", *rule]) for rule in _filter_rules(
+                             self._chain, self.host_ports, self.allowed_networks)),
+                         _rule(["-I", "OUTPUT", "1", "-m", "cgroup", "--path",
+                                self._cgroup_path, "-j", self._chain])])
         self.filtered = True
+
+    @property
+    def _cgroup_path(self) -> str:
+        return f"{CGROUP_PARENT}/{self.ident}"
 
     def _join_cgroup(self) -> None:
         if self._cgroup is not None:
@@ -371,7 +446,7 @@ class UserNetwork:
         if self._cgroup is not None:
             _kill_cgroup(self._cgroup)
         if self._chain is not None:
-            _remove_chain(self._chain)
+            _remove_chain(self._chain, self._cgroup_path if self._cgroup else None)
             self._chain = None
         if self._cgroup is not None:
             _remove_cgroup(self._cgroup)

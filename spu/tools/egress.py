@@ -1,8 +1,8 @@
 """The egress log of a run: a per-run proxy that records every connection, and shell downloads.
 
 The agent gets ``HTTP_PROXY``/``HTTPS_PROXY`` (both spellings) pointing at its own
-instance of ``proxy.py`` (a well-kept, dependency-free proxy), run as a child process on
-the host's ``127.0.0.1`` and a free port, with the plugin
+instance of ``proxy.py`` (a well-kept, dependency-free proxy), a child process on the
+host's ``127.0.0.1`` and a free port, with the plugin
 :class:`spu.tools.egress_plugin.EgressRecorder` appending one line per connection to
 ``<run_dir>/tools/egress.jsonl``: ``{"time", "method", "host", "port", "path", "address"}``.
 It does not intercept TLS (a ``CONNECT`` tunnel is passed through; only its destination is
@@ -25,9 +25,12 @@ Traps handled here:
   with a long idle timeout;
 - the proxy's port is only known once it listens: it writes it to a file
   (``--port-file``), which the runner waits for;
-- the proxy is a child process in its own session (stopped as a group with its workers),
-  so it would outlive a runner killed with ``kill -9``: it asks for SIGTERM when its parent
-  dies (:func:`main`);
+- a new interpreter importing ``proxy.py`` costs half a second of CPU, more than the
+  rest of a short run: each proxy is forked from a process that imported it once
+  (:class:`ProxyForker`);
+- the proxy is in its own session (stopped as a group with its workers), so it would
+  outlive a runner killed with ``kill -9``: it asks for SIGTERM when its parent, the
+  forker, ends, and the forker ends with the runner (its standard input closes);
 - a host name and an address are different strings for the same destination: the
   allowed destinations are compared by host name and port as the client asked for them,
   and the tools service is allowed under every address the sandbox may use for the host.
@@ -54,6 +57,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -108,7 +112,7 @@ class EgressProxy:
         self._port_file = self.folder / "egress.port"
         self._allow_file = self.folder / "egress.allow.json"
         self._allow_file.write_text("[]")
-        self._process: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None
         self.port: int | None = None
 
     def allow(self, endpoints: Iterable[str]) -> None:
@@ -125,51 +129,36 @@ class EgressProxy:
             EgressProxyError: it did not start (its log is in ``egress.proxy.log``).
         """
         self._port_file.unlink(missing_ok=True)
-        # Started through main(): it asks to die with its parent, then runs proxy.py
-        # (not a preexec_fn: the runner has threads by then).
-        argv = [sys.executable, "-m", "spu.tools.egress", "--hostname", "127.0.0.1",
-                "--port", "0",
+        argv = ["--hostname", "127.0.0.1", "--port", "0",
                 "--port-file", str(self._port_file),
                 "--plugins", "spu.tools.egress_plugin.EgressRecorder",
                 "--spu-egress-log", str(self.log_path),
                 "--spu-allow-file", str(self._allow_file),
                 "--num-acceptors", "1", "--num-workers", "1",
                 "--timeout", str(PROXY_IDLE_TIMEOUT_S), "--log-level", "ERROR"]
-        output = open(self.folder / "egress.proxy.log", "wb")  # noqa: SIM115 - kept by the child
-        try:
-            self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output,
-                                             stderr=subprocess.STDOUT, start_new_session=True,
-                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        finally:
-            output.close()
+        log_path = self.folder / "egress.proxy.log"
+        self.pid = ProxyForker.shared().start(argv, log_path)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise EgressProxyError(f"the egress proxy exited with code "
-                                       f"{self._process.returncode} (see "
-                                       f"{self.folder / 'egress.proxy.log'})")
+            code = ProxyForker.shared().poll(self.pid)
+            if code is not None:
+                self.pid = None
+                raise EgressProxyError(f"the egress proxy exited with code {code} "
+                                       f"(see {log_path})")
             text = self._port_file.read_text().strip() if self._port_file.exists() else ""
             if text.isdigit():
                 self.port = int(text)
                 log.info("egress proxy on 127.0.0.1:%d", self.port)
                 return self
-            time.sleep(0.05)
+            time.sleep(0.01)
         self.stop()
         raise EgressProxyError(f"the egress proxy did not listen within {START_TIMEOUT_S:g} s")
 
     def stop(self) -> None:
         """Stop the proxy and every process it started."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=10)
-        except (ProcessLookupError, PermissionError):
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        pid, self.pid = self.pid, None
+        if pid is not None:
+            ProxyForker.shared().stop(pid)
 
     def __enter__(self) -> EgressProxy:
         return self.start()
@@ -244,22 +233,193 @@ def shell_downloads(steps: Iterable[TrajectoryStep]) -> int:
     return count_shell_downloads(c for c in commands if c)
 
 
+class ProxyForker:
+    """A process with ``proxy.py`` imported that forks one proxy per request.
+
+    A new interpreter importing ``proxy.py`` costs half a second of CPU, more than the
+    rest of a short run; a fork of this one costs milliseconds. It is a child of the
+    process that starts proxies (one per process, :meth:`shared`), single-threaded, and
+    answers one JSON line per request on its standard input:
+
+    - ``{"start": ARGV, "log": PATH}``: fork a proxy with ``ARGV`` writing to ``PATH``;
+      ``{"pid": PID}``;
+    - ``{"poll": PID}``: ``{"code": CODE}``, null while it runs;
+    - ``{"stop": PID}``: SIGTERM to its process group (SIGKILL after 10 s), reaped;
+      ``{"code": CODE}``.
+
+    Only it reaps its proxies, so a proxy's process id cannot be reused before it is
+    stopped: a signal never reaches another process. Each proxy is in its own session
+    and asks for SIGTERM when the forker ends; the forker ends when its standard input
+    does, that is when the process that started it ends, ``kill -9`` included.
+    """
+
+    _shared: ProxyForker | None = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "spu.tools.egress", "--fork-server"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    @classmethod
+    def shared(cls) -> ProxyForker:
+        """This process's forker, started on first use (again if it has ended)."""
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared._process.poll() is not None:
+                cls._shared = cls()
+            return cls._shared
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            stdin, stdout = self._process.stdin, self._process.stdout
+            assert stdin is not None and stdout is not None
+            try:
+                stdin.write(json.dumps(request).encode() + b"\n")
+                stdin.flush()
+                line = stdout.readline()
+            except OSError as exc:
+                raise EgressProxyError(f"the egress proxy forker is gone: {exc}") from exc
+        if not line:
+            raise EgressProxyError(f"the egress proxy forker ended (code "
+                                   f"{self._process.poll()})")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise EgressProxyError(f"the egress proxy forker: {answer['error']}")
+        return answer
+
+    def start(self, argv: list[str], log_path: Path) -> int:
+        """Fork a proxy with ``argv``, its output to ``log_path``; its process id."""
+        return int(self._ask({"start": argv, "log": str(log_path)})["pid"])
+
+    def poll(self, pid: int) -> int | None:
+        """The exit code of the proxy ``pid``, or None while it runs."""
+        code = self._ask({"poll": pid})["code"]
+        return None if code is None else int(code)
+
+    def stop(self, pid: int) -> int | None:
+        """Stop the proxy ``pid`` with every process it started; its exit code."""
+        code = self._ask({"stop": pid})["code"]
+        return None if code is None else int(code)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux for SIGTERM when the parent ends; exit if it has ended already."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass
+    if os.getppid() == 1:  # the parent died before the request
+        os._exit(0)
+
+
+def _fork_proxy(argv: list[str], output: str) -> int:
+    """Fork a ``proxy.py`` with ``argv`` in a session of its own, writing to ``output``."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: never returns
+        os.setsid()
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        _die_with_parent()
+        from proxy.proxy import entry_point
+
+        sys.argv = ["proxy", *argv]
+        entry_point()
+        os._exit(0)
+    except BaseException:  # noqa: BLE001 - the child must never return to the loop
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _exit_code(status: int) -> int:
+    return os.waitstatus_to_exitcode(status)
+
+
+def _stop_proxy(pid: int) -> int | None:
+    """SIGTERM to the proxy's group, SIGKILL after 10 s; reaped. Its exit code."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            _kill_group(pid)  # its acceptor and workers, if any are left
+            return _exit_code(status)
+        time.sleep(0.01)
+    _kill_group(pid)
+    return _exit_code(os.waitpid(pid, 0)[1])
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def serve_forks() -> None:
+    """The loop of :class:`ProxyForker`: one answer per request line, until EOF."""
+    import proxy.proxy  # noqa: F401 - imported once, here, for every fork
+
+    import spu.tools.egress_plugin  # noqa: F401
+
+    # Not tied to its parent's death by a signal: the thread that started it may end
+    # long before the process does. Its standard input closing is the end.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    children: set[int] = set()
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+            if "start" in request:
+                pid = _fork_proxy([str(a) for a in request["start"]], str(request["log"]))
+                children.add(pid)
+                answer: dict[str, Any] = {"pid": pid}
+            elif int(request.get("poll", request.get("stop", -1))) not in children:
+                answer = {"error": f"no proxy {request}"}
+            elif "poll" in request:
+                pid = int(request["poll"])
+                done, status = os.waitpid(pid, os.WNOHANG)
+                answer = {"code": _exit_code(status) if done else None}
+                if done:
+                    _kill_group(pid)
+                    children.discard(pid)
+            else:
+                pid = int(request["stop"])
+                answer = {"code": _stop_proxy(pid)}
+                children.discard(pid)
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    for pid in children:  # the starter is gone: so are its proxies
+        _stop_proxy(pid)
+
+
 def main() -> None:
     """``python -m spu.tools.egress ARGS``: ``proxy.py`` with ARGS, dying with its parent.
 
-    The proxy is in its own session (the runner stops it as a group), so it would outlive
-    a runner killed with ``kill -9``; on Linux it asks for SIGTERM when its parent dies.
+    ``python -m spu.tools.egress --fork-server`` is :class:`ProxyForker`'s process.
     """
-    if sys.platform == "linux":
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-        except OSError:
-            pass
-        if os.getppid() == 1:  # the parent died before the request
-            return
+    if sys.argv[1:] == ["--fork-server"]:
+        serve_forks()
+        return
+    _die_with_parent()
     from proxy.proxy import entry_point
 
     entry_point()

@@ -45,6 +45,7 @@ import spu
 from spu.analysis.exposure import exposure_kinds
 from spu.config import TrackingConfig
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord
+from spu.tracking.empty_store import seed_sqlite_store
 from spu.tracking.locks import FileLock
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
 
@@ -199,6 +200,7 @@ def client_for(target: TrackingTarget | str) -> MlflowClient:
         if db is None or uri in _OPENED:
             return MlflowClient(tracking_uri=uri)
         with store_lock(uri):
+            seed_sqlite_store(db)
             client = MlflowClient(tracking_uri=uri)
             client._tracking_client.store  # noqa: B018 (opens the store: schema created here)
         _OPENED.add(uri)
@@ -259,8 +261,20 @@ def store_fault(exc: BaseException, uri: str) -> TrackingStoreError | None:
     return None
 
 
+_EXPERIMENT_IDS: dict[tuple[str, str], str] = {}
+"""(tracking URI, experiment) -> id, of the experiments this process has found: an
+experiment is never renamed or deleted by SPU, and each lookup costs a store query."""
+
+
 def experiment_id(client: MlflowClient, target: TrackingTarget) -> str:
     """The id of the target experiment, created with its artifact root when missing."""
+    key = (target.uri, target.experiment)
+    if key not in _EXPERIMENT_IDS:
+        _EXPERIMENT_IDS[key] = _find_or_create_experiment(client, target)
+    return _EXPERIMENT_IDS[key]
+
+
+def _find_or_create_experiment(client: MlflowClient, target: TrackingTarget) -> str:
     from mlflow.exceptions import MlflowException
 
     found = client.get_experiment_by_name(target.experiment)

@@ -39,7 +39,12 @@ def test_one_composition_per_configuration_and_every_task_checked(compose) -> No
         batch = [[f"model={m}", f"task={t}", f"repeat={r}"]
                  for m in ("random", "presented_order") for t in tasks for r in (0, 1)]
         sweeper.validate_batch_is_legal(batch)
-        assert len(loader.composed) == 4  # 2 models x 2 repeats, not 8 jobs
+        assert len(loader.composed) == 2  # one per model: not per repeat, not per task
+        # A repeat that is not a whole number from 0 is composed, for Hydra's message.
+        loader.composed.clear()
+        sweeper.validate_batch_is_legal([*batch, ["model=random", "task=" + tasks[0],
+                                                  "repeat=${oc.env:HOME}"]])
+        assert ["model=random", "task=" + tasks[0], "repeat=${oc.env:HOME}"] in loader.composed
         with pytest.raises(ConfigCompositionException, match="task/no-such-task"):
             sweeper.validate_batch_is_legal([*batch, ["model=random", "task=no-such-task",
                                                       "repeat=0"]])

@@ -143,3 +143,55 @@ def test_a_driver_killed_mid_run_leaves_nothing_the_next_run_keeps(tmp_path) -> 
     assert str(run) not in Path("/proc/self/mountinfo").read_text()
     assert (run / "output" / "before-the-kill.txt").read_text() == "kept\n"
     assert not list(run.glob(".spu-disk*"))
+
+
+def _spu_chains() -> set[str]:
+    listing = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    return {line.split()[1] for line in listing.splitlines()
+            if line.startswith("-N SPU-") and len(line.split()) == 2}
+
+
+def test_filters_set_up_and_removed_in_parallel_leave_no_chain() -> None:
+    """Runs end at the same time: each removes its own jump and chain, never another's.
+
+    (Deleting jumps by their position in a listing, runs that ended together deleted
+    each other's jumps and left their own chains: hundreds after a day of sweeps.)
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spu.sandbox.network import UserNetwork
+
+    def one(port: int) -> str:
+        net = UserNetwork(host_ports=[port])
+        net._set_up_filter()
+        chain = net._chain
+        assert chain is not None and chain in _spu_chains()
+        net.close()
+        return chain
+
+    before = _spu_chains()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        chains = list(pool.map(one, range(40000, 40032)))
+    assert len(set(chains)) == 32
+    assert _spu_chains() - before == set()
+    assert not set(chains) & _spu_chains()
+
+
+def test_a_chain_left_without_its_cgroup_is_pruned() -> None:
+    """A chain whose cgroup went first (its run killed between the two) is removed too."""
+    import uuid
+
+    from spu.sandbox.network import UserNetwork
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    net = UserNetwork(host_ports=[40100])
+    net.ident = f"{gone.pid}-{uuid.uuid4().hex[:10]}"  # made by a process that is gone
+    net._set_up_filter()
+    chain, cgroup = net._chain, net._cgroup
+    assert chain is not None and cgroup is not None
+    net._chain = None  # the process died here: the chain stays, the cgroup goes
+    net.close()
+    assert not cgroup.exists() and chain in _spu_chains()
+    assert prune_stale_networks() >= 1
+    assert chain not in _spu_chains()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -99,7 +100,7 @@ def test_no_proxy_outlives_a_runner_killed_with_sigkill(tmp_path: Path) -> None:
 
     code = ("import sys, time; from pathlib import Path; from spu.tools.egress import "
             "EgressProxy; p = EgressProxy(Path(sys.argv[1])).start(); "
-            "print(p._process.pid, flush=True); time.sleep(120)")
+            "print(p.pid, flush=True); time.sleep(120)")
     runner = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     assert runner.stdout is not None
@@ -136,3 +137,26 @@ def test_every_address_of_the_hosts_own_interfaces_counts_as_local() -> None:
         assert own_address(address) and _local(address), address
     # Documentation addresses (RFC 5737, 3849) that no interface of a test machine holds.
     assert not own_address("198.51.100.254") and not own_address("2001:db8::ffff")
+
+
+def test_a_proxy_outlives_the_thread_that_started_the_forker(tmp_path: Path) -> None:
+    """Runs start proxies from short-lived threads: the forker must not end with one."""
+    import threading
+
+    from spu.tools.egress import ProxyForker
+
+    first: list[EgressProxy] = []
+    starter = threading.Thread(target=lambda: first.append(EgressProxy(tmp_path / "a").start()))
+    starter.start()
+    starter.join(timeout=60)
+    second = EgressProxy(tmp_path / "b").start()
+    try:
+        time.sleep(0.5)  # a SIGTERM sent at the thread's end would have landed by now
+        assert ProxyForker.shared().poll(first[0].pid) is None  # type: ignore[arg-type]
+        for proxy in (first[0], second):
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=5):  # type: ignore[arg-type]
+                pass
+    finally:
+        first[0].stop()
+        second.stop()
+    assert first[0].pid is None and second.pid is None

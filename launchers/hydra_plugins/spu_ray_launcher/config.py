@@ -73,8 +73,8 @@ class SPURayLauncherConf:
     max_concurrent: int = 0
     """Runs at once at most; 0: as many as the cluster's resources hold."""
     tracking_server: str = "auto"
-    """``auto``: start an MLflow server when tracking is a local SQLite file and runs go in
-    parallel; ``always``; ``never``."""
+    """For a local SQLite store: ``always`` starts an MLflow server in front of it;
+    ``auto`` and ``never`` log to the file from the driver, one run at a time."""
     tracking_server_workers: int = 1
     """Worker processes of that server."""
     progress: str = "auto"

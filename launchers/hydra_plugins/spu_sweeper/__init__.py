@@ -3,9 +3,10 @@
 Hydra's basic sweeper composes every job's config once before it launches anything, to
 catch composition errors early: half a second per job, twelve minutes for the 1,508 jobs
 of ``experiment=paper``. A sweep's jobs differ mostly by ``task``, an option that only
-names a task package, so this sweeper composes one job per distinct set of the other
-overrides (one per configuration and repeat) and checks that every task option exists.
-The jobs, their order and their batches are the basic sweeper's.
+names a task package, and by ``repeat``, a number; so this sweeper composes one job per
+distinct set of the other overrides (one per configuration), checks that every task option
+exists and that every repeat is a whole number from 0 (anything else is composed, for
+Hydra's own message). The jobs, their order and their batches are the basic sweeper's.
 """
 
 # No ``from __future__ import annotations``: Hydra's plugin scan runs this module before
@@ -38,6 +39,12 @@ def _is_task(override: str) -> bool:
     return override.lstrip("+").startswith(f"{TASK_GROUP}=")
 
 
+def _is_plain_repeat(override: str) -> bool:
+    """``repeat=N`` with N a whole number from 0 (what the schema accepts as it is)."""
+    key, sep, value = override.partition("=")
+    return key == "repeat" and bool(sep) and value.isdigit() and value.isascii()
+
+
 class SPUSweeper(BasicSweeper):
     """:class:`BasicSweeper` whose validation composes one job per configuration."""
 
@@ -48,7 +55,7 @@ class SPUSweeper(BasicSweeper):
         options: set[str] | None = None
         composed: set[tuple[str, ...]] = set()
         for overrides in batch:
-            shape = tuple(o for o in overrides if not _is_task(o))
+            shape = tuple(o for o in overrides if not _is_task(o) and not _is_plain_repeat(o))
             if shape not in composed:
                 loader.load_sweep_config(self.config, list(overrides))
                 composed.add(shape)
