@@ -69,6 +69,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def _exited(pid: int, timeout_s: float) -> bool:
+    """Whether child ``pid`` exits within ``timeout_s``; it is left unreaped (a zombie)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 def _die_with_parent() -> None:
     # A driver killed with SIGKILL cannot stop the server; the kernel tells it instead.
     try:
@@ -199,17 +213,16 @@ class TrackingServer:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
+        # The server is waited for without being reaped: while it is a zombie its process
+        # id cannot be reused, so the last SIGKILL to its group (uvicorn's workers) can
+        # only reach them, never a process that took the number since.
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 break
-            try:
-                proc.wait(timeout=grace_s)
+            if _exited(proc.pid, grace_s):
                 break
-            except subprocess.TimeoutExpired:
-                continue
-        # The group's other processes (uvicorn) exit with their parent; reap ours.
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

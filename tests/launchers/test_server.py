@@ -73,3 +73,34 @@ def test_parallel_writers_through_the_server_lose_no_record(tmp_path) -> None:
     assert processes_mentioning(str(out / "mlflow.db")) == []
     with pytest.raises((urllib.error.URLError, OSError)):
         urllib.request.urlopen(f"{uri}/health", timeout=2)
+
+
+def test_stopping_the_server_signals_its_group_only_while_its_id_is_held(tmp_path) -> None:
+    """The last SIGKILL to the server's group comes before it is reaped: a process id
+    reused by then (a new session leader, such as a daemon started meanwhile) is never hit."""
+    import os
+    import signal
+
+    from spu.launch.server import TrackingServer
+
+    server = TrackingServer(f"sqlite:///{tmp_path / 'mlflow.db'}", (tmp_path / "a").as_uri(),
+                            tmp_path / "server.log")
+    server.start()
+    proc = server._proc
+    assert proc is not None
+    sent: list[tuple[int, int, bool]] = []
+    real_killpg = os.killpg
+
+    def watch(pgid: int, sig: int) -> None:
+        zombie_or_alive = os.path.exists(f"/proc/{pgid}")  # unreaped: the id is held
+        sent.append((pgid, sig, zombie_or_alive))
+        real_killpg(pgid, sig)
+
+    os.killpg = watch  # type: ignore[assignment]
+    try:
+        server.stop()
+    finally:
+        os.killpg = real_killpg  # type: ignore[assignment]
+    assert sent and sent[0][1] == signal.SIGTERM
+    assert all(held for _, _, held in sent), sent
+    assert proc.returncode is not None
