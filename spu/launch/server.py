@@ -34,6 +34,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from spu.sandbox.process import exited_unreaped
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
@@ -67,20 +69,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _exited(pid: int, timeout_s: float) -> bool:
-    """Whether child ``pid`` exits within ``timeout_s``; it is left unreaped (a zombie)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-        except ChildProcessError:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
 
 
 def _die_with_parent() -> None:
@@ -213,15 +201,14 @@ class TrackingServer:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        # The server is waited for without being reaped: while it is a zombie its process
-        # id cannot be reused, so the last SIGKILL to its group (uvicorn's workers) can
-        # only reach them, never a process that took the number since.
+        # Waited for without being reaped: the last SIGKILL to its group (uvicorn's
+        # workers) can only reach them, never a process that took its number since.
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 break
-            if _exited(proc.pid, grace_s):
+            if exited_unreaped(proc.pid, grace_s):
                 break
         try:
             os.killpg(proc.pid, signal.SIGKILL)

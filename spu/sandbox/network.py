@@ -42,7 +42,10 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spu.tracking.locks import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +209,7 @@ def _ensure_fail_closed_rule() -> None:
                 _iptables("-A", *rule)
 
 
-def _table_lock() -> Any:
+def _table_lock() -> FileLock:
     """SPU's processes take turns at edits that depend on a listing of OUTPUT."""
     from spu.tracking.locks import FileLock
 

@@ -125,6 +125,24 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def exited_unreaped(pid: int, timeout_s: float) -> bool:
+    """Whether child ``pid`` exits within ``timeout_s``, leaving it unreaped (a zombie).
+
+    While it is a zombie its process id (and group id) cannot be reused, so signals to
+    its group sent before reaping it reach only what is left of that group.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
 def _signal_tree(pid: int, sig: int, spare_root: bool = False) -> None:
     for target in [*descendants(pid), *([] if spare_root else [pid])]:
         try:

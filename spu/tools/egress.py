@@ -63,6 +63,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from spu.sandbox.process import exited_unreaped
 from spu.schema import TrajectoryStep
 
 log = logging.getLogger(__name__)
@@ -345,25 +346,21 @@ def _fork_proxy(argv: list[str], output: str) -> int:
         os._exit(1)
 
 
-def _exit_code(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)
+def _reap(pid: int) -> int:
+    """Kill what is left of the exited proxy's group while its id is held, then reap it."""
+    _kill_group(pid)  # its acceptor and workers, if any are left
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def _stop_proxy(pid: int) -> int | None:
+def _stop_proxy(pid: int) -> int:
     """SIGTERM to the proxy's group, SIGKILL after 10 s; reaped. Its exit code."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            _kill_group(pid)  # its acceptor and workers, if any are left
-            return _exit_code(status)
-        time.sleep(0.01)
-    _kill_group(pid)
-    return _exit_code(os.waitpid(pid, 0)[1])
+    if not exited_unreaped(pid, 10):
+        _kill_group(pid)
+    return _reap(pid)
 
 
 def _kill_group(pgid: int) -> None:
@@ -394,10 +391,8 @@ def serve_forks() -> None:
                 answer = {"error": f"no proxy {request}"}
             elif "poll" in request:
                 pid = int(request["poll"])
-                done, status = os.waitpid(pid, os.WNOHANG)
-                answer = {"code": _exit_code(status) if done else None}
-                if done:
-                    _kill_group(pid)
+                answer = {"code": _reap(pid) if exited_unreaped(pid, 0) else None}
+                if answer["code"] is not None:
                     children.discard(pid)
             else:
                 pid = int(request["stop"])
@@ -412,17 +407,10 @@ def serve_forks() -> None:
 
 
 def main() -> None:
-    """``python -m spu.tools.egress ARGS``: ``proxy.py`` with ARGS, dying with its parent.
-
-    ``python -m spu.tools.egress --fork-server`` is :class:`ProxyForker`'s process.
-    """
-    if sys.argv[1:] == ["--fork-server"]:
-        serve_forks()
-        return
-    _die_with_parent()
-    from proxy.proxy import entry_point
-
-    entry_point()
+    """``python -m spu.tools.egress --fork-server``: :class:`ProxyForker`'s process."""
+    if sys.argv[1:] != ["--fork-server"]:
+        sys.exit("usage: python -m spu.tools.egress --fork-server (started by ProxyForker)")
+    serve_forks()
 
 
 if __name__ == "__main__":

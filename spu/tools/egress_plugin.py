@@ -1,8 +1,8 @@
 """The ``proxy.py`` plugin of the egress proxy: one JSON line per connection.
 
-Loaded only inside the proxy's own process (``python -m spu.tools.egress --plugins
-spu.tools.egress_plugin.EgressRecorder --spu-egress-log FILE ...``, see
-:func:`spu.tools.egress.main`); importing it registers its flags with ``proxy.py``.
+Loaded only in the proxies' processes (:class:`spu.tools.egress.ProxyForker` imports it
+once, each proxy runs with ``--plugins spu.tools.egress_plugin.EgressRecorder
+--spu-egress-log FILE ...``); importing it registers its flags with ``proxy.py``.
 
 It blocks nothing on the internet (the paper's agents stay connected), but the proxy runs
 on the host, so a connection to the host's own loopback, private or link-local addresses

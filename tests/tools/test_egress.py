@@ -139,12 +139,15 @@ def test_every_address_of_the_hosts_own_interfaces_counts_as_local() -> None:
     assert not own_address("198.51.100.254") and not own_address("2001:db8::ffff")
 
 
-def test_a_proxy_outlives_the_thread_that_started_the_forker(tmp_path: Path) -> None:
+def test_a_proxy_outlives_the_thread_that_started_the_forker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs start proxies from short-lived threads: the forker must not end with one."""
     import threading
 
     from spu.tools.egress import ProxyForker
 
+    # A forker of its own, started by the short-lived thread below (not an earlier test's).
+    monkeypatch.setattr(ProxyForker, "_shared", None)
     first: list[EgressProxy] = []
     starter = threading.Thread(target=lambda: first.append(EgressProxy(tmp_path / "a").start()))
     starter.start()
@@ -156,7 +159,11 @@ def test_a_proxy_outlives_the_thread_that_started_the_forker(tmp_path: Path) -> 
         for proxy in (first[0], second):
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=5):  # type: ignore[arg-type]
                 pass
+        forker = ProxyForker.shared()
     finally:
         first[0].stop()
         second.stop()
     assert first[0].pid is None and second.pid is None
+    assert forker._process.stdin is not None
+    forker._process.stdin.close()  # the end of its starter: it ends too
+    assert forker._process.wait(timeout=30) == 0
