@@ -169,11 +169,10 @@ def test_filters_set_up_and_removed_in_parallel_leave_no_chain() -> None:
         net.close()
         return chain
 
-    before = _spu_chains()
     with ThreadPoolExecutor(max_workers=8) as pool:
         chains = list(pool.map(one, range(40000, 40032)))
     assert len(set(chains)) == 32
-    assert _spu_chains() - before == set()
+    # Only this test's own chains are looked at: other tests' runs may be up meanwhile.
     assert not set(chains) & _spu_chains()
 
 
