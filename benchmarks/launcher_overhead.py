@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/launcher_overhead.py [--runs 300] [--reference-runs 40]
-        [--docker-runs 60] [--profile-runs 10] [--slots 8] [--no-full] [--skip-docker]
+        [--docker-runs 60] [--profile-runs 10] [--slots CPUS] [--no-full] [--skip-docker]
 
 A no-op agent (``harness=command``, a shell script that exits at once: every run is
 graded ``no_file``) on one example task, with **bubblewrap isolation, isolated grading
@@ -189,8 +189,10 @@ def main() -> int:
     parser.add_argument("--full", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the sweeps with a default run's network, tools and "
                              "disk image")
-    parser.add_argument("--slots", type=int, default=8,
-                        help="sandboxes at once in the fast path (ray_local)")
+    parser.add_argument("--slots", type=int, default=os.cpu_count() or 1,
+                        help="sandboxes at once in the fast path (ray_local; default: one "
+                             "per CPU, as each no-op run keeps a CPU busy and each Ray "
+                             "worker more costs 1.5 s of CPU to start)")
     parser.add_argument("--skip-docker", action="store_true")
     args = parser.parse_args()
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"

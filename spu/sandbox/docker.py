@@ -34,6 +34,7 @@ The SDK is imported when a container is made, never with :mod:`spu`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -41,6 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,10 @@ OWNER_LABEL = "spu.owner"
 PASTA_MODE = "pasta"
 """``sandbox.network_mode`` of the filtered user-mode network."""
 POLL_S = 0.2
+"""How often a running container's state, memory and disk are looked at (its exit ends
+the wait at once: the attach stream closes)."""
+STALE_EVERY_S = 60.0
+"""How often a process looks for containers left by dead framework processes."""
 LAYER_POLL_S = 2.0
 """How often the container's own writable layer is measured against the disk limit."""
 DROPPED_CAPABILITIES = ("MKNOD", "SETFCAP")
@@ -88,6 +94,40 @@ def docker_client(timeout: float = 120) -> Any:
     import docker
 
     return docker.from_env(timeout=int(timeout))
+
+
+@dataclass
+class _Engine:
+    """This process's client of the engine, with what a sweep asks of it once."""
+
+    client: Any
+    cpus: int
+    images: set[str] = field(default_factory=set)
+    """Images seen present (a removed one fails the container's creation, with the reason)."""
+
+
+_ENGINES: dict[int, _Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+_STALE_CHECKED: list[float] = [float("-inf")]
+
+
+def shared_engine(timeout: float, *, fresh: bool = False) -> _Engine:
+    """One client per process and timeout, kept across runs (``fresh``: make a new one).
+
+    A new client asks the engine its API version, and its number of CPUs was asked per
+    run: 25 ms and a share of the engine's CPU each, for every run of a sweep.
+    """
+    key = int(timeout)
+    with _ENGINES_LOCK:
+        engine = None if fresh else _ENGINES.get(key)
+        if engine is None:
+            client = docker_client(timeout=key)
+            engine = _Engine(client, int(client.info().get("NCPU") or 1))
+            old = _ENGINES.pop(key, None)
+            _ENGINES[key] = engine
+            if old is not None:
+                old.client.close()
+        return engine
 
 
 def _memory_cgroup_file(pid: int) -> Path | None:
@@ -141,11 +181,13 @@ def remove_stale_containers(client: Any) -> int:
     removed = 0
     host = socket.gethostname()
     try:
-        containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
+        # The list's own fields (labels included), not an inspection of each container.
+        containers = client.api.containers(all=True, filters={"label": OWNER_LABEL})
     except docker.errors.DockerException:
         return 0
     for container in containers:
-        owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
+        labels = container.get("Labels") or {}
+        owner_host, _, pid = labels.get(OWNER_LABEL, "").rpartition(":")
         if owner_host != host or not pid.isdigit():
             continue
         try:
@@ -156,11 +198,27 @@ def remove_stale_containers(client: Any) -> int:
         except PermissionError:
             continue
         try:
-            container.remove(force=True)
+            client.api.remove_container(container["Id"], force=True)
             removed += 1
+        except docker.errors.NotFound:
+            pass  # removed meanwhile (by its own run's cleanup, or another sandbox)
         except docker.errors.DockerException as exc:
-            log.warning("stale container %s not removed: %s", container.name, exc)
+            log.warning("stale container %s not removed: %s", container.get("Names"), exc)
     return removed
+
+
+def remove_stale_when_due(client: Any) -> None:
+    """:func:`remove_stale_containers`, at most once every :data:`STALE_EVERY_S` a process.
+
+    The containers it removes are those of a framework process that died; the runs of a
+    sweep on one worker would otherwise list every container of the engine, each.
+    """
+    with _ENGINES_LOCK:
+        now = time.monotonic()
+        if now - _STALE_CHECKED[0] < STALE_EVERY_S:
+            return
+        _STALE_CHECKED[0] = now
+    remove_stale_containers(client)
 
 
 def _pump(stream: Any, out: CappedLog, err: CappedLog) -> threading.Thread:
@@ -231,21 +289,15 @@ class DockerSandbox(Sandbox):
         ok, why = self.available()
         if not ok:
             raise SandboxError(why)
-        import docker
 
         self.request = request
-        self.client = docker_client(timeout=max(120.0, request.limits.grace_s + 60))
         self.image = self.options.get("image") or DEFAULT_IMAGE
-        try:
-            self.client.images.get(self.image)
-        except docker.errors.ImageNotFound:
-            raise SandboxError(
-                f"docker image {self.image!r} not found: {BUILD_HINT.format(image=self.image)}"
-            ) from None
+        engine = self._engine(max(120.0, request.limits.grace_s + 60))
+        self.client = engine.client
         self.folders = RunFolders.create(request)
         self.sandbox_id = f"{request.run_dir.name}-{uuid.uuid4().hex[:8]}"
         self.warnings: list[str] = []
-        engine_cpus = int(self.client.info().get("NCPU") or 1)
+        engine_cpus = engine.cpus
         self.cpus = max(1, min(request.limits.cpus, engine_cpus))
         if request.limits.cpus > engine_cpus:
             self.warnings.append(
@@ -257,7 +309,7 @@ class DockerSandbox(Sandbox):
         self._count = 0
         self.holder: Any = None
         self.network: UserNetwork | None = None
-        remove_stale_containers(self.client)
+        remove_stale_when_due(self.client)
         self.disk = RunDisk(request.run_dir, request.limits.disk_gb)
         try:
             self.disk.set_up()
@@ -280,6 +332,28 @@ class DockerSandbox(Sandbox):
                 + ("" if not request.host_ports else
                    f", and not the host ports {list(request.host_ports)}"))
         return LAYOUT
+
+    def _engine(self, timeout: float) -> _Engine:
+        """This process's engine client, answering, with :attr:`image` present."""
+        import requests
+
+        import docker
+
+        for attempt in (0, 1):
+            try:
+                engine = shared_engine(timeout, fresh=bool(attempt))
+                if self.image not in engine.images:
+                    engine.client.images.get(self.image)
+                    engine.images.add(self.image)
+                return engine
+            except docker.errors.ImageNotFound:
+                raise SandboxError(f"docker image {self.image!r} not found: "
+                                   f"{BUILD_HINT.format(image=self.image)}") from None
+            except (docker.errors.DockerException, requests.RequestException) as exc:
+                if attempt:  # a new client did not answer either
+                    raise SandboxError(f"the Docker engine did not answer: {exc}") from exc
+                # else the engine may have restarted since this process's client was made
+        raise AssertionError("unreachable")
 
     def _open_network(self) -> str:
         """Start the holder container and connect its network namespace; returns its id."""
@@ -406,7 +480,7 @@ class DockerSandbox(Sandbox):
                         duration_s=time.monotonic() - start,
                     )
                 timed_out, disk_full, peak = self._wait(container, start, limit,
-                                                        self._over_limit)
+                                                        self._over_limit, pump)
                 # A writer that filled its layer and exited at once (the layer goes with
                 # the container: measured now).
                 disk_full = disk_full or (not timed_out and self.layer.full(now=True))
@@ -444,7 +518,10 @@ class DockerSandbox(Sandbox):
         import docker
 
         try:
-            driver = self.client.api.inspect_container(container.id).get("GraphDriver") or {}
+            # The SDK inspected the container as it made it: its attrs are fresh.
+            attrs = getattr(container, "attrs", None) or \
+                self.client.api.inspect_container(container.id)
+            driver = attrs.get("GraphDriver") or {}
         except docker.errors.DockerException:
             return None
         upper = (driver.get("Data") or {}).get("UpperDir")
@@ -460,10 +537,14 @@ class DockerSandbox(Sandbox):
         return self.disk.full() or self.layer.full()
 
     def _wait(self, container: Any, start: float, limit: float | None,
-              over_limit: Callable[[], bool]) -> tuple[bool, bool, int | None]:
+              over_limit: Callable[[], bool],
+              pump: threading.Thread | None = None) -> tuple[bool, bool, int | None]:
         """Poll until the container exits; stop it gracefully at the time or disk limit.
 
-        Returns whether the time limit fired, whether the disk filled, and the peak memory.
+        Between two looks it waits on ``pump``, the copy of the container's attach stream,
+        which ends when the container does: an exit is seen at once, not up to
+        :data:`POLL_S` later. Returns whether the time limit fired, whether the disk
+        filled, and the peak memory.
         """
         deadline = None if limit is None else start + limit
         peak_file = None
@@ -487,7 +568,10 @@ class DockerSandbox(Sandbox):
                 # SIGTERM to docker-init, which passes it on; SIGKILL after the grace period.
                 container.stop(timeout=int(round(self.request.limits.grace_s)))
                 return timed_out, disk_full, peak
-            time.sleep(POLL_S)
+            if pump is not None and pump.is_alive():
+                pump.join(POLL_S)
+            else:
+                time.sleep(POLL_S)
 
     def collect(self) -> Path:
         """The host folder behind ``/output``."""
@@ -499,16 +583,15 @@ class DockerSandbox(Sandbox):
 
         if getattr(self, "client", None) is not None and hasattr(self, "sandbox_id"):
             try:
-                leftovers = self.client.containers.list(
-                    all=True, filters={"label": f"{RUN_LABEL}={self.sandbox_id}"}
+                leftovers = self.client.api.containers(
+                    all=True, quiet=True, filters={"label": f"{RUN_LABEL}={self.sandbox_id}"}
                 )
                 for container in leftovers:
-                    container.remove(force=True)
+                    with contextlib.suppress(docker.errors.NotFound):
+                        self.client.api.remove_container(container["Id"], force=True)
             except docker.errors.DockerException as exc:
                 log.warning("containers of sandbox %s not removed: %s", self.sandbox_id, exc)
-        if getattr(self, "client", None) is not None:
-            self.client.close()
-            self.client = None
+        self.client = None  # the process's shared client (shared_engine) stays open
         if getattr(self, "network", None) is not None:
             self.network.close()  # type: ignore[union-attr]
             self.network = None
