@@ -87,6 +87,14 @@ class RunIdentity:
                    harness=str(cfg.harness.name), effort=str(cfg.effort.name), repeat=repeat,
                    default_harness=cfg.model.get("default_harness"))
 
+    def again(self, repeat: int) -> RunIdentity:
+        """The same run's identity at another ``repeat`` (its own run key)."""
+        from spu.runner import run_key
+
+        key = run_key(self.model, self.harness, self.effort, self.task_id, self.task_version,
+                      repeat)
+        return replace(self, run_key=key, repeat=repeat)
+
 
 def tracking_target(cfg: DictConfig, output_root: Path) -> TrackingTarget | None:
     """Where ``cfg``'s runs are tracked, or None with tracking off."""

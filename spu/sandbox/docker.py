@@ -42,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +96,12 @@ def docker_client(timeout: float = 120) -> Any:
     return docker.from_env(timeout=int(timeout))
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Engine:
-    """This process's client of the engine, with what a sweep asks of it once."""
+    """This process's client of the engine, with its number of CPUs (asked once)."""
 
     client: Any
     cpus: int
-    images: set[str] = field(default_factory=set)
-    """Images seen present (a removed one fails the container's creation, with the reason)."""
 
 
 _ENGINES: dict[int, _Engine] = {}
@@ -334,7 +332,11 @@ class DockerSandbox(Sandbox):
         return LAYOUT
 
     def _engine(self, timeout: float) -> _Engine:
-        """This process's engine client, answering, with :attr:`image` present."""
+        """This process's engine client, answering, with :attr:`image` present.
+
+        The image is looked up for each run (which also shows the client still reaches
+        the engine: one made before the engine restarted is replaced).
+        """
         import requests
 
         import docker
@@ -342,9 +344,7 @@ class DockerSandbox(Sandbox):
         for attempt in (0, 1):
             try:
                 engine = shared_engine(timeout, fresh=bool(attempt))
-                if self.image not in engine.images:
-                    engine.client.images.get(self.image)
-                    engine.images.add(self.image)
+                engine.client.api.inspect_image(self.image)
                 return engine
             except docker.errors.ImageNotFound:
                 raise SandboxError(f"docker image {self.image!r} not found: "

@@ -50,6 +50,7 @@ from spu.tracking.locks import FileLock
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
 
 if TYPE_CHECKING:
+    from mlflow.store.artifact.artifact_repo import ArtifactRepository
     from mlflow.tracking import MlflowClient
 
 log = logging.getLogger(__name__)
@@ -424,7 +425,8 @@ def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) ->
                             tags={"run_key": record.run_key, "attempt": str(record.attempt)})
     run_id = run.info.run_id
     try:
-        _log_record(client, run_id, record, run_dir, blob_root(target))
+        _log_record(client, run_id, record, run_dir, blob_root(target),
+                    run_artifacts(run.info.artifact_uri, target.uri))
     except BaseException:
         try:  # best effort: a full or locked store fails this too; the next launch closes it
             client.set_terminated(run_id, status="FAILED")
@@ -435,8 +437,19 @@ def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) ->
     return run_id
 
 
+def run_artifacts(artifact_uri: str, tracking_uri: str) -> ArtifactRepository:
+    """The artifact store of a run whose artifact URI is known.
+
+    ``create_run`` returns it; ``MlflowClient.log_artifact`` would ask the store for the
+    whole run again (its params, metrics and tags) to find it.
+    """
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    return get_artifact_repository(artifact_uri, tracking_uri=tracking_uri)
+
+
 def _log_record(client: MlflowClient, run_id: str, record: RunRecord, run_dir: Path,
-                blobs: str | None) -> None:
+                blobs: str | None, artifacts: ArtifactRepository) -> None:
     import time
 
     from mlflow.entities import Metric, Param, RunTag
@@ -451,7 +464,7 @@ def _log_record(client: MlflowClient, run_id: str, record: RunRecord, run_dir: P
     for batch in _chunks(metrics[:split], BATCH_LIMITS["metrics"]):
         client.log_batch(run_id, metrics=batch)
     client.log_batch(run_id, metrics=metrics[split:], params=params, tags=tags)
-    skipped = log_run_artifacts(client, run_id, run_dir, blobs)
+    skipped = log_run_artifacts(artifacts, run_dir, blobs)
     if skipped:
         client.set_tag(run_id, "artifacts_skipped", ", ".join(skipped)[:5000])
     status = "FAILED" if record.outcome is Outcome.infra_error else "FINISHED"
@@ -489,9 +502,9 @@ def _regular_files(folder: Path, skipped: list[str]) -> Iterator[Path]:
                        if e.is_dir(follow_symlinks=False))
 
 
-def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path,
+def log_run_artifacts(artifacts: ArtifactRepository, run_dir: Path,
                       blobs: str | None = None) -> list[str]:
-    """Log the run folder's artifacts; returns the files left out (too large).
+    """Log the run folder's artifacts into a run's store; returns the files left out.
 
     With ``blobs`` (an artifact URI, :func:`blob_root`), a file over
     :data:`STORE_ONCE_ABOVE_BYTES` is stored there once by content and logged as a
@@ -501,7 +514,7 @@ def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path,
     for name in ARTIFACT_FILES:
         path = run_dir / name
         if path.is_file() and not path.is_symlink():
-            client.log_artifact(run_id, str(path))
+            artifacts.log_artifact(str(path))
     with tempfile.TemporaryDirectory(prefix="spu-logs-") as scratch:
         for folder in ARTIFACT_DIRS:
             base = run_dir / folder
@@ -526,7 +539,7 @@ def log_run_artifacts(client: MlflowClient, run_id: str, run_dir: Path,
                     path = Path(scratch) / "refs" / rel.parent / f"{path.name}.blob.json"
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(dataclasses.asdict(ref), indent=1))
-                client.log_artifact(run_id, str(path), artifact_path=str(rel.parent))
+                artifacts.log_artifact(str(path), artifact_path=str(rel.parent))
     return skipped
 
 

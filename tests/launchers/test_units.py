@@ -230,3 +230,39 @@ def test_longest_expected_first_uses_history_of_the_same_configuration_and_task(
     # a/t9: a's median 55; c/t1: no configuration history, every run's median 60.
     assert expected == [10.0, 60.0, 55.0, 100.0, 60.0]
     assert longest_expected_first(expected) == [3, 1, 4, 2, 0]
+
+
+def test_a_repeat_copied_from_its_configuration_equals_its_own_composition(compose,
+                                                                           tmp_path) -> None:
+    """Repeats get the first job's config, request and identity, changed where a repeat
+    changes them: the same as composing each in full."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.spu_ray_launcher._driver import JobComposer, compose_job
+    from spu.overrides import config_groups
+
+    cfg = compose("hydra/launcher=ray_local", "task=example-coupling-conditions",
+                  return_hydra_config=True)
+    with config_groups() as groups:
+        launcher = SimpleNamespace(hydra_context=SimpleNamespace(config_loader=groups.loader),
+                                   config=cfg, resources=cfg.hydra.launcher.resources)
+        sweep = tmp_path / "sweep"
+        composer = JobComposer(launcher, sweep)  # type: ignore[arg-type]
+        batch = [["model=random", "task=example-coupling-conditions", f"repeat={r}"]
+                 for r in (0, 1, 4)]
+        copied = [composer.compose(o, i) for i, o in enumerate(batch)]
+        full = [compose_job(launcher, o, i, sweep) for i, o in enumerate(batch)]  # type: ignore[arg-type]
+        assert len(composer.configs) == 1, "the repeats were composed again"
+        for mine, theirs in zip(copied, full, strict=True):
+            assert mine.identity == theirs.identity and mine.identity is not None
+            assert (mine.folder, mine.request, mine.overrides) == (
+                theirs.folder, theirs.request, theirs.overrides)
+            assert OmegaConf.to_container(mine.config, resolve=False) == \
+                OmegaConf.to_container(theirs.config, resolve=False)
+        assert len({j.identity.run_key for j in copied}) == 3  # type: ignore[union-attr]
+        assert [j.config.repeat for j in copied] == [0, 1, 4]
+        assert not JobComposer.names_its_repeat(full[0].config)
+        named = compose_job(launcher, [*batch[0], "hydra.sweep.subdir=r${repeat}"], 0, sweep)  # type: ignore[arg-type]
+        assert JobComposer.names_its_repeat(named.config)

@@ -104,3 +104,65 @@ def test_containers_of_a_killed_driver_are_removed_by_the_next_sandbox(request) 
                 stale.remove(force=True)
     finally:
         client.close()
+
+
+def test_runs_of_one_process_share_a_client_and_one_left_from_a_gone_engine_is_replaced(
+        request, tmp_path) -> None:
+    """A sweep's runs reuse one client; a client that no longer reaches the engine (it
+    restarted: here, a socket nobody listens on) is replaced, and the run goes on."""
+    import docker
+
+    from spu.sandbox import SandboxRequest, get_sandbox
+    from spu.sandbox.docker import _ENGINES, _Engine
+    from spu.tasks import load_task
+    from spu.tasks.package import stage_public_files
+    from tests.conftest import EXAMPLE_TASK
+    from tests.sandbox.conftest import require_backend
+
+    options = require_backend(request, "docker")
+    task = load_task(EXAMPLE_TASK)
+
+    def prepared(name: str):
+        run_dir = tmp_path / name
+        sandbox = get_sandbox("docker")(options=options)
+        sandbox.prepare(SandboxRequest(
+            task_dir=stage_public_files(task, run_dir / "task"), run_dir=run_dir,
+            limits=RunLimits(time_s=60, memory_gb=0.25, cpus=1, grace_s=1), network=False))
+        return sandbox, run_dir
+
+    first, _ = prepared("first")
+    client = first.client
+    first.cleanup()
+    second, _ = prepared("second")
+    assert second.client is client, "the second run made a client of its own"
+    second.cleanup()
+
+    key = next(k for k, engine in _ENGINES.items() if engine.client is client)
+    gone = docker.DockerClient(base_url=f"unix://{tmp_path / 'no-engine.sock'}", version="1.41")
+    _ENGINES[key] = _Engine(gone, 1)
+    third, run_dir = prepared("third")
+    try:
+        assert third.client is not gone and _ENGINES[key].client is third.client
+        evidence = third.exec(["sh", "-c", "echo ran"], {}, stdout=run_dir / "out.log",
+                              stderr=run_dir / "err.log")
+        assert evidence.exit_code == 0 and evidence.error is None
+        assert (run_dir / "out.log").read_text() == "ran\n"
+    finally:
+        third.cleanup()
+
+
+def test_stale_containers_are_looked_for_once_a_minute_per_process(monkeypatch) -> None:
+    """Each run used to list every container of the engine; now a process does it when
+    it has not for :data:`STALE_EVERY_S`."""
+    from spu.sandbox import docker as backend
+
+    looked: list[object] = []
+    monkeypatch.setattr(backend, "remove_stale_containers", looked.append)
+    monkeypatch.setattr(backend, "_STALE_CHECKED", [float("-inf")])
+    for _ in range(3):
+        backend.remove_stale_when_due("client")
+    assert looked == ["client"]
+    monkeypatch.setattr(backend, "_STALE_CHECKED", [0.0])  # as if a minute went by
+    monkeypatch.setattr(backend.time, "monotonic", lambda: backend.STALE_EVERY_S + 1)
+    backend.remove_stale_when_due("client")
+    assert looked == ["client", "client"]

@@ -32,6 +32,7 @@ import gc
 import logging
 import os
 import pickle
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -139,17 +140,18 @@ class JobComposer:
     Hydra composes every job from scratch (about 50 ms each on an idle machine, seconds
     on a loaded one); the jobs of ``repeat=0,1,2,3,4`` differ in one number. A job whose
     overrides equal an earlier job's but for a plain ``repeat=N`` gets a copy of that
-    job's config with ``repeat`` (and the override lists Hydra keeps) changed, and a copy
-    of its run spec. The copy is unpickled from the first job's config, pickled once:
-    that takes a fifth of the time of a deep copy, which costs 15-30 ms a job. A sweep
-    folder named after the overrides (``hydra.sweep.subdir=${hydra.job.override_dirname}``)
-    is composed in full.
+    job's config with ``repeat`` (and the override lists Hydra keeps) changed, that job's
+    resource request, its identity with the repeat's run key, and a copy of its run spec.
+    The copy is unpickled from the first job's config, pickled once: that takes a fifth
+    of the time of a deep copy, which costs 15-30 ms a job. A sweep folder named after
+    the overrides (``hydra.sweep.subdir=${hydra.job.override_dirname}``), or a config
+    with another value interpolating ``${repeat}``, is composed in full.
     """
 
     def __init__(self, launcher: SPURayLauncher, sweep_dir: Path) -> None:
         self.launcher = launcher
         self.sweep_dir = sweep_dir
-        self.configs: dict[tuple[str, ...], tuple[bytes, str]] = {}
+        self.configs: dict[tuple[str, ...], tuple[bytes, str, SweepJob]] = {}
         self.specs: dict[tuple[str, ...], Any] = {}
 
     @staticmethod
@@ -170,12 +172,10 @@ class JobComposer:
         held = self.configs.get(rest) if repeat is not None else None
         if held is None:
             job = compose_job(self.launcher, overrides, idx, self.sweep_dir)
-            subdir = str(OmegaConf.select(job.config, "hydra.sweep.subdir", default=""))
-            raw = OmegaConf.to_container(job.config.hydra.sweep, resolve=False)
-            if repeat is not None and "override_dirname" not in str(raw) + subdir:
-                self.configs[rest] = (pickle.dumps(job.config), repeat)
+            if repeat is not None and not self.names_its_repeat(job.config):
+                self.configs[rest] = (pickle.dumps(job.config), repeat, job)
             return job
-        base, base_repeat = held
+        base, base_repeat, first = held
         cfg = pickle.loads(base)  # noqa: S301 - this process's own config, pickled above
         with open_dict(cfg), read_write(cfg.hydra):
             cfg.repeat = int(repeat)  # type: ignore[arg-type]
@@ -184,7 +184,26 @@ class JobComposer:
             cfg.hydra.overrides.task = task_overrides
             cfg.hydra.job.override_dirname = str(cfg.hydra.job.override_dirname).replace(
                 f"repeat={base_repeat}", f"repeat={repeat}")
-        return job_of(self.launcher, cfg, list(overrides), idx, self.sweep_dir)
+            cfg.hydra.job.id = idx
+            cfg.hydra.job.num = idx
+        # The first job's paths are absolute and its sweep folder fixed already (job_of).
+        folder = self.sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+        identity = first.identity.again(int(repeat)) if first.identity else None
+        return SweepJob(idx=idx, overrides=list(overrides), config=cfg, folder=folder,
+                        identity=identity, request=first.request)
+
+    @staticmethod
+    def names_its_repeat(config: DictConfig) -> bool:
+        """True when a value other than ``repeat`` itself may change with it.
+
+        That is a sweep folder named after the overrides, or an interpolation of
+        ``${repeat}``.
+        """
+        subdir = str(OmegaConf.select(config, "hydra.sweep.subdir", default=""))
+        raw = OmegaConf.to_container(config.hydra.sweep, resolve=False)
+        if "override_dirname" in str(raw) + subdir:
+            return True
+        return re.search(r"\$\{[^}]*\brepeat\b", OmegaConf.to_yaml(config)) is not None
 
     def spec(self, job: SweepJob) -> Any:
         """The job's :class:`~spu.runner.RunSpec`, converted once per configuration."""
