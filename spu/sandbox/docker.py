@@ -479,13 +479,14 @@ class DockerSandbox(Sandbox):
                         error=f"container did not start: {exc.explanation or exc}",
                         duration_s=time.monotonic() - start,
                     )
-                timed_out, disk_full, peak = self._wait(container, start, limit,
-                                                        self._over_limit, pump)
+                timed_out, disk_full, peak, state = self._wait(container, start, limit,
+                                                               self._over_limit, pump)
                 # A writer that filled its layer and exited at once (the layer goes with
                 # the container: measured now).
                 disk_full = disk_full or (not timed_out and self.layer.full(now=True))
                 duration = time.monotonic() - start
-                state = self.client.api.inspect_container(container.id)["State"]
+                if state is None:  # stopped by this process: how it ended is known now
+                    state = self.client.api.inspect_container(container.id)["State"]
                 pump.join(timeout=max(5.0, self.request.limits.grace_s))
                 stream.close()
                 dropped = out.close() + err.close()
@@ -538,13 +539,15 @@ class DockerSandbox(Sandbox):
 
     def _wait(self, container: Any, start: float, limit: float | None,
               over_limit: Callable[[], bool],
-              pump: threading.Thread | None = None) -> tuple[bool, bool, int | None]:
+              pump: threading.Thread | None = None,
+              ) -> tuple[bool, bool, int | None, dict[str, Any] | None]:
         """Poll until the container exits; stop it gracefully at the time or disk limit.
 
         Between two looks it waits on ``pump``, the copy of the container's attach stream,
         which ends when the container does: an exit is seen at once, not up to
         :data:`POLL_S` later. Returns whether the time limit fired, whether the disk
-        filled, and the peak memory.
+        filled, the peak memory, and the container's final state where it exited by
+        itself (None where this process stopped it).
         """
         deadline = None if limit is None else start + limit
         peak_file = None
@@ -552,7 +555,7 @@ class DockerSandbox(Sandbox):
         while True:
             state = self.client.api.inspect_container(container.id)["State"]
             if not state.get("Running"):
-                return False, False, peak
+                return False, False, peak, state
             if peak_file is None and state.get("Pid"):
                 peak_file = _memory_cgroup_file(int(state["Pid"]))
             seen = _read_int(peak_file)
@@ -561,13 +564,13 @@ class DockerSandbox(Sandbox):
             if self.stop_requested.is_set():
                 # Asked to stop (a monitor saw the key rejected): not a timeout.
                 container.stop(timeout=int(round(self.request.limits.grace_s)))
-                return False, False, peak
+                return False, False, peak, None
             timed_out = deadline is not None and time.monotonic() >= deadline
             disk_full = not timed_out and over_limit()
             if timed_out or disk_full:
                 # SIGTERM to docker-init, which passes it on; SIGKILL after the grace period.
                 container.stop(timeout=int(round(self.request.limits.grace_s)))
-                return timed_out, disk_full, peak
+                return timed_out, disk_full, peak, None
             if pump is not None and pump.is_alive():
                 pump.join(POLL_S)
             else:
