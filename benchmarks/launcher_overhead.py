@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/launcher_overhead.py [--runs 300] [--reference-runs 40]
-        [--docker-runs 60] [--profile-runs 10] [--slots CPUS] [--no-full] [--skip-docker]
+        [--docker-runs RUNS] [--profile-runs 10] [--slots CPUS] [--no-full] [--skip-docker]
 
 A no-op agent (``harness=command``, a shell script that exits at once: every run is
 graded ``no_file``) on one example task, with **bubblewrap isolation, isolated grading
@@ -26,6 +26,9 @@ With ``--full`` (the default) the same sweeps run again with all three, as print
    runs/min.
 3. The same two sweeps with ``sandbox=docker`` (one container per run, with init,
    limits and no network), where a Docker engine answers; target: under 0.6 s per run.
+   The fast sweep has as many runs as the first (``--docker-runs``), so that both carry
+   the same share of the sweep's start-up: each line also prints when the first run was
+   recorded and the seconds per run after it.
 
 Both references are measured in the same call, on the same machine; the load the
 machine carried (``os.getloadavg``) is printed with them. The CPU is the whole
@@ -43,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,8 +131,29 @@ def busy_cpu_seconds() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """One timed sweep."""
+
+    runs: int
+    seconds: float
+    """From the command's start to its exit."""
+    cpu: float
+    """The whole machine's CPU seconds meanwhile."""
+    first: float
+    """Seconds until the first run's record was written (the sweep's start-up)."""
+
+    def line(self) -> str:
+        """Runs per minute, seconds per run, CPU per run, and the start-up apart."""
+        after = (self.seconds - self.first) / max(1, self.runs - 1)
+        return (f"{self.runs:4d} runs in {self.seconds:7.1f} s = "
+                f"{self.runs / self.seconds * 60:7.1f} runs/min ({self.seconds / self.runs:.3f} "
+                f"s/run); CPU {self.cpu / self.runs:.3f} s/run (the machine's); first run "
+                f"recorded after {self.first:.1f} s, then {after:.3f} s/run")
+
+
 def sweep_seconds(launcher: str, runs: int, work: Path, sandbox: str,
-                  extra: tuple[str, ...] = ()) -> tuple[float, float]:
+                  extra: tuple[str, ...] = ()) -> Sweep:
     """Wall time and CPU time of one sweep of ``runs`` no-op runs under ``launcher``.
 
     The CPU time is the whole machine's (:func:`busy_cpu_seconds`), a Docker engine's
@@ -144,38 +169,42 @@ def sweep_seconds(launcher: str, runs: int, work: Path, sandbox: str,
         argv.append("hydra.launcher.progress=off")
     before = busy_cpu_seconds()
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    sweep = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    first = None
+    while first is None and sweep.poll() is None:
+        if next((out / "runs").glob("*/run.json"), None) is not None:
+            first = time.perf_counter() - start
+        else:
+            time.sleep(0.1)
+    stdout, stderr = sweep.communicate()
     seconds = time.perf_counter() - start
     cpu = busy_cpu_seconds() - before
+    done = subprocess.CompletedProcess(argv, sweep.returncode, stdout, stderr)
     if done.returncode != 0:
         sys.exit(f"{launcher} sweep failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     finished = len(list((out / "runs").glob("*/run.json")))
     if finished != runs:
         sys.exit(f"{launcher} sweep left {finished} runs, not {runs}")
     shutil.rmtree(out, ignore_errors=True)
-    return seconds, cpu
+    return Sweep(runs, seconds, cpu, seconds if first is None else first)
 
 
 def compare(title: str, reference_runs: int, runs: int, work: Path, sandbox: str,
             fast_extra: tuple[str, ...], common: tuple[str, ...] = ()) -> tuple[float, float]:
     """Time the current path and the fast path; print both and the ratio."""
     load = os.getloadavg()[0]
-    current, current_cpu = sweep_seconds("basic", reference_runs, work, sandbox, common)
-    fast, fast_cpu = sweep_seconds("ray_local", runs, work, sandbox, (*common, *fast_extra))
+    current = sweep_seconds("basic", reference_runs, work, sandbox, common)
+    fast = sweep_seconds("ray_local", runs, work, sandbox, (*common, *fast_extra))
     load = max(load, os.getloadavg()[0])
     cpus = os.cpu_count() or 1
     print(f"{title} (load average up to {load:.1f} on {cpus} CPUs)")
-    rates = {}
-    for name, n, seconds, cpu in (("current: basic (reference)", reference_runs, current,
-                                   current_cpu),
-                                  ("fast: ray_local", runs, fast, fast_cpu)):
-        rates[name] = n / seconds * 60
-        print(f"  {name:<28} {n:4d} runs in {seconds:7.1f} s = {rates[name]:7.1f} runs/min "
-              f"({seconds / n:.3f} s/run); CPU {cpu / n:.3f} s/run (the machine's)")
-    ratio = rates["fast: ray_local"] / rates["current: basic (reference)"]
+    print(f"  {'current: basic (reference)':<28} {current.line()}")
+    print(f"  {'fast: ray_local':<28} {fast.line()}")
+    ratio = current.seconds / current.runs / (fast.seconds / fast.runs)
     print(f"  ratio fast / current (runs per minute): {ratio:.2f}; "
-          f"(CPU per run): {(fast_cpu / runs) / (current_cpu / reference_runs):.2f}")
-    return rates["fast: ray_local"], fast / runs
+          f"(CPU per run): {(fast.cpu / fast.runs) / (current.cpu / current.runs):.2f}")
+    return fast.runs / fast.seconds * 60, fast.seconds / fast.runs
 
 
 def main() -> int:
@@ -184,7 +213,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=300, help="runs of the fast-path sweep")
     parser.add_argument("--reference-runs", type=int, default=40,
                         help="runs of the current-path sweep (it is slow)")
-    parser.add_argument("--docker-runs", type=int, default=60)
+    parser.add_argument("--docker-runs", type=int, default=None,
+                        help="runs of the fast-path sweep with sandbox=docker (default: "
+                             "--runs, so that both carry the same share of start-up)")
     parser.add_argument("--profile-runs", type=int, default=10)
     parser.add_argument("--full", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the sweeps with a default run's network, tools and "
@@ -229,7 +260,8 @@ def main() -> int:
             return 0
         _, per_run = compare("sweeps: no-op agent, sandbox=docker (container with init, "
                              "limits, no network), isolated grading, tracking on",
-                             max(5, args.reference_runs // 2), args.docker_runs, work,
+                             max(5, args.reference_runs // 2),
+                             args.docker_runs or args.runs, work,
                              "docker", fast_extra, BARE)
         print(f"  target < 0.6 s/run: {'met' if per_run < 0.6 else 'NOT met'} "
               f"({per_run:.3f} s/run)")
