@@ -238,9 +238,9 @@ def test_a_repeat_copied_from_its_configuration_equals_its_own_composition(compo
     changes them: the same as composing each in full."""
     from types import SimpleNamespace
 
+    from hydra_plugins.spu_ray_launcher._driver import JobComposer, compose_job
     from omegaconf import OmegaConf
 
-    from hydra_plugins.spu_ray_launcher._driver import JobComposer, compose_job
     from spu.overrides import config_groups
 
     cfg = compose("hydra/launcher=ray_local", "task=example-coupling-conditions",

@@ -111,7 +111,6 @@ def test_runs_of_one_process_share_a_client_and_one_left_from_a_gone_engine_is_r
     """A sweep's runs reuse one client; a client that no longer reaches the engine (it
     restarted: here, a socket nobody listens on) is replaced, and the run goes on."""
     import docker
-
     from spu.sandbox import SandboxRequest, get_sandbox
     from spu.sandbox.docker import _ENGINES, _Engine
     from spu.tasks import load_task
