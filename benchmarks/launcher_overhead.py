@@ -180,9 +180,8 @@ def sweep_seconds(launcher: str, runs: int, work: Path, sandbox: str,
     stdout, stderr = sweep.communicate()
     seconds = time.perf_counter() - start
     cpu = busy_cpu_seconds() - before
-    done = subprocess.CompletedProcess(argv, sweep.returncode, stdout, stderr)
-    if done.returncode != 0:
-        sys.exit(f"{launcher} sweep failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    if sweep.returncode != 0:
+        sys.exit(f"{launcher} sweep failed:\n{stdout[-2000:]}\n{stderr[-2000:]}")
     finished = len(list((out / "runs").glob("*/run.json")))
     if finished != runs:
         sys.exit(f"{launcher} sweep left {finished} runs, not {runs}")
