@@ -1,0 +1,60 @@
+"""The documentation: a README that stays a landing page, and a docs site that builds.
+
+Issue 24: the README is at most 200 lines; everything else is a page of the MkDocs site
+(``mkdocs.yml``), and ``mkdocs build --strict`` passes, so a broken link, a page missing
+from the navigation or a bad anchor fails here. The commands of every page are run by
+``tests/test_docs_commands.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+README_MAX_LINES = 200
+
+
+def _nav_pages(nav: list) -> list[str]:
+    pages: list[str] = []
+    for entry in nav:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages.extend(_nav_pages(value) if isinstance(value, list) else [value])
+    return pages
+
+
+def test_the_readme_is_a_landing_page_of_at_most_200_lines() -> None:
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+
+
+def test_every_page_of_docs_is_in_the_site_navigation_and_every_readme_link_resolves() -> None:
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    pages = set(_nav_pages(config["nav"]))
+    on_disk = {p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md")}
+    assert on_disk == pages, f"not in nav: {sorted(on_disk - pages)}; missing: {sorted(pages - on_disk)}"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for target in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (REPO / target).is_file(), f"README links to {target}, which does not exist"
+
+
+@pytest.mark.slow
+def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    if not mkdocs.exists() and shutil.which("mkdocs") is None:
+        pytest.skip("mkdocs is not installed (pip package mkdocs-material, in the test extra)")
+    command = [str(mkdocs) if mkdocs.exists() else "mkdocs", "build", "--strict",
+               "--site-dir", str(tmp_path / "site")]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "Science Prediction Universe" in index
+    assert (tmp_path / "site" / "security" / "index.html").is_file()
