@@ -87,7 +87,7 @@ def group_entry_points(group: str) -> dict[str, EntryPoint]:
 class Registry(Generic[T]):
     """Classes of one kind by name, from one entry point group, imported on first use."""
 
-    def __init__(self, kind: str, group: str, base: type[T]) -> None:
+    def __init__(self, kind: str, group: str, base: type) -> None:
         self.kind = kind
         self.group = group
         self.base = base
@@ -148,4 +148,4 @@ class Registry(Generic[T]):
         if ":" not in ep.name and declared != ep.name:
             raise RegistryError(f"{where}: the class says name = {declared!r}; set its "
                                 f"name to {ep.name!r}, the entry point's")
-        return obj
+        return obj  # type: ignore[return-value]
