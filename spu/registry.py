@@ -132,11 +132,12 @@ class Registry(Generic[T]):
             if found is None:
                 raise self.unknown(name)
             ep = found
-        cls = self._load(ep)
+        cls = self.load(ep)
         self._classes[name] = cls
         return cls
 
-    def _load(self, ep: EntryPoint) -> type[T]:
+    def load(self, ep: EntryPoint) -> type[T]:
+        """The class entry point ``ep`` names, checked (see :meth:`get`)."""
         where = f"{self.kind} {ep.name!r} ({ep.value}, entry point group {self.group})"
         try:
             obj = ep.load()
