@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from spu.registry import SANDBOXES, Registry
-from spu.sandbox.options import SandboxOptions
+from spu.sandbox.options import SandboxOptions, check_options
 from spu.schema import ProcessEvidence, SandboxInfo
 
 
@@ -167,7 +167,8 @@ class Sandbox(ABC):
     :func:`spu.sandbox.options.backend_options` before the run starts."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options = dict(options or {})
+        self.options = check_options(self.name, self.options_model, options or {})
+        """Every option of :attr:`options_model`, checked (SandboxOptionsError if not)."""
         self.stop_requested = threading.Event()
         """Set by :meth:`request_stop`; a running :meth:`exec` stops its agent gracefully."""
 
