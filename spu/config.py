@@ -74,7 +74,7 @@ class HarnessConfig:
     """Extra environment variables for the agent."""
     efforts: dict[str, str] = field(default_factory=dict)
     """Effort name -> this harness's setting for it, over the harness class's own
-    ``efforts`` (``harness.efforts.max=high`` runs ``effort=max`` at the CLI's ``high``)."""
+    ``efforts`` (``+harness.efforts.max=high`` runs ``effort=max`` at the CLI's ``high``)."""
 
 
 @dataclass

@@ -168,7 +168,7 @@ class Harness(ABC):
             return None
         raise HarnessError(f"effort={name} has no value for harness={self.cfg.name}; its "
                            f"efforts: {', '.join(sorted(levels))} (or set "
-                           f"harness.efforts.{name}=VALUE)")
+                           f"+harness.efforts.{name}=VALUE)")
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise :class:`HarnessError` when this model/effort cannot run in this harness."""

@@ -19,7 +19,7 @@ import pytest
 from spu.config import SandboxConfig
 from spu.harness import HarnessError, get_harness
 from spu.harness.base import harness_names
-from spu.registry import HARNESSES, SANDBOXES, TOOLS_PROVIDERS, RegistryError, Registry
+from spu.registry import HARNESSES, SANDBOXES, TOOLS_PROVIDERS, Registry, RegistryError
 from spu.sandbox.base import Sandbox, get_sandbox, sandbox_names
 from spu.sandbox.options import DockerOptions, SandboxOptionsError, backend_options
 from spu.tools.providers import get_provider, provider_names
