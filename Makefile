@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/plugins/spu_example_plugin/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=40
 # The newest published agent CLIs the tests also run (npm view <package> version); the
 # paper's versions are the defaults pinned in conf/harness/.
@@ -14,10 +14,11 @@ NEWEST_CODEX ?= 0.171.0
 
 .PHONY: setup demo test check lint typecheck system-deps test-system-deps cli-tools clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tests/plugins/spu_example_plugin/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q --no-deps -e tests/plugins/spu_example_plugin
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

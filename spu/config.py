@@ -72,17 +72,19 @@ class HarnessConfig:
     """Cached folder the CLI is installed into (mounted read-only in the sandbox)."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the agent."""
+    efforts: dict[str, str] = field(default_factory=dict)
+    """Effort name -> this harness's setting for it, over the harness class's own
+    ``efforts`` (``+harness.efforts.max=high`` runs ``effort=max`` at the CLI's ``high``)."""
 
 
 @dataclass
 class EffortConfig:
-    """A reasoning effort, mapped per harness (``conf/effort``)."""
+    """A reasoning effort (``conf/effort``), mapped by each harness to its own setting.
+
+    See :attr:`spu.harness.base.Harness.efforts`.
+    """
 
     name: str = MISSING
-    claude_code: str | None = None
-    """Value of ``claude --effort``."""
-    codex: str | None = None
-    """Value of Codex ``model_reasoning_effort``."""
 
 
 @dataclass
@@ -125,6 +127,9 @@ class SandboxConfig:
     """GPU ids assigned by the launcher; empty means none or let the backend choose."""
     grader_isolation: str = "auto"
     """Isolation of the grading process: ``auto``, ``bwrap``, ``netns`` or ``none``."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Options of the backend, which checks them itself (``Sandbox.options_model``): a
+    backend of another package takes its settings here, e.g. ``sandbox.options.x=1``."""
 
 
 @dataclass

@@ -78,7 +78,36 @@ def _group_rows(kind: str) -> list[dict[str, Any]]:
             data = OmegaConf.to_container(merged, resolve=True)
             assert isinstance(data, dict)
             rows.append({"option": name, **{str(k): v for k, v in data.items()}})
+        if group == "effort":
+            mapped = harness_efforts(groups)
+            for row in rows:
+                row["harnesses"] = {h: levels[row["name"]] for h, levels in mapped.items()
+                                    if row["name"] in levels}
     return rows
+
+
+def harness_efforts(groups: Any) -> dict[str, dict[str, str]]:
+    """``harness=`` option -> its effort levels (its class's, then its config file's).
+
+    Options whose class has no efforts, or does not load, are left out.
+    """
+    from omegaconf import OmegaConf
+
+    from spu.harness.base import get_harness
+
+    out: dict[str, dict[str, str]] = {}
+    for option in groups.options("harness"):
+        found = groups.loader.repository.load_config(f"harness/{option}").config
+        try:
+            levels = dict(get_harness(str(found.get("name", option))).efforts)
+        except KeyError:
+            continue  # a plugin that does not load; selecting it says why
+        extra = OmegaConf.to_container(found.get("efforts") or OmegaConf.create({}))
+        if isinstance(extra, dict):
+            levels.update({str(k): str(v) for k, v in extra.items()})
+        if levels:
+            out[option] = levels
+    return out
 
 
 def _task_rows(names: list[str]) -> list[dict[str, Any]]:
@@ -104,8 +133,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
                ("default_harness", "harness"), ("api_key_env", "API key variable"),
                ("_prices", "USD per M tokens: input / cache read / cache write / output")),
     "harnesses": (("option", "harness="), ("_runs", "runs"), ("_pin", "pinned CLI")),
-    "efforts": (("option", "effort="), ("claude_code", "claude --effort"),
-                ("codex", "Codex model_reasoning_effort")),
+    "efforts": (("option", "effort="), ("_harnesses", "each harness's setting")),
     "tasks": (("option", "task="), ("discipline", "discipline"), ("visibility", "visibility"),
               ("n_items", "experiments"), ("n_groups", "groups"), ("title", "title")),
 }
@@ -127,6 +155,9 @@ def _cell(kind: str, column: str, row: dict[str, Any]) -> str:
         if row.get("cli_package"):
             return f"the {row['option']} CLI"
         return "harness.entrypoint" if row["option"] == "command" else "baseline agents"
+    if column == "_harnesses":
+        mapped = row.get("harnesses") or {}
+        return ", ".join(f"{h}: {v}" for h, v in mapped.items()) or "-"
     if column == "_pin":
         version = row.get("version")
         return f"{row['cli_package']}@{version}" if row.get("cli_package") else "-"

@@ -1,50 +1,152 @@
-"""Extension by one file: a registry of classes selectable by name from the config.
+"""Extension by one file: classes selectable by name, found through entry points.
 
-Harnesses and sandbox backends each keep one :class:`Registry`. A built-in class is
-found by importing its module on first use (so nothing heavy loads before it is
-needed); a class outside spu is named ``package.module:Class``.
+Harnesses, sandbox backends and tools providers each keep one :class:`Registry`,
+filled from one entry point group of the installed distributions (spu's own built-in
+classes are declared the same way, in its ``pyproject.toml``):
+
+=========================  =====================================  ==================
+group                      selects                                base class
+=========================  =====================================  ==================
+``spu.harnesses``          ``harness.name`` (``harness=<name>``)  ``Harness``
+``spu.sandboxes``          ``sandbox.name`` (``sandbox=<name>``)  ``Sandbox``
+``spu.tools_providers``    ``tools.provider``                     ``Provider``
+=========================  =====================================  ==================
+
+An entry point ``name = "package.module:Class"`` makes ``Class`` selectable as
+``name``; only the module of the name asked for is imported, on first use. A class may
+also be named ``package.module:Class`` directly, or registered in code with
+:meth:`Registry.register` (tests). From a source checkout, spu's own
+``pyproject.toml`` is read as well, so a built-in class added there is found before the
+package is installed again.
 """
 
 from __future__ import annotations
 
-import importlib
+import tomllib
 from collections.abc import Mapping
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+HARNESSES = "spu.harnesses"
+"""Entry point group of harness classes."""
+SANDBOXES = "spu.sandboxes"
+"""Entry point group of sandbox backend classes."""
+TOOLS_PROVIDERS = "spu.tools_providers"
+"""Entry point group of tools provider classes."""
+CONF = "spu.conf"
+"""Entry point group of packages shipping Hydra config group files (``<package>/conf/``)."""
+
+SOURCE_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+"""spu's own ``pyproject.toml``, present in a source checkout."""
+
+
+class RegistryError(KeyError):
+    """No class of that name, or its entry point does not load; the message is one line."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+@cache
+def _source_entry_points() -> dict[str, dict[str, str]]:
+    """Group -> name -> value of spu's own ``pyproject.toml``, where this is a checkout."""
+    try:
+        data = tomllib.loads(SOURCE_PYPROJECT.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    project = data.get("project", {})
+    if project.get("name") != "spu":
+        return {}
+    groups = project.get("entry-points", {})
+    return {str(g): {str(k): str(v) for k, v in names.items()} for g, names in groups.items()
+            if isinstance(names, dict)}
+
+
+def group_entry_points(group: str) -> dict[str, EntryPoint]:
+    """Name -> entry point of ``group`` over the installed distributions and spu's checkout.
+
+    Raises:
+        RegistryError: two distributions declare one name with different classes.
+    """
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=group):
+        known = found.get(ep.name)
+        if known is not None and known.value != ep.value:
+            raise RegistryError(f"entry point group {group}: {ep.name!r} is declared twice, "
+                                f"as {known.value} and as {ep.value}; uninstall one of them")
+        found[ep.name] = ep
+    for name, value in _source_entry_points().get(group, {}).items():
+        found[name] = EntryPoint(name=name, value=value, group=group)
+    return found
+
 
 class Registry(Generic[T]):
-    """Classes of one kind, by name, with their built-in modules imported lazily."""
+    """Classes of one kind by name, from one entry point group, imported on first use."""
 
-    def __init__(self, kind: str, builtin_modules: Mapping[str, str]) -> None:
+    def __init__(self, kind: str, group: str, base: type) -> None:
         self.kind = kind
-        self.builtin_modules = dict(builtin_modules)
+        self.group = group
+        self.base = base
         self._classes: dict[str, type[T]] = {}
+        self._entry_points: dict[str, EntryPoint] | None = None
+
+    def entry_points(self) -> Mapping[str, EntryPoint]:
+        """Name -> entry point of this registry's group (read once)."""
+        if self._entry_points is None:
+            self._entry_points = group_entry_points(self.group)
+        return self._entry_points
 
     def register(self, cls: type[T]) -> type[T]:
         """Class decorator: make ``cls`` selectable by its ``name`` attribute."""
         self._classes[cls.name] = cls  # type: ignore[attr-defined]
         return cls
 
+    def names(self) -> list[str]:
+        """Every name this registry knows, sorted (nothing is imported)."""
+        return sorted(set(self.entry_points()) | set(self._classes))
+
+    def unknown(self, name: str) -> RegistryError:
+        """The one-line error for a name nobody declares, listing the known ones."""
+        return RegistryError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())} "
+                             f"(a class in another package is added by an entry point in "
+                             f"group {self.group})")
+
     def get(self, name: str) -> type[T]:
         """The class called ``name`` (or ``package.module:Class``), imported on first use.
 
-        Raises
-        ------
-        KeyError
-            When no such class exists; the message lists the known names.
+        Raises:
+            RegistryError: no such class, or its module does not import, or what the
+                entry point names is not a subclass of the registry's base class; the
+                message is one line (a :class:`KeyError`, as before entry points).
         """
         if name in self._classes:
             return self._classes[name]
         if ":" in name:
-            module, _, attr = name.partition(":")
-            cls: type[T] = getattr(importlib.import_module(module), attr)
-            self._classes[name] = cls
-            return cls
-        builtin = self.builtin_modules.get(name)
-        if builtin is None:
-            known = ", ".join(sorted(set(self.builtin_modules) | set(self._classes)))
-            raise KeyError(f"unknown {self.kind} {name!r}; known: {known}")
-        importlib.import_module(builtin)
-        return self._classes[name]
+            ep = EntryPoint(name=name, value=name, group=self.group)
+        else:
+            found = self.entry_points().get(name)
+            if found is None:
+                raise self.unknown(name)
+            ep = found
+        cls = self.load(ep)
+        self._classes[name] = cls
+        return cls
+
+    def load(self, ep: EntryPoint) -> type[T]:
+        """The class entry point ``ep`` names, checked (see :meth:`get`)."""
+        where = f"{self.kind} {ep.name!r} ({ep.value}, entry point group {self.group})"
+        try:
+            obj = ep.load()
+        except (ImportError, AttributeError) as exc:
+            raise RegistryError(f"{where} does not load: {type(exc).__name__}: {exc}") from None
+        if not (isinstance(obj, type) and issubclass(obj, self.base)):
+            raise RegistryError(f"{where} is not a {self.base.__name__} subclass")
+        declared = getattr(obj, "name", None)
+        if ":" not in ep.name and declared != ep.name:
+            raise RegistryError(f"{where}: the class says name = {declared!r}; set its "
+                                f"name to {ep.name!r}, the entry point's")
+        return obj  # type: ignore[return-value]

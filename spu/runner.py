@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from spu.analysis.exposure import ExposureDetector, detect_exposure, detect_exposure_in_audit
 from spu.config import (
@@ -49,6 +50,7 @@ from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, g
 from spu.sandbox.disk import release_stale as release_stale_disk
 from spu.sandbox.disk import remove_tree
 from spu.sandbox.gpu_usage import GpuSampler
+from spu.sandbox.options import SandboxOptionsError, backend_options
 from spu.schema import (
     AnswerKey,
     ExposureHit,
@@ -219,21 +221,34 @@ def is_scored(outcome: Outcome, grade: Grade) -> bool:
     )
 
 
-def _open_sandbox(spec: RunSpec) -> tuple[Sandbox, list[str]]:
-    notes: list[str] = []
+def sandbox_class(spec: RunSpec) -> tuple[type[Sandbox], dict[str, Any]]:
+    """The backend ``sandbox.name`` selects and its options, checked by the backend.
+
+    Raises:
+        RunConfigError: no such backend, or options it does not take (one line).
+    """
     try:
         cls = get_sandbox(spec.sandbox.name)
+        return cls, backend_options(cls.name, cls.options_model, spec.sandbox)
     except KeyError as exc:
-        raise RunConfigError(f"sandbox.name: {exc.args[0]}") from None
+        raise RunConfigError(f"sandbox.name: {exc}") from None
+    except SandboxOptionsError as exc:
+        raise RunConfigError(str(exc)) from None
+
+
+def _open_sandbox(spec: RunSpec) -> tuple[Sandbox, list[str]]:
+    notes: list[str] = []
+    cls, options = sandbox_class(spec)
     ok, why = cls.available()
     if not ok and spec.sandbox.name == "local":
         note = f"sandbox=local unavailable ({why}); FALLING BACK to sandbox=subprocess"
         log.warning(note)
         notes.append(note)
         cls = get_sandbox("subprocess")
+        options = backend_options(cls.name, cls.options_model, spec.sandbox)
     elif not ok:
         raise SandboxError(f"sandbox={spec.sandbox.name} is not available: {why}")
-    return cls(options=vars(spec.sandbox)), notes
+    return cls(options=options), notes
 
 
 @dataclass(frozen=True)
@@ -329,6 +344,8 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool) -> AgentRun:
             harness.check()
     except (KeyError, HarnessError) as exc:
         raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
+    if check:
+        sandbox_class(spec)  # an unknown backend or option stops the run before it starts
     limits = RunLimits(
         time_s=_task_limit(task, "time_s", spec.limits.time_s),
         memory_gb=_task_limit(task, "memory_gb", spec.limits.memory_gb),

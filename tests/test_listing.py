@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from spu.cli import main
 from tests.conftest import EXAMPLE_TASK, REPO
@@ -13,10 +14,22 @@ def listed(capsys, *args: str) -> list[dict]:
     return json.loads(capsys.readouterr().out)
 
 
+def conf_folders() -> list[Path]:
+    """spu's ``conf/`` and the installed plugin packages' (entry point group spu.conf)."""
+    from hydra_plugins.spu_plugins.conf_search_path import plugin_conf_paths
+
+    return [REPO / "conf", *(Path(path.removeprefix("file://"))
+                             for _, path in plugin_conf_paths())]
+
+
 def test_each_group_lists_exactly_its_config_files(capsys) -> None:
     for kind, group in (("models", "model"), ("harnesses", "harness"), ("efforts", "effort")):
         names = [row["option"] for row in listed(capsys, kind)]
-        assert names == sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml")), kind
+        files = {p.stem for conf in conf_folders() for p in (conf / group).glob("*.yaml")}
+        assert names == sorted(files), kind
+    efforts = {row["option"]: row["harnesses"] for row in listed(capsys, "efforts")}
+    assert efforts["max"]["claude_code"] == "max" and efforts["xhigh"]["codex"] == "xhigh"
+    assert efforts["none"] == {}
     models = {row["option"]: row for row in listed(capsys, "models")}
     assert models["opus5"]["api_key_env"] == "ANTHROPIC_API_KEY"
     assert models["opus5"]["prices"]["cache_write_5m"] == 6.25

@@ -1,7 +1,8 @@
 """The harness interface: how an agent is started in a sandbox and how its run is read back.
 
-A harness is one module holding one :class:`Harness` subclass registered with
-:func:`register_harness`; ``harness=<name>`` selects it. The runner calls, in order,
+A harness is one module holding one :class:`Harness` subclass, declared by an entry
+point of group ``spu.harnesses`` (:mod:`spu.registry`); ``harness=<name>`` selects it.
+It declares its own effort levels (:attr:`Harness.efforts`). The runner calls, in order,
 ``prepare`` (put files into the sandbox), ``command`` (what to execute, with which
 environment) and, after the process ends, ``parse`` (trajectory, usage, refusals).
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
-from spu.registry import Registry
+from spu.registry import HARNESSES, Registry
 from spu.sandbox.base import RunLimits, Sandbox, SandboxPaths
 from spu.schema import ProcessEvidence, Trajectory, Usage
 from spu.tasks.package import TaskPackage
@@ -134,10 +136,39 @@ class Harness(ABC):
     """Whether the run gets the audited tools service and the egress proxy (not the
     offline baselines)."""
 
+    efforts: ClassVar[Mapping[str, str]] = {}
+    """Reasoning effort (``effort=<name>``, ``conf/effort``) -> this harness's own setting
+    for it (e.g. the value of ``claude --effort``); ``harness.efforts`` of its config adds
+    to it or overrides it. Empty: the harness has no such setting and runs every effort
+    the same way (the runs are still labelled by it)."""
+
     def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
         self.cfg = cfg
         self.model = model
         self.effort = effort
+
+    def effort_levels(self) -> dict[str, str]:
+        """This harness's efforts: :attr:`efforts` updated by ``harness.efforts``."""
+        return {**self.efforts, **self.cfg.efforts}
+
+    def effort_value(self) -> str | None:
+        """This harness's setting for the configured effort; None: its own default.
+
+        ``effort=none`` (unless the harness maps it) and a harness without efforts give
+        None.
+
+        Raises:
+            HarnessError: the harness has efforts, but not this one.
+        """
+        name = self.effort.name
+        levels = self.effort_levels()
+        if name in levels:
+            return levels[name]
+        if name == "none" or not levels:
+            return None
+        raise HarnessError(f"effort={name} has no value for harness={self.cfg.name}; its "
+                           f"efforts: {', '.join(sorted(levels))} (or set "
+                           f"+harness.efforts.{name}=VALUE)")
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise :class:`HarnessError` when this model/effort cannot run in this harness."""
@@ -212,15 +243,13 @@ class Harness(ABC):
         """Stop what ``prepare`` started (e.g. a local model server); runs even on failure."""
 
 
-_REGISTRY: Registry[Harness] = Registry("harness", {
-    "baseline": "spu.harness.baseline",
-    "command": "spu.harness.command",
-    "claude_code": "spu.harness.claude_code",
-    "codex": "spu.harness.codex",
-})
+_REGISTRY: Registry[Harness] = Registry("harness", HARNESSES, Harness)
 
 register_harness = _REGISTRY.register
-"""Class decorator: make a harness selectable by its ``name``."""
+"""Class decorator: make a harness selectable by its ``name`` (without an entry point)."""
 
 get_harness = _REGISTRY.get
 """The harness class called ``name`` (or ``package.module:Class``), imported on first use."""
+
+harness_names = _REGISTRY.names
+"""Every harness name declared (group ``spu.harnesses``) or registered, sorted."""

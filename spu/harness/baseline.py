@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spu.harness.base import AgentContext, HarnessError, register_harness
+from spu.harness.base import AgentContext, HarnessError
 from spu.harness.command import CommandHarness
 
 STRATEGIES = ("random", "presented_order", "monotone_prior")
 AGENT_SCRIPT = Path(__file__).parent / "agents" / "baseline_agent.py"
 
 
-@register_harness
 class BaselineHarness(CommandHarness):
     """The three baseline strategies, chosen by ``model.name``."""
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from spu.harness.base import AgentCommand, AgentContext, AgentResult, register_harness
-from spu.harness.cli_agent import SCRIPTED, CLIAgentHarness, read_json_lines
+from spu.harness.base import AgentCommand, AgentContext
+from spu.harness.cli_agent import SCRIPTED, CLIAgentHarness
+from spu.harness.monitor import LiveEvent, claude_code_event
+from spu.harness.trajectory import SessionReading
 from spu.harness.trajectory.claude_code import read_claude_code_sessions
-from spu.schema import ProcessEvidence
 
 KEY_AS_API_KEY = frozenset({"anthropic", SCRIPTED})
 """Providers whose key goes in ``ANTHROPIC_API_KEY`` (``x-api-key``); the others'
@@ -45,13 +46,13 @@ BUILTIN_WEB_TOOLS = ("WebSearch", "WebFetch")
 service (paper 3.7)."""
 
 
-@register_harness
 class ClaudeCodeHarness(CLIAgentHarness):
     """Claude Code (``@anthropic-ai/claude-code``), pinned by ``conf/harness/claude_code.yaml``."""
 
     name = "claude_code"
     binary = "claude"
-    effort_field = "claude_code"
+    efforts = {level: level for level in ("low", "medium", "high", "xhigh", "max")}
+    """``effort=<level>`` runs ``claude --effort <level>``; ``none``: the CLI's default."""
     default_endpoint = "https://api.anthropic.com"
 
     def mcp_config(self, ctx: AgentContext) -> str | None:
@@ -62,7 +63,21 @@ class ClaudeCodeHarness(CLIAgentHarness):
 
         return json.dumps({"mcpServers": {MCP_SERVER_NAME: {"type": "http",
                                                              "url": ctx.tools.url}}})
-    api_style = "anthropic"
+
+    def key_check_request(self) -> tuple[str, dict[str, str]]:
+        """``GET /v1/models`` of the Messages API, with the key as Claude Code sends it."""
+        key = self.api_key()
+        base = (self.endpoint() or self.default_endpoint or "").rstrip("/")
+        headers = {"anthropic-version": "2023-06-01"}
+        if self.model.provider in KEY_AS_API_KEY:
+            headers["x-api-key"] = key
+        else:
+            headers["authorization"] = f"Bearer {key}"
+        return f"{base}/v1/models", headers
+
+    def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
+        """The event of one line of the ``stream-json`` output (:mod:`spu.harness.monitor`)."""
+        return claude_code_event(entry)
 
     def command(self, ctx: AgentContext) -> AgentCommand:
         """``claude -p`` with stream-json output, the model and the effort."""
@@ -94,17 +109,18 @@ class ClaudeCodeHarness(CLIAgentHarness):
         env[key_variable] = self.api_key()
         return AgentCommand(argv=argv, env=self.agent_env(ctx, env))
 
-    def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
-        """Trajectory from the session files; the CLI's cost and errors from stdout."""
-        events = read_json_lines(ctx.log_dir / "agent.stdout")
+    def read_sessions(self, events: list[dict[str, Any]]) -> SessionReading:
+        """The session files in ``$HOME/.claude/projects/`` (sub-agents included)."""
+        init: dict[str, Any] = next((e for e in events if e.get("subtype") == "init"), {})
+        return read_claude_code_sessions(self.home() / ".claude" / "projects",
+                                         cli_version=init.get("claude_code_version"))
+
+    def cli_report(self, events: list[dict[str, Any]]) -> tuple[str | None, float | None]:
+        """The ``result`` event's error (not a refusal) and ``total_cost_usd``."""
         result: dict[str, Any] = next(
             (e for e in reversed(events) if e.get("type") == "result"), {})
-        init: dict[str, Any] = next((e for e in events if e.get("subtype") == "init"), {})
-        reading = read_claude_code_sessions(self.home() / ".claude" / "projects",
-                                            cli_version=init.get("claude_code_version"))
         cli_error = None
         if result.get("is_error") and result.get("stop_reason") != "refusal":
             cli_error = str(result.get("result") or result.get("subtype"))[:500]
         cost = result.get("total_cost_usd")
-        return self.result(ctx, reading, evidence, cli_error,
-                           cli_cost_usd=float(cost) if cost is not None else None)
+        return cli_error, float(cost) if cost is not None else None

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError
-from spu.harness.monitor import LiveEvent, claude_code_event, codex_event
 from spu.harness.npm_tools import InstalledTool, ToolInstallError, ensure_installed, tools_dir
 from spu.harness.trajectory import SessionReading, count_tool_calls, count_web_fetches
 from spu.harness.trajectory.jsonl import read_jsonl
@@ -55,12 +55,8 @@ class CLIAgentHarness(Harness):
 
     binary: ClassVar[str]
     """Executable name under ``node_modules/.bin``."""
-    effort_field: ClassVar[str]
-    """Field of :class:`~spu.config.EffortConfig` holding this harness's effort value."""
     default_endpoint: ClassVar[str | None] = None
     """The provider's API when the model config names no ``base_url``."""
-    api_style: ClassVar[str]
-    """``anthropic`` (Messages API) or ``openai`` (Responses API): how the CLI talks."""
 
     def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
         super().__init__(cfg, model, effort)
@@ -77,10 +73,6 @@ class CLIAgentHarness(Harness):
     def scripted(self) -> bool:
         """True for ``model=scripted`` (the local scripted model server)."""
         return self.model.provider == SCRIPTED
-
-    def effort_value(self) -> str | None:
-        """The CLI's value for the configured effort; None leaves the CLI's default."""
-        return getattr(self.effort, self.effort_field, None)
 
     def api_key(self) -> str:
         """The API key, read from the variable the model config names."""
@@ -101,10 +93,7 @@ class CLIAgentHarness(Harness):
         if self.model.provider == "baseline":
             raise HarnessError(f"model={self.model.name} is a baseline; run it with "
                                f"harness=baseline")
-        if self.effort.name != "none" and self.effort_value() is None:
-            raise HarnessError(f"effort={self.effort.name} has no value for "
-                               f"harness={self.cfg.name} (conf/effort/{self.effort.name}.yaml, "
-                               f"key {self.effort_field})")
+        self.effort_value()  # raises when this harness has no such effort
         self.api_key()
         if self.scripted:
             from spu.testing import ScriptError, load_script
@@ -181,21 +170,9 @@ class CLIAgentHarness(Harness):
 
     # ---------------------------------------------------------------- the API key
 
+    @abstractmethod
     def key_check_request(self) -> tuple[str, dict[str, str]]:
-        """URL and headers of a request that only a valid key passes: list the models."""
-        key = self.api_key()
-        if self.api_style == "anthropic":
-            base = (self.endpoint() or self.default_endpoint or "").rstrip("/")
-            headers = {"anthropic-version": "2023-06-01"}
-            if self.scripted or self.model.provider == "anthropic":
-                headers["x-api-key"] = key
-            else:
-                headers["authorization"] = f"Bearer {key}"
-            return f"{base}/v1/models", headers
-        base = self.endpoint() or self.default_endpoint or ""
-        if self.server is not None:
-            base = f"{self.server.url}/v1"
-        return f"{base.rstrip('/')}/models", {"authorization": f"Bearer {key}"}
+        """URL and headers of a request that only a valid key passes (list the models)."""
 
     def key_rejection(self) -> str | None:
         """The provider's refusal of the API key (HTTP 401 or 403, in its words), or None.
@@ -231,10 +208,6 @@ class CLIAgentHarness(Harness):
     def rejected_key_reason(self, seen: str) -> str | None:
         """The provider's words for a key rejected mid-run (asks it once more)."""
         return self.key_rejection()
-
-    def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
-        """The event of one line of the CLI's JSON output (:mod:`spu.harness.monitor`)."""
-        return claude_code_event(entry) if self.api_style == "anthropic" else codex_event(entry)
 
     def check_scripted_reachable(self, sandbox: Sandbox) -> None:
         """Refuse ``model=scripted`` where the agent cannot reach the scripted server.
@@ -312,6 +285,25 @@ class CLIAgentHarness(Harness):
             self.server = None
 
     # ---------------------------------------------------------------- reading back
+
+    @abstractmethod
+    def read_sessions(self, events: list[dict[str, Any]]) -> SessionReading:
+        """This CLI's trajectory reader: the session files it left in the agent's home.
+
+        ``events`` are the JSON lines the CLI printed on stdout (some CLIs say their
+        version there).
+        """
+
+    def cli_report(self, events: list[dict[str, Any]]) -> tuple[str | None, float | None]:
+        """The error the CLI reported on stdout (None: none) and its own cost estimate."""
+        return None, None
+
+    def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
+        """The trajectory from the session files; errors and cost from the CLI's stdout."""
+        events = read_json_lines(ctx.log_dir / "agent.stdout")
+        reading = self.read_sessions(events)
+        cli_error, cost = self.cli_report(events)
+        return self.result(ctx, reading, evidence, cli_error, cli_cost_usd=cost)
 
     def result(self, ctx: AgentContext, reading: SessionReading, evidence: ProcessEvidence,
                cli_error: str | None, cli_cost_usd: float | None = None) -> AgentResult:

@@ -17,12 +17,14 @@ The trajectory comes from the rollout files in ``$CODEX_HOME/sessions/``.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from spu.harness.base import AgentCommand, AgentContext, AgentResult, register_harness
-from spu.harness.cli_agent import CLIAgentHarness, read_json_lines
+from spu.harness.base import AgentCommand, AgentContext
+from spu.harness.cli_agent import CLIAgentHarness
+from spu.harness.monitor import LiveEvent, codex_event
+from spu.harness.trajectory import SessionReading
 from spu.harness.trajectory.codex import read_codex_sessions
 from spu.sandbox.base import Sandbox
-from spu.schema import ProcessEvidence
 
 CODEX_HOME = ".codex"
 """``CODEX_HOME`` under the agent's home folder."""
@@ -46,15 +48,26 @@ def _toml(value: str) -> str:
     return json.dumps(value)
 
 
-@register_harness
 class CodexHarness(CLIAgentHarness):
     """Codex (``@openai/codex``), pinned by ``conf/harness/codex.yaml``."""
 
     name = "codex"
     binary = "codex"
-    effort_field = "codex"
+    efforts = {level: level for level in ("low", "medium", "high", "xhigh", "max")}
+    """``effort=<level>`` writes ``model_reasoning_effort = "<level>"``; ``none``: Codex's
+    default."""
     default_endpoint = DEFAULT_BASE_URL
-    api_style = "openai"
+
+    def key_check_request(self) -> tuple[str, dict[str, str]]:
+        """``GET /models`` of the Responses API endpoint, with the key as a bearer token."""
+        base = self.endpoint() or self.default_endpoint or ""
+        if self.server is not None:
+            base = f"{self.server.url}/v1"
+        return f"{base.rstrip('/')}/models", {"authorization": f"Bearer {self.api_key()}"}
+
+    def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
+        """The event of one line of the ``--json`` output (:mod:`spu.harness.monitor`)."""
+        return codex_event(entry)
 
     def key_variable(self) -> str:
         """The variable Codex reads the key from (``env_key`` of the provider)."""
@@ -109,13 +122,14 @@ class CodexHarness(CLIAgentHarness):
         env = {"CODEX_HOME": codex_home(ctx), self.key_variable(): self.api_key()}
         return AgentCommand(argv=argv, env=self.agent_env(ctx, env))
 
-    def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
-        """Trajectory from the rollout files; errors also from the ``--json`` stream."""
-        reading = read_codex_sessions(self.home() / CODEX_HOME / "sessions")
-        events = read_json_lines(ctx.log_dir / "agent.stdout")
+    def read_sessions(self, events: list[dict[str, Any]]) -> SessionReading:
+        """The rollout files in ``$CODEX_HOME/sessions/``."""
+        return read_codex_sessions(self.home() / CODEX_HOME / "sessions")
+
+    def cli_report(self, events: list[dict[str, Any]]) -> tuple[str | None, float | None]:
+        """The last ``turn.failed`` or ``error`` event's message; Codex estimates no cost."""
         failed = [e for e in events if e.get("type") in ("turn.failed", "error")]
-        cli_error = None
-        if failed:
-            error = failed[-1].get("error") or failed[-1]
-            cli_error = str(error.get("message") if isinstance(error, dict) else error)[:500]
-        return self.result(ctx, reading, evidence, cli_error)
+        if not failed:
+            return None, None
+        error = failed[-1].get("error") or failed[-1]
+        return str(error.get("message") if isinstance(error, dict) else error)[:500], None

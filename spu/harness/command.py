@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spu.harness.base import AgentCommand, AgentContext, Harness, HarnessError, register_harness
+from spu.harness.base import AgentCommand, AgentContext, Harness, HarnessError
 from spu.sandbox.base import Sandbox
 
 AGENT_DIR = ".agent"
 
 
-@register_harness
 class CommandHarness(Harness):
     """Runs ``harness.entrypoint`` with ``harness.args`` inside the sandbox."""
 

@@ -1,7 +1,8 @@
 """The sandbox interface: where an agent runs, with the task read-only and the answers absent.
 
-A backend is one module holding one :class:`Sandbox` subclass registered with
-:func:`register_sandbox`; ``sandbox=<name>`` in the config selects it. Inside every
+A backend is one module holding one :class:`Sandbox` subclass, declared by an entry
+point of group ``spu.sandboxes`` (:mod:`spu.registry`); ``sandbox=<name>`` in the config
+selects it, and its :attr:`Sandbox.options_model` checks ``sandbox.options``. Inside every
 backend the agent sees the same layout:
 
 - ``/task``: the task's public files, read-only;
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from spu.registry import Registry
+from spu.registry import SANDBOXES, Registry
+from spu.sandbox.options import SandboxOptions, check_options
 from spu.schema import ProcessEvidence, SandboxInfo
 
 
@@ -160,9 +162,13 @@ class Sandbox(ABC):
     """One isolated environment for one run."""
 
     name: ClassVar[str]
+    options_model: ClassVar[type[SandboxOptions]] = SandboxOptions
+    """The backend's options (``sandbox.options``), checked by
+    :func:`spu.sandbox.options.backend_options` before the run starts."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options = dict(options or {})
+        self.options = check_options(self.name, self.options_model, options or {})
+        """Every option of :attr:`options_model`, checked (SandboxOptionsError if not)."""
         self.stop_requested = threading.Event()
         """Set by :meth:`request_stop`; a running :meth:`exec` stops its agent gracefully."""
 
@@ -254,14 +260,13 @@ class Sandbox(ABC):
         """The backend and the isolation and limits actually in force."""
 
 
-_REGISTRY: Registry[Sandbox] = Registry("sandbox", {
-    "local": "spu.sandbox.local",
-    "subprocess": "spu.sandbox.subprocess",
-    "docker": "spu.sandbox.docker",
-})
+_REGISTRY: Registry[Sandbox] = Registry("sandbox", SANDBOXES, Sandbox)
 
 register_sandbox = _REGISTRY.register
-"""Class decorator: make a sandbox selectable by its ``name``."""
+"""Class decorator: make a sandbox selectable by its ``name`` (without an entry point)."""
 
 get_sandbox = _REGISTRY.get
 """The sandbox class called ``name`` (or ``package.module:Class``), imported on first use."""
+
+sandbox_names = _REGISTRY.names
+"""Every backend name declared (group ``spu.sandboxes``) or registered, sorted."""

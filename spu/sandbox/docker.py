@@ -60,6 +60,7 @@ from spu.sandbox.disk import RunDisk, used_bytes
 from spu.sandbox.gpus import detect_gpus, place_gpus
 from spu.sandbox.limits import GIB
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
+from spu.sandbox.options import DockerOptions
 from spu.sandbox.process import CappedLog, signal_of_exit, wrapper_error
 from spu.schema import EnforcedLimits, ProcessEvidence, SandboxInfo
 
@@ -276,6 +277,7 @@ class DockerSandbox(Sandbox):
     """A container per process, with the layout, the limits and GPUs as device requests."""
 
     name = "docker"
+    options_model = DockerOptions
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

@@ -53,6 +53,7 @@ from spu.sandbox.disk import RunDisk
 from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES, detect_gpus, place_gpus
 from spu.sandbox.limits import LimitEnforcer
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
+from spu.sandbox.options import LocalOptions
 from spu.sandbox.process import run_with_limits, wrapper_error
 from spu.sandbox.seccomp import SeccompError, filter_fd
 from spu.schema import ProcessEvidence, SandboxInfo
@@ -180,6 +181,7 @@ class LocalSandbox(Sandbox):
     """Bubblewrap sandbox: namespaces, read-only system, the three-folder layout."""
 
     name = "local"
+    options_model = LocalOptions
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

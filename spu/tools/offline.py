@@ -14,13 +14,11 @@ from spu.tools.providers import (
     Provider,
     ProviderConfigError,
     SearchResult,
-    register_provider,
 )
 
 NOT_IN_CORPUS = "not in the offline corpus"
 
 
-@register_provider
 class OfflineProvider(Provider):
     """The documents of ``tools.corpus``."""
 

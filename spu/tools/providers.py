@@ -1,10 +1,11 @@
 """Search and fetch providers of the audited tools service (``tools.provider``).
 
-A provider is one module holding one :class:`Provider` subclass registered with
-:func:`register_provider`; ``tools.provider=<name>`` selects it (``offline``: a local
-corpus, ``web``: a search API and httpx). The service calls :meth:`Provider.search` and
-:meth:`Provider.fetch` in a worker thread under the configured timeouts; a provider
-raises :class:`ProviderError` with a message the agent can read when it cannot answer.
+A provider is one module holding one :class:`Provider` subclass, declared by an entry
+point of group ``spu.tools_providers`` (:mod:`spu.registry`); ``tools.provider=<name>``
+selects it (``offline``: a local corpus, ``web``: a search API and httpx). The service
+calls :meth:`Provider.search` and :meth:`Provider.fetch` in a worker thread under the
+configured timeouts; a provider raises :class:`ProviderError` with a message the agent
+can read when it cannot answer.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from spu.config import ToolsConfig
-from spu.registry import Registry
+from spu.registry import TOOLS_PROVIDERS, Registry
 
 MAX_RESULTS_CAP = 50
 """No search returns more results than this, whatever the agent asks."""
@@ -92,13 +93,13 @@ class ProviderConfigError(ValueError):
     """The provider's configuration cannot work; the message names the key to fix."""
 
 
-_REGISTRY: Registry[Provider] = Registry("tools provider", {
-    "offline": "spu.tools.offline",
-    "web": "spu.tools.web",
-})
+_REGISTRY: Registry[Provider] = Registry("tools provider", TOOLS_PROVIDERS, Provider)
 
 register_provider = _REGISTRY.register
-"""Class decorator: make a provider selectable by its ``name``."""
+"""Class decorator: make a provider selectable by its ``name`` (without an entry point)."""
 
 get_provider = _REGISTRY.get
 """The provider class called ``name`` (or ``package.module:Class``), imported on first use."""
+
+provider_names = _REGISTRY.names
+"""Every provider name declared (group ``spu.tools_providers``) or registered, sorted."""

@@ -37,7 +37,6 @@ from spu.tools.providers import (
     ProviderConfigError,
     ProviderError,
     SearchResult,
-    register_provider,
 )
 
 SEARCH_APIS = ("searxng", "brave")
@@ -79,7 +78,6 @@ def resolve_checked(host: str, port: int, allow_local: bool) -> str:
     return addresses[0]
 
 
-@register_provider
 class WebProvider(Provider):
     """A search API and the open web."""
 

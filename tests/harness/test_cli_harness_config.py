@@ -48,9 +48,23 @@ def test_catalogue_model_composes_with_its_default_harness(compose, name: str) -
 
 
 @pytest.mark.parametrize("effort", EFFORTS)
-def test_effort_maps_to_both_clis(compose, effort: str) -> None:
-    conf = typed(compose(f"effort={effort}"))
-    assert conf.effort.claude_code == effort and conf.effort.codex == effort
+@pytest.mark.parametrize("name", ["claude_code", "codex"])
+def test_effort_maps_to_both_clis(compose, effort: str, name: str) -> None:
+    conf = typed(compose(f"harness={name}", f"effort={effort}"))
+    assert get_harness(name)(conf.harness, conf.model, conf.effort).effort_value() == effort
+    none = typed(compose(f"harness={name}", "effort=none"))
+    assert get_harness(name)(none.harness, none.model, none.effort).effort_value() is None
+
+
+def test_an_effort_a_harness_lacks_is_refused_and_its_config_can_add_it(compose) -> None:
+    conf = typed(compose("model=opus5", "harness=claude_code", "effort=max"))
+    conf.effort.name = "ultra"
+    harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
+    with pytest.raises(HarnessError, match="effort=ultra has no value for harness=claude_code; "
+                                           "its efforts: high, low, max, medium, xhigh"):
+        harness.effort_value()
+    conf.harness.efforts = {"ultra": "max"}
+    assert harness.effort_value() == "max"
 
 
 def test_scripted_model_needs_no_key(compose) -> None:

@@ -1,0 +1,1 @@
+"""Hydra plugin: config group files shipped by installed spu plugin packages."""

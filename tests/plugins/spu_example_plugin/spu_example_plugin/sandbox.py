@@ -1,0 +1,32 @@
+"""``sandbox=example``: a sandbox backend kept outside spu, with options of its own.
+
+It is spu's bubblewrap backend plus one option, ``sandbox.options.motd``: a line left in
+the agent's workspace (``MOTD``) before it starts. Its options model adds the field to
+the local backend's, so ``sandbox.options.motdd=...`` fails before the run, naming the key.
+"""
+
+from __future__ import annotations
+
+from spu.sandbox.base import SandboxPaths, SandboxRequest
+from spu.sandbox.local import LocalSandbox
+from spu.sandbox.options import LocalOptions
+
+
+class ExampleOptions(LocalOptions):
+    """The local backend's options and ``motd``."""
+
+    motd: str = "hello from the example backend"
+    """The line written to ``<workspace>/MOTD``."""
+
+
+class ExampleSandbox(LocalSandbox):
+    """Bubblewrap, with a message of the day in the workspace."""
+
+    name = "example"
+    options_model = ExampleOptions
+
+    def prepare(self, request: SandboxRequest) -> SandboxPaths:
+        """The local backend's layout, then the ``MOTD`` file."""
+        paths = super().prepare(request)
+        self.write_file(f"{paths.workspace}/MOTD", f"{self.options['motd']}\n".encode())
+        return paths
