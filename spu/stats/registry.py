@@ -6,13 +6,15 @@ computed, by file name, and the rows it adds to ``summary.csv`` and ``tests.csv`
 reads nothing and writes nothing itself; :func:`spu.stats.analysis.analyze` runs every
 registered analysis in order, and :func:`spu.stats.analysis.write_stats` writes the files.
 
->>> from spu.stats.registry import AnalysisResult, analysis
->>> @analysis(files=("n_runs.csv",), section="3.1", register=False)
+>>> from spu.stats.registry import REGISTRY, AnalysisResult, analysis
+>>> @analysis(files=("n_runs.csv",), section="3.1")
 ... def n_runs(inputs):
 ...     return AnalysisResult(tables={"n_runs.csv": inputs.runs.groupby("config").size()
 ...                                   .rename("n_runs").reset_index()})
->>> n_runs.files, n_runs.section, n_runs.needs
-(('n_runs.csv',), '3.1', ())
+>>> entry = REGISTRY["n_runs"]
+>>> entry.files, entry.section, entry.needs, entry.source
+(('n_runs.csv',), '3.1', (), 'spu.stats.registry:n_runs')
+>>> REGISTRY.remove("n_runs")
 
 ``needs`` names what the analysis requires beyond the official public runs
 (:data:`NEEDS`, or ``column:<name>`` for a column of the runs table); when the table lacks
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -112,6 +115,17 @@ class Analysis:
     def source(self) -> str:
         """``module:function`` of the analysis."""
         return f"{self.function.__module__}:{self.function.__qualname__}"
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """The function's qualified name and source file.
+
+        A module imported twice under two names (a test folder collected by pytest and
+        the same package installed with an entry point) registers the same analysis.
+        """
+        code = getattr(self.function, "__code__", None)
+        path = os.path.realpath(code.co_filename) if code is not None else self.source
+        return self.function.__qualname__, path
 
     def section_of(self, file: str) -> str:
         """The paper section the file ``file`` reproduces."""
@@ -237,6 +251,9 @@ class Registry:
     def add(self, entry: Analysis) -> Analysis:
         """Register ``entry``; the same function registered again replaces itself.
 
+        The same function is the same qualified name in the same source file
+        (:attr:`Analysis.identity`), whatever name its module was imported under.
+
         Raises
         ------
         AnalysisRegistryError
@@ -257,7 +274,7 @@ class Registry:
                     f"analysis {entry.name} ({entry.source}): {file} is written from every "
                     "analysis' rows; return summary or tests rows instead")
         old = self._analyses.get(entry.name)
-        if old is not None and old.source != entry.source:
+        if old is not None and old.identity != entry.identity:
             raise AnalysisRegistryError(f"analysis {entry.name} ({entry.source}): the name "
                                         f"is taken by {old.source}")
         for other in self._analyses.values():
@@ -280,8 +297,8 @@ REGISTRY = Registry()
 
 def analysis(
     *, files: Sequence[str] | Mapping[str, str] = (), section: str, needs: Sequence[str] = (),
-    name: str | None = None, register: bool = True,
-) -> Callable[[AnalysisFunction], Analysis]:
+    name: str | None = None,
+) -> Callable[[AnalysisFunction], AnalysisFunction]:
     """Register a function of the inputs as an analysis of ``spu stats``.
 
     Parameters
@@ -295,21 +312,24 @@ def analysis(
         Inputs it requires: names of :data:`NEEDS` or ``column:<name>``.
     name
         Unique name (default: the function's name).
-    register
-        Add it to :data:`REGISTRY` (``False`` builds the entry only, for tests).
 
     Returns
     -------
     Callable
-        The decorator; it returns the :class:`Analysis`, which can be called like the
-        function (and checks the result).
+        The decorator. It returns the function unchanged, so tests call it directly;
+        :data:`REGISTRY` holds its :class:`Analysis`.
+
+    Raises
+    ------
+    AnalysisRegistryError
+        As :meth:`Registry.add`.
     """
-    def decorate(function: AnalysisFunction) -> Analysis:
-        file_sections = dict(files) if isinstance(files, Mapping) else {}
-        entry = Analysis(name=name or function.__name__, function=function,
-                         files=tuple(files), section=section, needs=tuple(needs),
-                         file_sections=file_sections)
-        return REGISTRY.add(entry) if register else entry
+    def decorate(function: AnalysisFunction) -> AnalysisFunction:
+        REGISTRY.add(Analysis(
+            name=name or function.__name__, function=function, files=tuple(files),
+            section=section, needs=tuple(needs),
+            file_sections=dict(files) if isinstance(files, Mapping) else {}))
+        return function
     return decorate
 
 
