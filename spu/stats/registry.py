@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,8 +90,11 @@ class AnalysisResult:
         object.__setattr__(self, "notes", tuple(self.notes))
 
 
-AnalysisFunction = Callable[["StatsInputs"], AnalysisResult]
-"""The signature of an analysis."""
+AnalysisFunction = Callable[[Any], AnalysisResult]
+"""The signature of an analysis: its inputs (:class:`~spu.stats.inputs.StatsInputs` for
+``spu stats``) to its result."""
+
+F = TypeVar("F", bound=AnalysisFunction)
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ class Analysis:
         """The paper section the file ``file`` reproduces."""
         return self.file_sections.get(file, self.section)
 
-    def __call__(self, inputs: StatsInputs) -> AnalysisResult:
+    def __call__(self, inputs: Any) -> AnalysisResult:
         """Run the analysis and check it kept to its declared files."""
         result = self.function(inputs)
         if not isinstance(result, AnalysisResult):
@@ -222,11 +225,19 @@ def missing_need(need: str, inputs: StatsInputs) -> str | None:
 
 
 class Registry:
-    """Analyses in the order they were registered; file names and names unique."""
+    """Analyses in the order they were registered; file names and names unique.
 
-    def __init__(self) -> None:
+    Args:
+        needs: The needs its analyses may name (default :data:`NEEDS`).
+        columns: Whether ``column:<name>`` needs are allowed (the inputs have a runs table).
+    """
+
+    def __init__(self, needs: Mapping[str, Callable[[Any], str | None]] | None = None,
+                 columns: bool = True) -> None:
         """An empty registry."""
         self._analyses: dict[str, Analysis] = {}
+        self.needs = dict(NEEDS if needs is None else needs)
+        self.columns = columns
 
     def __iter__(self) -> Any:
         """The analyses in registration order."""
@@ -261,10 +272,11 @@ class Registry:
             :data:`COLLECTED_FILES`, or a need is unknown.
         """
         for need in entry.needs:
-            if not need.startswith("column:") and need not in NEEDS:
+            if not (need in self.needs or (self.columns and need.startswith("column:"))):
+                known = [*self.needs, *(["column:<name>"] if self.columns else [])]
                 raise AnalysisRegistryError(
                     f"analysis {entry.name} ({entry.source}): unknown need {need!r}; "
-                    f"expected one of {', '.join(NEEDS)} or column:<name>")
+                    f"expected one of {', '.join(known) or '(none)'}")
         if len(set(entry.files)) != len(entry.files):
             raise AnalysisRegistryError(f"analysis {entry.name} ({entry.source}) names a "
                                         "file twice")
@@ -297,8 +309,8 @@ REGISTRY = Registry()
 
 def analysis(
     *, files: Sequence[str] | Mapping[str, str] = (), section: str, needs: Sequence[str] = (),
-    name: str | None = None,
-) -> Callable[[AnalysisFunction], AnalysisFunction]:
+    name: str | None = None, registry: Registry | None = None,
+) -> Callable[[F], F]:
     """Register a function of the inputs as an analysis of ``spu stats``.
 
     Parameters
@@ -312,6 +324,9 @@ def analysis(
         Inputs it requires: names of :data:`NEEDS` or ``column:<name>``.
     name
         Unique name (default: the function's name).
+    registry
+        Where to register it: :data:`REGISTRY` (``spu stats``, the default) or
+        :data:`spu.analysis.trajectory_analysis.TRAJECTORY_ANALYSES` (``spu analyze``).
 
     Returns
     -------
@@ -324,8 +339,8 @@ def analysis(
     AnalysisRegistryError
         As :meth:`Registry.add`.
     """
-    def decorate(function: AnalysisFunction) -> AnalysisFunction:
-        REGISTRY.add(Analysis(
+    def decorate(function: F) -> F:
+        (REGISTRY if registry is None else registry).add(Analysis(
             name=name or function.__name__, function=function, files=tuple(files),
             section=section, needs=tuple(needs),
             file_sections=dict(files) if isinstance(files, Mapping) else {}))
