@@ -283,3 +283,39 @@ def test_the_built_in_analyses_come_in_paper_order() -> None:
     assert names[:2] == ["configs", "pairs"]
     assert names.index("tasks") < names.index("repeats") < names.index("agreement")
     assert all(a.section for a in REGISTRY)
+
+
+def test_spu_analyze_runs_an_outside_table(tmp_path) -> None:
+    """A table registered in ``spu analyze``'s registry is written, and the manifest names it."""
+    from spu.analysis.trajectory_analysis import (
+        TRAJECTORY_ANALYSES,
+        AnalyzeOptions,
+        TrajectoryInputs,
+        analyze_runs,
+        write_analysis,
+    )
+    from spu.testing.corpus import make_corpus
+    from tests.conftest import TASKS
+
+    def calls_per_run(inputs: TrajectoryInputs) -> AnalysisResult:
+        counts = inputs.calls.groupby("run_key").size().rename("n_calls").reset_index()
+        return AnalysisResult(tables={"calls_per_run.csv": counts})
+
+    analysis(files=("calls_per_run.csv",), section="Figure 14",
+             registry=TRAJECTORY_ANALYSES)(calls_per_run)
+    try:
+        make_corpus(tmp_path / "corpus", n_runs=4, task_root=TASKS, calls=8, seed=2)
+        result = analyze_runs(tmp_path / "corpus", AnalyzeOptions(resamples=20, trees=5,
+                                                                   jobs=1))
+    finally:
+        TRAJECTORY_ANALYSES.remove("calls_per_run")
+    write_analysis(result, tmp_path / "out")
+    counts = pd.read_csv(tmp_path / "out" / "calls_per_run.csv")
+    calls = pd.read_csv(tmp_path / "out" / "calls.csv")
+    assert counts.set_index("run_key")["n_calls"].to_dict() == (
+        calls.groupby("run_key").size().to_dict())
+    outputs = json.loads((tmp_path / "out" / "manifest.json").read_text())["outputs"]
+    assert outputs["calls_per_run.csv"]["analysis"] == "calls_per_run"
+    assert outputs["activity_time.csv"] == {"analysis": "activity_times",
+                                            "source": "spu.analysis.builtin:activity_times",
+                                            "section": "Figure 14a"}
