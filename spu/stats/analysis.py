@@ -144,10 +144,11 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     tables["tests.csv"] = pd.DataFrame([row for o in outcomes for row in o.result.tests],
                                        columns=list(TEST_COLUMNS))
     notes = _notes(outcomes)
+    sections = files()
     manifest = {
         **inputs.manifest(),
         "files": sorted([*tables, "summary.csv", "manifest.json"]),
-        "sections": {name: files().get(name, "") for name in sorted(tables)},
+        "sections": {name: sections.get(name, "") for name in sorted(tables)},
         "notes": notes,
         "outputs": _outputs(outcomes),
     }

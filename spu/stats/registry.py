@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -183,8 +184,6 @@ def _needs_orders(inputs: StatsInputs) -> str | None:
 
 
 def _needs_run_sd(inputs: StatsInputs) -> str | None:
-    import math
-
     if math.isfinite(inputs.run_sd):
         return None
     return ("rank stability: no run-to-run SD (no repeats with two scored runs on a task, "
@@ -239,7 +238,7 @@ class Registry:
         self.needs = dict(NEEDS if needs is None else needs)
         self.columns = columns
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Analysis]:
         """The analyses in registration order."""
         return iter(list(self._analyses.values()))
 
