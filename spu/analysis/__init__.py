@@ -7,5 +7,6 @@
 - :mod:`~spu.analysis.runs`: one streaming pass over a run folder;
 - :mod:`~spu.analysis.associations`: fixed-effects associations and the classifier (4.3, 4.9);
 - :mod:`~spu.analysis.trajectory_analysis` and :mod:`~spu.analysis.cli`: ``spu analyze``;
+- :mod:`~spu.analysis.builtin`: its tables, one registered function each;
 - :mod:`~spu.analysis.audit`: the hand check of the labels.
 """

@@ -226,40 +226,17 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
         ValueError: ``run.json`` is missing or not a JSON object (the message names it).
     """
     run_dir = Path(run_dir)
-    try:
-        record = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{run_dir / 'run.json'}: not readable ({exc})") from None
-    if not isinstance(record, dict) or "run_key" not in record:
-        raise ValueError(f"{run_dir / 'run.json'}: no key 'run_key'")
+    record = _read_record(run_dir)
     features = _features_base(record)
-    run_key = str(record["run_key"])
     notes: list[str] = []
     contract = _contract(run_dir, notes)
     submitted = orders_from_bytes(read_submission(run_dir / "output"))
-    tracker = RankingTracker(contract, submitted) if contract is not None else None
-    ctx = RunContext(task_paths=("/task", "SPU_TASK_DIR", str(run_dir / "task")),
-                     output_paths=("/output", "SPU_OUTPUT_DIR", str(run_dir / "output")))
-
-    calls: list[CallRow] = []
-    reading = RunReading(calls=calls, features=features, notes=notes)
-    queries: list[str] = []
-    fetch_urls: list[str] = []
-    families: set[str] = set()
-    flags = Counter[str]()
-    first_rankings_write: tuple[int, float] | None = None
-    pending: _PendingStep | None = None
-    t0: float | None = None
-    last = 0.0
-    n_steps = 0
-
-    def close(step: _PendingStep, end: float) -> None:
-        share = max(end - step.start, 0.0) / len(step.calls)
-        for k, (call, label) in enumerate(step.calls):
-            name, cls = _ACTIVITY_NAMES[label.activity]
-            calls.append(CallRow(run_key, step.index, k, call.name, name, cls, share,
-                                 step.start, families=";".join(label.families)))
-
+    walk = _CallWalk(
+        run_key=str(record["run_key"]),
+        reading=RunReading(calls=[], features=features, notes=notes),
+        tracker=RankingTracker(contract, submitted) if contract is not None else None,
+        ctx=RunContext(task_paths=("/task", "SPU_TASK_DIR", str(run_dir / "task")),
+                       output_paths=("/output", "SPU_OUTPUT_DIR", str(run_dir / "output"))))
     trajectory = find_trajectory(run_dir)
     steps: Iterator[Step] = iter(())
     if trajectory is None:
@@ -268,56 +245,127 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
         steps = reader(trajectory)
     try:
         for step in steps:
-            n_steps += 1
-            stamp = _seconds(step.timestamp)
-            if t0 is None and stamp is not None:
-                t0 = stamp
-            now = (stamp - t0) if (stamp is not None and t0 is not None) else (
-                last + (1.0 if t0 is None else 0.0))
-            now = max(now, last)
-            last = now
-            if pending is not None:
-                close(pending, now)
-                pending = None
-            if tracker is not None:
-                tracker.feed(step.index, now, "model_text", step.text)
-                tracker.feed(step.index, now, "model_text", step.reasoning)
-            if not step.tool_calls:
-                continue
-            labelled = []
-            for call in step.tool_calls:
-                label = label_call(call.name, call.arguments, call.output, ctx, call.is_error)
-                labelled.append((call, label))
-                _count(label, call, flags, reading)
-                families.update(label.families)
-                if label.activity is Activity.web_search and label.query:
-                    queries.append(label.query)
-                if label.activity is Activity.web_fetch and label.url:
-                    fetch_urls.append(label.url)
-                text = call_texts(call) if (tracker is not None or first_rankings_write is None) \
-                    else ""
-                if (first_rankings_write is None and "rankings.json" in text and
-                        label.activity in (Activity.submission_files,
-                                           Activity.scientific_computation,
-                                           Activity.other_python)):
-                    first_rankings_write = (step.index, now)
-                if label.activity in (Activity.submission_files,) and "rankings.json" in text:
-                    flags["ranking_writes"] += 1
-                if tracker is not None:
-                    tracker.feed(step.index, now, "tool_call", text)
-                    tracker.feed(step.index, now, "tool_output", call.output)
-            pending = _PendingStep(step.index, now, labelled)
+            walk.step(step)
     except TrajectoryFileError as exc:
         notes.append(str(exc))
-    if pending is not None:
-        close(pending, last)
-    if t0 is None and n_steps:
+    span = walk.finish()
+    if walk.t0 is None and walk.n_steps:
         notes.append(f"{run_dir}: trajectory has no timestamps; one unit per step")
-    span = last if last > 0 else 1.0
-    for row in calls:
-        row.t_norm = round(min(row.t_abs / span, 1.0), 6)
+    reading = walk.reading
+    _time_features(features, reading.calls, span)
+    _call_features(features, reading, walk.flags, walk.families, record)
+    report = run_dir / "output" / "report.md"
+    text = (read_submission_file(report) or b"")[:1_000_000].decode("utf-8", "replace")
+    features["stated_expected_rho"] = stated_expected_rho(text)
+    _ranking_features(features, walk.tracker, contract, submitted, answers,
+                      walk.first_rankings_write, span, reading)
+    _web_sources(run_dir, reading, walk.queries, walk.fetch_urls)
+    return reading
 
-    _time_features(features, calls, span)
+
+def _read_record(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` of ``run_dir``, which must be an object with a ``run_key``."""
+    try:
+        record = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{run_dir / 'run.json'}: not readable ({exc})") from None
+    if not isinstance(record, dict) or "run_key" not in record:
+        raise ValueError(f"{run_dir / 'run.json'}: no key 'run_key'")
+    return record
+
+
+@dataclass
+class _CallWalk:
+    """The walk over one trajectory's steps: calls labelled and timed, counts kept.
+
+    A step's calls share the time until the next step starts, so each step is closed
+    when the next one arrives (or at the end).
+    """
+
+    run_key: str
+    reading: RunReading
+    tracker: RankingTracker | None
+    ctx: RunContext
+    queries: list[str] = field(default_factory=list)
+    fetch_urls: list[str] = field(default_factory=list)
+    families: set[str] = field(default_factory=set)
+    flags: Counter[str] = field(default_factory=Counter)
+    first_rankings_write: tuple[int, float] | None = None
+    pending: _PendingStep | None = None
+    t0: float | None = None
+    last: float = 0.0
+    n_steps: int = 0
+
+    def _close(self, step: _PendingStep, end: float) -> None:
+        share = max(end - step.start, 0.0) / len(step.calls)
+        for k, (call, label) in enumerate(step.calls):
+            name, cls = _ACTIVITY_NAMES[label.activity]
+            self.reading.calls.append(CallRow(self.run_key, step.index, k, call.name, name,
+                                              cls, share, step.start,
+                                              families=";".join(label.families)))
+
+    def _clock(self, step: Step) -> float:
+        """Seconds since the first timestamp (one unit per step without timestamps)."""
+        stamp = _seconds(step.timestamp)
+        if self.t0 is None and stamp is not None:
+            self.t0 = stamp
+        now = (stamp - self.t0) if (stamp is not None and self.t0 is not None) else (
+            self.last + (1.0 if self.t0 is None else 0.0))
+        self.last = max(now, self.last)
+        return self.last
+
+    def step(self, step: Step) -> None:
+        """Take one step: close the previous one, feed the tracker, label the calls."""
+        self.n_steps += 1
+        now = self._clock(step)
+        if self.pending is not None:
+            self._close(self.pending, now)
+            self.pending = None
+        tracker = self.tracker
+        if tracker is not None:
+            tracker.feed(step.index, now, "model_text", step.text)
+            tracker.feed(step.index, now, "model_text", step.reasoning)
+        if step.tool_calls:
+            labelled = [(call, self._label(step.index, now, call)) for call in step.tool_calls]
+            self.pending = _PendingStep(step.index, now, labelled)
+
+    def _label(self, index: int, now: float, call: Call) -> CallLabel:
+        label = label_call(call.name, call.arguments, call.output, self.ctx, call.is_error)
+        _count(label, call, self.flags, self.reading)
+        self.families.update(label.families)
+        if label.activity is Activity.web_search and label.query:
+            self.queries.append(label.query)
+        if label.activity is Activity.web_fetch and label.url:
+            self.fetch_urls.append(label.url)
+        tracker = self.tracker
+        text = call_texts(call) if (tracker is not None or self.first_rankings_write is None) \
+            else ""
+        if (self.first_rankings_write is None and "rankings.json" in text and
+                label.activity in (Activity.submission_files, Activity.scientific_computation,
+                                   Activity.other_python)):
+            self.first_rankings_write = (index, now)
+        if label.activity in (Activity.submission_files,) and "rankings.json" in text:
+            self.flags["ranking_writes"] += 1
+        if tracker is not None:
+            tracker.feed(index, now, "tool_call", text)
+            tracker.feed(index, now, "tool_output", call.output)
+        return label
+
+    def finish(self) -> float:
+        """Close the last step and normalise the times; returns the run's span."""
+        if self.pending is not None:
+            self._close(self.pending, self.last)
+            self.pending = None
+        span = self.last if self.last > 0 else 1.0
+        for row in self.reading.calls:
+            row.t_norm = round(min(row.t_abs / span, 1.0), 6)
+        return span
+
+
+def _call_features(features: dict[str, Any], reading: RunReading, flags: Counter[str],
+                   families: set[str], record: Mapping[str, Any]) -> None:
+    """Counts, method families and the GPU level of the labelled calls."""
+    calls = reading.calls
     features["n_calls"] = len(calls)
     features["method_families"] = ";".join(sorted(families))
     features["n_families"] = len(families)
@@ -341,14 +389,6 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
         else "workload failed" if features["gpu_workload"] else "probed only"
         if features["gpu_probe"] else "no GPU probe")
     features["used_gpu"] = bool(record.get("used_gpu")) or ran
-    report = run_dir / "output" / "report.md"
-    text = (read_submission_file(report) or b"")[:1_000_000].decode("utf-8", "replace")
-    features["stated_expected_rho"] = stated_expected_rho(text)
-
-    _ranking_features(features, tracker, contract, submitted, answers, first_rankings_write,
-                      span, reading)
-    _web_sources(run_dir, reading, queries, fetch_urls)
-    return reading
 
 
 def _count(label: CallLabel, call: Call, flags: Counter[str], reading: RunReading) -> None:

@@ -39,6 +39,7 @@ from spu.analysis.runs import CLASSES, RunReading, read_run
 from spu.analysis.sources import OPERATORS, SOURCE_CLASSES
 from spu.grading.rules import AnswerKeyError, GradingKey
 from spu.schema import Activity
+from spu.stats.registry import Registry, discover
 from spu.stats.resampling import rng_for
 
 CALL_COLUMNS = ("run_key", "step", "call_index", "tool", "activity", "activity_class",
@@ -81,6 +82,36 @@ class AnalyzeOptions:
     jobs: int = 2
     """Worker processes reading the run folders, then fitting the classifier's folds (1:
     all in this process). The results do not depend on it."""
+
+
+BUILT_IN_FILES: dict[str, tuple[str, str]] = {
+    "calls.csv": ("calls", "SPEC 8, Figure 14"),
+    "runs_features.csv": ("runs_features", "SPEC 8, section 4"),
+    "associations.csv": ("associations", "SPEC 8, Figure 21"),
+    "classifier.csv": ("classifier", "Figure 23b"),
+    "classifier_confusion.csv": ("classifier", "Figure 23b"),
+    "summary.csv": ("summary", "scalar results quoted in section 4"),
+}
+"""The files :func:`build_tables` writes itself (the classifier runs beside the others)."""
+
+TRAJECTORY_ANALYSES = Registry(needs={}, columns=False)
+"""The tables of ``spu analyze`` computed from the run readings, one registered function
+each (:mod:`spu.analysis.builtin`; outside ones by the entry-point group ``spu.analyses``
+with ``registry=TRAJECTORY_ANALYSES``)."""
+
+
+@dataclass(frozen=True)
+class TrajectoryInputs:
+    """What every analysis of ``spu analyze`` reads: the run readings and their tables."""
+
+    readings: list[RunReading]
+    """Every run read (official runs only unless ``--all-repeats``)."""
+    calls: pd.DataFrame
+    """``calls.csv``: one row per labelled tool call."""
+    scored: pd.DataFrame
+    """Rows of ``runs_features.csv`` of the scored runs."""
+    options: AnalyzeOptions
+    """Seed, resamples and the inputs besides the run folders."""
 
 
 @dataclass
@@ -195,6 +226,9 @@ def build_tables(readings: list[RunReading], opt: AnalyzeOptions,
 
 def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
                   executor: Executor | None) -> AnalysisResult:
+    from spu.analysis import builtin  # noqa: F401  (registers the built-in tables)
+
+    discover()
     notes: list[str] = []
     calls = pd.DataFrame(
         [(c.run_key, c.step, c.call_index, c.tool, c.activity, c.activity_class, c.time_s,
@@ -217,19 +251,11 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     clock = time.perf_counter()
     if tables["associations.csv"].empty:
         notes.append("associations: fewer than three scored runs on two tasks")
-    tables["activity_time.csv"] = activity_time(calls, scored)
-    tables["milestones.csv"] = milestones(scored)
-    tables["families.csv"] = family_shares(scored)
-    tables["jaccard.csv"] = family_jaccard(scored)
-    tables["sources.csv"] = fetched_sources(readings)
-    tables["search_operators.csv"] = operator_shares(readings)
-    tables["first_appearance.csv"] = first_appearance(readings)
-    tables["revisions.csv"] = revisions(scored)
-    tables["self_assessment.csv"] = self_assessment(scored)
-    gpu, gpu_errors = gpu_tables(readings, scored)
-    tables["gpu.csv"], tables["gpu_errors.csv"] = gpu, gpu_errors
-    tables["profiles.csv"] = profiles(scored)
-    tables["efforts.csv"] = effort_pairs(scored)
+    inputs = TrajectoryInputs(readings, calls, scored, opt)
+    for entry in TRAJECTORY_ANALYSES:
+        found = entry(inputs)
+        tables.update(found.tables)
+        notes += found.notes
     summary: list[dict[str, Any]] = []
     seconds["tables"] = round(time.perf_counter() - clock, 2)
     clock = time.perf_counter()
@@ -258,8 +284,20 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     manifest = {"spu_version": spu.__version__, "seed": opt.seed, "resamples": opt.resamples,
                 "trees": opt.trees, "official_only": opt.official_only,
                 "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls),
-                "seconds": seconds}
+                "seconds": seconds, "outputs": _outputs(tables)}
     return AnalysisResult(tables, manifest, notes)
+
+
+def _outputs(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, Any]]:
+    """Each file written: the analysis that produced it and the paper figure it serves."""
+    outputs = {name: {"analysis": analysis, "section": section}
+               for name, (analysis, section) in BUILT_IN_FILES.items() if name in tables}
+    for entry in TRAJECTORY_ANALYSES:
+        for name in entry.files:
+            if name in tables:
+                outputs[name] = {"analysis": entry.name, "source": entry.source,
+                                 "section": entry.section_of(name)}
+    return dict(sorted(outputs.items()))
 
 
 def activity_time(calls: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:

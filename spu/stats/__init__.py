@@ -27,7 +27,12 @@ One module per analysis family:
 - :mod:`spu.stats.named_tests`: the rows of ``tests.csv``.
 - :mod:`spu.stats.simulate`: runs tables (and whole studies on disk) with the paper's
   structure from known parameters, with planted effects.
-- :mod:`spu.stats.analysis`: everything above, written as ``spu stats`` writes it.
+- :mod:`spu.stats.registry`: the ``@analysis`` decorator, the registry ``spu stats`` runs,
+  and the discovery of outside analyses by the entry-point group ``spu.analyses``.
+- :mod:`spu.stats.inputs`: the runs table, the options and the steps analyses share.
+- :mod:`spu.stats.builtin`: every analysis above, registered in the order of the paper.
+- :mod:`spu.stats.analysis`: every registered analysis run, written as ``spu stats`` writes
+  it.
 
 Only numpy, scipy, pandas and statsmodels are used; nothing here imports ray, mlflow or
 docker.

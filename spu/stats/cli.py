@@ -63,6 +63,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
     """Read the table and run :func:`spu.stats.analysis.analyze`; ``None`` after an error."""
     from spu.overrides import folder_problem
     from spu.stats.analysis import StatsOptions, analyze
+    from spu.stats.registry import AnalysisRegistryError
     from spu.stats.runs_table import RunsTableError, read_runs_table
     from spu.stats.submissions import StatsInputError
 
@@ -89,7 +90,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
     try:
         runs = read_runs_table(args.runs)
         result = analyze(runs, options)
-    except (RunsTableError, StatsInputError) as exc:
+    except (RunsTableError, StatsInputError, AnalysisRegistryError) as exc:
         print(f"spu {command}: {exc}", file=sys.stderr)
         return None
     result.manifest["runs_table"] = str(args.runs)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -165,27 +166,11 @@ def variance_decomposition(
     matrix = score_matrix(official, order)
     configs = wide_configs(matrix, coverage)
     block = matrix[configs].dropna()
-    summary: list[dict[str, Any]] = []
     if len(configs) < 2 or len(block) < 2:
         return pd.DataFrame(columns=["component", "share", "ci_low", "ci_high", "variance"]), []
     y = block.to_numpy(dtype=float)
     t, c = y.shape
-    repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
-    noise_var, noise_boot = np.array([np.nan]), np.full(resamples, np.nan)
-    if len(repeated):
-        spreads = [TaskSpread.from_scores(g) for _, g in repeated.groupby("config")]
-        ss = sum(s.ss.sum() for s in spreads)
-        df = sum((s.k - 1).sum() for s in spreads)
-        if df > 0:
-            noise_var = np.array([ss / df])
-            pooled = TaskSpread(
-                tasks=tuple(itertools.chain.from_iterable(s.tasks for s in spreads)),
-                k=np.concatenate([s.k for s in spreads]),
-                mean=np.concatenate([s.mean for s in spreads]),
-                ss=np.concatenate([s.ss for s in spreads]))
-            rng = rng_for(seed, "variance", "repeats")
-            counts = resample_counts(len(pooled.tasks), resamples, rng)
-            noise_boot = variance_components(pooled, counts)["within_sd"] ** 2
+    noise_var, noise_boot = _run_noise(runs, seed, resamples)
     terms = _anova_terms(y, np.ones((1, t)))
     terms["n_tasks"] = np.array([float(t)])
     point = _components(terms, c, noise_var)
@@ -194,6 +179,44 @@ def variance_decomposition(
     boot_terms["n_tasks"] = counts.sum(axis=1)
     boot = _components(boot_terms, c, noise_boot if np.isfinite(noise_var).all()
                        else np.full(resamples, np.nan))
+    summary = [
+        {"analysis": "variance", "statistic": "block_configs", "value": c},
+        {"analysis": "variance", "statistic": "block_tasks", "value": t},
+        {"analysis": "variance", "statistic": "ms_resid", "value": float(terms["ms_resid"][0])},
+        {"analysis": "variance", "statistic": "run_noise_variance_known",
+         "value": bool(np.isfinite(noise_var).all())},
+    ]
+    return _component_shares(point, boot), summary
+
+
+def _run_noise(runs: pd.DataFrame, seed: int, resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled within-task variance of the scored repeats, and its bootstrap over tasks.
+
+    NaN (one value, and ``resamples`` values) when no task has two scored repeats.
+    """
+    repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
+    noise_var, noise_boot = np.array([np.nan]), np.full(resamples, np.nan)
+    if not len(repeated):
+        return noise_var, noise_boot
+    spreads = [TaskSpread.from_scores(g) for _, g in repeated.groupby("config")]
+    ss = sum(s.ss.sum() for s in spreads)
+    df = sum((s.k - 1).sum() for s in spreads)
+    if df > 0:
+        noise_var = np.array([ss / df])
+        pooled = TaskSpread(
+            tasks=tuple(itertools.chain.from_iterable(s.tasks for s in spreads)),
+            k=np.concatenate([s.k for s in spreads]),
+            mean=np.concatenate([s.mean for s in spreads]),
+            ss=np.concatenate([s.ss for s in spreads]))
+        rng = rng_for(seed, "variance", "repeats")
+        counts = resample_counts(len(pooled.tasks), resamples, rng)
+        noise_boot = variance_components(pooled, counts)["within_sd"] ** 2
+    return noise_var, noise_boot
+
+
+def _component_shares(point: dict[str, np.ndarray], boot: dict[str, np.ndarray]
+                      ) -> pd.DataFrame:
+    """``variance.csv``: each component's share of the total, with its bootstrap interval."""
     total = np.sum([point[k] for k in COMPONENTS], axis=0)
     boot_total = np.sum([boot[k] for k in COMPONENTS], axis=0)
     rows = []
@@ -202,14 +225,7 @@ def variance_decomposition(
             low, high = percentile_interval(boot[name] / boot_total)
         rows.append({"component": name, "share": float(point[name][0] / total[0]),
                      "ci_low": low, "ci_high": high, "variance": float(point[name][0])})
-    summary += [
-        {"analysis": "variance", "statistic": "block_configs", "value": c},
-        {"analysis": "variance", "statistic": "block_tasks", "value": t},
-        {"analysis": "variance", "statistic": "ms_resid", "value": float(terms["ms_resid"][0])},
-        {"analysis": "variance", "statistic": "run_noise_variance_known",
-         "value": bool(np.isfinite(noise_var).all())},
-    ]
-    return pd.DataFrame(rows), summary
+    return pd.DataFrame(rows)
 
 
 def interaction_tasks(
@@ -341,15 +357,55 @@ def simulated_nulls(
     strongest per-task score correlation (r=0.56 ...; P<0.0005)"), E.9 (2,000 draws)
     and Figure 18c-d.
     """
+    empty = pd.DataFrame(columns=list(PAIR_COLUMNS))
+    tables = _null_tables(runs, order, run_sd, seed, draws)
+    if tables is None:
+        return empty, [], []
+    wide = wide_configs(tables.matrix.reindex(tables.tasks), coverage)
+    pairs = _pair_correlations(tables, wide, draws)
+    tests, summary = _pair_rows(pairs)
+    repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
+    for config, group in repeated.groupby("config"):
+        if config not in tables.configs:
+            continue
+        found = _repeat_advantage(tables, str(config), group, run_sd, draws)
+        if found is not None:
+            tests.append(found[0])
+            summary += found[1]
+    return pairs, tests, summary
+
+
+PAIR_COLUMNS = ("config_a", "config_b", "n_tasks", "r", "null_mean", "p_sim")
+"""Columns of ``pair_correlations.csv``."""
+
+
+@dataclass(frozen=True)
+class _NullTables:
+    """Official scores, their additive fit, and the tables simulated without interaction."""
+
+    matrix: pd.DataFrame
+    """Scored official public runs, tasks x configurations."""
+    tasks: list[str]
+    configs: list[str]
+    m: np.ndarray
+    """Observed scores (tasks of the fit x configurations), NaN where not scored."""
+    fitted: np.ndarray
+    """``mu_t + alpha_c``."""
+    known: np.ndarray
+    null: np.ndarray
+    """``draws`` simulated tables, NaN where no run was scored."""
+    rng: np.random.Generator
+    """The stream the null tables came from; the repeats' noise continues it."""
+
+
+def _null_tables(runs: pd.DataFrame, order: list[str], run_sd: float, seed: int,
+                 draws: int) -> _NullTables | None:
+    """The additive fit of the official scores and ``draws`` noise-only tables from it."""
     official = runs[(runs["repeat"] == 0) & runs["scored"]]
     matrix = score_matrix(official, order)
     fit = fit_additive(matrix)
-    tests: list[dict[str, Any]] = []
-    summary: list[dict[str, Any]] = []
-    empty = pd.DataFrame(columns=["config_a", "config_b", "n_tasks", "r", "null_mean",
-                                  "p_sim"])
     if not np.isfinite(run_sd) or fit.y.size == 0:
-        return empty, tests, summary
+        return None
     tasks = list(fit.design.tasks)
     configs = list(fit.design.configs)
     mu = pd.Series(fit.mu, index=tasks)
@@ -360,8 +416,12 @@ def simulated_nulls(
     rng = rng_for(seed, "interaction-null")
     null = np.where(known[None], fitted[None] + rng.normal(0.0, run_sd, (draws, *m.shape)),
                     np.nan)
+    return _NullTables(matrix, tasks, configs, m, fitted, known, null, rng)
 
-    wide = wide_configs(matrix.reindex(tasks), coverage)
+
+def _pair_correlations(tables: _NullTables, wide: list[str], draws: int) -> pd.DataFrame:
+    """``pair_correlations.csv``: each pair of widely covered configurations (Figure 18d)."""
+    m, known, null, configs = tables.m, tables.known, tables.null, tables.configs
     rows = []
     for a, b in itertools.combinations(wide, 2):
         i, j = configs.index(a), configs.index(b)
@@ -373,56 +433,66 @@ def simulated_nulls(
         rows.append({"config_a": a, "config_b": b, "n_tasks": int(both.sum()), "r": r,
                      "null_mean": float(np.nanmean(sims)),
                      "p_sim": (1 + int((sims >= r - 1e-12).sum())) / (1 + draws)})
-    pairs = pd.DataFrame(rows, columns=empty.columns)
-    if len(pairs):
-        top = pairs.loc[pairs["r"].idxmax()]
-        summary += [
-            {"analysis": "interaction", "statistic": "pair_r_median",
-             "value": float(pairs["r"].median()), "n": len(pairs)},
-            {"analysis": "interaction", "statistic": "pair_r_null_mean",
-             "value": float(pairs["null_mean"].mean()), "n": len(pairs)},
-            {"analysis": "interaction", "statistic": f"pair_r_max {top.config_a} / "
-             f"{top.config_b}", "value": float(top.r), "n": int(top.n_tasks)},
-        ]
-        tests.append(named_test(f"pair_correlation {top.config_a} / {top.config_b}",
-                                float(top.r), float(top.p_sim), "4.4", n=int(top.n_tasks),
-                                method="simulated"))
+    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
 
-    repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
-    for config, group in repeated.groupby("config"):
-        if config not in configs:
-            continue
-        j = configs.index(str(config))
-        means = group.groupby("task_id")["score_recovered"].agg(["mean", "size"])
-        rows_idx = [tasks.index(t) for t in means.index if t in tasks]
-        if len(rows_idx) < 3:
-            continue
-        task_names = [tasks[i] for i in rows_idx]
-        rep_mean = means.loc[task_names, "mean"].to_numpy(dtype=float)
-        rep_n = means.loc[task_names, "size"].to_numpy(dtype=int)
-        sub = m[rows_idx]
-        official_adv = _advantage(sub, j)
-        repeat_adv = rep_mean - _others_mean(sub, j)
-        keep = np.isfinite(official_adv) & np.isfinite(repeat_adv)
-        if keep.sum() < 3:
-            continue
-        r = float(_pearson_rows(official_adv[keep], repeat_adv[keep]))
-        same_sign = int((np.sign(official_adv[keep]) == np.sign(repeat_adv[keep])).sum())
-        sub_null = null[:, rows_idx]
-        null_official = _advantage(sub_null, j)
-        noise = rng.normal(0.0, run_sd, (draws, len(rows_idx))) / np.sqrt(rep_n)
-        null_repeat = fitted[rows_idx, j][None] + noise - _others_mean(sub_null, j)
-        sims = _pearson_rows(null_official[:, keep], null_repeat[:, keep])
-        p = (1 + int((sims >= r - 1e-12).sum())) / (1 + draws)
-        tests.append(named_test(f"repeat_advantage_correlation {config}", r, p, "4.4",
-                                n=int(keep.sum()), method="simulated"))
-        summary += [
-            {"analysis": "interaction", "statistic": f"repeat_advantage_r {config}",
-             "value": r, "n": int(keep.sum())},
-            {"analysis": "interaction", "statistic": f"repeat_advantage_same_sign {config}",
-             "value": same_sign, "n": int(keep.sum())},
-        ]
-    return pairs, tests, summary
+
+def _pair_rows(pairs: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The test of the most correlated pair, and the summary rows of the pairs."""
+    if not len(pairs):
+        return [], []
+    top = pairs.loc[pairs["r"].idxmax()]
+    summary = [
+        {"analysis": "interaction", "statistic": "pair_r_median",
+         "value": float(pairs["r"].median()), "n": len(pairs)},
+        {"analysis": "interaction", "statistic": "pair_r_null_mean",
+         "value": float(pairs["null_mean"].mean()), "n": len(pairs)},
+        {"analysis": "interaction", "statistic": f"pair_r_max {top.config_a} / "
+         f"{top.config_b}", "value": float(top.r), "n": int(top.n_tasks)},
+    ]
+    tests = [named_test(f"pair_correlation {top.config_a} / {top.config_b}",
+                        float(top.r), float(top.p_sim), "4.4", n=int(top.n_tasks),
+                        method="simulated")]
+    return tests, summary
+
+
+def _repeat_advantage(tables: _NullTables, config: str, group: pd.DataFrame, run_sd: float,
+                      draws: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """Official against repeated advantage of ``config`` over the others (Figure 18c).
+
+    Draws the repeats' noise from ``tables.rng``, so configurations are taken in order.
+    ``None`` when fewer than three tasks have both.
+    """
+    tasks, m, null, fitted = tables.tasks, tables.m, tables.null, tables.fitted
+    j = tables.configs.index(config)
+    means = group.groupby("task_id")["score_recovered"].agg(["mean", "size"])
+    rows_idx = [tasks.index(t) for t in means.index if t in tasks]
+    if len(rows_idx) < 3:
+        return None
+    task_names = [tasks[i] for i in rows_idx]
+    rep_mean = means.loc[task_names, "mean"].to_numpy(dtype=float)
+    rep_n = means.loc[task_names, "size"].to_numpy(dtype=int)
+    sub = m[rows_idx]
+    official_adv = _advantage(sub, j)
+    repeat_adv = rep_mean - _others_mean(sub, j)
+    keep = np.isfinite(official_adv) & np.isfinite(repeat_adv)
+    if keep.sum() < 3:
+        return None
+    r = float(_pearson_rows(official_adv[keep], repeat_adv[keep]))
+    same_sign = int((np.sign(official_adv[keep]) == np.sign(repeat_adv[keep])).sum())
+    sub_null = null[:, rows_idx]
+    null_official = _advantage(sub_null, j)
+    noise = tables.rng.normal(0.0, run_sd, (draws, len(rows_idx))) / np.sqrt(rep_n)
+    null_repeat = fitted[rows_idx, j][None] + noise - _others_mean(sub_null, j)
+    sims = _pearson_rows(null_official[:, keep], null_repeat[:, keep])
+    p = (1 + int((sims >= r - 1e-12).sum())) / (1 + draws)
+    test = named_test(f"repeat_advantage_correlation {config}", r, p, "4.4",
+                      n=int(keep.sum()), method="simulated")
+    return test, [
+        {"analysis": "interaction", "statistic": f"repeat_advantage_r {config}",
+         "value": r, "n": int(keep.sum())},
+        {"analysis": "interaction", "statistic": f"repeat_advantage_same_sign {config}",
+         "value": same_sign, "n": int(keep.sum())},
+    ]
 
 
 def grouping_share(

@@ -1,0 +1,108 @@
+"""The built-in tables of ``spu analyze``, one registered function each (paper section 4).
+
+Each function reads the run readings (:class:`~spu.analysis.trajectory_analysis.
+TrajectoryInputs`) and returns an :class:`~spu.stats.registry.AnalysisResult`; the
+tables themselves are computed in :mod:`spu.analysis.trajectory_analysis`. The SPEC
+section 8 files and the classifier, which runs in other processes while these tables are
+computed, are written by :func:`~spu.analysis.trajectory_analysis.build_tables` itself.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from spu.analysis.trajectory_analysis import (
+    TRAJECTORY_ANALYSES,
+    TrajectoryInputs,
+    activity_time,
+    effort_pairs,
+    family_jaccard,
+    family_shares,
+    fetched_sources,
+    first_appearance,
+    gpu_tables,
+    milestones,
+    operator_shares,
+    profiles,
+    revisions,
+    self_assessment,
+)
+from spu.stats.registry import AnalysisResult, analysis
+
+
+def _one(name: str, table: pd.DataFrame) -> AnalysisResult:
+    return AnalysisResult(tables={name: table})
+
+
+@analysis(files=("activity_time.csv",), section="Figure 14a", registry=TRAJECTORY_ANALYSES)
+def activity_times(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Share of time in each activity class along normalized run time."""
+    return _one("activity_time.csv", activity_time(inputs.calls, inputs.scored))
+
+
+@analysis(files=("milestones.csv",), section="Figure 14b", registry=TRAJECTORY_ANALYSES)
+def milestone_times(inputs: TrajectoryInputs) -> AnalysisResult:
+    """When each milestone of a run is first reached."""
+    return _one("milestones.csv", milestones(inputs.scored))
+
+
+@analysis(files=("families.csv",), section="Figure 15a-b", registry=TRAJECTORY_ANALYSES)
+def families(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Share of runs using each method family."""
+    return _one("families.csv", family_shares(inputs.scored))
+
+
+@analysis(files=("jaccard.csv",), section="Figure 15", registry=TRAJECTORY_ANALYSES)
+def jaccard(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Jaccard similarity of the method families of pairs of runs."""
+    return _one("jaccard.csv", family_jaccard(inputs.scored))
+
+
+@analysis(files=("sources.csv",), section="Figure 15c", registry=TRAJECTORY_ANALYSES)
+def sources(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Classes of the sources fetched."""
+    return _one("sources.csv", fetched_sources(inputs.readings))
+
+
+@analysis(files=("search_operators.csv",), section="Figure 15d", registry=TRAJECTORY_ANALYSES)
+def search_operators(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Share of queries using each search operator."""
+    return _one("search_operators.csv", operator_shares(inputs.readings))
+
+
+@analysis(files=("first_appearance.csv",), section="Figure 16a", registry=TRAJECTORY_ANALYSES)
+def first_appearances(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Where each submitted group order first appears."""
+    return _one("first_appearance.csv", first_appearance(inputs.readings))
+
+
+@analysis(files=("revisions.csv",), section="Figures 17c, 21b, 24d-e",
+          registry=TRAJECTORY_ANALYSES)
+def ranking_revisions(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Revisions of the ranking after the first complete draft."""
+    return _one("revisions.csv", revisions(inputs.scored))
+
+
+@analysis(files=("self_assessment.csv",), section="Figure 17b", registry=TRAJECTORY_ANALYSES)
+def self_assessments(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Stated expected correlation against the score."""
+    return _one("self_assessment.csv", self_assessment(inputs.scored))
+
+
+@analysis(files=("gpu.csv", "gpu_errors.csv"), section="Figure 22", registry=TRAJECTORY_ANALYSES)
+def gpu(inputs: TrajectoryInputs) -> AnalysisResult:
+    """GPU use by configuration, and the GPU errors met."""
+    table, errors = gpu_tables(inputs.readings, inputs.scored)
+    return AnalysisResult(tables={"gpu.csv": table, "gpu_errors.csv": errors})
+
+
+@analysis(files=("profiles.csv",), section="Figure 23a", registry=TRAJECTORY_ANALYSES)
+def configuration_profiles(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Each configuration's profile of behaviour features."""
+    return _one("profiles.csv", profiles(inputs.scored))
+
+
+@analysis(files=("efforts.csv",), section="Figure 24c-d", registry=TRAJECTORY_ANALYSES)
+def efforts(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Behaviour of one model at two reasoning efforts."""
+    return _one("efforts.csv", effort_pairs(inputs.scored))

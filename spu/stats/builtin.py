@@ -1,0 +1,525 @@
+"""The built-in analyses of ``spu stats``, registered in the order of the paper.
+
+Each function below is one registered analysis (:func:`spu.stats.registry.analysis`): it
+reads the shared inputs (:class:`~spu.stats.inputs.StatsInputs`), calls the statistics of
+its module and returns an :class:`~spu.stats.registry.AnalysisResult`. The order of
+registration is the order of the rows of ``summary.csv`` and ``tests.csv``; seeded draws
+come from :func:`~spu.stats.resampling.rng_for` streams of their own, so the numbers do
+not depend on it. An analysis kept in another package is written the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from spu.stats.agreement import repeat_agreement, repeat_orders_table
+from spu.stats.costs import cost_sensitivity_table, cost_table
+from spu.stats.coverage import all_tasks_table, coverage_table, shared_task_counts
+from spu.stats.design import detectable_curves, pilot_variances, study_design
+from spu.stats.disciplines import (
+    all_discipline_configs,
+    default_groups,
+    discipline_gap,
+    discipline_stability,
+    discipline_summary,
+)
+from spu.stats.effort import (
+    effort_correlations,
+    effort_pairs,
+    effort_ratios,
+    effort_table,
+    effort_tasks,
+)
+from spu.stats.exposure import (
+    exposure_indicators,
+    exposure_summary,
+    exposure_table,
+    presented_order_summary,
+)
+from spu.stats.inputs import StatsInputs
+from spu.stats.interaction import (
+    grouping_share,
+    interaction_tasks,
+    simulated_nulls,
+    spread_summary,
+    variance_decomposition,
+)
+from spu.stats.means import discipline_table
+from spu.stats.monotone import monotone_prior
+from spu.stats.named_tests import named_test
+from spu.stats.outcomes import (
+    departure_table,
+    outcome_table,
+    recovered_vs_valid,
+    refusal_table,
+    scoring_rules_table,
+)
+from spu.stats.pair_order import example_runs, pair_order_configs, pair_order_runs
+from spu.stats.paired import ALPHA, detectable_difference_z
+from spu.stats.private import (
+    private_pairs_table,
+    private_table,
+    private_task_table,
+    random_ranking_null,
+)
+from spu.stats.registry import AnalysisResult, analysis
+from spu.stats.repeats import (
+    rank_stability,
+    reliability_table,
+    repeat_task_table,
+    repeats_table,
+    stop_clustering_test,
+    stop_effect,
+)
+from spu.stats.runs_table import score_matrix
+from spu.stats.tasks import kruskal_wallis_disciplines, task_summary
+
+
+def summary_row(analysis: str, statistic: str, value: Any, n: Any = None,
+                ci: tuple[float, float] | None = None) -> dict[str, Any]:
+    """One row of ``summary.csv``.
+
+    Examples
+    --------
+    >>> summary_row("paired", "pairs", 78)["value"]
+    78
+    """
+    return {"analysis": analysis, "statistic": statistic, "value": value,
+            "ci_low": None if ci is None else ci[0], "ci_high": None if ci is None else ci[1],
+            "n": n}
+
+
+# Means and paired tests (3.1, 3.3, E.2).
+@analysis(files=("configs.csv",), section="Table 1, Figure 9a, c (3.1, 3.3)")
+def configs(inputs: StatsInputs) -> AnalysisResult:
+    """Raw and task-adjusted means, above-chance shares (Table 1)."""
+    public, table = inputs.public, inputs.configs
+    return AnalysisResult(tables={"configs.csv": table}, summary=[
+        summary_row("public", "tasks", int(public["task_id"].nunique())),
+        summary_row("public", "official_runs", len(public)),
+        summary_row("public", "scored_runs", int(public["scored"].sum())),
+        summary_row("public", "shared_tasks",
+                    int(table["n_shared_tasks"].iloc[0]) if len(table) else 0),
+    ])
+
+
+@analysis(files=("pairs.csv",), section="Figure 25a-c (3.3, E.2)")
+def pairs(inputs: StatsInputs) -> AnalysisResult:
+    """Wilcoxon paired tests of every pair, Holm-corrected, with detectable differences."""
+    table = inputs.pairs
+    n_pairs = len(table)
+    return AnalysisResult(tables={"pairs.csv": table}, summary=[
+        summary_row("paired", "pairs", n_pairs),
+        summary_row("paired", "significant_pairs", int(table["significant"].sum())),
+        summary_row("paired", "z_corrected",
+                    detectable_difference_z(ALPHA / max(n_pairs, 1)), n_pairs),
+        summary_row("paired", "z_uncorrected", detectable_difference_z(ALPHA)),
+    ])
+
+
+@analysis(files=("outcomes.csv",), section="Table 6 (3.2, E.1)")
+def outcomes(inputs: StatsInputs) -> AnalysisResult:
+    """Run outcomes and the mean score under each scoring of failures (Table 6)."""
+    return AnalysisResult(tables={"outcomes.csv": outcome_table(inputs.public, inputs.order)})
+
+
+@analysis(files=("costs.csv",), section="Table 3, Figure 11 (3.5)")
+def costs(inputs: StatsInputs) -> AnalysisResult:
+    """Cost per scored run and the Pareto frontier (Table 3)."""
+    return AnalysisResult(tables={"costs.csv": cost_table(
+        inputs.public, inputs.order, inputs.adjusted, inputs.seed, inputs.resamples)})
+
+
+@analysis(files=("disciplines.csv",), section="Table 5, Figure 20b (4.6, C)")
+def disciplines(inputs: StatsInputs) -> AnalysisResult:
+    """Mean score of each configuration in each discipline (Table 5)."""
+    return AnalysisResult(tables={"disciplines.csv": discipline_table(
+        inputs.public, inputs.order, inputs.seed, inputs.resamples)})
+
+
+# Tasks (2.2, 3.3).
+@analysis(files=("tasks.csv",), section="Figure 3, Figure 20a (2.2, 3.3, E.9)")
+def tasks(inputs: StatsInputs) -> AnalysisResult:
+    """Task statistics and Kruskal-Wallis of task means across disciplines."""
+    table = inputs.task_stats
+    notes = [] if inputs.tasks else [
+        "tasks: no --tasks, so no tied groups, attainable maximum or presented order"]
+    return AnalysisResult(tables={"tasks.csv": table}, summary=task_summary(table),
+                          tests=[kruskal_wallis_disciplines(table)], notes=notes)
+
+
+# Outcomes (3.2, E.1).
+@analysis(files=("departures.csv",), section="Figure 6a (3.2, E.1)")
+def departures(inputs: StatsInputs) -> AnalysisResult:
+    """Departures from the submission format, by configuration (Figure 6a)."""
+    notes = []
+    if "departures" in inputs.absent or "departures" not in inputs.runs.columns:
+        notes.append("outcomes: the table has no departures column (spu runs export adds "
+                     "it), so rejected files count as 'unrecorded' departures")
+    return AnalysisResult(tables={"departures.csv": departure_table(inputs.public,
+                                                                    inputs.order)},
+                          notes=notes)
+
+
+@analysis(files=("refusals.csv",), section="Figure 7 (3.2)")
+def refusals(inputs: StatsInputs) -> AnalysisResult:
+    """Refusals by configuration (Figure 7)."""
+    return AnalysisResult(tables={"refusals.csv": refusal_table(inputs.public, inputs.order)})
+
+
+@analysis(files=("scoring_rules.csv",), section="Figure 8 (3.2)")
+def scoring_rules(inputs: StatsInputs) -> AnalysisResult:
+    """Mean score under each rule for failed runs (Figure 8)."""
+    return AnalysisResult(tables={"scoring_rules.csv": scoring_rules_table(
+        inputs.official_all, inputs.order_all, inputs.seed, inputs.resamples)})
+
+
+@analysis(files=("recovered.csv",), section="Figure 6b-c (3.2)")
+def recovered(inputs: StatsInputs) -> AnalysisResult:
+    """Recovered against valid files of each configuration, and pooled (Figure 6b-c)."""
+    result = recovered_vs_valid(inputs.public, inputs.order, inputs.seed, inputs.resamples,
+                                inputs.draws)
+    pooled = result.pooled
+    if not pooled["n_configs"]:
+        return AnalysisResult(tables={"recovered.csv": result.table}, notes=[
+            "outcomes: no configuration has both recovered and valid files"])
+    test = named_test("recovered_vs_valid_pooled", pooled["diff"], pooled["p_perm"], "3.2",
+                      n=pooled["n_marked"], method="exact" if pooled["exact"] else "monte-carlo")
+    row = summary_row("outcomes", "recovered_minus_valid", pooled["diff"], pooled["n_marked"],
+                      (pooled["ci_low"], pooled["ci_high"]))
+    return AnalysisResult(tables={"recovered.csv": result.table}, tests=[test], summary=[row])
+
+
+# Coverage (3.3, Figure 1).
+@analysis(files=("coverage.csv",), section="3.3 Coverage")
+def coverage(inputs: StatsInputs) -> AnalysisResult:
+    """Missing runs against task difficulty (3.3)."""
+    table = coverage_table(inputs.public, inputs.order, inputs.seed, inputs.resamples,
+                           inputs.draws)
+    tests = [named_test(f"coverage_difficulty {r.config}", r.diff, r.p_perm, "3.3",
+                        n=r.n_excluded, method="permutation", p_holm=r.p_holm)
+             for r in table.itertuples(index=False)]
+    return AnalysisResult(tables={"coverage.csv": table}, tests=tests,
+                          summary=shared_task_counts(inputs.runs))
+
+
+@analysis(files=("all_tasks.csv",), section="Figure 1")
+def all_tasks(inputs: StatsInputs) -> AnalysisResult:
+    """Every configuration on every task, public and private (Figure 1)."""
+    return AnalysisResult(tables={"all_tasks.csv": all_tasks_table(
+        inputs.official_all, inputs.order_all, inputs.seed, inputs.resamples)})
+
+
+# Cost (3.5).
+@analysis(files=("cost_sensitivity.csv",), section="3.5 Cost range (Pareto sensitivity)")
+def cost_sensitivity(inputs: StatsInputs) -> AnalysisResult:
+    """The Pareto frontier under other prices (3.5)."""
+    notes = []
+    if "cost_full_input_usd" in inputs.absent:
+        notes.append("cost: no cost_full_input_usd column, so no full-input-price check")
+    return AnalysisResult(tables={"cost_sensitivity.csv": cost_sensitivity_table(
+        inputs.public, inputs.order, inputs.adjusted)}, notes=notes)
+
+
+# Effort (3.3, 4.10, E.3).
+@analysis(files={"effort_tasks.csv": "Figure 24a, Figure 25d (4.10)",
+                 "effort.csv": "Figure 24b (3.3, 4.5, 4.10)",
+                 "effort_ratios.csv": "Figure 24c (3.5, 4.10)"},
+          section="4.10")
+def effort(inputs: StatsInputs) -> AnalysisResult:
+    """Two reasoning efforts of one model with one harness (4.10)."""
+    public, public_all, seed, resamples = (inputs.public, inputs.public_all, inputs.seed,
+                                           inputs.resamples)
+    found = [(pair, effort_tasks(public_all, pair)) for pair in effort_pairs(public)]
+    if not found:
+        return AnalysisResult(notes=[
+            "effort: no model ran at two reasoning efforts with the same harness"])
+    return AnalysisResult(tables={
+        "effort_tasks.csv": pd.concat(
+            [t.assign(low_config=p.low, high_config=p.high) for p, t in found],
+            ignore_index=True),
+        "effort.csv": pd.concat(
+            [effort_table(t, public_all, p, seed, resamples) for p, t in found],
+            ignore_index=True),
+        "effort_ratios.csv": pd.concat(
+            [effort_ratios(public, p, seed, resamples) for p, _ in found], ignore_index=True),
+    })
+
+
+@analysis(files=("effort_correlations.csv",), section="E.3", name="effort_correlations")
+def effort_correlation(inputs: StatsInputs) -> AnalysisResult:
+    """Reasoning effort and usage against score (E.3)."""
+    table, rows = effort_correlations(inputs.public, inputs.order, inputs.seed,
+                                      inputs.resamples)
+    return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows)
+
+
+# Repeats (3.6, 4.5).
+@analysis(files={"repeats.csv": "Figure 26a (3.6, 4.5)",
+                 "reliability.csv": "Figure 26b (4.5)",
+                 "repeats_tasks.csv": "Figure 12a-b, Figure 26a (3.6)",
+                 "repeats_stops.csv": "Figure 19d (4.5)"},
+          section="3.6, 4.5", needs=("repeats",))
+def repeats(inputs: StatsInputs) -> AnalysisResult:
+    """Run-to-run variation, reliability and clustered stops of repeated runs."""
+    public_all, seed = inputs.public_all, inputs.seed
+    table = repeats_table(public_all, seed, inputs.resamples)
+    tests, summary = [], []
+    for config, own in public_all[public_all["repeat"] >= 1].groupby("config"):
+        test = stop_clustering_test(own, seed, inputs.draws)
+        tests.append(named_test(f"stop_clustering {config}", test["statistic"],
+                                test["p_value"], "3.6", n=test["n"], method=test["method"]))
+        summary += [summary_row("repeats", f"stops {config}", test["stops"], test["runs"]),
+                    summary_row("repeats", f"stop_clusters_expected {config}",
+                                test["expected"], test["tasks"]),
+                    summary_row("repeats", f"max_stops_per_task {config}",
+                                test["max_stops"], test["tasks"])]
+    stops, row = stop_effect(public_all, seed, inputs.resamples)
+    return AnalysisResult(tables={
+        "repeats.csv": table, "reliability.csv": reliability_table(table),
+        "repeats_tasks.csv": repeat_task_table(public_all), "repeats_stops.csv": stops,
+    }, tests=tests, summary=[*summary, row])
+
+
+@analysis(files=("rank_stability.csv",), section="Figure 26f (4.5)", needs=("run_sd",),
+          name="rank_stability")
+def rank_stabilities(inputs: StatsInputs) -> AnalysisResult:
+    """Rank stability under simulated reruns with the run-to-run SD (Figure 26f)."""
+    opt = inputs.options
+    stability = rank_stability(inputs.matrix, inputs.run_sd, inputs.seed, opt.simulations,
+                               opt.top_group_size)
+    if stability is None:
+        return AnalysisResult(notes=[
+            "rank stability: fewer than two configurations with a task-adjusted mean"])
+    n = stability.simulations
+    return AnalysisResult(tables={"rank_stability.csv": stability.table}, summary=[
+        summary_row("rank_stability", "run_sd", stability.run_sd),
+        summary_row("rank_stability", "top_group_size", stability.top_group_size),
+        summary_row("rank_stability", "top_group_kept", stability.top_group_kept, n),
+        summary_row("rank_stability", "leader_first", stability.leader_first, n),
+        summary_row("rank_stability", "exact_order", stability.exact_order, n),
+        summary_row("rank_stability", "top_group_kept_tasks_resampled",
+                    stability.top_group_kept_tasks_resampled, n),
+    ], values={"rank_stability": stability})
+
+
+# Detectable differences and study design (E.2).
+@analysis(files={"detectable.csv": "Figure 26d-e (E.2)", "design.csv": "E.2 (study design)"},
+          section="E.2")
+def design(inputs: StatsInputs) -> AnalysisResult:
+    """Detectable-difference curves and the study design table (E.2)."""
+    pilot = pilot_variances(inputs.pairs, inputs.run_sd)
+    if not np.isfinite(pilot.paired_sd):
+        return AnalysisResult(notes=[
+            "design: no pair of configurations with two shared scored tasks"])
+    notes = [] if np.isfinite(pilot.run_sd) else [
+        "design: no run-to-run SD, so repeats are assumed to buy nothing"]
+    return AnalysisResult(tables={
+        "detectable.csv": detectable_curves(pilot),
+        "design.csv": study_design(pilot, inputs.options.design_differences),
+    }, summary=[summary_row("design", "paired_sd", pilot.paired_sd, len(inputs.pairs)),
+                summary_row("design", "interaction_variance", pilot.interaction_var)],
+        notes=notes)
+
+
+# Configuration-by-task interaction (4.4, E.9).
+@analysis(files=("variance.csv",), section="Figure 26c (4.4, E.2)")
+def variance(inputs: StatsInputs) -> AnalysisResult:
+    """Variance of scores split into task, configuration, interaction and noise."""
+    table, rows = variance_decomposition(inputs.public_all, inputs.order, inputs.seed,
+                                         inputs.resamples)
+    if not len(table):
+        return AnalysisResult(notes=[
+            "variance: fewer than two widely covered configurations or shared tasks"])
+    return AnalysisResult(tables={"variance.csv": table}, summary=rows)
+
+
+@analysis(files=("interaction_tasks.csv",), section="Figure 18b (4.4, E.9)",
+          needs=("repeats",), name="interaction_tasks")
+def interaction(inputs: StatsInputs) -> AnalysisResult:
+    """Spread between configurations against spread between repeats, per task."""
+    table, rows = interaction_tasks(inputs.public_all, inputs.order)
+    return AnalysisResult(tables={"interaction_tasks.csv": table}, tests=rows)
+
+
+@analysis(files=("pair_correlations.csv",), section="Figure 18d (4.4, E.9)")
+def pair_correlations(inputs: StatsInputs) -> AnalysisResult:
+    """Correlations of configuration pairs across tasks against simulated nulls."""
+    table, tests, summary = simulated_nulls(inputs.public_all, inputs.order, inputs.run_sd,
+                                            inputs.seed, inputs.null_draws)
+    tables = {"pair_correlations.csv": table} if np.isfinite(inputs.run_sd) else {}
+    return AnalysisResult(tables=tables, tests=tests, summary=summary)
+
+
+@analysis(section="4.4, E.9", name="grouping_share")
+def grouping_shares(inputs: StatsInputs) -> AnalysisResult:
+    """Share of the interaction explained by discipline and subfield (rows of tests.csv)."""
+    public = inputs.public
+    return AnalysisResult(tests=[
+        grouping_share(public, inputs.order, column, inputs.seed, inputs.null_draws)
+        for column in ("discipline", "subfield") if column in public.columns])
+
+
+# Disciplines (4.6, E.10).
+@analysis(files=("discipline_summary.csv",), section="Figure 20a (4.6, E.10)",
+          name="discipline_summary")
+def disciplines_summary(inputs: StatsInputs) -> AnalysisResult:
+    """Scores by discipline, over every configuration (Figure 20a)."""
+    return AnalysisResult(tables={"discipline_summary.csv": discipline_summary(
+        inputs.public, inputs.seed, inputs.resamples)})
+
+
+@analysis(files=("discipline_gap.csv",), section="Figure 20c (4.6, E.10)", name="discipline_gap")
+def disciplines_gap(inputs: StatsInputs) -> AnalysisResult:
+    """The gap between leading and trailing configurations in each discipline."""
+    eligible = all_discipline_configs(inputs.public, inputs.order)
+    top, bottom = default_groups(inputs.configs, inputs.pairs, eligible)
+    if not (top and bottom):
+        return AnalysisResult(notes=[
+            "discipline gap: no leading and trailing group scored in every discipline"])
+    gap, test = discipline_gap(inputs.public, top, bottom, inputs.seed, inputs.resamples,
+                               inputs.permutations)
+    return AnalysisResult(
+        tables={"discipline_gap.csv": gap.assign(leading=", ".join(top),
+                                                 trailing=", ".join(bottom))},
+        tests=[test],
+        summary=[summary_row("disciplines", "gap_range", test["statistic"], test["n"]),
+                 summary_row("disciplines", "gap_range_null_median", test.get("null_median"),
+                             inputs.permutations)])
+
+
+@analysis(files=("discipline_pairs.csv",), section="Figure 20d (4.6, E.10)",
+          name="discipline_order")
+def disciplines_order(inputs: StatsInputs) -> AnalysisResult:
+    """Whether configuration pairs keep their order across disciplines (Figure 20d)."""
+    eligible = all_discipline_configs(inputs.public, inputs.order)
+    table, test = discipline_stability(inputs.public, eligible, inputs.seed,
+                                       inputs.permutations)
+    return AnalysisResult(tables={"discipline_pairs.csv": table}, tests=[test], summary=[
+        summary_row("disciplines", "order_stability", test["statistic"], test["n"]),
+        summary_row("disciplines", "order_stability_null_median", test.get("null_median"),
+                    inputs.permutations)])
+
+
+# Exposure (3.7, E.4).
+@analysis(files=("exposure.csv",), section="Figure 13d (3.7, E.4)")
+def exposure(inputs: StatsInputs) -> AnalysisResult:
+    """Flagged against unflagged runs of each configuration, and pooled (3.7)."""
+    table, test = exposure_table(inputs.public, inputs.order, inputs.seed, inputs.resamples,
+                                 inputs.draws)
+    row = summary_row("exposure", "pooled_difference", test["statistic"], test["n"],
+                      (test["ci_low"], test["ci_high"]))
+    return AnalysisResult(
+        tables={"exposure.csv": table},
+        tests=[{k: v for k, v in test.items() if k not in ("ci_low", "ci_high")}],
+        summary=[row, *exposure_summary(inputs.public)])
+
+
+@analysis(files=("exposure_indicators.csv",), section="Figure 13c (3.7)",
+          name="exposure_indicators")
+def exposure_indicator(inputs: StatsInputs) -> AnalysisResult:
+    """Exposure indicators by configuration (Figure 13c)."""
+    notes = []
+    if "flagged_exposure" in inputs.absent:
+        notes.append("exposure: the table has no flagged_exposure column")
+    return AnalysisResult(tables={"exposure_indicators.csv": exposure_indicators(
+        inputs.public, inputs.order)}, notes=notes)
+
+
+# Private tasks (3.4, E.5).
+@analysis(files={"private.csv": "Table 2 (3.4)", "private_pairs.csv": "3.4 (exact sign-flip)",
+                 "private_tasks.csv": "Figure 10 (3.4, E.5)"},
+          section="3.4", needs=("private",))
+def private(inputs: StatsInputs) -> AnalysisResult:
+    """Private tasks against random rankings, and their paired tests (3.4)."""
+    runs, order, tasks_found = inputs.private, inputs.order, inputs.tasks
+    null = random_ranking_null(tasks_found, sorted(set(runs["task_id"])), inputs.seed,
+                               inputs.options.null_draws) if tasks_found else {}
+    notes = [] if null else [
+        "private: no task packages with answer keys, so the test against random rankings "
+        "uses the normal approximation from the thresholds"]
+    private_order = [c for c in order if c in set(runs["config"])] + sorted(
+        set(runs["config"]) - set(order))
+    return AnalysisResult(tables={
+        "private.csv": private_table(runs, private_order, null, inputs.seed,
+                                     inputs.resamples),
+        "private_pairs.csv": private_pairs_table(score_matrix(runs, private_order),
+                                                 private_order, inputs.seed),
+        "private_tasks.csv": private_task_table(runs),
+    }, notes=notes)
+
+
+# Submitted orders: agreement, monotone prior, repeats, presented order, appendix F.
+@analysis(files={"agreement_tasks.csv": "Figure 27a (E.8)",
+                 "consensus_loo.csv": "Figure 27b-c (E.8)"},
+          section="E.8", needs=("orders",))
+def agreement(inputs: StatsInputs) -> AnalysisResult:
+    """Agreement between configurations' orders and the leave-one-out consensus (E.8)."""
+    result = inputs.agreement
+    assert result is not None  # the need "orders" holds
+    return AnalysisResult(tables={"agreement_tasks.csv": result.tasks,
+                                  "consensus_loo.csv": result.leave_one_out},
+                          summary=result.summary)
+
+
+@analysis(files={"monotone.csv": "Figure 16d (4.2)", "monotone_groups.csv": "Figure 16c (4.2)"},
+          section="4.2", needs=("orders",))
+def monotone(inputs: StatsInputs) -> AnalysisResult:
+    """Orders that follow a setting monotonically (the monotone prior, 4.2)."""
+    assert inputs.orders is not None  # the need "orders" holds
+    result = monotone_prior(inputs.scored_public, inputs.orders, inputs.tasks, inputs.order)
+    return AnalysisResult(tables={"monotone.csv": result.configs,
+                                  "monotone_groups.csv": result.groups},
+                          summary=result.summary)
+
+
+@analysis(files={"repeats_orders.csv": "Figure 19a (4.5)",
+                 "repeats_agreement.csv": "Figure 12c (4.5)"},
+          section="4.5", needs=("orders", "repeats"))
+def repeats_orders(inputs: StatsInputs) -> AnalysisResult:
+    """Whether repeated runs submit the same orders (Figures 12c, 19a)."""
+    orders, public_all = inputs.orders, inputs.public_all
+    assert orders is not None  # the need "orders" holds
+    scored_repeats = public_all[(public_all["repeat"] >= 1) & public_all["scored"]]
+    table, rows = repeat_agreement(public_all[public_all["scored"]], orders, inputs.tasks,
+                                   inputs.seed, inputs.resamples)
+    return AnalysisResult(tables={
+        "repeats_orders.csv": repeat_orders_table(scored_repeats, orders, inputs.tasks),
+        "repeats_agreement.csv": table,
+    }, summary=rows)
+
+
+@analysis(files={"pair_order_runs.csv": "Figure 28c (F)", "pair_order.csv": "Figure 28d (F)",
+                 "pair_order_examples.csv": "Figure 28a (F)"},
+          section="F", needs=("orders",))
+def pair_order(inputs: StatsInputs) -> AnalysisResult:
+    """Pairs of items in the measured order, and the top-1 rate (appendix F)."""
+    orders, scored = inputs.orders, inputs.scored_public
+    assert orders is not None  # the need "orders" holds
+    per_run = pair_order_runs(scored, orders, inputs.tasks)
+    table, rows = pair_order_configs(per_run, inputs.order, inputs.seed, inputs.resamples)
+    return AnalysisResult(tables={
+        "pair_order_runs.csv": per_run, "pair_order.csv": table,
+        "pair_order_examples.csv": example_runs(scored, orders, inputs.tasks),
+    }, summary=rows)
+
+
+@analysis(files=("presented_order.csv",), section="E.4 Presented order", needs=("tasks",))
+def presented_order(inputs: StatsInputs) -> AnalysisResult:
+    """Orders that copy the order the items were presented in (E.4)."""
+    table, rows = presented_order_summary(inputs.task_stats, inputs.public, inputs.orders,
+                                          inputs.tasks, inputs.order)
+    tables = {} if inputs.orders is None else {"presented_order.csv": table}
+    return AnalysisResult(tables=tables, summary=rows)
+
+
+@analysis(section="4.4, E.10")
+def spread(inputs: StatsInputs) -> AnalysisResult:
+    """Spread statistics of the task means quoted in 4.4 and E.10."""
+    agreement_result = inputs.agreement
+    rows, tests = spread_summary(inputs.task_stats, inputs.public,
+                                 None if agreement_result is None else agreement_result.tasks)
+    return AnalysisResult(summary=rows, tests=tests)

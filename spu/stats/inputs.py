@@ -1,0 +1,239 @@
+"""What every analysis of ``spu stats`` reads: the runs table, the options, shared steps.
+
+:class:`StatsInputs` holds the checked runs table and the :class:`StatsOptions`, and
+computes once, when an analysis first asks, what several analyses share: the official
+public runs, the configuration table and its order, the paired tests, the task packages,
+the task statistics, the run-to-run SD and the submitted orders. Reading the task
+packages and run folders happens here, so the analyses themselves stay pure; what that
+reading left out is kept in :meth:`StatsInputs.take_notes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from spu.stats.agreement import AgreementResult, agreement_analysis
+from spu.stats.design import DIFFERENCES
+from spu.stats.disciplines import PERMUTATIONS
+from spu.stats.interaction import NULL_DRAWS
+from spu.stats.means import config_table
+from spu.stats.paired import paired_table
+from spu.stats.private import NULL_DRAWS as PRIVATE_NULL_DRAWS
+from spu.stats.repeats import DEFAULT_SIMULATIONS, pooled_within_sd
+from spu.stats.resampling import DEFAULT_RESAMPLES
+from spu.stats.runs_table import official, score_matrix
+from spu.stats.submissions import Orders, TaskInfo, load_submitted_orders, load_task_set
+from spu.stats.tasks import task_table
+
+MAX_NOTES = 50
+"""Notes about run folders kept in the manifest; the rest are counted."""
+
+
+@dataclass(frozen=True)
+class StatsOptions:
+    """What ``spu stats`` computes and from which inputs beyond the runs table."""
+
+    seed: int = 0
+    """Seed of every random draw."""
+    resamples: int = DEFAULT_RESAMPLES
+    """Bootstrap resamples."""
+    simulations: int = DEFAULT_SIMULATIONS
+    """Simulated reruns of the rank-stability analysis."""
+    null_draws: int = PRIVATE_NULL_DRAWS
+    """Random submissions per private task for the exact null."""
+    task_roots: tuple[Path, ...] = ()
+    """Task roots holding the task packages (contracts, settings, answer keys)."""
+    answers_root: Path | None = None
+    """Answer keys kept apart from the task packages."""
+    runs_dir: Path | None = None
+    """Output root whose ``runs/<run_key>/`` folders hold the submitted files."""
+    top_group_size: int | None = None
+    """Size of the top group of the rank-stability analysis (default: widest gap)."""
+    run_sd: float | None = None
+    """Run-to-run SD of the simulated reruns (default: pooled SD of the repeats)."""
+    design_differences: tuple[float, ...] = DIFFERENCES
+    """Differences in mean score of the study-design table (``design.csv``)."""
+
+
+@dataclass(frozen=True)
+class StatsInputs:
+    """The runs table, the options, and the steps several analyses share (computed once)."""
+
+    runs: pd.DataFrame
+    """The checked runs table (:func:`~spu.stats.runs_table.read_runs_table`)."""
+    options: StatsOptions = field(default_factory=StatsOptions)
+    """Seed, resamples and the optional inputs."""
+    _notes: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    # Seeds and draw counts.
+    @property
+    def seed(self) -> int:
+        """Seed of every random draw."""
+        return self.options.seed
+
+    @property
+    def resamples(self) -> int:
+        """Bootstrap resamples."""
+        return self.options.resamples
+
+    @property
+    def draws(self) -> int:
+        """Permutation draws (as many as the bootstrap resamples)."""
+        return self.options.resamples
+
+    @property
+    def null_draws(self) -> int:
+        """Draws of the simulated nulls of the interaction analysis."""
+        return min(NULL_DRAWS, self.options.resamples)
+
+    @property
+    def permutations(self) -> int:
+        """Permutations of the discipline tests."""
+        return min(PERMUTATIONS, self.options.resamples)
+
+    # Selections of the runs table.
+    @cached_property
+    def absent(self) -> list[str]:
+        """Columns the runs table lacked and that were filled with defaults."""
+        return list(self.runs.attrs.get("absent_columns", []))
+
+    @cached_property
+    def public(self) -> pd.DataFrame:
+        """Official runs (``repeat`` 0) of public tasks."""
+        return official(self.runs, "public")
+
+    @cached_property
+    def official_all(self) -> pd.DataFrame:
+        """Official runs of every task, public and private."""
+        return self.runs[self.runs["repeat"] == 0]
+
+    @cached_property
+    def public_all(self) -> pd.DataFrame:
+        """Every run of a public task, repeats included."""
+        return self.runs[self.runs["visibility"] == "public"]
+
+    @cached_property
+    def private(self) -> pd.DataFrame:
+        """Official runs of private tasks."""
+        return official(self.runs, "private")
+
+    @cached_property
+    def scored_public(self) -> pd.DataFrame:
+        """Scored official runs of public tasks."""
+        return self.public[self.public["scored"]]
+
+    @cached_property
+    def has_repeats(self) -> bool:
+        """Whether any public task has a repeated run (``repeat >= 1``)."""
+        return bool((self.public_all["repeat"] >= 1).any())
+
+    # Shared steps.
+    @cached_property
+    def configs(self) -> pd.DataFrame:
+        """The configuration table (``configs.csv``), in ranking order."""
+        return config_table(self.public, self.seed, self.resamples)
+
+    @cached_property
+    def order(self) -> list[str]:
+        """Configurations in the order of ``configs.csv``."""
+        return list(self.configs["config"])
+
+    @cached_property
+    def order_all(self) -> list[str]:
+        """:attr:`order`, then configurations that ran only private tasks."""
+        return self.order + sorted(set(self.official_all["config"]) - set(self.order))
+
+    @cached_property
+    def adjusted(self) -> pd.Series:
+        """Task-adjusted mean of each configuration."""
+        return self.configs.set_index("config")["adjusted_mean"]
+
+    @cached_property
+    def matrix(self) -> pd.DataFrame:
+        """Official public scores, tasks x configurations."""
+        return score_matrix(self.public, self.order)
+
+    @cached_property
+    def pairs(self) -> pd.DataFrame:
+        """The paired tests (``pairs.csv``)."""
+        return paired_table(self.matrix, self.order)
+
+    @cached_property
+    def tasks(self) -> dict[str, TaskInfo]:
+        """Task packages of the table's tasks (empty without ``--tasks``)."""
+        opt = self.options
+        if not opt.task_roots:
+            return {}
+        wanted = set(self.runs["task_id"])
+        tasks = load_task_set(list(opt.task_roots), opt.answers_root, wanted)
+        missing = sorted(wanted - set(tasks))
+        if missing:
+            self._notes.append(f"{len(missing)} task(s) of the table have no task package: "
+                               + ", ".join(missing[:10]) + (" ..." if len(missing) > 10
+                                                            else ""))
+        return tasks
+
+    @cached_property
+    def task_stats(self) -> pd.DataFrame:
+        """The task table (``tasks.csv``)."""
+        return task_table(self.runs, self.tasks)
+
+    @cached_property
+    def run_sd(self) -> float:
+        """Run-to-run SD: ``--run-sd``, else the pooled within-task SD of the repeats."""
+        if self.options.run_sd is not None:
+            return self.options.run_sd
+        return pooled_within_sd(self.public_all)
+
+    @cached_property
+    def orders(self) -> dict[str, Orders] | None:
+        """Submitted orders by ``run_id``; ``None`` without ``--runs-dir`` and ``--tasks``."""
+        if self.options.runs_dir is None or not self.tasks:
+            return None
+        submitted = load_submitted_orders(self.options.runs_dir,
+                                          self.public_all[self.public_all["scored"]])
+        self._notes.extend(submitted.notes[:MAX_NOTES])
+        if len(submitted.notes) > MAX_NOTES:
+            self._notes.append(f"... and {len(submitted.notes) - MAX_NOTES} more run folder "
+                               "notes")
+        return submitted.orders
+
+    @cached_property
+    def agreement(self) -> AgreementResult | None:
+        """Agreement and consensus of the submitted orders (E.8), when there are orders."""
+        if self.orders is None:
+            return None
+        return agreement_analysis(self.scored_public, self.orders, self.tasks, self.order,
+                                  self.seed, self.resamples)
+
+    def take_notes(self) -> list[str]:
+        """Notes from reading task packages and run folders since the last call."""
+        notes = list(self._notes)
+        self._notes.clear()
+        return notes
+
+    def manifest(self) -> dict[str, Any]:
+        """The options and inputs, as the manifest records them."""
+        opt = self.options
+        return {
+            "spu_version": _version(),
+            "seed": opt.seed, "resamples": opt.resamples, "simulations": opt.simulations,
+            "null_draws": opt.null_draws, "permutation_draws": self.draws,
+            "simulated_null_draws": self.null_draws,
+            "discipline_permutations": self.permutations,
+            "task_roots": [str(p) for p in opt.task_roots],
+            "answers_root": None if opt.answers_root is None else str(opt.answers_root),
+            "runs_dir": None if opt.runs_dir is None else str(opt.runs_dir),
+            "rows": len(self.runs), "configs": self.order, "absent_columns": self.absent,
+        }
+
+
+def _version() -> str:
+    import spu
+
+    return spu.__version__
