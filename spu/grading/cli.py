@@ -105,7 +105,7 @@ def grade_lines(grade: Any) -> list[str]:
 
 def regrade_command(args: argparse.Namespace) -> int:
     """Regrade; exit 0 when every run was regraded or unchanged, 1 when one failed."""
-    from spu.grading.regrade import regrade_runs
+    from spu.tracking.regrade import regrade_runs
 
     results = regrade_runs(
         args.output_root, args.task_root, answers_root=args.answers_root,

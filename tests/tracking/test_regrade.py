@@ -10,7 +10,7 @@ import pytest
 
 from spu.cli import main
 from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
-from spu.grading.regrade import regrade_runs
+from spu.tracking.regrade import regrade_runs
 from spu.grading.rules import GRADER_VERSION
 from spu.runner import RunSpec, run_one
 from spu.schema import GradeStatus, Outcome, RunRecord
