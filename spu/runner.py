@@ -40,7 +40,7 @@ from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
-from spu.grading.outcome import EXCLUDED_OUTCOMES, RunEvidence, judge
+from spu.grading.outcome import RunEvidence, judge
 from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
@@ -55,8 +55,6 @@ from spu.schema import (
     ExposureHit,
     GpuUsage,
     Grade,
-    GradeStatus,
-    Outcome,
     ProcessEvidence,
     RunRecord,
     SandboxInfo,
