@@ -8,6 +8,7 @@ golden files of older versions live in ``tests/golden/`` and must keep loading.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -458,6 +459,11 @@ class ExposureHit(Record):
     """The text that matched, as found (decoded and normalized for titles)."""
     audit_call: int | None = None
     """Index of the audited call whose output held it, when found in the audit log."""
+
+
+def exposure_kinds(hits: Iterable[ExposureHit]) -> list[str]:
+    """The distinct identifier kinds among ``hits``, sorted (the run record's tag)."""
+    return sorted({h.kind for h in hits})
 
 
 class PolicyStop(Record):

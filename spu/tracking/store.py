@@ -42,9 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spu
-from spu.analysis.exposure import exposure_kinds
 from spu.config import TrackingConfig
-from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord
+from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tracking.empty_store import seed_sqlite_store
 from spu.tracking.locks import FileLock
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
