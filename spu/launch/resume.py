@@ -34,7 +34,7 @@ from enum import Enum
 from pathlib import Path
 
 from spu.schema import Outcome
-from spu.tracking.locks import run_key_lock
+from spu.tracking.locks import holder, run_key_lock, take
 from spu.tracking.query import (
     KeyRecords,
     RecordedRun,
@@ -161,8 +161,8 @@ def latest_attempts(target: TrackingTarget | None, output_root: Path,
             continue
         assert target is not None
         lock = run_key_lock(Path(output_root), key)
-        if not lock.acquire(blocking=False):
-            log.info("run %s: held by another process (pid %s); left to it", key, lock.holder())
+        if not take(lock, blocking=False):
+            log.info("run %s: held by another process (pid %s); left to it", key, holder(lock))
             if held is not None:
                 latest[key] = held
             continue

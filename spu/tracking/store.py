@@ -45,7 +45,7 @@ import spu
 from spu.config import TrackingConfig
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tracking.empty_store import seed_sqlite_store
-from spu.tracking.locks import FileLock
+from spu.tracking.locks import holder, holder_lock, take
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
 
 if TYPE_CHECKING:
@@ -169,11 +169,11 @@ def store_lock(uri: str) -> Iterator[None]:
         yield
         return
     db.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(db.with_name(db.name + ".lock"))
-    if not lock.acquire(timeout_s=STORE_LOCK_TIMEOUT_S):
+    lock = holder_lock(db.with_name(db.name + ".lock"))
+    if not take(lock, timeout_s=STORE_LOCK_TIMEOUT_S):
         raise TrackingStoreError(
             f"tracking store {db} has been busy for {STORE_LOCK_TIMEOUT_S:.0f} s (process "
-            f"{lock.holder()} holds {lock.path}): let it finish (or stop it) and relaunch")
+            f"{holder(lock)} holds {lock.lock_file}): let it finish (or stop it) and relaunch")
     try:
         yield
     finally:
