@@ -14,7 +14,6 @@ raises becomes one line naming the override and the nearest valid spelling, exit
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import gc
 import logging
 import os
@@ -28,15 +27,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from spu.config import SPUConfig, config_problems, register_configs
+from spu.config import register_configs
+from spu.launch.spec import SelectionError, spec_from_config
 
 log = logging.getLogger("spu")
 
 register_configs()
-
-
-class SelectionError(ValueError):
-    """The configuration selects nothing runnable (for example, no task)."""
 
 
 MIN_FREE_BYTES = 16 << 20
@@ -63,39 +59,6 @@ def disk_full(output_root: Path | str) -> OSError | None:
         return None
     return OSError(errno.ENOSPC, f"only {free} bytes free, {MIN_FREE_BYTES} needed to start "
                                  f"a run", str(path))
-
-
-def spec_from_config(cfg: DictConfig) -> Any:
-    """Turn a composed config into a :class:`~spu.runner.RunSpec`."""
-    from spu.runner import RunSpec
-
-    if OmegaConf.is_missing(cfg, "task"):
-        root = Path(cfg.task_root).resolve()
-        raise SelectionError(
-            f"no task selected: pass task=<id> or -m task='glob(*)' "
-            f"(task packages are read from task_root={root})"
-        )
-    conf: SPUConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    problems = config_problems(conf)
-    if problems:
-        raise SelectionError(problems[0])
-    return RunSpec(
-        model=conf.model,
-        harness=conf.harness,
-        effort=conf.effort,
-        task_dir=Path(conf.task.path),
-        repeat=conf.repeat,
-        output_root=Path(conf.output_root).resolve(),
-        answers_root=Path(conf.answers_root).resolve() if conf.answers_root else None,
-        sandbox=conf.sandbox,
-        limits=conf.limits,
-        # A relative corpus is the launching directory's, wherever the run executes.
-        tools=dataclasses.replace(conf.tools, corpus=str(Path(conf.tools.corpus).resolve()))
-        if conf.tools.corpus else conf.tools,
-        gpu_ids=tuple(conf.sandbox.gpu_ids),
-        cost=conf.cost,
-        status_every_s=conf.sweep.status_every_s,
-    )
 
 
 def summary(record: Any, mlflow_run_id: str | None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from spu.callbacks import RESULT_FILE
+from spu.launch.results import RESULT_FILE
 from spu.launch.resume import (
     RETRIED_OUTCOMES,
     ResumeMode,

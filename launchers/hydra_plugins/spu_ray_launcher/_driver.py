@@ -209,7 +209,7 @@ class JobComposer:
 
     def spec(self, job: SweepJob) -> Any:
         """The job's :class:`~spu.runner.RunSpec`, converted once per configuration."""
-        from spu.main import spec_from_config
+        from spu.launch.spec import spec_from_config
 
         rest, repeat = self.split(job.overrides)
         if repeat is None:
