@@ -30,9 +30,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
+from spu.config import ResumeMode
 from spu.schema import Outcome
 from spu.tracking.locks import holder, run_key_lock, take
 from spu.tracking.query import (
@@ -47,23 +47,6 @@ from spu.tracking.query import (
 from spu.tracking.store import TrackingTarget, log_run
 
 log = logging.getLogger(__name__)
-
-
-class ResumeMode(str, Enum):
-    """What a relaunched sweep does with run keys that already have a record."""
-
-    skip_finished = "skip_finished"
-    retry_unscored = "retry_unscored"
-    off = "off"
-
-    @classmethod
-    def parse(cls, value: str) -> ResumeMode:
-        """The mode named ``value``; an unknown name raises naming ``sweep.resume``."""
-        try:
-            return cls(value)
-        except ValueError:
-            names = ", ".join(m.value for m in cls)
-            raise ValueError(f"sweep.resume={value!r}: not one of {names}") from None
 
 
 RETRIED_OUTCOMES = frozenset({Outcome.infra_error.value, Outcome.memory_limit.value,
