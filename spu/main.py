@@ -13,8 +13,6 @@ raises becomes one line naming the override and the nearest valid spelling, exit
 
 from __future__ import annotations
 
-import atexit
-import gc
 import logging
 import os
 import sys
@@ -28,6 +26,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from spu.config import register_configs
+from spu.launch.collector import set_launcher_policy
 from spu.launch.spec import SelectionError, spec_from_config
 
 log = logging.getLogger("spu")
@@ -250,11 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     from spu.overrides import OverrideError, check_overrides, explain, normalize_argv
 
-    # Registered first, so run last: what is alive at exit is left out of the collection
-    # the interpreter makes while it shuts down, which walks every object (MLflow, Ray,
-    # SQLAlchemy: 1-1.5 s of CPU at the end of each sweep). Files and logs are closed
-    # and flushed before (by their own code and logging's handler at exit).
-    atexit.register(gc.freeze)
+    set_launcher_policy()
     args = normalize_argv(sys.argv[1:] if argv is None else argv)
     _export_task_root(args)
     if not any(a in HELP_FLAGS for a in args):
