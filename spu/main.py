@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from spu.config import register_configs
+from spu.internals import run_hydra
 from spu.launch.collector import set_launcher_policy
 from spu.launch.spec import SelectionError, spec_from_config
 
@@ -162,8 +162,8 @@ def no_space_message(where: object, detail: str | None = None) -> str:
             f"skipped, the interrupted one runs again")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
+def run_task(cfg: DictConfig) -> dict[str, Any]:
+    """Hydra's task function: run one composed job; a configuration error is one line."""
     from spu.runner import RunConfigError
     from spu.tasks.package import TaskLoadError
 
@@ -186,48 +186,6 @@ def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
         sys.exit(2)
 
 
-def _export_task_root(argv: Sequence[str]) -> None:
-    """Pass ``task_root=PATH`` to the task config source before Hydra composes anything."""
-    for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if sep and key == "task_root":
-            os.environ["SPU_TASK_ROOT"] = str(Path(value).expanduser().resolve())
-
-
-def _output_root(argv: Sequence[str]) -> str:
-    """``output_root=PATH`` from the command line (what Hydra will use), else the default."""
-    root = "outputs"
-    for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if sep and key == "output_root":
-            root = value
-    return root
-
-
-HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
-              "--version")
-"""Hydra's flags that only print something: no check is made before them."""
-
-TRUE = ("true", "yes", "on", "1")
-
-
-def dry_run_requested(argv: Sequence[str]) -> bool:
-    """True when the command line sets ``dry_run=true``.
-
-    Examples:
-        >>> dry_run_requested(["-m", "task=glob(*)", "dry_run=true"])
-        True
-        >>> dry_run_requested(["dry_run=false"])
-        False
-    """
-    value = None
-    for arg in argv:
-        key, sep, text = arg.lstrip("+").partition("=")
-        if sep and key == "dry_run":
-            value = text.strip().lower()
-    return value in TRUE
-
-
 def print_plan(argv: Sequence[str]) -> None:
     """Print the jobs the command line would run, with their expected cost (dry run)."""
     from rich.console import Console
@@ -244,18 +202,24 @@ def print_plan(argv: Sequence[str]) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m spu.main`` and ``spu run``.
 
+    The command line is read once (:class:`~spu.overrides.CommandLine`); Hydra runs on
+    it as given, ``sys.argv`` untouched.
+
     Args:
         argv: the command line after the program name (default ``sys.argv[1:]``).
     """
-    from spu.overrides import OverrideError, check_overrides, explain, normalize_argv
+    from spu.overrides import CommandLine, OverrideError, check_overrides, explain
 
     set_launcher_policy()
-    args = normalize_argv(sys.argv[1:] if argv is None else argv)
-    _export_task_root(args)
-    if not any(a in HELP_FLAGS for a in args):
+    line = CommandLine.parse(sys.argv[1:] if argv is None else argv)
+    args = list(line.args)
+    if line.task_root is not None:
+        # For the task config source, which Hydra's search path runs before composing.
+        os.environ["SPU_TASK_ROOT"] = str(line.task_root)
+    if not line.only_prints:
         try:
             check_overrides(args)
-            if dry_run_requested(args):
+            if line.dry_run:
                 print_plan(args)
                 return
         except OverrideError as exc:
@@ -267,19 +231,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise
             print(f"spu: {message}", file=sys.stderr)
             sys.exit(2)
-        if not any(a in ("--cfg", "-c") for a in args):
-            full = disk_full(_output_root(args))
+        if not line.shows_config:
+            full = disk_full(line.output_root)
             if full is not None:  # before Hydra writes its first file there
                 print(f"spu: {no_space_message(full.filename, full.strerror)}",
                       file=sys.stderr)
                 sys.exit(2)
-    sys.argv = [sys.argv[0], *args]
     # Hydra prints its own errors (several lines, with advice to add keys with +) and
     # exits 1 unless HYDRA_FULL_ERROR is set; set, it raises them here instead.
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        _hydra_main()
+        run_hydra(run_task, args, config_path="../conf", config_name="config",
+                  version_base="1.3")
     except Exception as exc:
         message = None if user_full_error else explain(exc, args)
         if message is None:

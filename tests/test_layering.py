@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 STAGES: dict[str, int] = {
     # Shared low modules: the schema of every record, the config schema and its override
-    # rules, strict JSON, the plugin registry, the run identity. Importable from anywhere.
+    # rules, strict JSON, the plugin registry, the run identity, the door to private Hydra
+    # and Ray APIs. Importable from anywhere.
     "spu": 0,
     "spu.schema": 0,
     "spu.config": 0,
@@ -26,6 +27,7 @@ STAGES: dict[str, int] = {
     "spu.strict_json": 0,
     "spu.registry": 0,
     "spu.identity": 0,
+    "spu.internals": 0,
     # The pipeline, in the order the data flows (STYLE): task -> sandbox + harness ->
     # tools -> grading -> tracking -> stats -> analysis -> report. The tools service runs
     # in the sandbox's network and the harness hands it to the agent, so tools sit between

@@ -69,12 +69,9 @@ class Reaper:
     @classmethod
     def for_ray(cls) -> Reaper:
         """A reaper for the local Ray this process started (``ray.init`` done)."""
-        import ray
+        from spu.internals import ray_session_dir
 
-        node = ray._private.worker._global_node
-        if node is None:
-            raise RuntimeError("no local Ray node in this process: call ray.init() first")
-        session_dir = node.get_session_dir_path()
+        session_dir = ray_session_dir()
         return cls(os.path.basename(os.path.realpath(session_dir)))
 
     def disarm(self) -> None:
