@@ -18,7 +18,8 @@ import sys
 
 REAPER_CODE = r"""
 import os, signal, sys, time
-marker, fd = sys.argv[1].encode(), int(sys.argv[2])
+import psutil
+marker, fd = sys.argv[1], int(sys.argv[2])
 try:
     said = os.read(fd, 16)
 except OSError:
@@ -28,16 +29,8 @@ if said.startswith(b"disarm"):
 me = os.getpid()
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker in f.read():
-                    found.append(int(entry))
-        except OSError:
-            pass
+    found = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"])
+             if p.info["pid"] != me and any(marker in a for a in p.info["cmdline"] or ())]
     if not found:
         break
     for pid in found:
