@@ -17,7 +17,7 @@ NEWEST_CODEX ?= 0.171.0
 $(STAMP): pyproject.toml tests/plugins/spu_example_plugin/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[all,test,dev]'
 	$(PY) -m pip install -q --no-deps -e tests/plugins/spu_example_plugin
 	@rm -f $(VENV)/.installed-*
 	@touch $@

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from spu.launch.results import RESULT_FILE, collect_results, config_of, run_status
+
 if TYPE_CHECKING:
     from spu.tasks.package import BrokenTask
 
 log = logging.getLogger("spu")
-
-RESULT_FILE = "result.json"
 
 BROKEN_TASK_FOLDER = "broken-task-{index}"
 """Sweep subfolder holding the result row of a broken task a glob left out."""
@@ -30,24 +30,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def run_status(result: dict[str, Any]) -> str:
-    """How a job got its row: ran now, retried, skipped (finished earlier) or not launched."""
-    status = result.get("status", "ran")
-    if status == "skipped":
-        return "skipped"
-    if status == "broken_task":
-        return "skipped (broken task)"
-    if status == "in_progress":
-        return "skipped (running elsewhere)"
-    if status == "not_launched":
-        return f"not launched ({result.get('note') or 'budget'})"
-    attempt = int(result.get("attempt") or 1)
-    return "ran" if attempt == 1 else f"ran (attempt {attempt})"
 
-
-def config_of(result: dict[str, Any]) -> str:
-    """The configuration label of a result row (older rows carry none: model-effort)."""
-    return str(result.get("config") or f"{result.get('model')}-{result.get('effort')}")
 
 
 def results_table(results: list[dict[str, Any]], title: str) -> Any:
@@ -148,17 +131,6 @@ def record_broken_tasks(config: DictConfig, sweep_dir: Path) -> list[BrokenTask]
         (folder / RESULT_FILE).write_text(json.dumps(broken_task_result(ascii(task.name)[1:-1],
                                                                         task.reason)))
     return broken
-
-
-def collect_results(folder: Path) -> list[dict[str, Any]]:
-    """Every ``result.json`` one level below ``folder`` (one per job)."""
-    out = []
-    for path in sorted(folder.glob(f"*/{RESULT_FILE}")) + sorted(folder.glob(RESULT_FILE)):
-        try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return out
 
 
 class ResultsTable(Callback):

@@ -10,9 +10,62 @@ at composition with a message that names the key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from omegaconf import MISSING
+
+
+class ToolsPolicy(StrEnum):
+    """What the tools service does after an exposure flag (``tools.policy``, paper 3.7)."""
+
+    record = "record"
+    """Log and never block (the paper's rule)."""
+    stop = "stop"
+    """Refuse every call after the first exposure flag."""
+
+
+class SearchApi(StrEnum):
+    """The search API of the web provider (``tools.search_api``)."""
+
+    searxng = "searxng"
+    brave = "brave"
+
+
+class CacheWriteRate(StrEnum):
+    """How cache writes are priced (``cost.cache_write_rate``, paper E.6)."""
+
+    five_minute = "five_minute"
+    """Every cache write at the five-minute price (the paper's rule)."""
+    actual = "actual"
+    """One-hour writes at the one-hour price, as providers bill them."""
+
+
+class GraderIsolation(StrEnum):
+    """How the grading process is isolated (``sandbox.grader_isolation``)."""
+
+    auto = "auto"
+    """The strongest of the others that works on this machine."""
+    bwrap = "bwrap"
+    netns = "netns"
+    none = "none"
+
+
+class ResumeMode(StrEnum):
+    """What a relaunched sweep does with run keys that already have a record (``sweep.resume``)."""
+
+    skip_finished = "skip_finished"
+    retry_unscored = "retry_unscored"
+    off = "off"
+
+    @classmethod
+    def parse(cls, value: str) -> ResumeMode:
+        """The mode named ``value``; an unknown name raises naming ``sweep.resume``."""
+        try:
+            return cls(value)
+        except ValueError:
+            names = ", ".join(m.value for m in cls)
+            raise ValueError(f"sweep.resume={value!r}: not one of {names}") from None
 
 
 @dataclass
@@ -125,7 +178,7 @@ class SandboxConfig:
     pids_limit: int | None = 4096
     gpu_ids: list[str] = field(default_factory=list)
     """GPU ids assigned by the launcher; empty means none or let the backend choose."""
-    grader_isolation: str = "auto"
+    grader_isolation: GraderIsolation = GraderIsolation.auto
     """Isolation of the grading process: ``auto``, ``bwrap``, ``netns`` or ``none``."""
     options: dict[str, Any] = field(default_factory=dict)
     """Options of the backend, which checks them itself (``Sandbox.options_model``): a
@@ -144,13 +197,13 @@ class ToolsConfig:
     """Search and fetch provider: ``offline`` (a local corpus) or ``web`` (real providers)."""
     corpus: str | None = None
     """JSON Lines corpus of the offline provider, one ``{"url", "title", "text"}`` a line."""
-    search_api: str = "searxng"
+    search_api: SearchApi = SearchApi.searxng
     """Search API of the web provider: ``searxng`` or ``brave``."""
     search_url: str | None = None
     """Base URL of the search API (SearXNG: the instance; Brave: its API endpoint)."""
     api_key_env: str | None = None
     """Environment variable holding the search API key (never the key itself)."""
-    policy: str = "record"
+    policy: ToolsPolicy = ToolsPolicy.record
     """``record`` logs and never blocks (paper); ``stop`` refuses every call after the first
     exposure flag."""
     max_results: int = 10
@@ -234,7 +287,7 @@ class BudgetConfig:
 class CostConfig:
     """How API costs are estimated (paper 3.5, E.6)."""
 
-    cache_write_rate: str = "five_minute"
+    cache_write_rate: CacheWriteRate = CacheWriteRate.five_minute
     """``five_minute`` (the paper's rule: every cache write at the five-minute price) or
     ``actual`` (one-hour writes at the one-hour price, as providers bill them)."""
 
@@ -243,7 +296,7 @@ class CostConfig:
 class SweepConfig:
     """How a sweep treats runs that already exist."""
 
-    resume: str = "skip_finished"
+    resume: ResumeMode = ResumeMode.skip_finished
     """``skip_finished``, ``retry_unscored`` or ``off``."""
     retries: int = 1
     """Retries of a run that ends as ``infra_error`` (paper 3.1: once)."""
@@ -303,9 +356,6 @@ def config_problems(conf: SPUConfig) -> list[str]:
     if conf.budget.max_cost_usd is not None and not conf.budget.max_cost_usd >= 0:
         problems.append(f"budget.max_cost_usd={conf.budget.max_cost_usd:g}: must be 0 or "
                         f"more (null: no cap)")
-    if conf.cost.cache_write_rate not in ("five_minute", "actual"):
-        problems.append(f"cost.cache_write_rate={conf.cost.cache_write_rate}: not five_minute "
-                        f"(the paper's rule) or actual")
     if conf.sweep.status_every_s < 0:
         problems.append(f"sweep.status_every_s={conf.sweep.status_every_s:g}: must be 0 (no "
                         f"status lines) or more")

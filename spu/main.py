@@ -13,9 +13,6 @@ raises becomes one line naming the override and the nearest valid spelling, exit
 
 from __future__ import annotations
 
-import atexit
-import dataclasses
-import gc
 import logging
 import os
 import sys
@@ -23,20 +20,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from spu.config import SPUConfig, config_problems, register_configs
+from spu.config import register_configs
+from spu.internals import run_hydra
+from spu.launch.collector import set_launcher_policy
+from spu.launch.spec import SelectionError, spec_from_config
 
 log = logging.getLogger("spu")
 
 register_configs()
-
-
-class SelectionError(ValueError):
-    """The configuration selects nothing runnable (for example, no task)."""
 
 
 MIN_FREE_BYTES = 16 << 20
@@ -63,39 +58,6 @@ def disk_full(output_root: Path | str) -> OSError | None:
         return None
     return OSError(errno.ENOSPC, f"only {free} bytes free, {MIN_FREE_BYTES} needed to start "
                                  f"a run", str(path))
-
-
-def spec_from_config(cfg: DictConfig) -> Any:
-    """Turn a composed config into a :class:`~spu.runner.RunSpec`."""
-    from spu.runner import RunSpec
-
-    if OmegaConf.is_missing(cfg, "task"):
-        root = Path(cfg.task_root).resolve()
-        raise SelectionError(
-            f"no task selected: pass task=<id> or -m task='glob(*)' "
-            f"(task packages are read from task_root={root})"
-        )
-    conf: SPUConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    problems = config_problems(conf)
-    if problems:
-        raise SelectionError(problems[0])
-    return RunSpec(
-        model=conf.model,
-        harness=conf.harness,
-        effort=conf.effort,
-        task_dir=Path(conf.task.path),
-        repeat=conf.repeat,
-        output_root=Path(conf.output_root).resolve(),
-        answers_root=Path(conf.answers_root).resolve() if conf.answers_root else None,
-        sandbox=conf.sandbox,
-        limits=conf.limits,
-        # A relative corpus is the launching directory's, wherever the run executes.
-        tools=dataclasses.replace(conf.tools, corpus=str(Path(conf.tools.corpus).resolve()))
-        if conf.tools.corpus else conf.tools,
-        gpu_ids=tuple(conf.sandbox.gpu_ids),
-        cost=conf.cost,
-        status_every_s=conf.sweep.status_every_s,
-    )
 
 
 def summary(record: Any, mlflow_run_id: str | None) -> dict[str, Any]:
@@ -200,8 +162,8 @@ def no_space_message(where: object, detail: str | None = None) -> str:
             f"skipped, the interrupted one runs again")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
+def run_task(cfg: DictConfig) -> dict[str, Any]:
+    """Hydra's task function: run one composed job; a configuration error is one line."""
     from spu.runner import RunConfigError
     from spu.tasks.package import TaskLoadError
 
@@ -224,48 +186,6 @@ def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
         sys.exit(2)
 
 
-def _export_task_root(argv: Sequence[str]) -> None:
-    """Pass ``task_root=PATH`` to the task config source before Hydra composes anything."""
-    for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if sep and key == "task_root":
-            os.environ["SPU_TASK_ROOT"] = str(Path(value).expanduser().resolve())
-
-
-def _output_root(argv: Sequence[str]) -> str:
-    """``output_root=PATH`` from the command line (what Hydra will use), else the default."""
-    root = "outputs"
-    for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if sep and key == "output_root":
-            root = value
-    return root
-
-
-HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
-              "--version")
-"""Hydra's flags that only print something: no check is made before them."""
-
-TRUE = ("true", "yes", "on", "1")
-
-
-def dry_run_requested(argv: Sequence[str]) -> bool:
-    """True when the command line sets ``dry_run=true``.
-
-    Examples:
-        >>> dry_run_requested(["-m", "task=glob(*)", "dry_run=true"])
-        True
-        >>> dry_run_requested(["dry_run=false"])
-        False
-    """
-    value = None
-    for arg in argv:
-        key, sep, text = arg.lstrip("+").partition("=")
-        if sep and key == "dry_run":
-            value = text.strip().lower()
-    return value in TRUE
-
-
 def print_plan(argv: Sequence[str]) -> None:
     """Print the jobs the command line would run, with their expected cost (dry run)."""
     from rich.console import Console
@@ -282,22 +202,24 @@ def print_plan(argv: Sequence[str]) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m spu.main`` and ``spu run``.
 
+    The command line is read once (:class:`~spu.overrides.CommandLine`); Hydra runs on
+    it as given, ``sys.argv`` untouched.
+
     Args:
         argv: the command line after the program name (default ``sys.argv[1:]``).
     """
-    from spu.overrides import OverrideError, check_overrides, explain, normalize_argv
+    from spu.overrides import CommandLine, OverrideError, check_overrides, explain
 
-    # Registered first, so run last: what is alive at exit is left out of the collection
-    # the interpreter makes while it shuts down, which walks every object (MLflow, Ray,
-    # SQLAlchemy: 1-1.5 s of CPU at the end of each sweep). Files and logs are closed
-    # and flushed before (by their own code and logging's handler at exit).
-    atexit.register(gc.freeze)
-    args = normalize_argv(sys.argv[1:] if argv is None else argv)
-    _export_task_root(args)
-    if not any(a in HELP_FLAGS for a in args):
+    set_launcher_policy()
+    line = CommandLine.parse(sys.argv[1:] if argv is None else argv)
+    args = list(line.args)
+    if line.task_root is not None:
+        # For the task config source, which Hydra's search path runs before composing.
+        os.environ["SPU_TASK_ROOT"] = str(line.task_root)
+    if not line.only_prints:
         try:
             check_overrides(args)
-            if dry_run_requested(args):
+            if line.dry_run:
                 print_plan(args)
                 return
         except OverrideError as exc:
@@ -309,19 +231,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise
             print(f"spu: {message}", file=sys.stderr)
             sys.exit(2)
-        if not any(a in ("--cfg", "-c") for a in args):
-            full = disk_full(_output_root(args))
+        if not line.shows_config:
+            full = disk_full(line.output_root)
             if full is not None:  # before Hydra writes its first file there
                 print(f"spu: {no_space_message(full.filename, full.strerror)}",
                       file=sys.stderr)
                 sys.exit(2)
-    sys.argv = [sys.argv[0], *args]
     # Hydra prints its own errors (several lines, with advice to add keys with +) and
     # exits 1 unless HYDRA_FULL_ERROR is set; set, it raises them here instead.
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        _hydra_main()
+        run_hydra(run_task, args, config_path="../conf", config_name="config",
+                  version_base="1.3")
     except Exception as exc:
         message = None if user_full_error else explain(exc, args)
         if message is None:

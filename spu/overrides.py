@@ -60,6 +60,71 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return [*flags[:1], *rest]
 
 
+HELP_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+              "--version")
+"""Hydra's flags that only print something: no check is made before them."""
+
+CONFIG_FLAGS = ("--cfg", "-c")
+"""Hydra's flags that print the composed config and run nothing."""
+
+TRUE = ("true", "yes", "on", "1")
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandLine:
+    """The command line of ``python -m spu.main``, read once (Hydra's and SPU's checks)."""
+
+    args: tuple[str, ...]
+    """Hydra's arguments, normalized (:func:`normalize_argv`)."""
+    values: dict[str, str]
+    """The last value typed for each ``key=value`` (``+key=value`` included)."""
+    flags: frozenset[str]
+    """The ``-x``/``--xx`` tokens."""
+
+    @classmethod
+    def parse(cls, argv: Sequence[str]) -> CommandLine:
+        """Read ``argv`` once.
+
+        Examples:
+            >>> line = CommandLine.parse(["task_root=t", "-m", "dry_run=True", "+x=1"])
+            >>> line.args, line.dry_run, line.values["x"]
+            (('-m', 'task_root=t', 'dry_run=True', '+x=1'), True, '1')
+        """
+        args = tuple(normalize_argv(argv))
+        values: dict[str, str] = {}
+        for arg in args:
+            key, sep, value = arg.lstrip("+").partition("=")
+            if sep and not arg.startswith("-"):
+                values[key] = value
+        return cls(args, values, frozenset(a for a in args if a.startswith("-")))
+
+    @property
+    def only_prints(self) -> bool:
+        """A help, info, completion or version flag: Hydra prints something, runs nothing."""
+        return any(f in self.flags for f in HELP_FLAGS)
+
+    @property
+    def shows_config(self) -> bool:
+        """``--cfg``: Hydra prints the composed config and runs nothing."""
+        return any(f in self.flags for f in CONFIG_FLAGS)
+
+    @property
+    def dry_run(self) -> bool:
+        """``dry_run=true``: list the jobs, run none."""
+        return self.values.get("dry_run", "").strip().lower() in TRUE
+
+    @property
+    def task_root(self) -> Path | None:
+        """``task_root=PATH``, resolved, when typed."""
+        value = self.values.get("task_root")
+        return None if value is None else Path(value).expanduser().resolve()
+
+    @property
+    def output_root(self) -> Path:
+        """``output_root=PATH`` (default ``outputs``), resolved."""
+        return Path(self.values.get("output_root", "outputs")).expanduser().resolve()
+
+
 def _unplus(arg: str) -> str:
     if not arg.startswith("+") or arg.startswith("++") or "=" not in arg:
         return arg

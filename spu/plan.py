@@ -89,15 +89,16 @@ def _split(argv: Sequence[str]) -> tuple[bool, list[str]]:
 
 def job_overrides(cfg: Any, overrides: list[str], loader: Any, multirun: bool) -> list[list[str]]:
     """The override list of every job, as Hydra's basic sweeper builds them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from spu.internals import split_sweep_arguments
 
     if not multirun:
         return [overrides]
     params = cfg.hydra.sweeper.get("params") or {}
     lines = [f"{k}={v}" for k, v in params.items()] + overrides
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(lines)
-    return [list(job) for job in BasicSweeper.split_arguments(parsed, None)[0]]
+    return [list(job) for job in split_sweep_arguments(parsed, None)[0]]
 
 
 def plan_command(argv: Sequence[str]) -> SweepPlan:

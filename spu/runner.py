@@ -41,6 +41,7 @@ from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
+from spu.grading.outcome import RunEvidence, judge
 from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
@@ -56,8 +57,6 @@ from spu.schema import (
     ExposureHit,
     GpuUsage,
     Grade,
-    GradeStatus,
-    Outcome,
     ProcessEvidence,
     RunRecord,
     SandboxInfo,
@@ -78,10 +77,6 @@ from spu.tracking.trajectories import TRAJECTORY_FILE, write_trajectory
 log = logging.getLogger(__name__)
 
 SUBMISSION_FILE = "rankings.json"
-EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
-                               Outcome.infra_error})
-"""Outcomes never scored, even with a valid file (paper 3.1, Table 6); ``disk_limit``
-(the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``."""
 
 
 class RunConfigError(ValueError):
@@ -178,47 +173,6 @@ def _archive_previous_attempt(run_dir: Path) -> None:
         (holding / "attempts").rename(attempts)
     attempts.mkdir(exist_ok=True)
     holding.rename(attempts / str(n))
-
-
-def decide_outcome(
-    evidence: ProcessEvidence, result: AgentResult, submitted: bool, grade: Grade
-) -> Outcome:
-    """The outcome of a run, from facts in a fixed order of precedence (SPEC section 5)."""
-    if evidence.error or result.infra_error:
-        return Outcome.infra_error
-    if result.refused:
-        return Outcome.refusal
-    if evidence.oom_killed:
-        return Outcome.memory_limit
-    if evidence.disk_full:
-        return Outcome.disk_limit
-    if evidence.timed_out:
-        return Outcome.timeout
-    if result.policy_stop:
-        return Outcome.policy_stop
-    if not submitted or no_group_ranked(grade):
-        return Outcome.no_file
-    if grade.status is GradeStatus.valid:
-        return Outcome.valid
-    if grade.status is GradeStatus.recovered:
-        return Outcome.recovered
-    return Outcome.rejected
-
-
-def no_group_ranked(grade: Grade) -> bool:
-    """A file accepted but ranking no group (paper E.1: an empty list counts as no file)."""
-    return grade.status is not GradeStatus.invalid and all(
-        g.error == "group absent" for g in grade.groups
-    )
-
-
-def is_scored(outcome: Outcome, grade: Grade) -> bool:
-    """Scored: a valid or recoverable file, not excluded by the outcome (paper 3.1)."""
-    return (
-        grade.status in (GradeStatus.valid, GradeStatus.recovered)
-        and outcome not in EXCLUDED_OUTCOMES
-        and not no_group_ranked(grade)
-    )
 
 
 def sandbox_class(spec: RunSpec) -> tuple[type[Sandbox], dict[str, Any]]:
@@ -649,7 +603,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         notes.append(grades.note)
     if result.infra_error:
         notes.append(f"infra error: {result.infra_error}")
-    outcome = decide_outcome(evidence, result, phase.submission is not None, grades.recovered)
+    verdict = judge(RunEvidence.from_process(
+        evidence, submitted=phase.submission is not None, infra_error=result.infra_error,
+        refused=result.refused, policy_stop=result.policy_stop), grades.recovered)
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     (run_dir / "grade.json").write_text(
         json.dumps({"strict": grades.strict.model_dump(mode="json"),
@@ -670,8 +626,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         repeat=spec.repeat,
         config=config_label(spec.model.name, spec.effort.name, spec.harness.name,
                             spec.model.default_harness),
-        outcome=outcome,
-        scored=is_scored(outcome, grades.recovered),
+        outcome=verdict.outcome,
+        scored=verdict.scored,
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
         grade=grades.recovered,

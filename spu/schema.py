@@ -8,20 +8,56 @@ golden files of older versions live in ``tests/golden/`` and must keep loading.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
-RUN_RECORD_VERSION = "1"
+RUN_RECORD_VERSION = "2"
+"""``2``: no field outside the schema; ``1`` records may carry unknown fields (dropped)."""
 TRAJECTORY_VERSION = "1"
-AUDIT_VERSION = "1"
+AUDIT_VERSION = "2"
+"""``2``: no field outside the schema; ``1`` lines may carry unknown fields (dropped)."""
 
 
 class Record(BaseModel):
     """Base of all saved records: attribute docstrings become field descriptions."""
 
     model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+
+class VersionedRecord(Record):
+    """A saved record with a ``schema_version``: strict when written, tolerant of the past.
+
+    An unknown field is an error (a misspelt ``flaged_exposure=True`` never passes for
+    the real flag). A record of an older version, written when unknown fields were
+    allowed, still loads: its fields outside the schema are dropped.
+    """
+
+    STRICT_SINCE: ClassVar[int] = 2
+    """The first version written with no unknown fields."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_unknown_of_older_versions(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        # Absent: a record being made now (every saved one has its version written).
+        version = str(data.get("schema_version", cls.model_fields["schema_version"].default))
+        if version.isdigit() and int(version) < cls.STRICT_SINCE:
+            known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values()
+                                              if f.alias}
+            return {k: v for k, v in data.items() if k in known}
+        return data
 
 
 # --------------------------------------------------------------------------- tasks
@@ -460,6 +496,11 @@ class ExposureHit(Record):
     """Index of the audited call whose output held it, when found in the audit log."""
 
 
+def exposure_kinds(hits: Iterable[ExposureHit]) -> list[str]:
+    """The distinct identifier kinds among ``hits``, sorted (the run record's tag)."""
+    return sorted({h.kind for h in hits})
+
+
 class PolicyStop(Record):
     """A stop under the information policy (paper 3.7): the agent's, or the service's."""
 
@@ -477,10 +518,8 @@ class PolicyStop(Record):
     """ISO-8601 time (UTC) of the stop."""
 
 
-class AuditEntry(Record):
+class AuditEntry(VersionedRecord):
     """One line of ``<run_dir>/tools/audit.jsonl``: one call of the audited tools (SPEC 7)."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
 
     time: str
     """ISO-8601 time (UTC) the call arrived."""
@@ -538,10 +577,8 @@ class GpuUsage(Record):
     """Readings that failed, and why (first few)."""
 
 
-class RunRecord(Record):
+class RunRecord(VersionedRecord):
     """``<output_root>/runs/<run_key>/run.json``: one agent run, graded (SPEC section 4)."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
 
     schema_version: str = RUN_RECORD_VERSION
     """Version of this record's format."""

@@ -39,7 +39,8 @@ def test_every_page_of_docs_is_in_the_site_navigation_and_every_readme_link_reso
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
     pages = set(_nav_pages(config["nav"]))
     on_disk = {p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md")}
-    assert on_disk == pages, f"not in nav: {sorted(on_disk - pages)}; missing: {sorted(pages - on_disk)}"
+    assert on_disk == pages, (f"not in nav: {sorted(on_disk - pages)}; "
+                              f"missing: {sorted(pages - on_disk)}")
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     for target in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (REPO / target).is_file(), f"README links to {target}, which does not exist"

@@ -177,6 +177,21 @@ def test_typos_get_the_nearest_spelling_and_never_the_plus_form(override, expect
     assert f"+{key}" not in line.replace(override, "")
 
 
+@pytest.mark.parametrize(("override", "allowed"), [
+    ("tools.policy=stopp", "[record, stop]"),
+    ("tools.search_api=googel", "[searxng, brave]"),
+    ("sweep.resume=skip", "[skip_finished, retry_unscored, off]"),
+    ("cost.cache_write_rate=five_minutes", "[five_minute, actual]"),
+    ("sandbox.grader_isolation=bwrapp", "[auto, bwrap, netns, none]"),
+])
+def test_a_choice_typo_fails_at_composition_naming_the_key(override, allowed, tmp_path) -> None:
+    """A fixed set of choices is an Enum of the schema: one line naming the key and the set."""
+    line = one_line_error(run_module(["spu.main", "experiment=single", f"task={EXAMPLE_TASK.name}",
+                                      override, "tracking=none", f"output_root={tmp_path}"]))
+    assert override.partition("=")[0] in line and allowed in line
+    assert not (tmp_path / "runs").exists()
+
+
 def test_plus_on_a_schema_key_sets_it(tmp_path) -> None:
     """``+dry_run=true``: the + form of a key the schema has means the key."""
     proc = run_module(["spu.main", "experiment=single", f"task={EXAMPLE_TASK.name}",

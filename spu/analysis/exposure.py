@@ -52,7 +52,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from spu.schema import AuditEntry, ExposureHit, SourceRecord, TrajectoryStep
+from spu.schema import (  # noqa: F401  (exposure_kinds: kept importable from here)
+    AuditEntry,
+    ExposureHit,
+    SourceRecord,
+    TrajectoryStep,
+    exposure_kinds,
+)
 
 TITLE_SIMILARITY = 95.0
 """``rapidfuzz.fuzz.partial_ratio`` (0-100) at or above which a title (or a run of its
@@ -396,11 +402,6 @@ def detect_exposure_in_audit(source: SourceRecord | None, folder: Path,
             if len(known) + len(hits) >= MAX_HITS:
                 return hits
     return hits
-
-
-def exposure_kinds(hits: Iterable[ExposureHit]) -> list[str]:
-    """The distinct identifier kinds among ``hits``, sorted."""
-    return sorted({h.kind for h in hits})
 
 
 # --------------------------------------------------------------------------- evaluation

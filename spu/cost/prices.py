@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from spu.config import PriceConfig
+from spu.config import CacheWriteRate, PriceConfig
 from spu.schema import TrajectoryStep, Usage
 
 PER = 1_000_000
@@ -33,9 +33,9 @@ CLI_COST_TOLERANCE = 0.01
 
 CACHE_WRITE_TTLS = ("5m", "1h")
 
-FIVE_MINUTE = "five_minute"
-ACTUAL = "actual"
-CACHE_WRITE_RATES = (FIVE_MINUTE, ACTUAL)
+FIVE_MINUTE = CacheWriteRate.five_minute
+ACTUAL = CacheWriteRate.actual
+CACHE_WRITE_RATES = tuple(CacheWriteRate)
 """How cache writes are billed: all at the five-minute rate (the paper's rule, E.6), or
 the one-hour writes at the one-hour rate (what the provider actually bills)."""
 
@@ -154,9 +154,6 @@ def request_cost(prices: PriceConfig, usage: Usage, *, long_context: bool | None
         >>> request_cost(p, u).total, request_cost(p, u, cache_write_rate="five_minute").total
         (10.0, 6.25)
     """
-    if cache_write_rate not in CACHE_WRITE_RATES:
-        raise ValueError(f"cost.cache_write_rate={cache_write_rate!r}: not one of "
-                         f"{', '.join(CACHE_WRITE_RATES)}")
     long = is_long_context(prices, usage) if long_context is None else long_context
     long = long and prices.long_context_threshold is not None
     rates = _rates(prices, long, full_input_price)
@@ -309,8 +306,7 @@ def run_cost(prices: PriceConfig, usage: Usage, requests: Sequence[Usage] | None
             )
     by_rate = {rate: estimate_cost(prices, usage, requests, cache_write_rate=rate)
                for rate in CACHE_WRITE_RATES}
-    estimate = by_rate[cache_write_rate] if cache_write_rate in by_rate else estimate_cost(
-        prices, usage, requests, cache_write_rate=cache_write_rate)
+    estimate = by_rate[CacheWriteRate(cache_write_rate)]
     disagreement = False
     # The CLI reports what the provider bills: compare it with the actual rule.
     if cli_cost_usd is not None and costs_disagree(by_rate[ACTUAL].total, cli_cost_usd):

@@ -9,6 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from spu.config import GraderIsolation
+
 
 def register(sub: Any) -> None:
     """Add ``grade`` and ``regrade`` to the ``spu`` parser."""
@@ -40,7 +42,7 @@ def register(sub: Any) -> None:
                    help="regrade only this run (repeatable)")
     r.add_argument("--tracking-uri", default=None,
                    help="also update the MLflow runs in this tracking store")
-    r.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "netns", "none"],
+    r.add_argument("--isolation", default="auto", choices=[m.value for m in GraderIsolation],
                    help="isolation of the grading process (default: the strongest available)")
     r.add_argument("--reason", default=None, help="why, kept with the replaced grades")
     r.add_argument("--accept-version-change", action="store_true",
@@ -105,7 +107,7 @@ def grade_lines(grade: Any) -> list[str]:
 
 def regrade_command(args: argparse.Namespace) -> int:
     """Regrade; exit 0 when every run was regraded or unchanged, 1 when one failed."""
-    from spu.grading.regrade import regrade_runs
+    from spu.tracking.regrade import regrade_runs
 
     results = regrade_runs(
         args.output_root, args.task_root, answers_root=args.answers_root,

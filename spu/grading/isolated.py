@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import spu
+from spu.config import GraderIsolation
 from spu.schema import AnswerKey, Contract, Grade
 
 log = logging.getLogger(__name__)
 
 WORKER_MODULE = "spu.grading.worker"
 GRADING_TIMEOUT_S = 120
-ISOLATIONS: tuple[str, ...] = ("bwrap", "netns", "none")
+ISOLATIONS: tuple[str, ...] = tuple(m.value for m in GraderIsolation if m != "auto")
 """The isolation modes, strongest first; ``auto`` picks the first that works here."""
 
 _SANDBOX_JOB = "/job"
@@ -149,12 +150,9 @@ def available_isolation(preferred: str = "auto") -> str:
         When ``preferred`` names a mode this machine cannot provide (asking for
         ``bwrap`` never silently grades with less).
     """
-    if preferred != "auto" and preferred not in ISOLATIONS:
-        raise GraderIsolationError(
-            f"sandbox.grader_isolation: unknown value {preferred!r}; "
-            f"one of auto, {', '.join(ISOLATIONS)}"
-        )
-    candidates = ISOLATIONS if preferred == "auto" else (preferred,)
+    # An unknown name cannot come from a composed config; called directly, it raises here.
+    preferred = GraderIsolation(preferred)
+    candidates = ISOLATIONS if preferred is GraderIsolation.auto else (preferred.value,)
     for mode in candidates:
         if mode not in _AVAILABLE:
             _AVAILABLE[mode] = _mode_works(mode)

@@ -181,29 +181,25 @@ class CLIAgentHarness(Harness):
         ``infra_error`` with the provider's message, instead of after the CLI has retried
         for minutes. Anything else (no answer, another status) lets the run go ahead.
         """
-        import urllib.error
-        import urllib.request
+        import httpx
 
         url, headers = self.key_check_request()
-        request = urllib.request.Request(url, headers=headers, method="GET")
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler(
-            {} if self.server is not None else None))
         try:
-            with opener.open(request, timeout=KEY_CHECK_TIMEOUT_S):
-                return None
-        except urllib.error.HTTPError as exc:
-            if exc.code not in (401, 403):
-                return None
-            detail = provider_message(exc.read()[:4096]) or exc.reason
-            if self.scripted:
-                return (f"API error {exc.code}: the scripted model server rejected the key "
-                        f"({detail})")
-            return (f"API error {exc.code}: the provider rejected the API key in "
-                    f"{self.model.api_key_env} ({detail}); check the key, or use "
-                    f"model=scripted to run offline")
-        except (OSError, ValueError) as exc:
+            # The scripted server is on loopback: never through a proxy of the environment.
+            response = httpx.get(url, headers=headers, timeout=KEY_CHECK_TIMEOUT_S,
+                                 follow_redirects=True, trust_env=self.server is None)
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
             log.info("API key check of model=%s skipped: %s", self.model.name, exc)
             return None
+        if response.status_code not in (401, 403):
+            return None
+        detail = provider_message(response.content[:4096]) or response.reason_phrase
+        if self.scripted:
+            return (f"API error {response.status_code}: the scripted model server rejected "
+                    f"the key ({detail})")
+        return (f"API error {response.status_code}: the provider rejected the API key in "
+                f"{self.model.api_key_env} ({detail}); check the key, or use "
+                f"model=scripted to run offline")
 
     def rejected_key_reason(self, seen: str) -> str | None:
         """The provider's words for a key rejected mid-run (asks it once more)."""

@@ -83,6 +83,6 @@ def ledger_of(results: Iterable[Mapping[str, Any]], limit_usd: float | None) -> 
 
 def sweep_ledger(sweep_dir: Path, limit_usd: float | None) -> CostLedger:
     """The ledger of the job results already written under a sweep folder."""
-    from spu.callbacks import collect_results
+    from spu.launch.results import collect_results
 
     return ledger_of(collect_results(Path(sweep_dir)), limit_usd)

@@ -26,7 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from spu.callbacks import RESULT_FILE
+from spu.launch.results import RESULT_FILE
 from spu.launch.resume import (
     RETRIED_OUTCOMES,
     ResumeMode,
@@ -35,7 +35,7 @@ from spu.launch.resume import (
     plan_run,
 )
 from spu.schema import Outcome, ProcessEvidence, RunRecord, SandboxInfo
-from spu.tracking.locks import run_key_lock
+from spu.tracking.locks import holder, run_key_lock, take
 from spu.tracking.query import RecordedRun, recorded_run_from_record
 from spu.tracking.store import TrackingTarget, log_run, resolve_target
 
@@ -252,11 +252,11 @@ def run_tracked(cfg: DictConfig, spec: Any, sweep_dir: Path | None = None) -> Jo
     assert identity is not None, "spec_from_config has checked that a task is selected"
     # One writer per run key: held from the decision until the run is tracked.
     lock = run_key_lock(spec.output_root, identity.run_key)
-    if not lock.acquire(blocking=False):
+    if not take(lock, blocking=False):
         log.warning("run %s (%s/%s-%s r%d): skipped, running in another process (pid %s)",
                     identity.run_key, identity.task_id, identity.model, identity.effort,
-                    identity.repeat, lock.holder())
-        return JobRun(JobStatus.in_progress, result=in_progress_result(identity, lock.holder()))
+                    identity.repeat, holder(lock))
+        return JobRun(JobStatus.in_progress, result=in_progress_result(identity, holder(lock)))
     try:
         return _run_locked(cfg, spec, identity, sweep_dir)
     finally:
@@ -343,9 +343,9 @@ def record_lost_attempt(cfg: DictConfig, reason: str, retries_left: bool) -> Los
         return LostAttempt(retry=False, result=None)
     output_root = Path(str(cfg.output_root)).resolve()
     lock = run_key_lock(output_root, identity.run_key)
-    if not lock.acquire(blocking=False):
+    if not take(lock, blocking=False):
         # Another process runs the key now: the lost attempt is not ours to record.
-        return LostAttempt(retry=False, result=in_progress_result(identity, lock.holder()))
+        return LostAttempt(retry=False, result=in_progress_result(identity, holder(lock)))
     try:
         return _record_lost_locked(cfg, identity, output_root, reason, retries_left)
     finally:

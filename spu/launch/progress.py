@@ -145,7 +145,7 @@ def result_line(result: dict[str, Any]) -> str:
         ...              "runtime_s": 3.04, "attempt": 2})
         'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
     """
-    from spu.callbacks import config_of
+    from spu.launch.results import config_of
 
     score = result.get("score")
     harness = f" ({result['harness']})" if result.get("harness") else ""

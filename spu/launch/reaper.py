@@ -18,7 +18,8 @@ import sys
 
 REAPER_CODE = r"""
 import os, signal, sys, time
-marker, fd = sys.argv[1].encode(), int(sys.argv[2])
+import psutil
+marker, fd = sys.argv[1], int(sys.argv[2])
 try:
     said = os.read(fd, 16)
 except OSError:
@@ -28,16 +29,8 @@ if said.startswith(b"disarm"):
 me = os.getpid()
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker in f.read():
-                    found.append(int(entry))
-        except OSError:
-            pass
+    found = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"])
+             if p.info["pid"] != me and any(marker in a for a in p.info["cmdline"] or ())]
     if not found:
         break
     for pid in found:
@@ -69,12 +62,9 @@ class Reaper:
     @classmethod
     def for_ray(cls) -> Reaper:
         """A reaper for the local Ray this process started (``ray.init`` done)."""
-        import ray
+        from spu.internals import ray_session_dir
 
-        node = ray._private.worker._global_node
-        if node is None:
-            raise RuntimeError("no local Ray node in this process: call ray.init() first")
-        session_dir = node.get_session_dir_path()
+        session_dir = ray_session_dir()
         return cls(os.path.basename(os.path.realpath(session_dir)))
 
     def disarm(self) -> None:

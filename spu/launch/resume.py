@@ -30,11 +30,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
+from spu.config import ResumeMode
 from spu.schema import Outcome
-from spu.tracking.locks import run_key_lock
+from spu.tracking.locks import holder, run_key_lock, take
 from spu.tracking.query import (
     KeyRecords,
     RecordedRun,
@@ -47,23 +47,6 @@ from spu.tracking.query import (
 from spu.tracking.store import TrackingTarget, log_run
 
 log = logging.getLogger(__name__)
-
-
-class ResumeMode(str, Enum):
-    """What a relaunched sweep does with run keys that already have a record."""
-
-    skip_finished = "skip_finished"
-    retry_unscored = "retry_unscored"
-    off = "off"
-
-    @classmethod
-    def parse(cls, value: str) -> ResumeMode:
-        """The mode named ``value``; an unknown name raises naming ``sweep.resume``."""
-        try:
-            return cls(value)
-        except ValueError:
-            names = ", ".join(m.value for m in cls)
-            raise ValueError(f"sweep.resume={value!r}: not one of {names}") from None
 
 
 RETRIED_OUTCOMES = frozenset({Outcome.infra_error.value, Outcome.memory_limit.value,
@@ -161,8 +144,8 @@ def latest_attempts(target: TrackingTarget | None, output_root: Path,
             continue
         assert target is not None
         lock = run_key_lock(Path(output_root), key)
-        if not lock.acquire(blocking=False):
-            log.info("run %s: held by another process (pid %s); left to it", key, lock.holder())
+        if not take(lock, blocking=False):
+            log.info("run %s: held by another process (pid %s); left to it", key, holder(lock))
             if held is not None:
                 latest[key] = held
             continue

@@ -42,10 +42,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from spu.tracking.locks import FileLock
+from filelock import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -210,9 +208,7 @@ def _ensure_fail_closed_rule() -> None:
 
 
 def _table_lock() -> FileLock:
-    """SPU's processes take turns at edits that depend on a listing of OUTPUT."""
-    from spu.tracking.locks import FileLock
-
+    """SPU's processes (and threads: a fresh lock each time) take turns at edits of OUTPUT."""
     return FileLock(Path("/run/lock") / "spu-iptables.lock")
 
 

@@ -103,26 +103,13 @@ def drain(source: IO[bytes], target: CappedLog) -> threading.Thread:
 
 
 def descendants(pid: int) -> list[int]:
-    """All descendant process ids of ``pid``, read from ``/proc`` (deepest last)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # Field 4 (ppid) follows the command name, which is in parentheses.
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out: list[int] = []
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            out.append(child)
-            stack.append(child)
-    return out
+    """All descendant process ids of ``pid`` (none when it is gone), by ``psutil``."""
+    import psutil
+
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def exited_unreaped(pid: int, timeout_s: float) -> bool:

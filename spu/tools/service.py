@@ -56,14 +56,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from spu.config import ToolsConfig
+from spu.config import ToolsConfig, ToolsPolicy
 from spu.schema import AuditEntry, PolicyStop
 from spu.tools.audit import AuditLog, now_iso
 from spu.tools.providers import MAX_RESULTS_CAP, Provider, ProviderError
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("record", "stop")
+POLICIES = tuple(p.value for p in ToolsPolicy)
 TIMEOUT_MARGIN_S = 5.0
 """Seconds the service waits beyond the provider's own timeout before it answers an error."""
 START_TIMEOUT_S = 30.0
@@ -96,7 +96,7 @@ _AUDITED: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
 class PolicyState:
     """The information-policy state of a run's service."""
 
-    policy: str
+    policy: ToolsPolicy
     stops: list[PolicyStop] = field(default_factory=list)
     stopped: bool = False
     """True once ``policy=stop`` refused further calls."""
@@ -112,13 +112,11 @@ class ToolsService:
 
     def __init__(self, provider: Provider, audit: AuditLog, cfg: ToolsConfig,
                  screen: Screen | None = None) -> None:
-        if cfg.policy not in POLICIES:
-            raise ValueError(f"tools.policy: {cfg.policy!r} is not one of {', '.join(POLICIES)}")
         self.provider = provider
         self.audit = audit
         self.cfg = cfg
         self.screen = screen
-        self.policy = PolicyState(cfg.policy)
+        self.policy = PolicyState(ToolsPolicy(cfg.policy))
         self.secret = secrets.token_urlsafe(24)
         self._lock = threading.Lock()
         self._server: Any = None

@@ -18,7 +18,7 @@ from spu.schema import PolicyStop, ToolCall, Trajectory, TrajectoryStep
 from spu.tools.audit import TOOLS_DIR, AuditLog, read_audit
 from spu.tools.egress import EgressProxy, outside_requests, read_egress
 from spu.tools.providers import Provider, ProviderConfigError, get_provider
-from spu.tools.service import POLICIES, Screen, ToolsService
+from spu.tools.service import Screen, ToolsService
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,6 @@ def make_provider(cfg: ToolsConfig) -> Provider:
     Raises:
         ProviderConfigError: the configuration cannot work; the message names the key.
     """
-    if cfg.policy not in POLICIES:
-        raise ProviderConfigError(f"tools.policy: {cfg.policy!r} is not one of "
-                                  f"{', '.join(POLICIES)}")
     try:
         provider = get_provider(cfg.provider)(cfg)
     except KeyError as exc:

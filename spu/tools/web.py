@@ -29,7 +29,7 @@ import time
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from spu.config import ToolsConfig
+from spu.config import SearchApi, ToolsConfig
 from spu.tools.extract import page_text
 from spu.tools.providers import (
     FetchResult,
@@ -39,7 +39,7 @@ from spu.tools.providers import (
     SearchResult,
 )
 
-SEARCH_APIS = ("searxng", "brave")
+SEARCH_APIS = tuple(a.value for a in SearchApi)
 BRAVE_URL = "https://api.search.brave.com/res/v1/web/search"
 MAX_REDIRECTS = 5
 USER_AGENT = "spu-audited-fetch/1"
@@ -89,9 +89,6 @@ class WebProvider(Provider):
 
     def check(self) -> None:
         """The search API is known and has its URL or key."""
-        if self.cfg.search_api not in SEARCH_APIS:
-            raise ProviderConfigError(f"tools.search_api: {self.cfg.search_api!r} is not one of "
-                                      f"{', '.join(SEARCH_APIS)}")
         if self.cfg.search_api == "searxng" and not self.cfg.search_url:
             raise ProviderConfigError("tools.search_url: the SearXNG instance to search is not "
                                       "set (e.g. tools.search_url=http://127.0.0.1:8888)")

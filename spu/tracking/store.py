@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,11 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spu
-from spu.analysis.exposure import exposure_kinds
 from spu.config import TrackingConfig
-from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord
+from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tracking.empty_store import seed_sqlite_store
-from spu.tracking.locks import FileLock
+from spu.tracking.locks import holder, holder_lock, take
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
 
 if TYPE_CHECKING:
@@ -170,11 +170,11 @@ def store_lock(uri: str) -> Iterator[None]:
         yield
         return
     db.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(db.with_name(db.name + ".lock"))
-    if not lock.acquire(timeout_s=STORE_LOCK_TIMEOUT_S):
+    lock = holder_lock(db.with_name(db.name + ".lock"))
+    if not take(lock, timeout_s=STORE_LOCK_TIMEOUT_S):
         raise TrackingStoreError(
             f"tracking store {db} has been busy for {STORE_LOCK_TIMEOUT_S:.0f} s (process "
-            f"{lock.holder()} holds {lock.path}): let it finish (or stop it) and relaunch")
+            f"{holder(lock)} holds {lock.lock_file}): let it finish (or stop it) and relaunch")
     try:
         yield
     finally:
@@ -213,52 +213,77 @@ def client_for(target: TrackingTarget | str) -> MlflowClient:
         raise fault from exc
 
 
-_STORE_FAULTS = (
-    (("file is not a database", "database disk image is malformed", "malformed database",
-      "no such table", "not an error"),
-     "is corrupted or not an MLflow database ({detail}): move it aside "
-     "(mv {db} {db}.broken) and relaunch the same sweep; its finished runs are logged "
-     "again from runs/<run_key>/run.json"),
-    (("database is locked", "database table is locked"),
-     "is locked by another process ({detail}): let it finish (or stop it) and relaunch"),
-    (("database or disk is full", "disk i/o error"),
-     "cannot grow: its disk is full ({detail}); free space there and relaunch "
-     "(finished runs are kept in runs/ and skipped)"),
-    (("readonly database", "attempt to write a readonly", "unable to open database file"),
-     "cannot be opened for writing ({detail}); check its folder's permissions and "
-     "free space, then relaunch"),
-)
+_CORRUPTED = ("is corrupted or not an MLflow database ({detail}): move it aside "
+              "(mv {db} {db}.broken) and relaunch the same sweep; its finished runs are "
+              "logged again from runs/<run_key>/run.json")
+_LOCKED = "is locked by another process ({detail}): let it finish (or stop it) and relaunch"
+_FULL = ("cannot grow: its disk is full ({detail}); free space there and relaunch "
+         "(finished runs are kept in runs/ and skipped)")
+_READ_ONLY = ("cannot be opened for writing ({detail}); check its folder's permissions and "
+              "free space, then relaunch")
+
+_STORE_FAULTS: dict[int, str] = {
+    11: _CORRUPTED,   # SQLITE_CORRUPT
+    26: _CORRUPTED,   # SQLITE_NOTADB
+    5: _LOCKED,       # SQLITE_BUSY
+    6: _LOCKED,       # SQLITE_LOCKED
+    13: _FULL,        # SQLITE_FULL
+    10: _FULL,        # SQLITE_IOERR (a write the full disk refused)
+    8: _READ_ONLY,    # SQLITE_READONLY
+    14: _READ_ONLY,   # SQLITE_CANTOPEN
+}
+"""SQLite's primary result code (``sqlite3.Error.sqlite_errorcode & 0xff``) -> advice."""
+
+
+def _sqlite_errors(exc: BaseException) -> Iterator[sqlite3.Error]:
+    """The ``sqlite3`` errors in ``exc``'s chain, raised as they are or wrapped.
+
+    SQLAlchemy keeps the driver's error as ``DBAPIError.orig``; MLflow raises its own
+    with SQLAlchemy's as the cause or context.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        original = getattr(current, "orig", None)  # sqlalchemy.exc.DBAPIError
+        for candidate in (current, original):
+            if isinstance(candidate, sqlite3.Error):
+                yield candidate
+        current = current.__cause__ or current.__context__
 
 
 def store_fault(exc: BaseException, uri: str) -> TrackingStoreError | None:
     """One line for a store that is corrupted, locked or full; None for other errors.
 
-    MLflow raises SQLAlchemy's errors as they are or wrapped in its own; the message
-    of every exception in the chain is searched.
+    The fault is recognised by SQLite's own result code on the ``sqlite3`` error that
+    MLflow and SQLAlchemy raise or wrap, never by message text; the one exception is a
+    generic ``SQLITE_ERROR`` for a missing MLflow table (a database that is not MLflow's).
 
     Examples
     --------
-    >>> import sqlite3
-    >>> print(store_fault(sqlite3.OperationalError("database is locked"),
-    ...                   "sqlite:////o/mlflow.db"))  # doctest: +NORMALIZE_WHITESPACE
-    tracking store /o/mlflow.db is locked by another process (database is locked): let it
-    finish (or stop it) and relaunch
+    >>> import sqlite3, tempfile
+    >>> db = tempfile.mkdtemp() + "/mlflow.db"
+    >>> holder = sqlite3.connect(db, isolation_level=None)
+    >>> _ = holder.execute("BEGIN EXCLUSIVE")
+    >>> try:
+    ...     sqlite3.connect(db, timeout=0).execute("SELECT 1 FROM sqlite_master")
+    ... except sqlite3.OperationalError as exc:
+    ...     fault = store_fault(exc, f"sqlite:///{db}")
+    >>> "is locked by another process (database is locked)" in str(fault)
+    True
     """
-    texts = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if not isinstance(current, OSError):  # a file's own error is the caller's to name
-            texts.append(str(current).split("\n", 1)[0])
-        current = current.__cause__ or current.__context__
-    text = " ".join(texts).lower()
-    db = sqlite_path(uri)
-    where = f"tracking store {db}" if db is not None else f"tracking store {uri}"
-    for needles, advice in _STORE_FAULTS:
-        found = next((n for n in needles if n in text), None)
-        if found is not None:
-            return TrackingStoreError(f"{where} " + advice.format(detail=found, db=db or uri))
+    for error in _sqlite_errors(exc):
+        code = getattr(error, "sqlite_errorcode", None)
+        detail = str(error).split("\n", 1)[0]
+        if code is None:
+            continue
+        advice = _STORE_FAULTS.get(code & 0xFF)
+        if advice is None and code == 1 and detail.startswith("no such table"):
+            advice = _CORRUPTED  # SQLITE_ERROR: generic; a missing table names the case
+        if advice is not None:
+            db = sqlite_path(uri)
+            where = f"tracking store {db}" if db is not None else f"tracking store {uri}"
+            return TrackingStoreError(f"{where} " + advice.format(detail=detail, db=db or uri))
     return None
 
 

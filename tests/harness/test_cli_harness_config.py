@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import tomllib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -349,3 +351,38 @@ def test_base_env_carries_no_gpu_variables(tmp_path: Path) -> None:
     env = ctx.base_env()
     assert env["SPU_TASK_DIR"] == "/task"
     assert not {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"} & set(env)
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    """A provider that refuses every key (401, in Anthropic's error shape) and logs nothing."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.dumps({"type": "error", "error": {"type": "authentication_error",
+                                                      "message": "invalid x-api-key"}})
+        self.send_response(401 if self.path == "/v1/models" else 404)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_refused_key_is_named_with_the_providers_words(compose, monkeypatch) -> None:
+    """One request before the agent starts: a 401 becomes one line naming the variable."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-wrong")
+        conf = typed(compose("model=opus5", "harness=claude_code", "effort=max",
+                             f"model.base_url=http://127.0.0.1:{server.server_port}"))
+        harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
+        assert harness.key_rejection() == (
+            "API error 401: the provider rejected the API key in ANTHROPIC_API_KEY "
+            "(authentication_error: invalid x-api-key); check the key, or use model=scripted "
+            "to run offline")
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Nothing answers any more: the check lets the run go ahead (the CLI will say why).
+    assert harness.key_rejection() is None

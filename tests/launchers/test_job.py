@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hydra.errors import ConfigCompositionException
 
 from spu.main import run_from_config
 from tests.launchers.conftest import tracked_runs
@@ -96,9 +97,12 @@ def test_without_tracking_resume_reads_the_run_folders(compose_tasks, tmp_path) 
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
 
 
-def test_bad_resume_mode_names_the_key(compose_tasks) -> None:
-    with pytest.raises(ValueError, match="sweep.resume='sometimes'"):
-        run_from_config(compose_tasks("sandbox=subprocess", "sweep.resume=sometimes"))
+def test_bad_resume_mode_fails_at_composition_naming_the_key(compose_tasks) -> None:
+    """``sweep.resume`` is an Enum of the schema: a typo never reaches a job."""
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_tasks("sandbox=subprocess", "sweep.resume=sometimes")
+    message = f"{err.value} {err.value.__cause__}"
+    assert "sweep.resume" in message and "skip_finished" in message
 
 
 def test_results_table_marks_skipped_rows_and_keeps_their_stored_score() -> None:

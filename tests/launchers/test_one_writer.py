@@ -18,7 +18,7 @@ from spu.launch.job import JobStatus, RunIdentity
 from spu.launch.resume import latest_attempts
 from spu.main import run_from_config
 from spu.schema import Outcome, RunRecord, SandboxInfo
-from spu.tracking.locks import FileLock, run_key_lock
+from spu.tracking.locks import holder, holder_lock, run_key_lock, take
 from spu.tracking.store import TrackingTarget, client_for, log_run
 from tests.launchers.conftest import (
     sandbox_name,
@@ -32,9 +32,9 @@ KEY = "0123456789abcdef"
 HOLDER = """
 import sys, time
 from pathlib import Path
-from spu.tracking.locks import FileLock
-lock = FileLock(Path(sys.argv[1]))
-assert lock.acquire(blocking=False)
+from spu.tracking.locks import holder_lock, take
+lock = holder_lock(Path(sys.argv[1]))
+assert take(lock, blocking=False)
 print("held", flush=True)
 time.sleep(600)
 """
@@ -50,22 +50,22 @@ def hold_in_another_process(path: Path) -> subprocess.Popen[str]:
 
 def test_a_lock_is_exclusive_across_processes_and_dies_with_its_holder(tmp_path) -> None:
     path = tmp_path / "locks" / f"{KEY}.lock"
-    holder = hold_in_another_process(path)
+    holder_process = hold_in_another_process(path)
     try:
-        lock = FileLock(path)
-        assert not lock.acquire(blocking=False)
-        assert lock.holder() == str(holder.pid)
-        assert not lock.acquire(timeout_s=0.3)
+        lock = holder_lock(path)
+        assert not take(lock, blocking=False)
+        assert holder(lock) == str(holder_process.pid)
+        assert not take(lock, timeout_s=0.3)
     finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
+        holder_process.send_signal(signal.SIGKILL)
+        holder_process.wait()
     # kill -9 released it: the kernel drops flock locks with their file.
-    assert lock.acquire(blocking=False)
-    assert lock.acquire(blocking=False)  # reentrant in this process
+    assert take(lock, blocking=False)
+    assert take(run_key_lock(tmp_path, KEY), blocking=False)  # reentrant in this process
     lock.release()
-    assert lock.held
+    assert lock.is_locked
     lock.release()
-    assert not lock.held
+    assert not lock.is_locked
     with pytest.raises(ValueError, match="not a run key"):
         run_key_lock(tmp_path, "../../etc/x")
 

@@ -80,3 +80,16 @@ def test_sign_flip_beyond_exact_limit_is_seeded_monte_carlo() -> None:
     ref = sps.permutation_test((d,), np.mean, permutation_type="samples",
                                n_resamples=20_000, rng=np.random.default_rng(2)).pvalue
     assert a == pytest.approx(ref, abs=0.01)  # two Monte Carlo estimates, SE about 0.002
+
+
+def test_holm_leaves_the_collector_alone() -> None:
+    """Invariant: a statistic never thaws what the launcher froze (GC policy is the launcher's)."""
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        holm([0.04, 0.01, 0.02, float("nan")])
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

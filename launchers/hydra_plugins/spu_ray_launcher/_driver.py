@@ -28,7 +28,6 @@ For a batch of jobs it:
 from __future__ import annotations
 
 import copy
-import gc
 import logging
 import os
 import pickle
@@ -36,8 +35,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from ray.exceptions import RayError, RayTaskError
 
 from spu.launch.budget import CostLedger
+from spu.launch.collector import set_launcher_policy
 from spu.launch.job import JobStatus as RunStatus
 from spu.launch.job import (
     RunIdentity,
@@ -209,7 +208,7 @@ class JobComposer:
 
     def spec(self, job: SweepJob) -> Any:
         """The job's :class:`~spu.runner.RunSpec`, converted once per configuration."""
-        from spu.main import spec_from_config
+        from spu.launch.spec import spec_from_config
 
         rest, repeat = self.split(job.overrides)
         if repeat is None:
@@ -217,22 +216,6 @@ class JobComposer:
         if rest not in self.specs:
             self.specs[rest] = spec_from_config(without_hydra(job.config))
         return replace(self.specs[rest], repeat=int(job.config.repeat))
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No garbage collection inside; what lives on afterwards is left out of later ones.
-
-    A job's config is a few hundred objects linked both ways, all kept for the sweep:
-    composing 300 made the collector walk them again and again (each job took 3 ms at
-    the start and 11 ms by the 300th).
-    """
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.freeze()
 
 
 def without_hydra(config: DictConfig) -> DictConfig:
@@ -622,9 +605,6 @@ class Driver:
         from concurrent.futures import FIRST_COMPLETED
         from concurrent.futures import wait as wait_futures
 
-        # Everything imported and set up so far lives as long as the sweep: out of the
-        # collector's way (each full collection would walk it again, 0.1-0.3 s a time).
-        gc.freeze()
         try:
             while self.pending or self.in_flight or self.settling:
                 while self.pending and self.busy() < self.window and not self.ledger.reached:
@@ -710,6 +690,7 @@ def launch(launcher: SPURayLauncher, job_overrides: Sequence[Sequence[str]],
            initial_job_idx: int) -> list[JobReturn]:
     """Run a batch of jobs on Ray (see the module docstring)."""
     setup_globals()
+    set_launcher_policy()  # the GC policy (spu.launch.collector); a no-op after spu.main's
     assert launcher.config is not None and launcher.hydra_context is not None
     config = launcher.config
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
@@ -718,9 +699,8 @@ def launch(launcher: SPURayLauncher, job_overrides: Sequence[Sequence[str]],
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     composer = JobComposer(launcher, sweep_dir)
-    with collector_paused():
-        jobs = [composer.compose(overrides, initial_job_idx + i)
-                for i, overrides in enumerate(job_overrides)]
+    jobs = [composer.compose(overrides, initial_job_idx + i)
+            for i, overrides in enumerate(job_overrides)]
     limit = config.budget.max_cost_usd
     ledger = CostLedger(None if limit is None else float(limit))
     progress = SweepProgress(len(jobs), ledger.limit_usd)
@@ -828,7 +808,6 @@ def open_tracking_early(jobs: list[SweepJob], turn: threading.Lock) -> threading
                     experiment_id(client_for(target), target)
             except Exception as exc:  # noqa: BLE001 - the first run reports it
                 log.debug("tracking store %s not opened early: %s", target.uri, exc)
-        gc.freeze()  # MLflow's modules, imported here, live as long as the sweep
 
     thread = threading.Thread(target=open_all, name="spu-open-tracking", daemon=True)
     thread.start()

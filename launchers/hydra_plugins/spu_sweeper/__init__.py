@@ -15,9 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.errors import ConfigCompositionException
+
+from spu.internals import basic_sweeper
+
+# Hydra's own sweeper is private API: reached through spu.internals, which checks the
+# installed Hydra is a version it was written against.
+BasicSweeper = basic_sweeper()
 
 TASK_GROUP = "task"
 

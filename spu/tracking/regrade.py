@@ -10,8 +10,8 @@ its grader version. With a tracking URI, the MLflow run with the same ``run_key`
 (and attempt) gets the new score metrics (as a new step) and outcome tags.
 
 Regrading re-runs the last stage of :func:`spu.runner.run_one`, so it applies the
-runner's own outcome and scoring rules; MLflow is imported only when a tracking URI
-is given.
+same outcome and scoring rules (:mod:`spu.grading.outcome`); MLflow is imported
+only when a tracking URI is given.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any
 
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import IsolatedGrades, grade_isolated
+from spu.grading.outcome import FILE_OUTCOMES, RunEvidence, is_scored, judge
 from spu.grading.rules import AnswerKeyError, check_answer_key
 from spu.grading.submission import read_submission
-from spu.schema import Contract, Grade, Outcome, PastGrade, RunRecord
+from spu.schema import Contract, Grade, PastGrade, RunRecord
 from spu.tasks.package import (
     TaskLoadError,
     TaskPackage,
@@ -36,10 +37,6 @@ from spu.tasks.package import (
     load_meta,
     load_task,
 )
-
-FILE_OUTCOMES = frozenset({Outcome.valid, Outcome.recovered, Outcome.rejected, Outcome.no_file})
-"""Outcomes decided by the submitted file alone; the others (refusal, timeout...) come
-from how the agent ended and survive a regrade unchanged."""
 
 SCORE_METRICS = ("score", "score_strict", "score_recovered", "chance_threshold")
 """MLflow metrics a regrade rewrites, besides the per-group ``rho/<group>``."""
@@ -146,12 +143,11 @@ def _contract_for(task: TaskPackage, record: RunRecord, accept_version_change: b
 
 def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
                 submitted: bool, past: PastGrade, task_version: str) -> RunRecord:
-    from spu.harness.base import AgentResult
-    from spu.runner import decide_outcome, is_scored
-
+    # Outcomes not decided by the file (refusal, timeout...) survive a regrade unchanged.
     outcome = record.outcome
     if outcome in FILE_OUTCOMES:
-        outcome = decide_outcome(record.process, AgentResult(), submitted, grades.recovered)
+        outcome = judge(RunEvidence.from_process(record.process, submitted=submitted),
+                        grades.recovered).outcome
     notes = list(record.notes)
     if grades.warning and grades.warning not in notes:
         notes.append(grades.warning)

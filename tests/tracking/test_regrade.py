@@ -10,10 +10,10 @@ import pytest
 
 from spu.cli import main
 from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
-from spu.grading.regrade import regrade_runs
 from spu.grading.rules import GRADER_VERSION
 from spu.runner import RunSpec, run_one
 from spu.schema import GradeStatus, Outcome, RunRecord
+from spu.tracking.regrade import regrade_runs
 from tests.conftest import EXAMPLE_TWO_GROUPS
 from tests.grading.test_cli import BEST, G1, G2, TASK_ID
 

@@ -1,0 +1,119 @@
+"""The outcome of a run and whether it is scored: a pure function of evidence and a grade.
+
+The rules of SPEC section 5 and paper 3.1 in one place, with no run, sandbox or
+harness behind them: the caller (the runner, the regrade, later the model gateway)
+gathers what it knows into a :class:`RunEvidence` and gets a :class:`Verdict` back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spu.schema import Grade, GradeStatus, Outcome, ProcessEvidence
+
+EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
+                               Outcome.infra_error})
+"""Outcomes never scored, even with a valid file (paper 3.1, Table 6); ``disk_limit``
+(the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``."""
+
+FILE_OUTCOMES = frozenset({Outcome.valid, Outcome.recovered, Outcome.rejected, Outcome.no_file})
+"""Outcomes decided by the submitted file alone; the others (refusal, timeout...) come
+from how the agent ended."""
+
+
+@dataclass(frozen=True)
+class RunEvidence:
+    """What is known about how a run ended, from every source that saw it."""
+
+    submitted: bool = False
+    """A submission file was found in the run's output folder."""
+    infra_error: str | None = None
+    """Why the sandbox, the harness or the grader failed (an API error, a crashed CLI)."""
+    refused: bool = False
+    """The model refused the task (its refusal label, or the harness's reading)."""
+    oom_killed: bool = False
+    """The memory limit killed the agent."""
+    disk_full: bool = False
+    """The run filled its disk and was stopped."""
+    timed_out: bool = False
+    """The wall-clock limit fired."""
+    policy_stop: bool = False
+    """The tools policy stopped the run (a flagged fetch under ``tools.policy=stop``)."""
+
+    @classmethod
+    def from_process(cls, process: ProcessEvidence, *, submitted: bool,
+                     infra_error: str | None = None, refused: bool = False,
+                     policy_stop: bool = False) -> RunEvidence:
+        """Evidence from the sandbox's process facts plus what the harness read back.
+
+        ``infra_error`` is the harness's; the process's own ``error`` counts as well.
+        """
+        return cls(
+            submitted=submitted,
+            infra_error=process.error or infra_error,
+            refused=refused,
+            oom_killed=process.oom_killed,
+            disk_full=process.disk_full,
+            timed_out=process.timed_out,
+            policy_stop=policy_stop,
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a run ended and whether its score counts."""
+
+    outcome: Outcome
+    """The run's outcome (SPEC section 5)."""
+    scored: bool
+    """The run's score counts in the statistics (paper 3.1)."""
+
+
+def no_group_ranked(grade: Grade) -> bool:
+    """A file accepted but ranking no group (paper E.1: an empty list counts as no file)."""
+    return grade.status is not GradeStatus.invalid and all(
+        g.error == "group absent" for g in grade.groups
+    )
+
+
+def decide_outcome(evidence: RunEvidence, grade: Grade) -> Outcome:
+    """The outcome of a run, from facts in a fixed order of precedence (SPEC section 5).
+
+    An infrastructure error comes first, then a refusal, the memory limit, the disk
+    limit, the time limit, a policy stop; only then does the file decide: none (or
+    one ranking no group) is ``no_file``, else the grade's status.
+    """
+    if evidence.infra_error:
+        return Outcome.infra_error
+    if evidence.refused:
+        return Outcome.refusal
+    if evidence.oom_killed:
+        return Outcome.memory_limit
+    if evidence.disk_full:
+        return Outcome.disk_limit
+    if evidence.timed_out:
+        return Outcome.timeout
+    if evidence.policy_stop:
+        return Outcome.policy_stop
+    if not evidence.submitted or no_group_ranked(grade):
+        return Outcome.no_file
+    if grade.status is GradeStatus.valid:
+        return Outcome.valid
+    if grade.status is GradeStatus.recovered:
+        return Outcome.recovered
+    return Outcome.rejected
+
+
+def is_scored(outcome: Outcome, grade: Grade) -> bool:
+    """Scored: a valid or recoverable file, not excluded by the outcome (paper 3.1)."""
+    return (
+        grade.status in (GradeStatus.valid, GradeStatus.recovered)
+        and outcome not in EXCLUDED_OUTCOMES
+        and not no_group_ranked(grade)
+    )
+
+
+def judge(evidence: RunEvidence, grade: Grade) -> Verdict:
+    """The outcome of a run and whether it is scored, from its evidence and recovered grade."""
+    outcome = decide_outcome(evidence, grade)
+    return Verdict(outcome=outcome, scored=is_scored(outcome, grade))
