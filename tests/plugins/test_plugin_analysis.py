@@ -45,7 +45,7 @@ from spu.stats.registry import (
 from spu.stats.runs_table import check_runs_table
 from spu.stats.simulate import PAPER_CONFIGS, SimulationParameters, simulate_runs
 
-PLUGIN_FILE = Path(__file__).parent / "spu_example_plugin" / "analysis.py"
+PLUGIN_FILE = Path(__file__).parent / "spu_example_plugin" / "spu_example_plugin" / "analysis.py"
 OPTIONS = StatsOptions(resamples=20, simulations=20, null_draws=20)
 FAST = ["--resamples", "20", "--simulations", "20", "--null-draws", "20"]
 
