@@ -19,9 +19,12 @@ import signal
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from spu.sandbox.base import RunLimits
 from spu.schema import EnforcedLimits
+
+if TYPE_CHECKING:
+    from spu.sandbox.base import RunLimits
 
 log = logging.getLogger(__name__)
 

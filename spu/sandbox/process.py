@@ -234,6 +234,7 @@ def release(proc: subprocess.Popen[Any]) -> None:
         pass  # it ended already: its exit status says how
     finally:
         proc.stdin.close()
+        proc.stdin = None  # communicate() and wait() must not touch it again
 
 
 def start_placed(argv: Sequence[str], env: Mapping[str, str], place: Callable[[int], None],
