@@ -27,6 +27,10 @@ class Registry(Generic[T]):
         self._classes[cls.name] = cls  # type: ignore[attr-defined]
         return cls
 
+    def names(self) -> list[str]:
+        """Every name selectable without a module path: the built-in and registered ones."""
+        return sorted(set(self.builtin_modules) | set(self._classes))
+
     def get(self, name: str) -> type[T]:
         """The class called ``name`` (or ``package.module:Class``), imported on first use.
 

@@ -432,3 +432,6 @@ register_sandbox = _REGISTRY.register
 
 get_sandbox = _REGISTRY.get
 """The sandbox class called ``name`` (or ``package.module:Class``), imported on first use."""
+
+sandbox_names = _REGISTRY.names
+"""The names of every known sandbox backend (built-in and registered)."""

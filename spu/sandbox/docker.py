@@ -46,15 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spu.sandbox.base import (
-    LAYOUT,
-    ExecCall,
-    Sandbox,
-    SandboxError,
-    SandboxRequest,
-    register_sandbox,
-    remembered_availability,
-)
+from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest, register_sandbox
+from spu.sandbox.base import remembered_availability
 from spu.sandbox.disk import used_bytes
 from spu.sandbox.limits import GIB
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available

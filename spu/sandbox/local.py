@@ -40,16 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spu.sandbox.base import (
-    LAYOUT,
-    ExecCall,
-    Sandbox,
-    SandboxError,
-    SandboxRequest,
-    register_sandbox,
-    remembered_availability,
-    within,
-)
+from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest, register_sandbox
+from spu.sandbox.base import remembered_availability, within
 from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.process import wrapper_error

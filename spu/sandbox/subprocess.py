@@ -12,13 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from spu.sandbox.base import (
-    ExecCall,
-    Sandbox,
-    SandboxPaths,
-    SandboxRequest,
-    register_sandbox,
-)
+from spu.sandbox import ExecCall, Sandbox, SandboxPaths, SandboxRequest, register_sandbox
 from spu.schema import ProcessEvidence
 
 log = logging.getLogger(__name__)
