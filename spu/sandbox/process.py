@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -257,6 +258,28 @@ def start_placed(argv: Sequence[str], env: Mapping[str, str], place: Callable[[i
         raise
     release(proc)
     return proc
+
+
+DIE_WITH_PARENT_SCRIPT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)  # the parent ended before the request\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def dying_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` behind a small wrapper that asks Linux for SIGTERM when this process ends.
+
+    The wrapper is a program of its own (this interpreter), run after the exec: nothing
+    runs between fork and exec, as a ``preexec_fn`` would. The signal is kept across its
+    ``exec`` of ``argv``. (Linux sends it when the *thread* that started the child ends.)
+    """
+    return [sys.executable, "-I", "-c", DIE_WITH_PARENT_SCRIPT, str(os.getpid()), *argv]
 
 
 @dataclass

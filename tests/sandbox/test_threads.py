@@ -160,3 +160,37 @@ def test_a_missing_program_cannot_start() -> None:
 
     with pytest.raises(FileNotFoundError):
         start_placed(["no-such-program-spu"], {"PATH": "/usr/bin:/bin"}, lambda _pid: None)
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_child_behind_the_death_wrapper_ends_with_its_parent() -> None:
+    """Invariant: a server started through :func:`dying_with_parent` gets SIGTERM when the
+    process that started it is killed (no ``preexec_fn`` asked for it)."""
+    import sys
+
+    code = ("import subprocess, time\n"
+            "from spu.sandbox.process import dying_with_parent\n"
+            "child = subprocess.Popen(dying_with_parent(['sleep', '300']))\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(300)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + BOUND_S
+        while b"sleep" not in _cmdline(child).split(b"\0")[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cmdline(child).split(b"\0")[0] == b"sleep", "the wrapper ran its command"
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + BOUND_S
+    while not _gone_or_zombie(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone_or_zombie(child), "the child ended with its parent"
