@@ -10,8 +10,8 @@ import collections
 import errno
 import logging
 import os
-import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -186,78 +186,95 @@ def wrapper_error(stderr: Path, prefixes: tuple[str, ...]) -> str | None:
     return None
 
 
-HOLD_SHELL = "/bin/sh"
 HOLD_SCRIPT = (
-    'read -r _ || exit 125; '
-    'if [ "$1" = 1 ]; then export PWD="$2"; else unset PWD; fi; '
-    'shift 2; exec "$@" </dev/null'
+    "import os, signal, sys\n"
+    "for name in ('SIGPIPE', 'SIGXFZ', 'SIGXFSZ'):  # as Popen leaves them (restore_signals)\n"
+    "    if hasattr(signal, name):\n"
+    "        signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+    "report = os.dup(0)  # not inheritable: a successful exec closes it\n"
+    "line = b''\n"
+    "while not line.endswith(b'\\n'):\n"
+    "    part = os.read(0, 16)\n"
+    "    if not part:\n"
+    "        os._exit(125)  # the parent ended or gave up: the command never runs\n"
+    "    line += part\n"
+    "null = os.open(os.devnull, os.O_RDWR)\n"
+    "os.dup2(null, 0)\n"
+    "os.close(null)\n"
+    "env = dict(os.environ)\n"
+    "env.pop('LC_CTYPE', None)  # what the interpreter's locale coercion may have set\n"
+    "if sys.argv[1]:\n"
+    "    env['LC_CTYPE'] = sys.argv[1][1:]\n"
+    "try:\n"
+    "    os.execvpe(sys.argv[2], sys.argv[2:], env)\n"
+    "except OSError as exc:\n"
+    "    os.write(report, f'{exc.errno} {exc.strerror}'.encode())\n"
+    "    os._exit(127)\n"
 )
-"""The wrapper a held child runs: it waits for a line on its stdin (a pipe from the
-parent), then ``exec``s the command with stdin on ``/dev/null``, its environment as given
-(the shell's own ``PWD`` taken back out) and its process id unchanged. The parent puts it
+"""The wrapper a held child runs (this interpreter, isolated): it waits for a line on its
+stdin (a socket to the parent), then ``exec``s the command with stdin on ``/dev/null``,
+its environment exactly as given and its process id unchanged; an ``exec`` that fails
+is reported on the socket, as :class:`subprocess.Popen` reports one. The parent puts it
 in its cgroups and sets its limits meanwhile: nothing runs between fork and exec (no
 ``preexec_fn``, which is unsafe in a process with threads). An end of file without the
 line (the parent died, or gave up) exits 125 before the command runs."""
-HELD_EXIT = 125
-
-
-def _executable(argv0: str, env: Mapping[str, str], cwd: Path | None) -> bool:
-    """Whether ``argv0`` names a program the child can run (as ``Popen`` would look it up)."""
-    if "/" in argv0:
-        return os.access(os.path.join(cwd or "", argv0), os.X_OK)
-    return shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(dict(env)))) is not None
-
-
-def start_held(argv: Sequence[str], env: Mapping[str, str], *, cwd: Path | None = None,
-               **popen: Any) -> subprocess.Popen[Any]:
-    """Start ``argv`` held before its ``exec`` (see :data:`HOLD_SCRIPT`); :func:`release` it.
-
-    ``popen`` is passed to :class:`subprocess.Popen` (``stdout``, ``stderr``, ``pass_fds``,
-    ``start_new_session``, ``text``); ``stdin`` is the hold and then ``/dev/null``.
-
-    Raises:
-        FileNotFoundError: ``argv[0]`` is no program on the ``PATH`` of ``env``.
-    """
-    if not _executable(argv[0], env, cwd):
-        raise FileNotFoundError(errno.ENOENT, "no such program", argv[0])
-    keep_pwd = "PWD" in env
-    wrapper = [HOLD_SHELL, "-c", HOLD_SCRIPT, "spu-hold", "1" if keep_pwd else "0",
-               env.get("PWD", ""), *argv]
-    return subprocess.Popen(wrapper, env=dict(env), cwd=cwd, stdin=subprocess.PIPE, **popen)
-
-
-def release(proc: subprocess.Popen[Any]) -> None:
-    """Let a child of :func:`start_held` go on to its command."""
-    assert proc.stdin is not None
-    try:
-        os.write(proc.stdin.fileno(), b"go\n")
-    except BrokenPipeError:
-        pass  # it ended already: its exit status says how
-    finally:
-        proc.stdin.close()
-        proc.stdin = None  # communicate() and wait() must not touch it again
+HOLD_TIMEOUT_S = 60.0
+"""How long a released child may take to reach its command's ``exec``."""
 
 
 def start_placed(argv: Sequence[str], env: Mapping[str, str], place: Callable[[int], None],
                  *, cwd: Path | None = None, **popen: Any) -> subprocess.Popen[Any]:
     """Start ``argv`` with ``place(pid)`` done by this process before the command runs.
 
-    ``place`` moves the held child into its cgroups and sets its limits (what a
-    ``preexec_fn`` did in the child); when it raises, the child is killed unstarted and
-    the exception passes on.
+    The child is held before its ``exec`` (:data:`HOLD_SCRIPT`). ``place`` moves it into
+    its cgroups and sets its limits (what a ``preexec_fn`` did in the child); when it
+    raises, the child is killed unstarted and the exception passes on. ``popen`` goes to
+    :class:`subprocess.Popen` (``stdout``, ``stderr``, ``pass_fds``, ``text``, ...);
+    the command's stdin is ``/dev/null``.
+
+    Raises:
+        OSError: The command could not be run (as from :class:`subprocess.Popen`).
     """
-    proc = start_held(argv, env, cwd=cwd, **popen)
+    ours, theirs = socket.socketpair()
+    lc_ctype = "" if "LC_CTYPE" not in env else "=" + env["LC_CTYPE"]
     try:
-        place(proc.pid)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        with theirs:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", HOLD_SCRIPT, lc_ctype, *argv],
+                env=dict(env), cwd=cwd, stdin=theirs.fileno(), **popen)
+        with ours:
+            try:
+                place(proc.pid)
+                ours.settimeout(HOLD_TIMEOUT_S)
+                ours.sendall(b"go\n")
+                failed = _read_to_end(ours)
+            except BaseException:
+                _discard(proc)
+                raise
+    except OSError:
+        ours.close()
         raise
-    release(proc)
+    if failed:
+        _discard(proc)
+        number, _, why = failed.decode(errors="replace").partition(" ")
+        raise OSError(int(number) if number.isdigit() else errno.EIO, why, argv[0])
     return proc
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def _discard(proc: subprocess.Popen[Any]) -> None:
+    """Kill and reap a child that never ran its command; close its pipes."""
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 DIE_WITH_PARENT_SCRIPT = (

@@ -138,12 +138,12 @@ def test_a_child_whose_placement_fails_never_runs_its_command(tmp_path) -> None:
 
 
 def test_a_held_child_gets_exactly_the_environment_given(tmp_path) -> None:
-    """Invariant: the hold adds nothing to the environment (the shell's ``PWD`` stays out),
-    keeps a ``PWD`` that was given, and the child's stdin is empty."""
+    """Invariant: the hold adds nothing to the environment and changes nothing in it (the
+    wrapper's locale coercion stays out), its signals are a plain child's, its stdin empty."""
     from spu.sandbox.process import start_placed
 
     for env in ({"PATH": "/usr/bin:/bin", "A": "1"},
-                {"PATH": "/usr/bin:/bin", "PWD": "/somewhere"}):
+                {"PATH": "/usr/bin:/bin", "PWD": "/somewhere", "LC_CTYPE": "C"}):
         proc = start_placed(["env"], env, lambda _pid: None, cwd=tmp_path,
                             stdout=subprocess.PIPE, text=True)
         out, _ = proc.communicate(timeout=30)
@@ -152,14 +152,25 @@ def test_a_held_child_gets_exactly_the_environment_given(tmp_path) -> None:
     proc = start_placed(["cat"], {"PATH": "/usr/bin:/bin"}, lambda _pid: None,
                         stdout=subprocess.PIPE)
     assert proc.communicate(timeout=30) == (b"", None) and proc.returncode == 0
+    # Signals ignored and blocked as under a plain Popen (the wrapper's own undone).
+    status = ["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]
+    proc = start_placed(status, {"PATH": "/usr/bin:/bin"}, lambda _pid: None,
+                        stdout=subprocess.PIPE)
+    held, _ = proc.communicate(timeout=30)
+    assert held == subprocess.run(status, capture_output=True, check=True).stdout
 
 
-def test_a_missing_program_cannot_start() -> None:
-    """Invariant: a program not on the ``PATH`` is refused before anything is started."""
+def test_a_program_that_cannot_be_run_fails_to_start(tmp_path) -> None:
+    """Invariant: a program not on the ``PATH``, or a script whose interpreter is missing,
+    fails the start itself (as ``Popen`` does), not as an exit status of the program."""
     from spu.sandbox.process import start_placed
 
-    with pytest.raises(FileNotFoundError):
-        start_placed(["no-such-program-spu"], {"PATH": "/usr/bin:/bin"}, lambda _pid: None)
+    broken = tmp_path / "broken"
+    broken.write_text("#!/nonexistent/python3\nprint('never')\n")
+    broken.chmod(0o755)
+    for argv in (["no-such-program-spu"], [str(broken)]):
+        with pytest.raises(FileNotFoundError):
+            start_placed(argv, {"PATH": "/usr/bin:/bin"}, lambda _pid: None)
 
 
 def _gone_or_zombie(pid: int) -> bool:
