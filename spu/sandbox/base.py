@@ -201,6 +201,11 @@ class Sandbox(ABC):
     its tests carry these as pytest marks."""
     host_limits: ClassVar[bool] = True
     """Whether this process enforces the limits on the host (False where an engine does)."""
+    fallback: ClassVar[str | None] = None
+    """The backend a run gets, loudly, where this one is not available (None: none)."""
+    unreachable_port_fix: ClassVar[str] = (
+        "declare it through Harness.start_services, which the runner passes on")
+    """What to do when the agent cannot reach a host port it needs (an error's advice)."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options = dict(options or {})

@@ -269,6 +269,8 @@ class DockerSandbox(Sandbox):
     name = "docker"
     needs = ("docker",)
     host_limits = False
+    unreachable_port_fix = ("set sandbox.network_mode=pasta (Docker's own network modes "
+                            "cannot forward host ports)")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

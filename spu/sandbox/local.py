@@ -167,6 +167,7 @@ class LocalSandbox(Sandbox):
     """Bubblewrap sandbox: namespaces, read-only system, the three-folder layout."""
 
     name = "local"
+    fallback = "subprocess"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
