@@ -2,6 +2,11 @@
 
 The agent's stdout and stderr can be capped (:class:`CappedLog`): the head and the tail
 are kept, with a note in between saying how much was dropped.
+
+Nothing runs in a child between fork and exec (no ``preexec_fn``: a run always has
+threads). A child that must be in its cgroups before its command runs is started held
+(:func:`start_placed`) and placed from here; one that must die with this process is
+started through :func:`dying_with_parent`.
 """
 
 from __future__ import annotations
