@@ -194,11 +194,12 @@ def _open_sandbox(spec: RunSpec) -> tuple[Sandbox, list[str]]:
     notes: list[str] = []
     cls, options = sandbox_class(spec)
     ok, why = cls.available()
-    if not ok and spec.sandbox.name == "local":
-        note = f"sandbox=local unavailable ({why}); FALLING BACK to sandbox=subprocess"
+    if not ok and cls.fallback is not None:
+        note = (f"sandbox={spec.sandbox.name} unavailable ({why}); "
+                f"FALLING BACK to sandbox={cls.fallback}")
         log.warning(note)
         notes.append(note)
-        cls = get_sandbox("subprocess")
+        cls = get_sandbox(cls.fallback)
         options = backend_options(cls.name, cls.options_model, spec.sandbox)
     elif not ok:
         raise SandboxError(f"sandbox={spec.sandbox.name} is not available: {why}")

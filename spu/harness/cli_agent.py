@@ -222,11 +222,8 @@ class CLIAgentHarness(Harness):
             fix = "set sandbox.network=true"
         elif port is None or port in info.host_ports:
             return
-        elif info.backend == "docker":
-            fix = ("set sandbox.network_mode=pasta (Docker's own network modes cannot "
-                   "forward host ports)")
         else:
-            fix = "declare it through Harness.start_services, which the runner passes on"
+            fix = sandbox.unreachable_port_fix
         raise HarnessError(
             f"model=scripted: the scripted model server listens on the host's 127.0.0.1 "
             f"port {port}, which the agent cannot reach from sandbox={info.backend} "

@@ -21,7 +21,6 @@ environment, never on its command line, where ``ps`` would show it.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import secrets
@@ -34,11 +33,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from spu.sandbox.process import exited_unreaped
+from spu.sandbox.process import dying_with_parent, exited_unreaped
 
 log = logging.getLogger(__name__)
-
-PR_SET_PDEATHSIG = 1
 
 PROXIED_ARTIFACT_ROOT = "mlflow-artifacts:/"
 """Artifact root of a server that proxies artifacts: clients upload through it."""
@@ -69,14 +66,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # A driver killed with SIGKILL cannot stop the server; the kernel tells it instead.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 class TrackingServer:
@@ -169,10 +158,10 @@ class TrackingServer:
             argv += ["--app-name", "spu-token"]
             env[TOKEN_ENV] = self.token
         with open(self.log_path, "ab") as out:
-            self._proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env,
-                                          start_new_session=True,
-                                          preexec_fn=_die_with_parent)
+            # A driver killed with SIGKILL cannot stop the server; the kernel tells it.
+            self._proc = subprocess.Popen(dying_with_parent(argv), stdout=out,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=env, start_new_session=True)
 
     def wait_ready(self) -> str:
         """Wait until the spawned server answers ``/health``; returns its URI."""

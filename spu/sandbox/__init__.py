@@ -2,6 +2,7 @@
 
 from spu.sandbox.base import (
     LAYOUT,
+    ExecCall,
     RunFolders,
     RunLimits,
     Sandbox,
@@ -14,6 +15,7 @@ from spu.sandbox.base import (
 
 __all__ = [
     "LAYOUT",
+    "ExecCall",
     "RunFolders",
     "RunLimits",
     "Sandbox",

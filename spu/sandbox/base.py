@@ -22,11 +22,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from spu.registry import SANDBOXES, Registry
+from spu.sandbox.disk import RunDisk
+from spu.sandbox.gpus import GpuPlacement, detect_gpus, place_gpus
+from spu.sandbox.limits import LimitEnforcer
 from spu.sandbox.options import SandboxOptions, check_options
-from spu.schema import ProcessEvidence, SandboxInfo
+from spu.sandbox.process import run_with_limits
+from spu.schema import EnforcedLimits, ProcessEvidence, SandboxInfo
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,8 @@ class RunFolders:
         raise ValueError(f"{inside!r} is not inside the sandbox layout {layout}")
 
 
-def _within(path: Path, folder: Path) -> bool:
+def within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (both as given, not resolved)."""
     return path == folder or folder in path.parents
 
 
@@ -158,38 +165,139 @@ def remembered_availability(key: str, probe: Callable[[], tuple[bool, str]]) -> 
     return ok, why
 
 
+@dataclass(frozen=True)
+class ExecCall:
+    """One process to run in a prepared sandbox: what :meth:`Sandbox.exec` was asked."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    """The environment the harness gives (a backend adds ``HOME`` and the GPU's)."""
+    stdout: Path
+    stderr: Path
+    timeout_s: float
+    """The wall-clock limit (``limits.time_s`` unless the caller said otherwise)."""
+
+
+def _prepared(value: _T | None, what: str) -> _T:
+    if value is None:
+        raise SandboxError(f"the sandbox has no {what} before prepare()")
+    return value
+
+
 class Sandbox(ABC):
-    """One isolated environment for one run."""
+    """One isolated environment for one run.
+
+    The base owns what every backend needs: the run folders, the GPU placement, the
+    limits (a :class:`~spu.sandbox.limits.LimitEnforcer` where this process enforces
+    them), the run's disk, reading and writing the layout, collection and clean-up. A
+    backend supplies one hook per step: :meth:`_open` (before anything is made),
+    :meth:`_start` (its own set-up), :meth:`_exec` (one process), :meth:`_stop` (its
+    own release), and what it isolates (:meth:`_isolation`).
+    """
 
     name: ClassVar[str]
     options_model: ClassVar[type[SandboxOptions]] = SandboxOptions
     """The backend's options (``sandbox.options``), checked by
     :func:`spu.sandbox.options.backend_options` before the run starts."""
+    isolates: ClassVar[bool] = True
+    """Whether the backend promises isolation (the red-team tests hold it to that)."""
+    needs: ClassVar[tuple[str, ...]] = ()
+    """What it needs beyond this machine's kernel and programs (``docker``: an engine);
+    its tests carry these as pytest marks."""
+    host_limits: ClassVar[bool] = True
+    """Whether this process enforces the limits on the host (False where an engine does)."""
+    fallback: ClassVar[str | None] = None
+    """The backend a run gets, loudly, where this one is not available (None: none)."""
+    unreachable_port_fix: ClassVar[str] = (
+        "declare it through Harness.start_services, which the runner passes on")
+    """What to do when the agent cannot reach a host port it needs (an error's advice)."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options = check_options(self.name, self.options_model, options or {})
         """Every option of :attr:`options_model`, checked (SandboxOptionsError if not)."""
         self.stop_requested = threading.Event()
         """Set by :meth:`request_stop`; a running :meth:`exec` stops its agent gracefully."""
+        self.warnings: list[str] = []
+        """What the record and the log say about this run's isolation and limits."""
+        self.layout: SandboxPaths = LAYOUT
+        """The paths the agent sees."""
+        self._request: SandboxRequest | None = None
+        self._folders: RunFolders | None = None
+        self._gpus: GpuPlacement | None = None
+        self._enforcer: LimitEnforcer | None = None
+        self._disk: RunDisk | None = None
 
-    def request_stop(self) -> None:
-        """Ask a running :meth:`exec` (from another thread) to stop the agent now.
+    # ------------------------------------------------------------------ state of a run
 
-        The agent is stopped as at the time limit (graceful stop, then kill), without
-        ``timed_out``; the caller records why (a monitor that saw the key rejected).
-        """
-        self.stop_requested.set()
+    @property
+    def request(self) -> SandboxRequest:
+        """What :meth:`prepare` was asked."""
+        return _prepared(self._request, "request")
+
+    @property
+    def folders(self) -> RunFolders:
+        """The host folders behind the layout."""
+        return _prepared(self._folders, "run folders")
+
+    @property
+    def gpus(self) -> GpuPlacement:
+        """The GPUs placed for this run."""
+        return _prepared(self._gpus, "GPU placement")
+
+    @property
+    def enforcer(self) -> LimitEnforcer:
+        """The run's cgroups and limits (backends that enforce them on the host)."""
+        return _prepared(self._enforcer, "limit enforcer")
+
+    @property
+    def disk(self) -> RunDisk:
+        """The run's size-limited disk."""
+        return _prepared(self._disk, "disk")
+
+    # ------------------------------------------------------------------ the steps
 
     @classmethod
     @abstractmethod
     def available(cls) -> tuple[bool, str]:
         """Whether the backend works on this machine, and why not when it does not."""
 
-    @abstractmethod
     def prepare(self, request: SandboxRequest) -> SandboxPaths:
-        """Create the layout for ``request``; returns the paths the agent will see."""
+        """Create the layout for ``request``; returns the paths the agent will see.
 
-    @abstractmethod
+        The backend is asked whether it is available and may refuse the request
+        (:meth:`_open`); then the run folders, the GPU placement, the limits and the
+        disk are made, and the backend sets up the rest (:meth:`_start`).
+
+        Raises:
+            SandboxError: The backend cannot serve the request here.
+        """
+        ok, why = self.available()
+        if not ok:
+            raise SandboxError(why)
+        self._open(request)
+        self._request = request
+        self._folders = RunFolders.create(request)
+        if self.host_limits:
+            self._enforcer = LimitEnforcer(request.limits, request.run_dir.name,
+                                           pids_limit=self.options.get("pids_limit"))
+            self.warnings += self._enforcer.warnings
+        self._gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
+        self.warnings += self._gpus.warnings
+        self._disk = RunDisk(request.run_dir, request.limits.disk_gb)
+        try:
+            self._disk.set_up()
+        except OSError as exc:
+            raise SandboxError(f"the run's disk could not be set up: {exc}") from exc
+        self.warnings += self._disk.warnings
+        self._start(request)
+        return self.layout
+
+    def _open(self, request: SandboxRequest) -> None:  # noqa: B027 - optional hook
+        """Refuse what the backend cannot do and connect what it needs (nothing made yet)."""
+
+    def _start(self, request: SandboxRequest) -> None:  # noqa: B027 - optional hook
+        """The backend's own set-up, once folders, GPUs, limits and disk exist."""
+
     def exec(
         self,
         argv: Sequence[str],
@@ -199,11 +307,64 @@ class Sandbox(ABC):
         stderr: Path,
         timeout_s: float | None = None,
     ) -> ProcessEvidence:
-        """Run ``argv`` inside the sandbox under the prepared limits and return the evidence."""
+        """Run ``argv`` inside the sandbox under the prepared limits and return the evidence.
+
+        ``timeout_s`` replaces ``limits.time_s`` for this process.
+        """
+        limit = self.request.limits.time_s if timeout_s is None else timeout_s
+        return self._exec(ExecCall(list(argv), dict(env), stdout, stderr, limit))
 
     @abstractmethod
+    def _exec(self, call: ExecCall) -> ProcessEvidence:
+        """Run one process of the run (the backend's step of :meth:`exec`)."""
+
+    def _run_on_host(self, call: ExecCall, argv: Sequence[str], env: Mapping[str, str],
+                     cwd: Path | None, **extra: Any) -> ProcessEvidence:
+        """:func:`~spu.sandbox.process.run_with_limits` with the run's limits and disk watch."""
+        return run_with_limits(
+            argv, env, cwd=cwd, stdout=call.stdout, stderr=call.stderr,
+            timeout_s=call.timeout_s, grace_s=self.request.limits.grace_s,
+            enforcer=self._enforcer, log_cap_bytes=self.request.limits.log_cap_bytes,
+            over_limit=self.disk.full, stop=self.stop_requested, **extra,
+        )
+
+    def request_stop(self) -> None:
+        """Ask a running :meth:`exec` (from another thread) to stop the agent now.
+
+        The agent is stopped as at the time limit (graceful stop, then kill), without
+        ``timed_out``; the caller records why (a monitor that saw the key rejected).
+        """
+        self.stop_requested.set()
+
+    def cleanup(self) -> None:
+        """Release what the run holds (containers, network, cgroups, disk); files stay.
+
+        Safe after a :meth:`prepare` that failed half-way, and more than once.
+        """
+        try:
+            self._stop()
+        finally:
+            if self._enforcer is not None:
+                self._enforcer.cleanup()
+            if self._disk is not None:
+                self._disk.release()
+
+    def _stop(self) -> None:  # noqa: B027 - optional hook
+        """The backend's own release (its containers, its network), before the disk's."""
+
+    # ------------------------------------------------------------------ files
+
     def host_path(self, inside: str) -> Path:
         """The host path behind a path of the layout (for reading and writing files)."""
+        return self.folders.host_path(inside, self.layout)
+
+    def collect(self) -> Path:
+        """Host folder holding what the agent wrote to ``/output``."""
+        return self.folders.output
+
+    def layout_roots(self) -> RunFolders:
+        """The host folders behind the layout."""
+        return self.folders
 
     def _unlinked_host_path(self, inside: str) -> Path:
         """``host_path(inside)``, refused when a link is on the way from its layout folder.
@@ -215,7 +376,7 @@ class Sandbox(ABC):
         path = self.host_path(inside)
         roots = self.layout_roots()
         root = next((r for r in (roots.workspace, roots.output, roots.task)
-                     if _within(path, r)), None)
+                     if within(path, r)), None)
         parts = path.relative_to(root).parts[:-1] if root is not None else ()
         current = root
         for part in parts:
@@ -224,10 +385,6 @@ class Sandbox(ABC):
             if current.is_symlink():
                 raise SandboxError(f"{inside!r} passes through a link ({part}): not followed")
         return path
-
-    def layout_roots(self) -> RunFolders:
-        """The host folders behind the layout (backends keep them as ``folders``)."""
-        return self.folders  # type: ignore[attr-defined,no-any-return]
 
     def write_file(self, inside: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` at path ``inside`` of the layout (never through a link)."""
@@ -248,16 +405,31 @@ class Sandbox(ABC):
                 raise SandboxError(f"{inside!r} is not a regular file")
             return f.read()
 
-    @abstractmethod
-    def collect(self) -> Path:
-        """Host folder holding what the agent wrote to ``/output``."""
+    # ------------------------------------------------------------------ the record
 
-    def cleanup(self) -> None:  # noqa: B027 - optional hook
-        """Release what the backend holds (containers, cgroups); files stay in the run folder."""
-
-    @abstractmethod
     def info(self) -> SandboxInfo:
         """The backend and the isolation and limits actually in force."""
+        isolation, network = self._isolation()
+        return SandboxInfo(
+            backend=self.name,
+            isolation=isolation,
+            warnings=list(self.warnings),
+            limits=self.disk.enforced(self._limits_in_force(), self.request.limits.log_mb),
+            network=network,
+            host_ports=sorted(set(self.request.host_ports)) if self._forwards_ports() else [],
+        )
+
+    @abstractmethod
+    def _isolation(self) -> tuple[list[str], str]:
+        """What the backend isolates (``SandboxInfo.isolation``) and the agent's network."""
+
+    def _limits_in_force(self) -> EnforcedLimits:
+        """The limits in force besides the disk's (the enforcer's, by default)."""
+        return self.enforcer.enforced(self.gpus.ids)
+
+    def _forwards_ports(self) -> bool:
+        """Whether the agent reaches ``request.host_ports`` (none by default)."""
+        return False
 
 
 _REGISTRY: Registry[Sandbox] = Registry("sandbox", SANDBOXES, Sandbox)

@@ -46,23 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spu.sandbox.base import (
-    LAYOUT,
-    RunFolders,
-    Sandbox,
-    SandboxError,
-    SandboxPaths,
-    SandboxRequest,
-    register_sandbox,
-    remembered_availability,
-)
-from spu.sandbox.disk import RunDisk, used_bytes
-from spu.sandbox.gpus import detect_gpus, place_gpus
+from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest, register_sandbox
+from spu.sandbox.base import remembered_availability
+from spu.sandbox.disk import used_bytes
 from spu.sandbox.limits import GIB
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.options import DockerOptions
 from spu.sandbox.process import CappedLog, signal_of_exit, wrapper_error
-from spu.schema import EnforcedLimits, ProcessEvidence, SandboxInfo
+from spu.schema import EnforcedLimits, ProcessEvidence
 
 log = logging.getLogger(__name__)
 
@@ -278,44 +269,45 @@ class DockerSandbox(Sandbox):
 
     name = "docker"
     options_model = DockerOptions
+    needs = ("docker",)
+    host_limits = False
+    unreachable_port_fix = ("set sandbox.network_mode=pasta (Docker's own network modes "
+                            "cannot forward host ports)")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
         """A Docker engine must answer (once per process; the image is checked in prepare)."""
         return remembered_availability(cls.name, _engine_answers)
 
-    def prepare(self, request: SandboxRequest) -> SandboxPaths:
-        """Check the engine and the image, create the layout, decide limits and GPUs."""
-        ok, why = self.available()
-        if not ok:
-            raise SandboxError(why)
-
-        self.request = request
-        self.image = self.options.get("image") or DEFAULT_IMAGE
-        engine = self._engine(max(120.0, request.limits.grace_s + 60))
-        self.client = engine.client
-        self.folders = RunFolders.create(request)
-        self.sandbox_id = f"{request.run_dir.name}-{uuid.uuid4().hex[:8]}"
-        self.warnings: list[str] = []
-        engine_cpus = engine.cpus
-        self.cpus = max(1, min(request.limits.cpus, engine_cpus))
-        if request.limits.cpus > engine_cpus:
-            self.warnings.append(
-                f"asked for {request.limits.cpus} CPUs, the Docker engine has {engine_cpus}: "
-                f"using all"
-            )
-        self.gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
-        self.warnings += self.gpus.warnings
-        self._count = 0
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self.image = str(self.options.get("image") or DEFAULT_IMAGE)
+        self.client: Any = None
+        """This process's shared client of the engine (:func:`shared_engine`)."""
+        self.sandbox_id = ""
+        """The label of every container of this run."""
+        self.cpus = 1
         self.holder: Any = None
         self.network: UserNetwork | None = None
+        self.network_mode, self.network_name = "none", "offline"
+        self.layer = LayerMeter(0)
+        self._count = 0
+
+    def _open(self, request: SandboxRequest) -> None:
+        """Reach the engine and find the image; decide the CPUs the engine can give."""
+        engine = self._engine(max(120.0, request.limits.grace_s + 60))
+        self.client = engine.client
+        self.cpus = max(1, min(request.limits.cpus, engine.cpus))
+        if request.limits.cpus > engine.cpus:
+            self.warnings.append(
+                f"asked for {request.limits.cpus} CPUs, the Docker engine has {engine.cpus}: "
+                f"using all"
+            )
+
+    def _start(self, request: SandboxRequest) -> None:
+        """Remove stale containers, meter the container's layer, and open the network."""
+        self.sandbox_id = f"{request.run_dir.name}-{uuid.uuid4().hex[:8]}"
         remove_stale_when_due(self.client)
-        self.disk = RunDisk(request.run_dir, request.limits.disk_gb)
-        try:
-            self.disk.set_up()
-        except OSError as exc:
-            raise SandboxError(f"the run's disk could not be set up: {exc}") from exc
-        self.warnings += self.disk.warnings
         self.layer = LayerMeter(self.disk.limit_bytes if self.disk.mechanism != "none" else 0)
         mode = str(self.options.get("network_mode") or PASTA_MODE)
         if not request.network:
@@ -331,7 +323,6 @@ class DockerSandbox(Sandbox):
                 f"may reach this machine's services and its local network"
                 + ("" if not request.host_ports else
                    f", and not the host ports {list(request.host_ports)}"))
-        return LAYOUT
 
     def _engine(self, timeout: float) -> _Engine:
         """This process's engine client, answering, with :attr:`image` present.
@@ -392,10 +383,6 @@ class DockerSandbox(Sandbox):
         self.warnings += self.network.warnings
         return str(self.holder.id)
 
-    def host_path(self, inside: str) -> Path:
-        """Map ``/task``, ``/workspace`` and ``/output`` paths to the host."""
-        return self.folders.host_path(inside)
-
     def container_options(self) -> dict[str, Any]:
         """Everything ``containers.create`` gets besides the image, command and environment."""
         from docker.types import DeviceRequest
@@ -446,29 +433,20 @@ class DockerSandbox(Sandbox):
             **self.container_options(),
         )
 
-    def exec(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        *,
-        stdout: Path,
-        stderr: Path,
-        timeout_s: float | None = None,
-    ) -> ProcessEvidence:
-        """Run ``argv`` in a fresh container to its end or to the wall-clock limit."""
+    def _exec(self, call: ExecCall) -> ProcessEvidence:
+        """Run the process in a fresh container to its end or to the wall-clock limit."""
         import docker
 
-        limit = self.request.limits.time_s if timeout_s is None else timeout_s
         start = time.monotonic()
         try:
-            container = self.create_container(argv, env)
+            container = self.create_container(call.argv, call.env)
         except docker.errors.DockerException as exc:
             return ProcessEvidence(error=f"container not created: {exc}")
         try:
             self.layer.watch(self._upper_dir(container))
             cap = self.request.limits.log_cap_bytes or 1 << 62
-            stdout.parent.mkdir(parents=True, exist_ok=True)
-            with open(stdout, "wb") as out_file, open(stderr, "wb") as err_file:
+            call.stdout.parent.mkdir(parents=True, exist_ok=True)
+            with open(call.stdout, "wb") as out_file, open(call.stderr, "wb") as err_file:
                 out, err = CappedLog(out_file, cap), CappedLog(err_file, cap)
                 stream = self.client.api.attach(container.id, stdout=True, stderr=True,
                                                 stream=True, demux=True)
@@ -481,7 +459,7 @@ class DockerSandbox(Sandbox):
                         error=f"container did not start: {exc.explanation or exc}",
                         duration_s=time.monotonic() - start,
                     )
-                timed_out, disk_full, peak, state = self._wait(container, start, limit,
+                timed_out, disk_full, peak, state = self._wait(container, start, call.timeout_s,
                                                                self._over_limit, pump)
                 # A writer that filled its layer and exited at once (the layer goes with
                 # the container: measured now).
@@ -500,7 +478,7 @@ class DockerSandbox(Sandbox):
         exit_code = state.get("ExitCode")
         error = state.get("Error") or None
         if exit_code and not timed_out and error is None:
-            failed = wrapper_error(stderr, INIT_PREFIXES)
+            failed = wrapper_error(call.stderr, INIT_PREFIXES)
             error = f"container did not start the agent: {failed}" if failed else None
         if not disk_full:
             disk_full = self.disk.full()  # filled the disk and exited at once
@@ -578,15 +556,11 @@ class DockerSandbox(Sandbox):
             else:
                 time.sleep(POLL_S)
 
-    def collect(self) -> Path:
-        """The host folder behind ``/output``."""
-        return self.folders.output
-
-    def cleanup(self) -> None:
-        """Remove every container of this sandbox, its network and its disk."""
+    def _stop(self) -> None:
+        """Remove every container of this sandbox, and its network."""
         import docker
 
-        if getattr(self, "client", None) is not None and hasattr(self, "sandbox_id"):
+        if self.client is not None and self.sandbox_id:
             try:
                 leftovers = self.client.api.containers(
                     all=True, quiet=True, filters={"label": f"{RUN_LABEL}={self.sandbox_id}"}
@@ -597,33 +571,31 @@ class DockerSandbox(Sandbox):
             except docker.errors.DockerException as exc:
                 log.warning("containers of sandbox %s not removed: %s", self.sandbox_id, exc)
         self.client = None  # the process's shared client (shared_engine) stays open
-        if getattr(self, "network", None) is not None:
-            self.network.close()  # type: ignore[union-attr]
+        if self.network is not None:
+            self.network.close()
             self.network = None
-        if getattr(self, "disk", None) is not None:
-            self.disk.release()
 
-    def info(self) -> SandboxInfo:
-        """The container's isolation, its network and the limits handed to the engine."""
+    def _isolation(self) -> tuple[list[str], str]:
+        """The container's isolation and its network."""
         isolation = ["container", "mount-namespace", "pid-namespace", "ipc-namespace",
                      "uts-namespace", "init", "no-new-privileges"]
         if self.network_mode != "host":
             isolation.append("network-namespace")
         isolation.append(f"network:{self.network_name}")
-        forwarded = self.network is not None or self.network_mode.startswith("container:")
-        return SandboxInfo(
-            backend=self.name,
-            isolation=isolation,
-            warnings=list(self.warnings),
-            limits=self.disk.enforced(EnforcedLimits(
-                time_s=self.request.limits.time_s,
-                memory_gb=self.request.limits.memory_gb,
-                memory_mechanism="docker",
-                cpus=self.cpus,
-                cpu_mechanism="docker",
-                gpus=list(self.gpus.ids),
-                pids_limit=self.options.get("pids_limit"),
-            ), self.request.limits.log_mb),
-            network=self.network_name,
-            host_ports=sorted(set(self.request.host_ports)) if forwarded else [],
+        return isolation, self.network_name
+
+    def _forwards_ports(self) -> bool:
+        """Host ports are forwarded by pasta into the holder's namespace."""
+        return self.network is not None or self.network_mode.startswith("container:")
+
+    def _limits_in_force(self) -> EnforcedLimits:
+        """The limits handed to the engine."""
+        return EnforcedLimits(
+            time_s=self.request.limits.time_s,
+            memory_gb=self.request.limits.memory_gb,
+            memory_mechanism="docker",
+            cpus=self.cpus,
+            cpu_mechanism="docker",
+            gpus=list(self.gpus.ids),
+            pids_limit=self.options.get("pids_limit"),
         )

@@ -19,9 +19,12 @@ import signal
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from spu.sandbox.base import RunLimits
 from spu.schema import EnforcedLimits
+
+if TYPE_CHECKING:
+    from spu.sandbox.base import RunLimits
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +153,21 @@ class LimitEnforcer:
             (pids / "pids.max").write_text(str(self.pids_limit))
             self.pids_enforced = self.pids_limit
 
-    # ------------------------------------------------------------------ in the child
+    # ------------------------------------------------------------------ placing the child
 
-    def preexec(self) -> None:
-        """Runs in the child between fork and exec: join the cgroups, pin CPUs, set rlimits."""
+    def place(self, pid: int) -> None:
+        """Put process ``pid`` under the limits: its cgroups, its CPUs, else ``RLIMIT_AS``.
+
+        Called by the parent while the child is held before its command
+        (:func:`spu.sandbox.process.start_placed`), so that everything the command runs
+        and starts inherits them; nothing runs in the child between fork and exec.
+        """
         for path in set(self._groups.values()):
-            (path / "cgroup.procs").write_text(str(os.getpid()))
+            (path / "cgroup.procs").write_text(str(pid))
         if "memory" not in self._groups:
-            resource.setrlimit(resource.RLIMIT_AS, (self._memory_bytes, self._memory_bytes))
-        os.sched_setaffinity(0, self.cpu_list)
+            cap = self._memory_bytes
+            resource.prlimit(pid, resource.RLIMIT_AS, (cap, cap))
+        os.sched_setaffinity(pid, self.cpu_list)
 
     # ------------------------------------------------------------------ read back
 

@@ -38,25 +38,16 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from spu.sandbox.base import (
-    LAYOUT,
-    RunFolders,
-    Sandbox,
-    SandboxError,
-    SandboxPaths,
-    SandboxRequest,
-    register_sandbox,
-    remembered_availability,
-)
-from spu.sandbox.disk import RunDisk
-from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES, detect_gpus, place_gpus
-from spu.sandbox.limits import LimitEnforcer
+from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest, register_sandbox
+from spu.sandbox.base import remembered_availability, within
+from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.options import LocalOptions
-from spu.sandbox.process import run_with_limits, wrapper_error
+from spu.sandbox.process import wrapper_error
 from spu.sandbox.seccomp import SeccompError, filter_fd
-from spu.schema import ProcessEvidence, SandboxInfo
+from spu.schema import ProcessEvidence
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +145,6 @@ def _identity_files(run_dir: Path, uid: int) -> Path:
     return folder
 
 
-def _within(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 def _chown_tree(root: Path, uid: int) -> None:
     """Give the agent's user the folders it writes (harnesses fill them as root)."""
     os.chown(root, uid, uid, follow_symlinks=False)
@@ -182,47 +169,43 @@ class LocalSandbox(Sandbox):
 
     name = "local"
     options_model = LocalOptions
+    fallback = "subprocess"
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
         """Bubblewrap must be installed and able to create namespaces (probed once per process)."""
         return remembered_availability(cls.name, _bwrap_works)
 
-    def prepare(self, request: SandboxRequest) -> SandboxPaths:
-        """Create the layout, the run's cgroups and the GPU placement."""
-        ok, why = self.available()
-        if not ok:
-            raise SandboxError(why)
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self.host_network = False
+        """Not root: pasta cannot join bubblewrap's namespace, the agent keeps the host's."""
+        self.networks: list[UserNetwork] = []
+        self.network_mode = "offline"
+        self.seccomp = False
+        self.agent_uid: int | None = None
+        self.identity: Path | None = None
+
+    def _open(self, request: SandboxRequest) -> None:
+        """Refuse binds into missing system folders, and a filtered network without pasta."""
         for inside in request.extra_ro_binds.values():
-            system = [d for d in SYSTEM_DIRS if _within(Path(inside), Path(d))]
+            system = [d for d in SYSTEM_DIRS if within(Path(inside), Path(d))]
             if system and not os.path.exists(inside):
                 raise SandboxError(
                     f"read-only bind target {inside!r} lies in the read-only system folder "
                     f"{system[0]} and does not exist there; mount it elsewhere (e.g. /spu-tools)"
                 )
+        if request.network and os.geteuid() == 0:
+            ok, why = pasta_available()
+            if not ok:
+                raise SandboxError(why)
+
+    def _start(self, request: SandboxRequest) -> None:
+        """Decide the network, probe the seccomp filter, and choose the agent's user."""
         # pasta joins a namespace bubblewrap made only with root's rights (bubblewrap's
         # processes cannot be inspected by their own user); without them the agent keeps
         # the host's network, and the record says so.
         self.host_network = request.network and os.geteuid() != 0
-        if request.network and not self.host_network:
-            ok, why = pasta_available()
-            if not ok:
-                raise SandboxError(why)
-        self.request = request
-        self.folders = RunFolders.create(request)
-        self.disk = RunDisk(request.run_dir, request.limits.disk_gb)
-        self.networks: list[UserNetwork] = []
-        self.network_mode = "offline"
-        self.limits = LimitEnforcer(
-            request.limits, request.run_dir.name, pids_limit=self.options.get("pids_limit")
-        )
-        self.gpus = place_gpus(request.limits.gpus, request.gpu_ids, detect_gpus())
-        self.warnings = [*self.limits.warnings, *self.gpus.warnings]
-        try:
-            self.disk.set_up()
-        except OSError as exc:
-            raise SandboxError(f"the run's disk could not be set up: {exc}") from exc
-        self.warnings += self.disk.warnings
         if self.host_network:
             self.warnings.append(
                 "NETWORK NOT ISOLATED: not running as root, the agent shares the host's network "
@@ -236,34 +219,27 @@ class LocalSandbox(Sandbox):
             self.warnings.append(
                 f"no seccomp filter ({exc}): the agent can use the kernel keyrings (a channel "
                 f"between runs) and create user namespaces")
-        self.agent_uid: int | None = None
-        self.identity: Path | None = None
-        if os.geteuid() == 0:
-            if shutil.which("setpriv") is None:
-                self.warnings.append(
-                    "setpriv (util-linux) is missing: the agent runs as root inside the "
-                    "sandbox, with capabilities, and could reach the host through /proc/sys"
-                )
-            else:
-                self.agent_uid = int(self.options.get("agent_uid")
-                                     or agent_uid_for(request.run_dir))
-                _make_readable(self.folders.task)
-                try:
-                    pwd.getpwuid(self.agent_uid)
-                except KeyError:
-                    self.identity = _identity_files(request.run_dir, self.agent_uid)
-        return LAYOUT
-
-    def host_path(self, inside: str) -> Path:
-        """Map ``/task``, ``/workspace`` and ``/output`` paths to the host."""
-        return self.folders.host_path(inside)
+        if os.geteuid() != 0:
+            return
+        if shutil.which("setpriv") is None:
+            self.warnings.append(
+                "setpriv (util-linux) is missing: the agent runs as root inside the "
+                "sandbox, with capabilities, and could reach the host through /proc/sys"
+            )
+            return
+        self.agent_uid = int(self.options.get("agent_uid") or agent_uid_for(request.run_dir))
+        _make_readable(self.folders.task)
+        try:
+            pwd.getpwuid(self.agent_uid)
+        except KeyError:
+            self.identity = _identity_files(request.run_dir, self.agent_uid)
 
     def _masks(self, source: Path, inside: Path) -> list[str]:
         """Arguments hiding the masked paths that the bind ``source -> inside`` shows."""
         args: list[str] = []
         for masked in [*self.request.masked_paths, self.request.run_dir.parent]:
             host = Path(masked).resolve()
-            if host.exists() and _within(host, source.resolve()):
+            if host.exists() and within(host, source.resolve()):
                 target = str(inside / host.relative_to(source.resolve()))
                 args += ["--tmpfs", target] if host.is_dir() else [
                     "--ro-bind", "/dev/null", target]
@@ -337,18 +313,9 @@ class LocalSandbox(Sandbox):
             ]  # fmt: skip
         return [*cmd, "--", *argv]
 
-    def exec(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        *,
-        stdout: Path,
-        stderr: Path,
-        timeout_s: float | None = None,
-    ) -> ProcessEvidence:
-        """Run ``argv`` under bubblewrap with the wall-clock, memory, CPU and pids limits."""
-        limit = self.request.limits.time_s if timeout_s is None else timeout_s
-        full_env = {"HOME": LAYOUT.workspace, **env, **self.gpus.env()}
+    def _exec(self, call: ExecCall) -> ProcessEvidence:
+        """Run the process under bubblewrap with the wall-clock, memory, CPU and pids limits."""
+        full_env = {"HOME": LAYOUT.workspace, **call.env, **self.gpus.env()}
         host_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         if self.agent_uid is not None:
             _chown_tree(self.folders.workspace, self.agent_uid)
@@ -368,7 +335,7 @@ class LocalSandbox(Sandbox):
         if self.request.network and not self.host_network:
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
-            open_fds = {info_r, info_w, block_r, block_w}
+            open_fds |= {info_r, info_w, block_r, block_w}
             sync_fds = (info_w, block_r)
             pass_fds = (*pass_fds, *sync_fds)
             network = UserNetwork(self.request.host_ports, self.request.allowed_networks)
@@ -384,21 +351,9 @@ class LocalSandbox(Sandbox):
                 self.warnings += [w for w in network.warnings if w not in self.warnings]
                 os.write(block_w, b"1")
         try:
-            evidence = run_with_limits(
-                self.bwrap_argv(argv, full_env, sync_fds, seccomp_fd),
-                host_env,
-                cwd=None,
-                stdout=stdout,
-                stderr=stderr,
-                timeout_s=limit,
-                grace_s=self.request.limits.grace_s,
-                enforcer=self.limits,
-                wrapped=True,
-                log_cap_bytes=self.request.limits.log_cap_bytes,
-                pass_fds=pass_fds,
-                on_start=on_start,
-                over_limit=self.disk.full,
-                stop=self.stop_requested,
+            evidence = self._run_on_host(
+                call, self.bwrap_argv(call.argv, full_env, sync_fds, seccomp_fd), host_env,
+                cwd=None, wrapped=True, pass_fds=pass_fds, on_start=on_start,
             )
         finally:
             for fd in open_fds:
@@ -407,29 +362,22 @@ class LocalSandbox(Sandbox):
                 network.close()
             self.networks.clear()
         if evidence.error:
-            failed = wrapper_error(stderr, WRAPPER_PREFIXES)  # bubblewrap's own reason, if any
+            failed = wrapper_error(call.stderr, WRAPPER_PREFIXES)  # bubblewrap's reason, if any
             evidence = evidence.model_copy(
                 update={"error": f"sandbox did not start: {failed or evidence.error}"})
         elif evidence.exit_code and not evidence.timed_out:
-            failed = wrapper_error(stderr, WRAPPER_PREFIXES)
+            failed = wrapper_error(call.stderr, WRAPPER_PREFIXES)
             if failed:
                 evidence = evidence.model_copy(update={"error": f"sandbox did not start: {failed}"})
         return evidence
 
-    def collect(self) -> Path:
-        """The host folder behind ``/output``."""
-        return self.folders.output
-
-    def cleanup(self) -> None:
-        """Kill what is left of the run, remove its cgroups and network, release its disk."""
-        for network in getattr(self, "networks", []):
+    def _stop(self) -> None:
+        """Close the run's network and remove the agent's identity files."""
+        for network in self.networks:
             network.close()
-        if hasattr(self, "limits"):
-            self.limits.cleanup()
-        if hasattr(self, "disk"):
-            self.disk.release()
-        if getattr(self, "identity", None) is not None:
-            shutil.rmtree(self.identity, ignore_errors=True)  # type: ignore[arg-type]
+        self.networks.clear()
+        if self.identity is not None:
+            shutil.rmtree(self.identity, ignore_errors=True)
             self.identity = None
 
     def network_mode_planned(self) -> str:
@@ -442,8 +390,8 @@ class LocalSandbox(Sandbox):
             return self.network_mode
         return UserNetwork.mode_filtered
 
-    def info(self) -> SandboxInfo:
-        """Namespaces in force, the network, and the limits enforced."""
+    def _isolation(self) -> tuple[list[str], str]:
+        """Namespaces in force and the network."""
         isolation = ["mount-namespace", "pid-namespace", "ipc-namespace", "uts-namespace",
                      "read-only-system", "cleared-environment", "die-with-parent"]
         if self.seccomp:
@@ -454,13 +402,8 @@ class LocalSandbox(Sandbox):
         if network != "host":
             isolation.append("network-namespace")
         isolation.append(f"network:{network}")
-        limits = self.disk.enforced(self.limits.enforced(self.gpus.ids),
-                                    self.request.limits.log_mb)
-        return SandboxInfo(
-            backend=self.name,
-            isolation=isolation,
-            warnings=list(self.warnings),
-            limits=limits,
-            network=network,
-            host_ports=sorted(set(self.request.host_ports)) if self.request.network else [],
-        )
+        return isolation, network
+
+    def _forwards_ports(self) -> bool:
+        """The agent reaches the run's host ports whenever it has a network."""
+        return self.request.network

@@ -389,9 +389,9 @@ class UserNetwork:
     def _cgroup_path(self) -> str:
         return f"{CGROUP_PARENT}/{self.ident}"
 
-    def _join_cgroup(self) -> None:
+    def _join_cgroup(self, pid: int) -> None:
         if self._cgroup is not None:
-            (self._cgroup / "cgroup.procs").write_text(str(os.getpid()))
+            (self._cgroup / "cgroup.procs").write_text(str(pid))
 
     def attach(self, pid: int) -> None:
         """Give the network namespace of process ``pid`` its way out; returns when it is up.
@@ -415,10 +415,19 @@ class UserNetwork:
             _run(["ip", "netns", "attach", self._netns, str(pid)])
             # pasta would switch to nobody before joining, which only root may do.
             argv += ["--runas", "0:0", "--netns", self._netns]
-            done = subprocess.run(argv, capture_output=True, text=True,
-                                  timeout=PASTA_TIMEOUT_S, preexec_fn=self._join_cgroup)
-            if done.returncode != 0:
-                raise NetworkError(f"pasta did not start: {done.stderr.strip()[-400:]}")
+            from spu.sandbox.process import start_placed
+
+            # pasta starts held, joins its cgroup from here, then forks its daemon in it.
+            pasta = start_placed(argv, os.environ, self._join_cgroup, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            try:
+                _, err = pasta.communicate(timeout=PASTA_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pasta.kill()
+                pasta.communicate()
+                raise
+            if pasta.returncode != 0:
+                raise NetworkError(f"pasta did not start: {err.strip()[-400:]}")
             try:
                 self._pasta_pid = int(pid_file.read_text())
             finally:

@@ -2,20 +2,29 @@
 
 The agent's stdout and stderr can be capped (:class:`CappedLog`): the head and the tail
 are kept, with a note in between saying how much was dropped.
+
+Nothing runs in a child between fork and exec (no ``preexec_fn``: a run always has
+threads). A child that must be in its cgroups before its command runs is started held
+(:func:`start_placed`) and placed from here; one that must die with this process is
+started through :func:`dying_with_parent`.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from spu.sandbox.limits import LimitEnforcer
 from spu.schema import ProcessEvidence
@@ -169,6 +178,199 @@ def wrapper_error(stderr: Path, prefixes: tuple[str, ...]) -> str | None:
     return None
 
 
+HOLD_SCRIPT = (
+    "import os, signal, sys\n"
+    "for name in ('SIGPIPE', 'SIGXFZ', 'SIGXFSZ'):  # as Popen leaves them (restore_signals)\n"
+    "    if hasattr(signal, name):\n"
+    "        signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+    "report = os.dup(0)  # not inheritable: a successful exec closes it\n"
+    "line = b''\n"
+    "while not line.endswith(b'\\n'):\n"
+    "    part = os.read(0, 16)\n"
+    "    if not part:\n"
+    "        os._exit(125)  # the parent ended or gave up: the command never runs\n"
+    "    line += part\n"
+    "null = os.open(os.devnull, os.O_RDWR)\n"
+    "os.dup2(null, 0)\n"
+    "os.close(null)\n"
+    "env = dict(os.environ)\n"
+    "env.pop('LC_CTYPE', None)  # what the interpreter's locale coercion may have set\n"
+    "if sys.argv[1]:\n"
+    "    env['LC_CTYPE'] = sys.argv[1][1:]\n"
+    "try:\n"
+    "    os.execvpe(sys.argv[2], sys.argv[2:], env)\n"
+    "except OSError as exc:\n"
+    "    os.write(report, f'{exc.errno} {exc.strerror}'.encode())\n"
+    "    os._exit(127)\n"
+)
+"""The wrapper a held child runs (this interpreter, isolated): it waits for a line on its
+stdin (a socket to the parent), then ``exec``s the command with stdin on ``/dev/null``,
+its environment exactly as given and its process id unchanged; an ``exec`` that fails
+is reported on the socket, as :class:`subprocess.Popen` reports one. The parent puts it
+in its cgroups and sets its limits meanwhile: nothing runs between fork and exec (no
+``preexec_fn``, which is unsafe in a process with threads). An end of file without the
+line (the parent died, or gave up) exits 125 before the command runs."""
+HOLD_TIMEOUT_S = 60.0
+"""How long a released child may take to reach its command's ``exec``."""
+
+
+def start_placed(argv: Sequence[str], env: Mapping[str, str], place: Callable[[int], None],
+                 *, cwd: Path | None = None, **popen: Any) -> subprocess.Popen[Any]:
+    """Start ``argv`` with ``place(pid)`` done by this process before the command runs.
+
+    The child is held before its ``exec`` (:data:`HOLD_SCRIPT`). ``place`` moves it into
+    its cgroups and sets its limits (what a ``preexec_fn`` did in the child); when it
+    raises, the child is killed unstarted and the exception passes on. ``popen`` goes to
+    :class:`subprocess.Popen` (``stdout``, ``stderr``, ``pass_fds``, ``text``, ...);
+    the command's stdin is ``/dev/null``.
+
+    Raises:
+        OSError: The command could not be run (as from :class:`subprocess.Popen`).
+    """
+    ours, theirs = socket.socketpair()
+    lc_ctype = "" if "LC_CTYPE" not in env else "=" + env["LC_CTYPE"]
+    try:
+        with theirs:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", HOLD_SCRIPT, lc_ctype, *argv],
+                env=dict(env), cwd=cwd, stdin=theirs.fileno(), **popen)
+        with ours:
+            try:
+                place(proc.pid)
+                ours.settimeout(HOLD_TIMEOUT_S)
+                ours.sendall(b"go\n")
+                failed = _read_to_end(ours)
+            except BaseException:
+                _discard(proc)
+                raise
+    except OSError:
+        ours.close()
+        raise
+    if failed:
+        _discard(proc)
+        number, _, why = failed.decode(errors="replace").partition(" ")
+        raise OSError(int(number) if number.isdigit() else errno.EIO, why, argv[0])
+    return proc
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def _discard(proc: subprocess.Popen[Any]) -> None:
+    """Kill and reap a child that never ran its command; close its pipes."""
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+DIE_WITH_PARENT_SCRIPT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(0)  # the parent ended before the request\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def dying_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` behind a small wrapper that asks Linux for SIGTERM when this process ends.
+
+    The wrapper is a program of its own (this interpreter), run after the exec: nothing
+    runs between fork and exec, as a ``preexec_fn`` would. The signal is kept across its
+    ``exec`` of ``argv``. (Linux sends it when the *thread* that started the child ends.)
+    """
+    return [sys.executable, "-I", "-c", DIE_WITH_PARENT_SCRIPT, str(os.getpid()), *argv]
+
+
+@dataclass
+class _Watch:
+    """What the wait for one process saw."""
+
+    status: int = 0
+    rusage: Any = None
+    timed_out: bool = False
+    disk_full: bool = False
+
+
+def _watch(proc: subprocess.Popen[Any], start: float, timeout_s: float | None, grace_s: float,
+           wrapped: bool, over_limit: Callable[[], bool] | None,
+           stop: threading.Event | None) -> _Watch:
+    """Wait for ``proc``; stop its tree gracefully at the limit, the disk watch or ``stop``."""
+    seen = _Watch()
+    deadline = None if timeout_s is None else start + timeout_s
+    next_watch = start + WATCH_EVERY_S
+    kill_at: float | None = None
+    stopping = False
+    while True:
+        wpid, seen.status, seen.rusage = os.wait4(proc.pid, os.WNOHANG)
+        if wpid != 0:
+            return seen
+        now = time.monotonic()
+        if not stopping:
+            if deadline is not None and now >= deadline:
+                seen.timed_out = stopping = True
+            elif stop is not None and stop.is_set():
+                stopping = True  # asked to stop (a rejected API key): not a timeout
+            elif over_limit is not None and now >= next_watch:
+                next_watch = now + WATCH_EVERY_S
+                seen.disk_full = stopping = over_limit()
+            if stopping:
+                # Not to a wrapper: bubblewrap dying would SIGKILL the agent at once.
+                _signal_tree(proc.pid, signal.SIGTERM, spare_root=wrapped)
+                kill_at = now + grace_s
+        elif kill_at is not None and now >= kill_at:
+            _signal_tree(proc.pid, signal.SIGKILL)
+            kill_at = None
+        time.sleep(POLL_S)
+
+
+def _close_logs(proc: subprocess.Popen[Any], drains: Sequence[threading.Thread],
+                logs: Sequence[CappedLog], grace_s: float) -> int:
+    """Finish the capped logs once the process ended; returns the bytes they dropped."""
+    for thread in drains:
+        # A daemon the agent left may hold the pipe open: don't wait for it forever.
+        thread.join(timeout=max(1.0, grace_s))
+    dropped = 0
+    for capped_log in logs:
+        try:
+            dropped += capped_log.close()
+        except OSError as exc:  # the host's disk is full: the evidence still counts
+            dropped += capped_log.dropped
+            log.error("agent log not completed: %s", exc)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    return dropped
+
+
+def _evidence(seen: _Watch, enforcer: LimitEnforcer | None, wrapped: bool, **fields: Any,
+              ) -> ProcessEvidence:
+    """The evidence of an ended process: its exit or signal, memory peak and OOM kill."""
+    exit_code = signal_number = None
+    if os.WIFSIGNALED(seen.status):
+        signal_number = os.WTERMSIG(seen.status)
+    else:
+        exit_code = os.WEXITSTATUS(seen.status)
+        if wrapped:
+            signal_number = signal_of_exit(exit_code)
+    peak = enforcer.peak_memory() if enforcer else None
+    if peak is None:
+        peak = seen.rusage.ru_maxrss * 1024
+    oom = enforcer.oom_killed(sigkilled=signal_number == signal.SIGKILL) if enforcer else False
+    return ProcessEvidence(exit_code=exit_code, signal=signal_number, timed_out=seen.timed_out,
+                           oom_killed=oom, peak_memory_bytes=peak, disk_full=seen.disk_full,
+                           **fields)
+
+
 def run_with_limits(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -199,7 +401,8 @@ def run_with_limits(
         stderr: File that receives its standard error.
         timeout_s: Wall-clock limit in seconds (None: none).
         grace_s: Seconds between SIGTERM and SIGKILL.
-        enforcer: The run's limits, joined between fork and exec.
+        enforcer: The run's limits, which this process puts the child under while it
+            is held before its command (:func:`start_placed`).
         wrapped: ``argv`` is a wrapper (bubblewrap) that reports a signal as 128+n; the
             graceful stop goes to the processes under it, not to the wrapper.
         log_cap_bytes: Cap on each of stdout and stderr (None: uncapped).
@@ -221,16 +424,11 @@ def run_with_limits(
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         capped = log_cap_bytes is not None
         try:
-            proc = subprocess.Popen(
-                list(argv),
-                env=dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
+            proc = start_placed(
+                argv, env, enforcer.place if enforcer else _nowhere, cwd=cwd,
                 stdout=subprocess.PIPE if capped else out,
                 stderr=subprocess.PIPE if capped else err,
-                start_new_session=True,
-                preexec_fn=enforcer.preexec if enforcer else None,
-                pass_fds=tuple(pass_fds),
+                start_new_session=True, pass_fds=tuple(pass_fds),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return ProcessEvidence(error=f"could not start {argv[0]!r}: {exc}")
@@ -247,70 +445,16 @@ def run_with_limits(
             except Exception as exc:  # noqa: BLE001 - any failure to start is the run's error
                 start_error = str(exc)
                 _signal_tree(proc.pid, signal.SIGKILL)
-        timed_out = disk_full = False
-        deadline = None if timeout_s is None else start + timeout_s
-        next_watch = start + WATCH_EVERY_S
-        kill_at: float | None = None
-        stopping = False
-        while True:
-            wpid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
-            if wpid != 0:
-                break
-            now = time.monotonic()
-            if not stopping:
-                if deadline is not None and now >= deadline:
-                    timed_out = stopping = True
-                elif stop is not None and stop.is_set():
-                    stopping = True  # asked to stop (a rejected API key): not a timeout
-                elif over_limit is not None and now >= next_watch:
-                    next_watch = now + WATCH_EVERY_S
-                    disk_full = stopping = over_limit()
-                if stopping:
-                    # Not to a wrapper: bubblewrap dying would SIGKILL the agent at once.
-                    _signal_tree(proc.pid, signal.SIGTERM, spare_root=wrapped)
-                    kill_at = now + grace_s
-            elif kill_at is not None and now >= kill_at:
-                _signal_tree(proc.pid, signal.SIGKILL)
-                kill_at = None
-            time.sleep(POLL_S)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if over_limit is not None and not disk_full and start_error is None:
-            disk_full = over_limit()  # an agent that filled the disk and exited at once
+        seen = _watch(proc, start, timeout_s, grace_s, wrapped, over_limit, stop)
+        proc.returncode = os.waitstatus_to_exitcode(seen.status)
+        if over_limit is not None and not seen.disk_full and start_error is None:
+            seen.disk_full = over_limit()  # an agent that filled the disk and exited at once
         if enforcer is not None:
             enforcer.kill_leftovers()
-        for thread in drains:
-            # A daemon the agent left may hold the pipe open: don't wait for it forever.
-            thread.join(timeout=max(1.0, grace_s))
-        dropped = 0
-        for capped_log in logs:
-            try:
-                dropped += capped_log.close()
-            except OSError as exc:  # the host's disk is full: the evidence still counts
-                dropped += capped_log.dropped
-                log.error("agent log not completed: %s", exc)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-    duration = time.monotonic() - start
-    exit_code = signal_number = None
-    if os.WIFSIGNALED(status):
-        signal_number = os.WTERMSIG(status)
-    else:
-        exit_code = os.WEXITSTATUS(status)
-        if wrapped:
-            signal_number = signal_of_exit(exit_code)
-    peak = enforcer.peak_memory() if enforcer else None
-    if peak is None:
-        peak = rusage.ru_maxrss * 1024
-    oom = enforcer.oom_killed(sigkilled=signal_number == signal.SIGKILL) if enforcer else False
-    return ProcessEvidence(
-        exit_code=exit_code,
-        signal=signal_number,
-        timed_out=timed_out,
-        oom_killed=oom,
-        peak_memory_bytes=peak,
-        duration_s=duration,
-        disk_full=disk_full,
-        log_dropped_bytes=dropped,
-        error=start_error,
-    )
+        dropped = _close_logs(proc, drains, logs, grace_s)
+    return _evidence(seen, enforcer, wrapped, duration_s=time.monotonic() - start,
+                     log_dropped_bytes=dropped, error=start_error)
+
+
+def _nowhere(_pid: int) -> None:
+    """No placement: the child runs under this process's own limits."""

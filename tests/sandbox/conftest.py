@@ -24,10 +24,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from spu.sandbox import RunLimits, Sandbox, SandboxPaths, SandboxRequest, get_sandbox
+from spu.sandbox.base import sandbox_names
 from spu.sandbox.docker import DEFAULT_IMAGE
 from spu.schema import ProcessEvidence
 from spu.tasks import load_task
@@ -36,16 +38,19 @@ from tests.conftest import EXAMPLE_TASK, REPO
 
 AGENTS = Path(__file__).parent / "agents"
 collect_ignore = ["agents"]  # scripts run inside sandboxes, not test modules
-BACKENDS = [
-    "local",
-    "subprocess",
-    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow]),
-]
-ISOLATING = [
-    "local",
-    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow]),
-]
-"""The backends that promise isolation (``subprocess`` promises none)."""
+
+
+def _backend_param(name: str) -> Any:
+    """Backend ``name`` as a test parameter, marked with what it needs (and slow if anything)."""
+    needs = get_sandbox(name).needs
+    marks = [getattr(pytest.mark, need) for need in needs]
+    return pytest.param(name, marks=[*marks, pytest.mark.slow] if marks else [])
+
+
+BACKENDS = [_backend_param(name) for name in sandbox_names()]
+"""Every registered backend: the conformance suite runs over each."""
+ISOLATING = [_backend_param(name) for name in sandbox_names() if get_sandbox(name).isolates]
+"""The backends that promise isolation (``subprocess`` promises none): the red-team suite's."""
 
 
 @dataclass(frozen=True)

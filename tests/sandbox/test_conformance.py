@@ -199,7 +199,7 @@ def test_cleanup_leaves_no_process_cgroup_or_container(backend, open_sandbox, tm
     box = open_sandbox(backend, SMALL)
     evidence = run_agent(box, "daemon.py")
     assert evidence.exit_code == 0
-    cgroups = [] if backend == "docker" else box.sandbox.limits.cgroup_paths
+    cgroups = [] if backend == "docker" else box.sandbox.enforcer.cgroup_paths
     box.sandbox.cleanup()
     if backend == "docker":
         label = f"spu.sandbox={box.sandbox.sandbox_id}"

@@ -21,6 +21,7 @@ from spu.sandbox.network import (
     cgroup2_root,
     prune_stale_networks,
 )
+from spu.sandbox.process import start_placed
 from tests.conftest import REPO
 
 pytestmark = [
@@ -38,13 +39,14 @@ CONNECT = ("import socket, sys\n"
 
 
 def _connect_from(cgroup: Path | None, host: str, port: int) -> str:
-    def _join() -> None:
+    def _join(pid: int) -> None:
         if cgroup is not None:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+            (cgroup / "cgroup.procs").write_text(str(pid))
 
-    done = subprocess.run([sys.executable, "-c", CONNECT, host, str(port)],
-                          capture_output=True, text=True, timeout=30, preexec_fn=_join)
-    return done.stdout.strip()
+    proc = start_placed([sys.executable, "-c", CONNECT, host, str(port)], os.environ, _join,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=30)
+    return str(out).strip()
 
 
 def test_a_pasta_whose_chain_is_missing_reaches_nothing(internet_host) -> None:

@@ -47,7 +47,7 @@ from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome, RunRecord
 from tests.conftest import EXAMPLE_TASK
-from tests.sandbox.conftest import AGENTS, ISOLATING, require_backend
+from tests.sandbox.conftest import AGENTS, BACKENDS, ISOLATING, require_backend
 
 REDTEAM = AGENTS / "redteam.py"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's isolation needs root")
@@ -640,7 +640,7 @@ def test_session_files_the_agent_planted_are_not_followed(cli, tmp_path, monkeyp
     assert reading.files == () and canary not in repr(reading)
 
 
-@pytest.mark.parametrize("backend", ["local", "subprocess"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_framework_file_access_never_follows_a_planted_link(backend, open_sandbox,
                                                             tmp_path) -> None:
     """Invariant: ``Sandbox.write_file``/``read_file`` (the framework, as root) refuse a path
