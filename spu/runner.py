@@ -79,7 +79,17 @@ SUBMISSION_FILE = "rankings.json"
 EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
                                Outcome.infra_error})
 """Outcomes never scored, even with a valid file (paper 3.1, Table 6); ``disk_limit``
-(the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``."""
+(the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``, unless
+it left a file (:data:`LIMIT_OUTCOMES`)."""
+
+# --- issue 30, item 7 (to port into spu.grading.outcome): a resource limit after a file.
+LIMIT_OUTCOMES = frozenset({Outcome.memory_limit, Outcome.disk_limit})
+"""Resource limits: with a valid or recoverable file written before the limit, the run is
+scored from that file like a timeout and not retried (an agent cannot exclude itself by
+allocating memory or disk once it has written a file it dislikes); with
+``sweep.retry_limits_with_file=true`` it is excluded and rerun, as the paper did (3.1)."""
+RERUN_NOTE = "ended {outcome} with a file: excluded and rerun (sweep.retry_limits_with_file=true)"
+"""The note of a run that :data:`LIMIT_OUTCOMES` excluded under the paper's rule (regrade reads it)."""
 
 
 class RunConfigError(ValueError):
@@ -106,6 +116,9 @@ class RunSpec:
     """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
     retried_from: str | None = None
+    retry_limits_with_file: bool = False
+    """``sweep.retry_limits_with_file``: exclude and rerun a run that hit a resource limit
+    after writing a file (the paper's rule) instead of scoring that file."""
 
 
 def run_key(model: str, harness: str, effort: str, task_id: str, task_version: str,
@@ -210,11 +223,19 @@ def no_group_ranked(grade: Grade) -> bool:
     )
 
 
-def is_scored(outcome: Outcome, grade: Grade) -> bool:
-    """Scored: a valid or recoverable file, not excluded by the outcome (paper 3.1)."""
+def is_scored(outcome: Outcome, grade: Grade, score_limits: bool = True) -> bool:
+    """Scored: a valid or recoverable file, not excluded by the outcome (paper 3.1).
+
+    Args:
+        outcome: How the run ended.
+        grade: The grade of its file.
+        score_limits: Score a file left before ``memory_limit`` or ``disk_limit``, as a
+            timeout's is (the default); False is the paper's rule (excluded, rerun).
+    """
+    excluded = outcome in EXCLUDED_OUTCOMES and not (score_limits and outcome in LIMIT_OUTCOMES)
     return (
         grade.status in (GradeStatus.valid, GradeStatus.recovered)
-        and outcome not in EXCLUDED_OUTCOMES
+        and not excluded
         and not no_group_ranked(grade)
     )
 
@@ -633,6 +654,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     if result.infra_error:
         notes.append(f"infra error: {result.infra_error}")
     outcome = decide_outcome(evidence, result, phase.submission is not None, grades.recovered)
+    if (outcome in LIMIT_OUTCOMES and spec.retry_limits_with_file
+            and is_scored(outcome, grades.recovered)):
+        notes.append(RERUN_NOTE.format(outcome=outcome.value))
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     (run_dir / "grade.json").write_text(
         json.dumps({"strict": grades.strict.model_dump(mode="json"),
@@ -654,7 +678,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         config=config_label(spec.model.name, spec.effort.name, spec.harness.name,
                             spec.model.default_harness),
         outcome=outcome,
-        scored=is_scored(outcome, grades.recovered),
+        scored=is_scored(outcome, grades.recovered, not spec.retry_limits_with_file),
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
         grade=grades.recovered,

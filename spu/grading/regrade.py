@@ -147,7 +147,7 @@ def _contract_for(task: TaskPackage, record: RunRecord, accept_version_change: b
 def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
                 submitted: bool, past: PastGrade, task_version: str) -> RunRecord:
     from spu.harness.base import AgentResult
-    from spu.runner import decide_outcome, is_scored
+    from spu.runner import RERUN_NOTE, decide_outcome, is_scored
 
     outcome = record.outcome
     if outcome in FILE_OUTCOMES:
@@ -160,7 +160,8 @@ def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
                      f"key (the run saw version {record.task_version})")
     return record.model_copy(update={
         "outcome": outcome,
-        "scored": is_scored(outcome, grades.recovered),
+        "scored": is_scored(outcome, grades.recovered, score_limits=RERUN_NOTE.format(
+            outcome=outcome.value) not in record.notes),
         "score_strict": grades.strict.score,
         "score_recovered": grades.recovered.score,
         "grade": grades.recovered,
