@@ -11,12 +11,19 @@ Every address targeted is the loopback of this machine or of a namespace the tes
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,3 +67,100 @@ def test_a_name_that_first_fails_to_resolve_is_refused_not_passed_on(
     assert by_host["mixed.test"]["refused"] == "local address"
     assert by_host["mixed.test"]["address"] == "127.0.0.1"
     assert sorted(by_host["mixed.test"]["addresses"]) == ["127.0.0.1", "93.184.216.34"]
+
+
+# --------------------------------------------------------------------------- fetch bombs
+
+
+def _gzip(data_blocks: int, block: bytes) -> bytes:
+    """gzip of ``data_blocks`` times ``block``, compressed as it goes (never held whole)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    out = [packer.compress(block) for _ in range(data_blocks)]
+    return b"".join(out) + packer.flush()
+
+
+@contextlib.contextmanager
+def bomb_site() -> Iterator[str]:
+    """A local server: ``/bomb`` (256 MiB of zeros, gzip), ``/bomb2`` (the same gzipped again,
+    ``Content-Encoding: gzip, gzip``), ``/page`` (9.5 MiB of HTML), ``/small``."""
+    once = _gzip(256, bytes(1 << 20))
+    twice = gzip.compress(once, 9)
+    paragraph = ("<div class='c'><p>" + "Isoxazole additive yields in the screen. " * 20
+                 + "<a href='/x'>more</a></p></div>\n")
+    page = ("<!doctype html><html><head><title>Long</title></head><body>"
+            + paragraph * (int(9.5 * (1 << 20)) // len(paragraph)) + "</body></html>").encode()
+    bodies = {"/bomb": (once, "gzip", "text/plain"), "/bomb2": (twice, "gzip, gzip", "text/plain"),
+              "/page": (page, None, "text/html"), "/small": (b"ok", None, "text/plain")}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            body, encoding, kind = bodies[self.path]
+            self.send_response(200)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            if encoding:
+                self.send_header("content-encoding", encoding)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _probe(url: str, parallel: int = 1) -> dict[str, Any]:
+    probe = subprocess.run([sys.executable, "-m", "tests.tools.fetch_probe", url, str(parallel)],
+                           capture_output=True, text=True, timeout=600, check=False, cwd=REPO,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found: dict[str, Any] = json.loads(probe.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.fixture(scope="module")
+def bombs() -> Iterator[str]:
+    with bomb_site() as url:
+        yield url
+
+
+@pytest.mark.parametrize("path", ["/bomb", "/bomb2"])
+def test_a_gzip_bomb_through_fetch_stays_within_the_fetch_limit(bombs: str, path: str) -> None:
+    """Issue 30, item 2: 1 GiB of zeros behind a few kB grew the host process by 2.2 GB."""
+    found = _probe(bombs + path)
+    limit = found["max_fetch_bytes"]
+    grown = found["peak"] - found["before"]
+    assert grown < 8 * limit + (64 << 20), found  # a few copies of the bounded body at most
+    (result,) = found["results"]
+    if path == "/bomb":  # one layer is decoded, up to the limit
+        assert result["note"].startswith(f"cut at the size limit: first {limit} decoded"), result
+    else:  # a second layer is not decoded at all
+        assert result["note"] == ("content encoding gzip, gzip not decoded (one layer of gzip "
+                                  "or deflate at most)"), result
+        assert result["chars"] < 200, result  # a line saying what it was, not the bytes
+
+
+def test_parallel_fetches_of_a_large_page_are_parsed_outside_the_host_process(
+        bombs: str) -> None:
+    """Issue 30, item 3: three fetches of a 9.5 MiB page cost 1.16 GB and 44 CPU-s in the
+    run's host process; HTML is now cut at 2 MiB and parsed in a limited worker."""
+    from spu.tools.extract import MAX_HTML_BYTES
+
+    found = _probe(bombs + "/page", parallel=3)
+    limit = found["max_fetch_bytes"]
+    grown = found["peak"] - found["before"]
+    assert grown < 3 * 4 * limit + (64 << 20), found
+    assert len(found["results"]) == 3
+    for result in found["results"]:
+        assert result["status"] == 200 and result["chars"] > 0, result
+        assert f"cut at {MAX_HTML_BYTES} bytes before extraction" in result["note"] or \
+            "extraction limits" in result["note"] or "text extraction stopped" in result["note"]
