@@ -541,7 +541,8 @@ def open_tools(run: AgentRun) -> ToolsSession | None:
             return []
         return [(m.kind, m.matched) for m in detector.scan(text)]
 
-    return ToolsSession(run.spec.tools, run.run_dir, run.provider, screen).start()
+    return ToolsSession(run.spec.tools, run.run_dir, run.provider, screen,
+                        limits=run.limits).start()
 
 
 def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:

@@ -246,6 +246,9 @@ def _read_line(stream: BinaryIO, deadline: float) -> bytes:
 
 def serve(cpu_s: float, memory_bytes: int) -> None:
     """The worker's loop: one header line and body in, one JSON line out, until EOF."""
+    hard_as = resource.getrlimit(resource.RLIMIT_AS)[1]  # a services group's may be lower
+    if hard_as != resource.RLIM_INFINITY:
+        memory_bytes = min(memory_bytes, hard_as)
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     source, sink = sys.stdin.buffer, sys.stdout.buffer

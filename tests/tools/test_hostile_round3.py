@@ -164,3 +164,51 @@ def test_parallel_fetches_of_a_large_page_are_parsed_outside_the_host_process(
         assert result["status"] == 200 and result["chars"] > 0, result
         assert f"cut at {MAX_HTML_BYTES} bytes before extraction" in result["note"] or \
             "extraction limits" in result["note"] or "text extraction stopped" in result["note"]
+
+
+# --------------------------------------------------------------------------- services' limits
+
+
+def _limit(pid: int, name: str) -> str:
+    """The soft value of one line of ``/proc/<pid>/limits`` (``Max address space``...)."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith(name):
+            return line[len(name):].split()[0]
+    raise AssertionError(f"no {name} in /proc/{pid}/limits")
+
+
+def _cgroups(pid: int) -> str:
+    return Path(f"/proc/{pid}/cgroup").read_text()
+
+
+def test_the_runs_host_side_services_run_under_limits_derived_from_the_runs(
+        tmp_path: Path, bombs: str) -> None:
+    """Issue 30, item 3: the egress proxy and the page parser of a run work on the host on
+    the agent's behalf; they run in a services group (a cgroup, else rlimits) of the run."""
+    from spu.config import ToolsConfig
+    from spu.sandbox.base import RunLimits
+    from spu.sandbox.limits import GIB
+    from spu.tools.session import ToolsSession
+    from spu.tools.web import WebProvider
+
+    cfg = ToolsConfig(provider="web", search_url="http://127.0.0.1:9", allow_local_fetch=True)
+    provider = WebProvider(cfg)
+    limits = RunLimits(time_s=120, memory_gb=1.5, cpus=1)
+    session = ToolsSession(cfg, tmp_path / "run-x", provider, limits=limits).start()
+    try:
+        group = session.group
+        assert group is not None and session.proxy is not None and session.proxy.pid
+        provider.fetch(bombs + "/small")
+        page = provider.fetch(bombs + "/page")
+        assert page.status == 200
+        worker = provider.extractor._process
+        assert worker is not None and worker.poll() is None
+        for pid in (session.proxy.pid, worker.pid):
+            if group.mechanism == "cgroup":
+                assert "-services-" in _cgroups(pid), _cgroups(pid)
+            else:
+                assert int(_limit(pid, "Max address space")) <= int(1.5 * GIB), pid
+                assert int(_limit(pid, "Max cpu time")) <= 120 + 60, pid
+    finally:
+        session.close()
+        provider.close()
