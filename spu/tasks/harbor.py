@@ -378,10 +378,11 @@ def _refuse_unsafe(source: Path) -> None:
         raise HarborError(f"{source}: not a folder (a Harbor task is one)")
     unsafe = unsafe_entries(source)
     if unsafe:
-        shown = ", ".join(f"{e.path} ({e.kind}{' to ' + e.target if e.target else ''})"
-                          for e in unsafe[:5])
-        raise HarborError(f"{source}: holds {len(unsafe)} entries that are not regular files "
-                          f"or folders ({shown}); import reads regular files only")
+        first = unsafe[0]
+        to = f" to {first.target}" if first.target else ""
+        more = f" ({len(unsafe) - 1} more such entries)" if len(unsafe) > 1 else ""
+        raise HarborError(f"{source / first.path}: not a regular file or folder (a "
+                          f"{first.kind}{to}){more}; import reads regular files only")
 
 
 def _bytes(path: Path) -> bytes:

@@ -26,24 +26,24 @@ def _plant(harbor: Path, attack: str, host_file: Path) -> str:
     if attack == "answers-link":
         (tests / "answers.json").unlink()
         (tests / "answers.json").symlink_to(host_file)
-        return "tests/answers.json (link"
+        return "tests/answers.json: not a regular file or folder (a link"
     if attack == "tests-link":
         shutil.copytree(tests, host_file.parent / "tests-copy")
         shutil.rmtree(tests)
         tests.symlink_to(host_file.parent / "tests-copy")
-        return "tests (link"
+        return "tests: not a regular file or folder (a link"
     if attack == "toml-dev-zero":
         (harbor / "task.toml").unlink()
         (harbor / "task.toml").symlink_to("/dev/zero")
-        return "task.toml (link to /dev/zero"
+        return "task.toml: not a regular file or folder (a link to /dev/zero"
     if attack == "toml-device":
         (harbor / "task.toml").unlink()
         os.mknod(harbor / "task.toml", 0o644 | 0o020000, os.makedev(1, 5))
-        return "task.toml (character device"
+        return "task.toml: not a regular file or folder (a character device"
     if attack == "toml-fifo":
         (harbor / "task.toml").unlink()
         os.mkfifo(harbor / "task.toml")
-        return "task.toml (FIFO"
+        return "task.toml: not a regular file or folder (a FIFO"
     if attack == "sparse-file":
         files = harbor / PUBLIC_DIR / "files"
         files.mkdir(exist_ok=True)
