@@ -88,8 +88,9 @@ LIMIT_OUTCOMES = frozenset({Outcome.memory_limit, Outcome.disk_limit})
 scored from that file like a timeout and not retried (an agent cannot exclude itself by
 allocating memory or disk once it has written a file it dislikes); with
 ``sweep.retry_limits_with_file=true`` it is excluded and rerun, as the paper did (3.1)."""
-RERUN_NOTE = "ended {outcome} with a file: excluded and rerun (sweep.retry_limits_with_file=true)"
-"""The note of a run that :data:`LIMIT_OUTCOMES` excluded under the paper's rule (regrade reads it)."""
+RERUN_NOTE = ("ended {outcome} with a file: excluded and rerun "
+              "(sweep.retry_limits_with_file=true)")
+"""The note of a run :data:`LIMIT_OUTCOMES` excluded under the paper's rule (regrade reads it)."""
 
 
 class RunConfigError(ValueError):

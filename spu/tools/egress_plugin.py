@@ -115,7 +115,8 @@ class EgressRecorder(HttpProxyBasePlugin):  # type: ignore[misc]
             line["refused"] = f"unresolved: {type(exc).__name__}: {exc}"[:300]
             self._log(line)
             raise HttpRequestRejected(status_code=502, reason=b"Bad Gateway",
-                                      body=b"egress refused: the name did not resolve\n")
+                                      body=b"egress refused: the name did not resolve\n",
+                                      ) from None
         line["address"] = addresses[0]
         if len(addresses) > 1:
             line["addresses"] = addresses[:16]

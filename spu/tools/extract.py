@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 MAX_HTML_BYTES = 2 << 20
@@ -229,7 +229,7 @@ class ExtractWorker:
             self._kill()
 
 
-def _read_line(stream: BinaryIO, deadline: float) -> bytes:
+def _read_line(stream: IO[bytes], deadline: float) -> bytes:
     """One line from the worker before ``deadline``; OSError when it died or took too long."""
     fd = stream.fileno()
     data = bytearray()

@@ -167,12 +167,12 @@ def _tool_output_text(content: Any) -> str | None:
 
 
 def tool_output_text(content: Any) -> str | None:
-    """A tool result's content as text, at most :data:`MAX_TOOL_OUTPUT_CHARS` characters.
+    r"""A tool result's content as text, at most :data:`MAX_TOOL_OUTPUT_CHARS` characters.
 
     Examples
     --------
     >>> tool_output_text("x" * (MAX_TOOL_OUTPUT_CHARS + 5))[-31:]
-    'xx\\n[5 more characters not kept]'
+    'xx\n[5 more characters not kept]'
     """
     text = _tool_output_text(content)
     if text is None or len(text) <= MAX_TOOL_OUTPUT_CHARS:
