@@ -317,7 +317,10 @@ class ServiceGroup:
 def confine_self(confinement: dict[str, Any]) -> None:
     """Apply :meth:`ServiceGroup.confinement` to this process (in a child, before its work)."""
     for path in confinement.get("cgroups", []):
-        Path(path, "cgroup.procs").write_text(str(os.getpid()))
+        try:
+            Path(path, "cgroup.procs").write_text(str(os.getpid()))
+        except OSError as exc:  # gone or not ours: the process runs, said in its log
+            log.warning("not joined to the services' cgroup %s: %s", path, exc)
     if "as" in confinement:
         size = int(confinement["as"])
         resource.setrlimit(resource.RLIMIT_AS, (size, size))

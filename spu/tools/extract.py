@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import resource
@@ -39,6 +40,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import IO, Any
+
+log = logging.getLogger(__name__)
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 MAX_HTML_BYTES = 2 << 20
@@ -202,7 +205,11 @@ class ExtractWorker:
                  str(self.memory_bytes)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             if self.confine is not None:
-                self.confine(self._process.pid)
+                try:
+                    self.confine(self._process.pid)
+                except OSError as exc:  # the worker's own limits still hold
+                    log.warning("page parser %d not put under the services' limits: %s",
+                                self._process.pid, exc)
         return self._process
 
     def _ask(self, body: bytes, content_type: str, url: str | None) -> tuple[str, str | None]:
