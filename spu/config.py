@@ -300,6 +300,10 @@ class SweepConfig:
     """``skip_finished``, ``retry_unscored`` or ``off``."""
     retries: int = 1
     """Retries of a run that ends as ``infra_error`` (paper 3.1: once)."""
+    retry_limits_with_file: bool = False
+    """True: a run that wrote a valid file and then hit ``memory_limit`` or ``disk_limit`` is
+    excluded and rerun, as in the paper (3.1); False (default): it is scored from that file,
+    as a timeout is, and not rerun (no second chance at will)."""
     status_every_s: float = 30.0
     """Seconds between status lines of a running run (elapsed time, the agent's latest
     event) and between repeats of an API error; 0: none."""

@@ -41,7 +41,7 @@ from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
-from spu.grading.outcome import RunEvidence, judge
+from spu.grading.outcome import LIMIT_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
 from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
@@ -103,6 +103,9 @@ class RunSpec:
     """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
     retried_from: str | None = None
+    retry_limits_with_file: bool = False
+    """``sweep.retry_limits_with_file``: exclude and rerun a run that hit a resource limit
+    after writing a file (the paper's rule) instead of scoring that file."""
 
 
 def run_key(model: str, harness: str, effort: str, task_id: str, task_version: str,
@@ -492,7 +495,8 @@ def open_tools(run: AgentRun) -> ToolsSession | None:
             return []
         return [(m.kind, m.matched) for m in detector.scan(text)]
 
-    return ToolsSession(run.spec.tools, run.run_dir, run.provider, screen).start()
+    return ToolsSession(run.spec.tools, run.run_dir, run.provider, screen,
+                        limits=run.limits).start()
 
 
 def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:
@@ -606,7 +610,11 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         notes.append(f"infra error: {result.infra_error}")
     verdict = judge(RunEvidence.from_process(
         evidence, submitted=phase.submission is not None, infra_error=result.infra_error,
-        refused=result.refused, policy_stop=result.policy_stop), grades.recovered)
+        refused=result.refused, policy_stop=result.policy_stop), grades.recovered,
+        score_limits=not spec.retry_limits_with_file)
+    if (verdict.outcome in LIMIT_OUTCOMES and spec.retry_limits_with_file
+            and is_scored(verdict.outcome, grades.recovered)):
+        notes.append(RERUN_NOTE.format(outcome=verdict.outcome.value))
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     (run_dir / "grade.json").write_text(
         json.dumps({"strict": grades.strict.model_dump(mode="json"),

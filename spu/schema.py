@@ -106,14 +106,16 @@ class Visibility(str, Enum):
 class TaskLimits(Record):
     """Per-task overrides of the run limits (SPEC section 4)."""
 
-    time_s: float | None = None
-    """Wall-clock limit of the agent in seconds."""
-    memory_gb: float | None = None
-    """Memory limit in GiB."""
-    cpus: int | None = None
-    """CPU cores."""
-    gpus: int | None = None
-    """GPUs."""
+    # Finite and positive (issue 30): ``.nan``/``.inf`` escaped the runner as exceptions
+    # and ``-1`` switched the cgroup limits off.
+    time_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Wall-clock limit of the agent in seconds (finite, more than 0)."""
+    memory_gb: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Memory limit in GiB (finite, more than 0)."""
+    cpus: Annotated[int, Field(ge=0)] | None = None
+    """CPU cores (0 or more)."""
+    gpus: Annotated[int, Field(ge=0)] | None = None
+    """GPUs (0 or more)."""
 
 
 class TaskMeta(Record):

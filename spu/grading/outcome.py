@@ -14,7 +14,18 @@ from spu.schema import Grade, GradeStatus, Outcome, ProcessEvidence
 EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
                                Outcome.infra_error})
 """Outcomes never scored, even with a valid file (paper 3.1, Table 6); ``disk_limit``
-(the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``."""
+(the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``, unless
+it left a file (:data:`LIMIT_OUTCOMES`)."""
+
+LIMIT_OUTCOMES = frozenset({Outcome.memory_limit, Outcome.disk_limit})
+"""Resource limits: with a valid or recoverable file written before the limit, the run is
+scored from that file like a timeout and not retried (an agent cannot exclude itself by
+allocating memory or disk once it has written a file it dislikes); with
+``sweep.retry_limits_with_file=true`` it is excluded and rerun, as the paper did (3.1)."""
+
+RERUN_NOTE = ("ended {outcome} with a file: excluded and rerun "
+              "(sweep.retry_limits_with_file=true)")
+"""The note of a run :data:`LIMIT_OUTCOMES` excluded under the paper's rule (regrade reads it)."""
 
 FILE_OUTCOMES = frozenset({Outcome.valid, Outcome.recovered, Outcome.rejected, Outcome.no_file})
 """Outcomes decided by the submitted file alone; the others (refusal, timeout...) come
@@ -104,16 +115,27 @@ def decide_outcome(evidence: RunEvidence, grade: Grade) -> Outcome:
     return Outcome.rejected
 
 
-def is_scored(outcome: Outcome, grade: Grade) -> bool:
-    """Scored: a valid or recoverable file, not excluded by the outcome (paper 3.1)."""
+def is_scored(outcome: Outcome, grade: Grade, score_limits: bool = True) -> bool:
+    """Scored: a valid or recoverable file, not excluded by the outcome (paper 3.1).
+
+    Args:
+        outcome: How the run ended.
+        grade: The grade of its file.
+        score_limits: Score a file left before ``memory_limit`` or ``disk_limit``, as a
+            timeout's is (the default); False is the paper's rule (excluded, rerun).
+    """
+    excluded = outcome in EXCLUDED_OUTCOMES and not (score_limits and outcome in LIMIT_OUTCOMES)
     return (
         grade.status in (GradeStatus.valid, GradeStatus.recovered)
-        and outcome not in EXCLUDED_OUTCOMES
+        and not excluded
         and not no_group_ranked(grade)
     )
 
 
-def judge(evidence: RunEvidence, grade: Grade) -> Verdict:
-    """The outcome of a run and whether it is scored, from its evidence and recovered grade."""
+def judge(evidence: RunEvidence, grade: Grade, score_limits: bool = True) -> Verdict:
+    """The outcome of a run and whether it is scored, from its evidence and recovered grade.
+
+    ``score_limits`` is :func:`is_scored`'s: False under ``sweep.retry_limits_with_file``.
+    """
     outcome = decide_outcome(evidence, grade)
-    return Verdict(outcome=outcome, scored=is_scored(outcome, grade))
+    return Verdict(outcome=outcome, scored=is_scored(outcome, grade, score_limits))

@@ -195,7 +195,9 @@ def run_attempts(spec: Any, plan: RunPlan, target: TrackingTarget | None) -> Att
         record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
         run_dir = spec.output_root / "runs" / record.run_key
         tracking_id = log_run(record, run_dir, target) if target is not None else None
-        if record.outcome.value not in RETRIED_OUTCOMES or attempt >= plan.last_attempt:
+        # A scored run is final: a file left before a resource limit counts (issue 30).
+        if (record.outcome.value not in RETRIED_OUTCOMES or record.scored
+                or attempt >= plan.last_attempt):
             return Attempts(record, tracking_id, attempt - plan.first_attempt)
         log.warning("run %s: attempt %d ended %s (%s); retrying as attempt %d",
                     record.run_key, attempt, record.outcome.value,

@@ -44,7 +44,11 @@ RETURNED_DIRS = ("output", "logs", "tools")
 """Folders of an agent node's run folder that travel back to the grading side."""
 
 MAX_RETURNED_FILE_BYTES = 256 << 20
-"""A returned file larger than this is left out (a note says so)."""
+"""A returned file with more data than this is left out (a note says so)."""
+MAX_RETURNED_BYTES = 512 << 20
+"""Data bytes of all the returned files together; what is over stays on the node, named."""
+MAX_RETURNED_FILES = 10_000
+"""Returned files at most; what is over stays on the node, named."""
 
 
 class BundleError(ValueError):
@@ -59,6 +63,10 @@ class BundledFile:
     """POSIX path relative to the bundle's folder."""
     data: bytes
     executable: bool = False
+    size: int | None = None
+    """Apparent size of a sparse file (its holes are not in ``data``); None: dense."""
+    extents: tuple[tuple[int, int], ...] = ()
+    """``(offset, length)`` of each run of data of a sparse file, ``data`` their bytes."""
 
 
 def _safe_relative(path: str) -> PurePosixPath:
@@ -78,6 +86,65 @@ def _regular_files(folder: Path) -> Iterator[Path]:
                 yield path
 
 
+class _Over(Exception):
+    """A file over a cap of the bundle (the message says which)."""
+
+
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` of the runs of data of an open file (``SEEK_DATA``/``SEEK_HOLE``)."""
+    extents = []
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole is left
+            break
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        extents.append((start, end - start))
+        offset = end
+    return extents
+
+
+def _read_file(path: Path, rel: str, max_file_bytes: int | None, max_total_bytes: int | None,
+               total: int) -> BundledFile:
+    """One regular file as a :class:`BundledFile`, never following a link or blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Over("not a regular file")
+        extents = _data_extents(fd, info.st_size)
+        data_bytes = sum(length for _, length in extents)
+        if max_file_bytes is not None and data_bytes > max_file_bytes:
+            raise _Over(f"{data_bytes} bytes")
+        if max_total_bytes is not None and total + data_bytes > max_total_bytes:
+            raise _Over(f"{data_bytes} bytes, over the bundle's {max_total_bytes} bytes")
+        executable = bool(info.st_mode & stat.S_IXUSR)
+        dense = data_bytes >= info.st_size
+        chunks = []
+        for start, length in extents:
+            f.seek(start)
+            chunks.append(f.read(length))
+        data = b"".join(chunks)
+        if dense:
+            return BundledFile(rel, data, executable)
+        return BundledFile(rel, data, executable, size=info.st_size, extents=tuple(extents))
+
+
+def _write_sparse(target: Path, item: BundledFile) -> None:
+    """Write a sparse file's runs of data at their offsets; the holes stay holes."""
+    size = int(item.size or 0)
+    with open(target, "wb") as f:
+        position = 0
+        for start, length in item.extents:
+            if start < 0 or length < 0 or start + length > size:
+                raise BundleError(f"bundle path {item.path!r}: an extent leaves the file")
+            f.seek(start)
+            f.write(item.data[position:position + length])
+            position += length
+        f.truncate(size)
+
+
 @dataclass(frozen=True)
 class FileBundle:
     """Regular files of a folder, as bytes, to move between machines."""
@@ -88,22 +155,37 @@ class FileBundle:
 
     @classmethod
     def of(cls, folder: Path, only: tuple[str, ...] | None = None,
-           max_file_bytes: int | None = None) -> FileBundle:
-        """Bundle the regular files under ``folder`` (or under its subfolders ``only``)."""
+           max_file_bytes: int | None = None, max_total_bytes: int | None = None,
+           max_files: int | None = None) -> FileBundle:
+        """Bundle the regular files under ``folder`` (or under its subfolders ``only``).
+
+        A sparse file travels as its runs of data (its holes stay holes); the caps count
+        data bytes. A file over ``max_file_bytes``, or past ``max_total_bytes`` or
+        ``max_files`` of the bundle, is left out and named in :attr:`left_out`.
+        """
         folder = Path(folder)
         roots = [folder / name for name in only] if only is not None else [folder]
-        files, left_out = [], []
+        files: list[BundledFile] = []
+        left_out: list[str] = []
+        total = 0
         for root in roots:
             if not root.is_dir() or root.is_symlink():
                 continue
             for path in _regular_files(root):
                 rel = path.relative_to(folder).as_posix()
-                info = path.lstat()
-                if max_file_bytes is not None and info.st_size > max_file_bytes:
-                    left_out.append(f"{rel} ({info.st_size} bytes)")
+                if max_files is not None and len(files) >= max_files:
+                    left_out.append(f"{rel} (over the bundle's {max_files} files)")
                     continue
-                files.append(BundledFile(rel, path.read_bytes(),
-                                         bool(info.st_mode & stat.S_IXUSR)))
+                try:
+                    item = _read_file(path, rel, max_file_bytes, max_total_bytes, total)
+                except _Over as over:
+                    left_out.append(f"{rel} ({over})")
+                    continue
+                except OSError as exc:
+                    left_out.append(f"{rel} (not read: {exc.strerror})")
+                    continue
+                total += len(item.data)
+                files.append(item)
         return cls(tuple(files), tuple(left_out))
 
     @property
@@ -120,7 +202,10 @@ class FileBundle:
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or (target.exists() and not target.is_file()):
                 raise BundleError(f"bundle path {item.path!r}: {target} is not a regular file")
-            target.write_bytes(item.data)
+            if item.size is None:
+                target.write_bytes(item.data)
+            else:
+                _write_sparse(target, item)
             target.chmod(0o755 if item.executable else 0o644)
         return dest
 
@@ -241,9 +326,11 @@ def run_agent_job(job: AgentJob, task_files: FileBundle, node: str = "",
             for thread in watchers:
                 thread.join(timeout=30)
         phase.submission = collect(run.run_dir)
-        files = FileBundle.of(run.run_dir, RETURNED_DIRS, MAX_RETURNED_FILE_BYTES)
-        notes = [f"left on the agent node (over {MAX_RETURNED_FILE_BYTES} bytes): {f}"
-                 for f in files.left_out]
+        files = FileBundle.of(run.run_dir, RETURNED_DIRS, MAX_RETURNED_FILE_BYTES,
+                              MAX_RETURNED_BYTES, MAX_RETURNED_FILES)
+        notes = [f"left on the agent node (over the bundle's caps: {MAX_RETURNED_FILE_BYTES} "
+                 f"bytes a file, {MAX_RETURNED_BYTES} bytes and {MAX_RETURNED_FILES} files in "
+                 f"all): {f}" for f in files.left_out]
         return AgentReturn(phase=phase, files=files, node=node or socket.gethostname(),
                            host=socket.gethostname(), started=started, finished=time.time(),
                            slot_notes=notes)

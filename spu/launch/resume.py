@@ -95,7 +95,7 @@ def plan_run(latest: RecordedRun | None, mode: ResumeMode | str, retries: int) -
         why = "new" if latest is None else "sweep.resume=off"
         return RunPlan(skip=False, first_attempt=1, last_attempt=1 + retries, reason=why)
     nxt = latest.attempt + 1
-    if latest.outcome in RETRIED_OUTCOMES and latest.attempt < 1 + retries:
+    if latest.outcome in RETRIED_OUTCOMES and not latest.scored and latest.attempt < 1 + retries:
         return RunPlan(skip=False, first_attempt=nxt, last_attempt=1 + retries,
                        retried_from=latest.tracking_id,
                        reason=f"attempt {latest.attempt} ended {latest.outcome}; retrying")

@@ -126,6 +126,23 @@ def walk_entries(root: Path) -> Iterator[tuple[int, str, os.stat_result]]:
         os.close(fd)
 
 
+SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+"""The write bits for the group and the world: cleared on what an agent leaves."""
+
+
+def _clear_shared_write(path: Path | str, info: os.stat_result | None = None) -> int:
+    """Clear group and world write on ``path`` (never through a link); 1 if it changed."""
+    try:
+        info = info or os.lstat(path)
+        if stat.S_ISLNK(info.st_mode) or not info.st_mode & SHARED_WRITE:
+            return 0
+        os.chmod(path, stat.S_IMODE(info.st_mode) & ~SHARED_WRITE)
+    except OSError as exc:
+        log.error("could not clear the group and world write bits of %s: %s", path, exc)
+        return 0
+    return 1
+
+
 def disarm(root: Path) -> int:
     """Make what an agent left under ``root`` harmless to the host; returns the changes.
 
@@ -133,12 +150,17 @@ def disarm(root: Path) -> int:
     disk, which the host could open), setuid and setgid bits are cleared and file
     capabilities removed from regular files (a root shell left for the host's users).
     Links, FIFOs and sockets stay: readers open the agent's files without following
-    links or blocking.
+    links or blocking. Group and world write bits are cleared on ``root`` and everything
+    in it (an agent's ``chmod 0777 /output`` would let any local user edit a submission
+    that ``spu regrade`` reads later).
     """
-    changes = 0
+    changes = _clear_shared_write(root)
     for fd, name, info in walk_entries(root):
         mode = info.st_mode
         try:
+            if not stat.S_ISLNK(mode) and mode & SHARED_WRITE:
+                changes += _clear_shared_write(f"/proc/self/fd/{fd}/{name}", info)
+                mode &= ~SHARED_WRITE
             if stat.S_ISBLK(mode) or stat.S_ISCHR(mode):
                 os.unlink(name, dir_fd=fd)
                 log.warning("removed the device node %s the agent left in %s", name, root)
@@ -308,6 +330,7 @@ def release_mount(run_dir: Path, point: Path) -> None:
                 disarm(point / name)
                 try:
                     _copy_back(point / name, run_dir / name)
+                    _clear_shared_write(run_dir / name)  # cp gave it the copy's mode
                 except DiskError as exc:
                     log.error("files of %s not copied back from the run's disk: %s",
                               run_dir / name, exc)

@@ -71,8 +71,14 @@ STALE_EVERY_S = 60.0
 """How often a process looks for containers left by dead framework processes."""
 LAYER_POLL_S = 2.0
 """How often the container's own writable layer is measured against the disk limit."""
-DROPPED_CAPABILITIES = ("MKNOD", "SETFCAP")
-"""Capabilities of Docker's default set that an agent never gets."""
+DROPPED_CAPABILITIES = ("MKNOD", "SETFCAP", "NET_RAW", "NET_BIND_SERVICE", "AUDIT_WRITE",
+                        "SYS_CHROOT", "SETPCAP")
+"""Capabilities of Docker's default set that an agent never gets: device nodes and file
+capabilities would reach the host with the run's files; raw sockets (``NET_RAW``: forged
+packets, ARP and ICMP to the host's networks), low ports, the audit log, ``chroot`` and
+capability changes are nothing the layout needs. What is kept (``CHOWN``, ``DAC_OVERRIDE``,
+``FOWNER``, ``FSETID``, ``SETUID``, ``SETGID``, ``KILL``) is what root's package managers
+use inside the container (issue 30)."""
 INIT_PREFIXES = ("[FATAL tini", "[WARN  tini")
 """How docker-init (tini) starts its own messages."""
 BUILD_HINT = (

@@ -19,7 +19,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spu.schema import EnforcedLimits
 
@@ -265,3 +265,73 @@ class LimitEnforcer:
                 log.warning("cgroup %s could not be removed (processes still in it?); "
                             "remove it by hand once they are gone", path)
         self._groups.clear()
+
+
+SERVICE_MIN_MEMORY_BYTES = GIB
+"""Memory the host-side services of a run get at least, whatever the agent's limit."""
+SERVICE_CPU_MARGIN_S = 60
+"""CPU seconds the services get beyond the run's own budget (``time_s`` times ``cpus``)."""
+
+
+class ServiceGroup:
+    """The host-side services of one run (egress proxy, page parser, model gateway) confined.
+
+    They run outside the sandbox, on the host, on the agent's behalf: without limits an
+    agent makes them spend the host's memory and CPU for it (a fetched page that costs
+    gigabytes to parse, a flood through the proxy). They get a cgroup of their own
+    (:class:`LimitEnforcer`'s, named ``...-services-...``): memory the run's
+    ``memory_gb`` (at least :data:`SERVICE_MIN_MEMORY_BYTES`) and the run's ``cpus``.
+    Where no cgroup is writable, each process gets ``RLIMIT_AS`` of that memory and
+    ``RLIMIT_CPU`` of the run's whole CPU budget, ``time_s`` times ``cpus`` (plus
+    :data:`SERVICE_CPU_MARGIN_S`). A process joins with :meth:`add` (by id, from the
+    host) or :func:`confine_self` with :meth:`confinement` (in a child, before it starts
+    others).
+
+    Args:
+        limits: The run's limits.
+        label: A readable part of the cgroup name (the run folder's name).
+        cgroup_root: Where the cgroup hierarchies are mounted (a parameter for tests).
+    """
+
+    def __init__(self, limits: RunLimits, label: str, cgroup_root: Path = CGROUP_ROOT) -> None:
+        memory = max(int(limits.memory_gb * GIB), SERVICE_MIN_MEMORY_BYTES)
+        self._enforcer = LimitEnforcer(
+            RunLimits(time_s=limits.time_s, memory_gb=memory / GIB, cpus=limits.cpus),
+            f"{label}-services", cgroup_root=cgroup_root)
+        self.memory_bytes = memory
+        self.cpu_seconds = int(limits.time_s * len(self._enforcer.cpu_list)) + SERVICE_CPU_MARGIN_S
+        self.mechanism = ("cgroup" if self._enforcer.memory_mechanism.startswith("cgroup")
+                          else "rlimit")
+
+    def confinement(self) -> dict[str, Any]:
+        """What :func:`confine_self` applies, as JSON-able data (for a forked child)."""
+        rlimits = {} if self.mechanism == "cgroup" else {
+            "as": self.memory_bytes, "cpu_s": self.cpu_seconds}
+        return {"cgroups": [str(p) for p in self._enforcer.cgroup_paths], **rlimits}
+
+    def add(self, pid: int) -> None:
+        """Put the running process ``pid`` under the services' limits."""
+        for path in self._enforcer.cgroup_paths:
+            (path / "cgroup.procs").write_text(str(pid))
+        if self.mechanism != "cgroup":
+            resource.prlimit(pid, resource.RLIMIT_AS, (self.memory_bytes, self.memory_bytes))
+            resource.prlimit(pid, resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds))
+
+    def cleanup(self) -> None:
+        """Kill what is left in the services' cgroup and remove it."""
+        self._enforcer.cleanup()
+
+
+def confine_self(confinement: dict[str, Any]) -> None:
+    """Apply :meth:`ServiceGroup.confinement` to this process (in a child, before its work)."""
+    for path in confinement.get("cgroups", []):
+        try:
+            Path(path, "cgroup.procs").write_text(str(os.getpid()))
+        except OSError as exc:  # gone or not ours: the process runs, said in its log
+            log.warning("not joined to the services' cgroup %s: %s", path, exc)
+    if "as" in confinement:
+        size = int(confinement["as"])
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    if "cpu_s" in confinement:
+        seconds = int(confinement["cpu_s"])
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))

@@ -47,11 +47,18 @@ from pathlib import Path
 from typing import Any
 
 from spu.tasks.package import (
+    MAX_TABLE_BYTES,
+    MAX_YAML_BYTES,
     PUBLIC_PATHS,
     REQUIRED_PUBLIC,
     TaskLoadError,
+    _copy_regular,
+    _StageBudget,
     load_task,
+    read_task_file,
+    read_task_text,
     stage_public_files,
+    unsafe_entries,
 )
 
 HARBOR_VERSION = "0.26.0"
@@ -297,13 +304,100 @@ def export_harbor(
 # ----------------------------------------------------------------------------- import
 
 
+MAX_TOML_DEPTH = 64
+"""Nesting of arrays and inline tables that ``task.toml`` may have (``tomllib`` recurses)."""
+
+
+def toml_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in the values of a TOML text (strings skipped).
+
+    Examples
+    --------
+    >>> toml_depth('a = [[1], {b = "[[["}]  # [[[')
+    2
+    >>> toml_depth("[table]\\n[[array.of.tables]]\\nx = 1")
+    0
+    """
+    depth = deepest = 0
+    i, n = 0, len(text)
+    line_start = True
+    while i < n:
+        c = text[i]
+        if c == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        if c in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            while i < n and text[i:i + len(quote)] != quote:
+                i += 2 if c == '"' and text[i] == "\\" else 1
+            i += len(quote)
+            line_start = False
+            continue
+        if c == "\n":
+            line_start = True
+        elif c == "[" and line_start and depth == 0:  # a table header, not a value
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+        if not c.isspace():
+            line_start = False
+        i += 1
+    return deepest
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    """``task.toml`` through the bounded reader: a regular file, UTF-8, size and depth capped."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise HarborError(f"{path}: file is missing (not a Harbor task)") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        text = read_task_text(path, MAX_YAML_BYTES)
+    except TaskLoadError as exc:
+        if not path.exists() and not path.is_symlink():
+            raise HarborError(f"{path}: file is missing (not a Harbor task)") from None
+        raise HarborError(str(exc)) from None
+    depth = toml_depth(text)
+    if depth > MAX_TOML_DEPTH:
+        raise HarborError(f"{path}: arrays or tables nested {depth} deep, over the limit of "
+                          f"{MAX_TOML_DEPTH}")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise HarborError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise HarborError(f"{path}: not valid TOML (nested too deep)") from None
+
+
+def _refuse_unsafe(source: Path) -> None:
+    """Every path of the Harbor task checked with ``lstat``: links, devices, FIFOs refused."""
+    if not source.is_dir():
+        raise HarborError(f"{source}: not a folder (a Harbor task is one)")
+    unsafe = unsafe_entries(source)
+    if unsafe:
+        first = unsafe[0]
+        to = f" to {first.target}" if first.target else ""
+        more = f" ({len(unsafe) - 1} more such entries)" if len(unsafe) > 1 else ""
+        raise HarborError(f"{source / first.path}: not a regular file or folder (a "
+                          f"{first.kind}{to}){more}; import reads regular files only")
+
+
+def _bytes(path: Path) -> bytes:
+    try:
+        return read_task_file(path, MAX_TABLE_BYTES)
+    except TaskLoadError as exc:
+        raise HarborError(str(exc)) from None
+
+
+def _copy_checked(src: Path, dst: Path, budget: _StageBudget) -> None:
+    """Copy a regular file, refused (before anything is written) when over the limits."""
+    try:
+        _copy_regular(src, dst, budget)
+    except TaskLoadError as exc:
+        raise HarborError(str(exc)) from None
 
 
 def _regular_files(folder: Path) -> list[Path]:
@@ -356,6 +450,7 @@ def import_harbor(source: str | Path, out: str | Path, *, force: bool = False) -
 
     source = Path(source).resolve()
     out = Path(out).resolve()
+    _refuse_unsafe(source)
     config = _read_toml(source / "task.toml")
     metadata = config.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("spu_task_id"), str):
@@ -371,7 +466,7 @@ def import_harbor(source: str | Path, out: str | Path, *, force: bool = False) -
         raise HarborError(f"{key}: file is missing (the answer key of the verifier)")
     for copy, original in ((source / "tests" / "contract.json", public / "contract.json"),
                            (source / "instruction.md", public / "instruction.md")):
-        if not copy.is_file() or copy.read_bytes() != original.read_bytes():
+        if not copy.is_file() or _bytes(copy) != _bytes(original):
             raise HarborError(f"{copy}: differs from {original} (the agent and the verifier "
                               f"would not see the same task)")
     _check_out(out, force)
@@ -379,6 +474,7 @@ def import_harbor(source: str | Path, out: str | Path, *, force: bool = False) -
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         draft = staging / out.name
+        budget = _StageBudget()  # sizes checked on each file before it is copied
         for name in PUBLIC_PATHS:
             src = public / name
             if src.is_symlink():
@@ -387,12 +483,12 @@ def import_harbor(source: str | Path, out: str | Path, *, force: bool = False) -
                 for path in _regular_files(src):
                     target = draft / path.relative_to(public)
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(path, target)
+                    _copy_checked(path, target, budget)
             elif src.is_file():
                 draft.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, draft / name)
+                _copy_checked(src, draft / name, budget)
         (draft / "hidden").mkdir(parents=True)
-        shutil.copyfile(key, draft / "hidden" / "answers.json")
+        _copy_checked(key, draft / "hidden" / "answers.json", budget)
         report = validate_task(draft)
         if not report.ok:
             shown = "\n  ".join(str(f) for f in report.errors)

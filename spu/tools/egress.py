@@ -105,8 +105,10 @@ class EgressProxyError(RuntimeError):
 class EgressProxy:
     """One ``proxy.py`` process for one run, recording to ``<folder>/egress.jsonl``."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, confinement: dict[str, Any] | None = None) -> None:
         self.folder = Path(folder)
+        self.confinement = confinement or {}
+        """:meth:`spu.sandbox.limits.ServiceGroup.confinement`: the proxy's limits."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self.log_path = self.folder / EGRESS_FILE
         self.log_path.touch()
@@ -138,7 +140,7 @@ class EgressProxy:
                 "--num-acceptors", "1", "--num-workers", "1",
                 "--timeout", str(PROXY_IDLE_TIMEOUT_S), "--log-level", "ERROR"]
         log_path = self.folder / "egress.proxy.log"
-        self.pid = ProxyForker.shared().start(argv, log_path)
+        self.pid = ProxyForker.shared().start(argv, log_path, self.confinement)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             code = ProxyForker.shared().poll(self.pid)
@@ -290,9 +292,15 @@ class ProxyForker:
             raise EgressProxyError(f"the egress proxy forker: {answer['error']}")
         return answer
 
-    def start(self, argv: list[str], log_path: Path) -> int:
-        """Fork a proxy with ``argv``, its output to ``log_path``; its process id."""
-        return int(self._ask({"start": argv, "log": str(log_path)})["pid"])
+    def start(self, argv: list[str], log_path: Path,
+              confinement: dict[str, Any] | None = None) -> int:
+        """Fork a proxy with ``argv``, its output to ``log_path``; its process id.
+
+        ``confinement`` (:meth:`spu.sandbox.limits.ServiceGroup.confinement`) is applied
+        in the proxy before it starts its own processes.
+        """
+        return int(self._ask({"start": argv, "log": str(log_path),
+                              "confine": confinement or {}})["pid"])
 
     def poll(self, pid: int) -> int | None:
         """The exit code of the proxy ``pid``, or None while it runs."""
@@ -320,7 +328,7 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _fork_proxy(argv: list[str], output: str) -> int:
+def _fork_proxy(argv: list[str], output: str, confinement: dict[str, Any] | None = None) -> int:
     """Fork a ``proxy.py`` with ``argv`` in a session of its own, writing to ``output``."""
     pid = os.fork()
     if pid:
@@ -333,6 +341,10 @@ def _fork_proxy(argv: list[str], output: str) -> int:
         os.close(fd)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         _die_with_parent()
+        if confinement:
+            from spu.sandbox.limits import confine_self
+
+            confine_self(confinement)
         from proxy.proxy import entry_point
 
         sys.argv = ["proxy", *argv]
@@ -384,7 +396,8 @@ def serve_forks() -> None:
         try:
             request = json.loads(line)
             if "start" in request:
-                pid = _fork_proxy([str(a) for a in request["start"]], str(request["log"]))
+                pid = _fork_proxy([str(a) for a in request["start"]], str(request["log"]),
+                                  dict(request.get("confine") or {}))
                 children.add(pid)
                 answer: dict[str, Any] = {"pid": pid}
             elif int(request.get("poll", request.get("stop", -1))) not in children:

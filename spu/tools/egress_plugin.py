@@ -9,8 +9,11 @@ on the host, so a connection to the host's own loopback, private or link-local a
 (the tracking server, a database, other runs' services, the cluster's other nodes) is
 refused with 403 and logged as refused, unless its ``host:port`` is in the allow file
 (the run's own tools service); so is a connection to any address of the host's own
-interfaces, public ones included. The name is resolved once and the connection goes to the
-checked address, so DNS cannot change the answer in between.
+interfaces, public ones included. The name is resolved once, every address it returns is
+checked, and the connection goes to a checked address, so DNS cannot change the answer in
+between. A name that does not resolve (no answer, SERVFAIL, a timeout) is refused with
+502 and logged with its reason: the proxy's own connection would resolve it again, and a
+second answer may be the host's loopback or a cloud's metadata service (issue 30).
 """
 
 from __future__ import annotations
@@ -65,6 +68,23 @@ def own_address(address: str) -> bool:
     return True
 
 
+def resolve(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to, in the resolver's order, each once.
+
+    Raises:
+        OSError: the lookup failed (``socket.gaierror``: no such name, no answer,
+            SERVFAIL, a timeout).
+        ValueError: it answered no address.
+    """
+    if not host:
+        raise ValueError("no host name")
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise ValueError("no address")
+    return addresses
+
+
 def _allowed(path: str) -> set[str]:
     if not path:
         return set()
@@ -88,20 +108,29 @@ class EgressRecorder(HttpProxyBasePlugin):  # type: ignore[misc]
             # A CONNECT tunnel's path is opaque (TLS); plain HTTP shows what was asked.
             "path": None if method == "CONNECT" else _text(request.path),
         }
-        address = None
         try:
-            address = str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
-        except (OSError, UnicodeError, IndexError):
-            pass  # unresolvable: the proxy's own connection attempt fails and says so
-        if address is not None:
-            line["address"] = address
-            endpoints = {f"{host}:{port}", f"{address}:{port}"}
-            if _local(address) and not endpoints & _allowed(self.flags.spu_allow_file):
-                line["refused"] = "local address"
-                self._log(line)
-                raise HttpRequestRejected(status_code=403, reason=b"Forbidden",
-                                          body=b"egress to a local address is refused\n")
-            request.host = address.encode()
+            addresses = resolve(host, port)
+        except (OSError, UnicodeError, ValueError) as exc:
+            # Never passed on unpinned: proxy.py would resolve the name again itself.
+            line["refused"] = f"unresolved: {type(exc).__name__}: {exc}"[:300]
+            self._log(line)
+            raise HttpRequestRejected(status_code=502, reason=b"Bad Gateway",
+                                      body=b"egress refused: the name did not resolve\n",
+                                      ) from None
+        line["address"] = addresses[0]
+        if len(addresses) > 1:
+            line["addresses"] = addresses[:16]
+        allowed = _allowed(self.flags.spu_allow_file)
+        local = [a for a in addresses if _local(a)
+                 and not {f"{host}:{port}", f"{a}:{port}"} & allowed]
+        if local:
+            line["refused"] = "local address"
+            if local[0] != addresses[0]:
+                line["address"] = local[0]
+            self._log(line)
+            raise HttpRequestRejected(status_code=403, reason=b"Forbidden",
+                                      body=b"egress to a local address is refused\n")
+        request.host = addresses[0].encode()
         self._log(line)
         return request
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spu.config import ToolsConfig
+from spu.sandbox.base import RunLimits
+from spu.sandbox.limits import ServiceGroup
 from spu.schema import PolicyStop, ToolCall, Trajectory, TrajectoryStep
 from spu.tools.audit import TOOLS_DIR, AuditLog, read_audit
 from spu.tools.egress import EgressProxy, outside_requests, read_egress
@@ -79,13 +81,19 @@ class ToolsSession:
     """The service and the egress proxy of one run, under ``<run_dir>/tools/``."""
 
     def __init__(self, cfg: ToolsConfig, run_dir: Path, provider: Provider,
-                 screen: Screen | None = None) -> None:
+                 screen: Screen | None = None, limits: RunLimits | None = None) -> None:
         self.cfg = cfg
         self.folder = Path(run_dir) / TOOLS_DIR
         self.folder.mkdir(parents=True, exist_ok=True)
         self.audit = AuditLog(self.folder)
         self.service = ToolsService(provider, self.audit, cfg, screen)
-        self.proxy = EgressProxy(self.folder) if cfg.egress_proxy else None
+        # The services work on the agent's behalf, on the host: limits of their own.
+        self.group = ServiceGroup(limits, Path(run_dir).name) if limits is not None else None
+        extractor = getattr(provider, "extractor", None)
+        if self.group is not None and extractor is not None:
+            extractor.confine = self.group.add
+        self.proxy = (EgressProxy(self.folder, self.group.confinement() if self.group else None)
+                      if cfg.egress_proxy else None)
         self.endpoints: ToolEndpoints | None = None
 
     def start(self) -> ToolsSession:
@@ -98,6 +106,8 @@ class ToolsSession:
                 self.proxy.start()
         except Exception:
             self.service.stop()
+            if self.group is not None:
+                self.group.cleanup()
             raise
         return self
 
@@ -128,6 +138,8 @@ class ToolsSession:
         if self.proxy is not None:
             self.proxy.stop()
         self.service.stop()
+        if self.group is not None:
+            self.group.cleanup()
 
     def summary(self, api_hosts: set[str]) -> ToolsSummary:
         """Audited calls, the first policy stop, and the connections around the service.

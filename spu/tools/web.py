@@ -17,7 +17,14 @@ Traps handled here:
   checked the same way (``tools.allow_local_fetch`` lifts this, for tests and local mirrors);
 - a server that drips bytes slowly never hits a read timeout: the whole body has a
   deadline, and what arrived by then is returned, cut, with a note;
-- a body larger than the limit is cut at the limit, never read whole into memory.
+- a body larger than the limit is cut at the limit, never read whole into memory;
+- a compressed body can hold a thousand times its size (a gzip bomb, or ``gzip, gzip``):
+  the request asks for ``identity``, the raw bytes are read, and one layer of gzip or
+  deflate at most is decompressed, its output bounded by ``tools.max_fetch_bytes``;
+- a page that costs minutes of CPU or gigabytes to parse would cost them on the host:
+  HTML is cut at :data:`spu.tools.extract.MAX_HTML_BYTES` and parsed, like PDF, in a
+  worker process under CPU-time and memory limits of its own
+  (:class:`spu.tools.extract.ExtractWorker`).
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ import ipaddress
 import os
 import socket
 import time
+import zlib
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from spu.config import SearchApi, ToolsConfig
-from spu.tools.extract import page_text
+from spu.tools.extract import ExtractWorker
 from spu.tools.providers import (
     FetchResult,
     Provider,
@@ -43,6 +51,9 @@ SEARCH_APIS = tuple(a.value for a in SearchApi)
 BRAVE_URL = "https://api.search.brave.com/res/v1/web/search"
 MAX_REDIRECTS = 5
 USER_AGENT = "spu-audited-fetch/1"
+DECODED_ENCODINGS = ("gzip", "x-gzip", "deflate")
+"""Content encodings decoded (one layer); any other, or a second layer, stays as it came."""
+NOT_DECODED = "content encoding"
 
 
 def _public(address: str) -> bool:
@@ -86,6 +97,7 @@ class WebProvider(Provider):
     def __init__(self, cfg: ToolsConfig) -> None:
         super().__init__(cfg)
         self._client: Any = None
+        self.extractor = ExtractWorker()
 
     def check(self) -> None:
         """The search API is known and has its URL or key."""
@@ -113,6 +125,7 @@ class WebProvider(Provider):
         if self._client is not None:
             self._client.close()
             self._client = None
+        self.extractor.close()
 
     # ------------------------------------------------------------------ search
 
@@ -205,7 +218,8 @@ class WebProvider(Provider):
         remaining = max(deadline - time.monotonic(), 0.1)
         timeout = httpx.Timeout(remaining)
         request = self.client.build_request(
-            "GET", pinned, headers={"host": host_header, "accept": "*/*"}, timeout=timeout,
+            "GET", pinned, headers={"host": host_header, "accept": "*/*",
+                                    "accept-encoding": "identity"}, timeout=timeout,
             extensions={"sni_hostname": parts.hostname})
         response = self.client.send(request, stream=True)
         try:
@@ -215,26 +229,50 @@ class WebProvider(Provider):
         finally:
             response.close()
         content_type = response.headers.get("content-type", "")
-        text, note = page_text(body, content_type, url)
+        if cut is not None and cut.startswith(NOT_DECODED):  # still compressed: binary
+            text, note = f"[{len(body)} bytes, {cut}; not shown as text]", None
+        else:
+            text, note = self.extractor.text(body, content_type, url)
         notes = [n for n in (cut, note) if n]
         return FetchResult(url=url, status=response.status_code,
                            content_type=content_type.split(";")[0].strip(), text=text,
                            note="; ".join(notes) or None)
 
     def _read(self, response: Any, deadline: float) -> tuple[bytes, str | None]:
+        """The body's raw bytes, one layer of gzip or deflate decoded, both bounded."""
         limit = self.cfg.max_fetch_bytes
+        encodings = [e.strip().lower() for e in
+                     response.headers.get("content-encoding", "").split(",")
+                     if e.strip() and e.strip().lower() != "identity"]
+        decoder = None
+        note = None
+        if len(encodings) == 1 and encodings[0] in DECODED_ENCODINGS:
+            decoder = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
+        elif encodings:
+            note = (f"{NOT_DECODED} {', '.join(encodings)} not decoded (one layer of "
+                    f"gzip or deflate at most)")
         chunks: list[bytes] = []
-        size = 0
-        for chunk in response.iter_bytes():  # as it arrives: the deadline is checked per piece
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= limit:
+        size = raw_size = 0
+        for raw in response.iter_raw():  # as it arrives: the deadline is checked per piece
+            raw_size += len(raw)
+            if decoder is None:
+                piece = raw
+            else:
+                try:  # never more than what is left of the limit, plus one byte to know
+                    piece = decoder.decompress(raw, limit - size + 1)
+                except zlib.error as exc:
+                    return b"".join(chunks), f"{encodings[0]} body not decodable: {exc}"
+            chunks.append(piece)
+            size += len(piece)
+            if size > limit or raw_size > limit or (decoder is not None
+                                                    and decoder.unconsumed_tail):
                 declared = response.headers.get("content-length")
                 whole = f" of {declared}" if declared else ""
+                kind = " decoded" if decoder is not None else ""
                 return (b"".join(chunks)[:limit],
-                        f"cut at the size limit: first {limit} bytes{whole} read")
+                        f"cut at the size limit: first {limit}{kind} bytes{whole} read")
             if time.monotonic() > deadline:
                 return (b"".join(chunks),
                         f"cut at the time limit: {size} bytes read in "
                         f"{self.cfg.fetch_timeout_s:g} s")
-        return b"".join(chunks), None
+        return b"".join(chunks), note

@@ -25,7 +25,7 @@ from typing import Any
 
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import IsolatedGrades, grade_isolated
-from spu.grading.outcome import FILE_OUTCOMES, RunEvidence, is_scored, judge
+from spu.grading.outcome import FILE_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
 from spu.grading.rules import AnswerKeyError, check_answer_key
 from spu.grading.submission import read_submission
 from spu.schema import Contract, Grade, PastGrade, RunRecord
@@ -156,7 +156,8 @@ def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
                      f"key (the run saw version {record.task_version})")
     return record.model_copy(update={
         "outcome": outcome,
-        "scored": is_scored(outcome, grades.recovered),
+        "scored": is_scored(outcome, grades.recovered, score_limits=RERUN_NOTE.format(
+            outcome=outcome.value) not in record.notes),
         "score_strict": grades.strict.score,
         "score_recovered": grades.recovered.score,
         "grade": grades.recovered,

@@ -35,7 +35,7 @@ import pytest
 
 from spu.launch.resume import RETRIED_OUTCOMES
 from spu.main import spec_from_config
-from spu.runner import EXCLUDED_OUTCOMES, run_one
+from spu.runner import LIMIT_OUTCOMES, run_one
 from spu.schema import Outcome, RunRecord
 from tests.conftest import EXAMPLE_TASK
 from tests.sandbox.conftest import AGENTS, ISOLATING, read_json, require_backend
@@ -266,15 +266,16 @@ def _kill_processes_mentioning(needle: str) -> None:
 @pytest.mark.parametrize("backend", ISOLATING)
 def test_disk_filler_ends_as_disk_limit_and_the_host_keeps_at_most_the_limit(
         backend, request, compose) -> None:
-    """Invariant: an agent cannot write more than ``limits.disk_gb``; the run is not scored."""
+    """Invariant: an agent cannot write more than ``limits.disk_gb``; the valid file it wrote
+    before is scored like a timeout's (issue 30), and the outcome stays ``disk_limit``."""
     require_backend(request, backend)
     spec = _spec(compose, backend, AGENTS / "filler.py", "limits.disk_gb=0.05")
     record = run_one(spec)
     run_dir = _run_dir(spec, record)
     assert record.outcome is Outcome.disk_limit and record.process.disk_full
-    assert not record.scored, "excluded like memory_limit, though its file is valid"
+    assert record.scored, "a file left before a resource limit is scored (issue 30)"
     assert record.grade.status.value == "valid"
-    assert Outcome.disk_limit in EXCLUDED_OUTCOMES and "disk_limit" in RETRIED_OUTCOMES
+    assert Outcome.disk_limit in LIMIT_OUTCOMES and "disk_limit" in RETRIED_OUTCOMES
     limits = record.sandbox.limits
     assert limits is not None and limits.disk_gb == 0.05
     if os.geteuid() == 0:

@@ -28,6 +28,7 @@ from typing import Any
 
 from spu.harness.trajectory import SessionReading, refusal_label, total_usage
 from spu.harness.trajectory.jsonl import (
+    ReadBudget,
     read_jsonl,
     read_small,
     session_files,
@@ -99,9 +100,11 @@ class _Reader:
     api_errors: list[str] = field(default_factory=list)
     cli_version: str | None = None
     order: int = 0
+    budget: ReadBudget = field(default_factory=ReadBudget)
+    """The session files' total read cap, shared by all the files of a run."""
 
     def read_file(self, path: Path, agent: str | None) -> None:
-        for _, entry in read_jsonl(path, self.warnings):
+        for _, entry in read_jsonl(path, self.warnings, self.budget):
             self.cli_version = self.cli_version or entry.get("version")
             entry_agent = agent
             if entry_agent is None and entry.get("isSidechain") and entry.get("agentId"):

@@ -32,7 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from spu.harness.trajectory import SessionReading, refusal_label, total_usage
-from spu.harness.trajectory.jsonl import read_jsonl, session_files, tool_output_text
+from spu.harness.trajectory.jsonl import (
+    ReadBudget,
+    read_jsonl,
+    session_files,
+    tool_output_text,
+)
 from spu.schema import ToolCall, Trajectory, TrajectoryStep, Usage
 
 REFUSAL_ERRORS = {"bio_policy": "bio", "cyber_policy": "cyber"}
@@ -97,8 +102,8 @@ class _ThreadReader:
     refusal: str | None = None
     api_errors: list[str] = field(default_factory=list)
 
-    def read(self, path: Path) -> None:
-        lines = list(read_jsonl(path, self.warnings))
+    def read(self, path: Path, budget: ReadBudget | None = None) -> None:
+        lines = list(read_jsonl(path, self.warnings, budget))
         per_response = any(entry.get("type") == "token_usage_record" for _, entry in lines)
         for _, entry in lines:
             kind, payload = entry.get("type"), entry.get("payload")
@@ -230,9 +235,10 @@ def read_codex_sessions(sessions_dir: Path, cli_version: str | None = None) -> S
     calls_by_id: dict[str, ToolCall] = {}
     files = session_files(sessions_dir, "rollout-*.jsonl", warnings)
     threads = []
+    budget = ReadBudget()  # all the rollouts of a run together
     for path in files:
         thread = _ThreadReader(agent=None, warnings=warnings, calls_by_id=calls_by_id)
-        thread.read(path)
+        thread.read(path, budget)
         threads.append(thread)
     main = [t for t in threads if t.agent is None] or threads[:1]
     steps = sorted((s for t in threads for s in t.steps), key=lambda s: s.timestamp or "")

@@ -23,6 +23,19 @@ MAX_FILE_BYTES = 2 << 30
 """What is read of one session file at most."""
 MAX_FILES = 10_000
 """Session files listed under one folder at most."""
+MAX_TOTAL_BYTES = 256 << 20
+"""What is read of all the session files of one run together (:class:`ReadBudget`): the
+agent writes them, and a planted gigabyte would cost the host its memory after the run."""
+MAX_TOOL_OUTPUT_CHARS = 1 << 20
+"""Characters of one tool result kept in the trajectory; the rest is named, not kept."""
+
+
+class ReadBudget:
+    """Bytes left to read of one run's session files (:data:`MAX_TOTAL_BYTES`)."""
+
+    def __init__(self, total: int = MAX_TOTAL_BYTES) -> None:
+        self.total = total
+        self.left = total
 
 
 def session_files(root: Path, pattern: str, warnings: list[str] | None = None) -> list[Path]:
@@ -63,7 +76,8 @@ def read_small(path: Path, limit: int = 1 << 20) -> bytes | None:
         return f.read(limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
 
 
-def _lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
+def _lines(path: Path, warnings: list[str],
+           budget: ReadBudget | None = None) -> Iterator[tuple[int, bytes]]:
     """``(line number, bytes)`` of a regular file, within the bounds, never following a link."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -76,11 +90,17 @@ def _lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
             return
         number = read = 0
         while read < MAX_FILE_BYTES:
+            if budget is not None and budget.left <= 0:
+                warnings.append(f"{path.name}: the session files' total of {budget.total} "
+                                f"bytes was read; line {number + 1} on not read")
+                return
             line = f.readline(MAX_LINE_BYTES + 1)
             if not line:
                 return
             number += 1
             read += len(line)
+            if budget is not None:
+                budget.left -= len(line)
             if len(line) > MAX_LINE_BYTES:
                 warnings.append(f"{path.name}:{number}: longer than {MAX_LINE_BYTES} bytes, "
                                 f"skipped")
@@ -92,14 +112,15 @@ def _lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
         warnings.append(f"{path.name}: read up to {MAX_FILE_BYTES} bytes, the rest skipped")
 
 
-def read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_jsonl(path: Path, warnings: list[str],
+               budget: ReadBudget | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each JSON object line of ``path``.
 
     A line that is not a JSON object (a session cut off mid-write leaves a partial
     last line) is skipped with a warning naming the file and the line, so the rest
     of the session is not lost. A link, a FIFO or another special file is not read.
     """
-    for number, raw in _lines(path, warnings):
+    for number, raw in _lines(path, warnings, budget):
         line = raw.decode("utf-8", errors="replace")
         if not line.strip():
             continue
@@ -119,12 +140,12 @@ TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
 """Content block types that hold text (Messages API; Responses API input and output)."""
 
 
-def tool_output_text(content: Any) -> str | None:
-    r"""A tool result's content as text (a string, or a list of text blocks).
+def _tool_output_text(content: Any) -> str | None:
+    r"""A tool result's content as text (a string, or a list of text blocks), whole.
 
     Examples
     --------
-    >>> tool_output_text([{"type": "input_text", "text": "Wall time: 0.1 seconds"},
+    >>> _tool_output_text([{"type": "input_text", "text": "Wall time: 0.1 seconds"},
     ...                   {"type": "input_text", "text": "[]"}, {"type": "image"}])
     'Wall time: 0.1 seconds\n[]\n[image]'
     """
@@ -143,3 +164,18 @@ def tool_output_text(content: Any) -> str | None:
                 parts.append(str(block))
         return "\n".join(parts)
     return json.dumps(content)
+
+
+def tool_output_text(content: Any) -> str | None:
+    r"""A tool result's content as text, at most :data:`MAX_TOOL_OUTPUT_CHARS` characters.
+
+    Examples
+    --------
+    >>> tool_output_text("x" * (MAX_TOOL_OUTPUT_CHARS + 5))[-31:]
+    'xx\n[5 more characters not kept]'
+    """
+    text = _tool_output_text(content)
+    if text is None or len(text) <= MAX_TOOL_OUTPUT_CHARS:
+        return text
+    return (text[:MAX_TOOL_OUTPUT_CHARS]
+            + f"\n[{len(text) - MAX_TOOL_OUTPUT_CHARS} more characters not kept]")
