@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import spu
 from spu.analysis.exposure import exposure_kinds
 from spu.config import TrackingConfig
+from spu.identity import official_score
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord
 from spu.tracking.empty_store import seed_sqlite_store
 from spu.tracking.locks import FileLock
@@ -323,7 +324,7 @@ def run_metrics(record: RunRecord) -> dict[str, float]:
     """Metrics of a run: scores, per-group rho, usage, cost, time, activity."""
     usage = record.usage
     metrics: dict[str, float] = {
-        "score": record.score_recovered if record.scored else record.score_strict,
+        "score": official_score(record.scored, record.score_strict, record.score_recovered),
         "score_strict": record.score_strict,
         "score_recovered": record.score_recovered,
         "input_tokens": usage.input,

@@ -48,6 +48,7 @@ from hydra_plugins.spu_ray_launcher._worker import run_agent_on_node
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from ray.exceptions import RayError, RayTaskError
 
+from spu.identity import settings_for
 from spu.launch.budget import CostLedger
 from spu.launch.job import JobStatus as RunStatus
 from spu.launch.job import (
@@ -55,6 +56,7 @@ from spu.launch.job import (
     lost_attempt_record,
     not_launched_result,
     recorded_result,
+    say_settings_change,
     tracking_target,
     write_result,
 )
@@ -68,7 +70,7 @@ from spu.launch.resources import (
     fit_request,
     run_request,
 )
-from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_attempts, plan_run
+from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_recorded, plan_run
 from spu.launch.server import TrackingServer, redact_uri
 from spu.tracking.query import recorded_run_from_record
 from spu.tracking.store import TrackingTarget, client_for, experiment_id, log_run, sqlite_path
@@ -319,13 +321,16 @@ def decide_from_tracking(jobs: list[SweepJob]) -> dict[int, dict[str, Any]]:
     skipped: dict[int, dict[str, Any]] = {}
     for (target, root), members in groups.items():
         assert all(j.identity for j in members)
-        latest = latest_attempts(target, Path(root), [j.identity.run_key  # type: ignore[union-attr]
-                                                      for j in members])
+        latest = latest_recorded(target, Path(root),
+                                 {j.identity.run_key: j.identity.identity  # type: ignore[union-attr]
+                                  for j in members})
         for job in members:
             assert job.identity is not None
             held = latest.get(job.identity.run_key)
             job.plan = plan_run(held, str(job.config.sweep.resume), int(job.config.sweep.retries))
             if job.plan.skip and held is not None:
+                say_settings_change(Path(root) / "runs" / held.run_key, job.identity,
+                                    settings_for(job.config.limits, str(job.config.sandbox.name)))
                 skipped[job.idx] = recorded_result(held, RunStatus.skipped, job.plan.reason)
     return skipped
 
