@@ -145,8 +145,8 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     else:
         assert job.result is not None
         result = job.result
-        log.info("%s %s/%s-%s: %s (%s)", result["run_key"], result["task"], result["model"],
-                 result["effort"], job.status, result["note"])
+        log.info("%s %s/%s: %s (%s)", result["run_key"], result["task"], result["config"],
+                 job.status, result["note"])
     if out is not None:
         write_result(out, result)
     return result
