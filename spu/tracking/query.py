@@ -1,6 +1,6 @@
 """Look up recorded runs by run key: what a sweep needs to resume without duplicates.
 
-A run key (:func:`spu.runner.run_key`) names one run of one configuration on one task
+A run key (:func:`spu.identity.run_key`) names one run of one configuration on one task
 version and repeat, whatever experiment or launcher ran it: lookups search every
 experiment of the store, so ``experiment=single`` finds the run ``experiment=default``
 finished and does not log it again. Each attempt of it is one MLflow run tagged with

@@ -436,9 +436,9 @@ def test_ties_resolve_the_same_in_the_export_and_the_lookups() -> None:
 
 
 def test_record_without_a_label_gets_the_runners_label() -> None:
-    """An older record without ``config``: the label is :func:`spu.runner.config_label`
+    """An older record without ``config``: the label is :func:`spu.identity.config_label`
     of its model and effort (the model's default harness is not recorded)."""
-    from spu.runner import config_label
+    from spu.identity import config_label
     from spu.tracking.export import logged_from_record, runs_row
     from tests.tracking.conftest import make_record
 
