@@ -320,8 +320,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     # exits 1 unless HYDRA_FULL_ERROR is set; set, it raises them here instead.
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    from spu.launch import interrupt
+
+    interrupt.install()
     try:
         _hydra_main()
+    except KeyboardInterrupt:
+        interrupt.exit_interrupted()
     except Exception as exc:
         message = None if user_full_error else explain(exc, args)
         if message is None:

@@ -234,12 +234,15 @@ def run_attempts(spec: Any, plan: RunPlan, target: TrackingTarget | None) -> Att
     the next starts; the next one names it in ``retried_from`` and ``run_one`` moves its
     folder under ``attempts/``.
     """
+    from spu.launch.interrupt import TALLY, run_in_flight
     from spu.runner import run_one
 
     attempt, retried_from = plan.first_attempt, plan.retried_from
     while True:
-        record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
+        with run_in_flight():
+            record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
         run_dir = spec.output_root / "runs" / record.run_key
+        TALLY.recorded += 1
         tracking_id = log_run(record, run_dir, target) if target is not None else None
         if record.outcome.value not in RETRIED_OUTCOMES or attempt >= plan.last_attempt:
             return Attempts(record, tracking_id, attempt - plan.first_attempt)

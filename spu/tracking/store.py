@@ -428,9 +428,11 @@ def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) ->
     try:
         _log_record(client, run_id, record, run_dir, blob_root(target),
                     run_artifacts(run.info.artifact_uri, target.uri))
-    except BaseException:
+    except BaseException as exc:
+        # Ctrl-C: the run was cut off, not failed (a relaunch runs it again either way).
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         try:  # best effort: a full or locked store fails this too; the next launch closes it
-            client.set_terminated(run_id, status="FAILED")
+            client.set_terminated(run_id, status=status)
         except Exception:  # noqa: BLE001
             log.warning("run %s: MLflow run %s left RUNNING; the next launch closes it",
                         record.run_key, run_id)
