@@ -31,7 +31,7 @@ class SweepTally:
     recorded: int = 0
     """Run attempts recorded (``run.json`` written, tracked where tracking is on)."""
     cut_off: int = 0
-    """Runs stopped by the interrupt before their record was written."""
+    """Runs started and not recorded when the interrupt came (in flight, or cut off)."""
     interrupted: bool = False
     """True once the first Ctrl-C arrived."""
 
@@ -41,12 +41,20 @@ TALLY = SweepTally()
 
 @contextmanager
 def run_in_flight() -> Iterator[None]:
-    """Around one run: an interrupt that passes through counts it as cut off."""
+    """Around one run: counted as cut off until it returns, or fails other than by Ctrl-C.
+
+    Counted from its start, so that a second Ctrl-C during the run's cleanup (before the
+    first has unwound through here) still counts it.
+    """
+    TALLY.cut_off += 1
     try:
         yield
     except KeyboardInterrupt:
-        TALLY.cut_off += 1
         raise
+    except BaseException:
+        TALLY.cut_off -= 1
+        raise
+    TALLY.cut_off -= 1
 
 
 def interrupted_line(tally: SweepTally = TALLY) -> str:

@@ -23,7 +23,8 @@ from tests.conftest import EXAMPLE_TASK, REPO
 SLEEPY = '''#!/usr/bin/env python3
 import os, pathlib, time
 pathlib.Path(os.environ["SPU_OUTPUT_DIR"], "started").write_text(str(os.getpid()))
-pathlib.Path({pids!r}).write_text(str(os.getpid()))
+pathlib.Path({pids!r} + ".tmp").write_text(str(os.getpid()))
+os.replace({pids!r} + ".tmp", {pids!r})
 time.sleep(300)
 '''
 

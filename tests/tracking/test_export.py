@@ -236,7 +236,8 @@ def _flaky_agent(tmp_path: Path) -> Path:
     ``harness.env`` is not part of a run's identity.
     """
     script = tmp_path / "flaky.py"
-    script.write_text("import os, sys\nif os.environ.get('SPU_TEST_FAIL'):\n"
+    script.write_text("#!/usr/bin/env python3\nimport os, sys\n"
+                      "if os.environ.get('SPU_TEST_FAIL'):\n"
                       "    print('API error: overloaded', file=sys.stderr)\n    sys.exit(1)\n"
                       + (REPO / "docs" / "examples" / "my_agent.py").read_text())
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
