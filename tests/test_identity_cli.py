@@ -120,6 +120,10 @@ def test_a_store_written_with_the_first_key_scheme_resumes(tmp_path: Path) -> No
     still runs."""
     shutil.copytree(LEGACY_STORE, tmp_path, dirs_exist_ok=True)
     old_keys = {"random-none-command": "a2e8630eb98759a8", "random-none": "c7bd14949c66d11b"}
+    plan = run_module(["spu.main", "experiment=single", f"task={EXAMPLE_TASK.name}",
+                       f"task_root={tmp_path / 'tasks'}", f"output_root={tmp_path / 'outputs'}",
+                       *command_agent(tmp_path / "my_agent.py"), "dry_run=true"], cwd=tmp_path)
+    assert plan.returncode == 0 and "0 of 1 jobs would run, 1 skipped" in plan.stdout, plan
     mine = spu_run(tmp_path, "mine", *command_agent(tmp_path / "my_agent.py"),
                    tracking="mlflow")
     assert mine["status"] == "skipped", mine
