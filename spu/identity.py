@@ -211,14 +211,14 @@ def official_score(scored: bool, score_strict: float, score_recovered: float) ->
     return score_recovered if scored else score_strict
 
 
-def settings_for(limits: Any, sandbox: str | None) -> RunSettings:
+def settings_for(limits: Any, sandbox: str | None, launcher: str | None = None) -> RunSettings:
     """The launch settings recorded beside a run's identity (never part of its key)."""
     values: dict[str, float] = {}
     for name in SETTING_LIMITS:
         value = _opt(limits, name) if limits is not None else None
         if value is not None:
             values[name] = float(value)
-    return RunSettings(limits=values, sandbox=sandbox)
+    return RunSettings(limits=values, sandbox=sandbox, launcher=launcher)
 
 
 def settings_change(recorded: RunSettings | None, current: RunSettings) -> str | None:
@@ -237,8 +237,11 @@ def settings_change(recorded: RunSettings | None, current: RunSettings) -> str |
         if recorded.limits[name] != current.limits[name]:
             said.append(f"limits.{name}={_num(recorded.limits[name])} "
                         f"(this command: {_num(current.limits[name])})")
-    if recorded.sandbox and current.sandbox and recorded.sandbox != current.sandbox:
-        said.append(f"sandbox={recorded.sandbox} (this command: {current.sandbox})")
+    for name in ("sandbox", "launcher"):
+        was, now = getattr(recorded, name), getattr(current, name)
+        if was and now and was != now:
+            key = "hydra/launcher" if name == "launcher" else name
+            said.append(f"{key}={was} (this command: {now})")
     return ", ".join(said) or None
 
 

@@ -130,6 +130,7 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     out = sweep_dir = None
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
+        spec = dataclasses.replace(spec, launcher=hydra_cfg.runtime.choices.get("hydra/launcher"))
         out = Path(hydra_cfg.runtime.output_dir)
         if hydra_cfg.mode == RunMode.MULTIRUN:
             sweep_dir = Path(hydra_cfg.sweep.dir)

@@ -107,6 +107,9 @@ class RunSpec:
     """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
     retried_from: str | None = None
+    launcher: str | None = None
+    """The Hydra launcher that runs it (``basic``, ``ray_local``...), recorded in the run's
+    settings; never part of its identity."""
 
 
 def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
@@ -615,7 +618,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     run_record = RunRecord(
         run_key=run.key,
         identity=run.identity,
-        settings=settings_for(spec.limits, spec.sandbox.name),
+        settings=settings_for(spec.limits, spec.sandbox.name, spec.launcher),
         task_id=task.id,
         task_version=task.version,
         discipline=task.meta.discipline.value,

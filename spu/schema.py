@@ -606,6 +606,8 @@ class RunSettings(Record):
     """The requested limits (``limits.*``, before a task's own overrides)."""
     sandbox: str | None = None
     """The requested sandbox backend (``sandbox.name``)."""
+    launcher: str | None = None
+    """The Hydra launcher that ran it (``basic``, ``ray_local``...; None: not through Hydra)."""
 
 
 class RunRecord(Record):

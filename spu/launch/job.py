@@ -321,7 +321,7 @@ def _run_locked(cfg: DictConfig, spec: Any, identity: RunIdentity,
         log.info("run %s (%s/%s r%d): skipped, %s", identity.run_key, identity.task_id,
                  identity.config, identity.repeat, plan.reason)
         say_settings_change(spec.output_root / "runs" / latest.run_key, identity,
-                            settings_for(spec.limits, spec.sandbox.name))
+                            settings_for(spec.limits, spec.sandbox.name, spec.launcher))
         return JobRun(JobStatus.skipped,
                       result=recorded_result(latest, JobStatus.skipped, plan.reason))
     limit = cfg.budget.max_cost_usd

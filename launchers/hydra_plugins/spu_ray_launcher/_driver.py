@@ -215,10 +215,19 @@ class JobComposer:
 
         rest, repeat = self.split(job.overrides)
         if repeat is None:
-            return spec_from_config(without_hydra(job.config))
+            return replace(spec_from_config(without_hydra(job.config)),
+                           launcher=job_launcher(job.config))
         if rest not in self.specs:
-            self.specs[rest] = spec_from_config(without_hydra(job.config))
+            self.specs[rest] = replace(spec_from_config(without_hydra(job.config)),
+                                       launcher=job_launcher(job.config))
         return replace(self.specs[rest], repeat=int(job.config.repeat))
+
+
+def job_launcher(config: DictConfig) -> str | None:
+    """The launcher a job's config chose (``hydra/launcher``), recorded in its settings."""
+    choices = OmegaConf.select(config, "hydra.runtime.choices")
+    value = choices.get("hydra/launcher") if choices is not None else None
+    return str(value) if value is not None else None
 
 
 @contextmanager
@@ -330,7 +339,8 @@ def decide_from_tracking(jobs: list[SweepJob]) -> dict[int, dict[str, Any]]:
             job.plan = plan_run(held, str(job.config.sweep.resume), int(job.config.sweep.retries))
             if job.plan.skip and held is not None:
                 say_settings_change(Path(root) / "runs" / held.run_key, job.identity,
-                                    settings_for(job.config.limits, str(job.config.sandbox.name)))
+                                    settings_for(job.config.limits, str(job.config.sandbox.name),
+                                                 job_launcher(job.config)))
                 skipped[job.idx] = recorded_result(held, RunStatus.skipped, job.plan.reason)
     return skipped
 
