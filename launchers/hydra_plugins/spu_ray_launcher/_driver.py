@@ -50,6 +50,7 @@ from ray.exceptions import RayError, RayTaskError
 
 from spu.identity import settings_for
 from spu.launch.budget import CostLedger
+from spu.launch.interrupt import TALLY
 from spu.launch.job import JobStatus as RunStatus
 from spu.launch.job import (
     RunIdentity,
@@ -548,6 +549,7 @@ class Driver:
                              f"{type(exc).__name__}: {exc}[/red]")
             self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
+        TALLY.recorded += 1
         if record.outcome.value in RETRIED_OUTCOMES and att.number < att.last:
             log.warning("run %s: attempt %d ended %s (%s); retrying as attempt %d",
                         record.run_key, att.number, record.outcome.value,
@@ -666,6 +668,16 @@ class Driver:
                     for future in done:
                         self.settled(future)
                 self.display.refresh()
+        except KeyboardInterrupt:
+            # Ctrl-C: the agents in flight are cut off (their runs write no run.json and
+            # run again on relaunch); runs being settled here finish their record.
+            TALLY.cut_off += len(self.in_flight)
+            for ref in list(self.in_flight):
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort; Ray's shutdown ends them too
+                    pass
+            raise
         finally:
             self.pool.shutdown(wait=True)
 
