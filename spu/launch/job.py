@@ -31,7 +31,6 @@ from spu.identity import (
     config_label,
     harness_label,
     identity_for,
-    identity_legacy_key,
     run_key,
     settings_change,
     settings_for,
@@ -112,11 +111,6 @@ class RunIdentity:
         assert self.identity is not None
         ident = self.identity.model_copy(update={"repeat": int(repeat)})
         return replace(self, run_key=run_key(ident), repeat=repeat, identity=ident)
-
-    @property
-    def legacy_key(self) -> str | None:
-        """The key older stores recorded this run under (:func:`~spu.identity.legacy_run_key`)."""
-        return identity_legacy_key(self.identity) if self.identity is not None else None
 
     @property
     def config(self) -> str:
