@@ -114,6 +114,9 @@ class HarnessConfig:
     """One agent harness of ``conf/harness``."""
 
     name: str = MISSING
+    label: str | None = None
+    """Name of the harness in configuration labels (None: a command's entrypoint name, else
+    the harness name); display only, never part of the run key."""
     entrypoint: str | None = None
     """Executable run as the agent (``harness=command``), copied into the sandbox."""
     args: list[str] = field(default_factory=list)

@@ -13,6 +13,7 @@ raises becomes one line naming the override and the nearest valid spelling, exit
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -92,6 +93,7 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     out = sweep_dir = None
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
+        spec = dataclasses.replace(spec, launcher=hydra_cfg.runtime.choices.get("hydra/launcher"))
         out = Path(hydra_cfg.runtime.output_dir)
         if hydra_cfg.mode == RunMode.MULTIRUN:
             sweep_dir = Path(hydra_cfg.sweep.dir)
@@ -107,8 +109,8 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     else:
         assert job.result is not None
         result = job.result
-        log.info("%s %s/%s-%s: %s (%s)", result["run_key"], result["task"], result["model"],
-                 result["effort"], job.status, result["note"])
+        log.info("%s %s/%s: %s (%s)", result["run_key"], result["task"], result["config"],
+                 job.status, result["note"])
     if out is not None:
         write_result(out, result)
     return result
@@ -241,9 +243,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     # exits 1 unless HYDRA_FULL_ERROR is set; set, it raises them here instead.
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    from spu.launch import interrupt
+
+    interrupt.install()
     try:
         run_hydra(run_task, args, config_path="../conf", config_name="config",
                   version_base="1.3")
+    except KeyboardInterrupt:
+        interrupt.exit_interrupted()
     except Exception as exc:
         message = None if user_full_error else explain(exc, args)
         if message is None:

@@ -163,7 +163,7 @@ def _default_task(cfg: Any) -> str | None:
 def _decide(rows: list[tuple[int, tuple[str, ...], str, Any]], task_root: Path) -> list[PlannedJob]:
     """Identity, resume status and expected cost of each job."""
     from spu.cost.reference import expected_cost
-    from spu.runner import config_label, run_key
+    from spu.identity import config_label, harness_label, identity_for, run_key
     from spu.tasks.package import load_meta
 
     metas: dict[str, Any] = {}
@@ -173,14 +173,14 @@ def _decide(rows: list[tuple[int, tuple[str, ...], str, Any]], task_root: Path) 
             metas[task] = load_meta(task_root / task)
         meta = metas[task]
         label = config_label(conf.model.name, conf.effort.name, conf.harness.name,
-                             conf.model.default_harness)
-        key = run_key(conf.model.name, conf.harness.name, conf.effort.name, meta.id,
-                      meta.version, conf.repeat)
-        identities.append((index, job, task, conf, meta, label, key))
+                             conf.model.default_harness, harness_label(conf.harness))
+        ident = identity_for(conf.model, conf.harness, conf.effort, conf.tools,
+                             task_root / task, meta.id, meta.version, conf.repeat)
+        identities.append((index, job, task, conf, meta, label, run_key(ident), ident))
     decisions = _resume_decisions(identities)
     costs: dict[tuple[str, str], Any] = {}
     jobs = []
-    for index, job, task, conf, meta, label, key in identities:
+    for index, job, task, conf, meta, label, key, _ in identities:
         if (conf.model.name, label) not in costs:
             costs[(conf.model.name, label)] = expected_cost(conf.model, label,
                                                             _scripted_usage(conf))
@@ -212,9 +212,14 @@ def _scripted_usage(conf: Any) -> Any:
 
 
 def _resume_decisions(identities: list[Any]) -> dict[str, tuple[str, str]]:
-    """Run, retry or skip for each run key, read from tracking and run folders only."""
-    from spu.launch.resume import ResumeMode, plan_run
-    from spu.tracking.query import read_run_file, recorded_run_from_record, recorded_runs
+    """Run, retry or skip for each run key, read from tracking and run folders only.
+
+    A key with nothing recorded is looked up by its first-scheme key, as a launch does
+    (:func:`spu.launch.resume.latest_recorded`), without repairing anything.
+    """
+    from spu.identity import identity_legacy_key
+    from spu.launch.resume import ResumeMode, legacy_record_matches, plan_run
+    from spu.tracking.query import recorded_runs
     from spu.tracking.store import resolve_target
 
     by_store: dict[tuple[Any, Path], list[Any]] = {}
@@ -228,21 +233,33 @@ def _resume_decisions(identities: list[Any]) -> dict[str, tuple[str, str]]:
         by_store.setdefault((target, root), []).append(ident)
     decisions: dict[str, tuple[str, str]] = {}
     for (target, root), members in by_store.items():
-        keys = sorted({m[6] for m in members})
+        legacy = {m[6]: identity_legacy_key(m[7]) for m in members}
+        keys = sorted({m[6] for m in members} | set(legacy.values()))
         tracked = recorded_runs(target, keys) if target is not None else {}
+
         for ident in members:
             conf, key = ident[3], ident[6]
-            latest = tracked.get(key)
-            record = read_run_file(root / "runs" / key / "run.json") \
-                if (root / "runs" / key).is_dir() else None
-            if record is not None and (latest is None or record.attempt > latest.attempt):
-                latest = recorded_run_from_record(record)
+            latest = _latest_of(key, tracked, root)
+            if latest is None and legacy_record_matches(root / "runs" / legacy[key], ident[7]):
+                latest = _latest_of(legacy[key], tracked, root)
             if latest is None:
                 continue
             decided = plan_run(latest, conf.sweep.resume, conf.sweep.retries)
             status = "skip" if decided.skip else "retry"
             decisions[key] = (status, decided.reason)
     return decisions
+
+
+def _latest_of(key: str, tracked: dict[str, Any], root: Path) -> Any:
+    """The latest attempt of ``key``: tracked, or a newer ``run.json`` of its folder."""
+    from spu.tracking.query import read_run_file, recorded_run_from_record
+
+    latest = tracked.get(key)
+    record = read_run_file(root / "runs" / key / "run.json") \
+        if (root / "runs" / key).is_dir() else None
+    if record is not None and (latest is None or record.attempt > latest.attempt):
+        latest = recorded_run_from_record(record)
+    return latest
 
 
 def plan_table(plan: SweepPlan, limit: int | None = None) -> Any:

@@ -15,7 +15,6 @@ A retried run keeps its earlier attempts under ``attempts/<n>/``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
 from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
+from spu.identity import config_label, harness_label, identity_for, run_key, settings_for
 from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
 from spu.sandbox.disk import release_stale as release_stale_disk
 from spu.sandbox.disk import remove_tree
@@ -57,6 +57,7 @@ from spu.schema import (
     ExposureHit,
     GpuUsage,
     Grade,
+    Identity,
     ProcessEvidence,
     RunRecord,
     SandboxInfo,
@@ -106,54 +107,26 @@ class RunSpec:
     retry_limits_with_file: bool = False
     """``sweep.retry_limits_with_file``: exclude and rerun a run that hit a resource limit
     after writing a file (the paper's rule) instead of scoring that file."""
+    launcher: str | None = None
+    """The Hydra launcher that runs it (``basic``, ``ray_local``...), recorded in the run's
+    settings; never part of its identity."""
 
 
-def run_key(model: str, harness: str, effort: str, task_id: str, task_version: str,
-            repeat: int) -> str:
-    """Stable 16-hex-digit hash of what identifies a run.
-
-    Examples
-    --------
-    >>> run_key("random", "baseline", "none", "spu-demo-a", "1.0", 0)
-    '4181d89605e63c83'
-    """
-    ident = {
-        "model": model,
-        "harness": harness,
-        "effort": effort,
-        "task_id": task_id,
-        "task_version": task_version,
-        "repeat": int(repeat),
-    }
-    blob = json.dumps(ident, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def config_label(
-    model: str, effort: str, harness: str | None = None, default_harness: str | None = None
-) -> str:
-    """The configuration a run belongs to in the statistics: a model at an effort in a harness.
-
-    The harness is named only when it is not the model's default, so the paper's
-    configurations read ``opus5-max`` and ``astra-medium``.
-
-    Examples
-    --------
-    >>> config_label("astra", "medium", "codex", "codex")
-    'astra-medium'
-    >>> config_label("opus5", "max", "command", "claude_code")
-    'opus5-max-command'
-    """
-    label = f"{model}-{effort}"
-    if harness and default_harness and harness != default_harness:
-        label += f"-{harness}"
-    return label
+def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
+    """What ``spec`` runs on ``task`` (:func:`spu.identity.identity_for`)."""
+    return identity_for(spec.model, spec.harness, spec.effort, spec.tools, task.path, task.id,
+                        task.version, spec.repeat)
 
 
 def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
-    """The run key of ``spec`` on ``task``."""
-    return run_key(spec.model.name, spec.harness.name, spec.effort.name, task.id,
-                   task.version, spec.repeat)
+    """The run key of ``spec`` on ``task``: a hash of its identity."""
+    return run_key(spec_identity(spec, task))
+
+
+def spec_config_label(spec: RunSpec) -> str:
+    """The configuration label of ``spec``'s runs (:func:`spu.identity.config_label`)."""
+    return config_label(spec.model.name, spec.effort.name, spec.harness.name,
+                        spec.model.default_harness, harness_label(spec.harness))
 
 
 def _now() -> str:
@@ -224,6 +197,8 @@ class AgentRun:
     limits: RunLimits
     provider: Provider | None = None
     """The audited tools' provider, checked; None when the run has no tools service."""
+    identity: Identity | None = None
+    """What runs (the fields ``key`` is hashed from)."""
 
     @property
     def run_dir(self) -> Path:
@@ -319,7 +294,8 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool) -> AgentRun:
             provider = make_provider(spec.tools)
         except ProviderConfigError as exc:
             raise RunConfigError(str(exc)) from None
-    return AgentRun(spec, task, spec_run_key(spec, task), harness, limits, provider)
+    identity = spec_identity(spec, task)
+    return AgentRun(spec, task, run_key(identity), harness, limits, provider, identity)
 
 
 def prepare_run(spec: RunSpec, check: bool = True) -> PreparedRun:
@@ -336,7 +312,8 @@ def prepare_run(spec: RunSpec, check: bool = True) -> PreparedRun:
     answers = load_answers(task.answers_path(spec.answers_root))
     agent = _agent_run(spec, task, check)
     return PreparedRun(spec=agent.spec, task=agent.task, key=agent.key, harness=agent.harness,
-                       limits=agent.limits, provider=agent.provider, answers=answers)
+                       limits=agent.limits, provider=agent.provider,
+                       identity=agent.identity, answers=answers)
 
 
 def stage(run: PreparedRun) -> Path:
@@ -521,9 +498,7 @@ def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
     When the provider rejects the key, the monitor asks the sandbox to stop the agent
     and the run ends as ``infra_error`` with the provider's message.
     """
-    label = f"{run.task.id} · " + config_label(run.spec.model.name, run.spec.effort.name,
-                                               run.spec.harness.name,
-                                               run.spec.model.default_harness)
+    label = f"{run.task.id} · " + spec_config_label(run.spec)
 
     def rejected(seen: str) -> str | None:
         sandbox.request_stop()
@@ -624,6 +599,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
     run_record = RunRecord(
         run_key=run.key,
+        identity=run.identity,
+        settings=settings_for(spec.limits, spec.sandbox.name, spec.launcher),
         task_id=task.id,
         task_version=task.version,
         discipline=task.meta.discipline.value,
@@ -633,8 +610,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         harness=spec.harness.name,
         effort=spec.effort.name,
         repeat=spec.repeat,
-        config=config_label(spec.model.name, spec.effort.name, spec.harness.name,
-                            spec.model.default_harness),
+        config=spec_config_label(spec),
         outcome=verdict.outcome,
         scored=verdict.scored,
         score_strict=grades.strict.score,

@@ -579,13 +579,90 @@ class GpuUsage(Record):
     """Readings that failed, and why (first few)."""
 
 
+class ConfigIdentity(Record):
+    """The configuration part of a run's identity: what was asked to solve the task."""
+
+    model: str
+    """Model configuration name (``conf/model``)."""
+    api_model: str | None = None
+    """The provider's model id (``model.api_model``)."""
+    endpoint: str | None = None
+    """The API endpoint (``model.base_url``; None: the CLI's default)."""
+    effort: str
+    """Reasoning effort name (``conf/effort``)."""
+    harness: str
+    """Harness name (``conf/harness``, or ``module:Class``)."""
+    cli_version: str | None = None
+    """The pinned version of the harness's CLI (``harness.version``; None: no CLI)."""
+    entrypoint_sha256: str | None = None
+    """SHA-256 of ``harness.entrypoint`` (``harness=command``; None: no entrypoint)."""
+    args: list[str] = Field(default_factory=list)
+    """``harness.args``, the arguments given to the entrypoint."""
+
+
+class TaskIdentity(Record):
+    """The task part of a run's identity."""
+
+    id: str
+    """Task identifier."""
+    version: str
+    """Task version."""
+    task_digest: str
+    """SHA-256 over the task's public files, paths and contents (``spu.tasks.digest``)."""
+
+
+class ToolsIdentity(Record):
+    """The audited tools a run could use (SPEC section 7)."""
+
+    provider: str | None = None
+    """``tools.provider`` (``offline``, ``web``); None when the run had no tools service."""
+    corpus_sha256: str | None = None
+    """SHA-256 of the offline corpus file (None: no corpus, or no tools service)."""
+
+
+class Identity(Record):
+    """What ran: the fields a run key is hashed from (SPEC section 12, :mod:`spu.identity`).
+
+    A change to any of them is another run; limits, sandbox backend and launcher are
+    not part of it (:class:`RunSettings`), nor is the answer key (``spu regrade``).
+    """
+
+    key_scheme: str = "2"
+    """Version of the run-key scheme (1: the model, harness, effort, task id, version and
+    repeat names only, before this record existed)."""
+    config: ConfigIdentity
+    """The configuration."""
+    task: TaskIdentity
+    """The task and its public files."""
+    tools: ToolsIdentity = Field(default_factory=ToolsIdentity)
+    """The tools provider and its corpus."""
+    repeat: int = 0
+    """0 for the official run, 1 and up for repeated runs."""
+
+
+class RunSettings(Record):
+    """How a run was launched, outside its identity: changing these never runs it again."""
+
+    limits: dict[str, float] = Field(default_factory=dict)
+    """The requested limits (``limits.*``, before a task's own overrides)."""
+    sandbox: str | None = None
+    """The requested sandbox backend (``sandbox.name``)."""
+    launcher: str | None = None
+    """The Hydra launcher that ran it (``basic``, ``ray_local``...; None: not through Hydra)."""
+
+
 class RunRecord(VersionedRecord):
     """``<output_root>/runs/<run_key>/run.json``: one agent run, graded (SPEC section 4)."""
 
     schema_version: str = RUN_RECORD_VERSION
     """Version of this record's format."""
     run_key: str
-    """Stable hash of (model, harness, effort, task id and version, repeat)."""
+    """Stable hash of ``identity`` (:func:`spu.identity.run_key`); in records without
+    ``identity``, of (model, harness, effort, task id and version, repeat)."""
+    identity: Identity | None = None
+    """What ran, the fields ``run_key`` is hashed from; None in records written before."""
+    settings: RunSettings | None = None
+    """How the run was launched (limits, sandbox), outside its identity; None before."""
     task_id: str
     """Task identifier."""
     task_version: str

@@ -65,3 +65,15 @@ def run_module(args: list[str], cwd: Path = REPO, env: dict[str, str] | None = N
 
 def have_bwrap() -> bool:
     return shutil.which("bwrap") is not None
+
+
+def baseline_run_key(task_dir: Path, model: str = "random", repeat: int = 0) -> str:
+    """The run key of a baseline (``harness=baseline effort=none``) on the task in ``task_dir``."""
+    from spu.config import EffortConfig, HarnessConfig, ModelConfig, ToolsConfig
+    from spu.identity import identity_for, run_key
+    from spu.tasks.package import load_meta
+
+    meta = load_meta(task_dir)
+    return run_key(identity_for(ModelConfig(name=model, provider="baseline"),
+                                HarnessConfig(name="baseline"), EffortConfig(name="none"),
+                                ToolsConfig(), task_dir, meta.id, meta.version, repeat))

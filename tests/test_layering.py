@@ -69,8 +69,6 @@ CLI_RANK = 300
 """A stage's own command line (``spu/<stage>/cli.py``) composes stages like the entry point."""
 
 PENDING: dict[tuple[str, str], str] = {
-    ("spu.tracking.export", "spu.runner"):
-        "config_label and record come from spu.identity (helper 'identity', issue 27)",
     ("spu.harness.cli_agent", "spu.testing"):
         "the scripted model becomes an upstream of the model gateway (helper 'gateway')",
 }

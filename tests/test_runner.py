@@ -9,7 +9,8 @@ import pytest
 from scipy.stats import spearmanr
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
-from spu.runner import RunSpec, run_key, run_one
+from spu.identity import legacy_run_key
+from spu.runner import RunSpec, run_one
 from spu.schema import Outcome
 from spu.tasks import load_answers, load_task
 from tests.conftest import have_bwrap
@@ -27,10 +28,11 @@ def _spec(task: Path, model: str, tmp_path: Path, sandbox: str = "local", **kw) 
     )
 
 
-def test_run_key_is_stable_and_separates_each_component() -> None:
+def test_first_scheme_run_key_is_stable_and_separates_each_component() -> None:
+    """The first scheme's key (:func:`spu.identity.legacy_run_key`), which older stores hold."""
     base = ("random", "baseline", "none", "t", "1.0", 0)
-    key = run_key(*base)
-    assert key == run_key(*base)
+    key = legacy_run_key(*base)
+    assert key == legacy_run_key(*base)
     assert len(key) == 16 and int(key, 16) >= 0
     variants = [
         ("opus5", "baseline", "none", "t", "1.0", 0),
@@ -40,7 +42,7 @@ def test_run_key_is_stable_and_separates_each_component() -> None:
         ("random", "baseline", "none", "t", "1.1", 0),
         ("random", "baseline", "none", "t", "1.0", 1),
     ]
-    keys = {run_key(*v) for v in variants}
+    keys = {legacy_run_key(*v) for v in variants}
     assert key not in keys and len(keys) == len(variants)
 
 

@@ -26,15 +26,30 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from spu.identity import (
+    config_label,
+    harness_label,
+    identity_for,
+    run_key,
+    settings_change,
+    settings_for,
+)
 from spu.launch.results import RESULT_FILE
 from spu.launch.resume import (
     RETRIED_OUTCOMES,
     ResumeMode,
     RunPlan,
-    latest_attempts,
+    latest_recorded,
     plan_run,
 )
-from spu.schema import Outcome, ProcessEvidence, RunRecord, SandboxInfo
+from spu.schema import (
+    Identity,
+    Outcome,
+    ProcessEvidence,
+    RunRecord,
+    RunSettings,
+    SandboxInfo,
+)
 from spu.tracking.locks import holder, run_key_lock, take
 from spu.tracking.query import RecordedRun, recorded_run_from_record
 from spu.tracking.store import TrackingTarget, log_run, resolve_target
@@ -58,7 +73,7 @@ class JobStatus:
 
 @dataclass(frozen=True)
 class RunIdentity:
-    """What names a run, read from a composed config without loading the task."""
+    """What names a run, read from a composed config and its task's public files."""
 
     run_key: str
     task_id: str
@@ -69,31 +84,59 @@ class RunIdentity:
     effort: str
     repeat: int
     default_harness: str | None = None
+    identity: Identity | None = None
+    """What runs, the fields ``run_key`` is hashed from (:mod:`spu.identity`)."""
+    harness_label: str | None = None
+    """The harness's own name in configuration labels (a command's entrypoint name)."""
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> RunIdentity | None:
         """The identity of ``cfg``'s run, or None when no task is selected."""
-        from spu.runner import run_key
-
         if OmegaConf.is_missing(cfg, "task") or cfg.task is None:
             return None
         if cfg.task.get("broken"):  # a broken package selected by name: nothing to run
             return None
         task, repeat = cfg.task, int(cfg.repeat)
-        key = run_key(cfg.model.name, cfg.harness.name, cfg.effort.name, str(task.id),
-                      str(task.version), repeat)
-        return cls(run_key=key, task_id=str(task.id), task_version=str(task.version),
-                   task_dir=Path(str(task.path)), model=str(cfg.model.name),
-                   harness=str(cfg.harness.name), effort=str(cfg.effort.name), repeat=repeat,
-                   default_harness=cfg.model.get("default_harness"))
+        ident = identity_for(cfg.model, cfg.harness, cfg.effort, cfg.get("tools"),
+                             Path(str(task.path)), str(task.id), str(task.version), repeat)
+        return cls(run_key=run_key(ident), task_id=str(task.id),
+                   task_version=str(task.version), task_dir=Path(str(task.path)),
+                   model=str(cfg.model.name), harness=str(cfg.harness.name),
+                   effort=str(cfg.effort.name), repeat=repeat,
+                   default_harness=cfg.model.get("default_harness"), identity=ident,
+                   harness_label=harness_label(cfg.harness))
 
     def again(self, repeat: int) -> RunIdentity:
         """The same run's identity at another ``repeat`` (its own run key)."""
-        from spu.runner import run_key
+        assert self.identity is not None
+        ident = self.identity.model_copy(update={"repeat": int(repeat)})
+        return replace(self, run_key=run_key(ident), repeat=repeat, identity=ident)
 
-        key = run_key(self.model, self.harness, self.effort, self.task_id, self.task_version,
-                      repeat)
-        return replace(self, run_key=key, repeat=repeat)
+    @property
+    def config(self) -> str:
+        """The configuration label of the run."""
+        return config_label(self.model, self.effort, self.harness, self.default_harness,
+                            self.harness_label)
+
+
+def say_settings_change(run_dir: Path, identity: RunIdentity, current: RunSettings) -> None:
+    """One line when a skipped run was recorded with other limits or sandbox than asked now.
+
+    Those settings are not part of a run's identity: the recorded run stands, and the
+    line says what this command would have changed (``sweep.resume=off`` runs it again).
+    """
+    from spu.tracking.query import RunLookupError, read_run_file
+
+    try:
+        record = read_run_file(run_dir / "run.json")
+    except RunLookupError:
+        return
+    changed = settings_change(record.settings if record is not None else None, current)
+    if changed:
+        log.warning("run %s (%s/%s r%d): not run again, recorded with %s; these settings are "
+                    "not part of its identity (sweep.resume=off runs it again)",
+                    identity.run_key, identity.task_id, identity.config, identity.repeat,
+                    changed)
 
 
 def tracking_target(cfg: DictConfig, output_root: Path) -> TrackingTarget | None:
@@ -132,16 +175,13 @@ def recorded_result(recorded: RecordedRun, status: str, note: str) -> dict[str, 
 
 def not_launched_result(identity: RunIdentity, reason: str) -> dict[str, Any]:
     """The result row of a run the budget kept from starting."""
-    from spu.runner import config_label
-
     return {
         "run_key": identity.run_key,
         "task": identity.task_id,
         "model": identity.model,
         "harness": identity.harness,
         "effort": identity.effort,
-        "config": config_label(identity.model, identity.effort, identity.harness,
-                               identity.default_harness),
+        "config": identity.config,
         "repeat": identity.repeat,
         "outcome": "-",
         "scored": False,
@@ -188,12 +228,15 @@ def run_attempts(spec: Any, plan: RunPlan, target: TrackingTarget | None) -> Att
     the next starts; the next one names it in ``retried_from`` and ``run_one`` moves its
     folder under ``attempts/``.
     """
+    from spu.launch.interrupt import TALLY, run_in_flight
     from spu.runner import run_one
 
     attempt, retried_from = plan.first_attempt, plan.retried_from
     while True:
-        record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
+        with run_in_flight():
+            record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
         run_dir = spec.output_root / "runs" / record.run_key
+        TALLY.recorded += 1
         tracking_id = log_run(record, run_dir, target) if target is not None else None
         # A scored run is final: a file left before a resource limit counts (issue 30).
         if (record.outcome.value not in RETRIED_OUTCOMES or record.scored
@@ -211,7 +254,8 @@ def plan_job(cfg: DictConfig, identity: RunIdentity, output_root: Path,
     mode = ResumeMode.parse(str(cfg.sweep.resume))
     latest = None
     if mode is not ResumeMode.off:
-        latest = latest_attempts(target, output_root, [identity.run_key]).get(identity.run_key)
+        latest = latest_recorded(target, output_root,
+                                 {identity.run_key: identity.identity}).get(identity.run_key)
     return plan_run(latest, mode, int(cfg.sweep.retries)), latest
 
 
@@ -255,9 +299,9 @@ def run_tracked(cfg: DictConfig, spec: Any, sweep_dir: Path | None = None) -> Jo
     # One writer per run key: held from the decision until the run is tracked.
     lock = run_key_lock(spec.output_root, identity.run_key)
     if not take(lock, blocking=False):
-        log.warning("run %s (%s/%s-%s r%d): skipped, running in another process (pid %s)",
-                    identity.run_key, identity.task_id, identity.model, identity.effort,
-                    identity.repeat, holder(lock))
+        log.warning("run %s (%s/%s r%d): skipped, running in another process (pid %s)",
+                    identity.run_key, identity.task_id, identity.config, identity.repeat,
+                    holder(lock))
         return JobRun(JobStatus.in_progress, result=in_progress_result(identity, holder(lock)))
     try:
         return _run_locked(cfg, spec, identity, sweep_dir)
@@ -270,8 +314,10 @@ def _run_locked(cfg: DictConfig, spec: Any, identity: RunIdentity,
     target = tracking_target(cfg, spec.output_root)
     plan, latest = plan_job(cfg, identity, spec.output_root, target)
     if plan.skip and latest is not None:
-        log.info("run %s (%s/%s-%s r%d): skipped, %s", identity.run_key, identity.task_id,
-                 identity.model, identity.effort, identity.repeat, plan.reason)
+        log.info("run %s (%s/%s r%d): skipped, %s", identity.run_key, identity.task_id,
+                 identity.config, identity.repeat, plan.reason)
+        say_settings_change(spec.output_root / "runs" / latest.run_key, identity,
+                            settings_for(spec.limits, spec.sandbox.name, spec.launcher))
         return JobRun(JobStatus.skipped,
                       result=recorded_result(latest, JobStatus.skipped, plan.reason))
     limit = cfg.budget.max_cost_usd
@@ -295,8 +341,6 @@ def lost_attempt_record(identity: RunIdentity, sandbox_backend: str, attempt: in
     A Ray worker or node that dies takes its attempt with it; the driver records the
     attempt as ``infra_error`` so that it counts as the first attempt and is retried.
     """
-    from spu.runner import config_label
-
     return RunRecord(
         run_key=identity.run_key,
         task_id=identity.task_id,
@@ -305,8 +349,8 @@ def lost_attempt_record(identity: RunIdentity, sandbox_backend: str, attempt: in
         harness=identity.harness,
         effort=identity.effort,
         repeat=identity.repeat,
-        config=config_label(identity.model, identity.effort, identity.harness,
-                            identity.default_harness),
+        identity=identity.identity,
+        config=identity.config,
         outcome=Outcome.infra_error,
         sandbox=SandboxInfo(backend=sandbox_backend),
         process=ProcessEvidence(error=reason),

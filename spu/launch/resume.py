@@ -23,21 +23,31 @@ the run is tracked (:func:`spu.launch.job.run_tracked`). Repairs of what a kille
 process left (an untracked ``run.json``, a record left RUNNING) are made under the
 same lock, so a concurrent sweep never repairs, and duplicates, a run in progress.
 A key is one record whatever experiment holds it: the lookups search the whole store.
+
+Stores written before run identity (:mod:`spu.identity`) keep their runs under keys of
+the first scheme. :func:`latest_recorded` looks a run up by its key, then, where
+nothing is recorded there, by its first-scheme key (:func:`~spu.identity.legacy_run_key`),
+and takes the record found there as this run's when its run folder agrees with the
+identity (:func:`legacy_record_matches`): the staged task has the same digest, the agent
+file given to the sandbox (``harness=command``) the same SHA-256, the CLI the same
+version. Old records are read, never rewritten (a sealed run's files stay as signed).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from spu.config import ResumeMode
-from spu.schema import Outcome
+from spu.identity import identity_legacy_key
+from spu.schema import Identity, Outcome
 from spu.tracking.locks import holder, run_key_lock, take
 from spu.tracking.query import (
     KeyRecords,
     RecordedRun,
+    RunLookupError,
     close_cut_short,
     close_unterminated,
     key_records,
@@ -179,3 +189,67 @@ def _repair(target: TrackingTarget, run_dir: Path, key: str) -> dict[str, Record
             close_unterminated(target, held)
         return {key: held}
     return {}
+
+
+def latest_recorded(target: TrackingTarget | None, output_root: Path,
+                    wanted: Mapping[str, Identity | None]) -> dict[str, RecordedRun]:
+    """:func:`latest_attempts` of each key, an older store's record standing in where it matches.
+
+    Args:
+        target: the tracking store (None: tracking off, run folders only).
+        output_root: where the run folders are.
+        wanted: each run key with the identity it was hashed from (None: key only).
+    """
+    latest = latest_attempts(target, output_root, wanted)
+    by_legacy: dict[str, list[tuple[str, Identity]]] = {}
+    for key, ident in wanted.items():
+        if key not in latest and ident is not None:
+            by_legacy.setdefault(identity_legacy_key(ident), []).append((key, ident))
+    if not by_legacy:
+        return latest
+    found = latest_attempts(target, output_root, by_legacy)
+    for legacy, held in found.items():
+        for key, ident in by_legacy[legacy]:
+            if legacy_record_matches(Path(output_root) / "runs" / legacy, ident):
+                log.debug("run %s: recorded under its first-scheme key %s", key, legacy)
+                latest[key] = held
+    return latest
+
+
+def legacy_record_matches(run_dir: Path, identity: Identity) -> bool:
+    """Whether the first-scheme run in ``run_dir`` ran what ``identity`` names.
+
+    The first scheme hashed names only; the run folder shows the rest: the staged task
+    (``task/``) must have ``identity``'s digest, the agent file the sandbox was given
+    (``workspace/.agent/``) the entrypoint's SHA-256, and a recorded CLI version the
+    configured one. A folder without its ``run.json`` or staged task never matches (the
+    run runs again). What the folder cannot show (model endpoint, arguments, tools) is
+    taken as unchanged.
+    """
+    from spu.tasks.digest import file_sha256, task_digest
+
+    try:
+        record = read_run_file(run_dir / "run.json")
+    except RunLookupError:
+        return False
+    if record is None or record.identity is not None:
+        return False
+    config = identity.config
+    if (record.model, record.harness, record.effort, record.task_id, record.task_version,
+            record.repeat) != (config.model, config.harness, config.effort, identity.task.id,
+                               identity.task.version, identity.repeat):
+        return False
+    staged = run_dir / "task"
+    if not staged.is_dir() or staged.is_symlink() \
+            or task_digest(staged) != identity.task.task_digest:
+        return False
+    if config.entrypoint_sha256 is not None:
+        agent_dir = run_dir / "workspace" / ".agent"
+        given = set()
+        if agent_dir.is_dir() and not agent_dir.is_symlink():
+            given = {file_sha256(f) for f in agent_dir.iterdir()
+                     if f.is_file() and not f.is_symlink()}
+        if config.entrypoint_sha256 not in given:
+            return False
+    return not (record.cli_version and config.cli_version
+                and record.cli_version != config.cli_version)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spu.identity import config_label
 from spu.schema import (
     RUNS_TABLE_COLUMNS,
     RUNS_TABLE_EXTRA_COLUMNS,
@@ -101,9 +102,6 @@ def _flag(run: LoggedRun, key: str) -> bool:
 
 def runs_row(run: LoggedRun) -> dict[str, Any]:
     """The runs-table row of one logged run (before official rows are chosen)."""
-    # Imported here: spu.runner imports spu.tracking (the trajectory writer).
-    from spu.runner import config_label
-
     p, m, t = run.params, run.metrics, run.tags
     for key in ("model", "harness", "effort", "task", "repeat", "run_key"):
         if key not in p:

@@ -28,7 +28,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 RUN_KEY_PATTERN = re.compile(r"[0-9a-f]{16}")
-"""What :func:`spu.runner.run_key` produces; nothing else names a lock file."""
+"""What :func:`spu.identity.run_key` produces; nothing else names a lock file."""
 
 LOCK_FOLDER = "locks"
 """Folder of the run key locks under ``output_root``."""

@@ -1,6 +1,6 @@
 """Look up recorded runs by run key: what a sweep needs to resume without duplicates.
 
-A run key (:func:`spu.runner.run_key`) names one run of one configuration on one task
+A run key (:func:`spu.identity.run_key`) names one run of one configuration on one task
 version and repeat, whatever experiment or launcher ran it: lookups search every
 experiment of the store, so ``experiment=single`` finds the run ``experiment=default``
 finished and does not log it again. Each attempt of it is one MLflow run tagged with
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from spu.identity import official_score
 from spu.schema import RunRecord
 from spu.tasks.package import validation_message
 from spu.tracking.locks import RUN_KEY_PATTERN
@@ -133,7 +134,7 @@ def recorded_run_from_record(record: RunRecord, tracking_id: str | None = None) 
         attempt=record.attempt,
         outcome=record.outcome.value,
         scored=record.scored,
-        score=record.score_recovered if record.scored else record.score_strict,
+        score=official_score(record.scored, record.score_strict, record.score_recovered),
         task_id=record.task_id,
         model=record.model,
         harness=record.harness,

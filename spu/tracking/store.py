@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import spu
 from spu.config import TrackingConfig
+from spu.identity import official_score
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tracking.empty_store import seed_sqlite_store
 from spu.tracking.locks import holder, holder_lock, take
@@ -348,7 +349,7 @@ def run_metrics(record: RunRecord) -> dict[str, float]:
     """Metrics of a run: scores, per-group rho, usage, cost, time, activity."""
     usage = record.usage
     metrics: dict[str, float] = {
-        "score": record.score_recovered if record.scored else record.score_strict,
+        "score": official_score(record.scored, record.score_strict, record.score_recovered),
         "score_strict": record.score_strict,
         "score_recovered": record.score_recovered,
         "input_tokens": usage.input,
@@ -452,9 +453,11 @@ def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) ->
     try:
         _log_record(client, run_id, record, run_dir, blob_root(target),
                     run_artifacts(run.info.artifact_uri, target.uri))
-    except BaseException:
+    except BaseException as exc:
+        # Ctrl-C: the run was cut off, not failed (a relaunch runs it again either way).
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         try:  # best effort: a full or locked store fails this too; the next launch closes it
-            client.set_terminated(run_id, status="FAILED")
+            client.set_terminated(run_id, status=status)
         except Exception:  # noqa: BLE001
             log.warning("run %s: MLflow run %s left RUNNING; the next launch closes it",
                         record.run_key, run_id)

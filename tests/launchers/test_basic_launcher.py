@@ -44,14 +44,14 @@ def test_the_default_job_skips_finished_runs_and_shows_their_stored_scores(tmp_p
 def test_the_budget_stop_is_said_once_per_sweep(tmp_path) -> None:
     """Issue 14 item 9: the budget message appeared once per job kept from starting
     (basic launcher) or twice (Ray driver: a log record and the display)."""
-    from spu.runner import run_key
     from spu.schema import Outcome, RunRecord, SandboxInfo
     from spu.tracking.store import TrackingTarget, log_run
+    from tests.conftest import baseline_run_key
 
     root = tmp_path / "tasks"
     shutil.copytree(EXAMPLE_TASK, root / EXAMPLE_TASK.name)
     out = tmp_path / "outputs"
-    key = run_key("random", "baseline", "none", EXAMPLE_TASK.name, "1.0", 0)
+    key = baseline_run_key(root / EXAMPLE_TASK.name)
     record = RunRecord(run_key=key, task_id=EXAMPLE_TASK.name, task_version="1.0",
                        model="random", harness="baseline", effort="none", repeat=0,
                        outcome=Outcome.valid, scored=True, score_strict=0.2,

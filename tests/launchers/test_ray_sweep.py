@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spu.runner import run_key
+from tests.conftest import baseline_run_key
 from tests.launchers.billed_harness import AGENT as BILLED_AGENT
 from tests.launchers.conftest import (
     processes_mentioning,
@@ -165,7 +165,7 @@ def test_a_seeded_cost_counts_toward_the_budget_under_both_launchers(task_root,
     from spu.tracking.store import TrackingTarget, log_run
 
     out = tmp_path / "outputs"
-    key = run_key("random", "baseline", "none", TASKS[0], "1.0", 0)
+    key = baseline_run_key(task_root / TASKS[0])
     record = RunRecord(run_key=key, task_id=TASKS[0], task_version="1.0", model="random",
                        harness="baseline", effort="none", repeat=0, outcome=Outcome.valid,
                        scored=True, score_strict=0.2, score_recovered=0.2, cost_usd=3.0,

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from spu.launch.job import RunIdentity
-from spu.runner import run_key
 from spu.tasks.package import load_task
-from tests.conftest import EXAMPLE_TASK, REPO
+from tests.conftest import EXAMPLE_TASK, REPO, baseline_run_key
 from tests.launchers.conftest import run_sweep, tracked_runs
 
 INTERPOLATION = "${oc.env:HOME}"
@@ -143,7 +142,8 @@ def test_the_task_config_never_interpolates_a_task_file(hostile_root, compose,
     task = load_task(cfg.task.path)
     identity = RunIdentity.from_config(cfg)
     assert identity is not None
-    assert identity.run_key == run_key("random", "baseline", "none", task.id, task.version, 0)
+    assert identity.run_key == baseline_run_key(task.path)
+    assert identity.identity is not None and identity.identity.task.version == task.version
     # A broken task selected by name composes to its reason, and no run identity.
     broken = compose("task=spu-bytes")
     assert "not UTF-8" in broken.task.broken

@@ -17,7 +17,6 @@ import pytest
 
 from spu.cli import main
 from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
-from spu.harness.baseline import AGENT_SCRIPT
 from spu.runner import RunSpec, run_one
 from spu.schema import Outcome, RunRecord, Usage
 from spu.tracking.export import (
@@ -30,7 +29,7 @@ from spu.tracking.export import (
 )
 from spu.tracking.store import client_for, log_run
 from spu.tracking.trajectories import TRAJECTORY_FILE, iter_steps
-from tests.conftest import EXAMPLE_TASK, EXAMPLE_TWO_GROUPS, run_module
+from tests.conftest import EXAMPLE_TASK, EXAMPLE_TWO_GROUPS, REPO, run_module
 from tests.tracking.conftest import (
     SESSION_COST_USD,
     SESSION_FULL_INPUT_COST_USD,
@@ -230,17 +229,27 @@ def _artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
 # ---------------------------------------------------------------- retried runs
 
 
-def _failing_agent(tmp_path: Path) -> Path:
-    script = tmp_path / "fail.sh"
-    script.write_text("#!/bin/sh\necho 'API error: overloaded' >&2\nexit 1\n")
+def _flaky_agent(tmp_path: Path) -> Path:
+    """``docs/examples/my_agent.py`` (presented order), failing when ``SPU_TEST_FAIL`` is set.
+
+    One agent for both attempts: a retry is the same run (same entrypoint, same key);
+    ``harness.env`` is not part of a run's identity.
+    """
+    script = tmp_path / "flaky.py"
+    script.write_text("#!/usr/bin/env python3\nimport os, sys\n"
+                      "if os.environ.get('SPU_TEST_FAIL'):\n"
+                      "    print('API error: overloaded', file=sys.stderr)\n    sys.exit(1)\n"
+                      + (REPO / "docs" / "examples" / "my_agent.py").read_text())
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
 
-def _command_spec(tmp_path: Path, entrypoint: Path, args: list[str], **kw) -> RunSpec:
+def _command_spec(tmp_path: Path, entrypoint: Path, args: list[str],
+                  env: dict[str, str] | None = None, **kw) -> RunSpec:
     return RunSpec(
         model=ModelConfig(name="my-agent", provider="command"),
-        harness=HarnessConfig(name="command", entrypoint=str(entrypoint), args=args),
+        harness=HarnessConfig(name="command", entrypoint=str(entrypoint), args=args,
+                              env=env or {}),
         effort=EffortConfig(name="none"),
         task_dir=EXAMPLE_TASK,
         output_root=tmp_path / "outputs",
@@ -252,13 +261,12 @@ def _command_spec(tmp_path: Path, entrypoint: Path, args: list[str], **kw) -> Ru
 @pytest.mark.slow
 def test_retried_run_exports_one_official_row_and_keeps_the_first_visible(
         tmp_path, target, capsys) -> None:
-    first = run_one(_command_spec(tmp_path, _failing_agent(tmp_path), []))
+    agent = _flaky_agent(tmp_path)
+    first = run_one(_command_spec(tmp_path, agent, [], env={"SPU_TEST_FAIL": "1"}))
     assert first.outcome.value == "no_file"
     run_dir = tmp_path / "outputs" / "runs" / first.run_key
     first_id = log_run(first, run_dir, target)
-    second = run_one(_command_spec(tmp_path, AGENT_SCRIPT,
-                                   ["--strategy", "presented_order", "--seed", "1"],
-                                   attempt=2, retried_from=first_id))
+    second = run_one(_command_spec(tmp_path, agent, [], attempt=2, retried_from=first_id))
     assert second.run_key == first.run_key and second.outcome.value == "valid"
     assert (run_dir / "attempts" / "1" / "run.json").is_file()
     second_id = log_run(second, run_dir, target)
@@ -436,9 +444,9 @@ def test_ties_resolve_the_same_in_the_export_and_the_lookups() -> None:
 
 
 def test_record_without_a_label_gets_the_runners_label() -> None:
-    """An older record without ``config``: the label is :func:`spu.runner.config_label`
+    """An older record without ``config``: the label is :func:`spu.identity.config_label`
     of its model and effort (the model's default harness is not recorded)."""
-    from spu.runner import config_label
+    from spu.identity import config_label
     from spu.tracking.export import logged_from_record, runs_row
     from tests.tracking.conftest import make_record
 

@@ -46,14 +46,17 @@ from hydra_plugins.spu_ray_launcher._worker import run_agent_on_node
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from ray.exceptions import RayError, RayTaskError
 
+from spu.identity import settings_for
 from spu.launch.budget import CostLedger
 from spu.launch.collector import set_launcher_policy
+from spu.launch.interrupt import TALLY
 from spu.launch.job import JobStatus as RunStatus
 from spu.launch.job import (
     RunIdentity,
     lost_attempt_record,
     not_launched_result,
     recorded_result,
+    say_settings_change,
     tracking_target,
     write_result,
 )
@@ -67,7 +70,7 @@ from spu.launch.resources import (
     fit_request,
     run_request,
 )
-from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_attempts, plan_run
+from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_recorded, plan_run
 from spu.launch.server import TrackingServer, redact_uri
 from spu.tracking.query import recorded_run_from_record
 from spu.tracking.store import TrackingTarget, client_for, experiment_id, log_run, sqlite_path
@@ -212,10 +215,19 @@ class JobComposer:
 
         rest, repeat = self.split(job.overrides)
         if repeat is None:
-            return spec_from_config(without_hydra(job.config))
+            return replace(spec_from_config(without_hydra(job.config)),
+                           launcher=job_launcher(job.config))
         if rest not in self.specs:
-            self.specs[rest] = spec_from_config(without_hydra(job.config))
+            self.specs[rest] = replace(spec_from_config(without_hydra(job.config)),
+                                       launcher=job_launcher(job.config))
         return replace(self.specs[rest], repeat=int(job.config.repeat))
+
+
+def job_launcher(config: DictConfig) -> str | None:
+    """The launcher a job's config chose (``hydra/launcher``), recorded in its settings."""
+    choices = OmegaConf.select(config, "hydra.runtime.choices")
+    value = choices.get("hydra/launcher") if choices is not None else None
+    return str(value) if value is not None else None
 
 
 def without_hydra(config: DictConfig) -> DictConfig:
@@ -302,13 +314,17 @@ def decide_from_tracking(jobs: list[SweepJob]) -> dict[int, dict[str, Any]]:
     skipped: dict[int, dict[str, Any]] = {}
     for (target, root), members in groups.items():
         assert all(j.identity for j in members)
-        latest = latest_attempts(target, Path(root), [j.identity.run_key  # type: ignore[union-attr]
-                                                      for j in members])
+        latest = latest_recorded(target, Path(root),
+                                 {j.identity.run_key: j.identity.identity  # type: ignore[union-attr]
+                                  for j in members})
         for job in members:
             assert job.identity is not None
             held = latest.get(job.identity.run_key)
             job.plan = plan_run(held, str(job.config.sweep.resume), int(job.config.sweep.retries))
             if job.plan.skip and held is not None:
+                say_settings_change(Path(root) / "runs" / held.run_key, job.identity,
+                                    settings_for(job.config.limits, str(job.config.sandbox.name),
+                                                 job_launcher(job.config)))
                 skipped[job.idx] = recorded_result(held, RunStatus.skipped, job.plan.reason)
     return skipped
 
@@ -516,6 +532,7 @@ class Driver:
                              f"{type(exc).__name__}: {exc}[/red]")
             self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
+        TALLY.recorded += 1
         if record.outcome.value in RETRIED_OUTCOMES and att.number < att.last:
             log.warning("run %s: attempt %d ended %s (%s); retrying as attempt %d",
                         record.run_key, att.number, record.outcome.value,
@@ -631,6 +648,16 @@ class Driver:
                     for future in done:
                         self.settled(future)
                 self.display.refresh()
+        except KeyboardInterrupt:
+            # Ctrl-C: the agents in flight are cut off (their runs write no run.json and
+            # run again on relaunch); runs being settled here finish their record.
+            TALLY.cut_off += len(self.in_flight)
+            for ref in list(self.in_flight):
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort; Ray's shutdown ends them too
+                    pass
+            raise
         finally:
             self.pool.shutdown(wait=True)
 
