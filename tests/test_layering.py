@@ -18,15 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 STAGES: dict[str, int] = {
     # Shared low modules: the schema of every record, the config schema and its override
-    # rules, strict JSON, the plugin registry, the run identity, the door to private Hydra
-    # and Ray APIs. Importable from anywhere.
+    # rules, strict JSON, the plugin registry, the door to private Hydra and Ray APIs.
+    # Importable from anywhere.
     "spu": 0,
     "spu.schema": 0,
     "spu.config": 0,
     "spu.overrides": 0,
     "spu.strict_json": 0,
     "spu.registry": 0,
-    "spu.identity": 0,
     "spu.internals": 0,
     # The pipeline, in the order the data flows (STYLE): task -> sandbox + harness ->
     # tools -> grading -> tracking -> stats -> analysis -> report. The tools service runs
@@ -46,6 +45,9 @@ STAGES: dict[str, int] = {
     "spu.tasks.harbor": 55,
     "spu.tasks.templates": 55,
     "spu.cost": 60,
+    # The run identity hashes what ran (the task's public files, what the harness declares),
+    # so it sits above those stages; tracking stores it and the launcher resumes by it.
+    "spu.identity": 65,
     "spu.tracking": 70,
     "spu.stats": 80,
     "spu.analysis": 90,

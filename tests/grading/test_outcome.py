@@ -8,6 +8,7 @@ import pytest
 
 from spu.grading.outcome import (
     EXCLUDED_OUTCOMES,
+    LIMIT_OUTCOMES,
     RunEvidence,
     Verdict,
     is_scored,
@@ -46,10 +47,10 @@ CASES = [
      "a timeout with a valid early file keeps its score (paper 3.1)"),
     (dataclasses.replace(FILED, policy_stop=True), VALID, Outcome.policy_stop, True,
      "a policy stop keeps the file it left"),
-    (dataclasses.replace(FILED, oom_killed=True), VALID, Outcome.memory_limit, False,
-     "the memory limit is excluded even with a valid file"),
-    (dataclasses.replace(FILED, disk_full=True), VALID, Outcome.disk_limit, False,
-     "the disk limit is excluded like the memory limit"),
+    (dataclasses.replace(FILED, oom_killed=True), VALID, Outcome.memory_limit, True,
+     "a valid file before the memory limit is scored (issue 30)"),
+    (dataclasses.replace(FILED, disk_full=True), VALID, Outcome.disk_limit, True,
+     "a valid file before the disk limit is scored like the memory limit's"),
     (dataclasses.replace(FILED, refused=True), VALID, Outcome.refusal, False,
      "a refusal is never scored"),
     (dataclasses.replace(FILED, infra_error="API 529"), VALID, Outcome.infra_error, False,
@@ -59,9 +60,9 @@ CASES = [
      False, "infra error before refusal"),
     (RunEvidence(refused=True, oom_killed=True, timed_out=True), VALID, Outcome.refusal, False,
      "refusal before memory limit"),
-    (RunEvidence(oom_killed=True, disk_full=True), VALID, Outcome.memory_limit, False,
+    (RunEvidence(oom_killed=True, disk_full=True), VALID, Outcome.memory_limit, True,
      "memory limit before disk limit"),
-    (RunEvidence(disk_full=True, timed_out=True), VALID, Outcome.disk_limit, False,
+    (RunEvidence(disk_full=True, timed_out=True), VALID, Outcome.disk_limit, True,
      "disk limit before timeout"),
     (RunEvidence(submitted=True, timed_out=True, policy_stop=True), VALID, Outcome.timeout,
      True, "timeout before policy stop"),
@@ -83,7 +84,13 @@ def test_excluded_outcomes_are_never_scored() -> None:
     assert EXCLUDED_OUTCOMES == {Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
                                  Outcome.infra_error}
     for outcome in Outcome:
-        assert is_scored(outcome, VALID) is (outcome not in EXCLUDED_OUTCOMES)
+        # The paper's rule (sweep.retry_limits_with_file=true): every excluded outcome.
+        assert is_scored(outcome, VALID, score_limits=False) is (outcome not in EXCLUDED_OUTCOMES)
+        # The default: a file left before a resource limit is scored (issue 30, item 7).
+        assert is_scored(outcome, VALID) is (outcome not in EXCLUDED_OUTCOMES - LIMIT_OUTCOMES)
+    assert LIMIT_OUTCOMES == {Outcome.memory_limit, Outcome.disk_limit}
+    assert not judge(RunEvidence(submitted=True, oom_killed=True), VALID,
+                     score_limits=False).scored
 
 
 def test_no_group_ranked() -> None:
