@@ -16,6 +16,7 @@ from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, field_va
 RUN_RECORD_VERSION = "1"
 TRAJECTORY_VERSION = "1"
 AUDIT_VERSION = "1"
+GATEWAY_REQUEST_VERSION = "1"
 
 
 class Record(BaseModel):
@@ -510,6 +511,59 @@ class AuditEntry(Record):
     exposure: list[str] = Field(default_factory=list)
     """Identifier kinds of the source study found in the answer (screened as it happened)."""
     schema_version: str = AUDIT_VERSION
+    """Version of this line's format."""
+
+
+class GatewayRequest(Record):
+    """One line of ``<run_dir>/model/requests.jsonl``: one model request (SPEC 11).
+
+    Written by the run's model gateway, outside the sandbox, as the request completes;
+    the run's usage, cost, ``refusal`` and ``infra_error`` are read from these lines.
+    """
+
+    time: str
+    """ISO-8601 time (UTC) the request arrived at the gateway."""
+    endpoint: str
+    """``messages``, ``count_tokens``, ``responses``, ``chat_completions``, ``models`` or
+    ``other``."""
+    model: str | None = None
+    """The model the request asked for."""
+    status: int
+    """HTTP status the agent got (the upstream's, or the gateway's own refusal)."""
+    latency_s: float = 0.0
+    """Seconds from the request's arrival to the end of its answer."""
+    ttfb_s: float | None = None
+    """Seconds from the request's arrival to the first byte of the upstream's answer."""
+    usage: Usage = Field(default_factory=Usage)
+    """Usage the provider reported for this request (what it bills)."""
+    stop_reason: str | None = None
+    """Stop reason of the answer (``end_turn``, ``tool_use``, ``completed``, ``stop``...)."""
+    refusal: bool = False
+    """True when the provider's answer is a refusal."""
+    refusal_label: str | None = None
+    """The provider's refusal category (``bio``, ``cyber``, ``content_filter``), if given."""
+    error_type: str | None = None
+    """The provider's error type, or the gateway's (``gateway.bad_token``,
+    ``gateway.model_refused``, ``gateway.cost_limit``, ``gateway.stream_dropped``,
+    ``gateway.upstream_unreachable``, ``gateway.client_disconnected``)."""
+    error: str | None = None
+    """The error message."""
+    request_id: str | None = None
+    """The provider's request id (``request-id`` or ``x-request-id`` header)."""
+    bytes_in: int = 0
+    """Bytes of the request body."""
+    bytes_out: int = 0
+    """Bytes of the answer body passed to the agent."""
+    stream: bool = False
+    """True for a streamed (SSE) answer."""
+    complete: bool = False
+    """True when the answer arrived whole (a stream's final event, a JSON body)."""
+    final: bool = False
+    """True when the answer is a final answer: complete, and no tool call follows it."""
+    body_file: str | None = None
+    """The request and answer bodies, relative to ``<run_dir>/model/``
+    (``model_gateway.log_bodies=true`` only)."""
+    schema_version: str = GATEWAY_REQUEST_VERSION
     """Version of this line's format."""
 
 
