@@ -177,8 +177,9 @@ class AnswerReader:
     def feed(self, chunk: bytes) -> None:
         """Read the complete events of ``chunk`` (the rest waits for the next chunk)."""
         buffer = self._buffer
+        split_crlf = buffer.endswith(b"\r")
         buffer += chunk
-        if b"\r" in chunk:
+        if split_crlf or b"\r" in chunk:
             buffer[:] = buffer.replace(b"\r\n", b"\n")
             self._scan = 0
         start, search_from = 0, self._scan
