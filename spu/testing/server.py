@@ -263,6 +263,9 @@ class _Handler(BaseHTTPRequestHandler):
     """Answers one request of the scripted model server (``model_server``)."""
 
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle's algorithm the body waits for
+    # the client's delayed ACK of the headers (40 ms on Linux), as no real API makes it.
+    disable_nagle_algorithm = True
     model_server: ScriptedModelServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
