@@ -52,6 +52,9 @@ class ModelConfig:
     """API endpoint; Anthropic-compatible or OpenAI Responses, by harness."""
     api_key_env: str | None = None
     """Environment variable holding the API key (never the key itself)."""
+    api: str | None = None
+    """API style ``harness=command`` agents call through the gateway (``SPU_MODEL_API``):
+    ``anthropic``, ``openai-responses`` or ``openai-chat``; null: by provider."""
     default_harness: str | None = None
     prices: PriceConfig = field(default_factory=PriceConfig)
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from spu.analysis.exposure import ExposureDetector, detect_exposure, detect_exposure_in_audit
 from spu.config import (
@@ -33,11 +34,13 @@ from spu.config import (
     HarnessConfig,
     LimitsConfig,
     ModelConfig,
+    ModelGatewayConfig,
     SandboxConfig,
     ToolsConfig,
 )
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
+from spu.gateway.session import GatewayConfigError, GatewaySession, gateway_evidence
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
 from spu.grading.rules import grade_submission
@@ -102,6 +105,8 @@ class RunSpec:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     gpu_ids: tuple[str, ...] = ()
     cost: CostConfig = field(default_factory=CostConfig)
+    model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
+    """The run's model gateway (``model_gateway``)."""
     status_every_s: float = 30.0
     """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
@@ -192,6 +197,8 @@ def decide_outcome(
         return Outcome.disk_limit
     if evidence.timed_out:
         return Outcome.timeout
+    if result.cost_limit:
+        return Outcome.cost_limit
     if result.policy_stop:
         return Outcome.policy_stop
     if not submitted or no_group_ranked(grade):
@@ -289,6 +296,8 @@ class AgentPhase:
     """What sampling the run's GPUs measured (None: no GPU, or not measurable)."""
     node: str | None = None
     """The cluster node the agent ran on, where a launcher placed it elsewhere."""
+    gateway: dict[str, Any] | None = None
+    """The run's model gateway: endpoint, upstream, policy (None: the agent called no model)."""
 
 
 @dataclass(frozen=True)
@@ -445,15 +454,19 @@ def run_agent(run: AgentRun, staged: Path,
     phase = AgentPhase(staged=staged, started=_now(),
                        sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
     tools: ToolsSession | None = None
+    gateway: GatewaySession | None = None
     try:
         sandbox, phase.notes = _open_sandbox(run.spec)
         prepared = False
         tools = open_tools(run)
+        gateway = open_gateway(run)
         try:
             # The run's host services first: their ports are part of the sandbox request.
             host_ports = run.harness.start_services(run.run_dir / "logs")
             if tools is not None:
                 host_ports = [*host_ports, *tools.host_ports()]
+            if gateway is not None:
+                host_ports = [*host_ports, *gateway.host_ports()]
             paths = sandbox.prepare(sandbox_request(run, staged, host_ports))
             prepared = True
             ctx = AgentContext(
@@ -465,6 +478,8 @@ def run_agent(run: AgentRun, staged: Path,
                 seed=int(run.key[:8], 16),
                 gpu_ids=list(run.spec.gpu_ids),
                 tools=tools.open_endpoints(paths.host_address) if tools is not None else None,
+                model=(gateway.open_endpoint(paths.host_address) if gateway is not None
+                       else None),
             )
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
@@ -491,15 +506,41 @@ def run_agent(run: AgentRun, staged: Path,
             if prepared:
                 phase.sandbox_info = sandbox.info()
             sandbox.cleanup()
-    except (SandboxError, HarnessError, EgressProxyError, OSError, RuntimeError) as exc:
+    except (SandboxError, HarnessError, EgressProxyError, GatewayConfigError, OSError,
+            RuntimeError) as exc:
         log.error("run %s could not start: %s", run.key, exc)
         phase.evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
     finally:
         if tools is not None:
             tools.close()
+        if gateway is not None:
+            gateway.close()
     if tools is not None:
         read_tools(run, phase, tools)
+    if gateway is not None:
+        read_gateway(phase, gateway)
     return phase
+
+
+def open_gateway(run: AgentRun) -> GatewaySession | None:
+    """The run's model gateway, started (None for an agent that calls no model)."""
+    api = run.harness.model_api()
+    if api is None:
+        return None
+    spec = run.spec
+    return GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
+                          max_cost_usd=spec.limits.max_cost_usd,
+                          cache_write_rate=spec.cost.cache_write_rate).start()
+
+
+def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
+    """Usage, refusal and infra error from the gateway's record (SPEC 11).
+
+    The provider side wins over the agent's session files, which the agent can write;
+    where they disagree, ``evidence_disagreement`` says how.
+    """
+    phase.gateway = gateway.info()
+    phase.result = gateway_evidence(phase.result, gateway.summary().verdict)
 
 
 def open_tools(run: AgentRun) -> ToolsSession | None:
@@ -599,6 +640,9 @@ def task_threshold(task: TaskPackage, answers: AnswerKey) -> float:
 
 def price(run: AgentRun, result: AgentResult) -> RunCost:
     """Step 6: the run's cost at the model's list prices, request by request."""
+    if result.model_requests is not None:  # the gateway's record
+        return run_cost(run.spec.model.prices, result.usage, result.model_requests,
+                        result.cli_cost_usd, cache_write_rate=run.spec.cost.cache_write_rate)
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     steps = result.trajectory.steps if result.trajectory is not None else []
     return run_cost(run.spec.model.prices, usage, request_usages(steps), result.cli_cost_usd,
@@ -633,7 +677,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     if result.infra_error:
         notes.append(f"infra error: {result.infra_error}")
     outcome = decide_outcome(evidence, result, phase.submission is not None, grades.recovered)
-    usage = result.trajectory.usage if result.trajectory is not None else result.usage
+    usage = (result.usage if result.model_requests is not None or result.trajectory is None
+             else result.trajectory.usage)
     (run_dir / "grade.json").write_text(
         json.dumps({"strict": grades.strict.model_dump(mode="json"),
                     "recovered": grades.recovered.model_dump(mode="json")}, indent=1)
@@ -694,6 +739,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         attempt=spec.attempt,
         retried_from=spec.retried_from,
         node=phase.node,
+        evidence_disagreement=result.evidence_disagreement,
+        gateway=phase.gateway,
         notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
     write_run_record(run_dir, run_record)

@@ -339,6 +339,7 @@ class Outcome(str, Enum):
     memory_limit = "memory_limit"
     disk_limit = "disk_limit"
     infra_error = "infra_error"
+    cost_limit = "cost_limit"
 
 
 class Usage(Record):
@@ -701,6 +702,12 @@ class RunRecord(Record):
     node: str | None = None
     """The cluster node that ran the agent (a Ray node id), where a launcher placed the
     agent away from the grading side; None for a run on this machine."""
+    evidence_disagreement: str | None = None
+    """Where the agent's session files claimed what the model gateway's record does not
+    show (a refusal or an API error the provider never sent); the gateway's record won."""
+    gateway: dict[str, Any] | None = None
+    """The run's model gateway: ``endpoint``, ``api``, ``upstream``, ``api_model``,
+    ``max_cost_usd``, ``record`` (None: the agent called no model)."""
     notes: list[str] = Field(default_factory=list)
     """Loud warnings about the run (e.g. a grader that could not be isolated)."""
     grade_history: list[PastGrade] = Field(default_factory=list)

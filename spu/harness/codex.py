@@ -62,9 +62,8 @@ class CodexHarness(CLIAgentHarness):
 
     def config_toml(self, tools_url: str | None = None) -> str:
         """``config.toml`` declaring the provider, the model, the effort and the MCP server."""
+        # The gateway's root stands for the upstream's base (``/v1`` included).
         base_url = self.endpoint()
-        if self.server is not None:
-            base_url = f"{base_url}/v1"
         lines = [
             f"model = {_toml(self.model.api_model or self.model.name)}",
             f"model_provider = {_toml(PROVIDER_ID)}",
@@ -94,7 +93,7 @@ class CodexHarness(CLIAgentHarness):
         return "\n".join(lines) + "\n"
 
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
-        """Start the scripted server when asked, then write a fresh ``CODEX_HOME``."""
+        """Point at the run's gateway, then write a fresh ``CODEX_HOME``."""
         super().prepare(ctx, sandbox)
         tools_url = ctx.tools.url if ctx.tools is not None else None
         sandbox.write_file(f"{codex_home(ctx)}/config.toml",

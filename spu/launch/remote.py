@@ -40,7 +40,7 @@ from spu.schema import ProcessEvidence
 
 log = logging.getLogger(__name__)
 
-RETURNED_DIRS = ("output", "logs", "tools")
+RETURNED_DIRS = ("output", "logs", "tools", "model")
 """Folders of an agent node's run folder that travel back to the grading side."""
 
 MAX_RETURNED_FILE_BYTES = 256 << 20
