@@ -107,7 +107,7 @@ def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
     >>> gateway_verdict([busy, ok]).infra_error is None
     True
     >>> gateway_verdict([ok, busy]).infra_error
-    'HTTP 529 overloaded_error: Overloaded (1 failed request, no answer after it)'
+    'API error: HTTP 529 overloaded_error: Overloaded (1 failed request, no answer after it)'
     """
     usages = tuple(e.usage for e in entries if e.usage != Usage())
     total = Usage()
@@ -122,7 +122,8 @@ def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
         worst = entries[failures[-1]]
         what = worst.error_type or "error"
         n = len(after)
-        infra = (f"HTTP {worst.status} {what}: {worst.error or ''}".rstrip(": ")
+        status = f"HTTP {worst.status}" if worst.status else "no answer"
+        infra = (f"API error: {status} {what}: {worst.error or ''}".rstrip(": ")
                  + f" ({n} failed request{'s' if n != 1 else ''}, no answer after it)")
     refusal = last is not None and last.refusal
     refused: list[str] = []

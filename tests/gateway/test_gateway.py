@@ -209,7 +209,7 @@ def test_errors_with_no_answer_after_them_are_an_infra_error(behind_gateway: Any
         assert _post(gateway, "/v1/messages", anthropic_body(1)).status_code == status
     verdict = gateway_verdict(read_requests(gateway.requests_path))
     assert verdict.infra_error is not None
-    assert verdict.infra_error.startswith(f"HTTP {status} {kind}")
+    assert verdict.infra_error.startswith(f"API error: HTTP {status} {kind}")
     assert "2 failed requests" in verdict.infra_error
     assert not verdict.final_answer
 
