@@ -41,6 +41,7 @@ from spu.config import (
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.gateway.session import GatewayConfigError, GatewaySession, gateway_evidence
+from spu.gateway.verdict import model_input_steps
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
 from spu.grading.rules import grade_submission
@@ -652,8 +653,9 @@ def price(run: AgentRun, result: AgentResult) -> RunCost:
 def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     """Step 7: tool outputs that show an identifier of the source study (never scored).
 
-    Every tool output of the trajectory (shell output included), and the full answers of
-    the audited calls, which a CLI may have shortened in its own record.
+    Every tool output of the trajectory (shell output included), the full answers of
+    the audited calls, which a CLI may have shortened in its own record, and the tool
+    results the model gateway saw sent to the model.
     """
     steps = result.trajectory.steps if result.trajectory is not None else []
     hits = detect_exposure(run.answers.source, steps)
@@ -661,6 +663,11 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     if (tools_dir / AUDIT_FILE).is_file():
         hits += detect_exposure_in_audit(run.answers.source, tools_dir,
                                          read_audit(tools_dir / AUDIT_FILE), steps, hits)
+    # What the model was sent, from the gateway's record: a hit the session files no
+    # longer show (the agent deleted them) still flags the run.
+    known = {h.kind for h in hits}
+    hits += [h.model_copy(update={"step": -1}) for h in detect_exposure(
+        run.answers.source, model_input_steps(run.run_dir / "model")) if h.kind not in known]
     return hits
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spu.config import PriceConfig
-from spu.schema import GatewayRequest, Usage
+from spu.schema import GatewayRequest, ToolCall, TrajectoryStep, Usage
 
 GENERATIONS = frozenset({"messages", "responses", "chat_completions"})
 
@@ -181,3 +181,29 @@ def summarize(entries: Sequence[GatewayRequest], prices: PriceConfig,
                           cost_full_input_usd=cost.full_input_price.total,
                           cost_by_cache_write_rate=dict(cost.by_cache_write_rate),
                           long_context_requests=cost.estimate.long_context_requests)
+
+
+GATEWAY_TOOL = "model_input"
+"""The tool name of the steps :func:`model_input_steps` builds (hits found there name it)."""
+
+
+def model_input_steps(folder: str | Path) -> list[TrajectoryStep]:
+    """The tool results the model was sent, as trajectory steps, for the exposure screen.
+
+    Read from ``<run_dir>/model/tool_results.jsonl``, which the gateway writes outside
+    the agent's reach: one step per tool result, its text as the call's output.
+    """
+    path = Path(folder) / "tool_results.jsonl"
+    if not path.is_file():
+        return []
+    steps: list[TrajectoryStep] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            kept = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        call = ToolCall(id=str(kept.get("call_id")), name=GATEWAY_TOOL,
+                        output=str(kept.get("text") or ""))
+        steps.append(TrajectoryStep(index=len(steps), timestamp=kept.get("time"),
+                                    role="assistant", tool_calls=[call]))
+    return steps

@@ -33,9 +33,6 @@ log = logging.getLogger(__name__)
 SCRIPTED = "scripted"
 """Provider of ``model=scripted``: the local scripted model server."""
 
-DEFAULT_SCRIPT = "spu_agent"
-"""The script ``model=scripted`` plays when ``model.api_model`` names none."""
-
 TOOLS_MOUNT = "/spu-tools"
 """Where the tools folder's CLIs appear in sandboxes that remap paths."""
 

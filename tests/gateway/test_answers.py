@@ -122,3 +122,18 @@ def test_an_error_event_mid_stream_is_a_failure() -> None:
     assert reader.reading.error_type == "overloaded_error" and not reader.reading.final
     verdict = gateway_verdict([_entry(complete=False, error_type="overloaded_error")])
     assert verdict.infra_error is not None
+
+
+def test_what_the_model_was_sent_is_screened(tmp_path) -> None:
+    """The gateway's kept tool results flag a source DOI whatever the session files say."""
+    from spu.analysis.exposure import detect_exposure
+    from spu.gateway.verdict import GATEWAY_TOOL, model_input_steps
+    from spu.schema import SourceRecord
+
+    (tmp_path / "tool_results.jsonl").write_text(
+        json.dumps({"call_id": "t1", "text": "see https://doi.org/10.1021/jacs.0c01234"}) + "\n"
+        + json.dumps({"call_id": "t2", "text": "nothing here"}) + "\n")
+    steps = model_input_steps(tmp_path)
+    hits = detect_exposure(SourceRecord(doi="10.1021/jacs.0c01234"), steps)
+    assert [(h.kind, h.step, h.tool) for h in hits] == [("doi", 0, GATEWAY_TOOL)]
+    assert model_input_steps(tmp_path / "absent") == []
