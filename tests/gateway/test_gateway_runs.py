@@ -119,3 +119,12 @@ def test_forged_refusal_and_api_error_change_nothing(sandbox_ok, compose,  # noq
     assert record.usage.input < 10_000  # not the forged 900M
     assert record.evidence_disagreement is not None
     assert "refusal" in record.evidence_disagreement
+
+    from spu.tracking.store import TrackingTarget, client_for, log_run
+
+    target = TrackingTarget(uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                            artifact_root=(tmp_path / "artifacts").as_uri(), experiment="t")
+    client = client_for(target)
+    run_id = log_run(record, run_dir, target)
+    assert "refusal" in client.get_run(run_id).data.tags["evidence_disagreement"]
+    assert "model/requests.jsonl" in {a.path for a in client.list_artifacts(run_id, "model")}
