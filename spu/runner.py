@@ -41,7 +41,7 @@ from spu.config import (
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.gateway.session import GatewayConfigError, GatewaySession, gateway_evidence
-from spu.gateway.verdict import model_input_steps
+from spu.gateway.verdict import key_rejected, model_input_steps, read_requests
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
 from spu.grading.rules import grade_submission
@@ -584,16 +584,22 @@ def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:
 def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
     """The monitor of step 3: status file and lines, API errors, a rejected key.
 
-    When the provider rejects the key, the monitor asks the sandbox to stop the agent
-    and the run ends as ``infra_error`` with the provider's message.
+    When the agent's output shows the key rejected and the provider confirms it, the
+    sandbox stops the agent and the run ends as ``infra_error`` with the provider's
+    message; a rejection the provider does not confirm stops nothing.
     """
     label = f"{run.task.id} · " + config_label(run.spec.model.name, run.spec.effort.name,
                                                run.spec.harness.name,
                                                run.spec.model.default_harness)
 
     def rejected(seen: str) -> str | None:
-        sandbox.request_stop()
-        return run.harness.rejected_key_reason(seen)
+        # Ask the provider (through the run's gateway) before stopping anything: the
+        # agent's output is the agent's to write.
+        reason = run.harness.rejected_key_reason(seen) or key_rejected(
+            read_requests(run.run_dir / "model" / "requests.jsonl"))
+        if reason is not None:
+            sandbox.request_stop()
+        return reason
 
     return AgentMonitor(run.run_dir, stdout,
                         RunStatus(run_key=run.key, label=label, started=time.time(),

@@ -122,8 +122,11 @@ def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
         worst = entries[failures[-1]]
         what = worst.error_type or "error"
         n = len(after)
-        status = f"HTTP {worst.status}" if worst.status else "no answer"
-        infra = (f"API error: {status} {what}: {worst.error or ''}".rstrip(": ")
+        if worst.status in (401, 403):
+            head = f"API error: the provider rejected the API key (HTTP {worst.status}): {what}"
+        else:
+            head = f"API error: HTTP {worst.status} {what}"
+        infra = (f"{head}: {worst.error or ''}".rstrip(": ")
                  + f" ({n} failed request{'s' if n != 1 else ''}, no answer after it)")
     refusal = last is not None and last.refusal
     refused: list[str] = []
@@ -144,6 +147,30 @@ def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
         refused_models=tuple(refused),
         bad_tokens=sum(1 for e in entries if e.error_type == "gateway.bad_token"),
     )
+
+
+def key_rejected(entries: Sequence[GatewayRequest]) -> str | None:
+    """The provider's words when its last answer to a generation refused the key, or None.
+
+    What the monitor asks before it stops an agent whose output shows a rejected key:
+    the record holds what the provider answered, the agent's output only what it says.
+
+    Examples
+    --------
+    >>> denied = GatewayRequest(time="t", endpoint="messages", status=401,
+    ...                         error_type="authentication_error", error="invalid x-api-key")
+    >>> key_rejected([denied])
+    'the provider rejected the API key (HTTP 401): authentication_error: invalid x-api-key'
+    >>> key_rejected([]) is None
+    True
+    """
+    answered = [e for e in entries if e.endpoint in GENERATIONS
+                and e.error_type not in POLICY_ERRORS and e.status > 0]
+    if not answered or answered[-1].status not in (401, 403):
+        return None
+    last = answered[-1]
+    return (f"the provider rejected the API key (HTTP {last.status}): {last.error_type}: "
+            f"{last.error}")
 
 
 @dataclass(frozen=True)

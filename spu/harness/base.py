@@ -230,7 +230,8 @@ class Harness(ABC):
     def rejected_key_reason(self, seen: str) -> str | None:
         """The provider's own words when the agent's API key was rejected mid-run.
 
-        ``seen`` is what the agent's output said; None keeps it.
+        ``seen`` is what the agent's output said; None when the provider does not
+        confirm it (the agent is not stopped).
         """
         return None
 
