@@ -153,7 +153,8 @@ class ScriptedModelServer:
     def start(self) -> ScriptedModelServer:
         """Start serving in a daemon thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever,
+            # A short poll: stop() waits for the loop to notice (0.5 s by default).
+            self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,),
                                             name="spu-scripted-model", daemon=True)
             self._thread.start()
         return self
