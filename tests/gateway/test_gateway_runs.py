@@ -69,6 +69,53 @@ def test_a_command_agent_calls_its_model_through_the_gateway(sandbox_ok, compose
     assert record.evidence_disagreement is None
 
 
+CAPPED_AGENT = '''#!/usr/bin/env python3
+"""Submit, then call the model through the gateway until it refuses."""
+import json, os, pathlib, urllib.error, urllib.request
+
+contract = json.loads(pathlib.Path(os.environ["SPU_TASK_DIR"], "contract.json").read_text())
+pathlib.Path(os.environ["SPU_OUTPUT_DIR"], "rankings.json").write_text(json.dumps(
+    {"task_id": contract["task_id"], "task_version": contract["task_version"],
+     "rankings": [{"group_id": g["group_id"], "order": g["items"]}
+                  for g in contract["groups"]]}))
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+for turn in range(5):
+    results = [{"type": "tool_result", "tool_use_id": f"t{k}", "content": "ok"}
+               for k in range(turn)]
+    body = {"model": "presented_order", "max_tokens": 100,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Rank."},
+                                                      *results]}],
+            "tools": [{"name": "Bash", "input_schema": {}}]}
+    request = urllib.request.Request(
+        os.environ["SPU_MODEL_URL"] + "/v1/messages", data=json.dumps(body).encode(),
+        headers={"x-api-key": os.environ["SPU_MODEL_TOKEN"], "content-type": "application/json"})
+    try:
+        opener.open(request, timeout=30).read()
+    except urllib.error.HTTPError:
+        break
+'''
+
+
+@pytest.mark.slow
+def test_the_spend_cap_ends_a_run_cost_limit_and_scores_its_file(sandbox_ok, compose,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    """Past ``limits.max_cost_usd`` the gateway refuses; the run ends ``cost_limit`` and the
+    file written before counts (scored like ``timeout``)."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(CAPPED_AGENT)
+    agent.chmod(0o755)
+    cfg = compose("harness=command", f"harness.entrypoint={agent}", "model=scripted",
+                  "model.api_model=presented_order", f"task={EXAMPLE_TASK.name}",
+                  "limits.time_s=120", "limits.gpus=0", "limits.max_cost_usd=0.0005")
+    record = run_one(spec_from_config(cfg))
+    run_dir = tmp_path / "outputs" / "runs" / record.run_key
+    assert record.outcome is Outcome.cost_limit and record.scored, (record.process,
+                                                                      record.notes)
+    statuses = [e.status for e in read_requests(run_dir / "model" / "requests.jsonl")]
+    assert statuses == [200, 400]
+    assert record.cost_usd is not None and record.cost_usd >= 0.0005
+
+
 FORGED_REFUSAL = {"type": "assistant", "message": {
     "id": "msg_forged_refusal", "role": "assistant", "model": "spu_agent",
     "stop_reason": "refusal", "stop_details": {"type": "refusal", "category": "bio"},
