@@ -105,6 +105,9 @@ class ModelConfig:
     """API endpoint; Anthropic-compatible or OpenAI Responses, by harness."""
     api_key_env: str | None = None
     """Environment variable holding the API key (never the key itself)."""
+    api: str | None = None
+    """API style ``harness=command`` agents call through the gateway (``SPU_MODEL_API``):
+    ``anthropic``, ``openai-responses`` or ``openai-chat``; null: by provider."""
     default_harness: str | None = None
     prices: PriceConfig = field(default_factory=PriceConfig)
 
@@ -269,6 +272,25 @@ class LimitsConfig:
     """Disk the agent may write (workspace and output); over it the run ends ``disk_limit``."""
     log_mb: float = 64.0
     """Cap on each of the agent's stdout and stderr (head and tail kept, a note between)."""
+    max_cost_usd: float | None = None
+    """Spend cap of one run at the model gateway (None: none); past it the run ends
+    ``cost_limit``."""
+
+
+@dataclass
+class ModelGatewayConfig:
+    """The per-run model gateway (SPEC section 11)."""
+
+    log_bodies: bool = False
+    """Keep every request and answer body under ``<run_dir>/model/bodies/``."""
+    tool_result_chars: int = 65536
+    """Characters kept of each tool result the model was sent, for the exposure screen."""
+    tool_results_mb: float = 64.0
+    """Cap on ``<run_dir>/model/tool_results.jsonl`` (what the exposure screen reads)."""
+    connect_timeout_s: float = 30.0
+    """Seconds to connect to the upstream API."""
+    read_timeout_s: float = 900.0
+    """Seconds the upstream may stay silent (first byte included) before the request fails."""
 
 
 @dataclass
@@ -328,6 +350,7 @@ class SPUConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
     repeat: int = 0
     task_root: str = "tasks"
     output_root: str = "outputs"
@@ -360,6 +383,9 @@ def config_problems(conf: SPUConfig) -> list[str]:
     for name, value in (("gpus", limits.gpus), ("grace_s", limits.grace_s)):
         if not value >= 0:
             problems.append(f"limits.{name}={value:g}: must be 0 or more")
+    if limits.max_cost_usd is not None and not limits.max_cost_usd >= 0:
+        problems.append(f"limits.max_cost_usd={limits.max_cost_usd:g}: must be 0 or more "
+                        f"(null: no cap)")
     if conf.budget.max_cost_usd is not None and not conf.budget.max_cost_usd >= 0:
         problems.append(f"budget.max_cost_usd={conf.budget.max_cost_usd:g}: must be 0 or "
                         f"more (null: no cap)")

@@ -33,11 +33,14 @@ from spu.config import (
     HarnessConfig,
     LimitsConfig,
     ModelConfig,
+    ModelGatewayConfig,
     SandboxConfig,
     ToolsConfig,
 )
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
+from spu.gateway.session import GatewayConfigError, GatewaySession, gateway_evidence
+from spu.gateway.verdict import key_rejected, model_input_steps, read_requests
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
 from spu.grading.outcome import LIMIT_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
@@ -100,6 +103,8 @@ class RunSpec:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     gpu_ids: tuple[str, ...] = ()
     cost: CostConfig = field(default_factory=CostConfig)
+    model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
+    """The run's model gateway (``model_gateway``)."""
     status_every_s: float = 30.0
     """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
@@ -237,6 +242,8 @@ class AgentPhase:
     """What sampling the run's GPUs measured (None: no GPU, or not measurable)."""
     node: str | None = None
     """The cluster node the agent ran on, where a launcher placed it elsewhere."""
+    gateway: dict[str, Any] | None = None
+    """The run's model gateway: endpoint, upstream, policy (None: the agent called no model)."""
 
 
 @dataclass(frozen=True)
@@ -397,15 +404,19 @@ def run_agent(run: AgentRun, staged: Path,
     phase = AgentPhase(staged=staged, started=_now(),
                        sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
     tools: ToolsSession | None = None
+    gateway: GatewaySession | None = None
     try:
         sandbox, phase.notes = _open_sandbox(run.spec)
         prepared = False
         tools = open_tools(run)
+        gateway = open_gateway(run)
         try:
             # The run's host services first: their ports are part of the sandbox request.
             host_ports = run.harness.start_services(run.run_dir / "logs")
             if tools is not None:
                 host_ports = [*host_ports, *tools.host_ports()]
+            if gateway is not None:
+                host_ports = [*host_ports, *gateway.host_ports()]
             paths = sandbox.prepare(sandbox_request(run, staged, host_ports))
             prepared = True
             ctx = AgentContext(
@@ -417,6 +428,8 @@ def run_agent(run: AgentRun, staged: Path,
                 seed=int(run.key[:8], 16),
                 gpu_ids=list(run.spec.gpu_ids),
                 tools=tools.open_endpoints(paths.host_address) if tools is not None else None,
+                model=(gateway.open_endpoint(paths.host_address) if gateway is not None
+                       else None),
             )
             run.harness.prepare(ctx, sandbox)
             command = run.harness.command(ctx)
@@ -443,15 +456,41 @@ def run_agent(run: AgentRun, staged: Path,
             if prepared:
                 phase.sandbox_info = sandbox.info()
             sandbox.cleanup()
-    except (SandboxError, HarnessError, EgressProxyError, OSError, RuntimeError) as exc:
+    except (SandboxError, HarnessError, EgressProxyError, GatewayConfigError, OSError,
+            RuntimeError) as exc:
         log.error("run %s could not start: %s", run.key, exc)
         phase.evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
     finally:
         if tools is not None:
             tools.close()
+        if gateway is not None:
+            gateway.close()
     if tools is not None:
         read_tools(run, phase, tools)
+    if gateway is not None:
+        read_gateway(phase, gateway)
     return phase
+
+
+def open_gateway(run: AgentRun) -> GatewaySession | None:
+    """The run's model gateway, started (None for an agent that calls no model)."""
+    api = run.harness.model_api()
+    if api is None:
+        return None
+    spec = run.spec
+    return GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
+                          max_cost_usd=spec.limits.max_cost_usd,
+                          cache_write_rate=spec.cost.cache_write_rate).start()
+
+
+def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
+    """Usage, refusal and infra error from the gateway's record (SPEC 11).
+
+    The provider side wins over the agent's session files, which the agent can write;
+    where they disagree, ``evidence_disagreement`` says how.
+    """
+    phase.gateway = gateway.info()
+    phase.result = gateway_evidence(phase.result, gateway.summary().verdict)
 
 
 def open_tools(run: AgentRun) -> ToolsSession | None:
@@ -495,14 +534,20 @@ def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:
 def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
     """The monitor of step 3: status file and lines, API errors, a rejected key.
 
-    When the provider rejects the key, the monitor asks the sandbox to stop the agent
-    and the run ends as ``infra_error`` with the provider's message.
+    When the agent's output shows the key rejected and the provider confirms it, the
+    sandbox stops the agent and the run ends as ``infra_error`` with the provider's
+    message; a rejection the provider does not confirm stops nothing.
     """
     label = f"{run.task.id} · " + spec_config_label(run.spec)
 
     def rejected(seen: str) -> str | None:
-        sandbox.request_stop()
-        return run.harness.rejected_key_reason(seen)
+        # Ask the provider (through the run's gateway) before stopping anything: the
+        # agent's output is the agent's to write.
+        reason = run.harness.rejected_key_reason(seen) or key_rejected(
+            read_requests(run.run_dir / "model" / "requests.jsonl"))
+        if reason is not None:
+            sandbox.request_stop()
+        return reason
 
     return AgentMonitor(run.run_dir, stdout,
                         RunStatus(run_key=run.key, label=label, started=time.time(),
@@ -550,6 +595,9 @@ def task_threshold(task: TaskPackage, answers: AnswerKey) -> float:
 
 def price(run: AgentRun, result: AgentResult) -> RunCost:
     """Step 6: the run's cost at the model's list prices, request by request."""
+    if result.model_requests is not None:  # the gateway's record
+        return run_cost(run.spec.model.prices, result.usage, result.model_requests,
+                        result.cli_cost_usd, cache_write_rate=run.spec.cost.cache_write_rate)
     usage = result.trajectory.usage if result.trajectory is not None else result.usage
     steps = result.trajectory.steps if result.trajectory is not None else []
     return run_cost(run.spec.model.prices, usage, request_usages(steps), result.cli_cost_usd,
@@ -559,8 +607,9 @@ def price(run: AgentRun, result: AgentResult) -> RunCost:
 def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     """Step 7: tool outputs that show an identifier of the source study (never scored).
 
-    Every tool output of the trajectory (shell output included), and the full answers of
-    the audited calls, which a CLI may have shortened in its own record.
+    Every tool output of the trajectory (shell output included), the full answers of
+    the audited calls, which a CLI may have shortened in its own record, and the tool
+    results the model gateway saw sent to the model.
     """
     steps = result.trajectory.steps if result.trajectory is not None else []
     hits = detect_exposure(run.answers.source, steps)
@@ -568,6 +617,11 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     if (tools_dir / AUDIT_FILE).is_file():
         hits += detect_exposure_in_audit(run.answers.source, tools_dir,
                                          read_audit(tools_dir / AUDIT_FILE), steps, hits)
+    # What the model was sent, from the gateway's record: a hit the session files no
+    # longer show (the agent deleted them) still flags the run.
+    known = {h.kind for h in hits}
+    hits += [h.model_copy(update={"step": -1}) for h in detect_exposure(
+        run.answers.source, model_input_steps(run.run_dir / "model")) if h.kind not in known]
     return hits
 
 
@@ -585,12 +639,14 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         notes.append(f"infra error: {result.infra_error}")
     verdict = judge(RunEvidence.from_process(
         evidence, submitted=phase.submission is not None, infra_error=result.infra_error,
-        refused=result.refused, policy_stop=result.policy_stop), grades.recovered,
-        score_limits=not spec.retry_limits_with_file)
+        refused=result.refused, policy_stop=result.policy_stop, cost_limit=result.cost_limit),
+        grades.recovered, score_limits=not spec.retry_limits_with_file)
     if (verdict.outcome in LIMIT_OUTCOMES and spec.retry_limits_with_file
             and is_scored(verdict.outcome, grades.recovered)):
         notes.append(RERUN_NOTE.format(outcome=verdict.outcome.value))
-    usage = result.trajectory.usage if result.trajectory is not None else result.usage
+    # The gateway's record, where there is one, is the run's usage (SPEC 11).
+    usage = (result.usage if result.model_requests is not None or result.trajectory is None
+             else result.trajectory.usage)
     (run_dir / "grade.json").write_text(
         json.dumps({"strict": grades.strict.model_dump(mode="json"),
                     "recovered": grades.recovered.model_dump(mode="json")}, indent=1)
@@ -652,6 +708,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         attempt=spec.attempt,
         retried_from=spec.retried_from,
         node=phase.node,
+        evidence_disagreement=result.evidence_disagreement,
+        gateway=phase.gateway,
         notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
     write_run_record(run_dir, run_record)

@@ -27,6 +27,7 @@ RUN_RECORD_VERSION = "2"
 TRAJECTORY_VERSION = "1"
 AUDIT_VERSION = "2"
 """``2``: no field outside the schema; ``1`` lines may carry unknown fields (dropped)."""
+GATEWAY_REQUEST_VERSION = "1"
 
 
 class Record(BaseModel):
@@ -376,6 +377,7 @@ class Outcome(str, Enum):
     memory_limit = "memory_limit"
     disk_limit = "disk_limit"
     infra_error = "infra_error"
+    cost_limit = "cost_limit"
 
 
 class Usage(Record):
@@ -551,6 +553,59 @@ class AuditEntry(VersionedRecord):
     exposure: list[str] = Field(default_factory=list)
     """Identifier kinds of the source study found in the answer (screened as it happened)."""
     schema_version: str = AUDIT_VERSION
+    """Version of this line's format."""
+
+
+class GatewayRequest(Record):
+    """One line of ``<run_dir>/model/requests.jsonl``: one model request (SPEC 11).
+
+    Written by the run's model gateway, outside the sandbox, as the request completes;
+    the run's usage, cost, ``refusal`` and ``infra_error`` are read from these lines.
+    """
+
+    time: str
+    """ISO-8601 time (UTC) the request arrived at the gateway."""
+    endpoint: str
+    """``messages``, ``count_tokens``, ``responses``, ``chat_completions``, ``models`` or
+    ``other``."""
+    model: str | None = None
+    """The model the request asked for."""
+    status: int
+    """HTTP status the agent got (the upstream's, or the gateway's own refusal)."""
+    latency_s: float = 0.0
+    """Seconds from the request's arrival to the end of its answer."""
+    ttfb_s: float | None = None
+    """Seconds from the request's arrival to the first byte of the upstream's answer."""
+    usage: Usage = Field(default_factory=Usage)
+    """Usage the provider reported for this request (what it bills)."""
+    stop_reason: str | None = None
+    """Stop reason of the answer (``end_turn``, ``tool_use``, ``completed``, ``stop``...)."""
+    refusal: bool = False
+    """True when the provider's answer is a refusal."""
+    refusal_label: str | None = None
+    """The provider's refusal category (``bio``, ``cyber``, ``content_filter``), if given."""
+    error_type: str | None = None
+    """The provider's error type, or the gateway's (``gateway.bad_token``,
+    ``gateway.model_refused``, ``gateway.cost_limit``, ``gateway.stream_dropped``,
+    ``gateway.upstream_unreachable``, ``gateway.client_disconnected``)."""
+    error: str | None = None
+    """The error message."""
+    request_id: str | None = None
+    """The provider's request id (``request-id`` or ``x-request-id`` header)."""
+    bytes_in: int = 0
+    """Bytes of the request body."""
+    bytes_out: int = 0
+    """Bytes of the answer body passed to the agent."""
+    stream: bool = False
+    """True for a streamed (SSE) answer."""
+    complete: bool = False
+    """True when the answer arrived whole (a stream's final event, a JSON body)."""
+    final: bool = False
+    """True when the answer is a final answer: complete, and no tool call follows it."""
+    body_file: str | None = None
+    """The request and answer bodies, relative to ``<run_dir>/model/``
+    (``model_gateway.log_bodies=true`` only)."""
+    schema_version: str = GATEWAY_REQUEST_VERSION
     """Version of this line's format."""
 
 
@@ -763,6 +818,12 @@ class RunRecord(VersionedRecord):
     node: str | None = None
     """The cluster node that ran the agent (a Ray node id), where a launcher placed the
     agent away from the grading side; None for a run on this machine."""
+    evidence_disagreement: str | None = None
+    """Where the agent's session files claimed what the model gateway's record does not
+    show (a refusal or an API error the provider never sent); the gateway's record won."""
+    gateway: dict[str, Any] | None = None
+    """The run's model gateway: ``endpoint``, ``api``, ``upstream``, ``api_model``,
+    ``max_cost_usd``, ``record`` (None: the agent called no model)."""
     notes: list[str] = Field(default_factory=list)
     """Loud warnings about the run (e.g. a grader that could not be isolated)."""
     grade_history: list[PastGrade] = Field(default_factory=list)

@@ -71,8 +71,6 @@ CLI_RANK = 300
 """A stage's own command line (``spu/<stage>/cli.py``) composes stages like the entry point."""
 
 PENDING: dict[tuple[str, str], str] = {
-    ("spu.harness.cli_agent", "spu.testing"):
-        "the scripted model becomes an upstream of the model gateway (helper 'gateway')",
 }
 """Known backward imports being removed by other work, each with who removes it. An entry
 that no longer occurs fails the test, so the list only shrinks."""

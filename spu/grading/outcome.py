@@ -50,11 +50,13 @@ class RunEvidence:
     """The wall-clock limit fired."""
     policy_stop: bool = False
     """The tools policy stopped the run (a flagged fetch under ``tools.policy=stop``)."""
+    cost_limit: bool = False
+    """The model gateway refused further requests at ``limits.max_cost_usd``."""
 
     @classmethod
     def from_process(cls, process: ProcessEvidence, *, submitted: bool,
                      infra_error: str | None = None, refused: bool = False,
-                     policy_stop: bool = False) -> RunEvidence:
+                     policy_stop: bool = False, cost_limit: bool = False) -> RunEvidence:
         """Evidence from the sandbox's process facts plus what the harness read back.
 
         ``infra_error`` is the harness's; the process's own ``error`` counts as well.
@@ -67,6 +69,7 @@ class RunEvidence:
             disk_full=process.disk_full,
             timed_out=process.timed_out,
             policy_stop=policy_stop,
+            cost_limit=cost_limit,
         )
 
 
@@ -91,8 +94,8 @@ def decide_outcome(evidence: RunEvidence, grade: Grade) -> Outcome:
     """The outcome of a run, from facts in a fixed order of precedence (SPEC section 5).
 
     An infrastructure error comes first, then a refusal, the memory limit, the disk
-    limit, the time limit, a policy stop; only then does the file decide: none (or
-    one ranking no group) is ``no_file``, else the grade's status.
+    limit, the time limit, the spend cap, a policy stop; only then does the file decide:
+    none (or one ranking no group) is ``no_file``, else the grade's status.
     """
     if evidence.infra_error:
         return Outcome.infra_error
@@ -104,6 +107,8 @@ def decide_outcome(evidence: RunEvidence, grade: Grade) -> Outcome:
         return Outcome.disk_limit
     if evidence.timed_out:
         return Outcome.timeout
+    if evidence.cost_limit:
+        return Outcome.cost_limit
     if evidence.policy_stop:
         return Outcome.policy_stop
     if not evidence.submitted or no_group_ranked(grade):

@@ -23,6 +23,7 @@ from spu.schema import ProcessEvidence, Trajectory, Usage
 from spu.tasks.package import TaskPackage
 
 if TYPE_CHECKING:
+    from spu.gateway.session import ModelEndpoint
     from spu.harness.monitor import LiveEvent
     from spu.tools.session import ToolEndpoints
 
@@ -53,6 +54,8 @@ class AgentContext:
     """GPUs the launcher assigned; the sandbox places them and sets the GPU environment."""
     tools: ToolEndpoints | None = None
     """The audited tools service and the egress proxy, as the agent reaches them."""
+    model: ModelEndpoint | None = None
+    """The run's model gateway, as the agent reaches it (None: the agent calls no model)."""
 
     @property
     def log_dir(self) -> Path:
@@ -81,6 +84,8 @@ class AgentContext:
         }
         if self.tools is not None and self.tools.url:
             env["SPU_TOOLS_URL"] = self.tools.url
+        if self.model is not None:
+            env.update(self.model.env())
         return env
 
     def proxy_env(self) -> dict[str, str]:
@@ -122,6 +127,13 @@ class AgentResult:
     tool_calls: int = 0
     web_fetches: int = 0
     used_gpu: bool = False
+    model_requests: list[Usage] | None = None
+    """Usage of each model request the run's gateway recorded (None: no gateway); with
+    it, ``usage`` is the gateway's sum, not the session files'."""
+    evidence_disagreement: str | None = None
+    """Where the session files claimed what the provider side never saw."""
+    cost_limit: bool = False
+    """The gateway refused further requests at ``limits.max_cost_usd``."""
 
 
 class HarnessError(RuntimeError):
@@ -172,6 +184,20 @@ class Harness(ABC):
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise :class:`HarnessError` when this model/effort cannot run in this harness."""
+
+    def model_api(self) -> str | None:
+        """The API style the agent calls its model in, through the run's gateway (SPEC 11).
+
+        None for an agent that calls no model (no gateway is opened). By default
+        ``model.api``, else ``anthropic`` for Anthropic and the scripted model,
+        ``openai-responses`` for OpenAI and ``openai-chat`` for other providers.
+        """
+        if self.model.provider == "baseline":
+            return None
+        if self.model.api:
+            return self.model.api
+        return {"anthropic": "anthropic", "scripted": "anthropic",
+                "openai": "openai-responses"}.get(self.model.provider, "openai-chat")
 
     def sandbox_binds(self) -> dict[str, str]:
         """Host folders to mount read-only in the sandbox (host path -> sandbox path)."""
@@ -235,7 +261,8 @@ class Harness(ABC):
     def rejected_key_reason(self, seen: str) -> str | None:
         """The provider's own words when the agent's API key was rejected mid-run.
 
-        ``seen`` is what the agent's output said; None keeps it.
+        ``seen`` is what the agent's output said; None when the provider does not
+        confirm it (the agent is not stopped).
         """
         return None
 

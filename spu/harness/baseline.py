@@ -26,6 +26,10 @@ class BaselineHarness(CommandHarness):
     name = "baseline"
     uses_tools = False  # offline reference agents: no search, no network
 
+    def model_api(self) -> str | None:
+        """None: the baselines call no model."""
+        return None
+
     def entrypoint(self) -> Path:
         """The bundled baseline agent script."""
         return AGENT_SCRIPT

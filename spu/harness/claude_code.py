@@ -67,13 +67,19 @@ class ClaudeCodeHarness(CLIAgentHarness):
     def key_check_request(self) -> tuple[str, dict[str, str]]:
         """``GET /v1/models`` of the Messages API, with the key as Claude Code sends it."""
         key = self.api_key()
-        base = (self.endpoint() or self.default_endpoint or "").rstrip("/")
+        # Asked from the host: the gateway's host-side address, where there is one.
+        host_side = self.gateway.host_url if self.gateway is not None else None
+        base = (host_side or self.endpoint() or self.default_endpoint or "").rstrip("/")
         headers = {"anthropic-version": "2023-06-01"}
         if self.model.provider in KEY_AS_API_KEY:
             headers["x-api-key"] = key
         else:
             headers["authorization"] = f"Bearer {key}"
         return f"{base}/v1/models", headers
+
+    def model_api(self) -> str | None:
+        """Claude Code speaks the Anthropic Messages API (to any provider's endpoint)."""
+        return "anthropic"
 
     def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
         """The event of one line of the ``stream-json`` output (:mod:`spu.harness.monitor`)."""

@@ -3,9 +3,10 @@
 Both are pinned npm packages installed once into the tools folder and mounted
 read-only in the sandbox; both talk to one model endpoint with one API key, read
 from the variable the model config names; both leave session files in the agent's
-home that :mod:`spu.harness.trajectory` reads back. With ``model=scripted`` the
-harness starts the scripted model server (:mod:`spu.testing`) for the run and points
-the CLI at it, so the real CLI runs offline.
+home that :mod:`spu.harness.trajectory` reads back. The CLI is pointed at the run's
+model gateway (:mod:`spu.gateway`) with the run's token in place of the key; with
+``model=scripted`` the gateway's upstream is the scripted model server, so the real
+CLI runs offline through the same gateway.
 """
 
 from __future__ import annotations
@@ -25,15 +26,12 @@ from spu.sandbox.base import Sandbox
 from spu.schema import ProcessEvidence
 
 if TYPE_CHECKING:
-    from spu.testing import ScriptedModelServer
+    from spu.gateway.session import ModelEndpoint
 
 log = logging.getLogger(__name__)
 
 SCRIPTED = "scripted"
 """Provider of ``model=scripted``: the local scripted model server."""
-
-DEFAULT_SCRIPT = "spu_agent"
-"""The script ``model=scripted`` plays when ``model.api_model`` names none."""
 
 TOOLS_MOUNT = "/spu-tools"
 """Where the tools folder's CLIs appear in sandboxes that remap paths."""
@@ -61,7 +59,8 @@ class CLIAgentHarness(Harness):
     def __init__(self, cfg: HarnessConfig, model: ModelConfig, effort: EffortConfig) -> None:
         super().__init__(cfg, model, effort)
         self.tool: InstalledTool | None = None
-        self.server: ScriptedModelServer | None = None  # while a scripted run is on
+        self.gateway: ModelEndpoint | None = None
+        """The run's model gateway (known once :meth:`prepare` ran)."""
         self.home_host: Path | None = None
         self.cli_root: str | None = None
         self.host_address = "127.0.0.1"
@@ -75,7 +74,13 @@ class CLIAgentHarness(Harness):
         return self.model.provider == SCRIPTED
 
     def api_key(self) -> str:
-        """The API key, read from the variable the model config names."""
+        """What the CLI gets as its key: the run's gateway token, once there is a gateway.
+
+        Before that (:meth:`check`), the provider key, read from the variable the model
+        config names, so that a missing key fails before anything starts.
+        """
+        if self.gateway is not None:
+            return self.gateway.token
         if self.scripted:
             return "scripted-model-key"
         name = self.model.api_key_env
@@ -95,13 +100,12 @@ class CLIAgentHarness(Harness):
                                f"harness=baseline")
         self.effort_value()  # raises when this harness has no such effort
         self.api_key()
-        if self.scripted:
-            from spu.testing import ScriptError, load_script
+        from spu.gateway.session import GatewayConfigError, check_upstream
 
-            try:
-                load_script(self.model.api_model or DEFAULT_SCRIPT)
-            except ScriptError as exc:
-                raise HarnessError(f"model.api_model: {exc}") from None
+        try:
+            check_upstream(self.model)
+        except GatewayConfigError as exc:
+            raise HarnessError(str(exc)) from None
         self.install()
 
     def install(self) -> InstalledTool:
@@ -132,32 +136,19 @@ class CLIAgentHarness(Harness):
 
     # ---------------------------------------------------------------- a run
 
-    def start_services(self, log_dir: Path) -> list[int]:
-        """Start the scripted model server for ``model=scripted``; returns its port."""
-        if not self.scripted:
-            return []
-        if self.server is None:
-            from spu.testing import ScriptedModelServer, load_script
-
-            script = load_script(self.model.api_model or DEFAULT_SCRIPT)
-            log_dir.mkdir(parents=True, exist_ok=True)
-            self.server = ScriptedModelServer(
-                script, log_path=log_dir / "scripted_server.jsonl").start()
-            log.info("scripted model %r at %s", script.name, self.server.url)
-        return [self.server.port]
-
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
-        """Locate the CLI and the agent's home; check the scripted server is reachable.
+        """Locate the CLI and the agent's home; check the model gateway is reachable.
 
         Raises:
-            HarnessError: ``model=scripted`` in a sandbox from which the scripted server
-                cannot be reached (no network, or its port not among the sandbox's
-                host ports).
+            HarnessError: a sandbox from which the run's model gateway cannot be reached
+                (no network, or its port not among the sandbox's host ports), or
+                ``model=scripted`` without a gateway.
         """
-        if self.scripted:
-            self.check_scripted_reachable(sandbox)  # offline: refused before starting anything
-            self.start_services(ctx.log_dir)
-            self.check_scripted_reachable(sandbox)
+        self.gateway = ctx.model
+        if self.gateway is None and self.scripted:
+            raise HarnessError("model=scripted: the run has no model gateway (the runner "
+                               "opens one, with the scripted model server as its upstream)")
+        self.check_gateway_reachable(sandbox)
         self.host_address = ctx.paths.host_address
         self.home_host = sandbox.host_path(ctx.paths.workspace)
         (self.home_host / TEMP_FOLDER).mkdir(parents=True, exist_ok=True)
@@ -185,9 +176,9 @@ class CLIAgentHarness(Harness):
 
         url, headers = self.key_check_request()
         try:
-            # The scripted server is on loopback: never through a proxy of the environment.
+            # The run's gateway is on loopback: never through a proxy of the environment.
             response = httpx.get(url, headers=headers, timeout=KEY_CHECK_TIMEOUT_S,
-                                 follow_redirects=True, trust_env=self.server is None)
+                                 follow_redirects=True, trust_env=self.gateway is None)
         except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
             log.info("API key check of model=%s skipped: %s", self.model.name, exc)
             return None
@@ -205,29 +196,33 @@ class CLIAgentHarness(Harness):
         """The provider's words for a key rejected mid-run (asks it once more)."""
         return self.key_rejection()
 
-    def check_scripted_reachable(self, sandbox: Sandbox) -> None:
-        """Refuse ``model=scripted`` where the agent cannot reach the scripted server.
+    def check_gateway_reachable(self, sandbox: Sandbox) -> None:
+        """Refuse a run whose agent cannot reach the run's model gateway.
 
-        The server listens on the host's ``127.0.0.1``. An agent on the host's network
+        The gateway listens on the host's ``127.0.0.1``. An agent on the host's network
         reaches it; an agent in a network namespace reaches it only when its port is
-        among the sandbox's host ports (:meth:`start_services` declared it, the runner
-        passed it on); offline (``sandbox.network=false``) nothing does, and the CLI
-        would retry until the wall-clock limit.
+        among the sandbox's host ports (the runner passes it on); offline
+        (``sandbox.network=false``) nothing does, and the CLI would retry until the
+        wall-clock limit.
         """
+        if self.gateway is None:
+            return
         info = sandbox.info()
         if info.network == "host" or "network-namespace" not in info.isolation:
             return
-        port = self.server.port if self.server is not None else None
+        from urllib.parse import urlsplit
+
+        port = urlsplit(self.gateway.host_url).port
         if info.network == "offline":
             fix = "set sandbox.network=true"
-        elif port is None or port in info.host_ports:
+        elif port in info.host_ports:
             return
         else:
             fix = sandbox.unreachable_port_fix
         raise HarnessError(
-            f"model=scripted: the scripted model server listens on the host's 127.0.0.1 "
-            f"port {port}, which the agent cannot reach from sandbox={info.backend} "
-            f"(network {info.network}); {fix}")
+            f"model={self.model.name}: the run's model gateway listens on the host's "
+            f"127.0.0.1 port {port}, which the agent cannot reach from "
+            f"sandbox={info.backend} (network {info.network}); {fix}")
 
     def instruction(self, ctx: AgentContext) -> str:
         """The task's instruction, given as the prompt (every configuration gets the same)."""
@@ -244,18 +239,18 @@ class CLIAgentHarness(Harness):
         return self.install().bin(self.binary, self.cli_root)
 
     def endpoint(self) -> str | None:
-        """Base URL of the model API: the scripted server's, or the model config's."""
-        if self.server is not None:
-            return f"http://{self.host_address}:{self.server.port}"
+        """Base URL of the model API as the agent sees it: the run's gateway's."""
+        if self.gateway is not None:
+            return self.gateway.url
         return self.model.base_url
 
     def agent_env(self, ctx: AgentContext, extra: dict[str, str]) -> dict[str, str]:
         """The agent's environment (:meth:`Harness.agent_env`) with the CLI's temporary folder.
 
-        ``harness.env`` still overrides everything; the scripted server bypasses proxies.
+        ``harness.env`` still overrides everything; the model gateway bypasses proxies.
         """
         cli_env = {"TMPDIR": f"{ctx.paths.workspace}/{TEMP_FOLDER}"}
-        if self.server is not None:
+        if self.gateway is not None:
             proxies = ctx.proxy_env()
             host_bypass = proxies.get("no_proxy") or proxies.get("NO_PROXY")
             cli_env["no_proxy"] = cli_env["NO_PROXY"] = ",".join(dict.fromkeys(
@@ -264,7 +259,7 @@ class CLIAgentHarness(Harness):
         return super().agent_env(ctx, {**cli_env, **extra})
 
     def api_hosts(self) -> set[str]:
-        """The model endpoint's host (the scripted server's, or the provider's)."""
+        """The model endpoint's host (the run's gateway's, as the agent sees it)."""
         from urllib.parse import urlsplit
 
         endpoint = self.endpoint() or self.default_endpoint
@@ -272,10 +267,8 @@ class CLIAgentHarness(Harness):
         return {host} if host else set()
 
     def cleanup(self) -> None:
-        """Stop the scripted model server, if one runs."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        """Forget the run's gateway (the runner stops it)."""
+        self.gateway = None
 
     # ---------------------------------------------------------------- reading back
 

@@ -60,10 +60,14 @@ class CodexHarness(CLIAgentHarness):
 
     def key_check_request(self) -> tuple[str, dict[str, str]]:
         """``GET /models`` of the Responses API endpoint, with the key as a bearer token."""
-        base = self.endpoint() or self.default_endpoint or ""
-        if self.server is not None:
-            base = f"{self.server.url}/v1"
+        # Asked from the host: the gateway's host-side address, where there is one.
+        host_side = self.gateway.host_url if self.gateway is not None else None
+        base = host_side or self.endpoint() or self.default_endpoint or ""
         return f"{base.rstrip('/')}/models", {"authorization": f"Bearer {self.api_key()}"}
+
+    def model_api(self) -> str | None:
+        """Codex speaks the OpenAI Responses API."""
+        return "openai-responses"
 
     def live_event(self, entry: dict[str, Any]) -> LiveEvent | None:
         """The event of one line of the ``--json`` output (:mod:`spu.harness.monitor`)."""
@@ -75,9 +79,8 @@ class CodexHarness(CLIAgentHarness):
 
     def config_toml(self, tools_url: str | None = None) -> str:
         """``config.toml`` declaring the provider, the model, the effort and the MCP server."""
+        # The gateway's root stands for the upstream's base (``/v1`` included).
         base_url = self.endpoint()
-        if self.server is not None:
-            base_url = f"{base_url}/v1"
         lines = [
             f"model = {_toml(self.model.api_model or self.model.name)}",
             f"model_provider = {_toml(PROVIDER_ID)}",
@@ -107,7 +110,7 @@ class CodexHarness(CLIAgentHarness):
         return "\n".join(lines) + "\n"
 
     def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
-        """Start the scripted server when asked, then write a fresh ``CODEX_HOME``."""
+        """Point at the run's gateway, then write a fresh ``CODEX_HOME``."""
         super().prepare(ctx, sandbox)
         tools_url = ctx.tools.url if ctx.tools is not None else None
         sandbox.write_file(f"{codex_home(ctx)}/config.toml",

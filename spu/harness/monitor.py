@@ -235,7 +235,9 @@ class AgentMonitor:
         stdout: the agent's stdout log, as the sandbox writes it.
         status: the initial status (key, label, start time).
         parse: the harness's line parser (None: elapsed time only).
-        on_rejected_key: called once, with the reason, when the key is rejected.
+        on_rejected_key: called once, with what the output said, when it shows the key
+            rejected: the provider's own words when it confirms (the agent is stopped),
+            None when the provider accepts the key (the agent goes on).
         every_s: seconds between status lines and repeated error lines (0: no lines).
     """
 
@@ -251,6 +253,7 @@ class AgentMonitor:
         self.every_s = every_s
         self.rejected: str | None = None
         """Why the run was stopped for a rejected key (None: it was not)."""
+        self._key_confirmed = False
         self._offset = 0
         self._partial = b""
         self._stop = threading.Event()
@@ -332,10 +335,17 @@ class AgentMonitor:
             log.warning("run %s (%s): API error %d, %d times so far: %s", self.status.run_key,
                         self.status.label, status, count, event.text)
         if status in REJECTED_KEY_STATUSES and count >= REJECTED_KEY_REPEATS \
-                and self.rejected is None:
-            reason = f"the provider rejected the API key (HTTP {status}): {event.text}"
-            if self.on_rejected_key is not None:
-                reason = self.on_rejected_key(reason) or reason
+                and self.rejected is None and not self._key_confirmed:
+            seen = f"the provider rejected the API key (HTTP {status}): {event.text}"
+            reason = self.on_rejected_key(seen) if self.on_rejected_key is not None else seen
+            if reason is None:
+                # The provider accepts the key: the lines were not its words (anything in
+                # the sandbox can write the CLI's stdout). Asked once; the agent goes on.
+                self._key_confirmed = True
+                log.warning("run %s (%s): the agent's output claims a rejected key, which "
+                            "the provider does not confirm; not stopping",
+                            self.status.run_key, self.status.label)
+                return
             self.rejected = reason
             self.status.stopping = reason
             log.error("run %s (%s): %s; stopping the agent", self.status.run_key,

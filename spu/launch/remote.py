@@ -40,7 +40,7 @@ from spu.schema import ProcessEvidence
 
 log = logging.getLogger(__name__)
 
-RETURNED_DIRS = ("output", "logs", "tools")
+RETURNED_DIRS = ("output", "logs", "tools", "model")
 """Folders of an agent node's run folder that travel back to the grading side."""
 
 MAX_RETURNED_FILE_BYTES = 256 << 20
@@ -251,24 +251,29 @@ def _watch_spending(run: Any, ctx: Any, report: SpendReport, every_s: float,
                     stop: threading.Event) -> None:
     """Report the run's usage so far every ``every_s`` seconds until ``stop``.
 
-    The harness reads the usage from the agent's session files as they grow; a node
-    that dies mid-run takes the files with it, so what was last reported is what the
-    lost attempt counts as spent.
+    The usage is that of the run's gateway record as it grows (of the session files for
+    an agent without a gateway); a node that dies mid-run takes the files with it, so
+    what was last reported is what the lost attempt counts as spent.
     """
     from dataclasses import asdict
 
+    from spu.gateway.session import gateway_evidence
+    from spu.gateway.verdict import gateway_verdict, read_requests
     from spu.harness.monitor import read_status
     from spu.runner import price
 
+    record = run.run_dir / "model" / "requests.jsonl"
     last: tuple[Any, ...] | None = None
     while not stop.wait(every_s):
         try:
             result = run.harness.parse(ctx, ProcessEvidence())
+            if ctx.model is not None:  # the gateway's record, not the agent's files
+                result = gateway_evidence(result, gateway_verdict(read_requests(record)))
             cost = price(run, result)
         except Exception:  # noqa: BLE001 - a session half-written is not an error yet
             continue
         usage = (result.trajectory.usage if result.trajectory is not None
-                 else result.usage).model_dump()
+                 and result.model_requests is None else result.usage).model_dump()
         status = read_status(run.run_dir)
         shown = asdict(status) if status is not None else None
         if (tuple(usage.values()), cost.estimate.total, shown) != last:

@@ -44,6 +44,7 @@ def spec_from_config(cfg: DictConfig) -> Any:
         if conf.tools.corpus else conf.tools,
         gpu_ids=tuple(conf.sandbox.gpu_ids),
         cost=conf.cost,
+        model_gateway=conf.model_gateway,
         status_every_s=conf.sweep.status_every_s,
         retry_limits_with_file=bool(conf.sweep.retry_limits_with_file),
     )

@@ -137,7 +137,7 @@ def stream_events(turn: ScriptedTurn, usage: Usage, *, model: str, message_id: s
         "usage": usage_object(usage, 1),
     }})]
     for index, block in enumerate(blocks):
-        events += _block_events(index, block)
+        events += _block_events(index, block, turn.delta_chars)
     final_usage = usage_object(usage, usage.output)
     final_usage.pop("service_tier")
     events.append(("message_delta", {
@@ -149,7 +149,20 @@ def stream_events(turn: ScriptedTurn, usage: Usage, *, model: str, message_id: s
     return events
 
 
-def _block_events(index: int, block: dict[str, Any]) -> list[Event]:
+def text_pieces(text: str, size: int) -> list[str]:
+    """``text`` in pieces of ``size`` characters (one piece when ``size`` is 0).
+
+    Examples
+    --------
+    >>> text_pieces("abcde", 2), text_pieces("abc", 0)
+    (['ab', 'cd', 'e'], ['abc'])
+    """
+    if size <= 0 or len(text) <= size:
+        return [text]
+    return [text[k:k + size] for k in range(0, len(text), size)]
+
+
+def _block_events(index: int, block: dict[str, Any], delta_chars: int = 0) -> list[Event]:
     kind = block["type"]
     start: dict[str, Any]
     if kind == "thinking":
@@ -158,7 +171,8 @@ def _block_events(index: int, block: dict[str, Any]) -> list[Event]:
                   {"type": "signature_delta", "signature": block["signature"]}]
     elif kind == "text":
         start = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": block["text"]}]
+        deltas = [{"type": "text_delta", "text": piece}
+                  for piece in text_pieces(block["text"], delta_chars)]
     else:
         start = {**block, "input": {}}
         deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from spu.schema import Usage
+from spu.testing.anthropic_messages import text_pieces
 from spu.testing.script import ScriptedTurn, not_offered, offered_tool
 
 SHELL_TOOLS = ("exec_command", "shell")
@@ -155,14 +156,14 @@ def stream_events(turn: ScriptedTurn, usage: Usage, *, model: str, tool: str,
         return events
     items = output_items(turn, tool, ids, body)
     for index, item in enumerate(items):
-        events += _item_events(index, item)
+        events += _item_events(index, item, turn.delta_chars)
     events.append(("response.completed", {
         "type": "response.completed",
         "response": response_object(rid, model, "completed", items, usage_object(usage))}))
     return events
 
 
-def _item_events(index: int, item: dict[str, Any]) -> list[Event]:
+def _item_events(index: int, item: dict[str, Any], delta_chars: int = 0) -> list[Event]:
     kind = item["type"]
     base = {"output_index": index, "item_id": item["id"]}
     if kind == "reasoning":
@@ -188,9 +189,9 @@ def _item_events(index: int, item: dict[str, Any]) -> list[Event]:
             ("response.content_part.added",
              {"type": "response.content_part.added", **base, "content_index": 0,
               "part": {"type": "output_text", "text": "", "annotations": []}}),
-            ("response.output_text.delta",
-             {"type": "response.output_text.delta", **base, "content_index": 0,
-              "delta": text}),
+            *(("response.output_text.delta",
+               {"type": "response.output_text.delta", **base, "content_index": 0,
+                "delta": piece}) for piece in text_pieces(text, delta_chars)),
             ("response.output_text.done",
              {"type": "response.output_text.done", **base, "content_index": 0, "text": text}),
             ("response.content_part.done",

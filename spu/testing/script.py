@@ -76,6 +76,16 @@ class ScriptedTurn:
     (``search`` matches ``mcp__spu__search``); the turn fails loudly when none matches."""
     arguments: dict[str, Any] | None = None
     """Arguments of the ``tool`` call."""
+    fault_times: int | None = None
+    """How many requests of this turn get its fault (``http_error`` or the stream cut):
+    None for every one; 2 for a burst of two, then the answer."""
+    cut_after_events: int | None = None
+    """Cut the stream after this many events (fewer bytes than announced, then the
+    connection closes): a stream dropped mid-answer."""
+    first_byte_delay_s: float = 0.0
+    """Seconds to wait before the first byte of the answer (a slow provider)."""
+    delta_chars: int = 0
+    """Stream the text in deltas of this many characters (0: one delta)."""
 
     @property
     def is_final(self) -> bool:
@@ -325,6 +335,13 @@ def _turn(path: Path, where: str, raw: Any) -> ScriptedTurn:
             raise ScriptError(f"{path}: {where}.{key} must be a string")
     if raw.get("arguments") is not None and not isinstance(raw["arguments"], dict):
         raise ScriptError(f"{path}: {where}.arguments must be an object")
+    for key in ("fault_times", "cut_after_events", "delta_chars"):
+        if raw.get(key) is not None and (isinstance(raw[key], bool)
+                                         or not isinstance(raw[key], int) or raw[key] < 0):
+            raise ScriptError(f"{path}: {where}.{key} must be an integer, 0 or more")
+    delay = raw.get("first_byte_delay_s", 0.0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+        raise ScriptError(f"{path}: {where}.first_byte_delay_s must be a number of seconds")
     if raw.get("http_error") is not None and (
             isinstance(raw["http_error"], bool) or not isinstance(raw["http_error"], int)):
         raise ScriptError(f"{path}: {where}.http_error must be an integer")

@@ -22,7 +22,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,8 @@ class ServedResponse:
     """Request path."""
     kind: str
     """``script`` (a turn of the agent loop), ``side`` (any other generation),
-    ``count_tokens``, ``error`` (a scripted HTTP error) or ``other``."""
+    ``count_tokens``, ``error`` (a scripted HTTP error), ``cut`` (a turn's stream cut
+    mid-answer) or ``other``."""
     status: int
     """HTTP status of the answer."""
     turn: int | None = None
@@ -66,8 +67,35 @@ class ServedResponse:
         }
 
 
-def reported_usage(log_path: str | Path, kinds: tuple[str, ...] = ("script", "side")) -> Usage:
-    """Total usage the server reported, read back from its log file."""
+def usage_told(events: list[tuple[str, dict[str, Any]]]) -> Usage:
+    """The usage a client was told by the first ``events`` of an answer (a cut stream).
+
+    Anthropic's ``message_start`` tells the input buckets and one output token; the
+    Responses API tells usage only in its final event.
+    """
+    told = Usage()
+    for name, payload in events:
+        if name == "message_start":
+            raw = payload["message"]["usage"]
+            told = Usage(input=raw["input_tokens"], cache_read=raw["cache_read_input_tokens"],
+                         cache_write=raw["cache_creation_input_tokens"],
+                         cache_write_1h=raw["cache_creation"]["ephemeral_1h_input_tokens"],
+                         output=raw["output_tokens"])
+        elif name == "response.completed" and payload["response"].get("usage"):
+            raw = payload["response"]["usage"]
+            cached = raw["input_tokens_details"]["cached_tokens"]
+            writes = raw["input_tokens_details"]["cache_write_tokens"]
+            told = Usage(input=raw["input_tokens"] - cached - writes, cache_read=cached,
+                         cache_write=writes, output=raw["output_tokens"])
+    return told
+
+
+def reported_usage(log_path: str | Path,
+                   kinds: tuple[str, ...] = ("script", "side", "cut")) -> Usage:
+    """Total usage the server reported, read back from its log file.
+
+    Cut answers count with what their first events told.
+    """
     total = Usage()
     for line in Path(log_path).read_text(encoding="utf-8").splitlines():
         entry = json.loads(line)
@@ -106,6 +134,7 @@ class ScriptedModelServer:
         self.responses: list[ServedResponse] = []
         self._lock = threading.Lock()
         self._counter = 0
+        self._attempts: dict[tuple[str, bool, int], int] = {}
         self._httpd = ThreadingHTTPServer((host, port), _handler_class(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -124,7 +153,8 @@ class ScriptedModelServer:
     def start(self) -> ScriptedModelServer:
         """Start serving in a daemon thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever,
+            # A short poll: stop() waits for the loop to notice (0.5 s by default).
+            self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,),
                                             name="spu-scripted-model", daemon=True)
             self._thread.start()
         return self
@@ -157,6 +187,21 @@ class ScriptedModelServer:
         with self._lock:
             self._counter += 1
             return self._counter
+
+    def fault(self, api: str, play: _Play, subagent: bool) -> bool:
+        """True when this request of ``play``'s turn gets the turn's fault.
+
+        A turn's HTTP error or stream cut hits its first ``fault_times`` requests (every
+        one when None): a burst of 529s, then the answer, as a CLI's retries see it.
+        """
+        if play.index is None:
+            return False
+        with self._lock:
+            key = (api, subagent, play.index)
+            self._attempts[key] = self._attempts.get(key, 0) + 1
+            attempt = self._attempts[key]
+        limit = play.turn.fault_times
+        return limit is None or attempt <= limit
 
     def record(self, served: ServedResponse, request: dict[str, Any]) -> None:
         """Keep ``served`` and append it, with a summary of the request, to the log."""
@@ -211,146 +256,184 @@ def _play(server: ScriptedModelServer, index: int | None, subagent: bool = False
 
 
 def _handler_class(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    """The request handler class of ``server``."""
+    return type("ScriptedHandler", (_Handler,), {"model_server": server})
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            pass  # the JSON log replaces the access log
 
-        def _rejected(self, path: str, summary: dict[str, Any]) -> bool:
-            """Answer 401 when the script rejects every key."""
-            if not server.script.reject_key:
-                return False
-            sent = {k.lower() for k in self.headers}
-            api = "anthropic" if "x-api-key" in sent or path.endswith("/messages") \
-                else "openai"
-            body = (openai_responses.error_body(401) if api == "openai"
-                    else anthropic_messages.error_body(401))
-            server.record(ServedResponse(api=api, path=path, kind="error", status=401),
-                          summary)
-            self._send_json(401, body)
-            return True
+class _Handler(BaseHTTPRequestHandler):
+    """Answers one request of the scripted model server (``model_server``)."""
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self._rejected(self.path, _request_summary(server, self, None)):
-                return
-            body = {"data": [{"id": "scripted", "type": "model", "object": "model"}]}
-            server.record(ServedResponse(api="other", path=self.path, kind="other",
-                                         status=200), _request_summary(server, self, None))
-            self._send_json(200, body)
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle's algorithm the body waits for
+    # the client's delayed ACK of the headers (40 ms on Linux), as no real API makes it.
+    disable_nagle_algorithm = True
+    model_server: ScriptedModelServer
 
-        def do_HEAD(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.send_header("content-length", "0")
-            self.end_headers()
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # the JSON log replaces the access log
 
-        def do_POST(self) -> None:  # noqa: N802
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw else {}
-            except json.JSONDecodeError:
-                body = None
-            summary = _request_summary(server, self, body)
-            path = self.path.split("?", 1)[0]
-            if self._rejected(path, summary):
-                return
-            if not isinstance(body, dict):
-                server.record(ServedResponse(api="other", path=path, kind="other",
-                                             status=400), summary)
-                self._send_json(400, anthropic_messages.error_body(400))
-            elif path.endswith("/messages/count_tokens"):
-                self._count_tokens(path, body, summary)
-            elif path.endswith("/messages"):
-                self._anthropic(path, body, summary)
-            elif path.endswith("/responses"):
-                self._openai(path, body, summary)
-            else:
-                server.record(ServedResponse(api="other", path=path, kind="other",
-                                             status=404), summary)
-                self._send_json(404, {"error": {"message": f"no route {path}"}})
+    def _rejected(self, path: str, summary: dict[str, Any]) -> bool:
+        """Answer 401 when the script rejects every key."""
+        if not self.model_server.script.reject_key:
+            return False
+        sent = {k.lower() for k in self.headers}
+        api = "anthropic" if "x-api-key" in sent or path.endswith("/messages") else "openai"
+        body = (openai_responses.error_body(401) if api == "openai"
+                else anthropic_messages.error_body(401))
+        self.model_server.record(ServedResponse(api=api, path=path, kind="error", status=401),
+                                 summary)
+        self._send_json(401, body)
+        return True
 
-        # -------------------------------------------------------------- the two APIs
-        # Each answer is recorded before it is sent: a client that exits on the last
-        # answer, and a harness that then stops the server, must find it in the log.
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        summary = _request_summary(self.model_server, self, None)
+        if self._rejected(self.path, summary):
+            return
+        body = {"data": [{"id": "scripted", "type": "model", "object": "model"}]}
+        self.model_server.record(ServedResponse(api="other", path=self.path, kind="other",
+                                                status=200), summary)
+        self._send_json(200, body)
 
-        def _count_tokens(self, path: str, body: dict[str, Any],
-                          summary: dict[str, Any]) -> None:
-            tokens = scripted_usage(anthropic_messages.turn_index(body)).input
-            server.record(ServedResponse(api="anthropic", path=path, kind="count_tokens",
-                                         status=200, model=body.get("model")), summary)
-            self._send_json(200, {"input_tokens": tokens})
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
 
-        def _anthropic(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
-            model = str(body.get("model") or "scripted")
-            n = server.next_id()
-            ids = {"message_id": f"msg_scripted_{n:04d}", "tool_use_id": f"toolu_scripted_{n:04d}"}
-            play = _play(server, anthropic_messages.turn_index(body)
-                         if anthropic_messages.is_agent_request(body) else None,
-                         subagent=anthropic_messages.is_subagent_request(body))
-            if self._scripted_error("anthropic", path, play, model, summary,
-                                    anthropic_messages.error_body):
-                return
-            server.record(ServedResponse(api="anthropic", path=path, kind=play.kind, status=200,
-                                         turn=play.index, model=model, usage=play.usage,
-                                         response_id=ids["message_id"]), summary)
-            offered = anthropic_messages.offered_tools(body)
-            if body.get("stream"):
-                self._send_sse(anthropic_messages.stream_events(
-                    play.turn, play.usage, model=model, offered=offered, **ids))
-            else:
-                self._send_json(200, anthropic_messages.message(
-                    play.turn, play.usage, model=model, offered=offered, **ids))
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            body = None
+        summary = _request_summary(self.model_server, self, body)
+        path = self.path.split("?", 1)[0]
+        if self._rejected(path, summary):
+            return
+        if not isinstance(body, dict):
+            self._other(path, 400, summary, anthropic_messages.error_body(400))
+        elif path.endswith("/messages/count_tokens"):
+            self._count_tokens(path, body, summary)
+        elif path.endswith("/messages"):
+            self._anthropic(path, body, summary)
+        elif path.endswith("/responses"):
+            self._openai(path, body, summary)
+        else:
+            self._other(path, 404, summary, {"error": {"message": f"no route {path}"}})
 
-        def _openai(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
-            model = str(body.get("model") or "scripted")
-            n = server.next_id()
-            ids = {"response": f"resp_scripted_{n:04d}", "reasoning": f"rs_scripted_{n:04d}",
-                   "message": f"msg_scripted_{n:04d}", "call_item": f"fc_scripted_{n:04d}",
-                   "call": f"call_scripted_{n:04d}"}
-            tool = openai_responses.shell_tool(body)
-            play = _play(server, openai_responses.turn_index(body) if tool else None)
-            if self._scripted_error("openai", path, play, model, summary,
-                                    openai_responses.error_body):
-                return
-            # The Responses API has no 1-hour cache writes: none are reported.
-            usage = play.usage.model_copy(update={"cache_write_1h": 0})
-            server.record(ServedResponse(api="openai", path=path, kind=play.kind, status=200,
-                                         turn=play.index, model=model, usage=usage,
-                                         response_id=ids["response"]), summary)
-            self._send_sse(openai_responses.stream_events(
-                play.turn, usage, model=model, tool=tool or "exec_command", ids=ids, body=body))
+    def _other(self, path: str, status: int, summary: dict[str, Any],
+               body: dict[str, Any]) -> None:
+        self.model_server.record(ServedResponse(api="other", path=path, kind="other",
+                                                status=status), summary)
+        self._send_json(status, body)
 
-        def _scripted_error(self, api: str, path: str, play: _Play, model: str,
-                            summary: dict[str, Any],
-                            error_body: Callable[[int], dict[str, Any]]) -> bool:
-            """Answer the turn's scripted HTTP error, if it has one."""
-            status = play.turn.http_error
-            if status is None:
-                return False
-            server.record(ServedResponse(api=api, path=path, kind="error", status=status,
-                                         turn=play.index, model=model), summary)
-            self._send_json(status, error_body(status))
-            return True
+    # ------------------------------------------------------------------ the two APIs
+    # Each answer is recorded before it is sent: a client that exits on the last
+    # answer, and a harness that then stops the server, must find it in the log.
 
-        # -------------------------------------------------------------- transport
+    def _count_tokens(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
+        tokens = scripted_usage(anthropic_messages.turn_index(body)).input
+        self.model_server.record(ServedResponse(api="anthropic", path=path,
+                                                kind="count_tokens", status=200,
+                                                model=body.get("model")), summary)
+        self._send_json(200, {"input_tokens": tokens})
 
-        def _send_json(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
+    def _anthropic(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
+        server = self.model_server
+        model = str(body.get("model") or "scripted")
+        n = server.next_id()
+        ids = {"message_id": f"msg_scripted_{n:04d}", "tool_use_id": f"toolu_scripted_{n:04d}"}
+        subagent = anthropic_messages.is_subagent_request(body)
+        play = _play(server, anthropic_messages.turn_index(body)
+                     if anthropic_messages.is_agent_request(body) else None, subagent=subagent)
+        fault = server.fault("anthropic", play, subagent)
+        if self._scripted_error("anthropic", path, play, fault, model, summary,
+                                anthropic_messages.error_body):
+            return
+        offered = anthropic_messages.offered_tools(body)
+        served = ServedResponse(api="anthropic", path=path, kind=play.kind, status=200,
+                                turn=play.index, model=model, usage=play.usage,
+                                response_id=ids["message_id"])
+        if body.get("stream"):
+            events = anthropic_messages.stream_events(play.turn, play.usage, model=model,
+                                                      offered=offered, **ids)
+            self._stream(served, summary, events, play.turn, fault)
+        else:
+            server.record(served, summary)
+            self._send_json(200, anthropic_messages.message(
+                play.turn, play.usage, model=model, offered=offered, **ids))
+
+    def _openai(self, path: str, body: dict[str, Any], summary: dict[str, Any]) -> None:
+        server = self.model_server
+        model = str(body.get("model") or "scripted")
+        n = server.next_id()
+        ids = {"response": f"resp_scripted_{n:04d}", "reasoning": f"rs_scripted_{n:04d}",
+               "message": f"msg_scripted_{n:04d}", "call_item": f"fc_scripted_{n:04d}",
+               "call": f"call_scripted_{n:04d}"}
+        tool = openai_responses.shell_tool(body)
+        play = _play(server, openai_responses.turn_index(body) if tool else None)
+        fault = server.fault("openai", play, False)
+        if self._scripted_error("openai", path, play, fault, model, summary,
+                                openai_responses.error_body):
+            return
+        # The Responses API has no 1-hour cache writes: none are reported.
+        usage = play.usage.model_copy(update={"cache_write_1h": 0})
+        served = ServedResponse(api="openai", path=path, kind=play.kind, status=200,
+                                turn=play.index, model=model, usage=usage,
+                                response_id=ids["response"])
+        events = openai_responses.stream_events(play.turn, usage, model=model,
+                                                tool=tool or "exec_command", ids=ids, body=body)
+        self._stream(served, summary, events, play.turn, fault)
+
+    def _scripted_error(self, api: str, path: str, play: _Play, fault: bool, model: str,
+                        summary: dict[str, Any],
+                        error_body: Callable[[int], dict[str, Any]]) -> bool:
+        """Answer the turn's scripted HTTP error, if it has one and this attempt gets it."""
+        status = play.turn.http_error
+        if status is None or not fault:
+            return False
+        time.sleep(play.turn.first_byte_delay_s)
+        self.model_server.record(ServedResponse(api=api, path=path, kind="error",
+                                                status=status, turn=play.index, model=model),
+                                 summary)
+        self._send_json(status, error_body(status))
+        return True
+
+    def _stream(self, served: ServedResponse, summary: dict[str, Any],
+                events: list[tuple[str, dict[str, Any]]], turn: ScriptedTurn,
+                fault: bool) -> None:
+        """Record and send ``events``; cut after ``cut_after_events`` on a faulty attempt."""
+        cut = turn.cut_after_events if fault else None
+        if cut is not None:
+            served = replace(served, kind="cut", usage=usage_told(events[:cut]))
+        self.model_server.record(served, summary)
+        self._send_sse(events, cut=cut, delay_s=turn.first_byte_delay_s)
+
+    # ------------------------------------------------------------------ transport
+
+    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_sse(self, events: list[tuple[str, dict[str, Any]]], *, cut: int | None = None,
+                  delay_s: float = 0.0) -> None:
+        blocks = [f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
+                  for name, payload in events]
+        data = b"".join(blocks)
+        time.sleep(delay_s)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        if cut is None:
             self.wfile.write(data)
-
-        def _send_sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
-            data = "".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n"
-                           for name, payload in events).encode()
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+            return
+        # A stream cut mid-answer: fewer bytes than announced, then the connection closes.
+        self.wfile.write(b"".join(blocks[:cut]))
+        self.wfile.flush()
+        self.close_connection = True

@@ -59,9 +59,10 @@ log = logging.getLogger(__name__)
 ARTIFACT_FILES = ("run.json", "grade.json", TRAJECTORY_FILE, LEGACY_TRAJECTORY_FILE)
 """Files of a run folder logged at the artifact root."""
 
-ARTIFACT_DIRS = ("output", "logs", "tools")
+ARTIFACT_DIRS = ("output", "logs", "tools", "model")
 """Folders of a run folder logged file by file (the workspace and task copy are not);
-``tools/`` holds the audit log of the tools service, its full answers and the egress log."""
+``tools/`` holds the audit log of the tools service, its full answers and the egress log;
+``model/`` the model gateway's record of the run's model requests."""
 
 COMPRESS_LOGS_ABOVE_BYTES = 1 << 20
 """Raw logs larger than this are logged gzip-compressed (``agent.stdout.gz``)."""
@@ -404,6 +405,7 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "exposure_kinds": ",".join(exposure_kinds(record.exposure_hits)),
         "retried_from": record.retried_from,
         "refusal_label": record.refusal_label,
+        "evidence_disagreement": (record.evidence_disagreement or "")[:5000],
         "policy_stop_step": record.policy_stop.step[:500] if record.policy_stop else None,
         "started_at": record.started_at,
         "finished_at": record.finished_at,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import tomllib
@@ -13,6 +14,7 @@ from typing import Any, cast
 import pytest
 from omegaconf import OmegaConf
 
+from spu.gateway.session import GatewaySession
 from spu.harness import HarnessError, get_harness
 from spu.harness.cli_agent import TOOLS_MOUNT
 from spu.harness.npm_tools import InstalledTool, install_prefix, installed
@@ -253,63 +255,74 @@ def _prepared_sandbox(name: str, tmp_path: Path, network: bool,
     return sandbox, ctx
 
 
+def _gateway(conf: Any, harness: Any, tmp_path: Path) -> GatewaySession:
+    """The run's model gateway, with the scripted server as its upstream (as the runner opens)."""
+    return GatewaySession(conf.model, harness.model_api(), tmp_path / "run").start()
+
+
 @pytest.mark.parametrize("harness_name", ["claude_code", "codex"])
 def test_scripted_model_is_refused_where_the_agent_has_its_own_network(
         compose, tmp_path: Path, harness_name: str) -> None:
-    """The scripted server on the host's 127.0.0.1 is unreachable from a network namespace."""
+    """The gateway on the host's 127.0.0.1 is unreachable from an offline network namespace."""
     conf = typed(compose("model=scripted", f"harness={harness_name}"))
     harness = get_harness(harness_name)(conf.harness, conf.model, conf.effort)
     _with_tool(harness, tmp_path)
+    gateway = _gateway(conf, harness, tmp_path)
     sandbox, ctx = _prepared_sandbox("local", tmp_path, network=False)
     try:
         assert "network-namespace" in sandbox.info().isolation
+        ctx = dataclasses.replace(ctx, model=gateway.open_endpoint(ctx.paths.host_address))
         with pytest.raises(HarnessError, match=r"sandbox=local .*sandbox\.network=true"):
             harness.prepare(ctx, sandbox)
-        assert harness.server is None, "no server is started for a run that cannot reach it"
     finally:
         harness.cleanup()
         sandbox.cleanup()
+        gateway.close()
 
 
 @pytest.mark.parametrize("harness_name", ["claude_code", "codex"])
 def test_scripted_model_runs_where_its_port_is_a_host_port_of_the_sandbox(
         compose, tmp_path: Path, harness_name: str) -> None:
-    """The harness declares the server's port; the sandbox forwards it (same port inside)."""
+    """The gateway's port is a host port of the sandbox (same port inside); the CLI gets it."""
     conf = typed(compose("model=scripted", f"harness={harness_name}"))
     harness = get_harness(harness_name)(conf.harness, conf.model, conf.effort)
     _with_tool(harness, tmp_path)
-    ports = harness.start_services(tmp_path / "logs")
+    gateway = _gateway(conf, harness, tmp_path)
+    ports = gateway.host_ports()
     sandbox, ctx = _prepared_sandbox("local", tmp_path, network=True, host_ports=ports)
     try:
-        assert harness.server is not None and ports == [harness.server.port]
+        ctx = dataclasses.replace(ctx, model=gateway.open_endpoint(ctx.paths.host_address))
         harness.prepare(ctx, sandbox)
-        assert harness.endpoint() == f"http://{ctx.paths.host_address}:{harness.server.port}"
+        assert harness.endpoint() == f"http://{ctx.paths.host_address}:{ports[0]}"
+        assert harness.api_key() == gateway.gateway.token != "scripted-model-key"
     finally:
         harness.cleanup()
         sandbox.cleanup()
+        gateway.close()
 
 
 def test_scripted_model_behind_an_undeclared_port_names_the_fix(compose, tmp_path: Path) -> None:
-    """A sandbox that does not forward the server's port is refused with the way out."""
+    """A sandbox that does not forward the gateway's port is refused with the way out."""
     from spu.sandbox.base import Sandbox
     from spu.schema import SandboxInfo
 
     conf = typed(compose("model=scripted", "harness=claude_code"))
     harness = get_harness("claude_code")(conf.harness, conf.model, conf.effort)
-    harness.start_services(tmp_path / "logs")
+    gateway = _gateway(conf, harness, tmp_path)
+    harness.gateway = gateway.open_endpoint("127.0.0.1")
     try:
         bridged = SandboxInfo(backend="docker", isolation=["container", "network-namespace"],
                               network="docker-bridge")
         with pytest.raises(HarnessError, match=r"sandbox\.network_mode=pasta"):
-            harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: bridged)))
+            harness.check_gateway_reachable(cast(Sandbox, SimpleNamespace(info=lambda: bridged)))
         on_host = SandboxInfo(backend="docker", isolation=["container"], network="host")
-        harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: on_host)))
-        assert harness.server is not None
+        harness.check_gateway_reachable(cast(Sandbox, SimpleNamespace(info=lambda: on_host)))
         forwarded = SandboxInfo(backend="local", isolation=["network-namespace"],
-                                network="pasta-filtered", host_ports=[harness.server.port])
-        harness.check_scripted_reachable(cast(Sandbox, SimpleNamespace(info=lambda: forwarded)))
+                                network="pasta-filtered", host_ports=gateway.host_ports())
+        harness.check_gateway_reachable(cast(Sandbox, SimpleNamespace(info=lambda: forwarded)))
     finally:
         harness.cleanup()
+        gateway.close()
 
 
 def test_agent_env_layers_proxies_extra_and_harness_env(compose, tmp_path: Path,

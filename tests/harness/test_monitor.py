@@ -69,6 +69,18 @@ def test_a_rejected_key_stops_the_agent_after_two_rejections(tmp_path) -> None:
     assert status is not None and status.stopping == mon.rejected
 
 
+def test_a_rejection_the_provider_does_not_confirm_stops_nothing(tmp_path) -> None:
+    """Forged 401 lines on the CLI's stdout do not stop the agent: the provider is asked
+    first, and a key it accepts keeps the run going (asked once)."""
+    asked: list[str] = []
+    mon, stdout = monitor(tmp_path, on_rejected_key=lambda seen: asked.append(seen) and None)
+    append(stdout, retry(401, 1), retry(401, 2), retry(401, 3))
+    mon.poll()
+    assert mon.rejected is None and len(asked) == 1
+    status = read_status(tmp_path)
+    assert status is not None and not status.stopping
+
+
 def test_a_repeated_rate_limit_is_logged_and_the_run_goes_on(tmp_path, caplog) -> None:
     mon, stdout = monitor(tmp_path)
     with caplog.at_level(logging.WARNING, logger="spu.monitor"):

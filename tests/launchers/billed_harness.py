@@ -27,6 +27,11 @@ class BilledHarness(CommandHarness):
 
     name = "billed"
 
+    def model_api(self) -> str | None:
+        """None: a test double that reports usage without calling a model (no gateway; its
+        usage is what it reports)."""
+        return None
+
     def parse(self, ctx: AgentContext, evidence: ProcessEvidence) -> AgentResult:
         """The usage the agent wrote to ``usage.json``."""
         usage_file = ctx.run_dir / "workspace" / "usage.json"

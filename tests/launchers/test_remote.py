@@ -48,7 +48,8 @@ def test_a_split_run_records_what_run_one_records(sandbox: str, tmp_path: Path) 
     job = agent_job(replace(run.spec, answers_root=None, task_dir=Path("x"),
                             output_root=Path(".")), run.key)
     returned = run_agent_job(job, shipped, node="node-a")
-    assert {f.path.split("/")[0] for f in returned.files.files} <= {"output", "logs", "tools"}
+    assert {f.path.split("/")[0] for f in returned.files.files} <= {"output", "logs", "tools",
+                                                                   "model"}
     with GradingService() as grader:
         record = settle_agent_return(run, staged, returned, grader)
     assert record.run_key == whole.run_key and record.node == "node-a" and whole.node is None

@@ -23,6 +23,11 @@ class SessionHarness(CommandHarness):
 
     name = "session"
 
+    def model_api(self) -> str | None:
+        """None: a test double that reports usage without calling a model (no gateway; its
+        usage is what it reports)."""
+        return None
+
     def entrypoint(self) -> Path:
         return AGENT
 

@@ -1,0 +1,144 @@
+"""Model gateway benchmark: what the per-run gateway adds to a model request.
+
+Run: ``.venv/bin/python benchmarks/gateway_bench.py [--requests 200] [--mb 16] [--repeats 5]``
+
+Prints, from one process, against the same scripted model server (``spu.testing``):
+
+- time to first byte of a short streamed answer, straight to the server and through
+  the gateway (median of ``--requests`` requests each, on kept-alive connections,
+  alternating), and the milliseconds the gateway adds (goal: under 2 ms);
+- throughput of a long streamed answer (``--mb`` MB of text in 64-character deltas,
+  Anthropic Messages SSE), timed from its first byte to its last so the server's own
+  generation of the answer is left out, straight and through the gateway (median of
+  ``--repeats``), and the share the gateway loses (goal: under 2%).
+
+Both paths stream through ``httpx``; the gateway reads every event on the way (usage,
+stop reason) and writes its record line, as in a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from spu.gateway.server import ModelGateway
+from spu.testing import Script, ScriptedModelServer, ScriptedTurn
+
+SHORT = {"model": "bench", "stream": True, "max_tokens": 100,
+         "messages": [{"role": "user", "content": "hi"}],
+         "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
+
+
+def first_byte_s(client: httpx.Client, url: str, headers: dict[str, str]) -> float:
+    """Seconds to the first body byte of one streamed answer (the rest is read too)."""
+    start = time.perf_counter()
+    with client.stream("POST", url, json=SHORT, headers=headers) as response:
+        chunks = response.iter_bytes()
+        next(chunks)
+        elapsed = time.perf_counter() - start
+        for _ in chunks:
+            pass
+    return elapsed
+
+
+def transfer(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[int, float]:
+    """Bytes of one long streamed answer and the seconds from its first byte to its last."""
+    size, first = 0, None
+    with client.stream("POST", url, json=SHORT, headers=headers) as response:
+        for chunk in response.iter_bytes():
+            if first is None:
+                first = time.perf_counter()
+            size += len(chunk)
+    assert first is not None
+    return size, time.perf_counter() - first
+
+
+def _serve_script(script: Script, queue: Any, stop: Any) -> None:
+    with ScriptedModelServer(script) as server:
+        queue.put(server.url)
+        stop.wait()
+
+
+def _serve_gateway(folder: Path, upstream: str, queue: Any, stop: Any) -> None:
+    with ModelGateway(folder, upstream=upstream, api_model="bench") as gateway:
+        queue.put((gateway.url(), gateway.token))
+        stop.wait()
+
+
+@contextlib.contextmanager
+def serving(script: Script, folder: Path) -> Iterator[tuple[str, str, str]]:
+    """The scripted server and a gateway in front of it, each in its own process.
+
+    As in a run, where the agent CLI is another process than the gateway; the server
+    stands for a remote provider. (In one process, the client, the server and the
+    gateway would share one interpreter lock, and the benchmark would time that.)
+    """
+    context = multiprocessing.get_context("fork")
+    queue, stop = context.Queue(), context.Event()
+    server = context.Process(target=_serve_script, args=(script, queue, stop), daemon=True)
+    server.start()
+    upstream = queue.get(timeout=60)
+    gateway = context.Process(target=_serve_gateway, args=(folder, upstream, queue, stop),
+                              daemon=True)
+    gateway.start()
+    try:
+        url, token = queue.get(timeout=60)
+        yield upstream, url, token
+    finally:
+        stop.set()
+        for process in (gateway, server):
+            process.join(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both measurements and print them with their ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--mb", type=float, default=16.0)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    folder = Path(tempfile.mkdtemp(prefix="spu-gateway-bench-"))
+    short = Script(name="short", turns=(ScriptedTurn(text="Done."),))
+    text = "lorem ipsum " * int(args.mb * 1024 * 1024 / 12)
+    long = Script(name="long", turns=(ScriptedTurn(text=text, delta_chars=64),))
+
+    with serving(short, folder / "short") as (upstream, url, token), \
+            httpx.Client(timeout=600) as client:
+        direct, through = [], []
+        for _ in range(args.requests):
+            direct.append(first_byte_s(client, upstream + "/v1/messages", {}))
+            through.append(first_byte_s(client, url + "/v1/messages", {"x-api-key": token}))
+    d_ttfb, g_ttfb = statistics.median(direct), statistics.median(through)
+    print(f"time to first byte (median of {args.requests}): direct {d_ttfb * 1e3:.2f} ms, "
+          f"through the gateway {g_ttfb * 1e3:.2f} ms, added {(g_ttfb - d_ttfb) * 1e3:.2f} ms"
+          f" (ratio {g_ttfb / d_ttfb:.2f})")
+
+    with serving(long, folder / "long") as (upstream, url, token), \
+            httpx.Client(timeout=600) as client:
+        rates: dict[str, list[float]] = {"direct": [], "gateway": []}
+        size = 0
+        for _ in range(args.repeats):
+            size, seconds = transfer(client, upstream + "/v1/messages", {})
+            rates["direct"].append(size / seconds)
+            size, seconds = transfer(client, url + "/v1/messages", {"x-api-key": token})
+            rates["gateway"].append(size / seconds)
+    d_rate, g_rate = (statistics.median(rates[k]) for k in ("direct", "gateway"))
+    mb = 1024 * 1024
+    print(f"throughput of a {size / mb:.1f} MB streamed answer (median of {args.repeats}): "
+          f"direct {d_rate / mb:.0f} MB/s, through the gateway {g_rate / mb:.0f} MB/s, "
+          f"ratio {g_rate / d_rate:.3f} ({(1 - g_rate / d_rate) * 100:.1f}% lost)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

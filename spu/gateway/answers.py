@@ -1,0 +1,470 @@
+"""What a provider's answer says: usage, stop reason, refusal, error (pure, no I/O).
+
+One reader per API style reads an answer as it streams (server-sent events, fed in
+chunks of any size) or whole (a JSON body), and the request readers pull out the tool
+results a request carries, for the exposure screen. The field names follow the
+providers' documentation:
+
+- Anthropic Messages: ``message_start`` carries the id and the input usage,
+  ``message_delta`` the stop reason (``refusal`` with ``stop_details.category``) and
+  the final usage, ``message_stop`` ends the answer, ``error`` fails it mid-stream;
+  ``input_tokens`` counts uncached input only.
+- OpenAI Responses: ``response.completed``, ``response.incomplete`` or
+  ``response.failed`` carry the whole response (status, output items, usage, error);
+  ``input_tokens`` includes the cached tokens (``input_tokens_details``). A refusal is
+  a ``refusal`` content part, a ``content_filter`` stop, or a failure whose code names
+  a policy (``bio_policy``).
+- OpenAI Chat Completions: ``choices[].finish_reason`` (``content_filter``: a refusal),
+  ``message.refusal``, and ``usage`` (``prompt_tokens`` inclusive of cached ones; in the
+  last chunk of a stream asked with ``include_usage``), the stream ending ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from spu.schema import Usage
+
+API_ANTHROPIC = "anthropic"
+API_RESPONSES = "openai-responses"
+API_CHAT = "openai-chat"
+APIS = (API_ANTHROPIC, API_RESPONSES, API_CHAT)
+"""The API styles of ``SPU_MODEL_API``."""
+
+GENERATION_ENDPOINTS = frozenset({"messages", "responses", "chat_completions"})
+"""Endpoints whose answers are model generations (billed, with a stop reason)."""
+
+RESPONSES_CALL_ITEMS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
+"""Output items of a Responses answer that the client must answer with a tool result."""
+
+NOT_FINAL_STOPS = frozenset({"tool_use", "pause_turn", "tool_calls", "function_call"})
+"""Stop reasons after which the conversation goes on."""
+
+
+def endpoint_of(method: str, path: str) -> str:
+    """The endpoint a request path names (the part after the API's base URL).
+
+    Examples
+    --------
+    >>> endpoint_of("POST", "/v1/messages"), endpoint_of("POST", "/responses")
+    ('messages', 'responses')
+    >>> endpoint_of("POST", "/v1/messages/count_tokens"), endpoint_of("GET", "/v1/models")
+    ('count_tokens', 'models')
+    >>> endpoint_of("POST", "/v1/chat/completions"), endpoint_of("GET", "/v1/messages")
+    ('chat_completions', 'other')
+    """
+    path = path.split("?", 1)[0].rstrip("/")
+    if method == "GET":
+        return "models" if path.endswith("/models") or "/models/" in path else "other"
+    if method != "POST":
+        return "other"
+    for suffix, name in (("/messages/count_tokens", "count_tokens"), ("/messages", "messages"),
+                         ("/responses", "responses"), ("/chat/completions", "chat_completions")):
+        if path.endswith(suffix):
+            return name
+    return "other"
+
+
+def api_of_endpoint(endpoint: str) -> str:
+    """The API style whose error shape answers a request to ``endpoint``."""
+    if endpoint in ("messages", "count_tokens"):
+        return API_ANTHROPIC
+    return API_CHAT if endpoint == "chat_completions" else API_RESPONSES
+
+
+def error_body(api: str, status: int, kind: str, message: str) -> dict[str, Any]:
+    """An error object in the shape of ``api``'s own errors.
+
+    Examples
+    --------
+    >>> error_body("anthropic", 403, "permission_error", "no")
+    {'type': 'error', 'error': {'type': 'permission_error', 'message': 'no'}}
+    >>> error_body("openai-responses", 403, "permission_error", "no")["error"]["code"]
+    'permission_error'
+    """
+    if api == API_ANTHROPIC:
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def anthropic_usage(raw: dict[str, Any], into: Usage | None = None) -> Usage:
+    """The four buckets of an Anthropic ``usage`` object (fields absent keep ``into``'s)."""
+    base = into or Usage()
+    values = base.model_dump()
+    for key, bucket in (("input_tokens", "input"), ("cache_read_input_tokens", "cache_read"),
+                        ("cache_creation_input_tokens", "cache_write"),
+                        ("output_tokens", "output")):
+        if raw.get(key) is not None:
+            values[bucket] = _int(raw[key])
+    creation = raw.get("cache_creation")
+    if isinstance(creation, dict) and creation.get("ephemeral_1h_input_tokens") is not None:
+        values["cache_write_1h"] = _int(creation["ephemeral_1h_input_tokens"])
+    return Usage(**values)
+
+
+def openai_usage(raw: dict[str, Any]) -> Usage:
+    """The four buckets of an OpenAI ``usage`` object (Responses or Chat Completions).
+
+    Input counts are inclusive of cached tokens there; DeepSeek reports
+    ``prompt_cache_hit_tokens`` instead.
+
+    Examples
+    --------
+    >>> openai_usage({"input_tokens": 100, "output_tokens": 7,
+    ...               "input_tokens_details": {"cached_tokens": 60}})
+    Usage(input=40, cache_read=60, cache_write=0, cache_write_1h=0, output=7)
+    """
+    total_in = _int(raw.get("input_tokens", raw.get("prompt_tokens")))
+    output = _int(raw.get("output_tokens", raw.get("completion_tokens")))
+    details = raw.get("input_tokens_details") or raw.get("prompt_tokens_details") or {}
+    details = details if isinstance(details, dict) else {}
+    cached = _int(details.get("cached_tokens", raw.get("prompt_cache_hit_tokens")))
+    writes = _int(details.get("cache_write_tokens"))
+    return Usage(input=max(0, total_in - cached - writes), cache_read=cached,
+                 cache_write=writes, output=output)
+
+
+@dataclass
+class AnswerReading:
+    """What one answer said, as far as it arrived."""
+
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+    refusal: bool = False
+    refusal_label: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    complete: bool = False
+    """The answer's final event (or its whole JSON body) arrived."""
+    calls_tool: bool = False
+    """The answer asks the client to run a tool."""
+    response_id: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """A complete answer after which the conversation ends (a refusal included)."""
+        if not self.complete or (self.error_type is not None and not self.refusal):
+            return False
+        return self.refusal or not (self.calls_tool or self.stop_reason in NOT_FINAL_STOPS)
+
+    def read_error(self, body: Any) -> None:
+        """Take the type and message of a provider error object."""
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            self.error_type = str(error.get("type") or error.get("code") or "error")
+            self.error = str(error.get("message") or "")[:2000]
+        elif isinstance(error, str):
+            self.error_type, self.error = "error", error[:2000]
+
+
+class AnswerReader:
+    """Reads one answer: :meth:`feed` streamed bytes, or :meth:`read_body` a whole body."""
+
+    #: SSE event names worth decoding; None decodes every event (Chat Completions).
+    wanted: frozenset[str] | None = None
+    #: ``event:`` line prefixes that find every wanted event and few others (the
+    #: frequent delta events never match one).
+    markers: tuple[bytes, ...] = ()
+
+    def __init__(self) -> None:
+        self.reading = AnswerReading()
+        self._buffer = bytearray()
+        self._scan = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """Read the complete events of ``chunk`` (the rest waits for the next chunk)."""
+        buffer = self._buffer
+        split_crlf = buffer.endswith(b"\r")
+        buffer += chunk
+        if split_crlf or b"\r" in chunk:
+            buffer[:] = buffer.replace(b"\r\n", b"\n")
+            self._scan = 0
+        end = buffer.rfind(b"\n\n", self._scan)
+        if end >= 0:
+            block = bytes(buffer[:end + 2])
+            del buffer[:end + 2]
+            self._events(block)
+        # No event boundary lies before the last byte: the next search starts there.
+        self._scan = max(0, len(buffer) - 1)
+
+    def _events(self, block: bytes) -> None:
+        """Read the events of ``block`` (whole events only)."""
+        if self.markers and b"event: " in block:
+            # Only the wanted events are found (by bytes.find, at memchr speed) and read,
+            # in stream order: the deltas that make up nearly all of a long answer are
+            # passed over, not split and decoded.
+            starts = []
+            for marker in self.markers:
+                at = block.find(marker)
+                while at >= 0:
+                    if at == 0 or block[at - 1] == 10:  # at a line start
+                        starts.append(at)
+                    at = block.find(marker, at + len(marker))
+            for at in sorted(starts):
+                stop = block.find(b"\n\n", at)
+                self._event(block[at:stop if stop >= 0 else len(block)])
+            return
+        for part in block.split(b"\n\n"):
+            if part:
+                self._event(part)
+
+    def _event(self, block: bytes) -> None:
+        name = ""
+        data: list[bytes] = []
+        for line in block.split(b"\n"):
+            if line.startswith(b"event:"):
+                name = line[6:].strip().decode("utf-8", "replace")
+            elif line.startswith(b"data:"):
+                data.append(line[5:].removeprefix(b" "))
+        if not data or (self.wanted is not None and name and name not in self.wanted):
+            return
+        text = b"\n".join(data)
+        if text.strip() == b"[DONE]":
+            self.done()
+            return
+        try:
+            payload = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return
+        if isinstance(payload, dict):
+            self.event(name or str(payload.get("type") or ""), payload)
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:
+        """Read one decoded event."""
+
+    def done(self) -> None:
+        """The stream's ``[DONE]`` marker."""
+        self.reading.complete = True
+
+    def read_body(self, body: Any) -> None:
+        """Read a whole (non-streamed) JSON answer."""
+
+    def finish(self) -> None:
+        """The stream ended cleanly (the connection was not cut)."""
+
+
+class AnthropicReader(AnswerReader):
+    """Anthropic Messages answers (and ``count_tokens``, which bills nothing)."""
+
+    wanted = frozenset({"message_start", "message_delta", "message_stop", "error",
+                        "content_block_start"})
+    markers = (b"event: message_", b"event: error", b"event: content_block_start")
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
+        r = self.reading
+        if name == "message_start" and isinstance(payload.get("message"), dict):
+            message = payload["message"]
+            r.response_id = message.get("id")
+            if isinstance(message.get("usage"), dict):
+                r.usage = anthropic_usage(message["usage"])
+        elif name == "message_delta":
+            delta = payload.get("delta") or {}
+            if isinstance(delta, dict):
+                self._stop(delta.get("stop_reason"), delta.get("stop_details"))
+            if isinstance(payload.get("usage"), dict):
+                r.usage = anthropic_usage(payload["usage"], into=r.usage)
+        elif name == "content_block_start":
+            block = payload.get("content_block") or {}
+            r.calls_tool = r.calls_tool or (isinstance(block, dict)
+                                            and block.get("type") == "tool_use")
+        elif name == "message_stop":
+            r.complete = True
+        elif name == "error":
+            r.read_error(payload)
+
+    def _stop(self, reason: Any, details: Any) -> None:
+        r = self.reading
+        if reason is not None:
+            r.stop_reason = str(reason)
+        if reason == "refusal":
+            r.refusal = True
+            if isinstance(details, dict) and details.get("category"):
+                r.refusal_label = str(details["category"])
+
+    def read_body(self, body: Any) -> None:  # noqa: D102
+        r = self.reading
+        if not isinstance(body, dict):
+            return
+        if body.get("type") == "error" or "error" in body:
+            r.read_error(body)
+            return
+        r.complete = True
+        if body.get("type") != "message":
+            return  # count_tokens: {"input_tokens": N} is a count, not a bill
+        r.response_id = body.get("id")
+        if isinstance(body.get("usage"), dict):
+            r.usage = anthropic_usage(body["usage"])
+        self._stop(body.get("stop_reason"), body.get("stop_details"))
+        r.calls_tool = any(isinstance(b, dict) and b.get("type") == "tool_use"
+                           for b in body.get("content") or [])
+
+
+class ResponsesReader(AnswerReader):
+    """OpenAI Responses answers."""
+
+    wanted = frozenset({"response.created", "response.completed", "response.incomplete",
+                        "response.failed", "error", "response.refusal.done"})
+    markers = (b"event: response.c", b"event: response.in", b"event: response.fa",
+               b"event: error", b"event: response.refusal.do")
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
+        r = self.reading
+        if name == "response.created" and isinstance(payload.get("response"), dict):
+            r.response_id = payload["response"].get("id")
+        elif name in ("response.completed", "response.incomplete", "response.failed"):
+            if isinstance(payload.get("response"), dict):
+                self.read_body(payload["response"])
+        elif name == "response.refusal.done":
+            r.refusal = True
+        elif name == "error":
+            r.read_error({"error": payload.get("error", payload)})
+            if isinstance(payload.get("code"), str):
+                r.error_type = payload["code"]
+
+    def read_body(self, body: Any) -> None:  # noqa: D102
+        r = self.reading
+        if not isinstance(body, dict):
+            return
+        if "status" not in body and "error" in body:
+            r.read_error(body)  # an HTTP error body
+            return
+        r.complete = True
+        r.response_id = body.get("id") or r.response_id
+        status = str(body.get("status") or "")
+        incomplete = body.get("incomplete_details") or {}
+        reason = incomplete.get("reason") if isinstance(incomplete, dict) else None
+        r.stop_reason = str(reason or status) or None
+        if isinstance(body.get("usage"), dict):
+            r.usage = openai_usage(body["usage"])
+        if reason == "content_filter":
+            r.refusal, r.refusal_label = True, "content_filter"
+        error = body.get("error")
+        if isinstance(error, dict):
+            code = str(error.get("code") or error.get("type") or "error")
+            if code.endswith("_policy"):
+                r.refusal, r.refusal_label = True, code.removesuffix("_policy")
+            else:
+                r.error_type, r.error = code, str(error.get("message") or "")[:2000]
+        for item in body.get("output") or []:
+            if not isinstance(item, dict):
+                continue
+            r.calls_tool = r.calls_tool or item.get("type") in RESPONSES_CALL_ITEMS
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and part.get("type") == "refusal":
+                    r.refusal = True
+
+
+class ChatReader(AnswerReader):
+    """OpenAI Chat Completions answers (and the compatible APIs of other providers)."""
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
+        r = self.reading
+        if "error" in payload and "choices" not in payload:
+            r.read_error(payload)
+            return
+        r.response_id = payload.get("id") or r.response_id
+        for choice in payload.get("choices") or []:
+            if isinstance(choice, dict):
+                self._choice(choice, choice.get("delta"))
+        if isinstance(payload.get("usage"), dict):
+            r.usage = openai_usage(payload["usage"])
+
+    def _choice(self, choice: dict[str, Any], message: Any) -> None:
+        r = self.reading
+        if choice.get("finish_reason"):
+            r.stop_reason = str(choice["finish_reason"])
+            if r.stop_reason == "content_filter":
+                r.refusal, r.refusal_label = True, "content_filter"
+        if isinstance(message, dict):
+            r.refusal = r.refusal or bool(message.get("refusal"))
+            r.calls_tool = r.calls_tool or bool(message.get("tool_calls"))
+
+    def read_body(self, body: Any) -> None:  # noqa: D102
+        r = self.reading
+        if not isinstance(body, dict):
+            return
+        if "error" in body and "choices" not in body:
+            r.read_error(body)
+            return
+        r.complete = True
+        r.response_id = body.get("id")
+        for choice in body.get("choices") or []:
+            if isinstance(choice, dict):
+                self._choice(choice, choice.get("message"))
+        if isinstance(body.get("usage"), dict):
+            r.usage = openai_usage(body["usage"])
+
+    def finish(self) -> None:
+        """A stream that ended cleanly after a finish reason is complete without ``[DONE]``."""
+        if self.reading.stop_reason is not None:
+            self.reading.complete = True
+
+
+def reader_for(endpoint: str) -> AnswerReader:
+    """A fresh reader for an answer of ``endpoint``."""
+    if endpoint in ("messages", "count_tokens"):
+        return AnthropicReader()
+    if endpoint == "chat_completions":
+        return ChatReader()
+    if endpoint == "responses":
+        return ResponsesReader()
+    return AnswerReader()
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def _text(content: Any) -> str:
+    """The text of a tool result's content (a string, or a list of content blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict):
+                value = block.get("text", block.get("output", block.get("content")))
+                parts.append(_text(value) if value is not None else "")
+        return "\n".join(p for p in parts if p)
+    return "" if content is None else json.dumps(content, ensure_ascii=False)
+
+
+def tool_results(endpoint: str, body: Any) -> list[tuple[str, str]]:
+    """The tool results a request sends the model, as ``(call id, text)`` pairs.
+
+    Examples
+    --------
+    >>> tool_results("messages", {"messages": [{"role": "user", "content": [
+    ...     {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]})
+    [('t1', 'ok')]
+    >>> tool_results("responses", {"input": [
+    ...     {"type": "function_call_output", "call_id": "c1", "output": "done"}]})
+    [('c1', 'done')]
+    """
+    if not isinstance(body, dict):
+        return []
+    found: list[tuple[str, str]] = []
+    if endpoint == "messages":
+        for message in body.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    found.append((str(block.get("tool_use_id")), _text(block.get("content"))))
+    elif endpoint == "responses":
+        items = body.get("input")
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and item.get("type") in (
+                    "function_call_output", "custom_tool_call_output"):
+                found.append((str(item.get("call_id")), _text(item.get("output"))))
+    elif endpoint == "chat_completions":
+        for message in body.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == "tool":
+                found.append((str(message.get("tool_call_id")), _text(message.get("content"))))
+    return found

@@ -1,0 +1,218 @@
+"""The model gateway of one run, opened and read back by the runner.
+
+The runner opens a :class:`GatewaySession` before the sandbox (its port goes into the
+sandbox request, like the audited tools service's), hands :meth:`open_endpoint` to the
+harness once the sandbox says at which address the agent reaches the host, closes it
+when the agent has ended, and reads :meth:`summary` into the run record.
+
+With ``model=scripted`` the scripted model server (:mod:`spu.testing`) is the
+gateway's upstream: the real CLIs' offline runs go through the same gateway, token
+and record as a provider's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spu.config import ModelConfig, ModelGatewayConfig, PriceConfig
+from spu.gateway.answers import API_ANTHROPIC, APIS
+from spu.gateway.verdict import GatewaySummary, GatewayVerdict, read_requests, summarize
+
+if TYPE_CHECKING:
+    from spu.harness.base import AgentResult
+
+log = logging.getLogger(__name__)
+
+SCRIPTED = "scripted"
+DEFAULT_SCRIPT = "spu_agent"
+"""The script ``model=scripted`` plays when ``model.api_model`` names none."""
+
+DEFAULT_UPSTREAMS = {API_ANTHROPIC: "https://api.anthropic.com",
+                     "openai-responses": "https://api.openai.com/v1",
+                     "openai-chat": "https://api.openai.com/v1"}
+"""The provider's API base by API style, where ``model.base_url`` is null."""
+
+
+class GatewayConfigError(ValueError):
+    """The model configuration gives the gateway nothing to forward to; names the key."""
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """How the agent reaches its model, from inside the sandbox (SPEC 11)."""
+
+    url: str
+    """``SPU_MODEL_URL``: the gateway's root, standing for the provider's API base."""
+    token: str
+    """``SPU_MODEL_TOKEN``: this run's token, in place of a provider key."""
+    api: str
+    """``SPU_MODEL_API``: ``anthropic``, ``openai-responses`` or ``openai-chat``."""
+    host_url: str
+    """The gateway as the host reaches it (the key check runs on the host)."""
+
+    def env(self) -> dict[str, str]:
+        """The three variables every agent gets."""
+        return {"SPU_MODEL_URL": self.url, "SPU_MODEL_TOKEN": self.token,
+                "SPU_MODEL_API": self.api}
+
+
+def check_upstream(model: ModelConfig) -> None:
+    """Raise :class:`GatewayConfigError` when ``model`` gives the gateway no upstream.
+
+    For ``model=scripted``: ``model.api_model`` names a script (built in, or a file).
+    """
+    if model.provider != SCRIPTED:
+        return
+    from spu.testing import ScriptError, load_script
+
+    try:
+        load_script(model.api_model or DEFAULT_SCRIPT)
+    except ScriptError as exc:
+        raise GatewayConfigError(f"model.api_model: {exc}") from None
+
+
+def provider_key(model: ModelConfig) -> str | None:
+    """The provider key from the variable ``model.api_key_env`` names (None: no key set)."""
+    if model.provider == SCRIPTED or not model.api_key_env:
+        return None
+    return os.environ.get(model.api_key_env) or None
+
+
+class GatewaySession:
+    """The gateway of one run (and the scripted server behind it, for ``model=scripted``).
+
+    Args:
+        model: the model configuration (upstream, model id, key variable, prices).
+        api: the API style the agent speaks.
+        run_dir: the run folder; the record goes to ``<run_dir>/model/``.
+        cfg: ``model_gateway`` options.
+        max_cost_usd: ``limits.max_cost_usd``.
+        cache_write_rate: ``cost.cache_write_rate``.
+    """
+
+    def __init__(self, model: ModelConfig, api: str, run_dir: Path,
+                 cfg: ModelGatewayConfig | None = None, max_cost_usd: float | None = None,
+                 cache_write_rate: str = "five_minute") -> None:
+        if api not in APIS:
+            raise GatewayConfigError(f"model.api: {api!r} is not one of {', '.join(APIS)}")
+        self.model = model
+        self.api = api
+        self.run_dir = Path(run_dir)
+        self.cfg = cfg or ModelGatewayConfig()
+        self.max_cost_usd = max_cost_usd
+        self.cache_write_rate = cache_write_rate
+        self.scripted_server: Any = None
+        self.gateway: Any = None
+        self.endpoint: ModelEndpoint | None = None
+        self.upstream: str | None = None
+
+    @property
+    def api_model(self) -> str:
+        """The one model the gateway forwards."""
+        if self.model.provider == SCRIPTED:
+            return self.model.api_model or DEFAULT_SCRIPT
+        return self.model.api_model or self.model.name
+
+    def start(self) -> GatewaySession:
+        """Start the scripted upstream where the model is scripted, then the gateway."""
+        from spu.gateway.server import ModelGateway
+
+        upstream = self.model.base_url or DEFAULT_UPSTREAMS[self.api]
+        if self.model.provider == SCRIPTED:
+            from spu.testing import ScriptedModelServer, load_script
+
+            log_dir = self.run_dir / "logs"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self.scripted_server = ScriptedModelServer(
+                load_script(self.api_model), log_path=log_dir / "scripted_server.jsonl").start()
+            upstream = self.scripted_server.url + ("" if self.api == API_ANTHROPIC else "/v1")
+        self.upstream = upstream
+        try:
+            self.gateway = ModelGateway(
+                self.run_dir / "model", upstream=upstream, api=self.api,
+                api_model=self.api_model, api_key=provider_key(self.model), cfg=self.cfg,
+                prices=self.model.prices, max_cost_usd=self.max_cost_usd,
+                cache_write_rate=self.cache_write_rate).start()
+        except Exception:
+            self.close()
+            raise
+        return self
+
+    def host_ports(self) -> list[int]:
+        """The host port the agent must reach (``SandboxRequest.host_ports``)."""
+        return [self.gateway.port] if self.gateway is not None else []
+
+    def open_endpoint(self, host_address: str) -> ModelEndpoint:
+        """The endpoint as the agent sees it, at the host's address ``host_address``."""
+        self.endpoint = ModelEndpoint(url=self.gateway.url(host_address),
+                                      token=self.gateway.token, api=self.api,
+                                      host_url=self.gateway.url())
+        return self.endpoint
+
+    def close(self) -> None:
+        """Stop the gateway, then its scripted upstream (the record stays)."""
+        if self.gateway is not None:
+            self.gateway.stop()
+        if self.scripted_server is not None:
+            self.scripted_server.stop()
+            self.scripted_server = None
+
+    def summary(self, prices: PriceConfig | None = None) -> GatewaySummary:
+        """The record summed: verdict, usage and cost at the model's prices."""
+        entries = read_requests(self.run_dir / "model" / "requests.jsonl")
+        return summarize(entries, prices or self.model.prices, self.cache_write_rate)
+
+    def info(self) -> dict[str, Any]:
+        """What ``run.json``'s ``gateway`` says: the endpoint, the upstream, the policy."""
+        return {"endpoint": self.endpoint.url if self.endpoint is not None else None,
+                "api": self.api, "upstream": self.upstream,
+                "scripted": self.model.provider == SCRIPTED, "api_model": self.api_model,
+                "max_cost_usd": self.max_cost_usd, "record": "model/requests.jsonl"}
+
+
+def gateway_evidence(result: AgentResult, verdict: GatewayVerdict) -> AgentResult:
+    """``result`` with usage, refusal and infra error as the provider side saw them.
+
+    The session files (and the CLI's output) are the agent's to write; the gateway's
+    record is not. Usage is always the record's. Refusal and infra error are the
+    record's once the model answered at least once: before any answer no tool call
+    ran, so nothing of the agent's could have written the session files, and a CLI
+    that could not start keeps the infra error it reported. Where the two disagree,
+    ``evidence_disagreement`` says how.
+
+    Examples
+    --------
+    >>> from spu.harness.base import AgentResult
+    >>> from spu.schema import GatewayRequest, Usage
+    >>> from spu.gateway.verdict import gateway_verdict
+    >>> answer = GatewayRequest(time="t", endpoint="messages", status=200, complete=True,
+    ...                         final=True, usage=Usage(input=5))
+    >>> forged = AgentResult(refused=True, refusal_label="[bio]", usage=Usage(input=10**9))
+    >>> fixed = gateway_evidence(forged, gateway_verdict([answer]))
+    >>> fixed.refused, fixed.usage.input, fixed.evidence_disagreement
+    (False, 5, 'the session files show a refusal ([bio]) that the provider never sent')
+    """
+    changes: dict[str, Any] = {"usage": verdict.usage,
+                               "model_requests": list(verdict.request_usages),
+                               "cost_limit": verdict.cost_limit}
+    claims = []
+    if verdict.generations > 0:
+        if result.refused and not verdict.refusal:
+            claims.append(f"the session files show a refusal ({result.refusal_label}) that "
+                          f"the provider never sent")
+        elif verdict.refusal and not result.refused:
+            claims.append("the provider refused, which the session files do not show")
+        if result.infra_error and not verdict.infra_error:
+            claims.append(f"the session files or the CLI's output show an error the "
+                          f"provider side did not ({result.infra_error[:200]})")
+        changes.update(refused=verdict.refusal, refusal_label=verdict.refusal_label,
+                       infra_error=verdict.infra_error)
+    elif verdict.infra_error and not result.infra_error:
+        changes["infra_error"] = verdict.infra_error
+    changes["evidence_disagreement"] = "; ".join(claims) or None
+    return dataclasses.replace(result, **changes)
