@@ -39,7 +39,7 @@ from spu.config import (
 )
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
-from spu.gateway.session import GatewayConfigError, GatewaySession, gateway_evidence
+from spu.gateway.session import GatewayConfigError, GatewaySession
 from spu.gateway.verdict import key_rejected, model_input_steps, read_requests
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import grade_isolated
@@ -47,6 +47,7 @@ from spu.grading.outcome import LIMIT_OUTCOMES, RERUN_NOTE, RunEvidence, is_scor
 from spu.grading.rules import grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
+from spu.harness.evidence import gateway_evidence
 from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.identity import config_label, harness_label, identity_for, run_key, settings_for

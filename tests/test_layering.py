@@ -34,6 +34,17 @@ STAGES: dict[str, int] = {
     "spu.tasks": 10,
     "spu.sandbox": 20,
     "spu.tools": 30,
+    # Pricing is a pure function of usage and a price table: the gateway's spend cap uses
+    # it, and so does every later stage.
+    "spu.cost": 32,
+    # The scripted model server and its scripts import no stage; the model gateway plays
+    # it as an upstream (STYLE). The other test doubles build whole runs and stores.
+    "spu.testing": 34,
+    "spu.testing.corpus": 220,
+    "spu.testing.postgres": 220,
+    # The model gateway, like the tools service, is a host-side service that the harness
+    # hands to the agent.
+    "spu.gateway": 35,
     "spu.harness": 40,
     "spu.grading": 50,
     # Task authoring checks a package with the grader (its answer key, its chance level),
@@ -44,7 +55,6 @@ STAGES: dict[str, int] = {
     "spu.tasks.scaffold": 55,
     "spu.tasks.harbor": 55,
     "spu.tasks.templates": 55,
-    "spu.cost": 60,
     # The run identity hashes what ran (the task's public files, what the harness declares),
     # so it sits above those stages; tracking stores it and the launcher resumes by it.
     "spu.identity": 65,
@@ -56,7 +66,6 @@ STAGES: dict[str, int] = {
     # doubles (which start sweeps' servers), the Hydra plugins, then the entry points.
     "spu.runner": 200,
     "spu.launch": 210,
-    "spu.testing": 220,
     "hydra_plugins": 230,
     "spu.callbacks": 300,
     "spu.main": 300,

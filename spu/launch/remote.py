@@ -257,8 +257,8 @@ def _watch_spending(run: Any, ctx: Any, report: SpendReport, every_s: float,
     """
     from dataclasses import asdict
 
-    from spu.gateway.session import gateway_evidence
     from spu.gateway.verdict import gateway_verdict, read_requests
+    from spu.harness.evidence import gateway_evidence
     from spu.harness.monitor import read_status
     from spu.runner import price
 

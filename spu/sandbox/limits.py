@@ -294,6 +294,8 @@ class ServiceGroup:
     """
 
     def __init__(self, limits: RunLimits, label: str, cgroup_root: Path = CGROUP_ROOT) -> None:
+        from spu.sandbox.base import RunLimits  # base imports this module
+
         memory = max(int(limits.memory_gb * GIB), SERVICE_MIN_MEMORY_BYTES)
         self._enforcer = LimitEnforcer(
             RunLimits(time_s=limits.time_s, memory_gb=memory / GIB, cpus=limits.cpus),

@@ -304,6 +304,7 @@ def test_scripted_model_runs_where_its_port_is_a_host_port_of_the_sandbox(
 def test_scripted_model_behind_an_undeclared_port_names_the_fix(compose, tmp_path: Path) -> None:
     """A sandbox that does not forward the gateway's port is refused with the way out."""
     from spu.sandbox.base import Sandbox
+    from spu.sandbox.docker import DockerSandbox
     from spu.schema import SandboxInfo
 
     conf = typed(compose("model=scripted", "harness=claude_code"))
@@ -314,7 +315,8 @@ def test_scripted_model_behind_an_undeclared_port_names_the_fix(compose, tmp_pat
         bridged = SandboxInfo(backend="docker", isolation=["container", "network-namespace"],
                               network="docker-bridge")
         with pytest.raises(HarnessError, match=r"sandbox\.network_mode=pasta"):
-            harness.check_gateway_reachable(cast(Sandbox, SimpleNamespace(info=lambda: bridged)))
+            harness.check_gateway_reachable(cast(Sandbox, SimpleNamespace(
+                info=lambda: bridged, unreachable_port_fix=DockerSandbox.unreachable_port_fix)))
         on_host = SandboxInfo(backend="docker", isolation=["container"], network="host")
         harness.check_gateway_reachable(cast(Sandbox, SimpleNamespace(info=lambda: on_host)))
         forwarded = SandboxInfo(backend="local", isolation=["network-namespace"],
