@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Round-four agent: one good model call, a file, then an outcome of its choosing.
+
+Mode (argv[1]):
+- ``infra404``: after the file, POST the configured model to a path the upstream does not
+  serve (it answers 404): the run's last model request "failed on the provider's side";
+- ``probe``: look for secrets and host processes, write what it saw to notes.json.
+"""
+import glob
+import json
+import os
+import pathlib
+import sys
+import urllib.error
+import urllib.request
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "infra404"
+url, token = os.environ["SPU_MODEL_URL"], os.environ["SPU_MODEL_TOKEN"]
+out = pathlib.Path(os.environ["SPU_OUTPUT_DIR"])
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def call(path, body):
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={
+        "x-api-key": token, "content-type": "application/json"})
+    try:
+        answer = opener.open(request, timeout=30)
+        return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+body = {"model": os.environ.get("RT4_MODEL", "presented_order"), "max_tokens": 100,
+        "stream": False, "messages": [{"role": "user", "content": "Rank."}]}
+notes = {"good": call("/v1/messages", body)}
+contract = json.loads(pathlib.Path(os.environ["SPU_TASK_DIR"], "contract.json").read_text())
+(out / "rankings.json").write_text(json.dumps({
+    "task_id": contract["task_id"], "task_version": contract["task_version"],
+    "rankings": [{"group_id": g["group_id"], "order": g["items"]} for g in contract["groups"]]}))
+if mode == "infra404":
+    notes["chosen"] = call("/v1/nope/chat/completions", body)
+elif mode == "probe":
+    seen = {}
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            seen[path] = pathlib.Path(path).read_bytes().replace(b"\0", b" ").decode(
+                "utf-8", "replace")
+        except OSError as exc:
+            seen[path] = repr(exc)
+    notes["processes"] = seen
+    found = []
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            data = pathlib.Path(path).read_bytes()
+        except OSError:
+            continue
+        for line in data.split(b"\0"):
+            name = line.split(b"=", 1)[0].decode("utf-8", "replace")
+            if name and not name.startswith(("SPU_", "PATH", "HOME", "LANG", "TERM", "HOSTNAME",
+                                             "PWD", "SHLVL", "_", "TMPDIR", "USER", "LC_",
+                                             "PYTHON", "OLDPWD", "http", "HTTP", "https",
+                                             "HTTPS", "no_proxy", "NO_PROXY", "SSL_CERT",
+                                             "REQUESTS_CA", "PIP_", "NODE_", "npm_", "LOGNAME",
+                                             "SHELL", "container")):
+                found.append(f"{path}: {name}")
+    notes["other_env"] = found
+    files = []
+    for root in ("/output", "/workspace", "/tmp", "/task", os.environ["SPU_OUTPUT_DIR"]):
+        for dirpath, _, names in os.walk(root):
+            files += [os.path.join(dirpath, n) for n in names]
+    notes["files"] = files[:2000]
+(out / "notes.json").write_text(json.dumps(notes, indent=1))
