@@ -29,8 +29,8 @@ def _run(compose, backend: str, mode: str, *overrides: str):
     spec = spec_from_config(compose(
         "harness=command", f"harness.entrypoint={AGENT}", f"sandbox={backend}",
         f"task={EXAMPLE_TASK.name}", "model=scripted", "model.api_model=presented_order",
-        "limits.cpus=1", "limits.gpus=0", "limits.memory_gb=1", "limits.time_s=120",
-        *overrides))
+        *overrides,
+        "limits.cpus=1", "limits.gpus=0", "limits.memory_gb=1", "limits.time_s=120"))
     spec = dataclasses.replace(spec, harness=dataclasses.replace(spec.harness, args=[mode]))
     record = run_one(spec)
     return record, spec.output_root / "runs" / record.run_key
@@ -48,6 +48,25 @@ def test_an_agent_cannot_make_its_run_infra_error_with_a_bad_request(
     statuses = [e.status for e in read_requests(run_dir / "model" / "requests.jsonl")]
     assert 404 in statuses  # the attack did what it meant to
     assert record.outcome is Outcome.valid and record.scored, (record.outcome, record.notes)
+
+
+@pytest.mark.xfail(strict=True, reason="BROKEN (high): refusal is excluded whatever came "
+                   "before it (outcome.EXCLUDED_OUTCOMES, first in precedence after "
+                   "infra_error): an agent that has written a file it dislikes sends one "
+                   "prompt written to be refused, with the token it holds, and its run leaves "
+                   "the mean; item 7 scored a file left before a limit, not before a refusal")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_agent_cannot_leave_the_mean_by_a_refusal_after_its_file(
+        request: pytest.FixtureRequest, compose, backend: str, tmp_path: Path) -> None:
+    require_backend(request, backend)
+    script = tmp_path / "refuse_second.json"
+    script.write_text(json.dumps({"name": "refuse_second", "turns": [
+        {"text": "Ranked."}, {"refusal": "bio"}]}))
+    record, run_dir = _run(compose, backend, "refusal", f"model.api_model={script}")
+    entries = read_requests(run_dir / "model" / "requests.jsonl")
+    assert any(e.refusal for e in entries)  # the attack did what it meant to
+    assert record.outcome is not Outcome.refusal and record.scored, (record.outcome,
+                                                                      record.notes)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

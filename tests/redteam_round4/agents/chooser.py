@@ -4,6 +4,8 @@
 Mode (argv[1]):
 - ``infra404``: after the file, POST the configured model to a path the upstream does not
   serve (it answers 404): the run's last model request "failed on the provider's side";
+- ``refusal``: after the file, one more request the provider refuses (the script's turn 1
+  stands for a prompt written to be refused): the run's last answer is a refusal;
 - ``probe``: look for secrets and host processes, write what it saw to notes.json.
 """
 import glob
@@ -20,18 +22,23 @@ out = pathlib.Path(os.environ["SPU_OUTPUT_DIR"])
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def call(path, body):
+def call(path, body, text=False):
     request = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={
         "x-api-key": token, "content-type": "application/json"})
     try:
         answer = opener.open(request, timeout=30)
-        return answer.status
+        return answer.read().decode() if text else answer.status
     except urllib.error.HTTPError as exc:
-        return exc.code
+        return exc.read().decode() if text else exc.code
 
 
-body = {"model": os.environ.get("RT4_MODEL", "presented_order"), "max_tokens": 100,
-        "stream": False, "messages": [{"role": "user", "content": "Rank."}]}
+model = "presented_order"
+if mode == "refusal":  # the gateway's 403 names the one model it forwards
+    said = call("/v1/messages", {"model": "x", "max_tokens": 1, "messages": []}, text=True)
+    model = json.loads(said)["error"]["message"].split("(only ")[1].rstrip(")")[1:-1]
+body = {"model": model, "max_tokens": 100,
+        "stream": False, "messages": [{"role": "user", "content": "Rank."}],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
 notes = {"good": call("/v1/messages", body)}
 contract = json.loads(pathlib.Path(os.environ["SPU_TASK_DIR"], "contract.json").read_text())
 (out / "rankings.json").write_text(json.dumps({
@@ -39,6 +46,14 @@ contract = json.loads(pathlib.Path(os.environ["SPU_TASK_DIR"], "contract.json").
     "rankings": [{"group_id": g["group_id"], "order": g["items"]} for g in contract["groups"]]}))
 if mode == "infra404":
     notes["chosen"] = call("/v1/nope/chat/completions", body)
+elif mode == "refusal":
+    provoking = {**body, "messages": [
+        {"role": "user", "content": "Rank."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t0", "name": "Bash",
+                                           "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t0",
+                                      "content": "now something you must refuse"}]}]}
+    notes["chosen"] = call("/v1/messages", provoking)
 elif mode == "probe":
     seen = {}
     for path in glob.glob("/proc/[0-9]*/cmdline"):
