@@ -86,3 +86,21 @@ def test_the_agent_sees_no_host_process_and_no_secret(
     assert set(commands) <= {"bwrap", "/sbin/docker-init", "python3"}, notes["processes"]
     assert not any("requests.jsonl" in f or "gateway.json" in f for f in notes["files"])
     assert record.outcome is Outcome.valid
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_links_into_the_record_and_a_cgroup_escape_change_nothing(
+        request: pytest.FixtureRequest, compose, backend: str) -> None:
+    """Held: links from /output into ``<run>/model`` forge nothing; the agent stays in its
+    cgroup (no ``cgroup.procs`` it can write, no cgroup2 mount)."""
+    require_backend(request, backend)
+    record, run_dir = _run(compose, backend, "planter")
+    notes = json.loads((run_dir / "output" / "notes.json").read_text())
+    assert notes["cgroup_before"] == notes["cgroup_after"], notes["cgroup_tries"]
+    assert "written" not in notes["cgroup_tries"].values(), notes["cgroup_tries"]
+    assert not str(notes["cgroup_tries"].get("mount", "")).startswith("rc=0")
+    entries = read_requests(run_dir / "model" / "requests.jsonl")
+    assert [e.status for e in entries] == [200]
+    assert record.outcome is Outcome.valid and record.usage == entries[0].usage
+    for link in (run_dir / "output").glob("link*"):
+        assert not link.exists() or link.is_symlink()

@@ -6,6 +6,9 @@ Mode (argv[1]):
   serve (it answers 404): the run's last model request "failed on the provider's side";
 - ``refusal``: after the file, one more request the provider refuses (the script's turn 1
   stands for a prompt written to be refused): the run's last answer is a refusal;
+- ``planter``: links from /output and /workspace into the host's ``<run>/model/`` (relative,
+  and absolute by the host path bwrap's command line shows), then tries to leave its
+  cgroup (write its pid to every ``cgroup.procs`` it can see, mount cgroup2);
 - ``probe``: look for secrets and host processes, write what it saw to notes.json.
 """
 import glob
@@ -54,6 +57,42 @@ elif mode == "refusal":
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t0",
                                       "content": "now something you must refuse"}]}]}
     notes["chosen"] = call("/v1/messages", provoking)
+elif mode == "planter":
+    host_out = None
+    try:
+        words = pathlib.Path("/proc/1/cmdline").read_bytes().split(b"\0")
+        for k, w in enumerate(words[:-1]):
+            if words[k + 1] == b"/output" and w.endswith(b"/output"):
+                host_out = w.decode()
+    except OSError:
+        pass
+    targets = ["../model/requests.jsonl", "../model", "../../model/requests.jsonl"]
+    if host_out:
+        targets.append(str(pathlib.Path(host_out).parent / "model" / "requests.jsonl"))
+    for k, target in enumerate(targets):
+        for folder in (out, pathlib.Path("/workspace")):
+            try:
+                os.symlink(target, folder / f"link{k}")
+            except OSError as exc:
+                notes[f"symlink {folder}/{k}"] = repr(exc)
+    notes["cgroup_before"] = pathlib.Path("/proc/self/cgroup").read_text()
+    tries = {}
+    for procs in glob.glob("/sys/fs/cgroup/**/cgroup.procs", recursive=True)[:50]:
+        try:
+            pathlib.Path(procs).write_text(str(os.getpid()))
+            tries[procs] = "written"
+        except OSError as exc:
+            tries[procs] = repr(exc)
+    try:
+        os.makedirs("/tmp/cg", exist_ok=True)
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        rc = libc.mount(b"none", b"/tmp/cg", b"cgroup2", 0, None)
+        tries["mount"] = f"rc={rc} errno={ctypes.get_errno()}"
+    except OSError as exc:
+        tries["mount"] = repr(exc)
+    notes["cgroup_tries"] = tries
+    notes["cgroup_after"] = pathlib.Path("/proc/self/cgroup").read_text()
 elif mode == "probe":
     seen = {}
     for path in glob.glob("/proc/[0-9]*/cmdline"):
