@@ -69,6 +69,20 @@ def test_an_agent_cannot_leave_the_mean_by_a_refusal_after_its_file(
                                                                       record.notes)
 
 
+@pytest.mark.xfail(strict=True, reason="BROKEN (high): the sandbox's start failure is read "
+                   "from the agent's own stderr (process.wrapper_error): an agent that exits 1 "
+                   "with one line 'bwrap: ...' (local) or '[FATAL tini ...' (docker) as all "
+                   "of its stderr makes its run infra_error ('sandbox did not start'), after "
+                   "writing its file: excluded and retried")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_agent_cannot_pose_as_a_sandbox_that_did_not_start(
+        request: pytest.FixtureRequest, compose, backend: str) -> None:
+    require_backend(request, backend)
+    record, run_dir = _run(compose, backend, "wrapper")
+    assert (run_dir / "output" / "notes.json").is_file()  # the agent did run
+    assert record.outcome is Outcome.valid and record.scored, (record.outcome, record.notes)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_agent_sees_no_host_process_and_no_secret(
         request: pytest.FixtureRequest, compose, backend: str,

@@ -6,6 +6,8 @@ Mode (argv[1]):
   serve (it answers 404): the run's last model request "failed on the provider's side";
 - ``refusal``: after the file, one more request the provider refuses (the script's turn 1
   stands for a prompt written to be refused): the run's last answer is a refusal;
+- ``wrapper``: after the file, print one line as bubblewrap (or docker-init) prints its
+  own failures as all of stderr, and exit 1: "the sandbox did not start";
 - ``planter``: links from /output and /workspace into the host's ``<run>/model/`` (relative,
   and absolute by the host path bwrap's command line shows), then tries to leave its
   cgroup (write its pid to every ``cgroup.procs`` it can see, mount cgroup2);
@@ -57,6 +59,14 @@ elif mode == "refusal":
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t0",
                                       "content": "now something you must refuse"}]}]}
     notes["chosen"] = call("/v1/messages", provoking)
+elif mode == "wrapper":
+    (out / "notes.json").write_text(json.dumps(notes, indent=1))
+    line = ("[FATAL tini (7)] exec /workspace/.agent/chooser.py failed: Permission denied"
+            if os.path.exists("/sbin/docker-init") else
+            "bwrap: execvp /workspace/.agent/chooser.py: Permission denied")
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    os._exit(1)
 elif mode == "planter":
     host_out = None
     try:
