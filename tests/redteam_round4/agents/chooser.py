@@ -118,8 +118,8 @@ elif mode == "probe":
             data = pathlib.Path(path).read_bytes()
         except OSError:
             continue
-        for line in data.split(b"\0"):
-            name = line.split(b"=", 1)[0].decode("utf-8", "replace")
+        for entry in data.split(b"\0"):
+            name = entry.split(b"=", 1)[0].decode("utf-8", "replace")
             if name and not name.startswith(("SPU_", "PATH", "HOME", "LANG", "TERM", "HOSTNAME",
                                              "PWD", "SHLVL", "_", "TMPDIR", "USER", "LC_",
                                              "PYTHON", "OLDPWD", "http", "HTTP", "https",
