@@ -38,11 +38,13 @@ class _RecordingHandler(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
-        if length:
-            self.rfile.read(length)
+        body = self.rfile.read(length) if length else b""
         self.server.seen.append({"method": self.command, "path": self.path,
                                  "key": self.headers.get("x-api-key")
-                                 or self.headers.get("authorization") or ""})
+                                 or self.headers.get("authorization") or "",
+                                 "headers": json.dumps({k.lower(): v for k, v
+                                                        in self.headers.items()}),
+                                 "body": body.decode("utf-8", "replace")})
         data = json.dumps({"data": []}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
