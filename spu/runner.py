@@ -66,6 +66,8 @@ from spu.schema import (
     RunRecord,
     SandboxInfo,
 )
+from spu.seal.keys import SealKeyError
+from spu.seal.seal import seal_run
 from spu.tasks.package import (
     TaskLoadError,
     TaskPackage,
@@ -714,7 +716,21 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
     write_run_record(run_dir, run_record)
+    seal(run, run_record)
     return run_record
+
+
+def seal(run: AgentRun, run_record: RunRecord) -> None:
+    """Seal the finished run's submission, trajectory and gateway record (SPEC section 13).
+
+    A seal that cannot be made (the key unreadable) is logged and leaves the run without
+    ``seal.json``, which ``spu seal verify`` then names; the run itself stands.
+    """
+    try:
+        seal_run(run.spec.output_root, run.run_dir, run_key=run.key, attempt=run.spec.attempt,
+                 identity=run.identity, outcome=run_record.outcome)
+    except (SealKeyError, OSError) as exc:
+        log.error("run %s could not be sealed: %s", run.key, exc)
 
 
 def run_one(spec: RunSpec) -> RunRecord:
