@@ -142,6 +142,8 @@ class TaskMeta(Record):
     """Public (published source) or private (unpublished measurements)."""
     limits: TaskLimits | None = None
     """Optional overrides of the default run limits."""
+    answers: Literal["pending"] | None = None
+    """``pending``: the measurements are not available yet; runs end ``sealed`` (SPEC 13)."""
 
     @field_validator("version", mode="before")
     @classmethod

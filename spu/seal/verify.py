@@ -200,3 +200,26 @@ def verify_path(path: Path, public_key: Path | None = None) -> Verification:
     if path.is_dir():
         return verify_root(path, public_key)
     return Verification([f"{path}: not an output root (no such folder)"], [], [], None)
+
+
+def seal_faults(run_dir: Path, public_key: Path | None = None) -> list[str]:
+    """What does not hold for one run folder's seal (its manifest, signature and files).
+
+    The key is the output root's (``run_dir``'s grandparent, or the archived attempt's
+    root) unless one is given. An absent or unreadable manifest is a fault.
+    """
+    run_dir = Path(run_dir)
+    root = run_dir.parent.parent
+    if root.name == "attempts":
+        root = root.parent.parent.parent
+    try:
+        key = load_public_key(public_key or public_key_path(root))
+    except SealKeyError as exc:
+        return [str(exc)]
+    try:
+        manifest = SealManifest.model_validate_json((run_dir / SEAL_FILE).read_bytes())
+    except OSError:
+        return [f"{run_dir.name}/{SEAL_FILE}: missing"]
+    except ValidationError:
+        return [f"{run_dir.name}/{SEAL_FILE}: not a seal manifest"]
+    return run_faults(root, run_dir, manifest, key)
