@@ -196,10 +196,21 @@ def verify_root(root: Path, public_key: Path | None = None) -> Verification:
 
 def verify_path(path: Path, public_key: Path | None = None) -> Verification:
     """Check an output root, or a bundle file (unpacked safely first)."""
+    import tempfile
+
+    from spu.seal.bundle import BundleError, unpack_bundle
+
     path = Path(path)
     if path.is_dir():
         return verify_root(path, public_key)
-    return Verification([f"{path}: not an output root (no such folder)"], [], [], None)
+    if not path.is_file():
+        return Verification([f"{path}: neither an output root nor a bundle"], [], [], None)
+    with tempfile.TemporaryDirectory(prefix="spu-bundle-") as scratch:
+        try:
+            root = unpack_bundle(path, Path(scratch) / "bundle")
+        except BundleError as exc:
+            return Verification([str(exc)], [], [], None)
+        return verify_root(root, public_key)
 
 
 def seal_faults(run_dir: Path, public_key: Path | None = None) -> list[str]:

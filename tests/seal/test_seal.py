@@ -11,20 +11,13 @@ from pathlib import Path
 import pytest
 
 from spu.cli import main as spu_main
-from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
-from spu.runner import RunSpec, run_one
+from spu.runner import run_one
 from spu.schema import LedgerEntry, Outcome, SealManifest
 from spu.seal.keys import private_key_path, public_key_path, public_pem, signing_key
 from spu.seal.ledger import append_entry, head_hash, ledger_path
 from spu.seal.manifest import SEAL_FILE, sealed_files
 from spu.seal.verify import verify_root
-
-
-def _spec(task: Path, root: Path, repeat: int = 0, model: str = "random") -> RunSpec:
-    return RunSpec(model=ModelConfig(name=model, provider="baseline"),
-                   harness=HarnessConfig(name="baseline"), effort=EffortConfig(name="none"),
-                   task_dir=task, output_root=root, repeat=repeat,
-                   sandbox=SandboxConfig(name="subprocess"))
+from tests.seal.conftest import seal_spec as _spec
 
 
 @pytest.fixture(scope="module")

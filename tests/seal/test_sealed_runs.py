@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,21 +16,7 @@ from spu.seal.verify import verify_root
 from spu.tasks import load_answers, load_task
 from spu.tasks.validate import validate_task
 from spu.tracking.regrade import regrade_run
-from tests.conftest import EXAMPLE_TASK
-from tests.seal.test_seal import _spec
-
-
-@pytest.fixture
-def keyless(tmp_path: Path) -> tuple[Path, Path]:
-    """The example task with its key moved to a key holder's folder, marked pending."""
-    task = tmp_path / "tasks" / EXAMPLE_TASK.name
-    shutil.copytree(EXAMPLE_TASK, task)
-    keys = tmp_path / "keys" / EXAMPLE_TASK.name
-    keys.mkdir(parents=True)
-    (task / "hidden" / "answers.json").rename(keys / "answers.json")
-    with open(task / "task.yaml", "a") as f:
-        f.write("answers: pending\n")
-    return task, tmp_path / "keys"
+from tests.seal.conftest import seal_spec as _spec
 
 
 def test_the_outcome_rule_seals_a_file_without_a_key() -> None:
