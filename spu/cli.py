@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.stats.cli",     # spu stats
     "spu.analysis.cli",  # spu analyze
     "spu.report.cli",    # spu report
+    "spu.report.leaderboard",  # spu leaderboard
     "spu.testing.cli",   # spu scripted-server
     "spu.listing",       # spu list, spu run
 )
