@@ -748,16 +748,21 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
 
 
 def seal(run: AgentRun, run_record: RunRecord) -> None:
-    """Seal the finished run's submission, trajectory and gateway record (SPEC section 13).
+    """Seal the finished run's submission, trajectory and gateway record (SPEC section 13)."""
+    seal_record(run.spec.output_root, run.run_dir, run_record)
+
+
+def seal_record(output_root: Path, run_dir: Path, run_record: RunRecord) -> None:
+    """Seal the run folder of a just-written ``run.json`` (a lost attempt's too).
 
     A seal that cannot be made (the key unreadable) is logged and leaves the run without
     ``seal.json``, which ``spu seal verify`` then names; the run itself stands.
     """
     try:
-        seal_run(run.spec.output_root, run.run_dir, run_key=run.key, attempt=run.spec.attempt,
-                 identity=run.identity, outcome=run_record.outcome)
+        seal_run(output_root, run_dir, run_key=run_record.run_key, attempt=run_record.attempt,
+                 identity=run_record.identity, outcome=run_record.outcome)
     except (SealKeyError, OSError) as exc:
-        log.error("run %s could not be sealed: %s", run.key, exc)
+        log.error("run %s could not be sealed: %s", run_record.run_key, exc)
 
 
 def run_one(spec: RunSpec) -> RunRecord:

@@ -197,3 +197,17 @@ def test_parallel_appends_keep_one_chain(tmp_path: Path) -> None:
 def test_an_empty_root_is_a_fault(tmp_path: Path) -> None:
     signing_key(tmp_path)
     assert verify_root(tmp_path).faults == ["ledger.jsonl: missing"]
+
+
+def test_a_retried_run_keeps_the_seal_of_its_earlier_attempt(tmp_path: Path) -> None:
+    """The first attempt, archived under attempts/1/, still verifies with its ledger line."""
+    from tests.conftest import EXAMPLE_TASK
+
+    root = tmp_path / "outputs"
+    first = run_one(_spec(EXAMPLE_TASK, root))
+    run_one(_spec(EXAMPLE_TASK, root))
+    assert (root / "runs" / first.run_key / "attempts" / "1" / SEAL_FILE).is_file()
+    result = verify_root(root)
+    assert result.ok, result.faults
+    assert [r.run_dir.relative_to(root).as_posix() for r in result.runs] == [
+        f"runs/{first.run_key}/attempts/1", f"runs/{first.run_key}"]
