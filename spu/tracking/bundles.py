@@ -15,10 +15,10 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from spu.schema import Outcome, RunRecord
+from spu.schema import Outcome, RunRecord, SealManifest
 from spu.seal.bundle import BundleError, manifest_of, unpack_bundle
 from spu.seal.verify import verify_root
-from spu.tracking.regrade import RegradeError, _write_json_atomic, regrade_run
+from spu.tracking.regrade import RegradeError, _write_json_atomic, find_task, regrade_run
 
 
 @dataclass(frozen=True)
@@ -81,10 +81,14 @@ def grade_bundle(bundle: Path, task_root: Path, output_root: Path,
             runs.append(BundleRun(key, record.outcome.value, None, run.faults[0]))
             records.append((record, run.run_dir))
             continue
-        # The sealed outcome, not the lab's run.json, says how the run ended.
-        sealed_outcome = manifest_of(run.run_dir).outcome
-        if record.outcome is not sealed_outcome:
-            record = record.model_copy(update={"outcome": sealed_outcome})
+        # The signed manifest, not the lab's run.json, says what ran and how it ended.
+        manifest = manifest_of(run.run_dir)
+        trusted = _sealed_facts(record, manifest)
+        other = _task_differs(manifest, task_root)
+        if other and other not in trusted.notes:
+            trusted = trusted.model_copy(update={"notes": [*trusted.notes, other]})
+        if trusted != record:
+            record = trusted
             _write_json_atomic(run.run_dir / "run.json", record.model_dump_json(indent=1))
         try:
             _, new = regrade_run(run.run_dir, task_root, answers_root, isolation=isolation,
@@ -99,6 +103,39 @@ def grade_bundle(bundle: Path, task_root: Path, output_root: Path,
     if tracking_uri is not None:
         _track(records, tracking_uri, Path(output_root), experiment, bundle.name, checked.head)
     return GradedBundle(root, checked.head, runs)
+
+
+def _sealed_facts(record: RunRecord, manifest: SealManifest) -> RunRecord:
+    """``record`` with the outcome and the identity's fields taken from the signed manifest."""
+    update: dict[str, object] = {"outcome": manifest.outcome}
+    identity = manifest.identity
+    if identity is not None:
+        update.update(task_id=identity.task.id, task_version=identity.task.version,
+                      repeat=identity.repeat, model=identity.config.model,
+                      effort=identity.config.effort, harness=identity.config.harness)
+    return record.model_copy(update=update)
+
+
+def _task_differs(manifest: SealManifest, task_root: Path) -> str | None:
+    """A note when the run saw other public files than the local task's, else None.
+
+    Not a refusal: the ``answers: pending`` mark of the lab's copy changes the digest
+    too; the grader checks the submission against the local contract either way.
+    """
+    from spu.tasks.digest import task_digest
+    from spu.tasks.package import TaskLoadError
+
+    identity = manifest.identity
+    if identity is None:
+        return None
+    try:
+        local = task_digest(find_task(task_root, identity.task.id))
+    except (TaskLoadError, OSError):
+        return None  # the regrade names a missing task
+    if local != identity.task.task_digest:
+        return (f"task {identity.task.id}: the run saw other public files than the local "
+                "task's (task_digest differs)")
+    return None
 
 
 def _track(records: list[tuple[RunRecord, Path]], uri: str, output_root: Path, experiment: str,

@@ -141,3 +141,22 @@ def test_a_dropped_ledger_line_refuses_the_whole_bundle(
     cut = _rewrite(bundle, tmp_path / "cut.tar", {"ledger.jsonl": lines[0]})
     with pytest.raises(BundleError, match="not in the ledger"):
         grade_bundle(cut, task.parent, tmp_path / "holder", answers_root=keys)
+
+
+def test_the_labs_run_json_cannot_change_the_sealed_facts(
+        lab_bundle: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """run.json is not sealed: its outcome and task fields are taken from the manifest."""
+    import json
+
+    bundle, task, keys = lab_bundle
+    target = next(n for n in _members(bundle) if n.endswith("/run.json"))
+    with tarfile.open(bundle) as tar:
+        member = tar.extractfile(target)
+        assert member is not None
+        record = json.loads(member.read())
+    record.update(outcome="refusal", repeat=3)
+    edited = _rewrite(bundle, tmp_path / "edited.tar", {target: json.dumps(record).encode()})
+    graded = grade_bundle(edited, task.parent, tmp_path / "holder", answers_root=keys)
+    assert [r.outcome for r in graded.runs] == ["valid", "valid"]
+    run_dir = graded.root / target.rsplit("/run.json", 1)[0]
+    assert RunRecord.model_validate_json((run_dir / "run.json").read_bytes()).repeat == 0
