@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +134,36 @@ def record_broken_tasks(config: DictConfig, sweep_dir: Path) -> list[BrokenTask]
     return broken
 
 
+def say_ledger_head(config: DictConfig, root: Path, say: Callable[[str], Any]) -> str | None:
+    """Print the ledger's head hash (SPEC 13) and tag the MLflow experiment with it.
+
+    Published before anyone grades, the head fixes every sealed submission up to it.
+    Returns the head, None when the output root has no ledger.
+    """
+    from spu.seal.ledger import head_hash, ledger_path
+
+    head = head_hash(root)
+    if head is None:
+        return None
+    lines = sum(1 for line in ledger_path(root).read_bytes().split(b"\n") if line)
+    say(f"ledger head: {head} ({lines} sealed runs in {ledger_path(root)}; "
+        "publish it before grading)")
+    if config.tracking.enabled:
+        from spu.launch.job import tracking_target
+        from spu.tracking.store import client_for, experiment_id
+
+        try:
+            target = tracking_target(config, root)
+            if target is not None:
+                client = client_for(target)
+                exp = experiment_id(client, target)
+                client.set_experiment_tag(exp, "spu.ledger_head", head)
+                client.set_experiment_tag(exp, "spu.ledger_entries", str(lines))
+        except Exception as exc:  # noqa: BLE001 - the head is printed; tracking is a copy
+            log.warning("ledger head not logged to MLflow: %s", exc)
+    return head
+
+
 class ResultsTable(Callback):
     """Reports broken tasks when a sweep starts; prints one row per job when it ends."""
 
@@ -158,6 +189,7 @@ class ResultsTable(Callback):
         console.print(f"runs: {root / 'runs'}")
         if config.tracking.enabled:
             console.print(f"compare in MLflow: mlflow ui --backend-store-uri {uri}")
+        say_ledger_head(config, root, console.print)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """After a sweep: the table of all its jobs."""

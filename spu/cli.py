@@ -19,10 +19,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.grading.cli",   # spu grade, spu regrade
     "spu.tasks.cli",     # spu task validate | threshold | build | list
     "spu.tracking.cli",  # spu runs export
+    "spu.seal.cli",      # spu seal verify | export, spu grade-bundle
     "spu.cost.cli",      # spu cost estimate
     "spu.stats.cli",     # spu stats
     "spu.analysis.cli",  # spu analyze
     "spu.report.cli",    # spu report
+    "spu.report.leaderboard",  # spu leaderboard
     "spu.testing.cli",   # spu scripted-server
     "spu.listing",       # spu list, spu run
 )

@@ -110,6 +110,8 @@ class ModelConfig:
     ``anthropic``, ``openai-responses`` or ``openai-chat``; null: by provider."""
     default_harness: str | None = None
     prices: PriceConfig = field(default_factory=PriceConfig)
+    training_cutoff: str | None = None
+    """The model's training cutoff (``2025-03``), shown on the leaderboard; null: unknown."""
 
 
 @dataclass

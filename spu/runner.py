@@ -41,10 +41,10 @@ from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.gateway.session import GatewayConfigError, GatewaySession
 from spu.gateway.verdict import key_rejected, model_input_steps, read_requests
-from spu.grading.chance import chance_threshold
+from spu.grading.chance import chance_threshold, chance_threshold_without_ties
 from spu.grading.isolated import grade_isolated
 from spu.grading.outcome import LIMIT_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
-from spu.grading.rules import grade_submission
+from spu.grading.rules import GRADER_VERSION, grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
 from spu.harness.evidence import gateway_evidence
@@ -61,11 +61,14 @@ from spu.schema import (
     ExposureHit,
     GpuUsage,
     Grade,
+    GradeStatus,
     Identity,
     ProcessEvidence,
     RunRecord,
     SandboxInfo,
 )
+from spu.seal.keys import SealKeyError
+from spu.seal.seal import seal_run
 from spu.tasks.package import (
     TaskLoadError,
     TaskPackage,
@@ -216,7 +219,8 @@ class AgentRun:
 class PreparedRun(AgentRun):
     """A run about to start: its trusted task, answer key, key, harness and limits."""
 
-    answers: AnswerKey = field(kw_only=True)
+    answers: AnswerKey | None = field(kw_only=True)
+    """The trusted answer key; None for a task without one yet (the run ends ``sealed``)."""
 
 
 @dataclass
@@ -257,6 +261,8 @@ class RunGrades:
     """A warning about the grading (not isolated, or failed)."""
     error: str | None = None
     """Why grading failed; the run is then an infrastructure error."""
+    sealed: bool = False
+    """No answer key: nothing was graded, ``strict`` and ``recovered`` are placeholders."""
 
 
 def prepare_agent(spec: RunSpec, check: bool = True) -> AgentRun:
@@ -317,11 +323,23 @@ def prepare_run(spec: RunSpec, check: bool = True) -> PreparedRun:
         When the task package or its answer key cannot be read.
     """
     task = load_task(spec.task_dir)
-    answers = load_answers(task.answers_path(spec.answers_root))
+    answers = answer_key(task, spec.answers_root)
     agent = _agent_run(spec, task, check)
     return PreparedRun(spec=agent.spec, task=agent.task, key=agent.key, harness=agent.harness,
                        limits=agent.limits, provider=agent.provider,
                        identity=agent.identity, answers=answers)
+
+
+def answer_key(task: TaskPackage, answers_root: Path | None) -> AnswerKey | None:
+    """The task's answer key; None when it is pending or absent (the run ends ``sealed``)."""
+    path = task.answers_path(answers_root)
+    if task.meta.answers == "pending":
+        return None
+    if not os.path.lexists(path):
+        log.warning("task %s has no answer key at %s: its runs end sealed (mark "
+                    "answers: pending in task.yaml to say so)", task.id, path)
+        return None
+    return load_answers(path)
 
 
 def stage(run: PreparedRun) -> Path:
@@ -504,7 +522,8 @@ def open_tools(run: AgentRun) -> ToolsSession | None:
     """
     if run.provider is None:
         return None
-    source = run.answers.source if isinstance(run, PreparedRun) else None
+    source = (run.answers.source if isinstance(run, PreparedRun) and run.answers is not None
+              else None)
     detector = ExposureDetector.for_source(source) if source is not None else None
 
     def screen(text: str) -> list[tuple[str, str]]:
@@ -567,8 +586,14 @@ def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
     """Step 5: grade the submission strictly and with recovery, in an isolated process.
 
     Without a trustworthy grade the run cannot count: a grading failure gives the
-    strict grade of no file and an error, so the run is recorded and retried.
+    strict grade of no file and an error, so the run is recorded and retried. Without
+    an answer key nothing is graded: the run is ``sealed`` (SPEC 13).
     """
+    if run.answers is None:
+        pending = Grade(task_id=run.task.id, score=-1.0, status=GradeStatus.invalid,
+                        errors=["sealed: the task has no answer key yet"], score_strict=-1.0,
+                        grader_version=GRADER_VERSION)
+        return RunGrades(pending, pending, sealed=True)
     try:
         grades = grade_isolated(run.task.contract, run.answers, submission,
                                 isolation=run.spec.sandbox.grader_isolation)
@@ -582,15 +607,16 @@ def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
 _THRESHOLDS: dict[tuple[str, str, str], float] = {}
 
 
-def task_threshold(task: TaskPackage, answers: AnswerKey) -> float:
+def task_threshold(task: TaskPackage, answers: AnswerKey | None) -> float:
     """The task's chance threshold, drawn once per task and key in this process.
 
     The 4,000 seeded draws give the same number every time; a sweep of many runs on one
-    task needs them once.
+    task needs them once. Without a key, the threshold assumes no measured ties.
     """
-    cache_key = (task.id, task.version, answers.model_dump_json())
+    cache_key = (task.id, task.version, answers.model_dump_json() if answers else "")
     if cache_key not in _THRESHOLDS:
-        _THRESHOLDS[cache_key] = chance_threshold(task.contract, answers)
+        _THRESHOLDS[cache_key] = (chance_threshold(task.contract, answers) if answers
+                                  else chance_threshold_without_ties(task.contract))
     return _THRESHOLDS[cache_key]
 
 
@@ -612,6 +638,8 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     the audited calls, which a CLI may have shortened in its own record, and the tool
     results the model gateway saw sent to the model.
     """
+    if run.answers is None:  # no key, no source to look for: screened when graded
+        return []
     steps = result.trajectory.steps if result.trajectory is not None else []
     hits = detect_exposure(run.answers.source, steps)
     tools_dir = run.run_dir / TOOLS_DIR
@@ -641,7 +669,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     verdict = judge(RunEvidence.from_process(
         evidence, submitted=phase.submission is not None, infra_error=result.infra_error,
         refused=result.refused, policy_stop=result.policy_stop, cost_limit=result.cost_limit),
-        grades.recovered, score_limits=not spec.retry_limits_with_file)
+        None if grades.sealed else grades.recovered,
+        score_limits=not spec.retry_limits_with_file)
     if (verdict.outcome in LIMIT_OUTCOMES and spec.retry_limits_with_file
             and is_scored(verdict.outcome, grades.recovered)):
         notes.append(RERUN_NOTE.format(outcome=verdict.outcome.value))
@@ -672,7 +701,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         scored=verdict.scored,
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
-        grade=grades.recovered,
+        grade=None if grades.sealed else grades.recovered,
         threshold=task_threshold(task, run.answers),
         n_items=task.n_items,
         usage=usage,
@@ -714,7 +743,26 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
     write_run_record(run_dir, run_record)
+    seal(run, run_record)
     return run_record
+
+
+def seal(run: AgentRun, run_record: RunRecord) -> None:
+    """Seal the finished run's submission, trajectory and gateway record (SPEC section 13)."""
+    seal_record(run.spec.output_root, run.run_dir, run_record)
+
+
+def seal_record(output_root: Path, run_dir: Path, run_record: RunRecord) -> None:
+    """Seal the run folder of a just-written ``run.json`` (a lost attempt's too).
+
+    A seal that cannot be made (the key unreadable) is logged and leaves the run without
+    ``seal.json``, which ``spu seal verify`` then names; the run itself stands.
+    """
+    try:
+        seal_run(output_root, run_dir, run_key=run_record.run_key, attempt=run_record.attempt,
+                 identity=run_record.identity, outcome=run_record.outcome)
+    except (SealKeyError, OSError) as exc:
+        log.error("run %s could not be sealed: %s", run_record.run_key, exc)
 
 
 def run_one(spec: RunSpec) -> RunRecord:

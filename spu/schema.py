@@ -28,6 +28,10 @@ TRAJECTORY_VERSION = "1"
 AUDIT_VERSION = "2"
 """``2``: no field outside the schema; ``1`` lines may carry unknown fields (dropped)."""
 GATEWAY_REQUEST_VERSION = "1"
+SEAL_MANIFEST_VERSION = "1"
+"""``1``: the first seal manifest (``seal.json``, SPEC section 13)."""
+LEDGER_VERSION = "1"
+"""``1``: ledger lines of SPEC section 13's six fields; named in every manifest."""
 
 
 class Record(BaseModel):
@@ -138,6 +142,8 @@ class TaskMeta(Record):
     """Public (published source) or private (unpublished measurements)."""
     limits: TaskLimits | None = None
     """Optional overrides of the default run limits."""
+    answers: Literal["pending"] | None = None
+    """``pending``: the measurements are not available yet; runs end ``sealed`` (SPEC 13)."""
 
     @field_validator("version", mode="before")
     @classmethod
@@ -378,6 +384,10 @@ class Outcome(str, Enum):
     disk_limit = "disk_limit"
     infra_error = "infra_error"
     cost_limit = "cost_limit"
+    sealed = "sealed"
+    """The task had no answer key: the run is sealed, to be graded when the key comes."""
+    seal_broken = "seal_broken"
+    """A file sealed with the run changed afterwards: recorded, never scored."""
 
 
 class Usage(Record):
@@ -828,6 +838,61 @@ class RunRecord(VersionedRecord):
     """Loud warnings about the run (e.g. a grader that could not be isolated)."""
     grade_history: list[PastGrade] = Field(default_factory=list)
     """Earlier grades replaced by ``spu regrade``, oldest first."""
+
+
+# --------------------------------------------------------------------------- seals
+
+
+class SealManifest(VersionedRecord):
+    """``<run_dir>/seal.json``: what a run submitted, hashed and signed when it ended (SPEC 13).
+
+    The signature is Ed25519 over the canonical JSON (sorted keys, no spaces, UTF-8) of
+    every other field; ``spu seal verify`` recomputes both.
+    """
+
+    schema_version: str = SEAL_MANIFEST_VERSION
+    """Version of this record's format."""
+    ledger_version: str = LEDGER_VERSION
+    """Version of the ledger lines this manifest's entry follows."""
+    run_key: str
+    """The sealed run's key."""
+    attempt: int = 1
+    """Which attempt of the run key was sealed (earlier ones live under ``attempts/<n>/``)."""
+    identity: Identity | None = None
+    """The run's identity (SPEC section 12), as in its ``run.json``."""
+    outcome: Outcome
+    """How the run ended when it was sealed (``sealed`` when the task had no key)."""
+    time: str
+    """ISO-8601 time of sealing (UTC)."""
+    files: dict[str, str]
+    """Sealed file, relative to the run folder (POSIX) -> SHA-256 hex of its bytes."""
+    skipped: dict[str, str] = Field(default_factory=dict)
+    """A path where a sealed file would be that is not a regular file -> why it was not sealed."""
+    public_key_sha256: str
+    """SHA-256 of the raw Ed25519 public key that signed this manifest."""
+    signature: str = ""
+    """Base64 Ed25519 signature of the other fields' canonical JSON."""
+
+
+class LedgerEntry(Record):
+    """One line of ``<output_root>/ledger.jsonl`` (SPEC section 13; format :data:`LEDGER_VERSION`).
+
+    The signature is Ed25519 over the canonical JSON of the five other fields; ``prev``
+    chains each line to the one before, so a line edited, dropped or moved breaks it.
+    """
+
+    seq: int
+    """Position in the ledger, 1 for the first line."""
+    run_key: str
+    """The sealed run's key."""
+    manifest_sha256: str
+    """SHA-256 hex of the run's ``seal.json`` bytes."""
+    prev: str
+    """SHA-256 hex of the previous line (without its newline); 64 zeros for the first."""
+    time: str
+    """ISO-8601 time of sealing (UTC), the manifest's."""
+    signature: str
+    """Base64 Ed25519 signature of the canonical JSON of the other fields."""
 
 
 # --------------------------------------------------------------------------- trajectories

@@ -57,6 +57,9 @@ STAGES: dict[str, int] = {
     "spu.tasks.templates": 55,
     # The run identity hashes what ran (the task's public files, what the harness declares),
     # so it sits above those stages; tracking stores it and the launcher resumes by it.
+    # Seals hash and sign what a finished run left; the runner seals, tracking and the
+    # bundle grader read the seals.
+    "spu.seal": 60,
     "spu.identity": 65,
     "spu.tracking": 70,
     "spu.stats": 80,

@@ -118,3 +118,53 @@ def chance_threshold(
     0.8
     """
     return float(np.quantile(random_task_scores(contract, answers, draws, seed), QUANTILE))
+
+
+def tie_free_key(contract: Contract) -> AnswerKey:
+    """A stand-in answer key with distinct values (each experiment's position in its group).
+
+    Spearman's rho of a uniformly random order against any ranking without ties has
+    one distribution, so this key gives the chance threshold of a task whose
+    measurements are not known yet (they are assumed to have no ties).
+    """
+    return AnswerKey(task_id=contract.task_id, task_version=contract.task_version,
+                     groups={g.group_id: {item: float(i) for i, item in enumerate(g.items)}
+                             for g in contract.groups})
+
+
+def chance_threshold_without_ties(contract: Contract, draws: int = DEFAULT_DRAWS,
+                                  seed: int = DEFAULT_SEED) -> float:
+    """The chance threshold of a task without an answer key, assuming no measured ties.
+
+    The threshold :func:`chance_threshold` gives with :func:`tie_free_key`; it is
+    recomputed from the real key when that arrives (``spu regrade``).
+
+    Parameters
+    ----------
+    contract
+        The task's contract.
+    draws, seed
+        Number of random submissions and the seed.
+
+    Returns
+    -------
+    float
+        The threshold.
+
+    References
+    ----------
+    Paper section 2.5, "Chance level".
+
+    Examples
+    --------
+    One group of five experiments: the same 0.8 as five distinct measured values give
+    (the hand count of :func:`chance_threshold`).
+
+    >>> from spu.schema import Contract, ComparisonGroup
+    >>> c = Contract(task_id="t", task_version="1", groups=[ComparisonGroup(
+    ...     group_id="G", endpoint="y", weight=1.0, items=list("edcba"))])
+    >>> round(chance_threshold_without_ties(c), 12)
+    0.8
+    """
+    return chance_threshold(contract, tie_free_key(contract), draws, seed)
+

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from spu.schema import Grade, GradeStatus, Outcome, ProcessEvidence
 
 EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
-                               Outcome.infra_error})
+                               Outcome.infra_error, Outcome.sealed, Outcome.seal_broken})
 """Outcomes never scored, even with a valid file (paper 3.1, Table 6); ``disk_limit``
 (the run filled ``limits.disk_gb``) is excluded and retried like ``memory_limit``, unless
-it left a file (:data:`LIMIT_OUTCOMES`)."""
+it left a file (:data:`LIMIT_OUTCOMES`); ``sealed`` (no key yet) and ``seal_broken`` (a
+sealed file changed) are never scored and are counted apart."""
 
 LIMIT_OUTCOMES = frozenset({Outcome.memory_limit, Outcome.disk_limit})
 """Resource limits: with a valid or recoverable file written before the limit, the run is
@@ -27,9 +28,10 @@ RERUN_NOTE = ("ended {outcome} with a file: excluded and rerun "
               "(sweep.retry_limits_with_file=true)")
 """The note of a run :data:`LIMIT_OUTCOMES` excluded under the paper's rule (regrade reads it)."""
 
-FILE_OUTCOMES = frozenset({Outcome.valid, Outcome.recovered, Outcome.rejected, Outcome.no_file})
-"""Outcomes decided by the submitted file alone; the others (refusal, timeout...) come
-from how the agent ended."""
+FILE_OUTCOMES = frozenset({Outcome.valid, Outcome.recovered, Outcome.rejected, Outcome.no_file,
+                           Outcome.sealed})
+"""Outcomes decided by the submitted file alone (``sealed``: its grade waits for the key);
+the others (refusal, timeout...) come from how the agent ended."""
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,13 @@ def no_group_ranked(grade: Grade) -> bool:
     )
 
 
-def decide_outcome(evidence: RunEvidence, grade: Grade) -> Outcome:
+def decide_outcome(evidence: RunEvidence, grade: Grade | None) -> Outcome:
     """The outcome of a run, from facts in a fixed order of precedence (SPEC section 5).
 
     An infrastructure error comes first, then a refusal, the memory limit, the disk
     limit, the time limit, the spend cap, a policy stop; only then does the file decide:
-    none (or one ranking no group) is ``no_file``, else the grade's status.
+    none (or one ranking no group) is ``no_file``, else the grade's status, or
+    ``sealed`` when there is no grade because the task has no answer key yet (SPEC 13).
     """
     if evidence.infra_error:
         return Outcome.infra_error
@@ -111,8 +114,10 @@ def decide_outcome(evidence: RunEvidence, grade: Grade) -> Outcome:
         return Outcome.cost_limit
     if evidence.policy_stop:
         return Outcome.policy_stop
-    if not evidence.submitted or no_group_ranked(grade):
+    if not evidence.submitted or (grade is not None and no_group_ranked(grade)):
         return Outcome.no_file
+    if grade is None:
+        return Outcome.sealed
     if grade.status is GradeStatus.valid:
         return Outcome.valid
     if grade.status is GradeStatus.recovered:
@@ -120,15 +125,17 @@ def decide_outcome(evidence: RunEvidence, grade: Grade) -> Outcome:
     return Outcome.rejected
 
 
-def is_scored(outcome: Outcome, grade: Grade, score_limits: bool = True) -> bool:
+def is_scored(outcome: Outcome, grade: Grade | None, score_limits: bool = True) -> bool:
     """Scored: a valid or recoverable file, not excluded by the outcome (paper 3.1).
 
     Args:
         outcome: How the run ended.
-        grade: The grade of its file.
+        grade: The grade of its file; None without an answer key (never scored).
         score_limits: Score a file left before ``memory_limit`` or ``disk_limit``, as a
             timeout's is (the default); False is the paper's rule (excluded, rerun).
     """
+    if grade is None:
+        return False
     excluded = outcome in EXCLUDED_OUTCOMES and not (score_limits and outcome in LIMIT_OUTCOMES)
     return (
         grade.status in (GradeStatus.valid, GradeStatus.recovered)
@@ -137,8 +144,10 @@ def is_scored(outcome: Outcome, grade: Grade, score_limits: bool = True) -> bool
     )
 
 
-def judge(evidence: RunEvidence, grade: Grade, score_limits: bool = True) -> Verdict:
+def judge(evidence: RunEvidence, grade: Grade | None, score_limits: bool = True) -> Verdict:
     """The outcome of a run and whether it is scored, from its evidence and recovered grade.
+
+    ``grade`` is None for a run of a task without an answer key: a file makes it ``sealed``.
 
     ``score_limits`` is :func:`is_scored`'s: False under ``sweep.retry_limits_with_file``.
     """

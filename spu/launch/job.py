@@ -400,7 +400,7 @@ def record_lost_attempt(cfg: DictConfig, reason: str, retries_left: bool) -> Los
 
 def _record_lost_locked(cfg: DictConfig, identity: RunIdentity, output_root: Path,
                         reason: str, retries_left: bool) -> LostAttempt:
-    from spu.runner import write_run_record
+    from spu.runner import seal_record, write_run_record
 
     target = tracking_target(cfg, output_root)
     run_dir = output_root / "runs" / identity.run_key
@@ -415,6 +415,7 @@ def _record_lost_locked(cfg: DictConfig, identity: RunIdentity, output_root: Pat
                                  plan.retried_from, reason)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_record(run_dir, record)
+    seal_record(output_root, run_dir, record)
     tracking_id = log_run(record, run_dir, target) if target is not None else None
     log.warning("run %s: attempt %d lost with its worker (%s)", identity.run_key,
                 record.attempt, reason)

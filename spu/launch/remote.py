@@ -375,7 +375,7 @@ def settle_agent_return(run: Any, staged: Path, returned: AgentReturn, grader: A
     phase.staged = staged
     phase.notes = [*phase.notes, *returned.slot_notes, *(extra_notes or [])]
     phase.node = returned.node
-    if grader is None:
+    if grader is None or run.answers is None:  # no key: sealed, nothing to grade
         grades = grade(run, phase.submission)
     else:
         try:

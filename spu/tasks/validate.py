@@ -365,7 +365,7 @@ def _check_unsafe(task_dir: Path, out: _Collector) -> None:
 
 
 def staged_package_errors(staged_dir: str | Path, contract: Contract,
-                          answers: AnswerKey) -> list[Finding]:
+                          answers: AnswerKey | None) -> list[Finding]:
     """Errors of a staged copy of a package, checked before the agent starts.
 
     The copy must hold every required file as a regular file, nothing unsafe, and a
@@ -398,7 +398,8 @@ def staged_package_errors(staged_dir: str | Path, contract: Contract,
     _check_contract(contract, out)
     if rows is not None:
         _check_targets(rows, contract, out)
-    _check_answers(answers, contract, "answers", out)
+    if answers is not None:  # None: a task whose key is pending (runs end sealed)
+        _check_answers(answers, contract, "answers", out)
     return [f for f in out.findings if f.severity is Severity.error]
 
 
@@ -628,13 +629,22 @@ def validate_task(
     for name in REQUIRED_PUBLIC:
         if not os.path.lexists(task_dir / name):
             out.error(name, "missing-file", "required file is missing")
-    if not os.path.lexists(answers_file):
-        out.error(answers_name, "missing-file", "answer key is missing")
 
     def present(name: str) -> bool:
         return _is_regular(task_dir / name)
 
     meta = _load(out, "task.yaml", load_meta, task_dir) if present("task.yaml") else None
+    pending = meta is not None and meta.answers == "pending"
+    if not os.path.lexists(answers_file):
+        if pending:  # a valid task to run: its runs end sealed (SPEC 13)
+            out.warning(answers_name, "answers-pending", "no answer key yet (task.yaml: "
+                        "answers: pending): runs end sealed, graded when the key is added")
+        else:
+            out.error(answers_name, "missing-file", "answer key is missing (mark "
+                      "answers: pending in task.yaml to run the task sealed)")
+    elif pending:
+        out.warning("task.yaml", "answers-pending", "answers: pending, yet the key exists: "
+                    "runs end sealed until the mark is removed")
     contract = (_load(out, "contract.json", load_contract, task_dir / "contract.json")
                 if present("contract.json") else None)
     protocol = (_load(out, "protocol.json", load_protocol, task_dir / "protocol.json")

@@ -28,7 +28,8 @@ from spu.grading.isolated import IsolatedGrades, grade_isolated
 from spu.grading.outcome import FILE_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
 from spu.grading.rules import AnswerKeyError, check_answer_key
 from spu.grading.submission import read_submission
-from spu.schema import Contract, Grade, PastGrade, RunRecord
+from spu.schema import Contract, Grade, Outcome, PastGrade, RunRecord
+from spu.seal.verify import seal_faults
 from spu.tasks.package import (
     TaskLoadError,
     TaskPackage,
@@ -167,6 +168,21 @@ def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
     })
 
 
+def _broken_seal(run_dir: Path, record: RunRecord) -> tuple[RegradeResult, RunRecord] | None:
+    """A sealed run whose sealed files changed: recorded ``seal_broken``, never graded."""
+    faults = seal_faults(run_dir)
+    if not faults:
+        return None
+    new = record.model_copy(update={"outcome": Outcome.seal_broken, "scored": False,
+                                    "notes": [*record.notes, f"seal broken: {faults[0]}"]})
+    _write_json_atomic(run_dir / "run.json", new.model_dump_json(indent=1))
+    return RegradeResult(
+        run_key=record.run_key, status="regraded", task_id=record.task_id,
+        old_score=record.score_recovered, new_score=record.score_recovered,
+        old_outcome=record.outcome.value, new_outcome=Outcome.seal_broken.value,
+        grader_version=None, isolation=None), new
+
+
 def regrade_run(
     run_dir: Path,
     task_root: Path,
@@ -192,6 +208,10 @@ def regrade_run(
         raise RegradeError(f"{run_json}: cannot be read ({exc.strerror})") from None
     except ValueError as exc:
         raise RegradeError(f"{run_json}: not a run record ({exc})") from None
+    if record.outcome is Outcome.sealed:
+        broken = _broken_seal(run_dir, record)
+        if broken is not None:
+            return broken
     try:
         task = load_task(find_task(task_root, record.task_id))
         answers_path = task.answers_path(answers_root)

@@ -80,9 +80,9 @@ def test_outcome_table(evidence: RunEvidence, grade: Grade, outcome: Outcome, sc
 
 
 def test_excluded_outcomes_are_never_scored() -> None:
-    """Refusal, memory, disk and infrastructure outcomes are unscored even with a valid file."""
+    """Refusal, memory, disk, infrastructure and seal outcomes are unscored with a valid file."""
     assert EXCLUDED_OUTCOMES == {Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
-                                 Outcome.infra_error}
+                                 Outcome.infra_error, Outcome.sealed, Outcome.seal_broken}
     for outcome in Outcome:
         # The paper's rule (sweep.retry_limits_with_file=true): every excluded outcome.
         assert is_scored(outcome, VALID, score_limits=False) is (outcome not in EXCLUDED_OUTCOMES)

@@ -575,7 +575,7 @@ class Driver:
     def lost_record(self, att: Attempt, reason: str) -> Any:
         """The record of a lost attempt, with the usage its node last reported."""
         from spu.cost import run_cost
-        from spu.runner import write_run_record
+        from spu.runner import seal_record, write_run_record
         from spu.schema import Usage
 
         job = att.job
@@ -595,6 +595,7 @@ class Driver:
         record = record.model_copy(update=update)
         att.run.run_dir.mkdir(parents=True, exist_ok=True)
         write_run_record(att.run.run_dir, record)
+        seal_record(att.run.spec.output_root, att.run.run_dir, record)
         return record
 
     def monitor_lookup(self, att: Attempt) -> dict[str, Any]:

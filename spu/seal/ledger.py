@@ -1,0 +1,77 @@
+"""``<output_root>/ledger.jsonl``: a signed line per sealed run, each with the last one's hash.
+
+Lines are appended under a file lock beside the ledger, so parallel settling threads
+and processes of one output root never interleave or fork the chain. The head hash
+(SHA-256 of the last line) is what a sweep prints and publishes before grading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from filelock import FileLock
+
+from spu.schema import LedgerEntry
+from spu.seal.keys import sign
+from spu.seal.manifest import canonical_json
+
+LEDGER_FILE = "ledger.jsonl"
+"""The ledger's name under the output root."""
+GENESIS = "0" * 64
+"""``prev`` of the first line."""
+
+
+def ledger_path(output_root: Path) -> Path:
+    """``<output_root>/ledger.jsonl``."""
+    return Path(output_root) / LEDGER_FILE
+
+
+def line_sha256(line: bytes) -> str:
+    """SHA-256 hex of a ledger line without its newline."""
+    return hashlib.sha256(line.rstrip(b"\n")).hexdigest()
+
+
+def entry_body(entry: LedgerEntry) -> bytes:
+    """The canonical JSON an entry's signature covers (every field but the signature)."""
+    return canonical_json(entry.model_dump(mode="json", exclude={"signature"}))
+
+
+def entry_line(entry: LedgerEntry) -> bytes:
+    """The entry as a ledger line (canonical JSON, with its newline)."""
+    return canonical_json(entry.model_dump(mode="json")) + b"\n"
+
+
+def _last_line(path: Path) -> tuple[int, bytes | None]:
+    """The number of lines and the last one (None for an empty or absent ledger)."""
+    if not path.exists():
+        return 0, None
+    lines = [line for line in path.read_bytes().split(b"\n") if line]
+    return len(lines), (lines[-1] if lines else None)
+
+
+def head_hash(output_root: Path) -> str | None:
+    """SHA-256 of the ledger's last line: the value to publish; None without a ledger."""
+    _, last = _last_line(ledger_path(output_root))
+    return None if last is None else line_sha256(last)
+
+
+def append_entry(output_root: Path, key: Ed25519PrivateKey, *, run_key: str,
+                 manifest_sha256: str, time: str) -> LedgerEntry:
+    """Sign and append one entry under the ledger's lock; returns it."""
+    path = ledger_path(output_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        count, last = _last_line(path)
+        entry = LedgerEntry(seq=count + 1, run_key=run_key, manifest_sha256=manifest_sha256,
+                            prev=GENESIS if last is None else line_sha256(last), time=time,
+                            signature="")
+        entry = entry.model_copy(update={"signature": sign(key, entry_body(entry))})
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "ab") as f:
+            f.write(entry_line(entry))
+            f.flush()
+            os.fsync(f.fileno())
+    return entry

@@ -1,0 +1,104 @@
+"""``spu leaderboard``: its numbers are ``spu stats``' configs.csv and costs.csv."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spu.cli import main as spu_main
+from spu.report.leaderboard import LEADERBOARD_COLUMNS, training_cutoffs
+from spu.stats.simulate import PAPER_CONFIGS, SimulationParameters, simulate_runs
+
+
+@pytest.mark.parametrize("n_configs", [2, 20])
+def test_the_leaderboard_equals_spu_stats(n_configs: int, tmp_path: Path) -> None:
+    # The paper's 13 configurations, repeated under new names up to n_configs.
+    configs = tuple(dataclasses.replace(PAPER_CONFIGS[i % len(PAPER_CONFIGS)],
+                                        label=f"{PAPER_CONFIGS[i % len(PAPER_CONFIGS)].label}-{i}")
+                    for i in range(n_configs))
+    params = dataclasses.replace(SimulationParameters(), configs=configs)
+    runs = simulate_runs(params, seed=3)
+    runs.loc[runs.index[:3], ["outcome", "scored"]] = ["sealed", False]
+    runs_csv = tmp_path / "runs.csv"
+    runs.to_csv(runs_csv, index=False)
+    assert spu_main(["stats", str(runs_csv), "--out", str(tmp_path / "stats"),
+                     "--resamples", "200"]) == 0
+    assert spu_main(["leaderboard", str(runs_csv), "--out", str(tmp_path / "site"),
+                     "--resamples", "200"]) == 0
+    board = pd.read_csv(tmp_path / "site" / "leaderboard.csv")
+    configs = pd.read_csv(tmp_path / "stats" / "configs.csv")
+    costs = pd.read_csv(tmp_path / "stats" / "costs.csv").set_index("config")
+    assert tuple(board.columns) == LEADERBOARD_COLUMNS
+    assert list(board["config"]) == list(configs["config"])
+    pd.testing.assert_series_equal(board["adjusted_mean"], configs["adjusted_mean"])
+    pd.testing.assert_series_equal(board["ci_low"], configs["adjusted_ci_low"], check_names=False)
+    pd.testing.assert_series_equal(board["ci_high"], configs["adjusted_ci_high"],
+                                   check_names=False)
+    pd.testing.assert_series_equal(board["above_chance_share"], configs["above_chance_share"])
+    assert board["cost_mean"].to_numpy() == pytest.approx(
+        costs.loc[board["config"], "cost_mean"].to_numpy(), nan_ok=True)
+    assert board["sealed_share"].sum() > 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count("<tr>") == n_configs + 1 and "<script" not in page
+
+
+def test_training_cutoff_is_unknown_where_not_set(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "m.yaml").write_text("name: m\ntraining_cutoff: 2025-03\n")
+    (tmp_path / "model" / "n.yaml").write_text("name: n\n")
+    assert training_cutoffs({"m", "n", "gone"}, tmp_path) == {
+        "m": "2025-03", "n": "unknown", "gone": "unknown"}
+
+
+CELL_BOXES = r"""
+<script>
+(function () {
+  const boxes = [...document.querySelectorAll('th, td')].map((e) => {
+    const r = document.createRange(); r.selectNodeContents(e); const b = r.getBoundingClientRect();
+    return [b.left, b.top, b.right, b.bottom, e.textContent]; });
+  const pre = document.createElement('pre'); pre.id = 'spu-cells';
+  pre.textContent = JSON.stringify(boxes); document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+@pytest.mark.parametrize("n_configs", [2, 20])
+def test_the_page_renders_without_overlapping_text(n_configs: int, tmp_path: Path) -> None:
+    """In headless Chromium at a laptop's width, no two cells' texts intersect."""
+    import json
+    import re
+    import subprocess
+
+    from spu.report.leaderboard import leaderboard_html
+    from tests.report.browser import find_browser
+
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no headless Chromium (Debian package chromium-headless-shell)")
+    table = pd.DataFrame([{
+        "config": f"Configuration with a long name {i}", "model": f"model-{i}",
+        "training_cutoff": "unknown" if i % 2 else "2025-03", "n_tasks": 100,
+        "coverage": 0.97, "adjusted_mean": 0.3 - i / 100, "ci_low": 0.25, "ci_high": 0.35,
+        "above_chance_share": 0.4, "cost_mean": 12.5, "sealed_share": 0.0}
+        for i in range(n_configs)], columns=list(LEADERBOARD_COLUMNS))
+    page = tmp_path / "page.html"
+    page.write_text(leaderboard_html(table).replace("</body>", CELL_BOXES + "</body>"))
+    proc = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+         f"--user-data-dir={tmp_path}/profile", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=300, check=True)
+    found = re.search(r'<pre id="spu-cells">(.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stdout[-500:]
+    boxes = json.loads(found.group(1).replace("&amp;", "&").replace("&lt;", "<")
+                       .replace("&gt;", ">"))
+    assert len(boxes) == (n_configs + 1) * (len(LEADERBOARD_COLUMNS) + 1)
+    tol = 0.5
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            w = min(a[2], b[2]) - max(a[0], b[0])
+            h = min(a[3], b[3]) - max(a[1], b[1])
+            assert w <= tol or h <= tol, f"{a[4]!r} overlaps {b[4]!r}"
