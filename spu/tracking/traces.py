@@ -398,3 +398,64 @@ def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_ur
                     type(exc).__name__, detail)
         return False
     return True
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """What ``spu runs log-traces`` did."""
+
+    logged: int
+    """Runs given a trace now."""
+    present: int
+    """Runs that had a trace already (left as they are)."""
+    missing: int
+    """MLflow runs whose run folder (``runs/<run_key>/run.json``) is not there."""
+    failed: int
+    """Runs whose trace could not be written (each said in one warning line)."""
+
+
+def backfill_traces(output_root: Path, tracking_uri: str | None = None,
+                    settings: TracesConfig | None = None) -> BackfillResult:
+    """Add a trace (and ``transcript.html``) to each recorded run that has none.
+
+    Idempotent: a run with a trace is skipped, so running it twice logs nothing the second
+    time. Runs are found in every SPU experiment of the store by their ``run_key`` tag and
+    read from ``OUTPUT_ROOT/runs/<run_key>/``.
+    """
+    from spu.tracking.store import (
+        EXPERIMENT_PREFIX,
+        TrackingTarget,
+        client_for,
+        store_lock,
+    )
+
+    root = Path(output_root).resolve()
+    uri = tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
+    client = client_for(uri)
+    logged = present = missing = failed = 0
+    for exp in client.search_experiments():
+        if not exp.name.startswith(EXPERIMENT_PREFIX):
+            continue
+        target = TrackingTarget(uri=uri, artifact_root="", experiment=exp.name,
+                                traces=settings or TracesConfig())
+        token = None
+        while True:
+            page = client.search_runs([exp.experiment_id], "tags.outcome != ''",
+                                      max_results=500, page_token=token)
+            for run in page:
+                run_dir = root / "runs" / run.data.tags.get("run_key", "")
+                if not (run_dir / "run.json").is_file():
+                    missing += 1
+                    continue
+                if has_trace(client, exp.experiment_id, run.info.run_id):
+                    present += 1
+                    continue
+                record = RunRecord.model_validate_json((run_dir / "run.json").read_text())
+                with store_lock(uri):
+                    ok = log_views(client, exp.experiment_id, run.info.run_id,
+                                   run.info.artifact_uri, record, run_dir, target)
+                logged, failed = logged + ok, failed + (not ok)
+            token = page.token
+            if not token:
+                break
+    return BackfillResult(logged=logged, present=present, missing=missing, failed=failed)

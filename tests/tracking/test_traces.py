@@ -22,7 +22,7 @@ from tests.launchers.conftest import sandbox_name
 
 def _corpus(tmp_path: Path) -> list[Path]:
     """Two runs: one from the recorded Claude Code session, one from the Codex session."""
-    folders = make_corpus(tmp_path / "corpus", 7, task_root=REPO / "tasks", calls=12, seed=3)
+    folders = make_corpus(tmp_path / "outputs", 7, task_root=REPO / "tasks", calls=12, seed=3)
     by_harness = {}
     for f in folders:
         record = RunRecord.model_validate_json((f / "run.json").read_text())
@@ -199,6 +199,23 @@ def _screenshot(page: Path, tmp_path: Path) -> None:
                     f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri()],
                    capture_output=True, timeout=120, check=False)
     assert shot.is_file() and shot.stat().st_size > 0
+
+
+def test_log_traces_adds_traces_to_runs_recorded_before_once(tmp_path, target) -> None:
+    """``spu runs log-traces OUTPUT_ROOT`` gives each run recorded without a trace one; run
+    again, it logs nothing (idempotent)."""
+    off = dataclasses.replace(target, experiment="spu-test",
+                              traces=TracesConfig(enabled=False))
+    folders = _corpus(tmp_path)
+    run_ids = [log_run(_record(f), f, off) for f in folders]
+    assert all(_traces(off, r) == [] for r in run_ids)
+    first = run_module(["spu", "runs", "log-traces", str(tmp_path / "outputs")])
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.startswith("logged 2 traces; 0 runs had one already")
+    assert [len(_traces(off, r)) for r in run_ids] == [1, 1]
+    again = run_module(["spu", "runs", "log-traces", str(tmp_path / "outputs")])
+    assert again.returncode == 0 and again.stdout.startswith("logged 0 traces; 2 runs had")
+    assert [len(_traces(off, r)) for r in run_ids] == [1, 1]
 
 
 @pytest.mark.slow
