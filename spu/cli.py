@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.cost.cli",      # spu cost estimate
     "spu.stats.cli",     # spu stats
     "spu.analysis.cli",  # spu analyze
+    "spu.analysis.show",  # spu show, spu compare
     "spu.report.cli",    # spu report
     "spu.testing.cli",   # spu scripted-server
     "spu.listing",       # spu list, spu run

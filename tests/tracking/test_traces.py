@@ -241,3 +241,4 @@ def test_a_command_agent_run_from_the_command_line_has_its_trace(tmp_path) -> No
     assert trace.info.tags["run_key"] == run.data.tags["run_key"]
     assert "transcript.html" in [a.path for a in client.list_artifacts(run.info.run_id)]
 
+
