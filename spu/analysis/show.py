@@ -211,8 +211,9 @@ def compare_lines(a: tuple[RunRecord, Path], b: tuple[RunRecord, Path]) -> Itera
     oa, ob = _orders(da), _orders(db)
     for group in sorted(set(rho_a) | set(rho_b) | set(oa) | set(ob)):
         yield f"group {group}:"
-        yield f"  A rho {rho_a.get(group, float('nan')):.3f}  {' > '.join(oa.get(group, []))}"
-        yield f"  B rho {rho_b.get(group, float('nan')):.3f}  {' > '.join(ob.get(group, []))}"
+        for side, rho, orders in (("A", rho_a, oa), ("B", rho_b, ob)):
+            shown = f"{rho[group]:.3f}" if group in rho else "n/a"
+            yield f"  {side} rho {shown}  {' > '.join(orders.get(group, [])) or '(no order)'}"
     sa, sb = activity_shares(_steps(da)), activity_shares(_steps(db))
     yield "activity time shares:"
     for activity in sorted(set(sa) | set(sb), key=lambda k: -(sa.get(k, 0) + sb.get(k, 0))):

@@ -17,8 +17,9 @@ The trace is read from the run folder as the run left it, one step at a time:
 
 Every span's text is cut at ``tracking.traces.max_chars`` with a note naming the artifact
 that holds the rest, and a trace holds at most ``tracking.traces.max_spans`` spans, the
-number left out counted on the root span. Writing is synchronous and bounded; a trace
-that cannot be written leaves the run recorded and says so in one warning line.
+number left out counted on the root span. The spans are built in memory and written in
+one call (then the trace's tags and its link to the run), synchronously; a trace that
+cannot be written leaves the run recorded and says so in one warning line.
 
 MLflow is imported inside the functions that use it.
 """
@@ -27,11 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -57,10 +55,6 @@ USAGE_ATTRIBUTE = "spu.usage"
 
 MODEL_ENDPOINTS = frozenset({"messages", "responses", "chat_completions"})
 """Gateway endpoints whose requests are model turns (``count_tokens`` and ``models`` are not)."""
-
-_WRITE_LOCK = threading.Lock()
-"""MLflow's tracer is process-wide state (its tracking URI): one trace is written at a time."""
-
 
 def cut(text: str | None, max_chars: int, artifact: str = TRAJECTORY_FILE) -> str | None:
     r"""``text`` cut at ``max_chars`` with a note of what was cut and where the rest is.
@@ -127,53 +121,81 @@ def trace_tags(record: RunRecord) -> dict[str, str]:
 
 @dataclass
 class _Writer:
-    """Opens and ends the spans of one trace, counting them against the cap."""
+    """Collects the spans of one trace in memory, counting them against the cap.
 
-    client: MlflowClient
+    The spans are built as OpenTelemetry spans carrying MLflow's attributes and written in
+    one :meth:`log_spans` call: MLflow's live tracer writes (and commits) each span as it
+    ends, some ten milliseconds a span on SQLite, and swallows a failed write.
+    """
+
+    otel_trace_id: int
     trace_id: str
-    root_id: str
     settings: Any
-    spans: int = 1
+    spans: list[Any] = field(default_factory=list)
     left_out: int = 0
     last_ns: int = 0
-    agents: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """Sub-agent name -> (span id, end time so far)."""
+    next_id: int = 1
+    agents: dict[str, list[Any]] = field(default_factory=dict)
+    """Sub-agent name -> [span id, start, end so far]."""
 
     def text(self, value: str | None) -> str | None:
         return cut(value, int(self.settings.max_chars))
 
-    def span(self, name: str, span_type: str, start: int, end: int, *, parent: str | None = None,
+    def full(self) -> bool:
+        return len(self.spans) + len(self.agents) + 1 >= int(self.settings.max_spans)  # + root
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def add(self, span_id: int, name: str, span_type: str, start: int, end: int,
+            parent: int | None, inputs: Any = None, outputs: Any = None,
+            attributes: dict[str, Any] | None = None, error: bool = False) -> None:
+        from mlflow.entities import Span
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+
+        def context(sid: int) -> SpanContext:
+            return SpanContext(self.otel_trace_id, sid, is_remote=False,
+                               trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+        values = {"mlflow.traceRequestId": self.trace_id, "mlflow.spanType": span_type,
+                  "mlflow.spanInputs": inputs, "mlflow.spanOutputs": outputs,
+                  **(attributes or {})}
+        encoded = {k: json.dumps(v, default=str) for k, v in values.items() if v is not None}
+        otel = ReadableSpan(name=name, context=context(span_id),
+                            parent=context(parent) if parent is not None else None,
+                            attributes=encoded, start_time=start, end_time=max(start, end),
+                            status=Status(StatusCode.ERROR if error else StatusCode.OK))
+        self.spans.append(Span(otel))
+
+    def span(self, name: str, span_type: str, start: int, end: int, *, parent: int | None = None,
              inputs: Any = None, outputs: Any = None, attributes: dict[str, Any] | None = None,
              error: bool = False) -> None:
-        if self.spans >= int(self.settings.max_spans):
+        if self.full():
             self.left_out += 1
             return
-        self.spans += 1
-        s = self.client.start_span(name, trace_id=self.trace_id, parent_id=parent or self.root_id,
-                                   span_type=span_type, inputs=inputs, attributes=attributes,
-                                   start_time_ns=start)
-        self.client.end_span(self.trace_id, s.span_id, outputs=outputs,
-                             status="ERROR" if error else "OK", end_time_ns=max(start, end))
+        self.add(self.new_id(), name, span_type, start, end, parent if parent else ROOT_SPAN,
+                 inputs, outputs, attributes, error)
 
-    def agent(self, name: str, start: int, end: int) -> str | None:
-        """The span of sub-agent ``name``, opened at its first step."""
+    def agent(self, name: str, start: int, end: int) -> int | None:
+        """The span id of sub-agent ``name``'s span, ended at its last step."""
         if name in self.agents:
-            span_id, last = self.agents[name]
-            self.agents[name] = (span_id, max(last, end))
-            return span_id
-        if self.spans >= int(self.settings.max_spans):
-            self.left_out += 1
+            self.agents[name][2] = max(self.agents[name][2], end)
+            return int(self.agents[name][0])
+        if self.full():
             return None
-        self.spans += 1
-        s = self.client.start_span(f"subagent {name}", trace_id=self.trace_id,
-                                   parent_id=self.root_id, span_type="AGENT",
-                                   inputs={"agent": name}, start_time_ns=start)
-        self.agents[name] = (s.span_id, end)
-        return str(s.span_id)
+        self.agents[name] = [self.new_id(), start, end]
+        return int(self.agents[name][0])
 
     def close_agents(self) -> None:
-        for span_id, last in self.agents.values():
-            self.client.end_span(self.trace_id, span_id, end_time_ns=last)
+        for name, (span_id, start, end) in self.agents.items():
+            self.add(span_id, f"subagent {name}", "AGENT", start, end, ROOT_SPAN,
+                     inputs={"agent": name})
+
+
+ROOT_SPAN = 1
+"""Span id of each trace's root span."""
 
 
 def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -239,25 +261,8 @@ def submitted_rankings(run_dir: Path, max_chars: int) -> Any:
         return text
 
 
-@contextmanager
-def _tracing_to(uri: str) -> Iterator[None]:
-    """MLflow's tracer writing synchronously to ``uri`` for the length of the block."""
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-
-    saved = os.environ.get("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING")
-    os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"
-    try:
-        with _WRITE_LOCK, _use_tracking_uri(uri):
-            yield
-    finally:
-        if saved is None:
-            os.environ.pop("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", None)
-        else:
-            os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = saved
-
-
-def log_trace(client: MlflowClient, tracking_uri: str, experiment_id: str, run_id: str,
-              record: RunRecord, run_dir: Path, settings: TracesConfig | None = None) -> str:
+def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRecord,
+              run_dir: Path, settings: TracesConfig | None = None) -> str:
     """Log the trajectory of a recorded run as one trace linked to its MLflow run.
 
     Returns:
@@ -277,49 +282,74 @@ def log_trace(client: MlflowClient, tracking_uri: str, experiment_id: str, run_i
     start = _ns(record.started_at) or (min(times) if times else 0)
     end = _ns(record.finished_at) or (max(times) if times else start)
     max_chars = int(settings.max_chars)
-    with _tracing_to(tracking_uri):
-        root = client.start_trace(
-            TRACE_NAME, span_type="AGENT", experiment_id=experiment_id, run_id=run_id,
-            start_time_ns=start, tags=trace_tags(record),
-            inputs={"task_id": record.task_id, "task_version": record.task_version,
-                    "config": record.config, "model": record.model, "harness": record.harness,
-                    "effort": record.effort, "repeat": record.repeat})
-        w = _Writer(client, root.trace_id, root.span_id, settings, last_ns=start)
-        _step_spans(w, steps, start, end, usage_on_turns=not requests)
-        for i, req in enumerate(requests):
-            t0 = _ns(req.time) or start
-            w.span(f"model request {i}", "LLM", t0, t0 + int(req.latency_s * 1e9),
-                   inputs={"model": req.model, "endpoint": req.endpoint},
-                   outputs={"status": req.status, "stop_reason": req.stop_reason,
-                            "refusal": req.refusal, "error": w.text(req.error)},
-                   attributes={"mlflow.chat.tokenUsage": token_usage(req.usage),
-                               USAGE_ATTRIBUTE: _buckets(req.usage)},
-                   error=req.status >= 400)
-        for a in audits:
-            t0 = _ns(a["time"]) or start
-            w.span(f"audited {a['tool']}", "RETRIEVER", t0, t0 + int(a["latency_s"] * 1e9),
-                   inputs=a["args"],
-                   outputs={k: a[k] for k in ("status", "http_status", "chars", "truncated",
-                                              "exposure")} | {"error": w.text(a["error"])},
-                   attributes={"spu.exposure": ",".join(a["exposure"]),
-                               "spu.audit_call": a["call"]},
-                   error=a["status"] == "error")
-        w.close_agents()
-        outputs: dict[str, Any] = {
-            "outcome": record.outcome.value,
-            "score": official_score(record.scored, record.score_strict, record.score_recovered),
-            "score_strict": record.score_strict, "score_recovered": record.score_recovered,
-            "rankings": submitted_rankings(run_dir, max_chars),
-        }
-        attributes: dict[str, Any] = {USAGE_ATTRIBUTE: _buckets(record.usage)}
-        if w.left_out:
-            note = (f"{w.left_out} spans left out past tracking.traces.max_spans="
-                    f"{settings.max_spans}; every step is in {TRAJECTORY_FILE}")
-            outputs["note"] = note
-            attributes["spu.spans_left_out"] = w.left_out
-        client.end_trace(root.trace_id, outputs=outputs, attributes=attributes,
-                         end_time_ns=max(end, w.last_ns))
-    return str(root.trace_id)
+    import secrets
+
+    from mlflow.entities import TraceInfo, TraceLocation, TraceState
+    from mlflow.tracing.client import TracingClient
+
+    otel_id = secrets.randbits(128) or 1
+    trace_id = f"tr-{otel_id:032x}"
+    w = _Writer(otel_id, trace_id, settings, last_ns=start)
+    _step_spans(w, steps, start, end, usage_on_turns=not requests)
+    for i, req in enumerate(requests):
+        t0 = _ns(req.time) or start
+        w.span(f"model request {i}", "LLM", t0, t0 + int(req.latency_s * 1e9),
+               inputs={"model": req.model, "endpoint": req.endpoint},
+               outputs={"status": req.status, "stop_reason": req.stop_reason,
+                        "refusal": req.refusal, "error": w.text(req.error)},
+               attributes={"mlflow.chat.tokenUsage": token_usage(req.usage),
+                           USAGE_ATTRIBUTE: _buckets(req.usage)},
+               error=req.status >= 400)
+    for a in audits:
+        t0 = _ns(a["time"]) or start
+        w.span(f"audited {a['tool']}", "RETRIEVER", t0, t0 + int(a["latency_s"] * 1e9),
+               inputs=a["args"],
+               outputs={k: a[k] for k in ("status", "http_status", "chars", "truncated",
+                                          "exposure")} | {"error": w.text(a["error"])},
+               attributes={"spu.exposure": ",".join(a["exposure"]),
+                           "spu.audit_call": a["call"]},
+               error=a["status"] == "error")
+    w.close_agents()
+    inputs = {"task_id": record.task_id, "task_version": record.task_version,
+              "config": record.config, "model": record.model, "harness": record.harness,
+              "effort": record.effort, "repeat": record.repeat}
+    outputs: dict[str, Any] = {
+        "outcome": record.outcome.value,
+        "score": official_score(record.scored, record.score_strict, record.score_recovered),
+        "score_strict": record.score_strict, "score_recovered": record.score_recovered,
+        "rankings": submitted_rankings(run_dir, max_chars),
+    }
+    attributes: dict[str, Any] = {USAGE_ATTRIBUTE: _buckets(record.usage)}
+    if w.left_out:
+        outputs["note"] = (f"{w.left_out} spans left out past tracking.traces.max_spans="
+                           f"{settings.max_spans}; every step is in {TRAJECTORY_FILE}")
+        attributes["spu.spans_left_out"] = w.left_out
+    finish = max(end, w.last_ns, start)
+    w.add(ROOT_SPAN, TRACE_NAME, "AGENT", start, finish, None, inputs, outputs, attributes)
+    tracing = TracingClient(tracking_uri)
+    tracing.log_spans(experiment_id, w.spans)
+    preview = json.dumps(inputs, default=str)[:1000]
+    info = TraceInfo(
+        trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment_id),
+        request_time=start // 1_000_000, execution_duration=(finish - start) // 1_000_000,
+        state=TraceState.OK, request_preview=preview,
+        response_preview=json.dumps(outputs, default=str)[:1000],
+        trace_metadata={"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3",
+                        "mlflow.traceInputs": preview,
+                        "mlflow.trace.tokenUsage": json.dumps(_total_usage(w.spans))},
+        tags={**trace_tags(record), "mlflow.traceName": TRACE_NAME,
+              "mlflow.trace.spansLocation": "TRACKING_STORE"})
+    tracing.start_trace(info)
+    return trace_id
+
+
+def _total_usage(spans: list[Any]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for span in spans:
+        usage = span.attributes.get("mlflow.chat.tokenUsage")
+        for k, v in (usage or {}).items():
+            total[k] = total.get(k, 0) + int(v)
+    return total
 
 
 def _step_spans(w: _Writer, steps: list[Any], start: int, end: int, *,
@@ -390,7 +420,7 @@ def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_ur
             page = write_transcript(Path(scratch) / "transcript.html", record, run_dir,
                                     max_chars=max(int(settings.max_chars), 20000))
             run_artifacts(artifact_uri, target.uri).log_artifact(str(page))
-        log_trace(client, target.uri, experiment_id, run_id, record, run_dir, settings)
+        log_trace(target.uri, experiment_id, run_id, record, run_dir, settings)
     except Exception as exc:  # noqa: BLE001 (the run is recorded; the trace is extra)
         detail = str(exc).split("\n", 1)[0][:300]
         log.warning("run %s: recorded, but its trace was not logged (%s: %s); "
