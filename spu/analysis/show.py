@@ -17,17 +17,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spu.analysis.activities import RunContext, label_call
-from spu.identity import official_score
-from spu.schema import RunRecord
-from spu.tracking.trajectories import (
-    StepView,
-    TrajectoryFileError,
-    find_trajectory,
-    iter_step_views,
-)
+if TYPE_CHECKING:  # ``spu --help`` registers this module: its imports wait for a command
+    from spu.schema import RunRecord
+    from spu.tracking.trajectories import StepView
 
 SHOW_CHARS = 2000
 """Characters of each text ``spu show`` prints (a note says how much more there is)."""
@@ -43,6 +37,8 @@ def load_run(output_root: Path, run_key: str) -> tuple[RunRecord, Path]:
     Raises:
         ShowError: no such run folder, or its ``run.json`` cannot be read.
     """
+    from spu.schema import RunRecord
+
     run_dir = Path(output_root) / "runs" / run_key
     path = run_dir / "run.json"
     if not path.is_file():
@@ -61,6 +57,8 @@ def _cut(text: str, limit: int) -> str:
 
 def summary_lines(record: RunRecord) -> list[str]:
     """The run's summary: identity, outcome, score, usage, cost and time."""
+    from spu.identity import official_score
+
     u = record.usage
     score = official_score(record.scored, record.score_strict, record.score_recovered)
     cost = f"{record.cost_usd:.4f} USD" if record.cost_usd is not None else "n/a"
@@ -107,6 +105,8 @@ def step_lines(step: StepView, limit: int = SHOW_CHARS) -> list[str]:
 
 
 def _steps(run_dir: Path) -> Iterator[StepView]:
+    from spu.tracking.trajectories import find_trajectory, iter_step_views
+
     path = find_trajectory(run_dir)
     if path is not None:
         yield from iter_step_views(path)
@@ -158,6 +158,8 @@ def activity_shares(steps: Iterable[StepView]) -> dict[str, float]:
     >>> sorted(activity_shares(steps).items())
     [('viewing_files', 0.5), ('web_search', 0.5)]
     """
+    from spu.analysis.activities import RunContext, label_call
+
     ctx = RunContext()
     seconds: dict[str, float] = defaultdict(float)
     pending: list[tuple[float, list[str]]] = []
@@ -190,6 +192,8 @@ def compare_lines(a: tuple[RunRecord, Path], b: tuple[RunRecord, Path]) -> Itera
     Raises:
         ShowError: the runs are of different tasks.
     """
+    from spu.identity import official_score
+
     (ra, da), (rb, db) = a, b
     if ra.task_id != rb.task_id:
         raise ShowError(f"runs {ra.run_key} and {rb.run_key} are of different tasks "
@@ -242,6 +246,8 @@ def register(sub: Any) -> None:
 
 def show_command(args: argparse.Namespace) -> int:
     """Print a run; exit 2 when it cannot be read."""
+    from spu.tracking.trajectories import TrajectoryFileError
+
     try:
         record, run_dir = load_run(args.output_root, args.run_key)
         for line in show_lines(record, run_dir, args.step, args.grep):
@@ -254,6 +260,8 @@ def show_command(args: argparse.Namespace) -> int:
 
 def compare_command(args: argparse.Namespace) -> int:
     """Print two runs side by side; exit 2 when one cannot be read or the tasks differ."""
+    from spu.tracking.trajectories import TrajectoryFileError
+
     try:
         a, b = (load_run(args.output_root, key) for key in args.run_keys)
         for line in compare_lines(a, b):
