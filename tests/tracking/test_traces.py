@@ -31,7 +31,7 @@ def _corpus(tmp_path: Path) -> list[Path]:
     return list(by_harness.values())
 
 
-def _traces(target: TrackingTarget, run_id: str) -> list:
+def _traces(target: TrackingTarget, run_id: str | None) -> list:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=target.uri)
@@ -242,3 +242,53 @@ def test_a_command_agent_run_from_the_command_line_has_its_trace(tmp_path) -> No
     assert "transcript.html" in [a.path for a in client.list_artifacts(run.info.run_id)]
 
 
+
+
+@pytest.mark.slow
+def test_the_mlflow_ui_trace_view_shows_the_tool_calls_by_name(tmp_path, target) -> None:
+    """The MLflow UI (``mlflow server`` on loopback, in headless Chromium) shows a recorded
+    run's trace with its tool calls by name; a screenshot is kept beside the test's files."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    browser = shutil.which("chromium") or shutil.which("chromium-headless-shell")
+    if browser is None:
+        pytest.skip("no headless Chromium here (neither chromium nor chromium-headless-shell)")
+    folder = _corpus(tmp_path)[0]
+    log_run(_record(folder), folder, target)
+    (trace,) = _traces(target, None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    server = subprocess.Popen([str(mlflow_bin), "server", "--backend-store-uri", target.uri,
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        page = (f"{url}/#/experiments/{_experiment(target)}/traces"
+                f"?selectedEvaluationId={trace.info.trace_id}")
+        common = [browser, "--headless", "--no-sandbox", "--disable-gpu",
+                  "--virtual-time-budget=20000", "--window-size=1400,1000"]
+        dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True,
+                             timeout=120).stdout
+        shot = tmp_path / "mlflow-trace-view.png"
+        subprocess.run([*common, f"--screenshot={shot}", page], capture_output=True,
+                       timeout=120, check=False)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    names = {s.name for s in trace.data.spans if s.span_type == "TOOL"}
+    assert names and all(name in dom for name in names)
+    assert "agent run" in dom
+    assert shot.is_file() and shot.stat().st_size > 0
