@@ -17,6 +17,7 @@ from spu.testing.corpus import make_corpus
 from spu.tracking.store import TrackingTarget, log_run
 from spu.tracking.trajectories import iter_steps
 from tests.conftest import EXAMPLE_TASK, REPO, run_module
+from tests.harness.test_cli_runs import sandbox_ok  # noqa: F401 (a fixture)
 from tests.launchers.conftest import sandbox_name
 
 
@@ -292,3 +293,36 @@ def test_the_mlflow_ui_trace_view_shows_the_tool_calls_by_name(tmp_path, target)
     assert names and all(name in dom for name in names)
     assert "agent run" in dom
     assert shot.is_file() and shot.stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("harness", ["claude_code", "codex"])
+def test_a_real_cli_run_has_one_tool_span_per_call_and_the_gateways_usage(
+        sandbox_ok, harness: str, tmp_path: Path) -> None:  # noqa: F811
+    """The real CLI (scripted model, ``python -m spu.main``): the run's trace has one TOOL
+    span per tool call of its trajectory, and one LLM span per model request of the
+    gateway's record with that request's usage, bucket by bucket."""
+    from spu.gateway import read_requests
+    from tests.harness.test_cli_runs import EXAMPLE_CORPUS, PAPER_VERSION, cli_installed
+
+    cli_installed(harness, PAPER_VERSION[harness])
+    out = tmp_path / "outputs"
+    proc = run_module(["spu.main", f"harness={harness}", "model=scripted",
+                       f"task={EXAMPLE_TASK.name}", f"tools.corpus={EXAMPLE_CORPUS}",
+                       f"output_root={out}"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (trace,) = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    calls = [c.name for s in iter_steps(run_dir / "trajectory.jsonl.gz") for c in s.tool_calls]
+    tools = sorted((s for s in trace.data.spans if s.span_type == "TOOL"),
+                   key=lambda s: (s.start_time_ns, s.attributes["spu.step"]))
+    assert [s.name for s in tools] == calls and calls
+    model = [r for r in read_requests(run_dir / "model" / "requests.jsonl")
+             if r.endpoint in ("messages", "responses", "chat_completions")]
+    llm = sorted((s for s in trace.data.spans if s.span_type == "LLM"),
+                 key=lambda s: int(s.name.rsplit(" ", 1)[1]))
+    assert [_usage_of(s) for s in llm] == [r.usage.model_dump() for r in model] and model
