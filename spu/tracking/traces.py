@@ -275,12 +275,13 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
     settings = settings or TracesConfig()
     run_dir = Path(run_dir)
     path = find_trajectory(run_dir)
-    steps = list(iter_step_views(path)) if path is not None else []
     requests = gateway_requests(run_dir)
     audits = audit_entries(run_dir)
-    times = [t for t in (_ns(s.timestamp) for s in steps) if t is not None]
-    start = _ns(record.started_at) or (min(times) if times else 0)
-    end = _ns(record.finished_at) or (max(times) if times else start)
+    start = _ns(record.started_at)
+    if start is None:  # an older record: the first step's time (a second pass, rare)
+        first = (_ns(st.timestamp) for st in (iter_step_views(path) if path else ()))
+        start = next((t for t in first if t is not None), 0)
+    end = _ns(record.finished_at) or start
     max_chars = int(settings.max_chars)
     import secrets
 
@@ -290,6 +291,7 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
     otel_id = secrets.randbits(128) or 1
     trace_id = f"tr-{otel_id:032x}"
     w = _Writer(otel_id, trace_id, settings, last_ns=start)
+    steps = iter_step_views(path) if path is not None else iter(())
     _step_spans(w, steps, start, end, usage_on_turns=not requests)
     for i, req in enumerate(requests):
         t0 = _ns(req.time) or start
@@ -352,47 +354,60 @@ def _total_usage(spans: list[Any]) -> dict[str, int]:
     return total
 
 
-def _step_spans(w: _Writer, steps: list[Any], start: int, end: int, *,
-                usage_on_turns: bool) -> None:
-    """A span per model turn and per tool call, sub-agents nested."""
-    times: list[int] = []
+def _timed(steps: Iterator[Any], start: int) -> Iterator[tuple[Any, int]]:
+    """Each step with its time, never before the previous step's (a step without one: that)."""
     last = start
-    for s in steps:
-        t = _ns(s.timestamp)
+    for step in steps:
+        t = _ns(step.timestamp)
         last = max(last, t) if t is not None else last
-        times.append(last)
-    for i, s in enumerate(steps):
-        t = times[i]
-        before = times[i - 1] if i else start
-        after = times[i + 1] if i + 1 < len(steps) else max(end, t)
+        yield step, last
+
+
+def _step_spans(w: _Writer, steps: Iterator[Any], start: int, end: int, *,
+                usage_on_turns: bool) -> None:
+    """A span per model turn and per tool call, sub-agents nested; read as a stream."""
+    timed = _timed(steps, start)
+    current = next(timed, None)
+    before = start
+    while current is not None:
+        s, t = current
+        following = next(timed, None)
+        after = following[1] if following is not None else max(end, t)
         w.last_ns = max(w.last_ns, after)
-        parent = w.agent(s.agent, before, after) if s.agent else None
-        if s.agent and parent is None:
-            w.left_out += 1 + len(s.tool_calls)
-            continue
-        if s.role == "assistant" and (s.text or s.reasoning or s.usage is not None):
-            attributes: dict[str, Any] = {"spu.step": s.index}
-            if usage_on_turns and s.usage is not None:
-                attributes["mlflow.chat.tokenUsage"] = token_usage(Usage(**_buckets(s.usage)))
-                attributes[USAGE_ATTRIBUTE] = _buckets(s.usage)
-            w.span(f"model turn {s.index}", "CHAT_MODEL", before, t, parent=parent,
-                   inputs={"step": s.index, "agent": s.agent},
-                   outputs={"text": w.text(s.text), "reasoning": w.text(s.reasoning)},
-                   attributes=attributes)
-        elif s.text:
-            w.span(f"{s.role} message {s.index}", "UNKNOWN", t, t, parent=parent,
-                   outputs={"text": w.text(s.text)}, attributes={"spu.step": s.index})
-        for call in s.tool_calls:
-            arguments = call.arguments
-            text_args = json.dumps(arguments, default=str) if arguments is not None else None
-            if text_args is not None and len(text_args) > int(w.settings.max_chars):
-                arguments = w.text(text_args)
-            w.span(call.name, "TOOL", t, after, parent=parent,
-                   inputs={"arguments": arguments, "call_id": call.id},
-                   outputs={"output": w.text(call.output), "is_error": call.is_error},
-                   attributes={"spu.step": s.index, "spu.tool": call.name,
-                               "spu.duration_s": round((after - t) / 1e9, 3)},
-                   error=call.is_error)
+        _one_step(w, s, before, t, after, usage_on_turns)
+        before, current = t, following
+
+
+def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
+              usage_on_turns: bool) -> None:
+    """The spans of one step: its model turn (or message), then its tool calls."""
+    parent = w.agent(s.agent, before, after) if s.agent else None
+    if s.agent and parent is None:
+        w.left_out += 1 + len(s.tool_calls)
+        return
+    if s.role == "assistant" and (s.text or s.reasoning or s.usage is not None):
+        attributes: dict[str, Any] = {"spu.step": s.index}
+        if usage_on_turns and s.usage is not None:
+            attributes["mlflow.chat.tokenUsage"] = token_usage(Usage(**_buckets(s.usage)))
+            attributes[USAGE_ATTRIBUTE] = _buckets(s.usage)
+        w.span(f"model turn {s.index}", "CHAT_MODEL", before, t, parent=parent,
+               inputs={"step": s.index, "agent": s.agent},
+               outputs={"text": w.text(s.text), "reasoning": w.text(s.reasoning)},
+               attributes=attributes)
+    elif s.text:
+        w.span(f"{s.role} message {s.index}", "UNKNOWN", t, t, parent=parent,
+               outputs={"text": w.text(s.text)}, attributes={"spu.step": s.index})
+    for call in s.tool_calls:
+        arguments = call.arguments
+        text_args = json.dumps(arguments, default=str) if arguments is not None else None
+        if text_args is not None and len(text_args) > int(w.settings.max_chars):
+            arguments = w.text(text_args)
+        w.span(call.name, "TOOL", t, after, parent=parent,
+               inputs={"arguments": arguments, "call_id": call.id},
+               outputs={"output": w.text(call.output), "is_error": call.is_error},
+               attributes={"spu.step": s.index, "spu.tool": call.name,
+                           "spu.duration_s": round((after - t) / 1e9, 3)},
+               error=call.is_error)
 
 
 def has_trace(client: MlflowClient, experiment_id: str, run_id: str) -> bool:
@@ -417,8 +432,10 @@ def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_ur
         from spu.tracking.transcript import write_transcript
 
         with tempfile.TemporaryDirectory(prefix="spu-transcript-") as scratch:
+            # twice a span's text, and as many steps as a trace has spans: a few MB at most
             page = write_transcript(Path(scratch) / "transcript.html", record, run_dir,
-                                    max_chars=max(int(settings.max_chars), 20000))
+                                    max_chars=2 * int(settings.max_chars),
+                                    max_steps=int(settings.max_spans))
             run_artifacts(artifact_uri, target.uri).log_artifact(str(page))
         log_trace(target.uri, experiment_id, run_id, record, run_dir, settings)
     except Exception as exc:  # noqa: BLE001 (the run is recorded; the trace is extra)

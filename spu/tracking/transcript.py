@@ -116,17 +116,19 @@ def transcript_context(record: RunRecord, run_dir: Path, max_chars: int = 20000,
     }
 
 
-def render_transcript(record: RunRecord, run_dir: Path, max_chars: int = 20000) -> str:
-    """The transcript page of a run, as HTML text."""
+def render_transcript(record: RunRecord, run_dir: Path, max_chars: int = 20000,
+                      max_steps: int = 5000) -> str:
+    """The transcript page of a run, as HTML text (texts and steps capped, with a note)."""
     import jinja2
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    return env.from_string(_TEMPLATE).render(**transcript_context(record, run_dir, max_chars))
+    context = transcript_context(record, run_dir, max_chars, max_steps)
+    return env.from_string(_TEMPLATE).render(**context)
 
 
-def write_transcript(path: Path, record: RunRecord, run_dir: Path,
-                     max_chars: int = 20000) -> Path:
+def write_transcript(path: Path, record: RunRecord, run_dir: Path, max_chars: int = 20000,
+                     max_steps: int = 5000) -> Path:
     """Write the transcript page of a run to ``path``; returns ``path``."""
     path = Path(path)
-    path.write_text(render_transcript(record, run_dir, max_chars), encoding="utf-8")
+    path.write_text(render_transcript(record, run_dir, max_chars, max_steps), encoding="utf-8")
     return path
