@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.cost.cli",      # spu cost estimate
     "spu.stats.cli",     # spu stats
     "spu.analysis.cli",  # spu analyze
+    "spu.analysis.show",  # spu show, spu compare
     "spu.report.cli",    # spu report
     "spu.report.leaderboard",  # spu leaderboard
     "spu.testing.cli",   # spu scripted-server

@@ -246,6 +246,18 @@ class TrackingServerConfig:
 
 
 @dataclass
+class TracesConfig:
+    """Each recorded run's trajectory as an MLflow trace (SPEC section 13)."""
+
+    enabled: bool = True
+    """Log the trace and ``transcript.html`` with each run (false: neither)."""
+    max_chars: int = 4000
+    """Characters kept of each span text (a note names what was cut and where to read it)."""
+    max_spans: int = 2000
+    """Spans of one run's trace at most (the rest are counted on the root span)."""
+
+
+@dataclass
 class TrackingConfig:
     """Where runs are recorded (``conf/tracking``)."""
 
@@ -258,6 +270,8 @@ class TrackingConfig:
     """MLflow experiment name; default the experiment config's name."""
     server: TrackingServerConfig = field(default_factory=TrackingServerConfig)
     """``tracking=server``: a server on this store, started by the Ray launcher."""
+    traces: TracesConfig = field(default_factory=TracesConfig)
+    """The trace and transcript of each run (``tracking.traces.enabled=false``: none)."""
 
 
 @dataclass

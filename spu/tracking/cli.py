@@ -32,6 +32,20 @@ def register(sub: Any) -> None:
                    help="also export earlier attempts of retried runs (official=false)")
     p.add_argument("--out", type=Path, required=True, help="runs.csv or runs.parquet")
     p.set_defaults(handler=export_command)
+    t = runs_sub.add_parser(
+        "log-traces",
+        help="add an MLflow trace and transcript.html to runs recorded without them",
+        description="Log the trajectory of each recorded run that has no trace yet as an "
+        "MLflow trace linked to its run, and its transcript.html (runs with a trace are "
+        "left as they are, so running it again logs nothing).",
+    )
+    t.add_argument("output_root", type=Path, metavar="OUTPUT_ROOT",
+                   help="output_root of the runs (runs/<run_key>/ and the default store)")
+    t.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: sqlite:///OUTPUT_ROOT/mlflow.db)")
+    t.add_argument("--max-chars", type=int, default=None,
+                   help="characters kept of each span's text (default: tracking.traces')")
+    t.set_defaults(handler=log_traces_command)
     runs.set_defaults(handler=lambda args: (runs.print_help(), 2)[1])
 
 
@@ -65,3 +79,27 @@ def export_command(args: argparse.Namespace) -> int:
           + (f", {earlier} earlier attempts" if earlier else "")
           + f") from {source} to {out}")
     return 0
+
+
+def log_traces_command(args: argparse.Namespace) -> int:
+    """Backfill traces; exit 2 when the store is unusable, 1 when a trace failed."""
+    from spu.config import TracesConfig
+    from spu.tracking.store import TrackingStoreError
+    from spu.tracking.traces import backfill_traces
+
+    if not (args.output_root / "runs").is_dir() and args.tracking_uri is None:
+        print(f"spu runs log-traces: {args.output_root}/runs is not a folder of runs",
+              file=sys.stderr)
+        return 2
+    settings = TracesConfig(enabled=True)
+    if args.max_chars is not None:
+        settings.max_chars = args.max_chars
+    try:
+        done = backfill_traces(args.output_root, args.tracking_uri, settings)
+    except TrackingStoreError as exc:
+        print(f"spu runs log-traces: {exc}", file=sys.stderr)
+        return 2
+    print(f"logged {done.logged} traces; {done.present} runs had one already"
+          + (f"; {done.missing} runs without a run folder" if done.missing else "")
+          + (f"; {done.failed} failed (see the warnings)" if done.failed else ""))
+    return 1 if done.failed else 0

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spu
-from spu.config import TrackingConfig
+from spu.config import TracesConfig, TrackingConfig
 from spu.identity import official_score
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tracking.empty_store import seed_sqlite_store
@@ -100,6 +100,8 @@ class TrackingTarget:
     uri: str
     artifact_root: str
     experiment: str
+    traces: TracesConfig | None = None
+    """The trace and transcript of each run (None: :class:`~spu.config.TracesConfig`'s)."""
 
 
 def experiment_name(name: str) -> str:
@@ -125,7 +127,8 @@ def resolve_target(cfg: TrackingConfig, output_root: Path, experiment: str) -> T
     if "://" not in artifacts:
         artifacts = Path(artifacts).resolve().as_uri()
     return TrackingTarget(uri=uri, artifact_root=artifacts,
-                          experiment=cfg.experiment or experiment_name(experiment))
+                          experiment=cfg.experiment or experiment_name(experiment),
+                          traces=cfg.traces)
 
 
 class TrackingStoreError(RuntimeError):
@@ -464,6 +467,9 @@ def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) ->
             log.warning("run %s: MLflow run %s left RUNNING; the next launch closes it",
                         record.run_key, run_id)
         raise
+    from spu.tracking.traces import log_views
+
+    log_views(client, exp, run_id, run.info.artifact_uri, record, run_dir, target)
     return run_id
 
 

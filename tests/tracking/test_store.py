@@ -48,7 +48,7 @@ def test_artifacts_skip_links_compress_large_logs_and_leave_out_huge_files(
     logged = _artifacts(client, run_id)
     assert set(logged) == {"run.json", "grade.json", "output/rankings.json",
                            "output/scripts/fit.py", "logs/agent.stdout.gz",
-                           "logs/agent.stderr"}
+                           "logs/agent.stderr", "transcript.html"}
     local = client.download_artifacts(run_id, "logs/agent.stdout.gz", str(tmp_path / "dl"))
     with gzip.open(local, "rb") as f:
         assert f.read() == stdout

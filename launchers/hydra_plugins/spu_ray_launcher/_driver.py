@@ -871,7 +871,8 @@ def start_configured_server(launcher: SPURayLauncher, jobs: list[SweepJob],
         if job.config.tracking.enabled:
             experiment = job.config.tracking.experiment or str(job.config.experiment.name)
             job.target = TrackingTarget(uri=server.uri, artifact_root=server.client_artifact_root,
-                                        experiment=str(experiment))
+                                        experiment=str(experiment),
+                                        traces=job.config.tracking.get("traces"))
             with open_dict(job.config):
                 job.config.tracking.uri = server.uri
                 job.config.tracking.artifact_root = server.client_artifact_root

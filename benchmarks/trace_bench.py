@@ -1,0 +1,74 @@
+"""Trace benchmark: record a corpus of runs with their MLflow traces, and without.
+
+Run: ``.venv/bin/python benchmarks/trace_bench.py [--runs 20] [--calls 40]``
+(the paper-sized corpus: ``--runs 1155 --total-calls 227103``, about an hour).
+
+Builds the corpus with :func:`spu.testing.corpus.make_corpus` (runs from the recorded
+Claude Code and Codex sessions), then records every run twice into two SQLite stores in
+this one process: with ``tracking.traces.enabled=false`` (the reference), and with traces
+and ``transcript.html``. Prints seconds per 1,000 tool calls and store growth (database
+and artifacts) per 1,000 tool calls for each, and the ratio of tracking times (issue 25's
+goal: traces add at most 20%, a ratio of at most 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from spu.config import TracesConfig
+from spu.schema import RunRecord
+from spu.testing.corpus import make_corpus
+from spu.tracking.store import TrackingTarget, log_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def record_all(folders: list[Path], out: Path, traces: bool) -> tuple[float, int]:
+    """Record every run into a fresh store under ``out``; returns (seconds, bytes)."""
+    target = TrackingTarget(uri=f"sqlite:///{out / 'mlflow.db'}",
+                            artifact_root=(out / "mlartifacts").as_uri(), experiment="spu-bench",
+                            traces=TracesConfig(enabled=traces))
+    records = [RunRecord.model_validate_json((f / "run.json").read_text()) for f in folders]
+    log_run(records[0], folders[0], target)  # opens the store: schema creation not timed
+    start = time.perf_counter()
+    for record, folder in zip(records[1:], folders[1:], strict=True):
+        log_run(record, folder, target)
+    return time.perf_counter() - start, _size(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the corpus, record it twice, print the comparison."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--calls", type=int, default=40, help="mean working steps per run")
+    p.add_argument("--total-calls", type=int, default=None)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="spu-trace-bench-") as tmp:
+        root = Path(tmp)
+        folders = make_corpus(root / "corpus", args.runs, REPO / "tasks", args.calls, seed=0,
+                              total_calls=args.total_calls)
+        calls = sum(RunRecord.model_validate_json((f / "run.json").read_text()).tool_calls
+                    for f in folders[1:])
+        plain_s, plain_b = record_all(folders, root / "plain", traces=False)
+        traced_s, traced_b = record_all(folders, root / "traced", traces=True)
+    per = 1000 / max(calls, 1)
+    print(f"{len(folders) - 1} runs timed, {calls} tool calls")
+    print(f"without traces: {plain_s * per:8.2f} s per 1,000 calls, "
+          f"store {plain_b * per / 1e6:8.2f} MB per 1,000 calls")
+    print(f"with traces:    {traced_s * per:8.2f} s per 1,000 calls, "
+          f"store {traced_b * per / 1e6:8.2f} MB per 1,000 calls")
+    print(f"ratio (with / without): time {traced_s / plain_s:.2f}, "
+          f"store {traced_b / max(plain_b, 1):.2f} (goal: time at most 1.20)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

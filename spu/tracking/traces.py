@@ -1,0 +1,508 @@
+"""Each recorded run's trajectory as one MLflow trace, linked to its MLflow run (SPEC 13).
+
+The trace is read from the run folder as the run left it, one step at a time:
+
+- the root span (``AGENT``) is the agent run: inputs the task and configuration, outputs
+  the submitted rankings, outcome and score, from the run's start to its end;
+- a span per model turn (``CHAT_MODEL``): the message text and reasoning and, where the
+  run has no model gateway record, the turn's token usage in MLflow's token-usage
+  attribute; a run with a gateway record (``model/requests.jsonl``) has a span per model
+  request (``LLM``) carrying the gateway's usage instead, so the trace's total is the
+  gateway's, never counted twice;
+- a span per tool call (``TOOL``): name, arguments, output, from the step that made the
+  call to the next step (when the agent had the result);
+- a span per audited search or fetch (``RETRIEVER``, ``tools/audit.jsonl``) at its real
+  time, with its exposure flags;
+- a sub-agent's steps nested in an ``AGENT`` span of its own.
+
+Every span's text is cut at ``tracking.traces.max_chars`` with a note naming the artifact
+that holds the rest, and a trace holds at most ``tracking.traces.max_spans`` spans, the
+number left out counted on the root span. The spans are built in memory and written in
+one call (then the trace's tags and its link to the run), synchronously; a trace that
+cannot be written leaves the run recorded and says so in one warning line.
+
+MLflow is imported inside the functions that use it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spu.config import TracesConfig
+from spu.identity import official_score
+from spu.schema import GatewayRequest, RunRecord, Usage
+from spu.tracking.trajectories import TRAJECTORY_FILE, find_trajectory, iter_step_views
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from spu.tracking.store import TrackingTarget
+
+log = logging.getLogger(__name__)
+
+TRACE_NAME = "agent run"
+"""Name of each run's trace (and of its root span)."""
+
+USAGE_ATTRIBUTE = "spu.usage"
+"""Span attribute holding the four billing buckets of the paper as SPU counts them."""
+
+MODEL_ENDPOINTS = frozenset({"messages", "responses", "chat_completions"})
+"""Gateway endpoints whose requests are model turns (``count_tokens`` and ``models`` are not)."""
+
+def cut(text: str | None, max_chars: int, artifact: str = TRAJECTORY_FILE) -> str | None:
+    r"""``text`` cut at ``max_chars`` with a note of what was cut and where the rest is.
+
+    Examples
+    --------
+    >>> cut("abcdefghij", 4)
+    'abcd\n[... 6 of 10 characters cut; the whole text is in trajectory.jsonl.gz]'
+    >>> cut("abc", 4)
+    'abc'
+    """
+    if text is None or len(text) <= max_chars:
+        return text
+    return (f"{text[:max_chars]}\n[... {len(text) - max_chars} of {len(text)} characters cut;"
+            f" the whole text is in {artifact}]")
+
+
+def _ns(timestamp: str | None) -> int | None:
+    if not timestamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return int(moment.timestamp() * 1e9)
+
+
+def token_usage(usage: Usage) -> dict[str, int]:
+    """MLflow's token-usage attribute of a model call's usage.
+
+    ``input_tokens`` counts every prompt token (uncached, read from and written to the
+    cache), as MLflow's own totals expect; the cache buckets are given beside it.
+    """
+    prompt = usage.input + usage.cache_read + usage.cache_write
+    return {
+        "input_tokens": prompt,
+        "output_tokens": usage.output,
+        "total_tokens": prompt + usage.output,
+        "cache_read_input_tokens": usage.cache_read,
+        "cache_creation_input_tokens": usage.cache_write,
+    }
+
+
+def _buckets(usage: Any) -> dict[str, int]:
+    return {k: int(getattr(usage, k)) for k in Usage.model_fields}
+
+
+def trace_tags(record: RunRecord) -> dict[str, str]:
+    """Tags of a run's trace: what the UI's trace search filters on."""
+    tags = {
+        "run_key": record.run_key,
+        "config": record.config or "",
+        "task_id": record.task_id,
+        "outcome": record.outcome.value,
+        "score": f"{official_score(record.scored, record.score_strict, record.score_recovered):g}",
+        "model": record.model,
+        "harness": record.harness,
+        "flagged_exposure": "true" if record.flagged_exposure else "false",
+    }
+    if record.refusal_label:
+        tags["refusal_label"] = record.refusal_label
+    return tags
+
+
+@dataclass
+class _Writer:
+    """Collects the spans of one trace in memory, counting them against the cap.
+
+    The spans are built as OpenTelemetry spans carrying MLflow's attributes and written in
+    one :meth:`log_spans` call: MLflow's live tracer writes (and commits) each span as it
+    ends, some ten milliseconds a span on SQLite, and swallows a failed write.
+    """
+
+    otel_trace_id: int
+    trace_id: str
+    settings: Any
+    spans: list[Any] = field(default_factory=list)
+    left_out: int = 0
+    last_ns: int = 0
+    next_id: int = 1
+    agents: dict[str, list[Any]] = field(default_factory=dict)
+    """Sub-agent name -> [span id, start, end so far]."""
+
+    def text(self, value: str | None) -> str | None:
+        return cut(value, int(self.settings.max_chars))
+
+    def full(self) -> bool:
+        return len(self.spans) + len(self.agents) + 1 >= int(self.settings.max_spans)  # + root
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def add(self, span_id: int, name: str, span_type: str, start: int, end: int,
+            parent: int | None, inputs: Any = None, outputs: Any = None,
+            attributes: dict[str, Any] | None = None, error: bool = False) -> None:
+        from mlflow.entities import Span
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+
+        def context(sid: int) -> SpanContext:
+            return SpanContext(self.otel_trace_id, sid, is_remote=False,
+                               trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+        values = {"mlflow.traceRequestId": self.trace_id, "mlflow.spanType": span_type,
+                  "mlflow.spanInputs": inputs, "mlflow.spanOutputs": outputs,
+                  **(attributes or {})}
+        encoded = {k: json.dumps(v, default=str) for k, v in values.items() if v is not None}
+        otel = ReadableSpan(name=name, context=context(span_id),
+                            parent=context(parent) if parent is not None else None,
+                            attributes=encoded, start_time=start, end_time=max(start, end),
+                            status=Status(StatusCode.ERROR if error else StatusCode.OK))
+        self.spans.append(Span(otel))
+
+    def span(self, name: str, span_type: str, start: int, end: int, *, parent: int | None = None,
+             inputs: Any = None, outputs: Any = None, attributes: dict[str, Any] | None = None,
+             error: bool = False) -> None:
+        if self.full():
+            self.left_out += 1
+            return
+        self.add(self.new_id(), name, span_type, start, end, parent if parent else ROOT_SPAN,
+                 inputs, outputs, attributes, error)
+
+    def agent(self, name: str, start: int, end: int) -> int | None:
+        """The span id of sub-agent ``name``'s span, ended at its last step."""
+        if name in self.agents:
+            self.agents[name][2] = max(self.agents[name][2], end)
+            return int(self.agents[name][0])
+        if self.full():
+            return None
+        self.agents[name] = [self.new_id(), start, end]
+        return int(self.agents[name][0])
+
+    def close_agents(self) -> None:
+        for name, (span_id, start, end) in self.agents.items():
+            self.add(span_id, f"subagent {name}", "AGENT", start, end, ROOT_SPAN,
+                     inputs={"agent": name})
+
+
+ROOT_SPAN = 1
+"""Span id of each trace's root span."""
+
+
+def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.is_file():
+        return
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+
+
+def gateway_requests(run_dir: Path) -> list[GatewayRequest]:
+    """The model requests of the run's gateway record (``model/requests.jsonl``), if any."""
+    out = []
+    for data in _json_lines(Path(run_dir) / "model" / "requests.jsonl"):
+        try:
+            request = GatewayRequest.model_validate(data)
+        except ValueError:
+            continue
+        if request.endpoint in MODEL_ENDPOINTS:
+            out.append(request)
+    return out
+
+
+def audit_entries(run_dir: Path) -> list[dict[str, Any]]:
+    """The audited search and fetch calls of the run (``tools/audit.jsonl``), as read.
+
+    Read leniently (each line a :class:`~spu.schema.AuditEntry` as written, or an older or
+    hand-made one): a transcript shows what is there rather than refusing the run.
+    """
+    out = []
+    for n, data in enumerate(_json_lines(Path(run_dir) / "tools" / "audit.jsonl")):
+        if not isinstance(data, dict):
+            continue
+        exposure = data.get("exposure") or []
+        out.append({
+            "call": data.get("call", n), "time": str(data.get("time", "")),
+            "tool": str(data.get("tool", "?")), "args": data.get("args") or {},
+            "status": str(data.get("status", "")),
+            "latency_s": float(data.get("latency_s") or 0.0),
+            "http_status": data.get("http_status"), "chars": data.get("chars"),
+            "truncated": bool(data.get("truncated", False)),
+            "exposure": [str(e) for e in exposure] if isinstance(exposure, list) else [],
+            "error": data.get("error"),
+        })
+    return out
+
+
+def submitted_rankings(run_dir: Path, max_chars: int) -> Any:
+    """The submitted ``output/rankings.json`` (parsed; its text cut past ``max_chars``)."""
+    path = Path(run_dir) / "output" / "rankings.json"
+    if not path.is_file() or path.is_symlink():
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if len(text) > max_chars:
+        return cut(text, max_chars, "output/rankings.json")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRecord,
+              run_dir: Path, settings: TracesConfig | None = None) -> str:
+    """Log the trajectory of a recorded run as one trace linked to its MLflow run.
+
+    Returns:
+        The trace id.
+
+    Raises:
+        TrajectoryFileError: the trajectory cannot be read.
+        MlflowException: the store refused the trace.
+    """
+    settings = settings or TracesConfig()
+    run_dir = Path(run_dir)
+    path = find_trajectory(run_dir)
+    requests = gateway_requests(run_dir)
+    audits = audit_entries(run_dir)
+    start = _ns(record.started_at)
+    if start is None:  # an older record: the first step's time (a second pass, rare)
+        first = (_ns(st.timestamp) for st in (iter_step_views(path) if path else ()))
+        start = next((t for t in first if t is not None), 0)
+    end = _ns(record.finished_at) or start
+    max_chars = int(settings.max_chars)
+    import secrets
+
+    from mlflow.entities import TraceInfo, TraceLocation, TraceState
+    from mlflow.tracing.client import TracingClient
+
+    otel_id = secrets.randbits(128) or 1
+    trace_id = f"tr-{otel_id:032x}"
+    w = _Writer(otel_id, trace_id, settings, last_ns=start)
+    steps = iter_step_views(path) if path is not None else iter(())
+    _step_spans(w, steps, start, end, usage_on_turns=not requests)
+    for i, req in enumerate(requests):
+        t0 = _ns(req.time) or start
+        w.span(f"model request {i}", "LLM", t0, t0 + int(req.latency_s * 1e9),
+               inputs={"model": req.model, "endpoint": req.endpoint},
+               outputs={"status": req.status, "stop_reason": req.stop_reason,
+                        "refusal": req.refusal, "error": w.text(req.error)},
+               attributes={"mlflow.chat.tokenUsage": token_usage(req.usage),
+                           USAGE_ATTRIBUTE: _buckets(req.usage)},
+               error=req.status >= 400)
+    for a in audits:
+        t0 = _ns(a["time"]) or start
+        w.span(f"audited {a['tool']}", "RETRIEVER", t0, t0 + int(a["latency_s"] * 1e9),
+               inputs=a["args"],
+               outputs={k: a[k] for k in ("status", "http_status", "chars", "truncated",
+                                          "exposure")} | {"error": w.text(a["error"])},
+               attributes={"spu.exposure": ",".join(a["exposure"]),
+                           "spu.audit_call": a["call"]},
+               error=a["status"] == "error")
+    w.close_agents()
+    inputs = {"task_id": record.task_id, "task_version": record.task_version,
+              "config": record.config, "model": record.model, "harness": record.harness,
+              "effort": record.effort, "repeat": record.repeat}
+    outputs: dict[str, Any] = {
+        "outcome": record.outcome.value,
+        "score": official_score(record.scored, record.score_strict, record.score_recovered),
+        "score_strict": record.score_strict, "score_recovered": record.score_recovered,
+        "rankings": submitted_rankings(run_dir, max_chars),
+    }
+    attributes: dict[str, Any] = {USAGE_ATTRIBUTE: _buckets(record.usage)}
+    if w.left_out:
+        outputs["note"] = (f"{w.left_out} spans left out past tracking.traces.max_spans="
+                           f"{settings.max_spans}; every step is in {TRAJECTORY_FILE}")
+        attributes["spu.spans_left_out"] = w.left_out
+    finish = max(end, w.last_ns, start)
+    w.add(ROOT_SPAN, TRACE_NAME, "AGENT", start, finish, None, inputs, outputs, attributes)
+    tracing = TracingClient(tracking_uri)
+    tracing.log_spans(experiment_id, w.spans)
+    preview = json.dumps(inputs, default=str)[:1000]
+    info = TraceInfo(
+        trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment_id),
+        request_time=start // 1_000_000, execution_duration=(finish - start) // 1_000_000,
+        state=TraceState.OK, request_preview=preview,
+        response_preview=json.dumps(outputs, default=str)[:1000],
+        trace_metadata={"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3",
+                        "mlflow.traceInputs": preview,
+                        "mlflow.trace.tokenUsage": json.dumps(_total_usage(w.spans))},
+        tags={**trace_tags(record), "mlflow.traceName": TRACE_NAME,
+              "mlflow.trace.spansLocation": "TRACKING_STORE"})
+    tracing.start_trace(info)
+    return trace_id
+
+
+def _total_usage(spans: list[Any]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for span in spans:
+        usage = span.attributes.get("mlflow.chat.tokenUsage")
+        for k, v in (usage or {}).items():
+            total[k] = total.get(k, 0) + int(v)
+    return total
+
+
+def _timed(steps: Iterator[Any], start: int) -> Iterator[tuple[Any, int]]:
+    """Each step with its time, never before the previous step's (a step without one: that)."""
+    last = start
+    for step in steps:
+        t = _ns(step.timestamp)
+        last = max(last, t) if t is not None else last
+        yield step, last
+
+
+def _step_spans(w: _Writer, steps: Iterator[Any], start: int, end: int, *,
+                usage_on_turns: bool) -> None:
+    """A span per model turn and per tool call, sub-agents nested; read as a stream."""
+    timed = _timed(steps, start)
+    current = next(timed, None)
+    before = start
+    while current is not None:
+        s, t = current
+        following = next(timed, None)
+        after = following[1] if following is not None else max(end, t)
+        w.last_ns = max(w.last_ns, after)
+        _one_step(w, s, before, t, after, usage_on_turns)
+        before, current = t, following
+
+
+def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
+              usage_on_turns: bool) -> None:
+    """The spans of one step: its model turn (or message), then its tool calls."""
+    parent = w.agent(s.agent, before, after) if s.agent else None
+    if s.agent and parent is None:
+        w.left_out += 1 + len(s.tool_calls)
+        return
+    if s.role == "assistant" and (s.text or s.reasoning or s.usage is not None):
+        attributes: dict[str, Any] = {"spu.step": s.index}
+        if usage_on_turns and s.usage is not None:
+            attributes["mlflow.chat.tokenUsage"] = token_usage(Usage(**_buckets(s.usage)))
+            attributes[USAGE_ATTRIBUTE] = _buckets(s.usage)
+        w.span(f"model turn {s.index}", "CHAT_MODEL", before, t, parent=parent,
+               inputs={"step": s.index, "agent": s.agent},
+               outputs={"text": w.text(s.text), "reasoning": w.text(s.reasoning)},
+               attributes=attributes)
+    elif s.text:
+        w.span(f"{s.role} message {s.index}", "UNKNOWN", t, t, parent=parent,
+               outputs={"text": w.text(s.text)}, attributes={"spu.step": s.index})
+    for call in s.tool_calls:
+        arguments = call.arguments
+        text_args = json.dumps(arguments, default=str) if arguments is not None else None
+        if text_args is not None and len(text_args) > int(w.settings.max_chars):
+            arguments = w.text(text_args)
+        w.span(call.name, "TOOL", t, after, parent=parent,
+               inputs={"arguments": arguments, "call_id": call.id},
+               outputs={"output": w.text(call.output), "is_error": call.is_error},
+               attributes={"spu.step": s.index, "spu.tool": call.name,
+                           "spu.duration_s": round((after - t) / 1e9, 3)},
+               error=call.is_error)
+
+
+def has_trace(client: MlflowClient, experiment_id: str, run_id: str) -> bool:
+    """Whether the MLflow run has a trace already (so ``spu runs log-traces`` skips it)."""
+    found = client.search_traces(locations=[experiment_id], run_id=run_id, max_results=1,
+                                 include_spans=False)
+    return len(found) > 0
+
+
+def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_uri: str,
+              record: RunRecord, run_dir: Path, target: TrackingTarget) -> bool:
+    """Log a recorded run's trace and ``transcript.html``; a failure is one warning line.
+
+    Returns:
+        True when both were logged (or ``tracking.traces.enabled`` is false).
+    """
+    settings = target.traces or TracesConfig()
+    if not settings.enabled:
+        return True
+    try:
+        from spu.tracking.store import run_artifacts
+        from spu.tracking.transcript import write_transcript
+
+        with tempfile.TemporaryDirectory(prefix="spu-transcript-") as scratch:
+            # twice a span's text, and as many steps as a trace has spans: a few MB at most
+            page = write_transcript(Path(scratch) / "transcript.html", record, run_dir,
+                                    max_chars=2 * int(settings.max_chars),
+                                    max_steps=int(settings.max_spans))
+            run_artifacts(artifact_uri, target.uri).log_artifact(str(page))
+        log_trace(target.uri, experiment_id, run_id, record, run_dir, settings)
+    except Exception as exc:  # noqa: BLE001 (the run is recorded; the trace is extra)
+        detail = str(exc).split("\n", 1)[0][:300]
+        log.warning("run %s: recorded, but its trace was not logged (%s: %s); "
+                    "spu runs log-traces adds it later", record.run_key,
+                    type(exc).__name__, detail)
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """What ``spu runs log-traces`` did."""
+
+    logged: int
+    """Runs given a trace now."""
+    present: int
+    """Runs that had a trace already (left as they are)."""
+    missing: int
+    """MLflow runs whose run folder (``runs/<run_key>/run.json``) is not there."""
+    failed: int
+    """Runs whose trace could not be written (each said in one warning line)."""
+
+
+def backfill_traces(output_root: Path, tracking_uri: str | None = None,
+                    settings: TracesConfig | None = None) -> BackfillResult:
+    """Add a trace (and ``transcript.html``) to each recorded run that has none.
+
+    Idempotent: a run with a trace is skipped, so running it twice logs nothing the second
+    time. Runs are found in every SPU experiment of the store by their ``run_key`` tag and
+    read from ``OUTPUT_ROOT/runs/<run_key>/``.
+    """
+    from spu.tracking.store import (
+        EXPERIMENT_PREFIX,
+        TrackingTarget,
+        client_for,
+        store_lock,
+    )
+
+    root = Path(output_root).resolve()
+    uri = tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
+    client = client_for(uri)
+    logged = present = missing = failed = 0
+    for exp in client.search_experiments():
+        if not exp.name.startswith(EXPERIMENT_PREFIX):
+            continue
+        target = TrackingTarget(uri=uri, artifact_root="", experiment=exp.name,
+                                traces=settings or TracesConfig())
+        token = None
+        while True:
+            page = client.search_runs([exp.experiment_id], "tags.outcome != ''",
+                                      max_results=500, page_token=token)
+            for run in page:
+                run_dir = root / "runs" / run.data.tags.get("run_key", "")
+                if not (run_dir / "run.json").is_file():
+                    missing += 1
+                    continue
+                if has_trace(client, exp.experiment_id, run.info.run_id):
+                    present += 1
+                    continue
+                record = RunRecord.model_validate_json((run_dir / "run.json").read_text())
+                with store_lock(uri):
+                    ok = log_views(client, exp.experiment_id, run.info.run_id,
+                                   run.info.artifact_uri, record, run_dir, target)
+                logged, failed = logged + ok, failed + (not ok)
+            token = page.token
+            if not token:
+                break
+    return BackfillResult(logged=logged, present=present, missing=missing, failed=failed)

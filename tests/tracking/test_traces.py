@@ -1,0 +1,328 @@
+"""Issue 25: each recorded run's trajectory is an MLflow trace linked to its run, and a
+``transcript.html`` artifact, both read from the run folder (MLflow on SQLite)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spu.config import TracesConfig
+from spu.schema import GatewayRequest, RunRecord, Usage
+from spu.testing.corpus import make_corpus
+from spu.tracking.store import TrackingTarget, log_run
+from spu.tracking.trajectories import iter_steps
+from tests.conftest import EXAMPLE_TASK, REPO, run_module
+from tests.harness.test_cli_runs import sandbox_ok  # noqa: F401 (a fixture)
+from tests.launchers.conftest import sandbox_name
+
+
+def _corpus(tmp_path: Path) -> list[Path]:
+    """Two runs: one from the recorded Claude Code session, one from the Codex session."""
+    folders = make_corpus(tmp_path / "outputs", 7, task_root=REPO / "tasks", calls=12, seed=3)
+    by_harness = {}
+    for f in folders:
+        record = RunRecord.model_validate_json((f / "run.json").read_text())
+        by_harness.setdefault(record.harness, f)
+    assert set(by_harness) == {"claude_code", "codex"}
+    return list(by_harness.values())
+
+
+def _traces(target: TrackingTarget, run_id: str | None) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=target.uri)
+    exp = client.get_experiment_by_name(target.experiment).experiment_id
+    return client.search_traces(locations=[exp], run_id=run_id)
+
+
+def _record(folder: Path) -> RunRecord:
+    return RunRecord.model_validate_json((folder / "run.json").read_text())
+
+
+def _usage_of(span) -> dict | None:
+    return span.attributes.get("spu.usage")
+
+
+def test_each_recorded_run_has_one_trace_with_a_span_per_tool_call_and_turn(
+        tmp_path, target) -> None:
+    """One trace per run, linked to it; one TOOL span per tool call of the trajectory; the
+    usage of each model turn is the trajectory's, bucket by bucket; tags searchable."""
+    import mlflow
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    for folder in _corpus(tmp_path):
+        record = _record(folder)
+        run_id = log_run(record, folder, target)
+        traces = _traces(target, run_id)
+        assert len(traces) == 1
+        trace = traces[0]
+        assert trace.info.request_metadata["mlflow.sourceRun"] == run_id
+        assert trace.info.tags["run_key"] == record.run_key
+        assert trace.info.tags["task_id"] == record.task_id
+        assert trace.info.tags["config"] == record.config
+        assert trace.info.tags["outcome"] == "valid"
+        steps = list(iter_steps(folder / "trajectory.jsonl.gz"))
+        calls = [c.name for s in steps for c in s.tool_calls]
+        tools = [s for s in trace.data.spans if s.span_type == "TOOL"]
+        assert [s.name for s in sorted(tools, key=lambda s: (s.start_time_ns,
+                                                            s.attributes["spu.step"]))] == calls
+        turns = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
+        expected = [s.usage.model_dump() for s in steps
+                    if s.role == "assistant" and s.usage is not None]
+        got = [_usage_of(t) for t in sorted(turns, key=lambda t: t.attributes["spu.step"])
+               if _usage_of(t) is not None]
+        assert got == expected and expected
+        root = next(s for s in trace.data.spans if s.parent_id is None)
+        assert root.span_type == "AGENT" and root.inputs["task_id"] == record.task_id
+        assert root.outputs["rankings"]["task_id"] == record.task_id
+        # the spans lie within the run, at the trajectory's own times
+        assert all(root.start_time_ns <= s.start_time_ns <= s.end_time_ns <= root.end_time_ns
+                   for s in trace.data.spans)
+        audited = [s for s in trace.data.spans if s.span_type == "RETRIEVER"]
+        audit_lines = (folder / "tools" / "audit.jsonl").read_text().splitlines()
+        assert len(audited) == len([line for line in audit_lines if line.strip()])
+    with _use_tracking_uri(target.uri):  # the UI's trace search, by tag
+        found = mlflow.search_traces(locations=[_experiment(target)],
+                                     filter_string="tag.harness = 'codex'", return_type="list")
+    assert len(found) == 1
+
+
+def _experiment(target: TrackingTarget) -> str:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=target.uri)
+    return client.get_experiment_by_name(target.experiment).experiment_id
+
+
+def test_a_gateway_record_gives_the_usage_of_each_model_request(tmp_path, target) -> None:
+    """With ``model/requests.jsonl``, the usage spans are the gateway's requests, bucket by
+    bucket (a ``count_tokens`` request is no model turn), and the turns carry none."""
+    folder = _corpus(tmp_path)[0]
+    buckets = [Usage(input=10, cache_read=2000, cache_write=300, cache_write_1h=100, output=40),
+               Usage(input=5, cache_read=2300, output=90)]
+    lines = [GatewayRequest(time="2026-11-01T00:00:01+00:00", endpoint="messages", status=200,
+                            latency_s=1.5, usage=u) for u in buckets]
+    lines.insert(1, GatewayRequest(time="2026-11-01T00:00:02+00:00", endpoint="count_tokens",
+                                   status=200))
+    (folder / "model").mkdir()
+    (folder / "model" / "requests.jsonl").write_text(
+        "".join(line.model_dump_json() + "\n" for line in lines))
+    run_id = log_run(_record(folder), folder, target)
+    (trace,) = _traces(target, run_id)
+    with_usage = [s for s in trace.data.spans if _usage_of(s) is not None and s.parent_id]
+    assert [s.span_type for s in with_usage] == ["LLM", "LLM"]
+    assert [_usage_of(s) for s in sorted(with_usage, key=lambda s: s.start_time_ns)] == \
+        [u.model_dump() for u in buckets]
+    assert trace.info.token_usage["input_tokens"] == 10 + 2000 + 300 + 5 + 2300
+
+
+def test_long_texts_and_many_spans_are_cut_with_a_note(tmp_path, target) -> None:
+    """Each span's text stops at ``max_chars`` with a note; spans past ``max_spans`` are
+    counted on the root span."""
+    folder = _corpus(tmp_path)[0]
+    capped = dataclasses.replace(target, traces=TracesConfig(max_chars=50, max_spans=5))
+    run_id = log_run(_record(folder), folder, capped)
+    (trace,) = _traces(capped, run_id)
+    assert len(trace.data.spans) == 5
+    root = next(s for s in trace.data.spans if s.parent_id is None)
+    assert "left out past tracking.traces.max_spans=5" in root.outputs["note"]
+    assert root.attributes["spu.spans_left_out"] > 0
+    texts = [json.dumps(s.outputs) for s in trace.data.spans if s.parent_id]
+    assert any("characters cut; the whole text is in trajectory.jsonl.gz" in t for t in texts)
+
+
+def test_traces_off_log_neither_trace_nor_transcript(tmp_path, target) -> None:
+    """``tracking.traces.enabled=false``: the run is recorded without trace or transcript."""
+    folder = _corpus(tmp_path)[0]
+    off = dataclasses.replace(target, traces=TracesConfig(enabled=False))
+    run_id = log_run(_record(folder), folder, off)
+    assert _traces(off, run_id) == []
+    from mlflow.tracking import MlflowClient
+
+    names = [a.path for a in MlflowClient(tracking_uri=off.uri).list_artifacts(run_id)]
+    assert "transcript.html" not in names and "run.json" in names
+
+
+def test_a_trace_that_cannot_be_written_leaves_the_run_recorded(tmp_path, target,
+                                                                 caplog) -> None:
+    """A trajectory cut short (unreadable gzip) fails the trace, not the run: the MLflow run
+    is FINISHED with its tags, and one warning line names the run and what went wrong."""
+    folder = _corpus(tmp_path)[0]
+    data = (folder / "trajectory.jsonl.gz").read_bytes()
+    (folder / "trajectory.jsonl.gz").write_bytes(data[: len(data) // 2])
+    record = _record(folder)
+    with caplog.at_level(logging.WARNING, logger="spu.tracking.traces"):
+        run_id = log_run(record, folder, target)
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(tracking_uri=target.uri).get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["outcome"] == "valid"
+    (line,) = [r.getMessage() for r in caplog.records if "trace was not logged" in
+               r.getMessage()]
+    assert record.run_key in line and "\n" not in line
+
+
+def test_the_transcript_shows_instruction_messages_calls_audits_and_grade(tmp_path,
+                                                                          target) -> None:
+    """``transcript.html`` is one self-contained page: each model message, each tool call
+    (long outputs folded), the audited calls and the submission; no external asset."""
+    from mlflow.tracking import MlflowClient
+
+    folder = _corpus(tmp_path)[1]
+    run_id = log_run(_record(folder), folder, target)
+    local = MlflowClient(tracking_uri=target.uri).download_artifacts(
+        run_id, "transcript.html", str(tmp_path / "dl"))
+    page = Path(local).read_text()
+    steps = list(iter_steps(folder / "trajectory.jsonl.gz"))
+    for s in steps:
+        for c in s.tool_calls:
+            assert f"<b>{c.name}</b>" in page
+    assert "<details>" in page and "Audited calls" in page and "Submission" in page
+    assert 'src="http' not in page and 'href="http' not in page and "<script" not in page
+    assert _record(folder).run_key in page
+    _screenshot(Path(local), tmp_path)
+
+
+def _screenshot(page: Path, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-headless-shell")
+    if browser is None:
+        pytest.skip("no headless Chromium here (neither chromium nor "
+                    "chromium-headless-shell is installed): the screenshot is not taken")
+    import subprocess
+
+    shot = tmp_path / "transcript.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                    f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri()],
+                   capture_output=True, timeout=120, check=False)
+    assert shot.is_file() and shot.stat().st_size > 0
+
+
+def test_log_traces_adds_traces_to_runs_recorded_before_once(tmp_path, target) -> None:
+    """``spu runs log-traces OUTPUT_ROOT`` gives each run recorded without a trace one; run
+    again, it logs nothing (idempotent)."""
+    off = dataclasses.replace(target, experiment="spu-test",
+                              traces=TracesConfig(enabled=False))
+    folders = _corpus(tmp_path)
+    run_ids = [log_run(_record(f), f, off) for f in folders]
+    assert all(_traces(off, r) == [] for r in run_ids)
+    first = run_module(["spu", "runs", "log-traces", str(tmp_path / "outputs")])
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.startswith("logged 2 traces; 0 runs had one already")
+    assert [len(_traces(off, r)) for r in run_ids] == [1, 1]
+    again = run_module(["spu", "runs", "log-traces", str(tmp_path / "outputs")])
+    assert again.returncode == 0 and again.stdout.startswith("logged 0 traces; 2 runs had")
+    assert [len(_traces(off, r)) for r in run_ids] == [1, 1]
+
+
+@pytest.mark.slow
+def test_a_command_agent_run_from_the_command_line_has_its_trace(tmp_path) -> None:
+    """``python -m spu.main harness=command ...``: the recorded run has one trace, linked to
+    it, whose tool spans match its trajectory's tool calls (none for this agent)."""
+    out = tmp_path / "outputs"
+    agent = REPO / "tests" / "sandbox" / "agents" / "probe.py"
+    done = run_module(["spu.main", "experiment=single", "harness=command",
+                       f"harness.entrypoint={agent}", f"task={EXAMPLE_TASK.name}",
+                       f"output_root={out}", f"sandbox={sandbox_name()}", "limits.cpus=1",
+                       "limits.gpus=0"], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (trace,) = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    run_dir = out / "runs" / run.data.tags["run_key"]
+    path = run_dir / "trajectory.jsonl.gz"
+    calls = [c for s in iter_steps(path) for c in s.tool_calls] if path.is_file() else []
+    assert len([s for s in trace.data.spans if s.span_type == "TOOL"]) == len(calls)
+    assert trace.info.tags["run_key"] == run.data.tags["run_key"]
+    assert "transcript.html" in [a.path for a in client.list_artifacts(run.info.run_id)]
+
+
+
+
+@pytest.mark.slow
+def test_the_mlflow_ui_trace_view_shows_the_tool_calls_by_name(tmp_path, target) -> None:
+    """The MLflow UI (``mlflow server`` on loopback, in headless Chromium) shows a recorded
+    run's trace with its tool calls by name; a screenshot is kept beside the test's files."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    browser = shutil.which("chromium") or shutil.which("chromium-headless-shell")
+    if browser is None:
+        pytest.skip("no headless Chromium here (neither chromium nor chromium-headless-shell)")
+    folder = _corpus(tmp_path)[0]
+    log_run(_record(folder), folder, target)
+    (trace,) = _traces(target, None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    server = subprocess.Popen([str(mlflow_bin), "server", "--backend-store-uri", target.uri,
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        page = (f"{url}/#/experiments/{_experiment(target)}/traces"
+                f"?selectedEvaluationId={trace.info.trace_id}")
+        common = [browser, "--headless", "--no-sandbox", "--disable-gpu",
+                  "--virtual-time-budget=20000", "--window-size=1400,1000"]
+        dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True,
+                             timeout=120).stdout
+        shot = tmp_path / "mlflow-trace-view.png"
+        subprocess.run([*common, f"--screenshot={shot}", page], capture_output=True,
+                       timeout=120, check=False)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    names = {s.name for s in trace.data.spans if s.span_type == "TOOL"}
+    assert names and all(name in dom for name in names)
+    assert "agent run" in dom
+    assert shot.is_file() and shot.stat().st_size > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("harness", ["claude_code", "codex"])
+def test_a_real_cli_run_has_one_tool_span_per_call_and_the_gateways_usage(
+        sandbox_ok, harness: str, tmp_path: Path) -> None:  # noqa: F811
+    """The real CLI (scripted model, ``python -m spu.main``): the run's trace has one TOOL
+    span per tool call of its trajectory, and one LLM span per model request of the
+    gateway's record with that request's usage, bucket by bucket."""
+    from spu.gateway import read_requests
+    from tests.harness.test_cli_runs import EXAMPLE_CORPUS, PAPER_VERSION, cli_installed
+
+    cli_installed(harness, PAPER_VERSION[harness])
+    out = tmp_path / "outputs"
+    proc = run_module(["spu.main", f"harness={harness}", "model=scripted",
+                       f"task={EXAMPLE_TASK.name}", f"tools.corpus={EXAMPLE_CORPUS}",
+                       f"output_root={out}"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (out / "runs").iterdir()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (trace,) = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    calls = [c.name for s in iter_steps(run_dir / "trajectory.jsonl.gz") for c in s.tool_calls]
+    tools = sorted((s for s in trace.data.spans if s.span_type == "TOOL"),
+                   key=lambda s: (s.start_time_ns, s.attributes["spu.step"]))
+    assert [s.name for s in tools] == calls and calls
+    model = [r for r in read_requests(run_dir / "model" / "requests.jsonl")
+             if r.endpoint in ("messages", "responses", "chat_completions")]
+    llm = sorted((s for s in trace.data.spans if s.span_type == "LLM"),
+                 key=lambda s: int(s.name.rsplit(" ", 1)[1]))
+    assert [_usage_of(s) for s in llm] == [r.usage.model_dump() for r in model] and model
