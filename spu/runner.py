@@ -411,6 +411,8 @@ def run_agent(run: AgentRun, staged: Path,
         prepared = False
         tools = open_tools(run)
         gateway = open_gateway(run)
+        if tools is not None and gateway is not None:  # the model only through the gateway
+            tools.refuse_hosts(gateway.provider_hosts())
         try:
             # The run's host services first: their ports are part of the sandbox request.
             host_ports = run.harness.start_services(run.run_dir / "logs")
