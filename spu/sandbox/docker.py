@@ -452,7 +452,9 @@ class DockerSandbox(Sandbox):
             self.layer.watch(self._upper_dir(container))
             cap = self.request.limits.log_cap_bytes or 1 << 62
             call.stdout.parent.mkdir(parents=True, exist_ok=True)
-            with open(call.stdout, "wb") as out_file, open(call.stderr, "wb") as err_file:
+            # Unbuffered: the key monitor and the status line read the log while it grows.
+            with open(call.stdout, "wb", buffering=0) as out_file, \
+                    open(call.stderr, "wb", buffering=0) as err_file:
                 out, err = CappedLog(out_file, cap), CappedLog(err_file, cap)
                 stream = self.client.api.attach(container.id, stdout=True, stderr=True,
                                                 stream=True, demux=True)
