@@ -162,7 +162,7 @@ def _identity_files(run_dir: Path, uid: int) -> Path:
     return folder
 
 
-def _chown_tree(root: Path, uid: int) -> None:
+def chown_tree(root: Path, uid: int) -> None:
     """Give the agent's user the folders it writes (harnesses fill them as root)."""
     os.chown(root, uid, uid, follow_symlinks=False)
     for folder, dirs, files in os.walk(root):
@@ -170,7 +170,7 @@ def _chown_tree(root: Path, uid: int) -> None:
             os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
-def _make_readable(root: Path) -> None:
+def make_readable(root: Path) -> None:
     """Let an unprivileged agent read the staged task (copies keep the source's modes)."""
     for folder, _dirs, files in os.walk(root):
         os.chmod(folder, os.stat(folder).st_mode | 0o555)
@@ -245,7 +245,7 @@ class LocalSandbox(Sandbox):
             )
             return
         self.agent_uid = int(self.options.get("agent_uid") or agent_uid_for(request.run_dir))
-        _make_readable(self.folders.task)
+        make_readable(self.folders.task)
         try:
             pwd.getpwuid(self.agent_uid)
         except KeyError:
@@ -348,8 +348,8 @@ class LocalSandbox(Sandbox):
         full_env = {"HOME": LAYOUT.workspace, **call.env, **self.gpus.env()}
         host_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         if self.agent_uid is not None:
-            _chown_tree(self.folders.workspace, self.agent_uid)
-            _chown_tree(self.folders.output, self.agent_uid)
+            chown_tree(self.folders.workspace, self.agent_uid)
+            chown_tree(self.folders.output, self.agent_uid)
         pass_fds: tuple[int, ...] = ()
         on_start: Callable[[int], None] | None = None
         sync_fds = None
