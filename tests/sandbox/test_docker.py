@@ -217,9 +217,12 @@ def test_the_agent_runs_as_a_non_root_user_of_the_host(open_sandbox, tmp_path) -
     try:
         assert started.exists(), (tmp_path / "err").read_text()
         client = box.sandbox.client
-        agents = [c for c in client.api.containers(
-            filters={"label": f"{RUN_LABEL}={box.sandbox.sandbox_id}"})
-            if not c["Names"][0].endswith("-net")]
+        agents: list[dict] = []
+        while not agents and time.monotonic() < deadline:
+            agents = [c for c in client.api.containers(
+                filters={"label": f"{RUN_LABEL}={box.sandbox.sandbox_id}"})
+                if not c["Names"][0].endswith("-net")]
+            time.sleep(0.2)
         assert len(agents) == 1, [(c["Names"], c["Labels"]) for c in agents]
         agent = agents[0]
         root_pid = int(client.api.inspect_container(agent["Id"])["State"]["Pid"])
