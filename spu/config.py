@@ -188,6 +188,10 @@ class SandboxConfig:
     """GPU ids assigned by the launcher; empty means none or let the backend choose."""
     grader_isolation: GraderIsolation = GraderIsolation.auto
     """Isolation of the grading process: ``auto``, ``bwrap``, ``netns`` or ``none``."""
+    allow_unisolated: bool = False
+    """An agent run (any harness but the baselines) refuses to start in a sandbox that
+    isolates nothing (``subprocess``, asked for or fallen back to) or with an unisolated
+    grader, unless this is true; the record then says so (``sandbox.unisolated_allowed``)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Options of the backend, which checks them itself (``Sandbox.options_model``): a
     backend of another package takes its settings here, e.g. ``sandbox.options.x=1``."""

@@ -42,7 +42,7 @@ from spu.cost.prices import RunCost
 from spu.gateway.session import GatewayConfigError, GatewaySession
 from spu.gateway.verdict import key_rejected, model_input_steps, read_requests
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
-from spu.grading.isolated import grade_isolated
+from spu.grading.isolated import GraderIsolationError, available_isolation, grade_isolated
 from spu.grading.outcome import LIMIT_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
 from spu.grading.rules import GRADER_VERSION, grade_submission
 from spu.grading.submission import read_submission
@@ -175,6 +175,53 @@ def sandbox_class(spec: RunSpec) -> tuple[type[Sandbox], dict[str, Any]]:
         raise RunConfigError(str(exc)) from None
 
 
+def unisolated_parts(spec: RunSpec, *, grader: bool) -> list[str]:
+    """What of the run would run without isolation: the sandbox (after its fallback), the grader.
+
+    An unknown backend is left to :func:`sandbox_class`; a grader isolation this machine
+    cannot give, to the grading (which says so).
+    """
+    cls = get_sandbox(spec.sandbox.name)
+    chosen = cls if cls.fallback is None or cls.available()[0] else get_sandbox(cls.fallback)
+    parts = [] if chosen.isolates else [f"the agent (sandbox={chosen.name}" + (
+        ")" if chosen is cls else f", the fallback of sandbox={cls.name})")]
+    if grader:
+        try:
+            if available_isolation(spec.sandbox.grader_isolation) == "none":
+                parts.append("the grader (sandbox.grader_isolation resolves to none)")
+        except GraderIsolationError:
+            pass
+    return parts
+
+
+def check_isolation(spec: RunSpec, harness: Harness, *, grader: bool) -> None:
+    """Refuse an agent run that would run unisolated, unless ``sandbox.allow_unisolated``.
+
+    Raises:
+        RunConfigError: the run (not a baseline's) would run without isolation.
+    """
+    if harness.name == "baseline" or spec.sandbox.allow_unisolated:
+        return
+    parts = unisolated_parts(spec, grader=grader)
+    if parts:
+        raise RunConfigError(
+            f"sandbox.allow_unisolated: {' and '.join(parts)} would run without isolation, "
+            f"and an agent is an adversary; use sandbox=local or sandbox=docker, or set "
+            f"sandbox.allow_unisolated=true to run anyway (the record says so)")
+
+
+def _state_unisolated(run: AgentRun, info: SandboxInfo) -> SandboxInfo:
+    """``info`` with ``unisolated_allowed`` and a warning, where the run is unisolated."""
+    parts = unisolated_parts(run.spec, grader=isinstance(run, PreparedRun))
+    if not parts or run.harness.name == "baseline" or not run.spec.sandbox.allow_unisolated:
+        return info
+    warning = (f"UNISOLATED RUN: {' and '.join(parts)} ran without isolation, allowed by "
+               f"sandbox.allow_unisolated=true")
+    log.warning(warning)
+    return info.model_copy(update={"unisolated_allowed": True,
+                                   "warnings": [*info.warnings, warning]})
+
+
 def _open_sandbox(spec: RunSpec) -> tuple[Sandbox, list[str]]:
     notes: list[str] = []
     cls, options = sandbox_class(spec)
@@ -284,7 +331,7 @@ def prepare_agent(spec: RunSpec, check: bool = True) -> AgentRun:
     return _agent_run(spec, task, check)
 
 
-def _agent_run(spec: RunSpec, task: TaskPackage, check: bool) -> AgentRun:
+def _agent_run(spec: RunSpec, task: TaskPackage, check: bool, grader: bool = False) -> AgentRun:
     try:
         harness = get_harness(spec.harness.name)(spec.harness, spec.model, spec.effort)
         if check:
@@ -293,6 +340,7 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool) -> AgentRun:
         raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
     if check:
         sandbox_class(spec)  # an unknown backend or option stops the run before it starts
+        check_isolation(spec, harness, grader=grader)
     limits = RunLimits(
         time_s=_task_limit(task, "time_s", spec.limits.time_s),
         memory_gb=_task_limit(task, "memory_gb", spec.limits.memory_gb),
@@ -324,7 +372,7 @@ def prepare_run(spec: RunSpec, check: bool = True) -> PreparedRun:
     """
     task = load_task(spec.task_dir)
     answers = answer_key(task, spec.answers_root)
-    agent = _agent_run(spec, task, check)
+    agent = _agent_run(spec, task, check, grader=True)
     return PreparedRun(spec=agent.spec, task=agent.task, key=agent.key, harness=agent.harness,
                        limits=agent.limits, provider=agent.provider,
                        identity=agent.identity, answers=answers)
@@ -429,6 +477,8 @@ def run_agent(run: AgentRun, staged: Path,
         prepared = False
         tools = open_tools(run)
         gateway = open_gateway(run)
+        if tools is not None and gateway is not None:  # the model only through the gateway
+            tools.refuse_hosts(gateway.provider_hosts())
         try:
             # The run's host services first: their ports are part of the sandbox request.
             host_ports = run.harness.start_services(run.run_dir / "logs")
@@ -473,7 +523,7 @@ def run_agent(run: AgentRun, staged: Path,
         finally:
             run.harness.cleanup()
             if prepared:
-                phase.sandbox_info = sandbox.info()
+                phase.sandbox_info = _state_unisolated(run, sandbox.info())
             sandbox.cleanup()
     except (SandboxError, HarnessError, EgressProxyError, GatewayConfigError, OSError,
             RuntimeError) as exc:

@@ -466,6 +466,9 @@ class SandboxInfo(Record):
     installed), ``offline``, ``host`` or ``docker-<mode>``; also in ``isolation``."""
     host_ports: list[int] = Field(default_factory=list)
     """Host loopback TCP ports the agent could reach (its model server, tools, proxy)."""
+    unisolated_allowed: bool = False
+    """An agent ran without isolation (a ``subprocess`` sandbox, or an unisolated grader)
+    because ``sandbox.allow_unisolated=true`` let it."""
 
 
 class ProcessEvidence(Record):

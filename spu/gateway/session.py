@@ -36,6 +36,9 @@ DEFAULT_UPSTREAMS = {API_ANTHROPIC: "https://api.anthropic.com",
                      "openai-chat": "https://api.openai.com/v1"}
 """The provider's API base by API style, where ``model.base_url`` is null."""
 
+PROVIDER_API_HOSTS = frozenset({"api.anthropic.com", "api.openai.com"})
+"""The model providers' API hosts the egress proxy refuses once a run has a gateway."""
+
 
 class GatewayConfigError(ValueError):
     """The model configuration gives the gateway nothing to forward to; names the key."""
@@ -141,6 +144,21 @@ class GatewaySession:
             self.close()
             raise
         return self
+
+    def provider_hosts(self) -> set[str]:
+        """Host names the agent must not reach directly: the providers' APIs, the upstream's.
+
+        The agent's way to its model is this gateway; a direct connection would be a model
+        call the record does not hold (and one the agent brought its own key for).
+        """
+        from urllib.parse import urlsplit
+
+        hosts = set(PROVIDER_API_HOSTS)
+        for url in (self.model.base_url, self.upstream):
+            host = urlsplit(url).hostname if url else None
+            if host:
+                hosts.add(host)
+        return hosts
 
     def host_ports(self) -> list[int]:
         """The host port the agent must reach (``SandboxRequest.host_ports``)."""

@@ -4,8 +4,9 @@
 bypassed (inside the sandbox; as root this needs ``IS_SANDBOX=1``), the model with
 ``--model`` and the effort with ``--effort``. ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``
 keeps its traffic to the model endpoint. Its built-in ``WebSearch`` and ``WebFetch`` are
-disallowed; the audited tools service is its MCP server ``spu`` (``--mcp-config``, with
-``--strict-mcp-config`` so no other MCP configuration is read), whose tools it offers
+disallowed; the audited tools service is its MCP server ``spu`` (``--mcp-config``, a file
+in its home: the service's secret URL on the command line would be readable by any user of
+the host; ``--strict-mcp-config`` so no other MCP configuration is read), whose tools it offers
 the model, and records, as ``mcp__spu__search``, ``mcp__spu__fetch`` and
 ``mcp__spu__policy_stop`` (``ENABLE_TOOL_SEARCH=false``: newer CLIs would otherwise
 defer MCP tools behind a tool search). Models of other providers run through their
@@ -26,6 +27,7 @@ from spu.harness.cli_agent import SCRIPTED, CLIAgentHarness
 from spu.harness.monitor import LiveEvent, claude_code_event
 from spu.harness.trajectory import SessionReading
 from spu.harness.trajectory.claude_code import read_claude_code_sessions
+from spu.sandbox import Sandbox
 
 KEY_AS_API_KEY = frozenset({"anthropic", SCRIPTED})
 """Providers whose key goes in ``ANTHROPIC_API_KEY`` (``x-api-key``); the others'
@@ -45,6 +47,9 @@ BUILTIN_WEB_TOOLS = ("WebSearch", "WebFetch")
 """Claude Code's own web tools, never offered: all web access goes through the audited
 service (paper 3.7)."""
 
+MCP_CONFIG_FILE = ".spu-mcp.json"
+"""The ``--mcp-config`` file, in the agent's home (never the JSON itself on the command line)."""
+
 
 class ClaudeCodeHarness(CLIAgentHarness):
     """Claude Code (``@anthropic-ai/claude-code``), pinned by ``conf/harness/claude_code.yaml``."""
@@ -63,6 +68,17 @@ class ClaudeCodeHarness(CLIAgentHarness):
 
         return json.dumps({"mcpServers": {MCP_SERVER_NAME: {"type": "http",
                                                              "url": ctx.tools.url}}})
+
+    def mcp_config_path(self, ctx: AgentContext) -> str:
+        """Where the agent finds its ``--mcp-config`` file (written by :meth:`prepare`)."""
+        return f"{ctx.paths.workspace}/{MCP_CONFIG_FILE}"
+
+    def prepare(self, ctx: AgentContext, sandbox: Sandbox) -> None:
+        """Point at the run's gateway, then write the MCP configuration into the agent's home."""
+        super().prepare(ctx, sandbox)
+        mcp = self.mcp_config(ctx)
+        if mcp is not None:
+            sandbox.write_file(self.mcp_config_path(ctx), mcp.encode(), mode=0o600)
 
     def key_check_request(self) -> tuple[str, dict[str, str]]:
         """``GET /v1/models`` of the Messages API, with the key as Claude Code sends it."""
@@ -95,9 +111,8 @@ class ClaudeCodeHarness(CLIAgentHarness):
         if effort:
             argv += ["--effort", effort]
         argv += ["--disallowedTools", ",".join(BUILTIN_WEB_TOOLS)]
-        mcp = self.mcp_config(ctx)
-        if mcp is not None:
-            argv += ["--mcp-config", mcp, "--strict-mcp-config"]
+        if self.mcp_config(ctx) is not None:
+            argv += ["--mcp-config", self.mcp_config_path(ctx), "--strict-mcp-config"]
         env = {
             "IS_SANDBOX": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

@@ -16,10 +16,16 @@ internet and the run's host ports at ``127.0.0.1``, no address of the host or it
 network. pasta runs on this machine, so the engine must be local. Any other
 ``network_mode`` is handed to Docker as it is (``bridge``: internet, and the host and
 its network reachable; recorded as ``network:docker-<mode>`` with a warning);
-``sandbox.network=false`` is ``none``. The agent runs as the image's user (root in the
-images above) without ``MKNOD`` and ``SETFCAP``; the container boundary, not the user
-id, is the isolation, and what it leaves for the host is disarmed
-(:func:`spu.sandbox.disk.disarm`).
+``sandbox.network=false`` is ``none``. The agent runs as an unprivileged user of its own,
+as under ``sandbox=local``: a user id drawn per run (:func:`spu.sandbox.local.agent_uid_for`,
+``sandbox.options.agent_uid`` fixes one), which is also its user id on the host (the
+engine's user namespace, where it has one, maps it further), with ``/workspace`` and
+``/output`` given to it and a ``passwd`` entry of its own (``spu-agent``, home
+``/workspace``). Root in the container is the host's root without a remapping engine: a
+process escaping the container would be root on the host. ``agent_uid=0`` keeps the
+image's user (root), with a warning. Either way the container has no ``MKNOD`` and
+``SETFCAP``, and what it leaves for the host is disarmed (:func:`spu.sandbox.disk.disarm`).
+GPUs need nothing more: the NVIDIA runtime's device nodes are open to every user.
 
 The workspace and output live on the run's size-limited disk (:mod:`spu.sandbox.disk`,
 mounted on this machine and bound into the container); what it writes elsewhere, into
@@ -37,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
@@ -50,6 +57,7 @@ from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest,
 from spu.sandbox.base import remembered_availability
 from spu.sandbox.disk import used_bytes
 from spu.sandbox.limits import GIB
+from spu.sandbox.local import AGENT_NAME, agent_uid_for, chown_tree, make_readable
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.options import DockerOptions
 from spu.sandbox.process import CappedLog, signal_of_exit, wrapper_error
@@ -217,6 +225,23 @@ def remove_stale_when_due(client: Any) -> None:
     remove_stale_containers(client)
 
 
+IDENTITY_FOLDER = ".spu-identity-docker"
+"""Folder of the run (not shown to the agent) holding the container's ``passwd`` and ``group``."""
+
+
+def _container_identity(run_dir: Path, uid: int) -> Path:
+    """A ``passwd`` and a ``group`` naming root and the agent (CLIs look their user up)."""
+    folder = run_dir / IDENTITY_FOLDER
+    folder.mkdir(mode=0o755, exist_ok=True)
+    entries = {"passwd": ("root:x:0:0:root:/root:/bin/sh\n"
+                          f"{AGENT_NAME}:x:{uid}:{uid}:SPU agent:{LAYOUT.workspace}:/bin/sh\n"),
+               "group": f"root:x:0:\n{AGENT_NAME}:x:{uid}:\n"}
+    for name, text in entries.items():
+        (folder / name).write_text(text)
+        os.chmod(folder / name, 0o644)
+    return folder
+
+
 def _pump(stream: Any, out: CappedLog, err: CappedLog) -> threading.Thread:
     """A started thread copying a demultiplexed attach stream into the two logs."""
 
@@ -298,6 +323,9 @@ class DockerSandbox(Sandbox):
         self.network_mode, self.network_name = "none", "offline"
         self.layer = LayerMeter(0)
         self._count = 0
+        self.agent_uid: int | None = None
+        """The agent's user id in the container and on the host (None: the image's user)."""
+        self.identity: Path | None = None
 
     def _open(self, request: SandboxRequest) -> None:
         """Reach the engine and find the image; decide the CPUs the engine can give."""
@@ -311,8 +339,18 @@ class DockerSandbox(Sandbox):
             )
 
     def _start(self, request: SandboxRequest) -> None:
-        """Remove stale containers, meter the container's layer, and open the network."""
+        """Choose the agent's user, remove stale containers, meter the layer, open the network."""
         self.sandbox_id = f"{request.run_dir.name}-{uuid.uuid4().hex[:8]}"
+        chosen = self.options.get("agent_uid")
+        self.agent_uid = agent_uid_for(request.run_dir) if chosen is None else int(chosen)
+        if self.agent_uid == 0:
+            self.agent_uid = None
+            self.warnings.append(
+                "sandbox.options.agent_uid=0: the agent runs as the image's user (root in the "
+                "container, and root on the host unless the engine remaps user namespaces)")
+        else:
+            make_readable(self.folders.task)
+            self.identity = _container_identity(request.run_dir, self.agent_uid)
         remove_stale_when_due(self.client)
         self.layer = LayerMeter(self.disk.limit_bytes if self.disk.mechanism != "none" else 0)
         mode = str(self.options.get("network_mode") or PASTA_MODE)
@@ -401,6 +439,9 @@ class DockerSandbox(Sandbox):
         volumes[str(self.folders.task)] = {"bind": LAYOUT.task, "mode": "ro"}
         volumes[str(self.folders.workspace)] = {"bind": LAYOUT.workspace, "mode": "rw"}
         volumes[str(self.folders.output)] = {"bind": LAYOUT.output, "mode": "rw"}
+        if self.identity is not None:
+            for name in ("passwd", "group"):
+                volumes[str(self.identity / name)] = {"bind": f"/etc/{name}", "mode": "ro"}
         options: dict[str, Any] = {
             "init": True,
             "nano_cpus": self.cpus * 1_000_000_000,
@@ -418,6 +459,8 @@ class DockerSandbox(Sandbox):
             "log_config": {"type": "none", "config": {}},
             "detach": True,
         }
+        if self.agent_uid is not None:
+            options["user"] = f"{self.agent_uid}:{self.agent_uid}"
         if not self.network_mode.startswith("container:"):
             options["hostname"] = "spu-sandbox"  # else the holder's: Docker refuses both
         if self.gpus.ids:
@@ -444,6 +487,9 @@ class DockerSandbox(Sandbox):
         import docker
 
         start = time.monotonic()
+        if self.agent_uid is not None:  # the harness filled them as root
+            chown_tree(self.folders.workspace, self.agent_uid)
+            chown_tree(self.folders.output, self.agent_uid)
         try:
             container = self.create_container(call.argv, call.env)
         except docker.errors.DockerException as exc:
@@ -452,7 +498,9 @@ class DockerSandbox(Sandbox):
             self.layer.watch(self._upper_dir(container))
             cap = self.request.limits.log_cap_bytes or 1 << 62
             call.stdout.parent.mkdir(parents=True, exist_ok=True)
-            with open(call.stdout, "wb") as out_file, open(call.stderr, "wb") as err_file:
+            # Unbuffered: the key monitor and the status line read the log while it grows.
+            with open(call.stdout, "wb", buffering=0) as out_file, \
+                    open(call.stderr, "wb", buffering=0) as err_file:
                 out, err = CappedLog(out_file, cap), CappedLog(err_file, cap)
                 stream = self.client.api.attach(container.id, stdout=True, stderr=True,
                                                 stream=True, demux=True)
@@ -580,11 +628,16 @@ class DockerSandbox(Sandbox):
         if self.network is not None:
             self.network.close()
             self.network = None
+        if self.identity is not None:
+            shutil.rmtree(self.identity, ignore_errors=True)
+            self.identity = None
 
     def _isolation(self) -> tuple[list[str], str]:
         """The container's isolation and its network."""
         isolation = ["container", "mount-namespace", "pid-namespace", "ipc-namespace",
                      "uts-namespace", "init", "no-new-privileges"]
+        if self.agent_uid is not None:
+            isolation.append("unprivileged-user")
         if self.network_mode != "host":
             isolation.append("network-namespace")
         isolation.append(f"network:{self.network_name}")

@@ -97,6 +97,23 @@ def _read_child_pid(info: int, timeout_s: float = START_TIMEOUT_S) -> int:
             continue
 
 
+def options_fd(options: Sequence[str]) -> int:
+    """A memory file holding ``options`` NUL-separated, at offset 0: bubblewrap's ``--args FD``.
+
+    Raises:
+        SandboxError: an option holds a NUL byte (it would split into two).
+    """
+    if any("\0" in option for option in options):
+        raise SandboxError("a sandbox option or environment value holds a NUL byte")
+    fd = os.memfd_create("spu-bwrap-args", 0)  # no MFD_CLOEXEC: bubblewrap inherits it
+    data = b"".join(option.encode() + b"\0" for option in options)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _bwrap_works() -> tuple[bool, str]:
     if shutil.which("bwrap") is None:
         return False, "bubblewrap is not installed (Debian package 'bubblewrap')"
@@ -145,7 +162,7 @@ def _identity_files(run_dir: Path, uid: int) -> Path:
     return folder
 
 
-def _chown_tree(root: Path, uid: int) -> None:
+def chown_tree(root: Path, uid: int) -> None:
     """Give the agent's user the folders it writes (harnesses fill them as root)."""
     os.chown(root, uid, uid, follow_symlinks=False)
     for folder, dirs, files in os.walk(root):
@@ -153,7 +170,7 @@ def _chown_tree(root: Path, uid: int) -> None:
             os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
-def _make_readable(root: Path) -> None:
+def make_readable(root: Path) -> None:
     """Let an unprivileged agent read the staged task (copies keep the source's modes)."""
     for folder, _dirs, files in os.walk(root):
         os.chmod(folder, os.stat(folder).st_mode | 0o555)
@@ -228,7 +245,7 @@ class LocalSandbox(Sandbox):
             )
             return
         self.agent_uid = int(self.options.get("agent_uid") or agent_uid_for(request.run_dir))
-        _make_readable(self.folders.task)
+        make_readable(self.folders.task)
         try:
             pwd.getpwuid(self.agent_uid)
         except KeyError:
@@ -258,14 +275,33 @@ class LocalSandbox(Sandbox):
     def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str],
                    sync_fds: tuple[int, int] | None = None,
                    seccomp_fd: int | None = None) -> list[str]:
-        """The full bubblewrap command line that runs ``argv`` with ``env`` in the sandbox.
+        """Everything bubblewrap is told to run ``argv`` with ``env``, as one list (to inspect).
+
+        The sandbox itself never starts from this list: its options (the environment among
+        them) go through a file descriptor (:meth:`bwrap_options`, ``--args``).
+        """
+        return ["bwrap", *self.bwrap_options(env, sync_fds, seccomp_fd), "--",
+                *self.inner_argv(argv)]
+
+    def inner_argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` as the sandbox starts it: behind ``setpriv`` when the agent has a user."""
+        if self.agent_uid is None:
+            return list(argv)
+        uid = str(self.agent_uid)
+        return [
+            "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--", *argv,
+        ]  # fmt: skip
+
+    def bwrap_options(self, env: Mapping[str, str], sync_fds: tuple[int, int] | None = None,
+                      seccomp_fd: int | None = None) -> list[str]:
+        """Bubblewrap's options: namespaces, mounts, the environment, the sync descriptors.
 
         ``sync_fds`` (info, block): bubblewrap reports its namespaces on the first and
         waits on the second before it starts ``argv`` (the network is set up between).
         ``seccomp_fd``: the filter of :mod:`spu.sandbox.seccomp`, installed by bubblewrap.
         """
         cmd = [
-            "bwrap",
             "--die-with-parent",
             "--new-session",
             "--unshare-pid",
@@ -305,21 +341,15 @@ class LocalSandbox(Sandbox):
             cmd += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
-        if self.agent_uid is not None:
-            uid = str(self.agent_uid)
-            argv = [
-                "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                "--inh-caps=-all", "--bounding-set=-all", "--", *argv,
-            ]  # fmt: skip
-        return [*cmd, "--", *argv]
+        return cmd
 
     def _exec(self, call: ExecCall) -> ProcessEvidence:
         """Run the process under bubblewrap with the wall-clock, memory, CPU and pids limits."""
         full_env = {"HOME": LAYOUT.workspace, **call.env, **self.gpus.env()}
         host_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         if self.agent_uid is not None:
-            _chown_tree(self.folders.workspace, self.agent_uid)
-            _chown_tree(self.folders.output, self.agent_uid)
+            chown_tree(self.folders.workspace, self.agent_uid)
+            chown_tree(self.folders.output, self.agent_uid)
         pass_fds: tuple[int, ...] = ()
         on_start: Callable[[int], None] | None = None
         sync_fds = None
@@ -350,10 +380,16 @@ class LocalSandbox(Sandbox):
                 self.network_mode = network.mode
                 self.warnings += [w for w in network.warnings if w not in self.warnings]
                 os.write(block_w, b"1")
+        # The options, the environment with its secrets among them, travel in a memory
+        # file (bubblewrap's --args, closed by bubblewrap before the agent starts): on the
+        # command line, any user of the host would read them in /proc/<pid>/cmdline.
         try:
+            args_fd = options_fd(self.bwrap_options(full_env, sync_fds, seccomp_fd))
+            open_fds.add(args_fd)
+            argv = ["bwrap", "--args", str(args_fd), "--", *self.inner_argv(call.argv)]
             evidence = self._run_on_host(
-                call, self.bwrap_argv(call.argv, full_env, sync_fds, seccomp_fd), host_env,
-                cwd=None, wrapped=True, pass_fds=pass_fds, on_start=on_start,
+                call, argv, host_env, cwd=None, wrapped=True,
+                pass_fds=(*pass_fds, args_fd), on_start=on_start,
             )
         finally:
             for fd in open_fds:

@@ -54,6 +54,9 @@ class DockerOptions(SandboxOptions):
     """Container image (None: ``spu-agent:latest``)."""
     network_mode: str = "pasta"
     """``pasta`` (the filtered network of ``sandbox=local``) or a Docker network mode."""
+    agent_uid: int | None = None
+    """User id the agent runs as in the container, and so on the host (None: one drawn from
+    the run folder, as ``sandbox=local`` does; 0: the image's own user, root, loudly)."""
 
 
 def check_options(name: str, model: type[SandboxOptions],

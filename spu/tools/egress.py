@@ -11,6 +11,8 @@ records rather than refuses (paper 3.7). It runs on the host, though, so it refu
 logged with ``"refused"``) connections to the host's own loopback, private and link-local
 addresses, except the endpoints :meth:`EgressProxy.allow` lists (the run's tools service):
 otherwise it would be the agent's way to the tracking server or another run's service.
+With a model gateway in place it also refuses the model providers' API hosts
+(:meth:`EgressProxy.refuse_hosts`, logged with ``"refused": "model provider API..."``).
 
 ``requests_outside_tools`` counts the connections to anything other than the model
 provider's API and the tools service (:func:`outside_requests`). Downloads started from
@@ -115,15 +117,25 @@ class EgressProxy:
         self._port_file = self.folder / "egress.port"
         self._allow_file = self.folder / "egress.allow.json"
         self._allow_file.write_text("[]")
+        self._deny_file = self.folder / "egress.deny.json"
+        self._deny_file.write_text("[]")
         self.pid: int | None = None
         self.port: int | None = None
 
     def allow(self, endpoints: Iterable[str]) -> None:
         """Let the agent reach these ``host:port`` on local addresses through the proxy."""
-        current = set(json.loads(self._allow_file.read_text() or "[]"))
-        partial = self._allow_file.with_suffix(".partial")
-        partial.write_text(json.dumps(sorted(current | set(endpoints))))
-        os.replace(partial, self._allow_file)
+        _add_to(self._allow_file, endpoints)
+
+    def refuse_hosts(self, hosts: Iterable[str]) -> None:
+        """Refuse every connection to these host names (403, logged with the reason).
+
+        The model providers' API hosts, once the run has a model gateway: the agent's way
+        to its model is the gateway, so a direct connection is refused, not merely counted.
+        Compared by name as the client asked (case and a final dot aside), before any DNS
+        lookup; a connection to one of their addresses is not refused but is counted in
+        ``requests_outside_tools`` (only the names are the provider's, :func:`outside_requests`).
+        """
+        _add_to(self._deny_file, (h.lower().rstrip(".") for h in hosts if h))
 
     def start(self) -> EgressProxy:
         """Start the proxy and wait until it listens.
@@ -137,6 +149,7 @@ class EgressProxy:
                 "--plugins", "spu.tools.egress_plugin.EgressRecorder",
                 "--spu-egress-log", str(self.log_path),
                 "--spu-allow-file", str(self._allow_file),
+                "--spu-deny-file", str(self._deny_file),
                 "--num-acceptors", "1", "--num-workers", "1",
                 "--timeout", str(PROXY_IDLE_TIMEOUT_S), "--log-level", "ERROR"]
         log_path = self.folder / "egress.proxy.log"
@@ -168,6 +181,14 @@ class EgressProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _add_to(path: Path, values: Iterable[str]) -> None:
+    """Add ``values`` to the JSON list in ``path``, replaced at once (the proxy reads it live)."""
+    current = set(json.loads(path.read_text() or "[]"))
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(sorted(current | set(values))))
+    os.replace(partial, path)
 
 
 def read_egress(path: Path) -> Iterator[dict[str, Any]]:

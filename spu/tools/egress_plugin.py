@@ -14,6 +14,8 @@ checked, and the connection goes to a checked address, so DNS cannot change the 
 between. A name that does not resolve (no answer, SERVFAIL, a timeout) is refused with
 502 and logged with its reason: the proxy's own connection would resolve it again, and a
 second answer may be the host's loopback or a cloud's metadata service (issue 30).
+A host name in the deny file (the model providers' API hosts, once the run has a model
+gateway) is refused with 403 before any lookup.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ flags.add_argument("--spu-egress-log", type=str, default="",
                    help="SPU: JSON Lines file recording the destination of every connection.")
 flags.add_argument("--spu-allow-file", type=str, default="",
                    help="SPU: JSON list of host:port on local addresses that may be reached.")
+flags.add_argument("--spu-deny-file", type=str, default="",
+                   help="SPU: JSON list of host names refused (the model providers' APIs).")
+
+MODEL_API_REFUSED = ("model provider API: the agent reaches its model only through the run's "
+                     "model gateway")
+"""The ``refused`` reason of a direct connection to a model provider's API host."""
 
 
 def _text(value: Any) -> str | None:
@@ -86,6 +94,7 @@ def resolve(host: str, port: int) -> list[str]:
 
 
 def _allowed(path: str) -> set[str]:
+    """The entries of the JSON list in ``path`` (an allow or a deny file; none when unreadable)."""
     if not path:
         return set()
     try:
@@ -108,6 +117,13 @@ class EgressRecorder(HttpProxyBasePlugin):  # type: ignore[misc]
             # A CONNECT tunnel's path is opaque (TLS); plain HTTP shows what was asked.
             "path": None if method == "CONNECT" else _text(request.path),
         }
+        if host.lower().rstrip(".") in _allowed(self.flags.spu_deny_file):
+            # Before any lookup: the name is the provider's, whatever it resolves to.
+            line["refused"] = MODEL_API_REFUSED
+            self._log(line)
+            raise HttpRequestRejected(status_code=403, reason=b"Forbidden",
+                                      body=b"egress refused: " + MODEL_API_REFUSED.encode()
+                                      + b"\n")
         try:
             addresses = resolve(host, port)
         except (OSError, UnicodeError, ValueError) as exc:

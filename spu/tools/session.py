@@ -111,6 +111,11 @@ class ToolsSession:
             raise
         return self
 
+    def refuse_hosts(self, hosts: set[str]) -> None:
+        """Have the egress proxy refuse these host names (the model providers' APIs)."""
+        if self.proxy is not None:
+            self.proxy.refuse_hosts(hosts)
+
     def host_ports(self) -> list[int]:
         """The host ports the agent must reach (``SandboxRequest.host_ports``)."""
         ports = [self.service.port]

@@ -138,7 +138,10 @@ def test_claude_code_gets_the_audited_tools_and_never_its_own_web_tools(
     command = harness.command(_Ctx(tmp_path, TOOLS))  # type: ignore[arg-type]
     argv = command.argv
     assert argv[argv.index("--disallowedTools") + 1] == "WebSearch,WebFetch"
-    assert json.loads(argv[argv.index("--mcp-config") + 1]) == {
+    # A file, not the JSON: the service's secret URL stays off the host's process table.
+    assert argv[argv.index("--mcp-config") + 1] == "/workspace/.spu-mcp.json"
+    assert TOOLS.url not in " ".join(argv)
+    assert json.loads(harness.mcp_config(_Ctx(tmp_path, TOOLS))) == {  # type: ignore[arg-type]
         "mcpServers": {"spu": {"type": "http", "url": TOOLS.url}}}
     assert "--strict-mcp-config" in argv
     # Every connection goes through the egress proxy, except to the host's address.

@@ -38,6 +38,7 @@ def test_own_agent_is_copied_in_and_gets_the_spu_environment(sandbox, compose, t
     agent.chmod(0o644)  # not executable on the host: the copy in the sandbox is
     cfg = compose("harness=command", f"harness.entrypoint={agent}", "harness.args=[--fast,7]",
                   "+harness.env.MY_SETTING=on", f"sandbox={sandbox}",
+                  f"sandbox.allow_unisolated={sandbox == 'subprocess'}",
                   f"task={EXAMPLE_TASK.name}", "limits.time_s=120", "limits.gpus=0")
     record = run_one(spec_from_config(cfg))
     assert record.outcome is Outcome.valid and record.scored

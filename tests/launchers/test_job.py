@@ -10,6 +10,10 @@ from hydra.errors import ConfigCompositionException
 from spu.main import run_from_config
 from tests.launchers.conftest import tracked_runs
 
+UNISOLATED = ("sandbox=subprocess", "sandbox.allow_unisolated=true")
+"""The subprocess sandbox, which an agent run may use only when the command allows it."""
+
+
 TASK = "example-coupling-conditions"
 
 
@@ -29,7 +33,7 @@ def test_a_run_that_fails_at_start_is_retried_once_and_recorded_twice(
     """Invariant: an infra_error is retried once; both attempts stay recorded and linked."""
     out = tmp_path / "outputs"
     cfg = compose_tasks("harness=command", f"harness.entrypoint={agents.broken}",
-                        "sandbox=subprocess")
+                        *UNISOLATED)
     result = run_from_config(cfg)
     assert (result["outcome"], result["attempt"], result["retries"]) == ("infra_error", 2, 1)
     records = sorted(tracked_runs(out), key=lambda r: r.attempt)
@@ -50,7 +54,7 @@ def test_a_run_that_fails_at_start_is_retried_once_and_recorded_twice(
 
     # +resume=retry_unscored runs it again as attempt 3, with its own retry.
     retried = run_from_config(compose_tasks(
-        "harness=command", f"harness.entrypoint={agents.broken}", "sandbox=subprocess",
+        "harness=command", f"harness.entrypoint={agents.broken}", *UNISOLATED,
         "+resume=retry_unscored"))
     assert (retried["status"], retried["attempt"]) == ("ran", 4)
     records = sorted(tracked_runs(out), key=lambda r: r.attempt)
@@ -67,29 +71,29 @@ def test_a_timeout_is_final_and_a_valid_run_is_skipped_next_time(
     sleeper.write_text("#!/bin/sh\nsleep 30\n")
     sleeper.chmod(0o755)
     cfg = compose_tasks("harness=command", f"harness.entrypoint={sleeper}",
-                        "sandbox=subprocess", "limits.time_s=1", "limits.grace_s=1")
+                        *UNISOLATED, "limits.time_s=1", "limits.grace_s=1")
     result = run_from_config(cfg)
     assert (result["outcome"], result["attempt"], result["retries"]) == ("timeout", 1, 0)
     assert len(tracked_runs(out)) == 1
     assert run_from_config(cfg)["status"] == "skipped"
 
-    valid = run_from_config(compose_tasks("model=presented_order", "sandbox=subprocess"))
+    valid = run_from_config(compose_tasks("model=presented_order", *UNISOLATED))
     assert (valid["status"], valid["outcome"]) == ("ran", "valid")
-    skipped = run_from_config(compose_tasks("model=presented_order", "sandbox=subprocess"))
+    skipped = run_from_config(compose_tasks("model=presented_order", *UNISOLATED))
     assert skipped["status"] == "skipped"
     # The stored score is what the table shows for the skipped run.
     assert (skipped["score"], skipped["mlflow_run_id"]) == (valid["score"],
                                                           valid["mlflow_run_id"])
     assert len(tracked_runs(out)) == 2
     # sweep.resume=off runs it again on purpose.
-    rerun = run_from_config(compose_tasks("model=presented_order", "sandbox=subprocess",
+    rerun = run_from_config(compose_tasks("model=presented_order", *UNISOLATED,
                                           "+resume=off"))
     assert (rerun["status"], rerun["attempt"]) == ("ran", 1)
     assert len(tracked_runs(out)) == 3
 
 
 def test_without_tracking_resume_reads_the_run_folders(compose_tasks, tmp_path) -> None:
-    cfg = compose_tasks("model=random", "sandbox=subprocess", "tracking=none")
+    cfg = compose_tasks("model=random", *UNISOLATED, "tracking=none")
     first = run_from_config(cfg)
     assert first["status"] == "ran" and first["mlflow_run_id"] is None
     second = run_from_config(cfg)
@@ -100,7 +104,7 @@ def test_without_tracking_resume_reads_the_run_folders(compose_tasks, tmp_path) 
 def test_bad_resume_mode_fails_at_composition_naming_the_key(compose_tasks) -> None:
     """``sweep.resume`` is an Enum of the schema: a typo never reaches a job."""
     with pytest.raises(ConfigCompositionException) as err:
-        compose_tasks("sandbox=subprocess", "sweep.resume=sometimes")
+        compose_tasks(*UNISOLATED, "sweep.resume=sometimes")
     message = f"{err.value} {err.value.__cause__}"
     assert "sweep.resume" in message and "skip_finished" in message
 

@@ -23,6 +23,10 @@ from tests.launchers.conftest import (
     wait_for,
 )
 
+UNISOLATED = ("sandbox=subprocess", "sandbox.allow_unisolated=true")
+"""The subprocess sandbox, which an agent run may use only when the command allows it."""
+
+
 pytestmark = pytest.mark.slow
 
 TASKS = ("example-coupling-conditions", "example-electrolytes-and-films")
@@ -75,7 +79,7 @@ def test_killing_the_driver_halfway_then_relaunching_finishes_without_duplicates
     """Invariant: kill -9 of the driver, then the same command: every run once, none twice."""
     out = tmp_path / "outputs"
     args = ray_sweep(out, task_root, "model=presented_order", "harness=command",
-                     f"harness.entrypoint={agents.slow}", "sandbox=subprocess",
+                     f"harness.entrypoint={agents.slow}", *UNISOLATED,
                      "repeat=0,1,2", "hydra.launcher.max_concurrent=1",
                      "hydra.launcher.tracking_server=always")
     total = len(TASKS) * 3
@@ -108,7 +112,7 @@ def test_a_run_whose_worker_dies_is_recorded_and_retried_once(task_root, agents,
     result = run_sweep(*ray_sweep(out, task_root, "model=presented_order", "harness=command",
                                   f"harness.entrypoint={agents.dies_once}",
                                   f"+harness.env.MARKER_DIR={agents.marker_dir}",
-                                  "sandbox=subprocess", "hydra.launcher.insecure=true"))
+                                  *UNISOLATED, "hydra.launcher.insecure=true"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("worker lost (WorkerCrashedError") == 2
     records = tracked_runs(out)

@@ -42,7 +42,8 @@ def _run_adversary(request, compose, monkeypatch, canary: CanaryTask, backend: s
     monkeypatch.setenv("SPU_TASK_ROOT", str(task_root))
     cfg = compose("harness=command", f"harness.entrypoint={AGENTS / 'adversary.py'}",
                   f"sandbox={backend}", f"task_root={task_root}", f"task={canary.path.name}",
-                  "limits.cpus=1", "limits.gpus=0", "limits.time_s=600")
+                  "limits.cpus=1", "limits.gpus=0", "limits.time_s=600",
+                  f"sandbox.allow_unisolated={backend == 'subprocess'}")
     spec = spec_from_config(cfg)
     sibling = spec.output_root / "runs" / "another-run" / "workspace"
     sibling.mkdir(parents=True)

@@ -166,3 +166,75 @@ def test_stale_containers_are_looked_for_once_a_minute_per_process(monkeypatch) 
     backend._STALE_CHECKED[0] = time.monotonic() - backend.STALE_EVERY_S - 1
     backend.remove_stale_when_due("client")
     assert looked == ["client", "client"]
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from the host's ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = open(f"/proc/{entry}/stat").read()
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(
+                    int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def _host_uids(pid: int) -> set[int]:
+    """The real, effective, saved and file-system user ids of ``pid``, as the host sees them."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Uid:"):
+            return {int(u) for u in line.split()[1:]}
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+def test_the_agent_runs_as_a_non_root_user_of_the_host(open_sandbox, tmp_path) -> None:
+    """Docker agents are not root in the host's user namespace: a user id drawn per run,
+    seen from the host in ``/proc/<pid>/status``; the layout stays writable for it."""
+    import threading
+
+    from spu.sandbox.docker import RUN_LABEL
+    from spu.sandbox.local import agent_uid_for
+
+    box = open_sandbox("docker")
+    box.sandbox.write_file(f"{box.paths.workspace}/notes.txt", b"from the harness")
+    script = ("echo started > /output/started; cat /workspace/notes.txt >> /workspace/seen; "
+              "id -un > /output/user; sh -c 'sleep 30' & sleep 30")
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(box.sandbox.exec(
+        ["sh", "-c", script], {}, stdout=tmp_path / "out", stderr=tmp_path / "err",
+        timeout_s=60)))
+    worker.start()
+    started = box.run_dir / "output" / "started"
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        assert started.exists(), (tmp_path / "err").read_text()
+        client = box.sandbox.client
+        agents: list[dict] = []
+        while not agents and time.monotonic() < deadline:
+            agents = [c for c in client.api.containers(
+                filters={"label": f"{RUN_LABEL}={box.sandbox.sandbox_id}"})
+                if not c["Names"][0].endswith("-net")]
+            time.sleep(0.2)
+        assert len(agents) == 1, [(c["Names"], c["Labels"]) for c in agents]
+        agent = agents[0]
+        root_pid = int(client.api.inspect_container(agent["Id"])["State"]["Pid"])
+        pids = _descendants(root_pid)
+        assert len(pids) >= 3  # init, the shell, its sleeps
+        expected = agent_uid_for(box.run_dir)
+        assert {pid: _host_uids(pid) for pid in pids} == {pid: {expected} for pid in pids}
+        assert expected != 0
+    finally:
+        box.sandbox.request_stop()
+        worker.join(timeout=90)
+    assert (box.run_dir / "output" / "user").read_text().strip() == "spu-agent"
+    assert (box.run_dir / "workspace" / "seen").read_text() == "from the harness"
+    assert os.stat(started).st_uid == expected
+    assert "unprivileged-user" in box.sandbox.info().isolation

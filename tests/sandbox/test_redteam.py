@@ -471,7 +471,9 @@ def test_writing_outside_the_layout_is_held_by_a_limit(backend, request, compose
         assert all(v.get("mib", 0) == 0 for k, v in written.items() if k != "/tmp"), written
         assert run.record.outcome is Outcome.memory_limit and not run.record.scored
     else:
-        run = _attack(request, compose, backend, ["fill-outside:100"], "limits.disk_gb=0.3")
+        # 400 MiB each: the agent is not root in its container, so root's folders refuse
+        # it and /tmp alone must hold more than the limit.
+        run = _attack(request, compose, backend, ["fill-outside:400"], "limits.disk_gb=0.3")
         assert run.record.outcome is Outcome.disk_limit and run.record.process.disk_full
         assert not run.record.scored
 

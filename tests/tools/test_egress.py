@@ -167,3 +167,26 @@ def test_a_proxy_outlives_the_thread_that_started_the_forker(
     assert forker._process.stdin is not None
     forker._process.stdin.close()  # the end of its starter: it ends too
     assert forker._process.wait(timeout=30) == 0
+
+
+@pytest.mark.slow
+def test_the_proxy_refuses_the_model_providers_hosts_before_any_lookup(tmp_path: Path) -> None:
+    """With a model gateway the providers' API hosts are refused by name, logged with why."""
+    from spu.tools.egress_plugin import MODEL_API_REFUSED
+
+    with EgressProxy(tmp_path) as proxy:
+        proxy.refuse_hosts(["api.anthropic.com", "API.OpenAI.com."])
+        for target in ("api.anthropic.com:443", "api.openai.com.:443", "Api.Anthropic.Com:8443"):
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as raw:
+                raw.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+                assert b" 403 " in raw.recv(1024), target
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+            {"http": f"http://127.0.0.1:{proxy.port}"}))
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            opener.open("http://api.openai.com/v1/models", timeout=20)
+        assert refused.value.code == 403
+    lines = list(read_egress(tmp_path / "egress.jsonl"))
+    assert [(e["host"], e["port"], e.get("refused")) for e in lines] == [
+        ("api.anthropic.com", 443, MODEL_API_REFUSED), ("api.openai.com.", 443, MODEL_API_REFUSED),
+        ("Api.Anthropic.Com", 8443, MODEL_API_REFUSED), ("api.openai.com", 80, MODEL_API_REFUSED)]
+    assert all("address" not in e for e in lines)  # refused before any DNS lookup
