@@ -42,6 +42,7 @@ from spu.stats.exposure import (
 from spu.stats.inputs import StatsInputs
 from spu.stats.interaction import (
     grouping_share,
+    largest_common_block,
     interaction_tasks,
     simulated_nulls,
     spread_summary,
@@ -75,6 +76,7 @@ from spu.stats.repeats import (
     stop_effect,
 )
 from spu.stats.runs_table import score_matrix
+from spu.stats.submissions import StatsInputError
 from spu.stats.tasks import kruskal_wallis_disciplines, task_summary
 
 
@@ -329,12 +331,30 @@ def design(inputs: StatsInputs) -> AnalysisResult:
 @analysis(files=("variance.csv",), section="Figure 26c (4.4, E.2)")
 def variance(inputs: StatsInputs) -> AnalysisResult:
     """Variance of scores split into task, configuration, interaction and noise."""
+    chosen = inputs.options.decomposition_configs
+    matrix = score_matrix(inputs.public, inputs.order)
+    if chosen is not None:
+        unknown = [c for c in chosen if c not in inputs.order]
+        if unknown:
+            raise StatsInputError(f"--decomposition-configs: no official public runs of "
+                                  f"{', '.join(unknown)} (configurations: "
+                                  f"{', '.join(inputs.order)})")
+    block = largest_common_block(matrix, None if chosen is None else list(chosen))
     table, rows = variance_decomposition(inputs.public_all, inputs.order, inputs.seed,
-                                         inputs.resamples)
+                                         inputs.resamples,
+                                         None if chosen is None else list(chosen))
     if not len(table):
         return AnalysisResult(notes=[
-            "variance: fewer than two widely covered configurations or shared tasks"])
-    return AnalysisResult(tables={"variance.csv": table}, summary=rows)
+            f"variance: fewer than two configurations or tasks in the block ({block.rule})"])
+    truncated = bool(table["truncated"].any())
+    rule = (f"{block.rule}: {len(block.configs)} configurations ({', '.join(block.configs)}) "
+            f"on {len(block.tasks)} tasks; run noise the pooled within-task variance of the "
+            "repeats, interaction the rest of the residual mean square"
+            + (", truncated at zero (the repeats vary more than the residuals)" if truncated
+               else ", not truncated"))
+    notes = [f"variance: the interaction was truncated at zero ({rule})"] if truncated else []
+    return AnalysisResult(tables={"variance.csv": table}, summary=rows,
+                          rules={"variance.csv": rule}, notes=notes)
 
 
 @analysis(files=("interaction_tasks.csv",), section="Figure 18b (4.4, E.9)",
@@ -437,7 +457,7 @@ def private(inputs: StatsInputs) -> AnalysisResult:
     """Private tasks against random rankings, and their paired tests (3.4)."""
     runs, order, tasks_found = inputs.private, inputs.order, inputs.tasks
     null = random_ranking_null(tasks_found, sorted(set(runs["task_id"])), inputs.seed,
-                               inputs.options.null_draws) if tasks_found else {}
+                               inputs.private_null_draws) if tasks_found else {}
     notes = [] if null else [
         "private: no task packages with answer keys, so the test against random rankings "
         "uses the normal approximation from the thresholds"]

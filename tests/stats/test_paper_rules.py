@@ -1,0 +1,146 @@
+"""Definitions of paper sections 3.6, 3.7, 4 and E that the statistics follow by default
+(issue 26): each against a hand-worked value or scipy, and the paper's rule as default."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from spu.stats.analysis import StatsOptions, analyze
+from spu.stats.disciplines import PERMUTATIONS
+from spu.stats.inputs import StatsInputs
+from spu.stats.interaction import (
+    BLOCK_RULE,
+    NULL_DRAWS,
+    largest_common_block,
+    variance_decomposition,
+)
+from spu.stats.private import NULL_DRAWS as PRIVATE_NULL_DRAWS
+from spu.stats.runs_table import check_runs_table
+from tests.stats.conftest import run_row
+
+
+def _brute_force_block(matrix: pd.DataFrame) -> tuple[int, int]:
+    """(cells, configurations) of the best block, trying every subset."""
+    best = (0, 0)
+    cols = list(matrix.columns)
+    for k in range(2, len(cols) + 1):
+        for subset in itertools.combinations(cols, k):
+            tasks = int(matrix[list(subset)].notna().all(axis=1).sum())
+            if tasks >= 2:
+                best = max(best, (k * tasks, k))
+    return best
+
+
+def test_largest_common_block_is_the_most_scores_of_any_subset() -> None:
+    """Every subset tried by hand agrees with the search, and the block is complete."""
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        values = rng.uniform(size=(30, 7))
+        values[rng.uniform(size=values.shape) < rng.uniform(0.05, 0.4, size=7)] = np.nan
+        matrix = pd.DataFrame(values, index=[f"t{i:02d}" for i in range(30)],
+                              columns=list("ABCDEFG"))
+        block = largest_common_block(matrix)
+        assert (block.cells, len(block.configs)) == _brute_force_block(matrix)
+        assert not matrix.loc[list(block.tasks), list(block.configs)].isna().any().any()
+        assert block.rule == BLOCK_RULE
+
+
+def test_largest_common_block_beyond_the_exact_search_is_complete() -> None:
+    """Past 16 configurations the greedy search still finds the planted complete block."""
+    values = np.ones((20, 18))
+    values[:8, 15:] = np.nan  # three sparse configurations: dropping them keeps 20 tasks
+    matrix = pd.DataFrame(values, index=[f"t{i:02d}" for i in range(20)],
+                          columns=[f"c{j:02d}" for j in range(18)])
+    block = largest_common_block(matrix)
+    assert block.configs == tuple(f"c{j:02d}" for j in range(15)) and len(block.tasks) == 20
+
+
+def _block_runs(repeats: list[float]) -> pd.DataFrame:
+    """The 3 x 2 block of the docstring, with repeats of A on t1."""
+    rows = [run_row(c, t, s) for c, t, s in [
+        ("A", "t1", 0.35), ("A", "t2", 0.65), ("A", "t3", 0.8),
+        ("B", "t1", 0.25), ("B", "t2", 0.35), ("B", "t3", 0.6)]]
+    rows += [run_row("A", "t1", s, repeat=r + 1) for r, s in enumerate(repeats)]
+    return check_runs_table(pd.DataFrame(rows))
+
+
+def test_noise_is_the_repeats_variance_and_the_interaction_is_truncated() -> None:
+    """Hand-worked: MS_resid 0.005; repeats 0.2, 0.4 have variance 0.02, more than it.
+
+    The noise stays 0.02 (not capped at 0.005), the interaction is 0.005 - 0.02 < 0,
+    truncated to 0, and the output says so. Components: task (0.08 - 0.005) / 2 = 0.0375,
+    configuration (0.06 - 0.005) / 3 = 0.018333, in all 0.075833.
+    """
+    table, summary = variance_decomposition(_block_runs([0.2, 0.4]), ["A", "B"],
+                                            resamples=50)
+    got = table.set_index("component")
+    total = 0.0375 + 0.055 / 3 + 0.02
+    assert got.loc["run_noise", "variance"] == pytest.approx(0.02)
+    assert got.loc["interaction", "variance"] == 0.0
+    assert got.loc["task", "share"] == pytest.approx(0.0375 / total)
+    assert got.loc["run_noise", "share"] == pytest.approx(0.02 / total)
+    assert bool(got.loc["interaction", "truncated"]) and not got.loc["task", "truncated"]
+    rows = {r["statistic"]: r["value"] for r in summary}
+    assert rows["interaction_truncated"] is True
+    assert rows["interaction_before_truncation"] == pytest.approx(0.005 - 0.02)
+
+
+def test_noise_below_the_residuals_leaves_the_interaction_untruncated() -> None:
+    """Repeats 0.3, 0.4: variance 0.005 / 2 = 0.0025, interaction 0.005 - 0.0025."""
+    table, summary = variance_decomposition(_block_runs([0.3, 0.4]), ["A", "B"],
+                                            resamples=50)
+    got = table.set_index("component")["variance"]
+    assert got["run_noise"] == pytest.approx(0.005)
+    assert got["interaction"] == pytest.approx(0.0)
+    table, summary = variance_decomposition(_block_runs([0.3, 0.35]), ["A", "B"],
+                                            resamples=50)
+    got = table.set_index("component")["variance"]
+    assert got["run_noise"] == pytest.approx(0.00125)
+    assert got["interaction"] == pytest.approx(0.005 - 0.00125)
+    assert {r["statistic"]: r["value"] for r in summary}["interaction_truncated"] is False
+
+
+def _coverage_runs() -> pd.DataFrame:
+    """A, B, C on four tasks; D only on two: the block is A, B, C on four (12 scores)."""
+    rng = np.random.default_rng(0)
+    rows = [run_row(c, f"t{t}", float(rng.uniform(-0.5, 0.9)),
+                    discipline=["chemistry", "biology"][t % 2])
+            for c in "ABC" for t in range(4)]
+    rows += [run_row("D", f"t{t}", float(rng.uniform(-0.5, 0.9)),
+                     discipline=["chemistry", "biology"][t % 2]) for t in range(2)]
+    rows += [run_row("D", f"t{t}", None, outcome="refusal") for t in (2, 3)]
+    return check_runs_table(pd.DataFrame(rows))
+
+
+FAST = {"resamples": 30, "simulations": 30, "null_draws": 30}
+
+
+def test_decomposition_default_is_the_largest_block_and_the_manifest_names_it() -> None:
+    runs = _coverage_runs()
+    result = analyze(runs, StatsOptions(**FAST))
+    rule = result.manifest["outputs"]["variance.csv"]["rule"]
+    assert rule.startswith(BLOCK_RULE) and "on 4 tasks" in rule
+    named = rule.split("3 configurations (")[1].split(")")[0]
+    assert sorted(named.split(", ")) == ["A", "B", "C"]
+    rows = result.summary.set_index("statistic")["value"]
+    assert (rows["block_configs"], rows["block_tasks"]) == (3, 4)
+    chosen = analyze(runs, StatsOptions(**FAST, decomposition_configs=("A", "D")))
+    rule = chosen.manifest["outputs"]["variance.csv"]["rule"]
+    assert rule.startswith("--decomposition-configs") and "on 2 tasks" in rule
+    assert chosen.manifest["decomposition_configs"] == ["A", "D"]
+
+
+def test_null_draws_do_not_shrink_with_resamples() -> None:
+    """Paper E.9 and E.10: 2,000 simulated tables and 5,000 permutations by default."""
+    runs = _coverage_runs()
+    inputs = StatsInputs(runs, StatsOptions(resamples=100))
+    assert (inputs.null_draws, inputs.permutations, inputs.private_null_draws) == (
+        NULL_DRAWS, PERMUTATIONS, PRIVATE_NULL_DRAWS) == (2000, 5000, 40_000)
+    inputs = StatsInputs(runs, StatsOptions(resamples=100, null_draws=7))
+    assert (inputs.null_draws, inputs.permutations, inputs.private_null_draws) == (7, 7, 7)
+    manifest = inputs.manifest()
+    assert (manifest["simulated_null_draws"], manifest["discipline_permutations"]) == (7, 7)
