@@ -42,8 +42,8 @@ from spu.stats.exposure import (
 from spu.stats.inputs import StatsInputs
 from spu.stats.interaction import (
     grouping_share,
-    largest_common_block,
     interaction_tasks,
+    largest_common_block,
     simulated_nulls,
     spread_summary,
     variance_decomposition,

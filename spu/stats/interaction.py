@@ -198,8 +198,11 @@ def largest_common_block(matrix: pd.DataFrame, configs: list[str] | None = None
 
 def _components(terms: dict[str, np.ndarray], n_configs: int, noise_var: np.ndarray
                 ) -> dict[str, np.ndarray]:
-    """Variance components; the noise is the repeats' pooled within-task variance as it
-    is, and the interaction the residual mean square less it, truncated at zero."""
+    """Variance components of the block (or of each bootstrap draw).
+
+    The noise is the repeats' pooled within-task variance as it is, and the interaction
+    the residual mean square less it, truncated at zero.
+    """
     n_tasks = terms.get("n_tasks")
     assert n_tasks is not None
     task = np.maximum((terms["ms_task"] - terms["ms_resid"]) / n_configs, 0.0)
