@@ -20,11 +20,13 @@ from spu.stats.costs import cost_sensitivity_table, cost_table
 from spu.stats.coverage import all_tasks_table, coverage_table, shared_task_counts
 from spu.stats.design import detectable_curves, pilot_variances, study_design
 from spu.stats.disciplines import (
+    GROUP_RULE,
     all_discipline_configs,
     default_groups,
     discipline_gap,
     discipline_stability,
     discipline_summary,
+    named_groups,
 )
 from spu.stats.effort import (
     effort_correlations,
@@ -239,16 +241,25 @@ def effort(inputs: StatsInputs) -> AnalysisResult:
     if not found:
         return AnalysisResult(notes=[
             "effort: no model ran at two reasoning efforts with the same harness"])
+    tables = [effort_table(t, public_all, p, seed, resamples) for p, t in found]
+    summary = []
+    for table in tables:
+        # 4.5: the lower effort's official runs against the mean of the higher's repeats.
+        for r in table[table["way"] == "repeats_mean"].itertuples(index=False):
+            summary.append(summary_row("effort", f"official {r.low} minus repeats mean "
+                                       f"{r.high}", r.diff, r.n_tasks, (r.ci_low, r.ci_high)))
+    rule = ("pairs: configurations running one model (the model column, else the label "
+            "without its effort word) with one harness at two efforts, lowest against "
+            "highest: " + "; ".join(f"{p.low} / {p.high} ({p.model})" for p, _ in found))
     return AnalysisResult(tables={
         "effort_tasks.csv": pd.concat(
             [t.assign(low_config=p.low, high_config=p.high) for p, t in found],
             ignore_index=True),
-        "effort.csv": pd.concat(
-            [effort_table(t, public_all, p, seed, resamples) for p, t in found],
-            ignore_index=True),
+        "effort.csv": pd.concat(tables, ignore_index=True),
         "effort_ratios.csv": pd.concat(
             [effort_ratios(public, p, seed, resamples) for p, _ in found], ignore_index=True),
-    })
+    }, summary=summary, rules=dict.fromkeys(("effort_tasks.csv", "effort.csv",
+                                             "effort_ratios.csv"), rule))
 
 
 @analysis(files=("effort_correlations.csv",), section="E.3", name="effort_correlations")
@@ -396,19 +407,39 @@ def disciplines_summary(inputs: StatsInputs) -> AnalysisResult:
 def disciplines_gap(inputs: StatsInputs) -> AnalysisResult:
     """The gap between leading and trailing configurations in each discipline."""
     eligible = all_discipline_configs(inputs.public, inputs.order)
-    top, bottom = default_groups(inputs.configs, inputs.pairs, eligible)
+    named = inputs.options.discipline_groups
+    notes = []
+    if named is not None:
+        try:
+            top, bottom = named_groups(named, inputs.order)
+        except ValueError as exc:
+            raise StatsInputError(str(exc)) from exc
+        rule = f"--discipline-groups {named}"
+        outside = [c for c in [*top, *bottom] if c not in eligible]
+        if outside:
+            notes.append(f"discipline gap: {', '.join(outside)} of --discipline-groups "
+                         "have no scored run in some discipline")
+    else:
+        size = inputs.options.top_group_size
+        top, bottom = default_groups(inputs.configs, inputs.pairs, eligible, size)
+        rule = GROUP_RULE if size is None else f"{GROUP_RULE}; --top-group {size}"
     if not (top and bottom):
         return AnalysisResult(notes=[
             "discipline gap: no leading and trailing group scored in every discipline"])
     gap, test = discipline_gap(inputs.public, top, bottom, inputs.seed, inputs.resamples,
                                inputs.permutations)
+    left_out = [c for c in inputs.order if c not in {*top, *bottom}]
+    rule += (f": leading {', '.join(top)}; trailing {', '.join(bottom)}; left out "
+             f"{', '.join(left_out) or 'none'}")
     return AnalysisResult(
         tables={"discipline_gap.csv": gap.assign(leading=", ".join(top),
                                                  trailing=", ".join(bottom))},
-        tests=[test],
+        tests=[test], rules={"discipline_gap.csv": rule}, notes=notes,
         summary=[summary_row("disciplines", "gap_range", test["statistic"], test["n"]),
                  summary_row("disciplines", "gap_range_null_median", test.get("null_median"),
-                             inputs.permutations)])
+                             inputs.permutations),
+                 summary_row("disciplines", "leading_configs", len(top)),
+                 summary_row("disciplines", "trailing_configs", len(bottom))])
 
 
 @analysis(files=("discipline_pairs.csv",), section="Figure 20d (4.6, E.10)",
@@ -418,7 +449,11 @@ def disciplines_order(inputs: StatsInputs) -> AnalysisResult:
     eligible = all_discipline_configs(inputs.public, inputs.order)
     table, test = discipline_stability(inputs.public, eligible, inputs.seed,
                                        inputs.permutations)
-    return AnalysisResult(tables={"discipline_pairs.csv": table}, tests=[test], summary=[
+    rule = (f"the {len(eligible)} configurations with a scored run in every discipline "
+            f"({', '.join(eligible)}), against {inputs.permutations:,} random splits into "
+            "blocks of the disciplines' sizes")
+    return AnalysisResult(tables={"discipline_pairs.csv": table}, tests=[test],
+                          rules={"discipline_pairs.csv": rule}, summary=[
         summary_row("disciplines", "order_stability", test["statistic"], test["n"]),
         summary_row("disciplines", "order_stability_null_median", test.get("null_median"),
                     inputs.permutations)])

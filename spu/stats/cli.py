@@ -51,6 +51,10 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    help="configurations of the variance decomposition, comma-separated "
                         "(default: the largest set scored on a common task set, the one "
                         "holding the most scores)")
+    p.add_argument("--discipline-groups", default=None, metavar="A,B;C,D",
+                   help="leading and trailing groups of the discipline comparison, e.g. the "
+                        "paper's named ones (default: the groups the paired tests separate, "
+                        "of the configurations with a scored run in every discipline)")
     p.add_argument("--design-difference", type=float, action="append", default=None,
                    metavar="D", dest="design_differences",
                    help="difference in mean score for the study-design table design.csv "
@@ -111,7 +115,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         null_draws=args.null_draws, task_roots=tuple(args.tasks),
         answers_root=args.answers_root, runs_dir=args.runs_dir,
         top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
-        decomposition_configs=chosen,
+        decomposition_configs=chosen, discipline_groups=args.discipline_groups,
     )
     try:
         runs = read_runs_table(args.runs)

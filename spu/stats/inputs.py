@@ -61,6 +61,10 @@ class StatsOptions:
     """Run-to-run SD of the simulated reruns (default: pooled SD of the repeats)."""
     design_differences: tuple[float, ...] = DIFFERENCES
     """Differences in mean score of the study-design table (``design.csv``)."""
+    discipline_groups: str | None = None
+    """The leading and trailing groups of the discipline comparison, ``"A,B;C,D"``
+    (``--discipline-groups``); ``None``: the paper's rule
+    (:data:`~spu.stats.disciplines.GROUP_RULE`)."""
     decomposition_configs: tuple[str, ...] | None = None
     """Configurations of the variance decomposition (``--decomposition-configs``);
     ``None``: the largest complete block (:func:`~spu.stats.interaction.largest_common_block`)."""
@@ -247,6 +251,7 @@ class StatsInputs:
             "runs_dir": None if opt.runs_dir is None else str(opt.runs_dir),
             "decomposition_configs": (None if opt.decomposition_configs is None
                                       else list(opt.decomposition_configs)),
+            "discipline_groups": opt.discipline_groups,
             "rows": len(self.runs), "configs": self.order, "absent_columns": self.absent,
         }
 

@@ -144,3 +144,98 @@ def test_null_draws_do_not_shrink_with_resamples() -> None:
     assert (inputs.null_draws, inputs.permutations, inputs.private_null_draws) == (7, 7, 7)
     manifest = inputs.manifest()
     assert (manifest["simulated_null_draws"], manifest["discipline_permutations"]) == (7, 7)
+
+
+def _effort_runs(with_columns: bool) -> pd.DataFrame:
+    """Astra Medium and Astra Max official on three tasks, Max repeated twice on two."""
+    medium = {"t1": 0.5, "t2": 0.2, "t3": 0.7}
+    maximum = {"t1": 0.4, "t2": 0.3, "t3": 0.1}
+    repeats = {"t1": [0.1, 0.3], "t2": [0.6, 0.4]}
+    extra = ({"model": "astra", "harness": "codex"} if with_columns else {})
+    rows = [run_row("Astra Medium", t, s, **extra, **({"effort": "medium"} if with_columns
+                                                       else {}))
+            for t, s in medium.items()]
+    rows += [run_row("Astra Max", t, s, **extra, **({"effort": "max"} if with_columns
+                                                     else {}))
+             for t, s in maximum.items()]
+    rows += [run_row("Astra Max", t, s, repeat=r + 1, **extra,
+                     **({"effort": "max"} if with_columns else {}))
+             for t, scores in repeats.items() for r, s in enumerate(scores)]
+    rows += [run_row("Opus 5", t, 0.3, **({"model": "opus5", "harness": "cc",
+                                            "effort": "max"} if with_columns else {}))
+             for t in medium]
+    return check_runs_table(pd.DataFrame(rows))
+
+
+@pytest.mark.parametrize("with_columns", [True, False])
+def test_medium_official_against_the_max_repeats_pairs_by_the_model(with_columns) -> None:
+    """4.5: Medium's official score minus the mean of the Max repeats, hand-worked.
+
+    t1: 0.5 - 0.2 = 0.3; t2: 0.2 - 0.5 = -0.3; mean 0.0 over two tasks. Without model,
+    harness and effort columns the model comes from the labels ("Astra").
+    """
+    result = analyze(_effort_runs(with_columns), StatsOptions(**FAST))
+    assert "effort.csv" in result.tables
+    row = result.summary.set_index("statistic").loc[
+        "official Astra Medium minus repeats mean Astra Max"]
+    assert row["value"] == pytest.approx(0.0) and row["n"] == 2
+    effort = result.tables["effort.csv"].set_index("way")
+    assert effort.loc["official", "diff"] == pytest.approx((0.1 - 0.1 + 0.6) / 3)
+    rule = result.manifest["outputs"]["effort.csv"]["rule"]
+    assert "Astra Medium / Astra Max" in rule
+
+
+def test_discipline_groups_default_to_the_papers_rule() -> None:
+    """4.6, E.10: the leading six less those without a run in every discipline, against
+    the trailing configurations the paired tests separate from the leading six."""
+    from spu.stats.disciplines import default_groups
+
+    names = list("ABCDEFGHIJKLM")
+    means = [0.478, 0.431, 0.424, 0.421, 0.409, 0.393, 0.315, 0.308, 0.296, 0.254, 0.245,
+             0.239, 0.227]
+    configs = pd.DataFrame({"config": names, "adjusted_mean": means})
+    # Every trailing configuration but G is separated from some leading one (by F, which
+    # itself is not eligible: the paper's "separate from the leading six").
+    rows = [{"config_a": a, "config_b": b, "significant": a == "F" and b != "G"}
+            for a, b in itertools.combinations(names, 2)]
+    eligible = [c for c in names if c not in ("E", "F")]
+    top, bottom = default_groups(configs, pd.DataFrame(rows), eligible)
+    assert (top, bottom) == (list("ABCD"), list("HIJKLM"))
+
+
+def test_configs_with_a_run_in_every_discipline_need_no_coverage() -> None:
+    """E.10: a configuration scored on one task of each discipline is in the comparison."""
+    from spu.stats.disciplines import all_discipline_configs
+
+    rows = [run_row(c, f"t{t}", 0.3, discipline=["chemistry", "biology"][t % 2])
+            for c in "AB" for t in range(10)]
+    rows += [run_row("C", f"t{t}", 0.3 if t < 2 else None,
+                     discipline=["chemistry", "biology"][t % 2],
+                     outcome="valid" if t < 2 else "refusal") for t in range(10)]
+    runs = check_runs_table(pd.DataFrame(rows))
+    assert all_discipline_configs(runs, list("ABC")) == list("ABC")
+    assert all_discipline_configs(runs, list("ABC"), low_coverage=0.5) == list("AB")
+
+
+def test_named_discipline_groups_and_the_gap_by_hand() -> None:
+    """--discipline-groups: the named groups; the gap per discipline, hand-worked.
+
+    Chemistry tasks t0, t2: A - mean(B, C) = 0.6 - 0.3 and 0.5 - 0.2, mean 0.3;
+    biology t1, t3: 0.4 - 0.3 and 0.2 - 0.3, mean 0.0; widest minus narrowest 0.3.
+    """
+    scores = {"A": [0.6, 0.4, 0.5, 0.2], "B": [0.4, 0.2, 0.3, 0.4], "C": [0.2, 0.4, 0.1, 0.2]}
+    rows = [run_row(c, f"t{t}", s, discipline=["chemistry", "biology"][t % 2])
+            for c, values in scores.items() for t, s in enumerate(values)]
+    runs = check_runs_table(pd.DataFrame(rows))
+    result = analyze(runs, StatsOptions(**FAST, discipline_groups="A; B, C"))
+    gap = result.tables["discipline_gap.csv"].set_index("discipline")
+    assert gap.loc["chemistry", "diff"] == pytest.approx(0.3)
+    assert gap.loc["biology", "diff"] == pytest.approx(0.0)
+    assert gap["leading"].iloc[0] == "A" and gap["trailing"].iloc[0] == "B, C"
+    rule = result.manifest["outputs"]["discipline_gap.csv"]["rule"]
+    assert rule.startswith("--discipline-groups A; B, C: leading A; trailing B, C")
+    test = result.tables["tests.csv"].set_index("test").loc["discipline_gap_range"]
+    assert test["statistic"] == pytest.approx(0.3)
+    default = analyze(runs, StatsOptions(**FAST))
+    from spu.stats.disciplines import GROUP_RULE
+    assert default.manifest["outputs"]["discipline_gap.csv"]["rule"].startswith(GROUP_RULE)
