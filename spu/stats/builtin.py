@@ -36,6 +36,9 @@ from spu.stats.effort import (
     effort_tasks,
 )
 from spu.stats.exposure import (
+    DOI_RULE,
+    audited_doi_hits,
+    doi_tasks,
     exposure_indicators,
     exposure_summary,
     exposure_table,
@@ -480,8 +483,23 @@ def exposure_indicator(inputs: StatsInputs) -> AnalysisResult:
     notes = []
     if "flagged_exposure" in inputs.absent:
         notes.append("exposure: the table has no flagged_exposure column")
-    return AnalysisResult(tables={"exposure_indicators.csv": exposure_indicators(
-        inputs.public, inputs.order)}, notes=notes)
+    with_doi = doi_tasks(inputs.tasks)
+    runs_dir = inputs.options.runs_dir
+    audited = ({} if runs_dir is None
+               else audited_doi_hits(runs_dir, inputs.public[inputs.public["scored"]]))
+    table = exposure_indicators(inputs.public, inputs.order, with_doi, audited)
+    parts = [DOI_RULE]
+    if with_doi is None:
+        parts.append("no answer key names a source (--tasks), so over every scored run")
+    n_doi = int(table["n_doi_runs"].sum())
+    missing = n_doi - int(table["n_doi_audited_known"].sum())
+    if missing:
+        parts.append(f"{missing} of {n_doi} runs without exposure hits in a run record "
+                     "(--runs-dir), counted by exposure_kinds from any tool")
+    return AnalysisResult(tables={"exposure_indicators.csv": table}, notes=notes,
+                          rules={"exposure_indicators.csv": "; ".join(parts)},
+                          summary=[summary_row("exposure", "doi_runs", int(round(float(
+                              (table["doi_share"] * table["n_doi_runs"]).sum()))), n_doi)])
 
 
 # Private tasks (3.4, E.5).

@@ -239,3 +239,50 @@ def test_named_discipline_groups_and_the_gap_by_hand() -> None:
     default = analyze(runs, StatsOptions(**FAST))
     from spu.stats.disciplines import GROUP_RULE
     assert default.manifest["outputs"]["discipline_gap.csv"]["rule"].startswith(GROUP_RULE)
+
+
+def test_doi_share_over_runs_whose_task_has_one_in_audited_output(tmp_path) -> None:
+    """3.7, Figure 13c: of the scored runs whose task has a DOI, those where an audited
+    tool returned it. A: t1 by fetch (counts), t2 by a shell command (does not), t3's task
+    has no DOI (left out): 1 of 2. B: no hit on t1 or t2: 0 of 2."""
+    import json
+
+    from tests.stats.conftest import write_task
+
+    tasks = tmp_path / "tasks"
+    for t in ("t1", "t2", "t3"):
+        folder = write_task(tasks, t, {"G": {"e1": 1.0, "e2": 2.0, "e3": 3.0}})
+        answers = json.loads((folder / "hidden" / "answers.json").read_text())
+        answers["source"] = {"title": "A study"} | ({"doi": f"10.1/{t}"} if t != "t3" else {})
+        (folder / "hidden" / "answers.json").write_text(json.dumps(answers))
+    hits = {("A", "t1"): [{"kind": "doi", "identifier": "10.1/t1", "step": 3,
+                           "tool": "mcp__spu__fetch"}],
+            ("A", "t2"): [{"kind": "doi", "identifier": "10.1/t2", "step": 4, "tool": "Bash"},
+                          {"kind": "title", "identifier": "A study", "step": 5,
+                           "tool": "mcp__spu__search"}],
+            ("A", "t3"): [{"kind": "doi", "identifier": "x", "step": 1, "tool": "mcp__spu__fetch"}]}
+    rows, outputs = [], tmp_path / "outputs" / "runs"
+    for c in "AB":
+        for t in ("t1", "t2", "t3"):
+            found = hits.get((c, t), [])
+            rows.append(run_row(c, t, 0.5 if c == "A" else 0.1, run_key=f"{c}-{t}",
+                                flagged_exposure=bool(found),
+                                exposure_kinds=",".join(sorted({h["kind"] for h in found}))))
+            (outputs / f"{c}-{t}").mkdir(parents=True)
+            (outputs / f"{c}-{t}" / "run.json").write_text(json.dumps(
+                {"run_key": f"{c}-{t}", "exposure_hits": found}))
+    runs = check_runs_table(pd.DataFrame(rows))
+    result = analyze(runs, StatsOptions(**FAST, task_roots=(tasks,),
+                                        runs_dir=tmp_path / "outputs"))
+    table = result.tables["exposure_indicators.csv"].set_index("config")
+    assert table.loc["A", "doi_share"] == pytest.approx(0.5)
+    assert table.loc["B", "doi_share"] == 0.0
+    assert table.loc["A", "n_doi_runs"] == 2 and table.loc["A", "n_doi_audited_known"] == 2
+    from spu.stats.exposure import DOI_RULE
+    assert result.manifest["outputs"]["exposure_indicators.csv"]["rule"] == DOI_RULE
+    # Without the task packages and records: any tool's DOI over every scored run (3 of 3).
+    plain = analyze(runs, StatsOptions(**FAST))
+    assert plain.tables["exposure_indicators.csv"].set_index("config").loc[
+        "A", "doi_share"] == 1.0
+    assert "over every scored run" in plain.manifest["outputs"]["exposure_indicators.csv"][
+        "rule"]
