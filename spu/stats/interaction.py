@@ -448,6 +448,7 @@ def _advantage(matrix: np.ndarray, j: int) -> np.ndarray:
 def simulated_nulls(
     runs: pd.DataFrame, order: list[str], run_sd: float, seed: int = 0,
     draws: int = NULL_DRAWS, coverage: float = WIDE_COVERAGE,
+    same_model: list[tuple[str, str]] | None = None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]], list[dict[str, Any]]]:
     """Pair correlations and the repeated configuration's advantage against no interaction.
 
@@ -458,10 +459,14 @@ def simulated_nulls(
     - the Pearson correlation of the per-task scores of every pair of configurations
       scored on at least ``coverage`` of the tasks, over the tasks both scored
       (Figure 18d); ``null_mean`` is the correlation expected without interaction, and
-      ``p_sim = (1 + #{r* >= r}) / (1 + draws)``;
+      ``p_sim = (1 + #{r* >= r}) / (1 + draws)``. The pairs of one model at two
+      efforts (``same_model``, :func:`spu.stats.effort.effort_pairs`) are tested, each
+      beside the median and maximum of the other pairs (4.4); without such a pair the
+      most correlated pair is, named as unadjusted for the choice;
     - for the configuration with repeats: its official score minus the mean of the other
       configurations on a task, against the mean of its repeats minus the same; the
-      correlation over the repeated tasks and the tasks where the two share a sign
+      correlation over the tasks with at least :data:`MIN_REPEATS` scored repeats and
+      the tasks where the two share a sign
       (Figure 18c), with the same one-sided simulated p.
 
     Returns
@@ -484,7 +489,7 @@ def simulated_nulls(
         return empty, [], []
     wide = wide_configs(tables.matrix.reindex(tables.tasks), coverage)
     pairs = _pair_correlations(tables, wide, draws)
-    tests, summary = _pair_rows(pairs)
+    tests, summary = _pair_rows(pairs, same_model or [])
     repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
     for config, group in repeated.groupby("config"):
         if config not in tables.configs:
@@ -496,7 +501,7 @@ def simulated_nulls(
     return pairs, tests, summary
 
 
-PAIR_COLUMNS = ("config_a", "config_b", "n_tasks", "r", "null_mean", "p_sim")
+PAIR_COLUMNS = ("config_a", "config_b", "n_tasks", "r", "null_mean", "p_sim", "same_model")
 """Columns of ``pair_correlations.csv``."""
 
 
@@ -553,26 +558,54 @@ def _pair_correlations(tables: _NullTables, wide: list[str], draws: int) -> pd.D
         sims = _pearson_rows(null[:, both, i], null[:, both, j])
         rows.append({"config_a": a, "config_b": b, "n_tasks": int(both.sum()), "r": r,
                      "null_mean": float(np.nanmean(sims)),
-                     "p_sim": (1 + int((sims >= r - 1e-12).sum())) / (1 + draws)})
+                     "p_sim": (1 + int((sims >= r - 1e-12).sum())) / (1 + draws),
+                     "same_model": False})
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
 
 
-def _pair_rows(pairs: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The test of the most correlated pair, and the summary rows of the pairs."""
+def _pair_rows(pairs: pd.DataFrame, same_model: list[tuple[str, str]]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Tests of the same-model pairs against the others (4.4), and the summary rows.
+
+    Marks the same-model pairs in ``pairs`` (its ``same_model`` column). Without one,
+    the most correlated pair is tested, its p unadjusted for having been picked.
+    """
     if not len(pairs):
         return [], []
-    top = pairs.loc[pairs["r"].idxmax()]
+    wanted = {frozenset(p) for p in same_model}
+    mask = pairs.apply(lambda r: frozenset((r.config_a, r.config_b)) in wanted, axis=1
+                       ).astype(bool)
+    pairs["same_model"] = mask.to_numpy()
+    others = pairs[~mask]
     summary = [
         {"analysis": "interaction", "statistic": "pair_r_median",
          "value": float(pairs["r"].median()), "n": len(pairs)},
         {"analysis": "interaction", "statistic": "pair_r_null_mean",
          "value": float(pairs["null_mean"].mean()), "n": len(pairs)},
-        {"analysis": "interaction", "statistic": f"pair_r_max {top.config_a} / "
-         f"{top.config_b}", "value": float(top.r), "n": int(top.n_tasks)},
     ]
-    tests = [named_test(f"pair_correlation {top.config_a} / {top.config_b}",
-                        float(top.r), float(top.p_sim), "4.4", n=int(top.n_tasks),
-                        method="simulated")]
+    tests = []
+    if mask.any():
+        summary += [
+            {"analysis": "interaction", "statistic": "pair_r_others_median",
+             "value": float(others["r"].median()) if len(others) else math.nan,
+             "n": len(others)},
+            {"analysis": "interaction", "statistic": "pair_r_others_max",
+             "value": float(others["r"].max()) if len(others) else math.nan,
+             "n": len(others)}]
+        for r in pairs[mask].itertuples(index=False):
+            summary.append({"analysis": "interaction", "statistic": f"pair_r_same_model "
+                            f"{r.config_a} / {r.config_b}", "value": float(r.r),
+                            "n": int(r.n_tasks)})
+            tests.append(named_test(f"pair_correlation {r.config_a} / {r.config_b}",
+                                    float(r.r), float(r.p_sim), "4.4", n=int(r.n_tasks),
+                                    method="simulated, same model at two efforts"))
+        return tests, summary
+    top = pairs.loc[pairs["r"].idxmax()]
+    summary.append({"analysis": "interaction", "statistic": f"pair_r_max {top.config_a} / "
+                    f"{top.config_b}", "value": float(top.r), "n": int(top.n_tasks)})
+    tests.append(named_test(f"pair_correlation {top.config_a} / {top.config_b}",
+                            float(top.r), float(top.p_sim), "4.4", n=int(top.n_tasks),
+                            method="simulated, the largest pair (unadjusted for the choice)"))
     return tests, summary
 
 
@@ -586,6 +619,7 @@ def _repeat_advantage(tables: _NullTables, config: str, group: pd.DataFrame, run
     tasks, m, null, fitted = tables.tasks, tables.m, tables.null, tables.fitted
     j = tables.configs.index(config)
     means = group.groupby("task_id")["score_recovered"].agg(["mean", "size"])
+    means = means[means["size"] >= MIN_REPEATS]  # 4.4: "the 28 tasks with at least three"
     rows_idx = [tasks.index(t) for t in means.index if t in tasks]
     if len(rows_idx) < 3:
         return None

@@ -286,3 +286,56 @@ def test_doi_share_over_runs_whose_task_has_one_in_audited_output(tmp_path) -> N
         "A", "doi_share"] == 1.0
     assert "over every scored run" in plain.manifest["outputs"]["exposure_indicators.csv"][
         "rule"]
+
+
+def test_same_model_pair_is_tested_against_the_other_pairs(paper_runs) -> None:
+    """4.4: Astra Medium / Astra Max (one model, two efforts, found from the configs) is
+    the tested pair; its r is scipy's Pearson r; the others give median and maximum."""
+    from scipy import stats as sps
+
+    from spu.stats.builtin import pair_correlations
+    from spu.stats.runs_table import official, score_matrix
+
+    inputs = StatsInputs(paper_runs, StatsOptions(resamples=50, null_draws=200))
+    result = pair_correlations(inputs)
+    table = result.tables["pair_correlations.csv"]
+    same = table[table["same_model"]]
+    assert len(same) == 1 and {same["config_a"].iloc[0], same["config_b"].iloc[0]} == {
+        "Astra Medium", "Astra Max"}
+    public = official(paper_runs)
+    m = score_matrix(public[public["scored"]], ["Astra Medium", "Astra Max"]).dropna()
+    assert same["r"].iloc[0] == pytest.approx(
+        sps.pearsonr(m["Astra Medium"], m["Astra Max"]).statistic)
+    tests = {t["test"]: t for t in result.tests}
+    name = f"pair_correlation {same['config_a'].iloc[0]} / {same['config_b'].iloc[0]}"
+    assert tests[name]["p_value"] == pytest.approx(same["p_sim"].iloc[0])
+    rows = {r["statistic"]: r["value"] for r in result.summary}
+    others = table[~table["same_model"]]["r"]
+    assert rows["pair_r_others_median"] == pytest.approx(others.median())
+    assert rows["pair_r_others_max"] == pytest.approx(others.max())
+    assert "same-model pairs" in result.rules["pair_correlations.csv"]
+
+
+def test_repeat_spread_counts_and_the_three_repeat_rule(paper_runs) -> None:
+    """4.4: tasks where the configurations spread more than the repeats (F > 1) and the
+    median ratio; the repeat advantage uses only tasks with at least three repeats."""
+    from spu.stats.builtin import interaction, pair_correlations
+
+    inputs = StatsInputs(paper_runs, StatsOptions(resamples=50, null_draws=200))
+    result = interaction(inputs)
+    table = result.tables["interaction_tasks.csv"]
+    rows = {r["statistic"]: r for r in result.summary}
+    exceed = rows["tasks_configs_exceed_repeats Astra Max"]
+    assert exceed["value"] == int((table["F"] > 1).sum()) and exceed["n"] == len(table)
+    assert rows["median_spread_ratio Astra Max"]["value"] == pytest.approx(
+        float(np.median(table["F"])))
+    # Keep two repeats on five of the repeated tasks: they leave the advantage test.
+    repeated = paper_runs[(paper_runs["repeat"] >= 1) & paper_runs["scored"]]
+    counts = repeated.groupby("task_id").size()
+    five = list(counts[counts >= 3].index[:5])
+    drop = paper_runs["task_id"].isin(five) & (paper_runs["repeat"] >= 3)
+    before = {t["test"]: t for t in pair_correlations(inputs).tests}
+    after_inputs = StatsInputs(paper_runs[~drop], StatsOptions(resamples=50, null_draws=200))
+    after = {t["test"]: t for t in pair_correlations(after_inputs).tests}
+    key = "repeat_advantage_correlation Astra Max"
+    assert after[key]["n"] == before[key]["n"] - 5
