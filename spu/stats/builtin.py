@@ -75,12 +75,14 @@ from spu.stats.private import (
 )
 from spu.stats.registry import AnalysisResult, analysis
 from spu.stats.repeats import (
+    TaskSpread,
     rank_stability,
     reliability_table,
     repeat_task_table,
     repeats_table,
     stop_clustering_test,
     stop_effect,
+    unstable_share,
 )
 from spu.stats.runs_table import score_matrix
 from spu.stats.submissions import StatsInputError
@@ -290,6 +292,9 @@ def repeats(inputs: StatsInputs) -> AnalysisResult:
         test = stop_clustering_test(own, seed, inputs.draws)
         tests.append(named_test(f"stop_clustering {config}", test["statistic"],
                                 test["p_value"], "3.6", n=test["n"], method=test["method"]))
+        n_unstable, share = unstable_share(TaskSpread.from_scores(own[own["scored"]]))
+        summary += [summary_row("repeats", f"unstable_tasks {config}", n_unstable),
+                    summary_row("repeats", f"unstable_ss_share {config}", share)]
         summary += [summary_row("repeats", f"stops {config}", test["stops"], test["runs"]),
                     summary_row("repeats", f"stop_clusters_expected {config}",
                                 test["expected"], test["tasks"]),

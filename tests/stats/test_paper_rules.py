@@ -339,3 +339,18 @@ def test_repeat_spread_counts_and_the_three_repeat_rule(paper_runs) -> None:
     after = {t["test"]: t for t in pair_correlations(after_inputs).tests}
     key = "repeat_advantage_correlation Astra Max"
     assert after[key]["n"] == before[key]["n"] - 5
+
+
+def test_share_of_within_task_ss_from_tasks_with_sd_above_0_2() -> None:
+    """3.6, hand-worked: t1 repeats 0.1, 0.4, 0.25 (SD 0.15, SS 0.045), t2 0.0, 0.6 (SD
+    0.424, SS 0.18), t3 0.4, 0.5 (SS 0.005): one task above 0.2, 0.18 / 0.23."""
+    from spu.stats.builtin import repeats
+
+    rows = [run_row("A", t, 0.3) for t in ("t1", "t2", "t3")]
+    rows += [run_row("B", t, 0.2) for t in ("t1", "t2", "t3")]
+    for t, scores in {"t1": [0.1, 0.4, 0.25], "t2": [0.0, 0.6], "t3": [0.4, 0.5]}.items():
+        rows += [run_row("A", t, s, repeat=r + 1) for r, s in enumerate(scores)]
+    inputs = StatsInputs(check_runs_table(pd.DataFrame(rows)), StatsOptions(**FAST))
+    got = {r["statistic"]: r["value"] for r in repeats(inputs).summary}
+    assert got["unstable_tasks A"] == 1
+    assert got["unstable_ss_share A"] == pytest.approx(0.18 / 0.23)
