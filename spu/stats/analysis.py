@@ -100,7 +100,8 @@ def _outputs(outcomes: list[_Outcome]) -> dict[str, dict[str, Any]]:
             written = name in result.tables
             outputs[name] = {"analysis": entry.name, "source": entry.source,
                              "section": entry.section_of(name), "written": written,
-                             "skipped": None if written else reason}
+                             "skipped": None if written else reason,
+                             "rule": result.rules.get(name)}
     for name, section in COLLECTED_FILES.items():
         key = "tests" if name == "tests.csv" else "summary"
         outputs[name] = {"analysis": [o.entry.name for o in outcomes

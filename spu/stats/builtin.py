@@ -20,11 +20,13 @@ from spu.stats.costs import cost_sensitivity_table, cost_table
 from spu.stats.coverage import all_tasks_table, coverage_table, shared_task_counts
 from spu.stats.design import detectable_curves, pilot_variances, study_design
 from spu.stats.disciplines import (
+    GROUP_RULE,
     all_discipline_configs,
     default_groups,
     discipline_gap,
     discipline_stability,
     discipline_summary,
+    named_groups,
 )
 from spu.stats.effort import (
     effort_correlations,
@@ -34,6 +36,9 @@ from spu.stats.effort import (
     effort_tasks,
 )
 from spu.stats.exposure import (
+    DOI_RULE,
+    audited_doi_hits,
+    doi_tasks,
     exposure_indicators,
     exposure_summary,
     exposure_table,
@@ -41,8 +46,11 @@ from spu.stats.exposure import (
 )
 from spu.stats.inputs import StatsInputs
 from spu.stats.interaction import (
+    MIN_REPEATS,
+    WIDE_COVERAGE,
     grouping_share,
     interaction_tasks,
+    largest_common_block,
     simulated_nulls,
     spread_summary,
     variance_decomposition,
@@ -67,14 +75,17 @@ from spu.stats.private import (
 )
 from spu.stats.registry import AnalysisResult, analysis
 from spu.stats.repeats import (
+    TaskSpread,
     rank_stability,
     reliability_table,
     repeat_task_table,
     repeats_table,
     stop_clustering_test,
     stop_effect,
+    unstable_share,
 )
 from spu.stats.runs_table import score_matrix
+from spu.stats.submissions import StatsInputError
 from spu.stats.tasks import kruskal_wallis_disciplines, task_summary
 
 
@@ -237,16 +248,25 @@ def effort(inputs: StatsInputs) -> AnalysisResult:
     if not found:
         return AnalysisResult(notes=[
             "effort: no model ran at two reasoning efforts with the same harness"])
+    tables = [effort_table(t, public_all, p, seed, resamples) for p, t in found]
+    summary = []
+    for table in tables:
+        # 4.5: the lower effort's official runs against the mean of the higher's repeats.
+        for r in table[table["way"] == "repeats_mean"].itertuples(index=False):
+            summary.append(summary_row("effort", f"official {r.low} minus repeats mean "
+                                       f"{r.high}", r.diff, r.n_tasks, (r.ci_low, r.ci_high)))
+    rule = ("pairs: configurations running one model (the model column, else the label "
+            "without its effort word) with one harness at two efforts, lowest against "
+            "highest: " + "; ".join(f"{p.low} / {p.high} ({p.model})" for p, _ in found))
     return AnalysisResult(tables={
         "effort_tasks.csv": pd.concat(
             [t.assign(low_config=p.low, high_config=p.high) for p, t in found],
             ignore_index=True),
-        "effort.csv": pd.concat(
-            [effort_table(t, public_all, p, seed, resamples) for p, t in found],
-            ignore_index=True),
+        "effort.csv": pd.concat(tables, ignore_index=True),
         "effort_ratios.csv": pd.concat(
             [effort_ratios(public, p, seed, resamples) for p, _ in found], ignore_index=True),
-    })
+    }, summary=summary, rules=dict.fromkeys(("effort_tasks.csv", "effort.csv",
+                                             "effort_ratios.csv"), rule))
 
 
 @analysis(files=("effort_correlations.csv",), section="E.3", name="effort_correlations")
@@ -272,6 +292,9 @@ def repeats(inputs: StatsInputs) -> AnalysisResult:
         test = stop_clustering_test(own, seed, inputs.draws)
         tests.append(named_test(f"stop_clustering {config}", test["statistic"],
                                 test["p_value"], "3.6", n=test["n"], method=test["method"]))
+        n_unstable, share = unstable_share(TaskSpread.from_scores(own[own["scored"]]))
+        summary += [summary_row("repeats", f"unstable_tasks {config}", n_unstable),
+                    summary_row("repeats", f"unstable_ss_share {config}", share)]
         summary += [summary_row("repeats", f"stops {config}", test["stops"], test["runs"]),
                     summary_row("repeats", f"stop_clusters_expected {config}",
                                 test["expected"], test["tasks"]),
@@ -329,12 +352,30 @@ def design(inputs: StatsInputs) -> AnalysisResult:
 @analysis(files=("variance.csv",), section="Figure 26c (4.4, E.2)")
 def variance(inputs: StatsInputs) -> AnalysisResult:
     """Variance of scores split into task, configuration, interaction and noise."""
+    chosen = inputs.options.decomposition_configs
+    matrix = score_matrix(inputs.public, inputs.order)
+    if chosen is not None:
+        unknown = [c for c in chosen if c not in inputs.order]
+        if unknown:
+            raise StatsInputError(f"--decomposition-configs: no official public runs of "
+                                  f"{', '.join(unknown)} (configurations: "
+                                  f"{', '.join(inputs.order)})")
+    block = largest_common_block(matrix, None if chosen is None else list(chosen))
     table, rows = variance_decomposition(inputs.public_all, inputs.order, inputs.seed,
-                                         inputs.resamples)
+                                         inputs.resamples,
+                                         None if chosen is None else list(chosen))
     if not len(table):
         return AnalysisResult(notes=[
-            "variance: fewer than two widely covered configurations or shared tasks"])
-    return AnalysisResult(tables={"variance.csv": table}, summary=rows)
+            f"variance: fewer than two configurations or tasks in the block ({block.rule})"])
+    truncated = bool(table["truncated"].any())
+    rule = (f"{block.rule}: {len(block.configs)} configurations ({', '.join(block.configs)}) "
+            f"on {len(block.tasks)} tasks; run noise the pooled within-task variance of the "
+            "repeats, interaction the rest of the residual mean square"
+            + (", truncated at zero (the repeats vary more than the residuals)" if truncated
+               else ", not truncated"))
+    notes = [f"variance: the interaction was truncated at zero ({rule})"] if truncated else []
+    return AnalysisResult(tables={"variance.csv": table}, summary=rows,
+                          rules={"variance.csv": rule}, notes=notes)
 
 
 @analysis(files=("interaction_tasks.csv",), section="Figure 18b (4.4, E.9)",
@@ -342,16 +383,41 @@ def variance(inputs: StatsInputs) -> AnalysisResult:
 def interaction(inputs: StatsInputs) -> AnalysisResult:
     """Spread between configurations against spread between repeats, per task."""
     table, rows = interaction_tasks(inputs.public_all, inputs.order)
-    return AnalysisResult(tables={"interaction_tasks.csv": table}, tests=rows)
+    summary = []
+    for config, own in table.groupby("config", sort=False):
+        ratio = own["F"].to_numpy(dtype=float)
+        # 4.4: "the spread between configurations exceeds the spread between repeats of
+        # one configuration on 25 tasks, by a median ratio of 6.4" (mean squares, F).
+        summary += [summary_row("interaction", f"tasks_configs_exceed_repeats {config}",
+                                int((ratio > 1).sum()), len(own)),
+                    summary_row("interaction", f"median_spread_ratio {config}",
+                                float(np.median(ratio)) if ratio.size else None, len(own))]
+    return AnalysisResult(tables={"interaction_tasks.csv": table}, tests=rows,
+                          summary=summary, rules={"interaction_tasks.csv": (
+                              f"tasks with at least {MIN_REPEATS} scored repeats; F = mean "
+                              "square of the additive-fit residuals of the configurations "
+                              "over that of the repeats, Holm over the tasks")})
 
 
 @analysis(files=("pair_correlations.csv",), section="Figure 18d (4.4, E.9)")
 def pair_correlations(inputs: StatsInputs) -> AnalysisResult:
     """Correlations of configuration pairs across tasks against simulated nulls."""
+    same = [(p.low, p.high) for p in effort_pairs(inputs.public)]
     table, tests, summary = simulated_nulls(inputs.public_all, inputs.order, inputs.run_sd,
-                                            inputs.seed, inputs.null_draws)
-    tables = {"pair_correlations.csv": table} if np.isfinite(inputs.run_sd) else {}
-    return AnalysisResult(tables=tables, tests=tests, summary=summary)
+                                            inputs.seed, inputs.null_draws, same_model=same)
+    if not np.isfinite(inputs.run_sd):
+        return AnalysisResult(tests=tests, summary=summary)
+    tested = [f"{a} / {b}" for a, b in same
+              if ((table["config_a"] == a) & (table["config_b"] == b)
+                  | (table["config_a"] == b) & (table["config_b"] == a)).any()]
+    rule = (f"pairs of the configurations scored on at least {WIDE_COVERAGE:.0%} of the "
+            f"tasks against {inputs.null_draws:,} tables simulated without interaction; "
+            + (f"tested: the same-model pairs ({'; '.join(tested)}) against the other "
+               "pairs' median and maximum" if tested
+               else "no same-model pair among them, so the largest pair is tested, "
+                    "unadjusted for the choice"))
+    return AnalysisResult(tables={"pair_correlations.csv": table}, tests=tests,
+                          summary=summary, rules={"pair_correlations.csv": rule})
 
 
 @analysis(section="4.4, E.9", name="grouping_share")
@@ -376,19 +442,39 @@ def disciplines_summary(inputs: StatsInputs) -> AnalysisResult:
 def disciplines_gap(inputs: StatsInputs) -> AnalysisResult:
     """The gap between leading and trailing configurations in each discipline."""
     eligible = all_discipline_configs(inputs.public, inputs.order)
-    top, bottom = default_groups(inputs.configs, inputs.pairs, eligible)
+    named = inputs.options.discipline_groups
+    notes = []
+    if named is not None:
+        try:
+            top, bottom = named_groups(named, inputs.order)
+        except ValueError as exc:
+            raise StatsInputError(str(exc)) from exc
+        rule = f"--discipline-groups {named}"
+        outside = [c for c in [*top, *bottom] if c not in eligible]
+        if outside:
+            notes.append(f"discipline gap: {', '.join(outside)} of --discipline-groups "
+                         "have no scored run in some discipline")
+    else:
+        size = inputs.options.top_group_size
+        top, bottom = default_groups(inputs.configs, inputs.pairs, eligible, size)
+        rule = GROUP_RULE if size is None else f"{GROUP_RULE}; --top-group {size}"
     if not (top and bottom):
         return AnalysisResult(notes=[
             "discipline gap: no leading and trailing group scored in every discipline"])
     gap, test = discipline_gap(inputs.public, top, bottom, inputs.seed, inputs.resamples,
                                inputs.permutations)
+    left_out = [c for c in inputs.order if c not in {*top, *bottom}]
+    rule += (f": leading {', '.join(top)}; trailing {', '.join(bottom)}; left out "
+             f"{', '.join(left_out) or 'none'}")
     return AnalysisResult(
         tables={"discipline_gap.csv": gap.assign(leading=", ".join(top),
                                                  trailing=", ".join(bottom))},
-        tests=[test],
+        tests=[test], rules={"discipline_gap.csv": rule}, notes=notes,
         summary=[summary_row("disciplines", "gap_range", test["statistic"], test["n"]),
                  summary_row("disciplines", "gap_range_null_median", test.get("null_median"),
-                             inputs.permutations)])
+                             inputs.permutations),
+                 summary_row("disciplines", "leading_configs", len(top)),
+                 summary_row("disciplines", "trailing_configs", len(bottom))])
 
 
 @analysis(files=("discipline_pairs.csv",), section="Figure 20d (4.6, E.10)",
@@ -398,7 +484,11 @@ def disciplines_order(inputs: StatsInputs) -> AnalysisResult:
     eligible = all_discipline_configs(inputs.public, inputs.order)
     table, test = discipline_stability(inputs.public, eligible, inputs.seed,
                                        inputs.permutations)
-    return AnalysisResult(tables={"discipline_pairs.csv": table}, tests=[test], summary=[
+    rule = (f"the {len(eligible)} configurations with a scored run in every discipline "
+            f"({', '.join(eligible)}), against {inputs.permutations:,} random splits into "
+            "blocks of the disciplines' sizes")
+    return AnalysisResult(tables={"discipline_pairs.csv": table}, tests=[test],
+                          rules={"discipline_pairs.csv": rule}, summary=[
         summary_row("disciplines", "order_stability", test["statistic"], test["n"]),
         summary_row("disciplines", "order_stability_null_median", test.get("null_median"),
                     inputs.permutations)])
@@ -425,8 +515,23 @@ def exposure_indicator(inputs: StatsInputs) -> AnalysisResult:
     notes = []
     if "flagged_exposure" in inputs.absent:
         notes.append("exposure: the table has no flagged_exposure column")
-    return AnalysisResult(tables={"exposure_indicators.csv": exposure_indicators(
-        inputs.public, inputs.order)}, notes=notes)
+    with_doi = doi_tasks(inputs.tasks)
+    runs_dir = inputs.options.runs_dir
+    audited = ({} if runs_dir is None
+               else audited_doi_hits(runs_dir, inputs.public[inputs.public["scored"]]))
+    table = exposure_indicators(inputs.public, inputs.order, with_doi, audited)
+    parts = [DOI_RULE]
+    if with_doi is None:
+        parts.append("no answer key names a source (--tasks), so over every scored run")
+    n_doi = int(table["n_doi_runs"].sum())
+    missing = n_doi - int(table["n_doi_audited_known"].sum())
+    if missing:
+        parts.append(f"{missing} of {n_doi} runs without exposure hits in a run record "
+                     "(--runs-dir), counted by exposure_kinds from any tool")
+    return AnalysisResult(tables={"exposure_indicators.csv": table}, notes=notes,
+                          rules={"exposure_indicators.csv": "; ".join(parts)},
+                          summary=[summary_row("exposure", "doi_runs", int(round(float(
+                              (table["doi_share"] * table["n_doi_runs"]).sum()))), n_doi)])
 
 
 # Private tasks (3.4, E.5).
@@ -437,7 +542,7 @@ def private(inputs: StatsInputs) -> AnalysisResult:
     """Private tasks against random rankings, and their paired tests (3.4)."""
     runs, order, tasks_found = inputs.private, inputs.order, inputs.tasks
     null = random_ranking_null(tasks_found, sorted(set(runs["task_id"])), inputs.seed,
-                               inputs.options.null_draws) if tasks_found else {}
+                               inputs.private_null_draws) if tasks_found else {}
     notes = [] if null else [
         "private: no task packages with answer keys, so the test against random rankings "
         "uses the normal approximation from the thresholds"]

@@ -3,8 +3,10 @@
 Heavy imports (numpy, scipy, pandas) happen in the handler, so ``spu --help`` stays fast.
 The defaults below are therefore written out; a test checks that they equal
 :data:`~spu.stats.resampling.DEFAULT_RESAMPLES`,
-:data:`~spu.stats.repeats.DEFAULT_SIMULATIONS`, :data:`~spu.stats.private.NULL_DRAWS` and
-:data:`~spu.stats.design.DIFFERENCES`.
+:data:`~spu.stats.repeats.DEFAULT_SIMULATIONS` and :data:`~spu.stats.design.DIFFERENCES`;
+``--null-draws`` defaults to ``None``, each null at its paper count
+(:data:`~spu.stats.interaction.NULL_DRAWS`, :data:`~spu.stats.disciplines.PERMUTATIONS`,
+:data:`~spu.stats.private.NULL_DRAWS`), which its help spells out.
 """
 
 from __future__ import annotations
@@ -40,12 +42,34 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the configurations above the widest gap)")
     p.add_argument("--run-sd", type=float, default=None,
                    help="run-to-run SD of the simulated reruns (default: pooled SD of repeats)")
-    p.add_argument("--null-draws", type=int, default=40_000,
-                   help="random submissions per private task for the exact null (default 40,000)")
+    p.add_argument("--null-draws", type=int, default=None,
+                   help="draws of every null distribution, whatever --resamples is (default: "
+                        "the paper's 2,000 tables simulated without interaction, 5,000 "
+                        "permutations of discipline labels and random splits, 40,000 random "
+                        "submissions per private task)")
+    p.add_argument("--decomposition-configs", default=None, metavar="A,B,...",
+                   help="configurations of the variance decomposition, comma-separated "
+                        "(default: the largest set scored on a common task set, the one "
+                        "holding the most scores)")
+    p.add_argument("--discipline-groups", default=None, metavar="A,B;C,D",
+                   help="leading and trailing groups of the discipline comparison, e.g. the "
+                        "paper's named ones (default: the groups the paired tests separate, "
+                        "of the configurations with a scored run in every discipline)")
     p.add_argument("--design-difference", type=float, action="append", default=None,
                    metavar="D", dest="design_differences",
                    help="difference in mean score for the study-design table design.csv "
                         "(repeatable; default 0.05, 0.1, 0.15, 0.2)")
+
+
+def _names(value: str | None) -> tuple[str, ...] | None:
+    """Comma-separated configuration labels, or ``None``.
+
+    >>> _names("Astra Max, Opus 5")
+    ('Astra Max', 'Opus 5')
+    """
+    if value is None:
+        return None
+    return tuple(name.strip() for name in value.split(",") if name.strip())
 
 
 def register(sub: Any) -> None:
@@ -73,10 +97,15 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
               file=sys.stderr)
         return None
     for name in ("resamples", "simulations", "null_draws"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             print(f"spu {command}: --{name.replace('_', '-')} must be at least 1",
                   file=sys.stderr)
             return None
+    chosen = _names(args.decomposition_configs)
+    if chosen is not None and len(set(chosen)) < 2:
+        print(f"spu {command}: --decomposition-configs needs at least two configurations",
+              file=sys.stderr)
+        return None
     differences = tuple(args.design_differences or DESIGN_DIFFERENCES)
     if any(not d > 0 for d in differences):
         print(f"spu {command}: --design-difference must be above 0", file=sys.stderr)
@@ -86,6 +115,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         null_draws=args.null_draws, task_roots=tuple(args.tasks),
         answers_root=args.answers_root, runs_dir=args.runs_dir,
         top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
+        decomposition_configs=chosen, discipline_groups=args.discipline_groups,
     )
     try:
         runs = read_runs_table(args.runs)

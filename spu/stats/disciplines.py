@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spu.stats.coverage import LOW_COVERAGE
 from spu.stats.named_tests import named_test
 from spu.stats.permutation import multiset_permutations, p_from_null
 from spu.stats.repeats import largest_gap_group
@@ -117,12 +116,12 @@ def discipline_summary(
 
 
 def all_discipline_configs(runs: pd.DataFrame, order: list[str],
-                           low_coverage: float = LOW_COVERAGE) -> list[str]:
-    """Configurations scored in every discipline and on at least ``low_coverage`` of the tasks.
+                           low_coverage: float = 0.0) -> list[str]:
+    """Configurations with a scored run in every discipline (paper 4.6, E.10).
 
-    A configuration that refused most tasks of a discipline has a mean there over a
-    handful of tasks; the paper leaves such configurations out (E.10: "Opus 5.5, Fable
-    5.1 ... are left out").
+    The paper's rule has no coverage condition ("Eleven configurations have a scored run
+    in every discipline"); ``low_coverage`` (a share of the tasks, for example
+    :data:`~spu.stats.coverage.LOW_COVERAGE`) adds one.
 
     Examples
     --------
@@ -140,46 +139,61 @@ def all_discipline_configs(runs: pd.DataFrame, order: list[str],
             and coverage[c] >= low_coverage]
 
 
+GROUP_RULE = ("the configurations above the widest gap of the task-adjusted means lead "
+              "and those below it trail (3.3); of these, the configurations with a scored "
+              "run in every discipline; a trailing one enters when a Holm-significant "
+              "paired test separates it from a leading configuration (4.6, E.10)")
+"""How :func:`default_groups` forms the groups of the discipline comparison."""
+
+
 def default_groups(
-    configs: pd.DataFrame, pairs: pd.DataFrame, eligible: list[str]
+    configs: pd.DataFrame, pairs: pd.DataFrame, eligible: list[str],
+    top_size: int | None = None,
 ) -> tuple[list[str], list[str]]:
-    """The leading and trailing groups of E.10, from ``configs.csv`` and ``pairs.csv``.
+    """The leading and trailing groups of 4.6 and E.10 (:data:`GROUP_RULE`).
 
     The configurations above the widest gap of the task-adjusted means lead, the rest
-    trail (:func:`spu.stats.repeats.largest_gap_group`); only ``eligible`` ones (scored in
-    every discipline) are kept, and of those, the ones that a Holm-significant paired
-    test separates from the other group (when that leaves both groups non-empty). When
-    the gap leaves no eligible configuration on one side, the eligible ones are split at
-    their median.
+    trail (:func:`spu.stats.repeats.largest_gap_group`, the two groups of 3.3). The
+    leading group keeps its ``eligible`` configurations (scored in every discipline);
+    the trailing group keeps those eligible configurations that a Holm-significant
+    paired test separates from at least one configuration of the leading group of 3.3
+    (eligible or not). ``top_size`` (``--top-group``) fixes the size of the leading
+    group of 3.3 instead of the widest gap. When no test separates any, the eligible
+    trailing configurations
+    all enter; when the gap leaves no eligible configuration on one side, the eligible
+    ones are split at their median.
 
     References
     ----------
-    Paper 4.6 and E.10 ("Astra Medium, Opus 5, Astra Max and Sonnet 5.5 ... the six
-    configurations that the paired tests separate from the leading six").
+    Paper 4.6 ("Astra Medium, Opus 5, Astra Max and Sonnet 5.5, the four of the leading
+    six that remain, score above the six configurations that the paired tests separate
+    from the leading six") and E.10 ("Opus 5.5, Fable 5.1 and GPT-6.1 Sol are left out").
 
     Examples
     --------
     >>> configs = pd.DataFrame({"config": list("ABCD"), "adjusted_mean": [0.5, 0.48, 0.2, 0.1]})
     >>> pairs = pd.DataFrame({"config_a": ["A", "A", "B", "B"], "config_b": list("CDCD"),
-    ...                       "significant": [True, True, False, False]})
+    ...                       "significant": [False, True, False, False]})
     >>> default_groups(configs, pairs, list("ABCD"))
-    (['A'], ['C', 'D'])
+    (['A', 'B'], ['D'])
     """
     ordered = configs.dropna(subset=["adjusted_mean"]).sort_values("adjusted_mean",
                                                                    ascending=False)
-    k = largest_gap_group(ordered["adjusted_mean"].to_numpy())
-    top = [c for c in ordered["config"].iloc[:k] if c in eligible]
+    k = (largest_gap_group(ordered["adjusted_mean"].to_numpy()) if top_size is None
+         else top_size)
+    leading = list(ordered["config"].iloc[:k])
+    top = [c for c in leading if c in eligible]
     bottom = [c for c in ordered["config"].iloc[k:] if c in eligible]
     significant = pairs[pairs["significant"].astype(bool)] if len(pairs) else pairs
     separated = set()
     for r in significant.itertuples(index=False):
-        if (r.config_a in top and r.config_b in bottom) or (
-                r.config_b in top and r.config_a in bottom):
-            separated |= {r.config_a, r.config_b}
-    refined_top = [c for c in top if c in separated]
+        if r.config_a in leading:
+            separated.add(r.config_b)
+        if r.config_b in leading:
+            separated.add(r.config_a)
     refined_bottom = [c for c in bottom if c in separated]
-    if refined_top and refined_bottom:
-        return refined_top, refined_bottom
+    if top and refined_bottom:
+        return top, refined_bottom
     if top and bottom:
         return top, bottom
     # The widest gap leaves one side without an eligible configuration: split the eligible
@@ -187,6 +201,33 @@ def default_groups(
     ranked = [c for c in ordered["config"] if c in eligible]
     half = len(ranked) // 2
     return ranked[:half], ranked[len(ranked) - half:]
+
+
+def named_groups(value: str, order: list[str]) -> tuple[list[str], list[str]]:
+    """``--discipline-groups "A,B;C,D"``: the leading and the trailing group, named.
+
+    Raises
+    ------
+    ValueError
+        When the value is not two groups or names a configuration the table lacks.
+
+    Examples
+    --------
+    >>> named_groups("A, B; C", ["A", "B", "C"])
+    (['A', 'B'], ['C'])
+    """
+    parts = value.split(";")
+    groups = [[n.strip() for n in part.split(",") if n.strip()] for part in parts]
+    if len(groups) != 2 or not all(groups):
+        raise ValueError(f"--discipline-groups {value!r}: expected two groups, "
+                         "'LEADING,...;TRAILING,...'")
+    unknown = [n for g in groups for n in g if n not in order]
+    if unknown:
+        raise ValueError(f"--discipline-groups: no official public runs of "
+                         f"{', '.join(unknown)} (configurations: {', '.join(order)})")
+    if set(groups[0]) & set(groups[1]):
+        raise ValueError("--discipline-groups: a configuration is in both groups")
+    return groups[0], groups[1]
 
 
 def _gap_by_discipline(diff: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:

@@ -75,8 +75,27 @@ def _effort_rank(effort: str) -> tuple[int, str]:
     return (EFFORT_ORDER.index(effort) if effort in EFFORT_ORDER else len(EFFORT_ORDER), effort)
 
 
+def _label_effort(label: str) -> tuple[str, str]:
+    """The model and effort a configuration label names: its effort word taken out.
+
+    >>> _label_effort("Astra Max"), _label_effort("Opus 5")
+    (('Astra', 'max'), ('Opus 5', ''))
+    """
+    words = label.split()
+    for i in range(len(words) - 1, -1, -1):
+        if words[i].lower() in EFFORT_ORDER:
+            return " ".join(words[:i] + words[i + 1:]), words[i].lower()
+    return label, ""
+
+
 def effort_pairs(runs: pd.DataFrame) -> list[EffortPair]:
-    """Configurations of one model and harness at two efforts: lowest against highest.
+    """Configurations that run one model with one harness at two efforts: lowest, highest.
+
+    The model a configuration runs is its ``model`` column and its effort the ``effort``
+    column; where the table leaves them empty (a table without those columns), both come
+    from the label, whose effort word names the effort and whose other words the model
+    ("Astra Medium" and "Astra Max" run "Astra"). The harness must agree where the table
+    has one.
 
     Examples
     --------
@@ -85,10 +104,23 @@ def effort_pairs(runs: pd.DataFrame) -> list[EffortPair]:
     ...     "effort": ["max", "medium", "max"]})
     >>> effort_pairs(runs)
     [EffortPair(low='Astra Medium', high='Astra Max', model='astra')]
+    >>> effort_pairs(pd.DataFrame({"config": ["Astra Max", "Astra Medium", "Opus 5"]}))
+    [EffortPair(low='Astra Medium', high='Astra Max', model='Astra')]
     """
-    if not {"model", "harness", "effort"} <= set(runs.columns):
-        return []
-    configs = runs[["config", "model", "harness", "effort"]].drop_duplicates("config")
+    rows = []
+    for config, group in runs.groupby("config", sort=True):
+        first = group.iloc[0]
+        label_model, label_effort = _label_effort(str(config))
+
+        def text(column: str, row: pd.Series = first) -> str:
+            value = row.get(column, "") if column in row.index else ""
+            return "" if pd.isna(value) else str(value).strip()
+
+        effort = text("effort") or label_effort
+        model = text("model") if text("effort") else ""
+        rows.append((model or label_model, text("harness"), effort, str(config)))
+    configs = pd.DataFrame(rows, columns=["model", "harness", "effort", "config"])
+    configs = configs[configs["effort"] != ""]
     out = []
     for (model, _), group in sorted(configs.groupby(["model", "harness"]),
                                     key=lambda kv: tuple(map(str, kv[0]))):

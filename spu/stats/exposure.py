@@ -19,7 +19,9 @@ A flag never changes a score (3.7, "What a flag changes"); these are description
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -139,46 +141,123 @@ def exposure_summary(runs: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def exposure_indicators(runs: pd.DataFrame, order: list[str]) -> pd.DataFrame:
-    """``exposure_indicators.csv``: indicators of network use per configuration (Figure 13c).
+AUDITED_TOOLS = frozenset({"search", "fetch", "mcp__spu__search", "mcp__spu__fetch"})
+"""Names of the audited tools as hits record them (bare, or as the agent CLIs call them)."""
 
-    Shares of each configuration's scored official public runs: flagged by the detector,
-    flagged for the source DOI (``exposure_kinds`` holds ``doi``), and sending at least one
-    request outside the audited tools (of the runs where the sandbox counted them).
+DOI_RULE = ("source DOI: share of the scored runs whose task has a source DOI (answer key) "
+            "in which the DOI appears in the output of an audited tool (search or fetch, "
+            "from the run record's exposure hits)")
+"""The paper's definition of ``doi_share`` (3.7, Figure 13c)."""
 
-    References
-    ----------
-    Paper 3.7 ("What the records show") and Figure 13c.
+
+def doi_tasks(tasks: Mapping[str, TaskInfo]) -> set[str] | None:
+    """Tasks whose answer key names a source DOI; ``None`` when no answer key names a source.
 
     Examples
     --------
-    >>> runs = pd.DataFrame({"config": "A", "scored": True,
-    ...     "flagged_exposure": [True, False], "exposure_kinds": ["doi,title", None],
-    ...     "requests_outside_tools": [0, 3]})
+    >>> doi_tasks({}) is None
+    True
+    """
+    keys = [info.answers for info in tasks.values() if info.answers is not None]
+    if not any(key.source is not None for key in keys):
+        return None
+    return {key.task_id for key in keys if key.source is not None and key.source.doi}
+
+
+def audited_doi_hits(runs_dir: Path, runs: pd.DataFrame) -> dict[str, bool]:
+    """Whether each run's record holds a DOI hit in an audited tool's output, by ``run_id``.
+
+    Reads ``<runs_dir>/runs/<run_key>/run.json`` (or the folder named by ``run_id``); a hit
+    counts when its ``kind`` is ``doi`` and it came from an audited call (``audit_call``
+    set) or a tool of :data:`AUDITED_TOOLS`. Runs without a readable record, or whose
+    record has no ``exposure_hits``, are left out.
+    """
+    base = runs_dir / "runs" if (runs_dir / "runs").is_dir() else runs_dir
+    found: dict[str, bool] = {}
+    for row in runs.itertuples(index=False):
+        names = [getattr(row, "run_key", None), row.run_id]
+        folder = next((base / str(n) for n in names
+                       if isinstance(n, str) and n and (base / n / "run.json").is_file()), None)
+        if folder is None:
+            continue
+        try:
+            record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        hits = record.get("exposure_hits") if isinstance(record, dict) else None
+        if not isinstance(hits, list):
+            continue
+        found[str(row.run_id)] = any(
+            isinstance(h, dict) and h.get("kind") == "doi"
+            and (h.get("audit_call") is not None or h.get("tool") in AUDITED_TOOLS)
+            for h in hits)
+    return found
+
+
+def exposure_indicators(runs: pd.DataFrame, order: list[str],
+                        with_doi: set[str] | None = None,
+                        audited: Mapping[str, bool] | None = None) -> pd.DataFrame:
+    """``exposure_indicators.csv``: indicators of network use per configuration (Figure 13c).
+
+    Shares of each configuration's scored official public runs: flagged by the detector,
+    and sending at least one request outside the audited tools (of the runs where the
+    sandbox counted them). The source-DOI share follows the paper (:data:`DOI_RULE`):
+    of the scored runs whose task has a source DOI (``with_doi``), those where the DOI
+    appeared in an audited tool's output (``audited``, from the run records). Without
+    ``with_doi`` every scored run counts; for a run not in ``audited`` the table's
+    ``exposure_kinds`` (any tool) decides.
+
+    References
+    ----------
+    Paper 3.7 ("the source DOI appears in the output of an audited tool in 46 of the
+    1,066 runs whose task has one") and Figure 13c ("for the source DOI, of the scored
+    runs whose task has one").
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"config": "A", "scored": True, "run_id": ["r1", "r2", "r3"],
+    ...     "task_id": ["t1", "t2", "t3"], "flagged_exposure": [True, False, True],
+    ...     "exposure_kinds": ["doi,title", None, "doi"], "requests_outside_tools": [0, 3, 0]})
     >>> exposure_indicators(runs, ["A"])[["flagged_share", "doi_share", "outside_share"]
-    ...     ].iloc[0].tolist()
-    [0.5, 0.5, 0.5]
+    ...     ].iloc[0].round(3).tolist()
+    [0.667, 0.667, 0.333]
+
+    Of the two runs on tasks with a DOI (t1, t2), r1's DOI came from a shell command:
+
+    >>> exposure_indicators(runs, ["A"], {"t1", "t2"}, {"r1": False})[
+    ...     ["n_doi_runs", "doi_share"]].iloc[0].tolist()
+    [2.0, 0.0]
     """
     scored = runs[runs["scored"]]
+    audited = audited or {}
     rows = []
     for config in order:
         own = scored[scored["config"] == config]
         n = len(own)
         kinds = (own["exposure_kinds"] if "exposure_kinds" in own
                  else pd.Series([None] * n, index=own.index, dtype=object))
-        doi = kinds.fillna("").astype(str).str.split(",").apply(lambda k: "doi" in k)
+        doi_any = kinds.fillna("").astype(str).str.split(",").apply(lambda k: "doi" in k)
+        ids = own["run_id"].astype(str) if "run_id" in own else pd.Series(
+            [""] * n, index=own.index)
+        doi = pd.Series([bool(audited.get(r, d)) for r, d in zip(ids, doi_any, strict=True)],
+                        index=own.index, dtype=bool)
+        has_doi = (own["task_id"].isin(with_doi) if with_doi is not None
+                   else pd.Series(True, index=own.index))
         outside = (pd.to_numeric(own["requests_outside_tools"], errors="coerce")
                    if "requests_outside_tools" in own else pd.Series(np.nan, index=own.index))
         known = outside.notna()
+        n_doi = int(has_doi.sum())
         rows.append({"config": config, "n_scored": n,
                      "flagged_share": float(own["flagged_exposure"].astype(bool).mean())
                      if n else np.nan,
-                     "doi_share": float(doi.mean()) if n else np.nan,
+                     "doi_share": float(doi[has_doi].mean()) if n_doi else np.nan,
                      "outside_share": float((outside[known] > 0).mean()) if known.any()
                      else np.nan,
-                     "n_outside_known": int(known.sum())})
+                     "n_outside_known": int(known.sum()), "n_doi_runs": n_doi,
+                     "n_doi_audited_known": int(ids[has_doi].isin(set(audited)).sum())})
     return pd.DataFrame(rows, columns=["config", "n_scored", "flagged_share", "doi_share",
-                                       "outside_share", "n_outside_known"])
+                                       "outside_share", "n_outside_known", "n_doi_runs",
+                                       "n_doi_audited_known"])
 
 
 def presented_orders(info: TaskInfo) -> Orders:

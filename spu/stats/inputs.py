@@ -44,8 +44,11 @@ class StatsOptions:
     """Bootstrap resamples."""
     simulations: int = DEFAULT_SIMULATIONS
     """Simulated reruns of the rank-stability analysis."""
-    null_draws: int = PRIVATE_NULL_DRAWS
-    """Random submissions per private task for the exact null."""
+    null_draws: int | None = None
+    """Draws of every null distribution, whatever ``resamples`` is: the simulated tables
+    without interaction (default 2,000, paper E.9), the permutations of discipline labels
+    and random splits (default 5,000, E.10) and the random submissions per private task of
+    the exact null (default 40,000). ``None``: those defaults."""
     task_roots: tuple[Path, ...] = ()
     """Task roots holding the task packages (contracts, settings, answer keys)."""
     answers_root: Path | None = None
@@ -58,6 +61,13 @@ class StatsOptions:
     """Run-to-run SD of the simulated reruns (default: pooled SD of the repeats)."""
     design_differences: tuple[float, ...] = DIFFERENCES
     """Differences in mean score of the study-design table (``design.csv``)."""
+    discipline_groups: str | None = None
+    """The leading and trailing groups of the discipline comparison, ``"A,B;C,D"``
+    (``--discipline-groups``); ``None``: the paper's rule
+    (:data:`~spu.stats.disciplines.GROUP_RULE`)."""
+    decomposition_configs: tuple[str, ...] | None = None
+    """Configurations of the variance decomposition (``--decomposition-configs``);
+    ``None``: the largest complete block (:func:`~spu.stats.interaction.largest_common_block`)."""
 
 
 @dataclass(frozen=True)
@@ -88,13 +98,22 @@ class StatsInputs:
 
     @property
     def null_draws(self) -> int:
-        """Draws of the simulated nulls of the interaction analysis."""
-        return min(NULL_DRAWS, self.options.resamples)
+        """Tables simulated without interaction (E.9: 2,000; ``--null-draws``).
+
+        Separate from the bootstrap resamples, so ``--resamples`` does not shrink them.
+        """
+        return NULL_DRAWS if self.options.null_draws is None else self.options.null_draws
 
     @property
     def permutations(self) -> int:
-        """Permutations of the discipline tests."""
-        return min(PERMUTATIONS, self.options.resamples)
+        """Permutations of the discipline tests (E.10: 5,000; ``--null-draws``)."""
+        return PERMUTATIONS if self.options.null_draws is None else self.options.null_draws
+
+    @property
+    def private_null_draws(self) -> int:
+        """Random submissions per private task of the exact null (``--null-draws``)."""
+        return (PRIVATE_NULL_DRAWS if self.options.null_draws is None
+                else self.options.null_draws)
 
     # Selections of the runs table.
     @cached_property
@@ -223,12 +242,16 @@ class StatsInputs:
         return {
             "spu_version": _version(),
             "seed": opt.seed, "resamples": opt.resamples, "simulations": opt.simulations,
-            "null_draws": opt.null_draws, "permutation_draws": self.draws,
+            "null_draws": opt.null_draws, "private_null_draws": self.private_null_draws,
+            "permutation_draws": self.draws,
             "simulated_null_draws": self.null_draws,
             "discipline_permutations": self.permutations,
             "task_roots": [str(p) for p in opt.task_roots],
             "answers_root": None if opt.answers_root is None else str(opt.answers_root),
             "runs_dir": None if opt.runs_dir is None else str(opt.runs_dir),
+            "decomposition_configs": (None if opt.decomposition_configs is None
+                                      else list(opt.decomposition_configs)),
+            "discipline_groups": opt.discipline_groups,
             "rows": len(self.runs), "configs": self.order, "absent_columns": self.absent,
         }
 

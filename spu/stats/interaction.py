@@ -92,14 +92,123 @@ def _anova_terms(y: np.ndarray, w: np.ndarray) -> dict[str, np.ndarray]:
             "ss_config": ss_config, "ss_resid": ss_resid}
 
 
+BLOCK_RULE = ("the largest complete block: the configurations and the public tasks they "
+              "all scored that hold the most scores (configurations x tasks; ties: more "
+              "configurations, then the earlier ones in configs.csv)")
+"""How the decomposition picks its configurations (paper 4.4: "the nine configurations
+scored on the same 86 tasks")."""
+
+EXACT_BLOCK_CONFIGS = 16
+"""Up to this many configurations every subset is tried; beyond, a greedy search."""
+
+
+@dataclass(frozen=True)
+class CommonBlock:
+    """Configurations and the tasks every one of them scored."""
+
+    configs: tuple[str, ...]
+    """The block's configurations, in table order."""
+    tasks: tuple[str, ...]
+    """The tasks all of them scored, sorted."""
+    rule: str
+    """How they were chosen."""
+
+    @property
+    def cells(self) -> int:
+        """Scores in the block."""
+        return len(self.configs) * len(self.tasks)
+
+
+def largest_common_block(matrix: pd.DataFrame, configs: list[str] | None = None
+                         ) -> CommonBlock:
+    """The configurations and common tasks of the decomposition (:data:`BLOCK_RULE`).
+
+    Among every set of at least two configurations (columns of ``matrix``, in table
+    order), the one whose common scored tasks times its size is largest; ties go to the
+    larger set, then to the set whose configurations come earlier. Up to
+    :data:`EXACT_BLOCK_CONFIGS` configurations every subset is tried; beyond, the search
+    drops one configuration at a time, the one whose removal leaves the most scores, and
+    keeps the best block seen. ``configs`` (``--decomposition-configs``) fixes the
+    configurations instead, on the tasks they all scored.
+
+    Examples
+    --------
+    C scored only t1: A and B on three tasks (6 scores) beat A, B, C on one (3).
+
+    >>> m = pd.DataFrame({"A": [0.1, 0.2, 0.3], "B": [0.3, 0.1, 0.2],
+    ...                   "C": [0.5, np.nan, np.nan]}, index=["t1", "t2", "t3"])
+    >>> b = largest_common_block(m)
+    >>> b.configs, b.tasks
+    (('A', 'B'), ('t1', 't2', 't3'))
+    >>> largest_common_block(m, ["A", "C"]).tasks
+    ('t1',)
+    """
+    scored = matrix.notna()
+    if configs is not None:
+        unknown = [c for c in configs if c not in matrix.columns]
+        if unknown:
+            raise ValueError(f"--decomposition-configs: no official public runs of "
+                             f"{', '.join(unknown)}")
+        chosen = [c for c in matrix.columns if c in set(configs)]
+        tasks = scored[chosen].all(axis=1)
+        return CommonBlock(tuple(chosen), tuple(map(str, matrix.index[tasks])),
+                           "--decomposition-configs " + ", ".join(chosen))
+    names = [str(c) for c in matrix.columns]
+    masks = [sum(1 << i for i, ok in enumerate(scored[c].to_numpy()) if ok)
+             for c in matrix.columns]
+    best: tuple[tuple[int, int, tuple[int, ...]], int, int] | None = None
+
+    def consider(members: tuple[int, ...], cover: int) -> None:
+        nonlocal best
+        n_tasks = cover.bit_count()
+        if len(members) < 2 or n_tasks < 2:
+            return
+        key = (len(members) * n_tasks, len(members), tuple(-i for i in members))
+        if best is None or key > best[0]:
+            best = (key, sum(1 << i for i in members), cover)
+
+    n, full = len(names), (1 << len(matrix.index)) - 1
+
+    def common(members: list[int]) -> int:
+        cover = full
+        for i in members:
+            cover &= masks[i]
+        return cover
+
+    if n <= EXACT_BLOCK_CONFIGS:
+        cover = [full] * (1 << n)
+        for subset in range(1, 1 << n):
+            low = subset & -subset
+            cover[subset] = cover[subset ^ low] & masks[low.bit_length() - 1]
+            consider(tuple(i for i in range(n) if subset >> i & 1), cover[subset])
+    else:
+        members = list(range(n))
+        while len(members) >= 2:
+            consider(tuple(members), common(members))
+            drop = max(members, key=lambda i: (
+                common([j for j in members if j != i]).bit_count(), i))
+            members.remove(drop)
+    if best is None:
+        return CommonBlock((), (), BLOCK_RULE)
+    _, members_mask, cover_mask = best
+    return CommonBlock(
+        tuple(names[i] for i in range(n) if members_mask >> i & 1),
+        tuple(str(t) for i, t in enumerate(matrix.index) if cover_mask >> i & 1), BLOCK_RULE)
+
+
 def _components(terms: dict[str, np.ndarray], n_configs: int, noise_var: np.ndarray
                 ) -> dict[str, np.ndarray]:
+    """Variance components of the block (or of each bootstrap draw).
+
+    The noise is the repeats' pooled within-task variance as it is, and the interaction
+    the residual mean square less it, truncated at zero.
+    """
     n_tasks = terms.get("n_tasks")
     assert n_tasks is not None
     task = np.maximum((terms["ms_task"] - terms["ms_resid"]) / n_configs, 0.0)
     config = np.maximum((terms["ms_config"] - terms["ms_resid"]) / n_tasks, 0.0)
-    noise = np.minimum(noise_var, terms["ms_resid"]) if np.isfinite(noise_var).all() else (
-        np.zeros_like(terms["ms_resid"]))
+    noise = (np.broadcast_to(noise_var, terms["ms_resid"].shape).astype(float)
+             if np.isfinite(noise_var).all() else np.zeros_like(terms["ms_resid"]))
     interaction = np.maximum(terms["ms_resid"] - noise, 0.0)
     return {"task": task, "configuration": config, "interaction": interaction,
             "run_noise": noise}
@@ -107,18 +216,22 @@ def _components(terms: dict[str, np.ndarray], n_configs: int, noise_var: np.ndar
 
 def variance_decomposition(
     runs: pd.DataFrame, order: list[str], seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
-    coverage: float = WIDE_COVERAGE,
+    configs: list[str] | None = None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """``variance.csv``: shares of single-run score variance (paper 4.4, Figure 26c).
 
-    The configurations scored on at least ``coverage`` of the public tasks, on the tasks
-    they all scored, form a complete block. Its two-way analysis of variance without
-    replication gives the expected mean squares ``E[MS_task] = C s_task^2 + s_res^2``,
-    ``E[MS_config] = T s_config^2 + s_res^2`` and ``E[MS_resid] = s_res^2``, where the
-    residual variance is the interaction plus run-to-run noise; the noise variance is the
-    pooled within-task variance of the repeated runs, and the interaction the rest
-    (estimates below zero are set to zero). Intervals: percentile bootstrap over the
-    block's tasks, the repeated tasks resampled independently.
+    The largest set of configurations scored on a common task set
+    (:func:`largest_common_block`, or ``configs``), on those tasks, forms a complete
+    block. Its two-way analysis of variance without replication gives the expected mean
+    squares ``E[MS_task] = C s_task^2 + s_res^2``, ``E[MS_config] = T s_config^2 +
+    s_res^2`` and ``E[MS_resid] = s_res^2``, where the residual variance is the
+    interaction plus run-to-run noise. The noise variance is the pooled within-task
+    variance of the repeated runs, as it is; the interaction is the rest,
+    ``MS_resid - noise``, set to zero when the repeats vary more than the residuals
+    (the summary row ``interaction_truncated`` and the ``truncated`` column say so).
+    Task and configuration estimates below zero are set to zero as well. Intervals:
+    percentile bootstrap over the block's tasks, the repeated tasks resampled
+    independently.
 
     Parameters
     ----------
@@ -128,16 +241,17 @@ def variance_decomposition(
         Configurations in table order.
     seed, resamples
         Bootstrap seed and resamples.
-    coverage
-        Share of the public tasks a configuration must have scored to enter.
+    configs
+        The block's configurations (``--decomposition-configs``); default the largest
+        complete block.
 
     Returns
     -------
     tuple
-        ``variance.csv`` (``component, share, ci_low, ci_high, variance``; components
-        ``task``, ``configuration``, ``interaction``, ``run_noise``) and ``summary.csv``
-        rows (block size, mean squares). Empty when the block has fewer than two
-        configurations or tasks.
+        ``variance.csv`` (``component, share, ci_low, ci_high, variance, truncated``;
+        components ``task``, ``configuration``, ``interaction``, ``run_noise``) and
+        ``summary.csv`` rows (block size, mean squares, truncation). Empty when the block
+        has fewer than two configurations or tasks.
 
     References
     ----------
@@ -164,10 +278,11 @@ def variance_decomposition(
     """
     official = runs[runs["repeat"] == 0]
     matrix = score_matrix(official, order)
-    configs = wide_configs(matrix, coverage)
-    block = matrix[configs].dropna()
-    if len(configs) < 2 or len(block) < 2:
-        return pd.DataFrame(columns=["component", "share", "ci_low", "ci_high", "variance"]), []
+    found = largest_common_block(matrix, configs)
+    block = matrix.loc[list(found.tasks), list(found.configs)]
+    if len(found.configs) < 2 or len(block) < 2:
+        return pd.DataFrame(columns=["component", "share", "ci_low", "ci_high", "variance",
+                                     "truncated"]), []
     y = block.to_numpy(dtype=float)
     t, c = y.shape
     noise_var, noise_boot = _run_noise(runs, seed, resamples)
@@ -179,14 +294,20 @@ def variance_decomposition(
     boot_terms["n_tasks"] = counts.sum(axis=1)
     boot = _components(boot_terms, c, noise_boot if np.isfinite(noise_var).all()
                        else np.full(resamples, np.nan))
+    known = bool(np.isfinite(noise_var).all())
+    truncated = bool(known and noise_var[0] > terms["ms_resid"][0])
     summary = [
         {"analysis": "variance", "statistic": "block_configs", "value": c},
         {"analysis": "variance", "statistic": "block_tasks", "value": t},
         {"analysis": "variance", "statistic": "ms_resid", "value": float(terms["ms_resid"][0])},
-        {"analysis": "variance", "statistic": "run_noise_variance_known",
-         "value": bool(np.isfinite(noise_var).all())},
+        {"analysis": "variance", "statistic": "run_noise_variance_known", "value": known},
+        {"analysis": "variance", "statistic": "interaction_truncated", "value": truncated},
+        {"analysis": "variance", "statistic": "interaction_before_truncation",
+         "value": float(terms["ms_resid"][0] - (noise_var[0] if known else 0.0))},
     ]
-    return _component_shares(point, boot), summary
+    table = _component_shares(point, boot)
+    table["truncated"] = (table["component"] == "interaction") & truncated
+    return table, summary
 
 
 def _run_noise(runs: pd.DataFrame, seed: int, resamples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -327,6 +448,7 @@ def _advantage(matrix: np.ndarray, j: int) -> np.ndarray:
 def simulated_nulls(
     runs: pd.DataFrame, order: list[str], run_sd: float, seed: int = 0,
     draws: int = NULL_DRAWS, coverage: float = WIDE_COVERAGE,
+    same_model: list[tuple[str, str]] | None = None,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]], list[dict[str, Any]]]:
     """Pair correlations and the repeated configuration's advantage against no interaction.
 
@@ -337,10 +459,14 @@ def simulated_nulls(
     - the Pearson correlation of the per-task scores of every pair of configurations
       scored on at least ``coverage`` of the tasks, over the tasks both scored
       (Figure 18d); ``null_mean`` is the correlation expected without interaction, and
-      ``p_sim = (1 + #{r* >= r}) / (1 + draws)``;
+      ``p_sim = (1 + #{r* >= r}) / (1 + draws)``. The pairs of one model at two
+      efforts (``same_model``, :func:`spu.stats.effort.effort_pairs`) are tested, each
+      beside the median and maximum of the other pairs (4.4); without such a pair the
+      most correlated pair is, named as unadjusted for the choice;
     - for the configuration with repeats: its official score minus the mean of the other
       configurations on a task, against the mean of its repeats minus the same; the
-      correlation over the repeated tasks and the tasks where the two share a sign
+      correlation over the tasks with at least :data:`MIN_REPEATS` scored repeats and
+      the tasks where the two share a sign
       (Figure 18c), with the same one-sided simulated p.
 
     Returns
@@ -363,7 +489,7 @@ def simulated_nulls(
         return empty, [], []
     wide = wide_configs(tables.matrix.reindex(tables.tasks), coverage)
     pairs = _pair_correlations(tables, wide, draws)
-    tests, summary = _pair_rows(pairs)
+    tests, summary = _pair_rows(pairs, same_model or [])
     repeated = runs[(runs["repeat"] >= 1) & runs["scored"]]
     for config, group in repeated.groupby("config"):
         if config not in tables.configs:
@@ -375,7 +501,7 @@ def simulated_nulls(
     return pairs, tests, summary
 
 
-PAIR_COLUMNS = ("config_a", "config_b", "n_tasks", "r", "null_mean", "p_sim")
+PAIR_COLUMNS = ("config_a", "config_b", "n_tasks", "r", "null_mean", "p_sim", "same_model")
 """Columns of ``pair_correlations.csv``."""
 
 
@@ -432,26 +558,54 @@ def _pair_correlations(tables: _NullTables, wide: list[str], draws: int) -> pd.D
         sims = _pearson_rows(null[:, both, i], null[:, both, j])
         rows.append({"config_a": a, "config_b": b, "n_tasks": int(both.sum()), "r": r,
                      "null_mean": float(np.nanmean(sims)),
-                     "p_sim": (1 + int((sims >= r - 1e-12).sum())) / (1 + draws)})
+                     "p_sim": (1 + int((sims >= r - 1e-12).sum())) / (1 + draws),
+                     "same_model": False})
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
 
 
-def _pair_rows(pairs: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The test of the most correlated pair, and the summary rows of the pairs."""
+def _pair_rows(pairs: pd.DataFrame, same_model: list[tuple[str, str]]
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Tests of the same-model pairs against the others (4.4), and the summary rows.
+
+    Marks the same-model pairs in ``pairs`` (its ``same_model`` column). Without one,
+    the most correlated pair is tested, its p unadjusted for having been picked.
+    """
     if not len(pairs):
         return [], []
-    top = pairs.loc[pairs["r"].idxmax()]
+    wanted = {frozenset(p) for p in same_model}
+    mask = pairs.apply(lambda r: frozenset((r.config_a, r.config_b)) in wanted, axis=1
+                       ).astype(bool)
+    pairs["same_model"] = mask.to_numpy()
+    others = pairs[~mask]
     summary = [
         {"analysis": "interaction", "statistic": "pair_r_median",
          "value": float(pairs["r"].median()), "n": len(pairs)},
         {"analysis": "interaction", "statistic": "pair_r_null_mean",
          "value": float(pairs["null_mean"].mean()), "n": len(pairs)},
-        {"analysis": "interaction", "statistic": f"pair_r_max {top.config_a} / "
-         f"{top.config_b}", "value": float(top.r), "n": int(top.n_tasks)},
     ]
-    tests = [named_test(f"pair_correlation {top.config_a} / {top.config_b}",
-                        float(top.r), float(top.p_sim), "4.4", n=int(top.n_tasks),
-                        method="simulated")]
+    tests = []
+    if mask.any():
+        summary += [
+            {"analysis": "interaction", "statistic": "pair_r_others_median",
+             "value": float(others["r"].median()) if len(others) else math.nan,
+             "n": len(others)},
+            {"analysis": "interaction", "statistic": "pair_r_others_max",
+             "value": float(others["r"].max()) if len(others) else math.nan,
+             "n": len(others)}]
+        for r in pairs[mask].itertuples(index=False):
+            summary.append({"analysis": "interaction", "statistic": f"pair_r_same_model "
+                            f"{r.config_a} / {r.config_b}", "value": float(r.r),
+                            "n": int(r.n_tasks)})
+            tests.append(named_test(f"pair_correlation {r.config_a} / {r.config_b}",
+                                    float(r.r), float(r.p_sim), "4.4", n=int(r.n_tasks),
+                                    method="simulated, same model at two efforts"))
+        return tests, summary
+    top = pairs.loc[pairs["r"].idxmax()]
+    summary.append({"analysis": "interaction", "statistic": f"pair_r_max {top.config_a} / "
+                    f"{top.config_b}", "value": float(top.r), "n": int(top.n_tasks)})
+    tests.append(named_test(f"pair_correlation {top.config_a} / {top.config_b}",
+                            float(top.r), float(top.p_sim), "4.4", n=int(top.n_tasks),
+                            method="simulated, the largest pair (unadjusted for the choice)"))
     return tests, summary
 
 
@@ -465,6 +619,7 @@ def _repeat_advantage(tables: _NullTables, config: str, group: pd.DataFrame, run
     tasks, m, null, fitted = tables.tasks, tables.m, tables.null, tables.fitted
     j = tables.configs.index(config)
     means = group.groupby("task_id")["score_recovered"].agg(["mean", "size"])
+    means = means[means["size"] >= MIN_REPEATS]  # 4.4: "the 28 tasks with at least three"
     rows_idx = [tasks.index(t) for t in means.index if t in tasks]
     if len(rows_idx) < 3:
         return None

@@ -81,10 +81,15 @@ class AnalysisResult:
     """What the analysis left out, and why."""
     values: Mapping[str, Any] = field(default_factory=dict)
     """Objects kept in memory for the report (for example the rank-stability result)."""
+    rules: Mapping[str, str] = field(default_factory=dict)
+    """The rule that produced each file, by file name, where the paper states one (the
+    manifest's ``outputs.<file>.rule``): the paper's rule by default, or the option that
+    replaced it."""
 
     def __post_init__(self) -> None:
         """Freeze the containers the analysis handed over."""
         object.__setattr__(self, "tables", _frozen_mapping(self.tables))
+        object.__setattr__(self, "rules", _frozen_mapping(self.rules))
         object.__setattr__(self, "values", _frozen_mapping(self.values))
         object.__setattr__(self, "summary", tuple(self.summary))
         object.__setattr__(self, "tests", tuple(self.tests))
@@ -141,7 +146,7 @@ class Analysis:
         if not isinstance(result, AnalysisResult):
             raise AnalysisRegistryError(f"analysis {self.name} ({self.source}) returned "
                                         f"{type(result).__name__}, not an AnalysisResult")
-        undeclared = sorted(set(result.tables) - set(self.files))
+        undeclared = sorted((set(result.tables) | set(result.rules)) - set(self.files))
         if undeclared:
             raise AnalysisRegistryError(f"analysis {self.name} ({self.source}) returned "
                                         f"{', '.join(undeclared)}, not among its files")

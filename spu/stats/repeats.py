@@ -14,6 +14,7 @@ order are reported, with the tasks also resampled in a second set of simulations
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,34 @@ class TaskSpread:
         ss = grouped.apply(lambda v: float(((v - v.mean()) ** 2).sum()))[keep]
         return cls(tuple(str(t) for t in keep), k[keep].to_numpy(float), mean.to_numpy(float),
                    ss.to_numpy(float))
+
+
+UNSTABLE_SD = 0.2
+"""Within-task SD above which a task counts as unstable (paper 3.6)."""
+
+
+def unstable_share(spread: TaskSpread, sd: float = UNSTABLE_SD) -> tuple[int, float]:
+    """Tasks whose repeats have an SD above ``sd``, and their share of the within-task SS.
+
+    References
+    ----------
+    Paper 3.6 ("the four tasks with a standard deviation above 0.2 account for 71% of
+    the within-task sum of squares").
+
+    Examples
+    --------
+    Task a: 0.1, 0.5 (SD 0.283, SS 0.08); task b: 0.4, 0.5 (SD 0.071, SS 0.005):
+
+    >>> s = TaskSpread(("a", "b"), np.array([2.0, 2.0]), np.array([0.3, 0.45]),
+    ...                np.array([0.08, 0.005]))
+    >>> n, share = unstable_share(s)
+    >>> n, round(share, 4)
+    (1, 0.9412)
+    """
+    task_sd = np.sqrt(spread.ss / np.maximum(spread.k - 1, 1))
+    total = float(spread.ss.sum())
+    above = task_sd > sd
+    return int(above.sum()), float(spread.ss[above].sum() / total) if total > 0 else math.nan
 
 
 def variance_components(

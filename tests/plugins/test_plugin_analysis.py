@@ -205,7 +205,7 @@ def test_needs_skip_with_their_reason(runs, temporary) -> None:
     assert outputs["needs_repeats.csv"] == {
         "analysis": "needs_repeats", "source": f"{__name__}:{never.__qualname__}",
         "section": "3.6", "written": False,
-        "skipped": "repeats: no repeated runs (repeat >= 1) on public tasks"}
+        "skipped": "repeats: no repeated runs (repeat >= 1) on public tasks", "rule": None}
     assert outputs["needs_column.csv"]["skipped"] == "the table has no no_such_column column"
     assert "needs_repeats.csv" not in result.tables
     # A need's reason is noted once, however many analyses it stops.

@@ -147,7 +147,15 @@ def test_cli_defaults_are_the_module_constants() -> None:
     for command in ("stats", "report"):
         args = build_parser().parse_args([command, "runs.csv", "--out", "out"])
         assert (args.resamples, args.simulations, args.null_draws) == (
-            DEFAULT_RESAMPLES, DEFAULT_SIMULATIONS, NULL_DRAWS)
+            DEFAULT_RESAMPLES, DEFAULT_SIMULATIONS, None)
+    # --null-draws unset: every null at the paper's count, spelled out in the help.
+    from spu.stats.disciplines import PERMUTATIONS
+    from spu.stats.interaction import NULL_DRAWS as SIMULATED
+
+    help_text = " ".join(build_parser()._subparsers._group_actions[0]  # type: ignore[union-attr]
+                         .choices["stats"].format_help().split())
+    for count in (SIMULATED, PERMUTATIONS, NULL_DRAWS):
+        assert f"{count:,}" in help_text
     from spu.stats.cli import DESIGN_DIFFERENCES
     from spu.stats.design import DIFFERENCES
 
