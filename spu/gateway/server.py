@@ -124,6 +124,46 @@ def _quiet_dropped_streams() -> None:
         logger.addFilter(_DroppedStreamFilter())
 
 
+def _protocol_class(timeout_s: float) -> Any:
+    """The h11 protocol of uvicorn with a deadline on a request's line and headers.
+
+    uvicorn's own keep-alive timeout runs only between requests: a connection that sends
+    half a request line would be held for ever, a file descriptor of the run's host
+    process each. Here a connection whose next request's headers have not all arrived
+    ``timeout_s`` after it opened (or after the last answer ended) is closed.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineH11Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            self._arm()
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self.loop.call_later(timeout_s, self._expire)
+
+        def _expire(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return DeadlineH11Protocol
+
+
 def _server_class() -> Any:
     """The uvicorn server, woken at once by :meth:`ModelGateway.stop`.
 
@@ -286,7 +326,8 @@ class ModelGateway:
         _quiet_dropped_streams()
         # No log configuration of uvicorn's own: it would reset the process's loggers.
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=0, log_config=None,
-                                log_level=None, access_log=False, lifespan="on", http="h11",
+                                log_level=None, access_log=False, lifespan="on",
+                                http=_protocol_class(self.cfg.request_timeout_s),
                                 date_header=False)
         self._server = _server_class()(config)
         self._server.pumps = self._pumps
@@ -348,7 +389,14 @@ class ModelGateway:
             return self._refuse(x, api, 404, "not_found_error", "gateway.not_allowed",
                                 f"the model gateway forwards no {request.method} "
                                 f"{path[:200]}")
-        raw = await self._read_body(request)
+        try:
+            async with asyncio.timeout(self.cfg.request_timeout_s):
+                raw = await self._read_body(request)
+        except TimeoutError:
+            return self._refuse(x, api, 408, "timeout_error", "gateway.too_slow",
+                                f"the request body did not arrive within "
+                                f"model_gateway.request_timeout_s="
+                                f"{self.cfg.request_timeout_s:g}")
         if raw is None:
             return self._refuse(x, api, 413, "request_too_large", "gateway.too_large",
                                 f"the request body is over model_gateway.max_request_bytes="

@@ -18,7 +18,7 @@ from spu.schema import GatewayRequest, ToolCall, TrajectoryStep, Usage
 GENERATIONS = frozenset({"messages", "responses", "chat_completions"})
 
 POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gateway.cost_limit",
-                           "gateway.not_allowed", "gateway.too_large",
+                           "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
                            "gateway.server_tool_refused"})
 """Answers of the gateway's own policy: the agent's doing, not a provider failure."""
 

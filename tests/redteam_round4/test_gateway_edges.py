@@ -154,10 +154,6 @@ def test_hanging_up_mid_stream_does_not_hide_the_output_tokens(tmp_path: Path) -
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BROKEN (medium): uvicorn is run with no header or body "
-                   "timeout, so a connection that sends half a request line is held forever; "
-                   "an agent (no token needed) holds thousands, each a file descriptor of the "
-                   "run's host process, which runs the runner and the sweep")
 def test_a_connection_that_never_finishes_its_request_is_closed(
         recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
     _, gateway = recorded_gateway
