@@ -248,3 +248,63 @@ def test_the_agent_cannot_choose_the_billed_project(
     assert upstream.seen, "the request was not forwarded"
     sent = json.loads(upstream.seen[0]["headers"])
     assert "openai-organization" not in sent and "openai-project" not in sent, sent
+
+
+def test_openai_server_tools_and_reaching_betas_are_held_back(
+        recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
+    """A Responses request with ``web_search`` is a recorded 403; betas that reach out go."""
+    upstream, gateway = recorded_gateway
+    auth = {"authorization": f"Bearer {gateway.token}"}
+    with _client() as client:
+        refused = client.post(gateway.url() + "/v1/responses", headers=auth, json={
+            "model": "gpt-rt4", "input": "x", "tools": [{"type": "web_search_preview"}]})
+        assert refused.status_code == 403
+        client.post(gateway.url() + "/v1/responses", json={"model": "gpt-rt4", "input": "x"},
+                    headers={**auth, "anthropic-beta": "mcp-client-2025-04-04, "
+                             "interleaved-thinking-2025-05-14", "x-stainless-lang": "js"})
+    assert len(upstream.seen) == 1
+    sent = json.loads(upstream.seen[0]["headers"])
+    assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    assert sent["x-stainless-lang"] == "js"
+    entries = read_requests(gateway.requests_path)
+    assert entries[0].error_type == "gateway.server_tool_refused"
+    assert gateway_verdict(entries).infra_error is None
+
+
+class _BadRequest(BaseHTTPRequestHandler):
+    """A provider that answers every request 400 (the agent's malformed request)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        data = json.dumps({"type": "error", "error": {
+            "type": "invalid_request_error", "message": "max_tokens: must be positive"}}).encode()
+        self.send_response(400)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_the_upstreams_400_to_a_bad_request_is_no_provider_failure(tmp_path: Path) -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _BadRequest)
+    upstream.daemon_threads = True
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    gateway = ModelGateway(tmp_path / "model", upstream=f"http://127.0.0.1:"
+                           f"{upstream.server_address[1]}", api="anthropic", api_model="m",
+                           api_key=PROVIDER_KEY).start()
+    try:
+        with _client() as client:
+            answer = client.post(gateway.url() + "/v1/messages",
+                                 headers={"x-api-key": gateway.token},
+                                 json={"model": "m", "max_tokens": -1, "messages": []})
+    finally:
+        gateway.stop()
+        upstream.shutdown()
+        upstream.server_close()
+    assert answer.status_code == 400
+    entries = read_requests(gateway.requests_path)
+    assert [e.status for e in entries] == [400]
+    assert gateway_verdict(entries).infra_error is None
