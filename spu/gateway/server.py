@@ -28,6 +28,7 @@ Traps handled here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -608,6 +609,7 @@ class ModelGateway:
         outcome = "cut"
         hung_up_at: float | None = None
         drained = 0
+        last: StreamDropped | None = None
         try:
             async for chunk in response.aiter_bytes():
                 if x.entry.ttfb_s is None:
@@ -627,22 +629,25 @@ class ModelGateway:
                         or time.monotonic() - hung_up_at > DRAIN_AFTER_HANGUP_S:
                     break
             outcome = "client" if x.client_gone else "ended"
-            if not x.client_gone:
-                await queue.put(None)
         except httpx.HTTPError as exc:
             x.entry.error_type = "gateway.stream_dropped"
             x.entry.error = f"the upstream cut the answer: {type(exc).__name__}: {exc!s}"[:500]
-            if not x.client_gone:
-                await queue.put(StreamDropped(x.entry.error))
+            last = StreamDropped(x.entry.error)
         except asyncio.CancelledError:
             outcome = "client" if x.client_gone else "cut"
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(StreamDropped("the model gateway stopped"))
             raise
         finally:
             try:
                 await response.aclose()
             finally:
+                # The line is written before the agent sees the answer end: a run that
+                # ends with this answer finds it in the record.
                 self._finish(x, outcome)
                 self._release(x)
+        if not x.client_gone:
+            await queue.put(last)
 
     def _finish(self, x: _Exchange, outcome: str) -> None:
         """Read what arrived, count its cost, write the record line."""

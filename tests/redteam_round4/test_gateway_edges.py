@@ -308,3 +308,14 @@ def test_the_upstreams_400_to_a_bad_request_is_no_provider_failure(tmp_path: Pat
     entries = read_requests(gateway.requests_path)
     assert [e.status for e in entries] == [400]
     assert gateway_verdict(entries).infra_error is None
+
+
+def test_the_record_line_is_written_before_the_answer_ends(
+        recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
+    """A run that ends as its last answer ends finds that answer in the record."""
+    _, gateway = recorded_gateway
+    with _client() as client:
+        for n in range(20):
+            client.post(gateway.url() + "/v1/responses", json={"model": "gpt-rt4", "input": "x"},
+                        headers={"authorization": f"Bearer {gateway.token}"})
+            assert len(read_requests(gateway.requests_path)) == n + 1
