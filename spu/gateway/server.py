@@ -14,15 +14,21 @@ Traps handled here:
   is recorded; the real key goes on the upstream request in the header the client used;
 - only the configured model is forwarded: a request for another one gets a 403 in the
   API's error shape, recorded, and nothing reaches the upstream;
-- only the model endpoints are forwarded (messages, count_tokens, responses, chat
-  completions, model lists); any other path is a recorded 404;
+- only an exact list of model endpoint paths is forwarded (messages, count_tokens,
+  responses, chat completions, model lists), checked as sent: any other path, or one with
+  dot segments, ``%`` escapes or ``//``, is a recorded 404; the token and path are checked
+  before the body is read, which is capped (413) and timed (408, and a deadline on the
+  request headers); request headers pass by an allowlist; provider-side tools are refused;
 - the answer is passed through as it arrives (no buffering, byte for byte, the
   encoding undone: the upstream is asked for ``identity``), read on the way for usage,
   stop reason and refusal, and its record line written when it ends, cut or not; an
   upstream that cuts the stream makes the gateway cut the agent's stream too, so the
   CLI sees what the provider did;
 - past ``limits.max_cost_usd`` every generation is answered with a final (non-retried)
-  400 and the record names ``gateway.cost_limit``.
+  400 and the record names ``gateway.cost_limit``; a generation in flight holds a bound
+  on its cost, so that parallel ones cannot overrun the cap;
+- the upstream is read by a task of its own, which reads on after an agent hangs up
+  (bounded) to the final usage, and writes the record line before the answer ends.
 """
 
 from __future__ import annotations
@@ -514,7 +520,9 @@ class ModelGateway:
             async with spend:
                 spend.notify_all()
 
-        asyncio.get_running_loop().create_task(wake())
+        task = asyncio.get_running_loop().create_task(wake())
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
 
     def _refuse(self, x: _Exchange, api: str, status: int, kind: str, error_type: str,
                 message: str) -> Any:
@@ -555,7 +563,14 @@ class ModelGateway:
             "text/event-stream")
         headers = {k: v for k, v in response.headers.items()
                    if k.lower() not in RESPONSE_HEADERS_DROPPED}
-        return StreamingResponse(self._relay(response, x), status_code=response.status_code,
+        # The upstream is read by a task of its own, started here so that it runs (and
+        # writes the record line, and gives back the spend-cap bound) even when the agent
+        # is gone before the answer's first byte.
+        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
+        pump = asyncio.get_running_loop().create_task(self._pump(response, x, queue))
+        self._pumps.add(pump)
+        pump.add_done_callback(self._pumps.discard)
+        return StreamingResponse(self._relay(queue, x), status_code=response.status_code,
                                  headers=headers)
 
     def _upstream_headers(self, headers: Any, api: str) -> dict[str, str]:
@@ -576,17 +591,14 @@ class ModelGateway:
                 out["authorization"] = f"Bearer {self._api_key}"
         return out
 
-    async def _relay(self, response: Any, x: _Exchange) -> AsyncIterator[bytes]:
-        """Pass the answer's chunks through as they come, read by :meth:`_pump` on the way.
+    async def _relay(self, queue: asyncio.Queue[bytes | BaseException | None],
+                     x: _Exchange) -> AsyncIterator[bytes]:
+        """Pass the answer's chunks through as :meth:`_pump` reads them.
 
-        The upstream is read by a task of its own, so that an agent that hangs up before
-        the answer ends leaves it read on (for at most :data:`DRAIN_AFTER_HANGUP_S` and
-        :data:`DRAIN_AFTER_HANGUP_BYTES`) to its final usage, which the provider bills.
+        An agent that hangs up before the answer ends leaves it read on (for at most
+        :data:`DRAIN_AFTER_HANGUP_S` and :data:`DRAIN_AFTER_HANGUP_BYTES`) to its final
+        usage, which the provider bills.
         """
-        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
-        pump = asyncio.get_running_loop().create_task(self._pump(response, x, queue))
-        self._pumps.add(pump)
-        pump.add_done_callback(self._pumps.discard)
         try:
             while True:
                 item = await queue.get()
@@ -620,8 +632,12 @@ class ModelGateway:
                 if keep or (not x.entry.stream and len(x.answer) < MAX_JSON_BYTES):
                     x.answer += chunk
                 if not x.client_gone:
-                    await queue.put(chunk)
-                    continue
+                    try:
+                        async with asyncio.timeout(self.cfg.read_timeout_s):
+                            await queue.put(chunk)
+                        continue
+                    except TimeoutError:  # never read: the agent is gone
+                        x.client_gone = True
                 if hung_up_at is None:
                     hung_up_at = time.monotonic()
                 drained += len(chunk)
@@ -647,7 +663,9 @@ class ModelGateway:
                 self._finish(x, outcome)
                 self._release(x)
         if not x.client_gone:
-            await queue.put(last)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.cfg.read_timeout_s):
+                    await queue.put(last)
 
     def _finish(self, x: _Exchange, outcome: str) -> None:
         """Read what arrived, count its cost, write the record line."""
