@@ -1,8 +1,8 @@
 """Round four: the model gateway attacked from the agent's side of the wall, directly.
 
 Each test drives a real :class:`spu.gateway.server.ModelGateway` over its real socket, as
-an agent holding ``SPU_MODEL_URL`` and ``SPU_MODEL_TOKEN`` would. The broken ones are
-``xfail(strict=True)``: they pass once the gateway is fixed, and the mark must then go.
+an agent holding ``SPU_MODEL_URL`` and ``SPU_MODEL_TOKEN`` would. Each attack found was an
+``xfail(strict=True)`` test until the gateway met it (``docs/security.md``, round four).
 """
 
 from __future__ import annotations
