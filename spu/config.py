@@ -311,6 +311,11 @@ class ModelGatewayConfig:
     """Seconds to connect to the upstream API."""
     read_timeout_s: float = 900.0
     """Seconds the upstream may stay silent (first byte included) before the request fails."""
+    max_request_bytes: int = 32 * 1024 * 1024
+    """Largest request body forwarded; a longer one is answered 413 (and recorded)."""
+    request_timeout_s: float = 10.0
+    """Seconds a request's line and headers, then its body, may take to arrive; a
+    connection past it is closed (headers) or answered 408 (body)."""
 
 
 @dataclass

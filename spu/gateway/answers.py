@@ -22,6 +22,7 @@ providers' documentation:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +44,21 @@ NOT_FINAL_STOPS = frozenset({"tool_use", "pause_turn", "tool_calls", "function_c
 """Stop reasons after which the conversation goes on."""
 
 
+POST_ENDPOINTS = {"messages": "messages", "messages/count_tokens": "count_tokens",
+                  "responses": "responses", "chat/completions": "chat_completions"}
+"""The POST paths forwarded (after an optional ``v1/``) and the endpoint each names."""
+
+_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}")
+
+
 def endpoint_of(method: str, path: str) -> str:
-    """The endpoint a request path names (the part after the API's base URL).
+    """The endpoint a request path names (the part after the API's base URL), or ``other``.
+
+    Only an exact list of paths is an endpoint, each with an optional ``/v1`` in front:
+    ``POST`` to :data:`POST_ENDPOINTS`, ``GET models`` and ``GET models/<id>``. ``path``
+    is the path as sent, not decoded: one holding a ``%`` escape, a backslash, a dot
+    segment or an empty segment (``//``) is ``other``, so that nothing the upstream's
+    client or server folds later (``/models/../files``) can name another endpoint.
 
     Examples
     --------
@@ -54,17 +68,61 @@ def endpoint_of(method: str, path: str) -> str:
     ('count_tokens', 'models')
     >>> endpoint_of("POST", "/v1/chat/completions"), endpoint_of("GET", "/v1/messages")
     ('chat_completions', 'other')
+    >>> endpoint_of("GET", "/models/../files"), endpoint_of("GET", "/models/%2e%2e/batches")
+    ('other', 'other')
+    >>> endpoint_of("POST", "/v1/nope/chat/completions"), endpoint_of("POST", "//v1/messages")
+    ('other', 'other')
     """
-    path = path.split("?", 1)[0].rstrip("/")
-    if method == "GET":
-        return "models" if path.endswith("/models") or "/models/" in path else "other"
-    if method != "POST":
+    path = path.split("?", 1)[0]
+    if "%" in path or "\\" in path or not path.startswith("/"):
         return "other"
-    for suffix, name in (("/messages/count_tokens", "count_tokens"), ("/messages", "messages"),
-                         ("/responses", "responses"), ("/chat/completions", "chat_completions")):
-        if path.endswith(suffix):
-            return name
-    return "other"
+    parts = path[1:].split("/")
+    if parts[:1] == ["v1"]:
+        parts = parts[1:]
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        return "other"
+    if method == "GET":
+        if parts == ["models"] or (len(parts) == 2 and parts[0] == "models"
+                                   and _MODEL_ID.fullmatch(parts[1])):
+            return "models"
+        return "other"
+    return POST_ENDPOINTS.get("/".join(parts), "other") if method == "POST" else "other"
+
+
+SERVER_TOOL_TYPES = ("web_search", "web_fetch", "mcp", "code_interpreter", "code_execution")
+"""Tool types run by the provider itself (and their dated versions, ``web_search_20250305``):
+the provider reaches the web or runs code for the agent, outside the run's sandbox."""
+
+
+def server_tools(body: Any) -> list[str]:
+    """The provider-side tools a request body offers the model (their types), if any.
+
+    Anthropic's typed server tools (``web_search_*``, ``web_fetch_*``,
+    ``code_execution_*``) and ``mcp_servers``; OpenAI's ``web_search`` and
+    ``web_search_preview`` tools, remote ``mcp`` and ``code_interpreter`` tools, and Chat
+    Completions' ``web_search_options``.
+
+    Examples
+    --------
+    >>> server_tools({"tools": [{"name": "Bash", "input_schema": {}},
+    ...                         {"type": "web_fetch_20250910", "name": "web_fetch"}]})
+    ['web_fetch_20250910']
+    >>> server_tools({"tools": [{"type": "function", "name": "web_search"}]})
+    []
+    """
+    if not isinstance(body, dict):
+        return []
+    found = []
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else []:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if isinstance(kind, str) and any(kind == t or kind.startswith(t + "_")
+                                         for t in SERVER_TOOL_TYPES):
+            found.append(kind)
+    for key in ("mcp_servers", "web_search_options"):
+        if body.get(key):
+            found.append(key)
+    return found
 
 
 def api_of_endpoint(endpoint: str) -> str:

@@ -14,20 +14,27 @@ Traps handled here:
   is recorded; the real key goes on the upstream request in the header the client used;
 - only the configured model is forwarded: a request for another one gets a 403 in the
   API's error shape, recorded, and nothing reaches the upstream;
-- only the model endpoints are forwarded (messages, count_tokens, responses, chat
-  completions, model lists); any other path is a recorded 404;
+- only an exact list of model endpoint paths is forwarded (messages, count_tokens,
+  responses, chat completions, model lists), checked as sent: any other path, or one with
+  dot segments, ``%`` escapes or ``//``, is a recorded 404; the token and path are checked
+  before the body is read, which is capped (413) and timed (408, and a deadline on the
+  request headers); request headers pass by an allowlist; provider-side tools are refused;
 - the answer is passed through as it arrives (no buffering, byte for byte, the
   encoding undone: the upstream is asked for ``identity``), read on the way for usage,
   stop reason and refusal, and its record line written when it ends, cut or not; an
   upstream that cuts the stream makes the gateway cut the agent's stream too, so the
   CLI sees what the provider did;
 - past ``limits.max_cost_usd`` every generation is answered with a final (non-retried)
-  400 and the record names ``gateway.cost_limit``.
+  400 and the record names ``gateway.cost_limit``; a generation in flight holds a bound
+  on its cost, so that parallel ones cannot overrun the cap;
+- the upstream is read by a task of its own, which reads on after an agent hangs up
+  (bounded) to the final usage, and writes the record line before the answer ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -46,11 +53,13 @@ from spu.config import ModelGatewayConfig, PriceConfig
 from spu.gateway.answers import (
     API_ANTHROPIC,
     APIS,
+    GENERATION_ENDPOINTS,
     AnswerReader,
     api_of_endpoint,
     endpoint_of,
     error_body,
     reader_for,
+    server_tools,
     tool_results,
 )
 from spu.schema import GatewayRequest, Usage
@@ -69,10 +78,20 @@ DEFAULT_UPSTREAMS = {
 }
 """The provider's API base when ``model.base_url`` is null."""
 
-REQUEST_HEADERS_DROPPED = frozenset({
-    "host", "content-length", "authorization", "x-api-key", "accept-encoding", "connection",
-    "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer",
-    "transfer-encoding", "upgrade"})
+REQUEST_HEADERS_KEPT = frozenset({
+    "content-type", "accept", "user-agent", "anthropic-version", "anthropic-beta",
+    "anthropic-dangerous-direct-browser-access", "x-app", "originator", "session_id",
+    "conversation_id", "version", "openai-beta", "idempotency-key"})
+"""Request headers passed to the upstream (with those starting ``x-stainless-``, the SDKs'
+own); any other (``OpenAI-Organization``, ``OpenAI-Project``, a credential) is dropped."""
+BETAS_DROPPED = ("mcp-client-", "web-fetch-", "web-search-", "code-execution-", "files-api-",
+                 "skills-")
+"""``anthropic-beta`` values not passed on: features by which the provider reaches out
+(remote MCP servers, web fetch and search, code execution with files) for the agent."""
+DRAIN_AFTER_HANGUP_S = 300.0
+"""Seconds an answer is still read for its usage after the agent hung up."""
+DRAIN_AFTER_HANGUP_BYTES = 64 * 1024 * 1024
+"""Bytes an answer is still read for its usage after the agent hung up."""
 RESPONSE_HEADERS_DROPPED = frozenset({
     "content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive",
     "date", "server"})
@@ -112,6 +131,46 @@ def _quiet_dropped_streams() -> None:
         logger.addFilter(_DroppedStreamFilter())
 
 
+def _protocol_class(timeout_s: float) -> Any:
+    """The h11 protocol of uvicorn with a deadline on a request's line and headers.
+
+    uvicorn's own keep-alive timeout runs only between requests: a connection that sends
+    half a request line would be held for ever, a file descriptor of the run's host
+    process each. Here a connection whose next request's headers have not all arrived
+    ``timeout_s`` after it opened (or after the last answer ended) is closed.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineH11Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            self._arm()
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self.loop.call_later(timeout_s, self._expire)
+
+        def _expire(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return DeadlineH11Protocol
+
+
 def _server_class() -> Any:
     """The uvicorn server, woken at once by :meth:`ModelGateway.stop`.
 
@@ -124,6 +183,7 @@ def _server_class() -> Any:
     class WakeableServer(uvicorn.Server):
         _wake: asyncio.Event | None = None
         _loop: asyncio.AbstractEventLoop | None = None
+        pumps: set[asyncio.Task[None]] = set()  # noqa: RUF012 (set per instance)
 
         async def main_loop(self) -> None:
             self._loop = asyncio.get_running_loop()
@@ -143,9 +203,13 @@ def _server_class() -> Any:
             for connection in list(self.server_state.connections):
                 connection.shutdown()
             deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-            while (self.server_state.connections or self.server_state.tasks) \
+            while (self.server_state.connections or self.server_state.tasks or self.pumps) \
                     and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
+            for pump in list(self.pumps):  # answers read on after a hang-up, still going
+                pump.cancel()
+            if self.pumps:
+                await asyncio.wait(list(self.pumps), timeout=1.0)
             await self.lifespan.shutdown()
 
     return WakeableServer
@@ -161,6 +225,9 @@ class _Exchange:
     body: Any = None
     raw_request: bytes = b""
     answer: bytearray = field(default_factory=bytearray)
+    reserved_usd: float = 0.0
+    """The bound on this generation's cost held against the spend cap while it runs."""
+    client_gone: bool = False
 
 
 class ModelGateway:
@@ -203,6 +270,9 @@ class ModelGateway:
         self._lock = threading.Lock()
         self._count = 0
         self._seen_results: set[str] = set()
+        self._reserved_usd = 0.0
+        self._spend = asyncio.Condition()
+        self._pumps: set[asyncio.Task[None]] = set()
         self._results_bytes = 0
         self._client: Any = None
         self._server: Any = None
@@ -263,9 +333,11 @@ class ModelGateway:
         _quiet_dropped_streams()
         # No log configuration of uvicorn's own: it would reset the process's loggers.
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=0, log_config=None,
-                                log_level=None, access_log=False, lifespan="on", http="h11",
+                                log_level=None, access_log=False, lifespan="on",
+                                http=_protocol_class(self.cfg.request_timeout_s),
                                 date_header=False)
         self._server = _server_class()(config)
+        self._server.pumps = self._pumps
         self._thread = threading.Thread(target=self._server.run, name="spu-model-gateway",
                                         daemon=True)
         self._thread.start()
@@ -306,13 +378,37 @@ class ModelGateway:
         return secrets.compare_digest(sent.encode(), self.token.encode())
 
     async def handle(self, request: Any) -> Any:
-        """Answer one request: check it, forward it, pass the answer through."""
-        path = request.url.path
+        """Answer one request: check it, forward it, pass the answer through.
+
+        The token and the path are checked before the body is read, and the body is read
+        only up to ``model_gateway.max_request_bytes``.
+        """
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        path = raw_path.decode("latin-1")
         endpoint = endpoint_of(request.method, path)
-        raw = await request.body()
-        x = _Exchange(entry=GatewayRequest(time=now_iso(), endpoint=endpoint, status=0,
-                                           bytes_in=len(raw)),
-                      started=time.monotonic(), reader=reader_for(endpoint), raw_request=raw)
+        api = api_of_endpoint(endpoint)
+        x = _Exchange(entry=GatewayRequest(time=now_iso(), endpoint=endpoint, status=0),
+                      started=time.monotonic(), reader=reader_for(endpoint))
+        if not self.token_ok(request.headers):
+            return self._refuse(x, api, 401, "authentication_error", "gateway.bad_token",
+                                "invalid x-api-key (not this run's model token)")
+        if endpoint == "other":
+            return self._refuse(x, api, 404, "not_found_error", "gateway.not_allowed",
+                                f"the model gateway forwards no {request.method} "
+                                f"{path[:200]}")
+        try:
+            async with asyncio.timeout(self.cfg.request_timeout_s):
+                raw = await self._read_body(request)
+        except TimeoutError:
+            return self._refuse(x, api, 408, "timeout_error", "gateway.too_slow",
+                                f"the request body did not arrive within "
+                                f"model_gateway.request_timeout_s="
+                                f"{self.cfg.request_timeout_s:g}")
+        if raw is None:
+            return self._refuse(x, api, 413, "request_too_large", "gateway.too_large",
+                                f"the request body is over model_gateway.max_request_bytes="
+                                f"{self.cfg.max_request_bytes}")
+        x.raw_request, x.entry.bytes_in = raw, len(raw)
         if raw:
             try:
                 x.body = json.loads(raw)
@@ -321,34 +417,112 @@ class ModelGateway:
         if isinstance(x.body, dict):
             x.entry.model = str(x.body["model"]) if x.body.get("model") is not None else None
             x.entry.stream = bool(x.body.get("stream"))
-        refusal = self._policy(request, endpoint, x)
+        refusal = self._policy(endpoint, x)
+        if refusal is None:
+            refusal = await self._reserve(endpoint, x)
         if refusal is not None:
             return refusal
         self._keep_tool_results(endpoint, x.body)
-        return await self._forward(request, path, x)
+        try:
+            return await self._forward(request, path, x)
+        except BaseException:
+            self._release(x)
+            raise
 
-    def _policy(self, request: Any, endpoint: str, x: _Exchange) -> Any:
+    async def _read_body(self, request: Any) -> bytes | None:
+        """The request body, or None when it is longer than ``max_request_bytes``."""
+        cap = self.cfg.max_request_bytes
+        try:
+            declared = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            declared = 0
+        if declared > cap:
+            return None
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _policy(self, endpoint: str, x: _Exchange) -> Any:
         """The gateway's own answer to a request it does not forward, or None."""
         api = api_of_endpoint(endpoint)
-        if not self.token_ok(request.headers):
-            return self._refuse(x, api, 401, "authentication_error", "gateway.bad_token",
-                                "invalid x-api-key (not this run's model token)")
-        if endpoint == "other":
-            return self._refuse(x, api, 404, "not_found_error", "gateway.not_allowed",
-                                f"the model gateway forwards no {request.method} "
-                                f"{request.url.path}")
         asks = endpoint in ("messages", "count_tokens", "responses", "chat_completions")
         if asks and self.api_model is not None and x.entry.model != self.api_model:
             return self._refuse(x, api, 403, "permission_error", "gateway.model_refused",
                                 f"model {x.entry.model!r} is not allowed in this run (only "
                                 f"{self.api_model!r})")
-        if (asks and endpoint != "count_tokens" and self.max_cost_usd is not None
-                and self.spent_usd >= self.max_cost_usd):
-            return self._refuse(x, api, 400, "invalid_request_error", "gateway.cost_limit",
-                                f"this run's spend cap limits.max_cost_usd="
-                                f"{self.max_cost_usd:g} USD is reached "
-                                f"({self.spent_usd:.4f} USD spent); no further requests")
+        offered = server_tools(x.body) if asks else []
+        if offered:
+            return self._refuse(x, api, 403, "permission_error", "gateway.server_tool_refused",
+                                f"provider-side tools are not allowed in this run "
+                                f"({', '.join(offered)}); use the run's own tools")
         return None
+
+    async def _reserve(self, endpoint: str, x: _Exchange) -> Any:
+        """Hold a bound on a generation's cost under the spend cap, or refuse it.
+
+        A generation starts only while the spend so far plus the bounds held by those in
+        flight leave room for its own bound (:meth:`_cost_bound`); otherwise it waits for
+        them to end. Past the cap it is refused (a final 400, ``gateway.cost_limit``). A
+        generation that starts alone always starts, so the cap is passed by at most one
+        request's cost, as when requests come one at a time.
+        """
+        if endpoint not in GENERATION_ENDPOINTS or self.max_cost_usd is None:
+            return None
+        cap = self.max_cost_usd
+        bound = self._cost_bound(x)
+        async with self._spend:
+            while True:
+                if self.spent_usd >= cap:
+                    api = api_of_endpoint(endpoint)
+                    return self._refuse(x, api, 400, "invalid_request_error",
+                                        "gateway.cost_limit",
+                                        f"this run's spend cap limits.max_cost_usd={cap:g} "
+                                        f"USD is reached ({self.spent_usd:.4f} USD spent); "
+                                        f"no further requests")
+                if self._reserved_usd <= 0 or self.spent_usd + self._reserved_usd + bound <= cap:
+                    x.reserved_usd = max(bound, 1e-12)
+                    self._reserved_usd += x.reserved_usd
+                    return None
+                await self._spend.wait()
+
+    def _cost_bound(self, x: _Exchange) -> float:
+        """At most what a generation can cost, for the spend cap.
+
+        Every body byte counted an input token (at the cache-write price), the output at
+        its ``max_tokens``; without one, the whole cap (it then runs alone).
+        """
+        if self.prices is None or self.max_cost_usd is None:
+            return 0.0
+        body = x.body if isinstance(x.body, dict) else {}
+        limit = next((body[k] for k in ("max_tokens", "max_output_tokens",
+                                        "max_completion_tokens") if body.get(k) is not None),
+                     None)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            return self.max_cost_usd
+        from spu.cost.prices import request_cost
+
+        usage = Usage(cache_write=len(x.raw_request), output=limit)
+        return request_cost(self.prices, usage, cache_write_rate="five_minute").total
+
+    def _release(self, x: _Exchange) -> None:
+        """Give back a generation's bound on the spend cap (once its cost is counted)."""
+        if x.reserved_usd <= 0:
+            return
+        self._reserved_usd = max(0.0, self._reserved_usd - x.reserved_usd)
+        x.reserved_usd = 0.0
+        spend = self._spend
+
+        async def wake() -> None:
+            async with spend:
+                spend.notify_all()
+
+        task = asyncio.get_running_loop().create_task(wake())
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
 
     def _refuse(self, x: _Exchange, api: str, status: int, kind: str, error_type: str,
                 message: str) -> Any:
@@ -375,9 +549,11 @@ class ModelGateway:
         try:
             response = await self._client.send(upstream, stream=True)
         except httpx.TimeoutException as exc:
+            self._release(x)
             return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_timeout",
                                 f"the upstream did not answer: {type(exc).__name__}")
         except httpx.HTTPError as exc:
+            self._release(x)
             return self._refuse(x, api, 502, "api_error", "gateway.upstream_unreachable",
                                 f"the upstream could not be reached: {exc!s}"[:500])
         x.entry.status = response.status_code
@@ -387,11 +563,25 @@ class ModelGateway:
             "text/event-stream")
         headers = {k: v for k, v in response.headers.items()
                    if k.lower() not in RESPONSE_HEADERS_DROPPED}
-        return StreamingResponse(self._relay(response, x), status_code=response.status_code,
+        # The upstream is read by a task of its own, started here so that it runs (and
+        # writes the record line, and gives back the spend-cap bound) even when the agent
+        # is gone before the answer's first byte.
+        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
+        pump = asyncio.get_running_loop().create_task(self._pump(response, x, queue))
+        self._pumps.add(pump)
+        pump.add_done_callback(self._pumps.discard)
+        return StreamingResponse(self._relay(queue, x), status_code=response.status_code,
                                  headers=headers)
 
     def _upstream_headers(self, headers: Any, api: str) -> dict[str, str]:
-        out = {k: v for k, v in headers.items() if k.lower() not in REQUEST_HEADERS_DROPPED}
+        out = {k: v for k, v in headers.items()
+               if k.lower() in REQUEST_HEADERS_KEPT or k.lower().startswith("x-stainless-")}
+        beta = next((k for k in out if k.lower() == "anthropic-beta"), None)
+        if beta is not None:
+            kept = [b.strip() for b in out.pop(beta).split(",")
+                    if b.strip() and not b.strip().lower().startswith(BETAS_DROPPED)]
+            if kept:
+                out["anthropic-beta"] = ",".join(kept)
         out["accept-encoding"] = "identity"
         if self._api_key:
             bearer = "authorization" in headers and "x-api-key" not in headers
@@ -401,12 +591,37 @@ class ModelGateway:
                 out["authorization"] = f"Bearer {self._api_key}"
         return out
 
-    async def _relay(self, response: Any, x: _Exchange) -> AsyncIterator[bytes]:
-        """Pass the answer's chunks through as they come, reading them on the way."""
+    async def _relay(self, queue: asyncio.Queue[bytes | BaseException | None],
+                     x: _Exchange) -> AsyncIterator[bytes]:
+        """Pass the answer's chunks through as :meth:`_pump` reads them.
+
+        An agent that hangs up before the answer ends leaves it read on (for at most
+        :data:`DRAIN_AFTER_HANGUP_S` and :data:`DRAIN_AFTER_HANGUP_BYTES`) to its final
+        usage, which the provider bills.
+        """
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            x.client_gone = True
+            while not queue.empty():
+                queue.get_nowait()
+
+    async def _pump(self, response: Any, x: _Exchange,
+                    queue: asyncio.Queue[bytes | BaseException | None]) -> None:
+        """Read the upstream's answer to its end, feeding the reader and the relay."""
         import httpx
 
         keep = self.cfg.log_bodies
         outcome = "cut"
+        hung_up_at: float | None = None
+        drained = 0
+        last: StreamDropped | None = None
         try:
             async for chunk in response.aiter_bytes():
                 if x.entry.ttfb_s is None:
@@ -416,25 +631,46 @@ class ModelGateway:
                     x.reader.feed(chunk)
                 if keep or (not x.entry.stream and len(x.answer) < MAX_JSON_BYTES):
                     x.answer += chunk
-                yield chunk
-            outcome = "ended"
+                if not x.client_gone:
+                    try:
+                        async with asyncio.timeout(self.cfg.read_timeout_s):
+                            await queue.put(chunk)
+                        continue
+                    except TimeoutError:  # never read: the agent is gone
+                        x.client_gone = True
+                if hung_up_at is None:
+                    hung_up_at = time.monotonic()
+                drained += len(chunk)
+                if drained > DRAIN_AFTER_HANGUP_BYTES \
+                        or time.monotonic() - hung_up_at > DRAIN_AFTER_HANGUP_S:
+                    break
+            outcome = "client" if x.client_gone else "ended"
         except httpx.HTTPError as exc:
             x.entry.error_type = "gateway.stream_dropped"
             x.entry.error = f"the upstream cut the answer: {type(exc).__name__}: {exc!s}"[:500]
-            raise StreamDropped(x.entry.error) from None
-        except (asyncio.CancelledError, GeneratorExit):
-            outcome = "client"
+            last = StreamDropped(x.entry.error)
+        except asyncio.CancelledError:
+            outcome = "client" if x.client_gone else "cut"
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(StreamDropped("the model gateway stopped"))
             raise
         finally:
             try:
                 await response.aclose()
             finally:
+                # The line is written before the agent sees the answer end: a run that
+                # ends with this answer finds it in the record.
                 self._finish(x, outcome)
+                self._release(x)
+        if not x.client_gone:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.cfg.read_timeout_s):
+                    await queue.put(last)
 
     def _finish(self, x: _Exchange, outcome: str) -> None:
         """Read what arrived, count its cost, write the record line."""
         r = x.reader
-        if outcome == "ended":
+        if outcome in ("ended", "client"):
             if x.entry.stream:
                 r.finish()
             elif x.answer:

@@ -18,12 +18,16 @@ from spu.schema import GatewayRequest, ToolCall, TrajectoryStep, Usage
 GENERATIONS = frozenset({"messages", "responses", "chat_completions"})
 
 POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gateway.cost_limit",
-                           "gateway.not_allowed"})
+                           "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
+                           "gateway.server_tool_refused"})
 """Answers of the gateway's own policy: the agent's doing, not a provider failure."""
 
 TRANSPORT_ERRORS = frozenset({"gateway.stream_dropped", "gateway.upstream_unreachable",
                               "gateway.upstream_timeout"})
 """The upstream failed on the way: no answer, or part of one."""
+
+PROVIDER_STATUSES = frozenset({401, 429, 529})
+"""The 4xx statuses that are the provider's failure, not an answer to the agent's request."""
 
 
 def read_requests(path: str | Path) -> list[GatewayRequest]:
@@ -43,16 +47,29 @@ def read_requests(path: str | Path) -> list[GatewayRequest]:
 def is_failure(entry: GatewayRequest) -> bool:
     """True when the provider (or the way to it) failed this request.
 
-    An HTTP error of the upstream (5xx, 429, 529, any 4xx it sent), a stream cut or an
-    error event mid-answer, an unreachable upstream. The gateway's policy answers (bad
-    token, another model, the spend cap) and a client that hung up are not failures.
+    An HTTP error of the upstream that the agent's request cannot cause (5xx, 429 and
+    529 rate and load limits, 401 for the key the gateway itself puts on), a stream cut
+    or an error event mid-answer, an unreachable upstream. Any other 4xx answers the
+    agent's own request (a malformed body, a path the provider does not serve) and is
+    not a failure, nor are the gateway's policy answers (bad token, another model, the
+    spend cap, a body too large) and a client that hung up.
+
+    Examples
+    --------
+    >>> bad = GatewayRequest(time="t", endpoint="messages", status=400,
+    ...                      error_type="invalid_request_error", error="max_tokens: -1")
+    >>> is_failure(bad), is_failure(bad.model_copy(update={"status": 529}))
+    (False, True)
     """
     if entry.error_type in POLICY_ERRORS or entry.error_type == "gateway.client_disconnected":
         return False
     if entry.endpoint not in GENERATIONS and entry.endpoint != "count_tokens":
         return False
-    if entry.status >= 400 or entry.error_type in TRANSPORT_ERRORS:
+    if entry.error_type in TRANSPORT_ERRORS or entry.status in PROVIDER_STATUSES \
+            or entry.status >= 500:
         return True
+    if entry.status >= 400:
+        return False
     return entry.error_type is not None and not entry.refusal
 
 

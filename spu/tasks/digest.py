@@ -47,17 +47,20 @@ def _entries(task_dir: Path) -> list[tuple[str, os.stat_result]]:
 def task_digest(task_dir: str | Path) -> str:
     r"""SHA-256 (hex) over the public files of a task package: paths and contents.
 
-    Each file adds ``<relative path> NUL <SHA-256 of its content> LF`` to the digest, in
-    path order; a link adds its target instead of a content (a package with one does not
-    run, but its digest still differs from the package without it).
+    Each entry adds three length-prefixed fields to the digest, in path order: its kind
+    (``file``, ``link`` or ``special``), its relative path and its content (a file's
+    SHA-256, a link's target), each as ``<byte length> : <bytes>``, so that no path or
+    link target (which may hold any byte but NUL) can stand for another entry's (a
+    package with a link does not run, but its digest still differs from the package
+    without it).
 
     Examples
     --------
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
     >>> _ = (folder / "task.yaml").write_text("id: x\n")
-    >>> task_digest(folder)[:16]  # of 'task.yaml', NUL, SHA-256 of 'id: x' LF, LF
-    'd8994ac7337d6d63'
+    >>> task_digest(folder)[:16]  # of '4:file9:task.yaml64:<SHA-256 of 'id: x' LF>'
+    '73d453ba28265425'
     """
     task_dir = Path(task_dir).resolve()
     entries = _entries(task_dir)
@@ -70,12 +73,13 @@ def task_digest(task_dir: str | Path) -> str:
     for rel, st in entries:
         path = task_dir / rel
         if stat.S_ISLNK(st.st_mode):
-            content = "link:" + os.readlink(path)
+            kind, content = "link", os.fsencode(os.readlink(path))
         elif stat.S_ISREG(st.st_mode):
-            content = file_sha256(path)
+            kind, content = "file", file_sha256(path).encode()
         else:
-            content = "special"
-        digest.update(f"{rel}\0{content}\n".encode())
+            kind, content = "special", b""
+        for field in (kind.encode(), rel.encode("utf-8", "surrogateescape"), content):
+            digest.update(b"%d:%s" % (len(field), field))
     value = digest.hexdigest()
     _TREES[str(task_dir)] = (signature, value)
     return value

@@ -36,10 +36,6 @@ def _run(compose, backend: str, mode: str, *overrides: str):
     return record, spec.output_root / "runs" / record.run_key
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (high): any 4xx the upstream sends counts as a "
-                   "provider failure (verdict.is_failure), so an agent that has written a file "
-                   "it dislikes sends one malformed request (a 404 path, max_tokens=-1) and "
-                   "the run is infra_error: excluded, and retried for a fresh chance")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_agent_cannot_make_its_run_infra_error_with_a_bad_request(
         request: pytest.FixtureRequest, compose, backend: str) -> None:

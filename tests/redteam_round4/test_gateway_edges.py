@@ -1,8 +1,8 @@
 """Round four: the model gateway attacked from the agent's side of the wall, directly.
 
 Each test drives a real :class:`spu.gateway.server.ModelGateway` over its real socket, as
-an agent holding ``SPU_MODEL_URL`` and ``SPU_MODEL_TOKEN`` would. The broken ones are
-``xfail(strict=True)``: they pass once the gateway is fixed, and the mark must then go.
+an agent holding ``SPU_MODEL_URL`` and ``SPU_MODEL_TOKEN`` would. Each attack found was an
+``xfail(strict=True)`` test until the gateway met it (``docs/security.md``, round four).
 """
 
 from __future__ import annotations
@@ -35,10 +35,6 @@ def _client() -> httpx.Client:
     return httpx.Client(trust_env=False, timeout=10)
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (critical): endpoint_of accepts any GET path "
-                   "containing '/models/', httpx then folds the dot segments, so "
-                   "GET /models/../files reaches the provider's /v1/files (any GET endpoint: "
-                   "files, batches, stored chat completions) with the real provider key")
 @pytest.mark.parametrize("path", ["/models/../files", "/models/%2e%2e/batches",
                                   "/v1/x/models/../../chat/completions"])
 def test_a_model_list_path_cannot_be_folded_onto_another_upstream_path(
@@ -82,10 +78,6 @@ def test_another_model_is_refused_whatever_the_path(
     assert upstream.seen == []
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (high): the gateway reads the whole request "
-                   "body into the run's host process before it checks the token, with no "
-                   "size limit; anyone in the sandbox can make it wait for (and then hold) "
-                   "gigabytes")
 def test_a_huge_body_without_the_token_is_refused_before_it_is_read(
         recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
     _, gateway = recorded_gateway
@@ -136,10 +128,6 @@ class _SlowStream(BaseHTTPRequestHandler):
         return
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (medium): an agent that hangs up after the "
-                   "text it needs leaves the record with message_start's usage only; the "
-                   "provider bills every token it generated, the record (cost_usd, "
-                   "limits.max_cost_usd) counts one output token")
 def test_hanging_up_mid_stream_does_not_hide_the_output_tokens(tmp_path: Path) -> None:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _SlowStream)
     upstream.daemon_threads = True
@@ -166,10 +154,6 @@ def test_hanging_up_mid_stream_does_not_hide_the_output_tokens(tmp_path: Path) -
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BROKEN (medium): uvicorn is run with no header or body "
-                   "timeout, so a connection that sends half a request line is held forever; "
-                   "an agent (no token needed) holds thousands, each a file descriptor of the "
-                   "run's host process, which runs the runner and the sweep")
 def test_a_connection_that_never_finishes_its_request_is_closed(
         recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
     _, gateway = recorded_gateway
@@ -203,9 +187,6 @@ class _SlowAnswer(BaseHTTPRequestHandler):
         return
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (medium): the spend cap is checked when a "
-                   "request arrives and counted when it ends, so requests sent together all "
-                   "pass it: 16 parallel requests under a cap of one spend 16 times the cap")
 def test_parallel_requests_do_not_overrun_the_spend_cap(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -236,11 +217,6 @@ def test_parallel_requests_do_not_overrun_the_spend_cap(tmp_path: Path) -> None:
     assert gateway.spent_usd <= 2 * 0.005, gateway.spent_usd
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (medium): the gateway forwards provider-side "
-                   "tools (Anthropic web_search / web_fetch, OpenAI web_search) untouched: the "
-                   "provider fetches the web for the agent, outside the audited tools service "
-                   "and the egress proxy, and the exposure screen (tool_results.jsonl, fed by "
-                   "tool_result blocks only) never sees what came back")
 @pytest.mark.parametrize("tool", [{"type": "web_fetch_20250910", "name": "web_fetch"},
                                   {"type": "web_search_20250305", "name": "web_search"}])
 def test_provider_side_web_tools_do_not_pass_the_gateway_unrecorded(
@@ -261,10 +237,6 @@ def test_provider_side_web_tools_do_not_pass_the_gateway_unrecorded(
     assert not any(tool["type"] in s["body"] for s in upstream.seen), upstream.seen
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (low): every request header but a short list "
-                   "is passed to the provider with the real key, so the agent picks the "
-                   "organization and project billed (OpenAI-Organization, OpenAI-Project) "
-                   "and the betas enabled (anthropic-beta)")
 def test_the_agent_cannot_choose_the_billed_project(
         recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
     upstream, gateway = recorded_gateway
@@ -276,3 +248,74 @@ def test_the_agent_cannot_choose_the_billed_project(
     assert upstream.seen, "the request was not forwarded"
     sent = json.loads(upstream.seen[0]["headers"])
     assert "openai-organization" not in sent and "openai-project" not in sent, sent
+
+
+def test_openai_server_tools_and_reaching_betas_are_held_back(
+        recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
+    """A Responses request with ``web_search`` is a recorded 403; betas that reach out go."""
+    upstream, gateway = recorded_gateway
+    auth = {"authorization": f"Bearer {gateway.token}"}
+    with _client() as client:
+        refused = client.post(gateway.url() + "/v1/responses", headers=auth, json={
+            "model": "gpt-rt4", "input": "x", "tools": [{"type": "web_search_preview"}]})
+        assert refused.status_code == 403
+        client.post(gateway.url() + "/v1/responses", json={"model": "gpt-rt4", "input": "x"},
+                    headers={**auth, "anthropic-beta": "mcp-client-2025-04-04, "
+                             "interleaved-thinking-2025-05-14", "x-stainless-lang": "js"})
+    assert len(upstream.seen) == 1
+    sent = json.loads(upstream.seen[0]["headers"])
+    assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    assert sent["x-stainless-lang"] == "js"
+    entries = read_requests(gateway.requests_path)
+    assert entries[0].error_type == "gateway.server_tool_refused"
+    assert gateway_verdict(entries).infra_error is None
+
+
+class _BadRequest(BaseHTTPRequestHandler):
+    """A provider that answers every request 400 (the agent's malformed request)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        data = json.dumps({"type": "error", "error": {
+            "type": "invalid_request_error", "message": "max_tokens: must be positive"}}).encode()
+        self.send_response(400)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_the_upstreams_400_to_a_bad_request_is_no_provider_failure(tmp_path: Path) -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _BadRequest)
+    upstream.daemon_threads = True
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    gateway = ModelGateway(tmp_path / "model", upstream=f"http://127.0.0.1:"
+                           f"{upstream.server_address[1]}", api="anthropic", api_model="m",
+                           api_key=PROVIDER_KEY).start()
+    try:
+        with _client() as client:
+            answer = client.post(gateway.url() + "/v1/messages",
+                                 headers={"x-api-key": gateway.token},
+                                 json={"model": "m", "max_tokens": -1, "messages": []})
+    finally:
+        gateway.stop()
+        upstream.shutdown()
+        upstream.server_close()
+    assert answer.status_code == 400
+    entries = read_requests(gateway.requests_path)
+    assert [e.status for e in entries] == [400]
+    assert gateway_verdict(entries).infra_error is None
+
+
+def test_the_record_line_is_written_before_the_answer_ends(
+        recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
+    """A run that ends as its last answer ends finds that answer in the record."""
+    _, gateway = recorded_gateway
+    with _client() as client:
+        for n in range(20):
+            client.post(gateway.url() + "/v1/responses", json={"model": "gpt-rt4", "input": "x"},
+                        headers={"authorization": f"Bearer {gateway.token}"})
+            assert len(read_requests(gateway.requests_path)) == n + 1
