@@ -206,6 +206,17 @@ def _wait_for_engine_exit(timeout_s: float = 60) -> None:
         time.sleep(0.5)
 
 
+def bubblewrap_based(name: str) -> bool:
+    """Whether backend ``name`` is the bubblewrap one or built on it (a plugin's subclass).
+
+    Tests that check how bubblewrap holds an attack (tmpfs folders charged to memory, the
+    agent's user id) hold such a backend to the same expectations.
+    """
+    from spu.sandbox.local import LocalSandbox
+
+    return issubclass(get_sandbox(name), LocalSandbox)
+
+
 def require_backend(request: pytest.FixtureRequest, name: str) -> dict[str, object]:
     """Skip (with the reason) unless backend ``name`` runs here; returns its options."""
     if name == "docker":

@@ -38,7 +38,7 @@ from spu.main import spec_from_config
 from spu.runner import LIMIT_OUTCOMES, run_one
 from spu.schema import Outcome, RunRecord
 from tests.conftest import EXAMPLE_TASK
-from tests.sandbox.conftest import AGENTS, ISOLATING, read_json, require_backend
+from tests.sandbox.conftest import AGENTS, ISOLATING, bubblewrap_based, read_json, require_backend
 
 pytestmark = pytest.mark.slow
 
@@ -314,7 +314,7 @@ def test_log_flood_is_capped_with_head_tail_and_a_note(backend, request, compose
 def test_fork_bomb_is_held_by_the_pids_limit(backend, request, compose) -> None:
     """Invariant: a fork bomb meets the pids limit, ends, and leaves no process behind."""
     require_backend(request, backend)
-    if backend == "local":
+    if bubblewrap_based(backend):
         from spu.sandbox import RunLimits
         from spu.sandbox.limits import LimitEnforcer
 

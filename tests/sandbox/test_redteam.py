@@ -47,7 +47,7 @@ from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome, RunRecord
 from tests.conftest import EXAMPLE_TASK
-from tests.sandbox.conftest import AGENTS, BACKENDS, ISOLATING, require_backend
+from tests.sandbox.conftest import AGENTS, BACKENDS, ISOLATING, bubblewrap_based, require_backend
 
 REDTEAM = AGENTS / "redteam.py"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's isolation needs root")
@@ -160,7 +160,7 @@ def test_no_user_namespace_no_capability_no_kernel_knob(backend, request, compos
         if path != "/proc/self/oom_score_adj":  # its own process: allowed everywhere
             assert _failed(result), f"{path} is writable"
     assert run.report["handle"].get("open_by_handle_at") in (None, "EPERM")
-    if backend == "local":
+    if bubblewrap_based(backend):
         assert proc["uid"] != 0 and _failed(proc["pid1_root"]) and _failed(proc["pid1_environ"])
         assert "CapEff:\t0000000000000000" in proc["caps"]
     assert run.record.outcome is Outcome.no_file
@@ -462,7 +462,7 @@ def test_writing_outside_the_layout_is_held_by_a_limit(backend, request, compose
     """Invariant: what the agent writes outside ``/workspace`` and ``/output`` is bounded:
     ``local`` gives it only tmpfs folders, charged to its memory limit; ``docker``
     measures the container's own layer against ``limits.disk_gb`` (``disk_limit``)."""
-    if backend == "local":
+    if bubblewrap_based(backend):
         run = _attack(request, compose, backend, ["fill-outside:1500"], "limits.memory_gb=0.5")
         if run.record.sandbox.limits.memory_mechanism == "rlimit-as":
             pytest.skip("no writable memory cgroup here")
