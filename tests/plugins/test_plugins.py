@@ -158,7 +158,8 @@ def test_the_command_line_sweeps_with_the_plugin_harness_and_backend(one_task_ro
         pytest.skip(f"sandbox=example is bubblewrap: {why}")
     out = tmp_path / "outputs"
     proc = run_module(["spu.main", "-m", "harness=example", "sandbox=example",
-                       "model=presented_order", "effort=turbo,high", "task=glob(*)",
+                       "sandbox.network=false", "model=presented_order", "effort=turbo,high",
+                       "task=glob(*)",
                        f"task_root={one_task_root}", f"output_root={out}"], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = {}
