@@ -540,7 +540,8 @@ class ModelGateway:
         import httpx
         from starlette.responses import StreamingResponse
 
-        api = api_of_endpoint(x.entry.endpoint)
+        # A model list belongs to no one API: it is asked in the run's own API style.
+        api = self.api if x.entry.endpoint == "models" else api_of_endpoint(x.entry.endpoint)
         url = self.upstream + path + (f"?{request.url.query}" if request.url.query else "")
         upstream = self._client.build_request(request.method, url,
                                               headers=self._upstream_headers(request.headers,

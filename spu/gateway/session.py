@@ -78,9 +78,16 @@ def check_upstream(model: ModelConfig) -> None:
         raise GatewayConfigError(f"model.api_model: {exc}") from None
 
 
+SCRIPTED_KEY = "scripted-model-key"
+"""The key the gateway puts on requests to the scripted model server: a stand-in, so that
+the header the client chose (``x-api-key`` or a bearer token) travels as to a provider."""
+
+
 def provider_key(model: ModelConfig) -> str | None:
     """The provider key from the variable ``model.api_key_env`` names (None: no key set)."""
-    if model.provider == SCRIPTED or not model.api_key_env:
+    if model.provider == SCRIPTED:
+        return SCRIPTED_KEY
+    if not model.api_key_env:
         return None
     return os.environ.get(model.api_key_env) or None
 
