@@ -249,7 +249,7 @@ class TrackingServerConfig:
     """Its worker processes."""
 
 
-@dataclass
+@dataclass(unsafe_hash=True)
 class TracesConfig:
     """Each recorded run's trajectory as an MLflow trace (SPEC section 13)."""
 

@@ -211,17 +211,24 @@ def test_a_provider_refusal_is_classified_with_its_label(sandbox_ok, compose, ha
 @pytest.mark.parametrize(("harness", "version"), CASES)
 def test_an_api_error_is_an_infra_error(sandbox_ok, compose, harness: str, version: str,
                                         tmp_path: Path) -> None:
+    """A 400 for the CLI's request is the request's fault, not the provider's (issue 23).
+
+    The gateway cannot tell the CLI's request from one the agent sent to choose its
+    outcome, so only provider failures (5xx, 429/529, 401, a dropped stream) make an
+    ``infra_error``; the CLI's own claim of an API error is named as a disagreement.
+    """
     record, _ = _run(compose, harness, "api_error", tmp_path, version)
-    assert record.outcome is Outcome.infra_error and not record.scored
+    assert record.outcome is Outcome.no_file and not record.scored
     # The CLI stopped at the error the script served; it did not wait out the limit.
     assert not record.process.timed_out
     log = tmp_path / "outputs" / "runs" / record.run_key / "logs" / "scripted_server.jsonl"
     asked = [json.loads(line) for line in log.read_text().splitlines()]
     assert ("POST", API_PATH[harness], "error", 400, 1) in [
         (a["request"]["method"], a["path"], a["kind"], a["status"], a["turn"]) for a in asked]
-    # The reason is kept in the record.
-    reasons = [n for n in record.notes if n.startswith("infra error: ")]
-    assert len(reasons) == 1 and "API error" in reasons[0] and "400" in reasons[0], record.notes
+    # The gateway's record holds the answer; the CLI's claim is the disagreement.
+    requests = (tmp_path / "outputs" / "runs" / record.run_key / "model" / "requests.jsonl")
+    assert 400 in [json.loads(line)["status"] for line in requests.read_text().splitlines()]
+    assert record.evidence_disagreement and "error" in record.evidence_disagreement
 
 
 def _server_log(out: Path) -> list[dict]:

@@ -56,7 +56,8 @@ def interrupted_sweep(tmp_path: Path, signals: int) -> tuple[subprocess.Complete
             f"harness.entrypoint={REPO / 'docs/examples/my_agent.py'},{sleepy}",
             f"task={EXAMPLE_TASK.name}", f"task_root={EXAMPLE_TASK.parent}",
             f"output_root={tmp_path / 'outputs'}",
-            "sandbox=subprocess", "tracking=none", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+            "sandbox=subprocess", "sandbox.allow_unisolated=true", "tracking=none",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

@@ -165,7 +165,8 @@ def test_a_run_validates_its_staged_package_before_the_agent_starts(tmp_path) ->
     spec = RunSpec(model=ModelConfig(name="random", provider="baseline"),
                    harness=HarnessConfig(name="command", entrypoint=str(agent)),
                    effort=EffortConfig(name="none"), task_dir=task,
-                   output_root=tmp_path / "outputs", sandbox=SandboxConfig(name="subprocess"))
+                   output_root=tmp_path / "outputs",
+                   sandbox=SandboxConfig(name="subprocess", allow_unisolated=True))
     first = run_one(spec)
     assert marker.exists()
     marker.unlink()

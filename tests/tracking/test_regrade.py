@@ -48,7 +48,7 @@ def finished_run(tmp_path: Path, task_root: Path, submission: object, name: str)
         effort=EffortConfig(name="none"),
         task_dir=task_root / TASK_ID,
         output_root=tmp_path / "outputs",
-        sandbox=SandboxConfig(name="subprocess"),
+        sandbox=SandboxConfig(name="subprocess", allow_unisolated=True),
     ))
 
 
