@@ -7,7 +7,7 @@ the local backend's, so ``sandbox.options.motdd=...`` fails before the run, nami
 
 from __future__ import annotations
 
-from spu.sandbox.base import SandboxPaths, SandboxRequest
+from spu.sandbox.base import SandboxRequest
 from spu.sandbox.local import LocalSandbox
 from spu.sandbox.options import LocalOptions
 
@@ -25,8 +25,7 @@ class ExampleSandbox(LocalSandbox):
     name = "example"
     options_model = ExampleOptions
 
-    def prepare(self, request: SandboxRequest) -> SandboxPaths:
-        """The local backend's layout, then the ``MOTD`` file."""
-        paths = super().prepare(request)
-        self.write_file(f"{paths.workspace}/MOTD", f"{self.options['motd']}\n".encode())
-        return paths
+    def _start(self, request: SandboxRequest) -> None:
+        """The local backend's set-up (the base made the folders), then the ``MOTD`` file."""
+        super()._start(request)
+        self.write_file(f"{self.layout.workspace}/MOTD", f"{self.options['motd']}\n".encode())
