@@ -279,7 +279,9 @@ def test_an_analysis_keeps_to_its_files(runs) -> None:
 def test_the_built_in_analyses_come_in_paper_order() -> None:
     """The registry's order is the order of summary.csv's rows: means first."""
     discover()
-    names = [a.name for a in REGISTRY]
+    # The built-ins among themselves: an outside analysis that another test of this
+    # worker registered from its file first (not through discover) may stand before them.
+    names = [a.name for a in REGISTRY if a.function.__module__ == "spu.stats.builtin"]
     assert names[:2] == ["configs", "pairs"]
     assert names.index("tasks") < names.index("repeats") < names.index("agreement")
     assert all(a.section for a in REGISTRY)
