@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest, register_sandbox
+from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest
 from spu.sandbox.base import remembered_availability
 from spu.sandbox.disk import used_bytes
 from spu.sandbox.limits import GIB
@@ -294,7 +294,6 @@ class LayerMeter:
         return self._full
 
 
-@register_sandbox
 class DockerSandbox(Sandbox):
     """A container per process, with the layout, the limits and GPUs as device requests."""
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest, register_sandbox
+from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest
 from spu.sandbox.base import remembered_availability, within
 from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
@@ -180,7 +180,6 @@ def make_readable(root: Path) -> None:
                 os.chmod(path, os.stat(path).st_mode | 0o444)
 
 
-@register_sandbox
 class LocalSandbox(Sandbox):
     """Bubblewrap sandbox: namespaces, read-only system, the three-folder layout."""
 

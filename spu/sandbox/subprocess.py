@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from spu.sandbox import ExecCall, Sandbox, SandboxPaths, SandboxRequest, register_sandbox
+from spu.sandbox import ExecCall, Sandbox, SandboxPaths, SandboxRequest
 from spu.schema import ProcessEvidence
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,6 @@ WARNING = (
 )
 
 
-@register_sandbox
 class SubprocessSandbox(Sandbox):
     """A plain subprocess with limits, in a folder holding only the task's public files."""
 
