@@ -82,7 +82,9 @@ class CLIAgentHarness(Harness):
         if self.gateway is not None:
             return self.gateway.token
         if self.scripted:
-            return "scripted-model-key"
+            from spu.gateway.session import SCRIPTED_KEY
+
+            return SCRIPTED_KEY
         name = self.model.api_key_env
         if not name:
             raise HarnessError(f"model={self.model.name}: api_key_env is not set")
