@@ -209,8 +209,8 @@ def test_a_provider_refusal_is_classified_with_its_label(sandbox_ok, compose, ha
 
 
 @pytest.mark.parametrize(("harness", "version"), CASES)
-def test_an_api_error_is_an_infra_error(sandbox_ok, compose, harness: str, version: str,
-                                        tmp_path: Path) -> None:
+def test_a_400_for_the_clis_request_is_no_infra_error(sandbox_ok, compose, harness: str,
+                                                      version: str, tmp_path: Path) -> None:
     """A 400 for the CLI's request is the request's fault, not the provider's (issue 23).
 
     The gateway cannot tell the CLI's request from one the agent sent to choose its
