@@ -5,10 +5,11 @@ Run: ``.venv/bin/python benchmarks/trace_bench.py [--runs 20] [--calls 40]``
 
 Builds the corpus with :func:`spu.testing.corpus.make_corpus` (runs from the recorded
 Claude Code and Codex sessions), then records every run twice into two SQLite stores in
-this one process: with ``tracking.traces.enabled=false`` (the reference), and with traces
-and ``transcript.html``. Prints seconds per 1,000 tool calls and store growth (database
-and artifacts) per 1,000 tool calls for each, and the ratio of tracking times (issue 25's
-goal: traces add at most 20%, a ratio of at most 1.2).
+this one process, run by run in turn: with ``tracking.traces.enabled=false`` (the
+reference), and with traces and ``transcript.html``. Prints seconds per 1,000 tool calls
+and store growth (database and artifacts) per 1,000 tool calls for each, and the ratio of
+tracking times (issue 25's goal: traces add at most 20%, a ratio of at most 1.2).
+``--spans store`` writes the spans as rows of the span table instead of ``traces.json``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from spu.config import TracesConfig
+from spu.config import SpansStore, TracesConfig
 from spu.schema import RunRecord
 from spu.testing.corpus import make_corpus
 from spu.tracking.store import TrackingTarget, log_run
@@ -31,17 +32,34 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def record_all(folders: list[Path], out: Path, traces: bool) -> tuple[float, int]:
-    """Record every run into a fresh store under ``out``; returns (seconds, bytes)."""
-    target = TrackingTarget(uri=f"sqlite:///{out / 'mlflow.db'}",
-                            artifact_root=(out / "mlartifacts").as_uri(), experiment="spu-bench",
-                            traces=TracesConfig(enabled=traces))
+def _target(out: Path, traces: bool, spans: str = "artifact") -> TrackingTarget:
+    return TrackingTarget(uri=f"sqlite:///{out / 'mlflow.db'}",
+                          artifact_root=(out / "mlartifacts").as_uri(), experiment="spu-bench",
+                          traces=TracesConfig(enabled=traces, spans=SpansStore(spans)))
+
+
+def record_all(folders: list[Path], root: Path, spans: str = "artifact"
+               ) -> tuple[float, int, float, int]:
+    """Record every run into two fresh stores under ``root``, without and with traces.
+
+    The two are interleaved run by run (which goes first alternating), so a machine whose
+    load changes during the benchmark slows both alike.
+
+    Returns:
+        (seconds, bytes) without traces, then (seconds, bytes) with traces.
+    """
+    plain, traced = _target(root / "plain", False), _target(root / "traced", True, spans)
     records = [RunRecord.model_validate_json((f / "run.json").read_text()) for f in folders]
-    log_run(records[0], folders[0], target)  # opens the store: schema creation not timed
-    start = time.perf_counter()
-    for record, folder in zip(records[1:], folders[1:], strict=True):
-        log_run(record, folder, target)
-    return time.perf_counter() - start, _size(out)
+    for target in (plain, traced):  # opens the stores: schema creation not timed
+        log_run(records[0], folders[0], target)
+    seconds = {plain.uri: 0.0, traced.uri: 0.0}
+    for n, (record, folder) in enumerate(zip(records[1:], folders[1:], strict=True)):
+        for target in (plain, traced) if n % 2 == 0 else (traced, plain):
+            start = time.perf_counter()
+            log_run(record, folder, target)
+            seconds[target.uri] += time.perf_counter() - start
+    return (seconds[plain.uri], _size(root / "plain"), seconds[traced.uri],
+            _size(root / "traced"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--calls", type=int, default=40, help="mean working steps per run")
     p.add_argument("--total-calls", type=int, default=None)
+    p.add_argument("--spans", choices=[s.value for s in SpansStore], default="artifact",
+                   help="tracking.traces.spans of the traced store")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="spu-trace-bench-") as tmp:
         root = Path(tmp)
@@ -57,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                               total_calls=args.total_calls)
         calls = sum(RunRecord.model_validate_json((f / "run.json").read_text()).tool_calls
                     for f in folders[1:])
-        plain_s, plain_b = record_all(folders, root / "plain", traces=False)
-        traced_s, traced_b = record_all(folders, root / "traced", traces=True)
+        plain_s, plain_b, traced_s, traced_b = record_all(folders, root, args.spans)
     per = 1000 / max(calls, 1)
     print(f"{len(folders) - 1} runs timed, {calls} tool calls")
     print(f"without traces: {plain_s * per:8.2f} s per 1,000 calls, "

@@ -249,6 +249,17 @@ class TrackingServerConfig:
     """Its worker processes."""
 
 
+class SpansStore(StrEnum):
+    """Where a trace's spans are written (``tracking.traces.spans``)."""
+
+    artifact = "artifact"
+    """One ``traces.json`` in the trace's artifact folder, with one store transaction for
+    the trace itself: fast; the UI shows the spans, its trace search filters on tags."""
+    store = "store"
+    """Rows of the tracking store's span table (``log_spans``): span-level search in the
+    UI, some ten times as long to write on SQLite."""
+
+
 @dataclass(unsafe_hash=True)
 class TracesConfig:
     """Each recorded run's trajectory as an MLflow trace (SPEC section 13)."""
@@ -259,6 +270,8 @@ class TracesConfig:
     """Characters kept of each span text (a note names what was cut and where to read it)."""
     max_spans: int = 2000
     """Spans of one run's trace at most (the rest are counted on the root span)."""
+    spans: SpansStore = SpansStore.artifact
+    """Where the spans are written: ``artifact`` (default, fast) or ``store``."""
 
 
 @dataclass

@@ -27,6 +27,9 @@ STAGES: dict[str, int] = {
     "spu.strict_json": 0,
     "spu.registry": 0,
     "spu.internals": 0,
+    # The labelling rules of a tool call (paper E.7), pure functions of the call: tracking
+    # puts them on each tool span, the analyses count them.
+    "spu.activities": 0,
     # The pipeline, in the order the data flows (STYLE): task -> sandbox + harness ->
     # tools -> grading -> tracking -> stats -> analysis -> report. The tools service runs
     # in the sandbox's network and the harness hands it to the agent, so tools sit between

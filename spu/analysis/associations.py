@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from spu.analysis.activities import METHOD_FAMILIES
+from spu.activities import METHOD_FAMILIES
 from spu.stats.resampling import percentile_interval, rng_for
 
 METHOD_FEATURES: tuple[str, ...] = (

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from spu.analysis.activities import RunContext, label_call
+from spu.activities import RunContext, label_call
 from spu.analysis.runs import call_texts
 from spu.analysis.trajectory_analysis import run_folders, sample_calls
 from spu.schema import AuditVerdict

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spu.analysis.activities import (
+from spu.activities import (
     METHOD_FAMILIES,
     CallLabel,
     RunContext,
@@ -235,8 +235,7 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
         run_key=str(record["run_key"]),
         reading=RunReading(calls=[], features=features, notes=notes),
         tracker=RankingTracker(contract, submitted) if contract is not None else None,
-        ctx=RunContext(task_paths=("/task", "SPU_TASK_DIR", str(run_dir / "task")),
-                       output_paths=("/output", "SPU_OUTPUT_DIR", str(run_dir / "output"))))
+        ctx=RunContext.for_run(run_dir))
     trajectory = find_trajectory(run_dir)
     steps: Iterator[Step] = iter(())
     if trajectory is None:

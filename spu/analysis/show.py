@@ -158,7 +158,7 @@ def activity_shares(steps: Iterable[StepView]) -> dict[str, float]:
     >>> sorted(activity_shares(steps).items())
     [('viewing_files', 0.5), ('web_search', 0.5)]
     """
-    from spu.analysis.activities import RunContext, label_call
+    from spu.activities import RunContext, label_call
 
     ctx = RunContext()
     seconds: dict[str, float] = defaultdict(float)

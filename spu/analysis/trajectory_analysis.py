@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 import spu
-from spu.analysis.activities import METHOD_FAMILIES
+from spu.activities import METHOD_FAMILIES
 from spu.analysis.associations import feature_associations, start_classifier, worker_pool
 from spu.analysis.rankings import SOURCES
 from spu.analysis.runs import CLASSES, RunReading, read_run

@@ -10,22 +10,29 @@ The trace is read from the run folder as the run left it, one step at a time:
   request (``LLM``) carrying the gateway's usage instead, so the trace's total is the
   gateway's, never counted twice;
 - a span per tool call (``TOOL``): name, arguments, output, from the step that made the
-  call to the next step (when the agent had the result);
+  call to the next step (when the agent had the result), and the paper's activity label
+  and the method families it credits (``spu.activity``, ``spu.method_families``, labelled
+  by :mod:`spu.activities` as ``spu analyze`` labels them);
 - a span per audited search or fetch (``RETRIEVER``, ``tools/audit.jsonl``) at its real
   time, with its exposure flags;
 - a sub-agent's steps nested in an ``AGENT`` span of its own.
 
 Every span's text is cut at ``tracking.traces.max_chars`` with a note naming the artifact
 that holds the rest, and a trace holds at most ``tracking.traces.max_spans`` spans, the
-number left out counted on the root span. The spans are built in memory and written in
-one call (then the trace's tags and its link to the run), synchronously; a trace that
-cannot be written leaves the run recorded and says so in one warning line.
+number left out counted on the root span. The spans are built in memory with their real
+times and written synchronously: by default (``tracking.traces.spans=artifact``) the trace
+is one store transaction (``start_trace``: its tags and its link to the run) and its spans
+one ``traces.json`` artifact, the way MLflow itself logs to a store without a span table;
+with ``spans=store`` they are rows of the span table (one ``log_spans`` call, some ten
+times as long on SQLite, for span-level search). A trace that cannot be written leaves the
+run recorded and says so in one warning line.
 
 MLflow is imported inside the functions that use it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import tempfile
@@ -35,7 +42,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spu.config import TracesConfig
+from spu.activities import RunContext, label_call
+from spu.config import SpansStore, TracesConfig
 from spu.identity import official_score
 from spu.schema import GatewayRequest, RunRecord, Usage
 from spu.tracking.trajectories import TRAJECTORY_FILE, find_trajectory, iter_step_views
@@ -52,6 +60,12 @@ TRACE_NAME = "agent run"
 
 USAGE_ATTRIBUTE = "spu.usage"
 """Span attribute holding the four billing buckets of the paper as SPU counts them."""
+
+ACTIVITY_ATTRIBUTE = "spu.activity"
+"""Tool span attribute: the call's primary activity (paper E.7, :mod:`spu.activities`)."""
+
+FAMILIES_ATTRIBUTE = "spu.method_families"
+"""Tool span attribute: the method families the call ran (a list, empty for most calls)."""
 
 MODEL_ENDPOINTS = frozenset({"messages", "responses", "chat_completions"})
 """Gateway endpoints whose requests are model turns (``count_tokens`` and ``models`` are not)."""
@@ -137,6 +151,10 @@ class _Writer:
     next_id: int = 1
     agents: dict[str, list[Any]] = field(default_factory=dict)
     """Sub-agent name -> [span id, start, end so far]."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """The sum of the spans' token-usage attributes (the trace's token usage)."""
+    labels: RunContext = field(default_factory=RunContext)
+    """The activity labeller's memory of the run (the scripts written so far)."""
 
     def text(self, value: str | None) -> str | None:
         return cut(value, int(self.settings.max_chars))
@@ -159,11 +177,13 @@ class _Writer:
             return SpanContext(self.otel_trace_id, sid, is_remote=False,
                                trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
+        for k, v in ((attributes or {}).get("mlflow.chat.tokenUsage") or {}).items():
+            self.usage[k] = self.usage.get(k, 0) + int(v)
         values = {"mlflow.traceRequestId": self.trace_id, "mlflow.spanType": span_type,
                   "mlflow.spanInputs": inputs, "mlflow.spanOutputs": outputs,
                   **(attributes or {})}
         encoded = {k: json.dumps(v, default=str) for k, v in values.items() if v is not None}
-        otel = ReadableSpan(name=name, context=context(span_id),
+        otel = ReadableSpan(name=name, context=context(span_id), resource=_resource(),
                             parent=context(parent) if parent is not None else None,
                             attributes=encoded, start_time=start, end_time=max(start, end),
                             status=Status(StatusCode.ERROR if error else StatusCode.OK))
@@ -196,6 +216,17 @@ class _Writer:
 
 ROOT_SPAN = 1
 """Span id of each trace's root span."""
+
+
+@functools.cache
+def _resource() -> Any:
+    """One empty OpenTelemetry resource, shared by every span.
+
+    Made per span (OpenTelemetry's default), it took most of the time of building one.
+    """
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource.get_empty()
 
 
 def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -290,7 +321,7 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
 
     otel_id = secrets.randbits(128) or 1
     trace_id = f"tr-{otel_id:032x}"
-    w = _Writer(otel_id, trace_id, settings, last_ns=start)
+    w = _Writer(otel_id, trace_id, settings, last_ns=start, labels=RunContext.for_run(run_dir))
     steps = iter_step_views(path) if path is not None else iter(())
     _step_spans(w, steps, start, end, usage_on_turns=not requests)
     for i, req in enumerate(requests):
@@ -328,9 +359,8 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
         attributes["spu.spans_left_out"] = w.left_out
     finish = max(end, w.last_ns, start)
     w.add(ROOT_SPAN, TRACE_NAME, "AGENT", start, finish, None, inputs, outputs, attributes)
-    tracing = TracingClient(tracking_uri)
-    tracing.log_spans(experiment_id, w.spans)
     preview = json.dumps(inputs, default=str)[:1000]
+    in_store = SpansStore(settings.spans) is SpansStore.store
     info = TraceInfo(
         trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment_id),
         request_time=start // 1_000_000, execution_duration=(finish - start) // 1_000_000,
@@ -338,20 +368,43 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
         response_preview=json.dumps(outputs, default=str)[:1000],
         trace_metadata={"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3",
                         "mlflow.traceInputs": preview,
-                        "mlflow.trace.tokenUsage": json.dumps(_total_usage(w.spans))},
+                        "mlflow.trace.tokenUsage": json.dumps(w.usage)},
         tags={**trace_tags(record), "mlflow.traceName": TRACE_NAME,
-              "mlflow.trace.spansLocation": "TRACKING_STORE"})
-    tracing.start_trace(info)
+              "mlflow.trace.spansLocation": "TRACKING_STORE" if in_store else "ARTIFACT_REPO"})
+    tracing = TracingClient(tracking_uri)
+    if in_store:
+        tracing.log_spans(experiment_id, w.spans)
+        tracing.start_trace(info)
+        return trace_id
+    _write_to_artifacts(tracing, tracking_uri, experiment_id, info, w.spans)
     return trace_id
 
 
-def _total_usage(spans: list[Any]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for span in spans:
-        usage = span.attributes.get("mlflow.chat.tokenUsage")
-        for k, v in (usage or {}).items():
-            total[k] = total.get(k, 0) + int(v)
-    return total
+def _write_to_artifacts(tracing: Any, tracking_uri: str, experiment_id: str, info: Any,
+                        spans: list[Any]) -> None:
+    """The trace in one store transaction, its spans as one ``traces.json`` artifact.
+
+    MLflow's own way for a store without a span table, read back by ``search_traces`` and
+    the UI alike. A trace whose spans cannot be written is deleted again, so that
+    ``spu runs log-traces`` adds it later.
+    """
+    from mlflow.entities import TraceData
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.tracing.utils import TraceJSONEncoder
+    from mlflow.tracing.utils.artifact_utils import get_artifact_uri_for_trace
+
+    logged = tracing.start_trace(info)
+    try:
+        repo = get_artifact_repository(get_artifact_uri_for_trace(logged),
+                                       tracking_uri=tracking_uri)
+        repo.upload_trace_data(json.dumps(TraceData(spans=spans).to_dict(),
+                                          cls=TraceJSONEncoder, ensure_ascii=False))
+    except BaseException:
+        try:
+            tracing.delete_traces(experiment_id, trace_ids=[info.trace_id])
+        except Exception:  # noqa: BLE001 (the first failure is the one to report)
+            log.debug("trace %s: not deleted after its spans failed", info.trace_id)
+        raise
 
 
 def _timed(steps: Iterator[Any], start: int) -> Iterator[tuple[Any, int]]:
@@ -381,6 +434,9 @@ def _step_spans(w: _Writer, steps: Iterator[Any], start: int, end: int, *,
 def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
               usage_on_turns: bool) -> None:
     """The spans of one step: its model turn (or message), then its tool calls."""
+    # every call is labelled, spans or not: a script written here is credited when it runs
+    labels = [label_call(c.name, c.arguments, c.output, w.labels, c.is_error)
+              for c in s.tool_calls]
     parent = w.agent(s.agent, before, after) if s.agent else None
     if s.agent and parent is None:
         w.left_out += 1 + len(s.tool_calls)
@@ -397,7 +453,7 @@ def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
     elif s.text:
         w.span(f"{s.role} message {s.index}", "UNKNOWN", t, t, parent=parent,
                outputs={"text": w.text(s.text)}, attributes={"spu.step": s.index})
-    for call in s.tool_calls:
+    for call, label in zip(s.tool_calls, labels, strict=True):
         arguments = call.arguments
         text_args = json.dumps(arguments, default=str) if arguments is not None else None
         if text_args is not None and len(text_args) > int(w.settings.max_chars):
@@ -406,7 +462,9 @@ def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
                inputs={"arguments": arguments, "call_id": call.id},
                outputs={"output": w.text(call.output), "is_error": call.is_error},
                attributes={"spu.step": s.index, "spu.tool": call.name,
-                           "spu.duration_s": round((after - t) / 1e9, 3)},
+                           "spu.duration_s": round((after - t) / 1e9, 3),
+                           ACTIVITY_ATTRIBUTE: label.activity.value,
+                           FAMILIES_ATTRIBUTE: list(label.families)},
                error=call.is_error)
 
 

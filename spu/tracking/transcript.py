@@ -9,6 +9,7 @@ shows it; ``spu show`` prints the same in the terminal.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -119,11 +120,17 @@ def transcript_context(record: RunRecord, run_dir: Path, max_chars: int = 20000,
 def render_transcript(record: RunRecord, run_dir: Path, max_chars: int = 20000,
                       max_steps: int = 5000) -> str:
     """The transcript page of a run, as HTML text (texts and steps capped, with a note)."""
+    context = transcript_context(record, run_dir, max_chars, max_steps)
+    return _template().render(**context)
+
+
+@functools.cache
+def _template() -> Any:
+    """The page's template, compiled once (compiling it takes longer than rendering it)."""
     import jinja2
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    context = transcript_context(record, run_dir, max_chars, max_steps)
-    return env.from_string(_TEMPLATE).render(**context)
+    return env.from_string(_TEMPLATE)
 
 
 def write_transcript(path: Path, record: RunRecord, run_dir: Path, max_chars: int = 20000,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spu.analysis.activities import METHOD_FAMILIES, RunContext, label_call
+from spu.activities import METHOD_FAMILIES, RunContext, label_call
 from spu.harness.trajectory.claude_code import read_claude_code_sessions
 from spu.harness.trajectory.codex import read_codex_sessions
 from spu.schema import Activity

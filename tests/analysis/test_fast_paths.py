@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spu.analysis import activities, trajectory_analysis
+from spu import activities
+from spu.analysis import trajectory_analysis
 from spu.analysis.associations import (
     CLASSIFIER_FEATURES,
     _FixedEffects,

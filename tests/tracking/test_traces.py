@@ -92,6 +92,28 @@ def test_each_recorded_run_has_one_trace_with_a_span_per_tool_call_and_turn(
     assert len(found) == 1
 
 
+def test_tool_spans_carry_the_activity_and_method_families_spu_analyze_gives(
+        tmp_path, target) -> None:
+    """Each tool span has the paper's activity label and the method families it credits
+    (E.7), the same as ``spu analyze`` reads from the run folder, call by call."""
+    from spu.analysis.runs import read_run
+
+    folders = make_corpus(tmp_path / "outputs", 6, task_root=REPO / "tasks", calls=30, seed=5)
+    activities, families = set(), set()
+    for folder in folders:
+        run_id = log_run(_record(folder), folder, target)
+        (trace,) = _traces(target, run_id)
+        tools = sorted((s for s in trace.data.spans if s.span_type == "TOOL"),
+                       key=lambda s: s.attributes["spu.step"])
+        got = [(s.name, s.attributes["spu.activity"], ";".join(s.attributes[
+            "spu.method_families"])) for s in tools]
+        expected = [(c.tool, c.activity, c.families) for c in read_run(folder).calls]
+        assert got == expected
+        activities.update(a for _, a, _ in got)
+        families.update(f for _, _, f in got if f)
+    assert len(activities) >= 4 and families  # the corpus runs scripts of method families
+
+
 def _experiment(target: TrackingTarget) -> str:
     from mlflow.tracking import MlflowClient
 

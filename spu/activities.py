@@ -41,6 +41,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shlex
 from collections.abc import Iterable
@@ -356,6 +357,12 @@ class RunContext:
     """Prefixes that name the submission folder."""
     scripts: dict[str, ScriptSignals] = field(default_factory=dict)
     """Signals of each file written so far, by base name and by full path."""
+
+    @classmethod
+    def for_run(cls, run_dir: str | os.PathLike[str]) -> RunContext:
+        """The context of a run read from its folder (its ``task/`` and ``output/`` too)."""
+        return cls(task_paths=("/task", "SPU_TASK_DIR", os.path.join(run_dir, "task")),
+                   output_paths=("/output", "SPU_OUTPUT_DIR", os.path.join(run_dir, "output")))
 
     def remember(self, path: str, signals: ScriptSignals) -> None:
         """Record what a written (or edited) file would do when run."""
