@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +16,10 @@ from spu.runner import RunSpec
 from spu.schema import Outcome, RunRecord, SandboxInfo
 from spu.tracking.store import TrackingTarget
 from tests.conftest import EXAMPLE_TASK, have_bwrap
+
+if TYPE_CHECKING:
+    from spu.launch.server import TrackingServer
+    from spu.testing.postgres import PrivatePostgres
 
 SOURCE = {
     "doi": "10.1038/s41586-099-01234-5",
@@ -99,3 +106,42 @@ def make_record(**overrides: object) -> RunRecord:
     }
     fields.update(overrides)
     return RunRecord(**fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL cluster for the session (skipped where PostgreSQL is missing)."""
+    from spu.testing.postgres import PrivatePostgres, unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(f"PostgreSQL tracking: {why}")
+    # Under /tmp itself: PostgreSQL runs as another user, who cannot enter pytest's folders.
+    with PrivatePostgres(Path(tempfile.mkdtemp(prefix="spu-pg-", dir="/tmp"))) as pg:
+        yield pg
+
+
+@pytest.fixture(scope="session")
+def postgres_server(postgres: PrivatePostgres, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[TrackingServer]:
+    """``mlflow server`` on that cluster, as ``tracking=server`` runs it, for the session.
+
+    Artifacts proxied, behind a token; each test logs into an experiment of its own.
+    """
+    from spu.launch.server import TrackingServer
+
+    folder = tmp_path_factory.mktemp("pg-server")
+    with TrackingServer(postgres.sqlalchemy_uri(), "", folder / "server.log",
+                        artifacts_destination=(folder / "artifacts").as_uri()) as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_target(postgres_server: TrackingServer, request: pytest.FixtureRequest,
+                    monkeypatch: pytest.MonkeyPatch) -> TrackingTarget:
+    """A target on the session's PostgreSQL tracking server, in an experiment of its own."""
+    for key, value in postgres_server.client_env().items():
+        monkeypatch.setenv(key, value)
+    return TrackingTarget(uri=postgres_server.uri,
+                          artifact_root=postgres_server.client_artifact_root,
+                          experiment=f"pg-{request.node.name}"[:200])

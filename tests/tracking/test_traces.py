@@ -114,6 +114,38 @@ def test_tool_spans_carry_the_activity_and_method_families_spu_analyze_gives(
     assert len(activities) >= 4 and families  # the corpus runs scripts of method families
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("spans", ["artifact", "store"])
+def test_traces_are_logged_and_searchable_on_the_postgresql_tracking_server(
+        tmp_path, postgres_target, spans) -> None:
+    """On ``mlflow server`` over PostgreSQL (artifacts proxied, a token), each recorded run
+    has its trace: ``mlflow.search_traces`` finds it by tag, linked to the run, with one tool
+    span per tool call carrying its activity label, whichever way the spans are written."""
+    import mlflow
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    target = dataclasses.replace(postgres_target, traces=TracesConfig(spans=spans))
+    for folder in _corpus(tmp_path):
+        record = _record(folder)
+        run_id = log_run(record, folder, target)
+        # As a user of the server does: its URI the current tracking URI (MLflow's client
+        # reads a trace's traces.json from the server's artifact proxy by that URI).
+        with _use_tracking_uri(target.uri):
+            found = mlflow.search_traces(locations=[_experiment(target)], return_type="list",
+                                         filter_string=f"tag.run_key = '{record.run_key}'")
+            assert len(_traces(target, run_id)) == 1
+        (trace,) = found
+        assert trace.info.request_metadata["mlflow.sourceRun"] == run_id
+        assert trace.info.tags["outcome"] == "valid"
+        assert trace.info.tags["mlflow.trace.spansLocation"] == (
+            "TRACKING_STORE" if spans == "store" else "ARTIFACT_REPO")
+        calls = [c.name for s in iter_steps(folder / "trajectory.jsonl.gz") for c in s.tool_calls]
+        tools = sorted((s for s in trace.data.spans if s.span_type == "TOOL"),
+                       key=lambda s: s.attributes["spu.step"])
+        assert [s.name for s in tools] == calls and calls
+        assert all(s.attributes["spu.activity"] for s in tools)
+
+
 def _experiment(target: TrackingTarget) -> str:
     from mlflow.tracking import MlflowClient
 
