@@ -114,6 +114,40 @@ def test_tool_spans_carry_the_activity_and_method_families_spu_analyze_gives(
     assert len(activities) >= 4 and families  # the corpus runs scripts of method families
 
 
+def test_spans_in_the_store_are_found_by_span_search_and_in_traces_json_by_tag(
+        tmp_path, target) -> None:
+    """``tracking.traces.spans=store`` writes the span table, so a span filter finds the
+    trace; the default keeps the spans in the trace's ``traces.json`` artifact, read back
+    span for span, and its trace is found by tag (a span filter does not see it)."""
+    import mlflow
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    folder = _corpus(tmp_path)[0]
+    record = _record(folder)
+    first = next(c.name for s in iter_steps(folder / "trajectory.jsonl.gz") for c in s.tool_calls)
+    traces = {}
+    for spans in ("artifact", "store"):
+        where = dataclasses.replace(target, experiment=f"test-{spans}",
+                                    traces=TracesConfig(spans=spans))
+        run_id = log_run(record, folder, where)
+        (traces[spans],) = _traces(where, run_id)
+        with _use_tracking_uri(target.uri):
+            by_span = mlflow.search_traces(locations=[_experiment(where)], return_type="list",
+                                           filter_string=f"span.name = '{first}'")
+            by_tag = mlflow.search_traces(locations=[_experiment(where)], return_type="list",
+                                          filter_string=f"tag.run_key = '{record.run_key}'")
+        assert len(by_tag) == 1
+        assert len(by_span) == (1 if spans == "store" else 0)
+
+    def shape(trace) -> list:
+        return sorted((s.name, s.span_type, s.start_time_ns, s.end_time_ns,
+                       s.attributes.get("spu.activity")) for s in trace.data.spans)
+
+    assert shape(traces["artifact"]) == shape(traces["store"])
+    artifact = traces["artifact"].info.tags["mlflow.artifactLocation"]
+    assert Path(artifact.removeprefix("file://"), "traces.json").is_file()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spans", ["artifact", "store"])
 def test_traces_are_logged_and_searchable_on_the_postgresql_tracking_server(
