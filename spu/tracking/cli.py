@@ -45,6 +45,9 @@ def register(sub: Any) -> None:
                    help="MLflow tracking URI (default: sqlite:///OUTPUT_ROOT/mlflow.db)")
     t.add_argument("--max-chars", type=int, default=None,
                    help="characters kept of each span's text (default: tracking.traces')")
+    t.add_argument("--spans", choices=["artifact", "store"], default="artifact",
+                   help="where the spans go: one traces.json per trace (default) or the "
+                        "store's span table (span search, slower)")
     t.set_defaults(handler=log_traces_command)
     runs.set_defaults(handler=lambda args: (runs.print_help(), 2)[1])
 
@@ -83,7 +86,7 @@ def export_command(args: argparse.Namespace) -> int:
 
 def log_traces_command(args: argparse.Namespace) -> int:
     """Backfill traces; exit 2 when the store is unusable, 1 when a trace failed."""
-    from spu.config import TracesConfig
+    from spu.config import SpansStore, TracesConfig
     from spu.tracking.store import TrackingStoreError
     from spu.tracking.traces import backfill_traces
 
@@ -91,7 +94,7 @@ def log_traces_command(args: argparse.Namespace) -> int:
         print(f"spu runs log-traces: {args.output_root}/runs is not a folder of runs",
               file=sys.stderr)
         return 2
-    settings = TracesConfig(enabled=True)
+    settings = TracesConfig(enabled=True, spans=SpansStore(args.spans))
     if args.max_chars is not None:
         settings.max_chars = args.max_chars
     try:

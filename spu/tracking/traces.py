@@ -112,8 +112,12 @@ def token_usage(usage: Usage) -> dict[str, int]:
     }
 
 
+_BUCKETS = tuple(Usage.model_fields)
+"""The four billing buckets, in order (read once: pydantic builds the mapping per access)."""
+
+
 def _buckets(usage: Any) -> dict[str, int]:
-    return {k: int(getattr(usage, k)) for k in Usage.model_fields}
+    return {k: int(getattr(usage, k)) for k in _BUCKETS}
 
 
 def trace_tags(record: RunRecord) -> dict[str, str]:
@@ -444,8 +448,9 @@ def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
     if s.role == "assistant" and (s.text or s.reasoning or s.usage is not None):
         attributes: dict[str, Any] = {"spu.step": s.index}
         if usage_on_turns and s.usage is not None:
-            attributes["mlflow.chat.tokenUsage"] = token_usage(Usage(**_buckets(s.usage)))
-            attributes[USAGE_ATTRIBUTE] = _buckets(s.usage)
+            buckets = _buckets(s.usage)
+            attributes["mlflow.chat.tokenUsage"] = token_usage(Usage(**buckets))
+            attributes[USAGE_ATTRIBUTE] = buckets
         w.span(f"model turn {s.index}", "CHAT_MODEL", before, t, parent=parent,
                inputs={"step": s.index, "agent": s.agent},
                outputs={"text": w.text(s.text), "reasoning": w.text(s.reasoning)},

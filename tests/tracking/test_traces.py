@@ -255,6 +255,37 @@ def test_a_trace_that_cannot_be_written_leaves_the_run_recorded(tmp_path, target
     assert record.run_key in line and "\n" not in line
 
 
+def test_spans_that_cannot_be_written_leave_no_half_trace(tmp_path, target, caplog) -> None:
+    """A ``traces.json`` the artifact store refuses (its folder is a file) leaves the run
+    recorded, says so in one line, and leaves no trace without spans, so ``spu runs
+    log-traces`` adds the trace once the store takes it."""
+    from mlflow.tracking import MlflowClient
+
+    from spu.tracking.traces import backfill_traces
+
+    target = dataclasses.replace(target, experiment="spu-test")  # log-traces reads spu-*
+    first, second = _corpus(tmp_path)
+    log_run(_record(first), first, target)
+    client = MlflowClient(tracking_uri=target.uri)
+    location = client.get_experiment_by_name(target.experiment).artifact_location
+    traces_dir = Path(location.removeprefix("file://")) / "traces"
+    traces_dir.rename(traces_dir.with_name("traces.away"))
+    traces_dir.write_text("not a folder")
+    with caplog.at_level(logging.WARNING, logger="spu.tracking.traces"):
+        run_id = log_run(_record(second), second, target)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    (line,) = [r.getMessage() for r in caplog.records if "trace was not logged" in
+               r.getMessage()]
+    assert _record(second).run_key in line and "\n" not in line
+    assert _traces(target, run_id) == []
+    traces_dir.unlink()
+    traces_dir.with_name("traces.away").rename(traces_dir)
+    done = backfill_traces(tmp_path / "outputs", target.uri)
+    assert (done.logged, done.present) == (1, 1)
+    (trace,) = _traces(target, run_id)
+    assert any(s.span_type == "TOOL" for s in trace.data.spans)
+
+
 def test_the_transcript_shows_instruction_messages_calls_audits_and_grade(tmp_path,
                                                                           target) -> None:
     """``transcript.html`` is one self-contained page: each model message, each tool call
