@@ -129,11 +129,13 @@ class ActorDriver(Driver):
         self.free.append(held)
 
     def say_notes(self, notes: list[str]) -> None:
-        """Say each actor note once per sweep (every actor without NVML says the same)."""
+        """Say each actor note once per sweep (every actor without NVML says the same).
+
+        Said on the display only: it is the console, where a log record would say it twice.
+        """
         for note in notes:
             if note not in self.said:
                 self.said.add(note)
-                log.warning("actors: %s", note)
                 self.display.say(f"[yellow]actors: {note}[/yellow]")
 
     def retire(self, held: Held, problem: str) -> None:
@@ -144,7 +146,6 @@ class ActorDriver(Driver):
         self.retired.append(held)
         shown = f"{account.name} ({account.device()}): {problem}"
         self.progress.retired.append(shown)
-        log.warning("device retired: %s", shown)
         self.display.say(f"[bold red]device retired: {shown}[/bold red]")
 
     def replace_lost(self, held: Held, reason: str) -> None:
