@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 WORKLOAD = r"""
 import ctypes, json, os, sys, time
@@ -143,8 +144,8 @@ def check_actors(gpus: list[dict[str, str]], backend: str, seconds: float) -> bo
             report = self.health.check(self.runs)
             return {**result, "problem_after": report.problem, "notes_after": report.notes}
 
-    actor_class = ray.remote(num_gpus=1, num_cpus=0)(CheckedActor)
-    actors = [actor_class.remote(f"spu-gpu-check-{i}", i, None, backend)
+    actor_class: Any = ray.remote(num_gpus=1, num_cpus=0)(CheckedActor)
+    actors: list[Any] = [actor_class.remote(f"spu-gpu-check-{i}", i, None, backend)
               for i in range(len(gpus))]
     infos = ray.get([a.ready.remote() for a in actors], timeout=300)
     results = ray.get([a.workload.remote(backend, seconds) for a in actors],

@@ -32,12 +32,7 @@ import pytest
 
 from tests.conftest import REPO, have_bwrap
 from tests.launchers.cluster import LocalCluster, Node, cluster_unavailable
-from tests.launchers.test_cluster import (  # noqa: F401 - keyed_tasks is a fixture
-    keyed_tasks,
-    most_at_once,
-    records,
-    write_agent,
-)
+from tests.launchers.test_cluster import most_at_once, records, write_agent
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +56,8 @@ def gpu_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
 
 
 def actor_sweep(cluster: LocalCluster, out: Path, tasks: Path, keys: Path, agent: Path,
-                repeats: str, *overrides: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+                repeats: str, *overrides: str,
+                timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """A sweep under ``placement=actors``: one GPU, one CPU, a quarter GiB per run."""
     argv = [sys.executable, "-m", "spu.main", "hydra/launcher=ray_cluster",
             f"hydra.launcher.init.address={cluster.address}", f"output_root={out}",
@@ -214,6 +210,7 @@ def test_killed_actor_records_the_lost_attempt_reruns_it_elsewhere_and_relaunch_
 
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     exp = client.get_experiment_by_name("spu-default")
+    assert exp is not None
     tracked = [(r.data.tags["run_key"], int(r.data.tags["attempt"]))
                for r in client.search_runs([exp.experiment_id])]
     assert len(tracked) == len(set(tracked)) == 5
