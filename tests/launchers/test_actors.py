@@ -214,3 +214,37 @@ def test_killed_actor_records_the_lost_attempt_reruns_it_elsewhere_and_relaunch_
     tracked = [(r.data.tags["run_key"], int(r.data.tags["attempt"]))
                for r in client.search_runs([exp.experiment_id])]
     assert len(tracked) == len(set(tracked)) == 5
+
+
+def test_budget_stops_launching_on_actors_of_a_local_ray_with_fake_gpus(
+        task_root: Path, tmp_path: Path) -> None:
+    """One actor (max_concurrent=1) on one of two fake GPUs; $0.50 a run, a $1 cap.
+
+    The budget holds an actor's place until its run's cost is counted: run 1, run 2
+    (the cap reached), then no launch.
+    """
+    from tests.launchers.billed_harness import AGENT as BILLED_AGENT
+    from tests.launchers.conftest import run_sweep, sandbox_name
+
+    out = tmp_path / "outputs"
+    agent = tmp_path / "billed_agent"
+    agent.write_text(BILLED_AGENT)
+    agent.chmod(0o755)
+    result = run_sweep(
+        "hydra/launcher=ray_local", f"output_root={out}", f"task_root={task_root}",
+        "hydra.launcher.progress=lines", "hydra.launcher.placement=actors",
+        "hydra.launcher.init.num_gpus=2", "hydra.launcher.resources.gpus=1",
+        "model=opus5", "harness=command",
+        "harness.name=tests.launchers.billed_harness:BilledHarness",
+        f"harness.entrypoint={agent}", "+harness.env.BILLED_INPUT_TOKENS=100000",
+        "repeat=0,1", f"sandbox={sandbox_name()}", "hydra.launcher.max_concurrent=1",
+        "budget.max_cost_usd=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "placement on actors: 1 actor," in result.stdout
+    assert ("budget.max_cost_usd=1 reached: $1.00 spent by 2 finished runs; 2 runs not "
+            "launched") in result.stdout
+    runs = records(out)
+    assert [r["cost_usd"] for r in runs] == pytest.approx([0.5, 0.5], abs=1e-12)
+    assert len({r["gpu"]["actor"] for r in runs}) == 1
+    assert {r["gpu"]["visible_devices"] for r in runs} <= {"0", "1"}
+    assert "spu-" in result.stdout.split("GPU actors (utilization per GPU):")[1]
