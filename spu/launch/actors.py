@@ -252,10 +252,13 @@ class DeviceHealth:
         return f"Xid {', '.join(xids)} reported since the last check" if xids else None
 
 
-def warm_up(sandbox: str | None = None) -> list[str]:
+def warm_up(sandbox: str | None = None,
+            cli: tuple[str, str, str | None] | None = None) -> list[str]:
     """Prepare once, in this (the actor's) process, what every run on the node needs.
 
-    The sandbox's seccomp filter is compiled and kept (:func:`spu.sandbox.seccomp.
+    The agent's CLI (``cli``: its npm package, version and tools folder) is installed
+    into the node's tools folder before the first run rather than during it; the
+    sandbox's seccomp filter is compiled and kept (:func:`spu.sandbox.seccomp.
     agent_filter_bpf` caches it), and the sandbox backend is probed once (bubblewrap's
     namespaces, Docker's engine and image: each backend remembers its answer per
     process); each run still gets a fresh sandbox, workspace, disk image and gateway.
@@ -263,6 +266,14 @@ def warm_up(sandbox: str | None = None) -> list[str]:
     its own record).
     """
     notes: list[str] = []
+    if cli is not None:
+        package, version, folder = cli
+        try:
+            from spu.harness.npm_tools import ensure_installed, tools_dir
+
+            ensure_installed(package, version, tools_dir(folder))
+        except Exception as exc:  # noqa: BLE001 - the run's harness check reports it
+            notes.append(f"CLI {package}@{version} not installed ahead: {exc}")
     try:
         from spu.sandbox.seccomp import agent_filter_bpf
 

@@ -224,3 +224,19 @@ def test_run_records_carry_the_gpu_placement_and_old_records_still_load() -> Non
     assert json.loads(record.model_dump_json())["gpu"]["actor"] == "spu-ab-0"
     with pytest.raises(ValueError, match="extra"):
         RunRecord.model_validate({**base, "gpu": {"actor": "a", "device": "0"}})
+
+
+def test_warm_up_finds_the_agent_cli_installed_or_says_why_not(tmp_path: Any) -> None:
+    from spu.harness.npm_tools import INSTALLED_MARKER, install_prefix
+
+    root = tmp_path / "tools"
+    prefix = install_prefix(root, "@acme/agent", "1.2.3")
+    (prefix / "node_modules" / "@acme" / "agent").mkdir(parents=True)
+    (prefix / "node_modules" / "@acme" / "agent" / "package.json").write_text(
+        json.dumps({"version": "1.2.3"}))
+    (prefix / INSTALLED_MARKER).write_text("{}")
+    assert warm_up(None, ("@acme/agent", "1.2.3", str(root))) == []
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    notes = warm_up(None, ("@acme/agent", "9.9.9", str(blocked)))
+    assert len(notes) == 1 and notes[0].startswith("CLI @acme/agent@9.9.9 not installed ahead")

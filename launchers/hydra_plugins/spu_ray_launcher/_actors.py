@@ -42,6 +42,18 @@ from spu.launch.resources import SANDBOX_SLOT, RunRequest
 log = logging.getLogger(__name__)
 
 
+def cli_of(config: Any) -> tuple[str, str, str | None] | None:
+    """The agent CLI a job's harness installs (package, version, tools folder), or None."""
+    from omegaconf import OmegaConf
+
+    package = OmegaConf.select(config, "harness.cli_package", default=None)
+    version = OmegaConf.select(config, "harness.version", default=None)
+    if not package or not version:
+        return None
+    folder = OmegaConf.select(config, "harness.tools_dir", default=None)
+    return str(package), str(version), str(folder) if folder else None
+
+
 @dataclass
 class Held:
     """One actor of the sweep: its handle and its account."""
@@ -63,6 +75,7 @@ class ActorDriver(Driver):
         first = self.pending[0][0] if self.pending else None
         self.request: RunRequest = first.request if first is not None else RunRequest(1, 0, 0, 1)
         self.sandbox = str(first.config.sandbox.name) if first is not None else None
+        self.cli = cli_of(first.config) if first is not None else None
         self.actor_class = ray.remote(RunActor)
         self.accounts: list[ActorAccount] = []
         self.starting: dict[Any, Held] = {}
@@ -97,7 +110,7 @@ class ActorDriver(Driver):
         if req.sandbox_slots:
             options["resources"] = {SANDBOX_SLOT: req.sandbox_slots}
         handle = self.actor_class.options(**options).remote(name, index, self.probe,
-                                                            self.sandbox)
+                                                            self.sandbox, self.cli)
         held = Held(handle, ActorAccount(name, index), time.monotonic())
         self.starting[handle.ready.remote()] = held
 

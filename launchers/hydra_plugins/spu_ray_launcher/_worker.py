@@ -53,13 +53,15 @@ class RunActor:
     Started with ``num_gpus`` and the run's CPUs, memory and sandbox slot, it keeps
     them for its life. When it starts it reads which device it got
     (``ray.get_gpu_ids()``, ``CUDA_VISIBLE_DEVICES`` and the UUID from NVML), prepares
-    what every run needs (:func:`spu.launch.actors.warm_up`) and checks its device;
+    what every run needs (:func:`spu.launch.actors.warm_up`: the agent's CLI, the
+    seccomp filter, the sandbox's probe) and checks its device;
     after each run it checks the device again and says so with the run's return, so
     that the driver retires it before its next run when the device is unhealthy.
     """
 
     def __init__(self, name: str, index: int, probe: str | None = None,
-                 sandbox: str | None = None) -> None:
+                 sandbox: str | None = None,
+                 cli: tuple[str, str, str | None] | None = None) -> None:
         import os
 
         import ray
@@ -74,7 +76,7 @@ class RunActor:
         self.uuid = device_uuid(nvml, self.devices)
         self.health = DeviceHealth(self.devices, load_probe(probe), nvml,
                                    context={"actor": name, "index": index, "node": self.node})
-        self.warm_notes = warm_up_here(sandbox)
+        self.warm_notes = warm_up_here(sandbox, cli)
         self.first = self.health.start()
         self.runs = 0
 
@@ -99,8 +101,8 @@ class RunActor:
         return returned, report.problem, report.notes
 
 
-def warm_up_here(sandbox: str | None) -> list[str]:
+def warm_up_here(sandbox: str | None, cli: tuple[str, str, str | None] | None) -> list[str]:
     """:func:`spu.launch.actors.warm_up` in this worker."""
     from spu.launch.actors import warm_up
 
-    return warm_up(sandbox)
+    return warm_up(sandbox, cli)
