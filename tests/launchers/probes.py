@@ -21,3 +21,8 @@ def every_device_healthy(context: Mapping[str, Any]) -> str | None:
     """Nothing is wrong with any device."""
     del context
     return None
+
+
+def every_device_unhealthy(context: Mapping[str, Any]) -> str | None:
+    """Every device fails its first check, before any run."""
+    return f"test probe: device of {context['actor']} unhealthy from the start"

@@ -248,3 +248,24 @@ def test_budget_stops_launching_on_actors_of_a_local_ray_with_fake_gpus(
     assert len({r["gpu"]["actor"] for r in runs}) == 1
     assert {r["gpu"]["visible_devices"] for r in runs} <= {"0", "1"}
     assert "spu-" in result.stdout.split("GPU actors (utilization per GPU):")[1]
+
+
+def test_with_every_device_retired_the_runs_left_fail_saying_why(
+        task_root: Path, tmp_path: Path) -> None:
+    """Invariant: no healthy actor left means no run is launched, and each says why."""
+    from tests.launchers.conftest import run_sweep, sandbox_name
+
+    out = tmp_path / "outputs"
+    result = run_sweep(
+        "hydra/launcher=ray_local", f"output_root={out}", f"task_root={task_root}",
+        "hydra.launcher.progress=lines", "hydra.launcher.placement=actors",
+        "hydra.launcher.init.num_gpus=2", "hydra.launcher.resources.gpus=1",
+        "hydra.launcher.health_probe=tests.launchers.probes:every_device_unhealthy",
+        "model=random", f"sandbox={sandbox_name()}",
+        "repeat=0,1")
+    text = result.stdout + result.stderr
+    assert "placement on actors: 2 actors" in text, text[-3000:]
+    assert text.count("device retired: spu-") == 2, text[-3000:]
+    assert "4 runs not run: no actor left to run it (2 retired, 0 lost" in text, text[-3000:]
+    assert not list((out / "runs").glob("*/run.json"))
+    assert "retired 2: " in text
