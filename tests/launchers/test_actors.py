@@ -13,6 +13,9 @@ module.
   its first run; the actor is retired, named, and the rest finish on the others;
 - ``test_killed_actor_*``: an actor's worker killed mid-run; the attempt is recorded as
   lost on that actor, runs again on another, and a relaunch adds no duplicate.
+
+Two more run on a local Ray with fake GPUs (no cluster): the budget holding an actor's
+place, and every device retired, leaving the runs to fail saying why.
 """
 
 from __future__ import annotations
