@@ -59,7 +59,9 @@ def actor_count(request: RunRequest, nodes: Sequence[Mapping[str, float]], runs:
 
     A run asking for one GPU makes that one actor per GPU (where the node's CPUs,
     memory and sandbox slots suffice); a run asking for none, one per sandbox slot.
-    Never more than the runs, nor than ``max_concurrent`` when set.
+    ``max_concurrent``, when set, is the count instead, as it is the window of task
+    placement: on an autoscaling cluster, the actors beyond today's nodes wait for the
+    nodes they make the cluster start. Never more than the runs.
 
     Examples:
         >>> nodes = [{"CPU": 2, "GPU": 2, "sandbox_slot": 2}, {"CPU": 8, "GPU": 4,
@@ -68,10 +70,10 @@ def actor_count(request: RunRequest, nodes: Sequence[Mapping[str, float]], runs:
         6
         >>> actor_count(RunRequest(1, 0, 0, 1), nodes, runs=3)
         3
+        >>> actor_count(RunRequest(1, 1, 0, 1), nodes, runs=100, max_concurrent=32)
+        32
     """
-    held = sum(holds(node, request) for node in nodes)
-    if max_concurrent:
-        held = min(held, max_concurrent)
+    held = max_concurrent or sum(holds(node, request) for node in nodes)
     return max(1, min(held, runs))
 
 
