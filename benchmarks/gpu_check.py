@@ -14,6 +14,15 @@ this process polls NVML (``nvidia-smi --query-gpu``) every 0.5 s. The check pass
 the device the sandbox saw is the one Ray assigned, the sandbox saw no other, and NVML
 reported that GPU busy (utilization above 0, or memory in use) while the workload ran.
 
+Then the check of ``hydra.launcher.placement=actors`` (``--actors``, on by default): one
+launcher actor (``RunActor``, the sweep's own class) per GPU of the machine, each asking
+``num_gpus=1``. Each must report a device of its own (``CUDA_VISIBLE_DEVICES`` equal to
+the id Ray assigned, and the UUID NVML gives that index, read through ``nvidia-ml-py``
+where installed), pass its first health check, run the workload in its sandbox on that
+device (the sandbox must see exactly that UUID) and pass the health check after it; no
+two actors may share a UUID. Without ``nvidia-ml-py`` the actors say so once, their UUID
+is null and that part of the check is reported as not checked.
+
 On a machine without an NVIDIA GPU it says so and exits 0 ("SKIPPED").
 """
 
@@ -29,6 +38,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 WORKLOAD = r"""
 import ctypes, json, os, sys, time
@@ -97,7 +107,7 @@ def run_in_sandbox(backend: str, gpu_ids: list[str], seconds: float) -> dict[str
         task = work / "task"
         task.mkdir()
         (task / "gpu_load.py").write_text(WORKLOAD)
-        box = cls(options={"network": False, "pids_limit": 512, "gpu_ids": gpu_ids})
+        box = cls(options={"pids_limit": 512})
         box.prepare(SandboxRequest(task_dir=task, run_dir=work / "run",
                                    limits=RunLimits(time_s=seconds + 120, memory_gb=4, cpus=1,
                                                     gpus=len(gpu_ids)),
@@ -120,11 +130,63 @@ def run_in_sandbox(backend: str, gpu_ids: list[str], seconds: float) -> dict[str
         shutil.rmtree(work, ignore_errors=True)
 
 
+def check_actors(gpus: list[dict[str, str]], backend: str, seconds: float) -> bool:
+    """One launcher actor per GPU: own device, UUID, health before and after a workload."""
+    import ray
+    from hydra_plugins.spu_ray_launcher._worker import RunActor
+
+    class CheckedActor(RunActor):
+        """The launcher's actor with one more method: the workload on its own device."""
+
+        def workload(self, backend: str, seconds: float) -> dict[str, object]:
+            result = run_in_sandbox(backend, list(self.devices), seconds)
+            self.runs += 1
+            report = self.health.check(self.runs)
+            return {**result, "problem_after": report.problem, "notes_after": report.notes}
+
+    actor_class: Any = ray.remote(num_gpus=1, num_cpus=0)(CheckedActor)
+    actors: list[Any] = [actor_class.remote(f"spu-gpu-check-{i}", i, None, backend)
+              for i in range(len(gpus))]
+    infos = ray.get([a.ready.remote() for a in actors], timeout=300)
+    results = ray.get([a.workload.remote(backend, seconds) for a in actors],
+                      timeout=seconds + 600)
+    by_index = {g["index"]: g["uuid"] for g in gpus}
+    passed = True
+    uuids = []
+    for info, result in zip(infos, results, strict=True):
+        devices = list(info["devices"])  # type: ignore[call-overload]
+        want = by_index.get(devices[0]) if len(devices) == 1 else None
+        own = (len(devices) == 1 and info["visible_devices"] == devices[0]
+               and result.get("uuid") == want and result.get("visible") == 1)
+        nvml = ("not checked (no nvidia-ml-py)" if info["uuid"] is None
+                else "matches" if info["uuid"] == want else f"MISMATCH ({info['uuid']})")
+        healthy = not info["problem"] and not result.get("problem_after")
+        ok = own and healthy and not nvml.startswith("MISMATCH")
+        passed &= ok
+        uuids.append(want)
+        print(f"GPU check [actors/{backend}]: {'PASS' if ok else 'FAIL'}: {info['name']} got "
+              f"{devices} (CUDA_VISIBLE_DEVICES={info['visible_devices']}, {want}); NVML UUID "
+              f"{nvml}; the sandbox saw {result.get('visible')} device(s), {result.get('uuid')}; "
+              f"health before: {info['problem'] or 'ok'}, after: "
+              f"{result.get('problem_after') or 'ok'}; notes: "
+              f"{'; '.join([*info['notes'], *result.get('notes_after', [])]) or 'none'}"  # type: ignore[list-item]
+              + (f"; error: {str(result['error']).strip().splitlines()[-1:]}"
+                 if "error" in result else ""))
+    if len(set(uuids)) != len(uuids):
+        print(f"GPU check [actors/{backend}]: FAIL: two actors share a device: {uuids}")
+        passed = False
+    for actor in actors:
+        ray.kill(actor)
+    return passed
+
+
 def main() -> int:
     """Run the check on every backend asked for; print one verdict line each."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--backends", default="local,docker")
+    parser.add_argument("--actors", action=argparse.BooleanOptionalAction, default=True,
+                        help="also check placement=actors (one launcher actor per GPU)")
     args = parser.parse_args()
     gpus = host_gpus()
     if not gpus:
@@ -173,6 +235,8 @@ def main() -> int:
                   f"{busy.get('util', 0):.0f}% utilization, {busy.get('mem_mib', 0):.0f} MiB "
                   f"({time.perf_counter() - started:.0f} s)"
                   + (f"; error: {result['error']}" if "error" in result else ""))
+            if args.actors:
+                failures += not check_actors(gpus, backend, args.seconds)
     finally:
         ray.shutdown()
     return 1 if failures else 0

@@ -22,6 +22,13 @@ the first GPU free (:func:`spu.launch.schedule.list_schedule`):
 Each is printed against the lower bound max(total GPU hours / GPUs, longest run), the
 target being within 5% of it, and against task order. Figures are means over
 ``--trials`` seeded sweeps.
+
+Then the two placements of ``hydra.launcher.placement``, both longest first from
+earlier runs: ``tasks`` pays a worker's start and warm-up (the Ray worker, the imports,
+the sandbox's probe and seccomp filter) on every run, ``--warmup-s`` each; ``actors``
+pays it once per GPU, before the actor's first run, and a device health check between
+runs (``--check-s``). Both costs are inputs of the model, not measurements: pass what
+``benchmarks/launcher_overhead.py`` measures on the cluster.
 """
 
 from __future__ import annotations
@@ -76,11 +83,17 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--warmup-s", type=float, default=20.0,
+                        help="seconds a worker takes to start and warm up (model input)")
+    parser.add_argument("--check-s", type=float, default=0.5,
+                        help="seconds of an actor's device check between runs (model input)")
     args = parser.parse_args()
+    warmup_h, check_h = args.warmup_s / 3600, args.check_s / 3600
     rng = np.random.default_rng(args.seed)
     rows: dict[str, list[float]] = {"bound": [], "task order": [],
                                     "longest first (config medians)": [],
-                                    "longest first (earlier runs)": []}
+                                    "longest first (earlier runs)": [],
+                                    "placement=tasks": [], "placement=actors": []}
     started = time.perf_counter()
     for _ in range(args.trials):
         durations, by_median, by_history = simulated_sweep(rng)
@@ -88,8 +101,14 @@ def main() -> int:
         rows["task order"].append(list_schedule(durations, args.gpus))
         rows["longest first (config medians)"].append(
             list_schedule(durations, args.gpus, longest_expected_first(by_median)))
+        history_order = longest_expected_first(by_history)
         rows["longest first (earlier runs)"].append(
-            list_schedule(durations, args.gpus, longest_expected_first(by_history)))
+            list_schedule(durations, args.gpus, history_order))
+        rows["placement=tasks"].append(
+            list_schedule(durations, args.gpus, history_order, per_run_s=warmup_h))
+        rows["placement=actors"].append(
+            list_schedule(durations, args.gpus, history_order, start_s=warmup_h,
+                          per_run_s=check_h))
     elapsed = time.perf_counter() - started
     n_runs = len(durations)
     bound = statistics.fmean(rows["bound"])
@@ -104,6 +123,16 @@ def main() -> int:
         print(f"  {name:<32} {value:7.2f} h  ratio to bound {value / bound:.3f} "
               f"(worst {worst:.3f})  ratio to task order {value / reference:.3f}")
     print("  target: within 5% of the bound (ratio <= 1.050)")
+    print(f"placements (longest first, earlier runs; model inputs: {args.warmup_s:g} s to "
+          f"start and warm a worker, {args.check_s:g} s to check a device between runs):")
+    runs = len(durations)
+    for name, what, overhead_s in (
+            ("placement=tasks", "a worker started and warmed per run", runs * args.warmup_s),
+            ("placement=actors", "one actor per GPU, warmed once, checked between runs",
+             args.gpus * args.warmup_s + runs * args.check_s)):
+        value = statistics.fmean(rows[name])
+        print(f"  {name:<17} {value:7.3f} h  ratio to bound {value / bound:.4f}  ({what}; "
+              f"{overhead_s / 3600:.2f} GPU h of overhead a sweep)")
     return 0
 
 

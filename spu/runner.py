@@ -59,6 +59,7 @@ from spu.sandbox.options import SandboxOptionsError, backend_options
 from spu.schema import (
     AnswerKey,
     ExposureHit,
+    GpuPlacement,
     GpuUsage,
     Grade,
     GradeStatus,
@@ -294,6 +295,8 @@ class AgentPhase:
     """What sampling the run's GPUs measured (None: no GPU, or not measurable)."""
     node: str | None = None
     """The cluster node the agent ran on, where a launcher placed it elsewhere."""
+    placement: GpuPlacement | None = None
+    """The actor and device that ran the agent, where a launcher placed it on an actor."""
     gateway: dict[str, Any] | None = None
     """The run's model gateway: endpoint, upstream, policy (None: the agent called no model)."""
 
@@ -788,6 +791,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         attempt=spec.attempt,
         retried_from=spec.retried_from,
         node=phase.node,
+        gpu=phase.placement,
         evidence_disagreement=result.evidence_disagreement,
         gateway=phase.gateway,
         notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),

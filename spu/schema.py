@@ -647,6 +647,19 @@ class GpuUsage(Record):
     """Readings that failed, and why (first few)."""
 
 
+class GpuPlacement(Record):
+    """The long-lived worker (a Ray actor) that ran an attempt, and the device it owns."""
+
+    actor: str
+    """The actor's name, unique to the launch that started it (``spu-<launch>-<n>``)."""
+    devices: list[str] = Field(default_factory=list)
+    """The GPU ids Ray assigned to the actor (empty on a node without GPUs)."""
+    visible_devices: str | None = None
+    """``CUDA_VISIBLE_DEVICES`` in the actor's process (None: not set)."""
+    uuid: str | None = None
+    """The device's UUID from NVML (None: no NVML, or no GPU)."""
+
+
 class ConfigIdentity(Record):
     """The configuration part of a run's identity: what was asked to solve the task."""
 
@@ -831,6 +844,9 @@ class RunRecord(VersionedRecord):
     node: str | None = None
     """The cluster node that ran the agent (a Ray node id), where a launcher placed the
     agent away from the grading side; None for a run on this machine."""
+    gpu: GpuPlacement | None = None
+    """The actor and device that ran the agent, under ``hydra.launcher.placement=actors``
+    (None: placed as a Ray task, or run on this machine)."""
     evidence_disagreement: str | None = None
     """Where the agent's session files claimed what the model gateway's record does not
     show (a refusal or an API error the provider never sent); the gateway's record won."""

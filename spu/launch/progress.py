@@ -49,6 +49,8 @@ class ProgressSnapshot:
     """Cost of finished runs, skipped ones included."""
     budget_usd: float | None = None
     """``budget.max_cost_usd``."""
+    retired: tuple[str, ...] = ()
+    """Devices taken out of the sweep as unhealthy (``placement=actors``), named."""
 
     @property
     def waiting(self) -> int:
@@ -69,6 +71,8 @@ class ProgressSnapshot:
                  f"retried {self.retried}", f"skipped {self.skipped}"]
         if self.not_launched:
             parts.append(f"not launched {self.not_launched}")
+        if self.retired:
+            parts.append(f"retired {len(self.retired)}: {', '.join(self.retired)}")
         cost = f"cost ${self.cost_usd:.2f}"
         if self.budget_usd is not None:
             cost += f" of ${self.budget_usd:.2f}"
@@ -87,6 +91,8 @@ class SweepProgress:
         self.done = self.running = self.failed = self.retried = 0
         self.skipped = self.not_launched = 0
         self.cost_usd = 0.0
+        self.retired: list[str] = []
+        """Devices retired as unhealthy, each named with why."""
 
     def launched(self) -> None:
         """A run was handed to a worker."""
@@ -131,7 +137,7 @@ class SweepProgress:
             total=self.total, done=self.done, running=self.running, failed=self.failed,
             retried=self.retried, skipped=self.skipped, not_launched=self.not_launched,
             elapsed_s=self._clock() - self._start, cost_usd=self.cost_usd,
-            budget_usd=self.budget_usd,
+            budget_usd=self.budget_usd, retired=tuple(self.retired),
         )
 
 

@@ -88,10 +88,14 @@ def longest_expected_first(expected: Sequence[float | None]) -> list[int]:
 
 
 def list_schedule(durations: Sequence[float], machines: int,
-                  order: Sequence[int] | None = None) -> float:
+                  order: Sequence[int] | None = None, start_s: float = 0.0,
+                  per_run_s: float = 0.0) -> float:
     """The makespan of running ``durations`` in ``order`` on identical ``machines``.
 
     Each run starts on the first machine to become free, as a cluster hands out GPUs.
+    ``start_s``: time each machine takes before its first run (an actor warming up);
+    ``per_run_s``: time each run adds (a task's worker start and warm-up, or an actor's
+    health check between runs), in the units of ``durations``.
 
     Examples:
         >>> list_schedule([3, 3, 2, 2, 2], machines=2)  # task order
@@ -100,15 +104,18 @@ def list_schedule(durations: Sequence[float], machines: int,
         7.0
         >>> list_schedule([1, 1, 1, 1, 4], 2), list_schedule([1, 1, 1, 1, 4], 2, [4, 0, 1, 2, 3])
         (6.0, 4.0)
+        >>> durations = [1, 1, 1, 1]
+        >>> list_schedule(durations, 2, per_run_s=0.5), list_schedule(durations, 2, start_s=0.5)
+        (3.0, 2.5)
     """
     if machines < 1:
         raise ValueError(f"machines={machines}: must be at least 1")
-    free = [0.0] * min(machines, max(1, len(durations)))
+    free = [float(start_s)] * min(machines, max(1, len(durations)))
     heapq.heapify(free)
     end = 0.0
     for i in order if order is not None else range(len(durations)):
         start = heapq.heappop(free)
-        finish = start + float(durations[i])
+        finish = start + float(durations[i]) + float(per_run_s)
         end = max(end, finish)
         heapq.heappush(free, finish)
     return end

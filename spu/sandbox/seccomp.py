@@ -83,8 +83,13 @@ def _rule(lib: ctypes.CDLL, ctx: int, action: int, name: str,
                            f"{os.strerror(-done)}")
 
 
+@lru_cache(maxsize=1)
 def agent_filter_bpf() -> bytes:
-    """The filter as a BPF program, ready for ``bwrap --seccomp``."""
+    """The filter as a BPF program, ready for ``bwrap --seccomp``.
+
+    Built once per process and kept: a long-lived worker (a Ray actor) reuses it for
+    every run; each run still gets its own file descriptor (:func:`filter_fd`).
+    """
     lib = _library()
     ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
     if not ctx:

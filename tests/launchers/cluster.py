@@ -76,6 +76,8 @@ class Node:
     log: Path
     private: bool
     slots: int
+    gpus: int = 0
+    """Fake GPUs offered (a ``GPU`` resource count; Ray hands out their ids)."""
     namespace: str | None = None
     """The node's own mount namespace (``mnt:[...]``), once it runs Ray."""
 
@@ -206,12 +208,12 @@ class LocalCluster:
         self.nodes.append(node)
         return node
 
-    def start_agent_node(self, index: int, slots: int = 2, cpus: int = 2) -> Node:
-        """Start an agent node in a mount namespace of its own."""
+    def start_agent_node(self, index: int, slots: int = 2, cpus: int = 2, gpus: int = 0) -> Node:
+        """Start an agent node in a mount namespace of its own (``gpus``: fake ones)."""
         ip = f"127.0.0.{index + 2}"
         log = self.workdir / f"node{index}.log"
         start = ray_command("start", f"--address={self.address}", f"--node-ip-address={ip}",
-                            f"--num-cpus={cpus}", "--num-gpus=0",
+                            f"--num-cpus={cpus}", f"--num-gpus={gpus}",
                             "--resources", json.dumps({"sandbox_slot": slots}),
                             "--temp-dir=/tmp/ray", "--object-store-memory=100000000",
                             "--block")
@@ -227,7 +229,7 @@ class LocalCluster:
             proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
                                      script], stdout=out, stderr=subprocess.STDOUT,
                                     env=self.env(), start_new_session=True)
-        node = Node(f"node{index}", proc, ip, log, private=True, slots=slots)
+        node = Node(f"node{index}", proc, ip, log, private=True, slots=slots, gpus=gpus)
         self.nodes.append(node)
         return node
 

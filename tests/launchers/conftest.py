@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -170,3 +172,17 @@ def processes_mentioning(text: str) -> list[int]:
         if text.encode() in cmdline + environ and state != "Z":
             found.append(int(entry))
     return found
+
+
+@pytest.fixture
+def keyed_tasks(tmp_path: Path) -> tuple[Path, Path, str]:
+    """The two example tasks with their keys in a separate answers root, marked by a canary."""
+    canary = f"spu-canary-{secrets.token_hex(8)}"
+    root, keys = tmp_path / "tasks", tmp_path / "keys"
+    for src in (EXAMPLE_TASK, EXAMPLE_TWO_GROUPS):
+        shutil.copytree(src, root / src.name, ignore=shutil.ignore_patterns("hidden"))
+        answers = json.loads((src / "hidden" / "answers.json").read_text())
+        answers["source"] = {"title": f"{canary} {answers['task_id']}"}
+        (keys / answers["task_id"]).mkdir(parents=True)
+        (keys / answers["task_id"] / "answers.json").write_text(json.dumps(answers))
+    return root, keys, canary

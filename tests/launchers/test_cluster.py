@@ -16,7 +16,6 @@ answer keys of the test do not exist. Every node runs with Ray token authenticat
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import time
 from collections import Counter
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_TASK, EXAMPLE_TWO_GROUPS, REPO, have_bwrap
+from tests.conftest import REPO, have_bwrap
 from tests.launchers.agents import PRESENTED_ORDER_AGENT
 from tests.launchers.cluster import LocalCluster, Node, cluster_unavailable
 
@@ -57,20 +56,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.stop()
-
-
-@pytest.fixture
-def keyed_tasks(tmp_path: Path) -> tuple[Path, Path, str]:
-    """The two example tasks with their keys in a separate answers root, marked by a canary."""
-    canary = f"spu-canary-{secrets.token_hex(8)}"
-    root, keys = tmp_path / "tasks", tmp_path / "keys"
-    for src in (EXAMPLE_TASK, EXAMPLE_TWO_GROUPS):
-        shutil.copytree(src, root / src.name, ignore=shutil.ignore_patterns("hidden"))
-        answers = json.loads((src / "hidden" / "answers.json").read_text())
-        answers["source"] = {"title": f"{canary} {answers['task_id']}"}
-        (keys / answers["task_id"]).mkdir(parents=True)
-        (keys / answers["task_id"] / "answers.json").write_text(json.dumps(answers))
-    return root, keys, canary
 
 
 def cluster_sweep(cluster: LocalCluster, out: Path, tasks: Path, keys: Path, agent: Path,

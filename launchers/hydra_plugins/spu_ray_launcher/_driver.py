@@ -47,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from ray.exceptions import RayError, RayTaskError
 
 from spu.identity import settings_for
+from spu.launch.actors import check_placement
 from spu.launch.budget import CostLedger
 from spu.launch.collector import set_launcher_policy
 from spu.launch.interrupt import TALLY
@@ -384,6 +385,8 @@ class Attempt:
     last: int
     """The highest attempt number this launch may reach."""
     retried_from: str | None = None
+    held: Any = None
+    """The actor it was placed on (``placement=actors``; None: a task of its own)."""
 
 
 class Driver:
@@ -473,13 +476,30 @@ class Driver:
         shipped = replace(spec, answers_root=None, task_dir=Path(run.task.path.name),
                           output_root=Path("."))
         job_for_node = agent_job(shipped, run.key, self.launcher.report_every_s)
-        ref = self.remote.options(**options).remote(job_for_node, self.task_ref(run, staged),
-                                                    self.monitor)
-        self.in_flight[ref] = Attempt(job, run, staged, number, last, retried_from)
+        att = Attempt(job, run, staged, number, last, retried_from)
+        ref = self.dispatch(att, options, job_for_node, self.task_ref(run, staged))
+        self.in_flight[ref] = att
         self.progress.launched()
         if number == job.plan.first_attempt:
             log.info("#%d: %s", job.idx,
                      " ".join(redact_uri(o) for o in filter_overrides(job.overrides)))
+
+    def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
+        """Hand an attempt's agent side to Ray as a task of its own; its result's ref."""
+        del att
+        return self.remote.options(**options).remote(job, task_files, self.monitor)
+
+    def can_submit(self) -> bool:
+        """Whether the window has room for one more attempt now."""
+        return self.busy() < self.window
+
+    def tend(self) -> None:
+        """Called once a turn of the loop (placement on actors starts and retires them)."""
+
+    def placement_of(self, att: Attempt) -> Any:
+        """The :class:`~spu.schema.GpuPlacement` of an attempt (None: placed as a task)."""
+        del att
+        return None
 
     def stop_for_budget(self) -> None:
         """Settle every job not launched yet as not launched, and say why."""
@@ -583,7 +603,7 @@ class Driver:
         record = lost_attempt_record(job.identity, str(job.config.sandbox.name), att.number,
                                      att.retried_from, reason)
         seen = self.monitor_lookup(att)
-        update: dict[str, Any] = {"node": seen.get("node"),
+        update: dict[str, Any] = {"node": seen.get("node"), "gpu": self.placement_of(att),
                                   "notes": [*record.notes, *self.notes]}
         if seen.get("usage"):
             usage = Usage(**seen["usage"])
@@ -625,7 +645,8 @@ class Driver:
 
         try:
             while self.pending or self.in_flight or self.settling:
-                while self.pending and self.busy() < self.window and not self.ledger.reached:
+                self.tend()
+                while self.pending and self.can_submit() and not self.ledger.reached:
                     self.submit(*self.pending.popleft())
                 if self.pending and self.ledger.reached:
                     self.stop_for_budget()
@@ -799,11 +820,19 @@ def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, 
         shown = server or local_server
         display.say(f"SPU sweep on Ray: {settled + len(jobs)} jobs, {settled} skipped (finished "
                     f"earlier), {len(jobs)} to run, {window} at a time, each "
-                    f"{jobs[0].request.describe()}; longest expected first ({known} with a "
-                    f"run-time history); grading here ({grader.mode})"
+                    f"{jobs[0].request.describe()}, placed on {launcher.placement}; longest "
+                    f"expected first ({known} with a run-time history); grading here "
+                    f"({grader.mode})"
                     + (f"; tracking through {shown.uri}" if shown else ""))
-        driver = Driver(launcher, jobs, window, ledger, progress, display, grader, auth.notes,
-                        tracking_turn)
+        if check_placement(str(launcher.placement)) == "actors":
+            from hydra_plugins.spu_ray_launcher._actors import ActorDriver
+
+            driver: Driver = ActorDriver(launcher, jobs, window, ledger, progress, display,
+                                         grader, auth.notes, tracking_turn,
+                                         nodes=alive_nodes())
+        else:
+            driver = Driver(launcher, jobs, window, ledger, progress, display, grader,
+                            auth.notes, tracking_turn)
         driver.run()
         return driver.returns
     finally:

@@ -94,6 +94,16 @@ class SPURayLauncherConf:
     """Threads of the driver that grade, record and track finished attempts."""
     report_every_s: float = 10.0
     """Seconds between an agent node's reports of a run's spending."""
+    placement: str = "actors"
+    """``actors``: one long-lived actor per GPU (per sandbox slot on nodes without GPUs)
+    runs one run at a time, its device health-checked between runs; ``tasks``: every
+    attempt a Ray task of its own."""
+    health_probe: str | None = None
+    """``module:function`` checking an actor's device between runs besides NVML (given the
+    actor's context, returns why the device is unhealthy, or None)."""
+    actor_start_timeout_s: float = 600.0
+    """With runs left, no actor free or busy: seconds to wait for one asked for to start
+    before the runs left fail."""
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="spu_ray_schema",

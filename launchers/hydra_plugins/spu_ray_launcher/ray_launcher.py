@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 
 class SPURayLauncher(Launcher):
-    """Runs the agent of each job as a Ray task with the resources of its config.
+    """Runs the agent of each job on a GPU actor (or as a Ray task) with its resources.
 
     Grading, recording and tracking stay on the driver; agent nodes share no storage
     with it and never receive an answer key.
@@ -24,7 +24,9 @@ class SPURayLauncher(Launcher):
                  tracking_server: str = "auto", tracking_server_workers: int = 1,
                  progress: str = "auto", progress_every_s: float = 30.0, poll_s: float = 1.0,
                  get_timeout_s: float = 600.0, shutdown: bool = True, insecure: bool = False,
-                 settle_threads: int = 4, report_every_s: float = 10.0) -> None:
+                 settle_threads: int = 4, report_every_s: float = 10.0,
+                 placement: str = "actors", health_probe: str | None = None,
+                 actor_start_timeout_s: float = 600.0) -> None:
         self.init = init
         self.resources = resources
         self.max_concurrent = max_concurrent
@@ -38,6 +40,9 @@ class SPURayLauncher(Launcher):
         self.insecure = insecure
         self.settle_threads = settle_threads
         self.report_every_s = report_every_s
+        self.placement = placement
+        self.health_probe = health_probe
+        self.actor_start_timeout_s = actor_start_timeout_s
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
