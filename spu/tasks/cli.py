@@ -1,4 +1,5 @@
-"""``spu task validate | threshold | build | export | import | list`` (SPEC sections 4, 10)."""
+"""``spu task validate | review | select | threshold | build | export | import | list``
+(SPEC sections 4, 10, 15)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,35 @@ def register(sub: Any) -> None:
     _screen_options(p)
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(handler=validate_command)
+
+    from spu.tasks.review import CHECK_RESULTS, CHECKLIST, SCREEN_CODES
+
+    items = "; ".join(f"{name}: {what}" for name, what in CHECKLIST.items())
+    p = task_sub.add_parser(
+        "review", help="write the review before freezing (review.yaml) from a checklist",
+        description="Record the independent review of a task before it is frozen (paper 2.3, "
+        "step 3) in TASK_DIR/review.yaml, with the digest of the files reviewed. Each answer "
+        "not given as an option is asked for on a terminal (and is an error otherwise). "
+        f"The checklist: {items}.")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--reviewer", default=None, help="who reviewed the task")
+    p.add_argument("--date", default=None, help="day of the review, YYYY-MM-DD (default today)")
+    p.add_argument("--verdict", choices=("accept", "reject"), default=None)
+    p.add_argument("--check", action="append", default=[], metavar="NAME=RESULT",
+                   help=f"result of a checklist item ({'|'.join(CHECK_RESULTS)}); repeatable")
+    p.add_argument("--note", action="append", default=[], metavar="NAME=TEXT",
+                   help="what a check compared, or why it was left open; repeatable")
+    p.add_argument("--issue", action="append", default=[], metavar="TEXT",
+                   help="a blocking issue found; repeatable, paired in order with --fix")
+    p.add_argument("--fix", action="append", default=[], metavar="TEXT",
+                   help="how the issue of the same position was fixed")
+    p.add_argument("--waive", action="append", default=[], metavar="SCREEN=REASON",
+                   help=f"accept a screen that fires ({', '.join(SCREEN_CODES)}) with its "
+                        f"reason; repeatable")
+    p.add_argument("--no-input", action="store_true",
+                   help="never prompt: a missing answer is an error")
+    _screen_options(p)
+    p.set_defaults(handler=review_command)
 
     p = task_sub.add_parser("threshold", help="chance threshold, attainable maximum, "
                                               "presented-order score")
@@ -143,6 +173,80 @@ def validate_command(args: argparse.Namespace) -> int:
             for f in r.findings:
                 print(f"  {f}")
     return 0 if all(r.ok for r in reports) else 1
+
+
+def _ask(question: str, interactive: bool, missing: str) -> str:
+    """One answer from the terminal; a ReviewError naming the option when there is none."""
+    from spu.tasks.review import ReviewError
+
+    if not interactive:
+        raise ReviewError(f"{missing}: no answer given (pass it, or run on a terminal to "
+                          f"be asked)")
+    try:
+        return input(question).strip()
+    except EOFError:
+        raise ReviewError(f"{missing}: no answer given") from None
+
+
+def _review_answers(args: argparse.Namespace, interactive: bool) -> dict[str, Any]:
+    """The review's answers: options first, the rest asked for (terminal only)."""
+    import datetime
+
+    from spu.tasks.review import CHECK_RESULTS, CHECKLIST, ReviewError, parse_assignments
+
+    checks = parse_assignments(args.check, "--check")
+    notes = parse_assignments(args.note, "--note")
+    waivers = parse_assignments(args.waive, "--waive")
+    if len(args.fix) > len(args.issue):
+        raise ReviewError(f"--fix {args.fix[len(args.issue)]!r}: no --issue of its position")
+    issues = [(issue, args.fix[i] if i < len(args.fix) else "")
+              for i, issue in enumerate(args.issue)]
+    reviewer = args.reviewer or _ask("reviewer: ", interactive, "--reviewer")
+    for name, what in CHECKLIST.items():
+        if name not in checks:
+            checks[name] = _ask(f"{name} ({what})\n  result [{'/'.join(CHECK_RESULTS)}]: ",
+                                interactive, f"--check {name}")
+            if interactive and name not in notes:
+                notes[name] = _ask("  note (what was compared; empty for none): ",
+                                   interactive, f"--note {name}")
+    verdict = args.verdict or _ask("verdict [accept/reject]: ", interactive, "--verdict")
+    try:
+        date = datetime.date.fromisoformat(args.date) if args.date else None
+    except ValueError:
+        raise ReviewError(f"--date {args.date!r}: not a day YYYY-MM-DD") from None
+    return {"reviewer": reviewer, "verdict": verdict, "checks": checks, "notes": notes,
+            "issues": issues, "waivers": waivers, "date": date}
+
+
+def review_command(args: argparse.Namespace) -> int:
+    """Write ``review.yaml``; exit 1 (writing nothing) when an answer or the task is wrong."""
+    from spu.tasks.package import TaskLoadError
+    from spu.tasks.review import SCREEN_CODES, ReviewError, make_review, write_review
+    from spu.tasks.validate import Severity, validate_task
+
+    report = validate_task(args.task_dir, screens=_screens(args))
+    for f in report.findings:
+        print(f"  {f}")
+    interactive = not args.no_input and sys.stdin.isatty()
+    try:
+        answers = _review_answers(args, interactive)
+        if answers["verdict"] == "accept":
+            if report.errors:
+                raise ReviewError(f"verdict accept: the package has {len(report.errors)} "
+                                  f"validation error(s) (above); fix them first")
+            fired = sorted({f.code for f in report.findings if f.severity is Severity.warning
+                            and f.code in SCREEN_CODES} - set(answers["waivers"]))
+            if fired:
+                raise ReviewError(f"verdict accept: screen {fired[0]} fires (above); fix the "
+                                  f"task or waive it with --waive {fired[0]}=REASON")
+        record = make_review(args.task_dir, **answers)
+    except (ReviewError, TaskLoadError) as exc:
+        print(f"spu task review: {exc}", file=sys.stderr)
+        return 1
+    path = write_review(args.task_dir, record)
+    print(f"wrote {path} (verdict {record.verdict}, digest {record.task_digest[:12]}; a change "
+          f"to the task's public files makes it stale)")
+    return 0
 
 
 def threshold_command(args: argparse.Namespace) -> int:
