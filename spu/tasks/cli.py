@@ -125,6 +125,9 @@ def register(sub: Any) -> None:
     p.add_argument("--subfield", default=None)
     p.add_argument("--format", choices=("table", "hydra", "json"), default="table",
                    help="hydra: a comma list for python -m spu.main -m task=...")
+    p.add_argument("--include-retired", action="store_true",
+                   help="list retired tasks too (task.yaml retired:; left out by default, as "
+                        "task='glob(*)' leaves them out)")
     p.set_defaults(handler=list_command)
 
 
@@ -230,7 +233,8 @@ def review_command(args: argparse.Namespace) -> int:
     interactive = not args.no_input and sys.stdin.isatty()
     try:
         answers = _review_answers(args, interactive)
-        if answers["verdict"] == "accept":
+        record = make_review(args.task_dir, **answers)
+        if record.verdict == "accept":
             if report.errors:
                 raise ReviewError(f"verdict accept: the package has {len(report.errors)} "
                                   f"validation error(s) (above); fix them first")
@@ -239,7 +243,6 @@ def review_command(args: argparse.Namespace) -> int:
             if fired:
                 raise ReviewError(f"verdict accept: screen {fired[0]} fires (above); fix the "
                                   f"task or waive it with --waive {fired[0]}=REASON")
-        record = make_review(args.task_dir, **answers)
     except (ReviewError, TaskLoadError) as exc:
         print(f"spu task review: {exc}", file=sys.stderr)
         return 1
@@ -363,7 +366,8 @@ def list_command(args: argparse.Namespace) -> int:
     try:
         tasks = select_tasks(args.task_root, discipline=args.discipline,
                              visibility=args.visibility, subfield=args.subfield,
-                             on_broken=lambda b: print(f"spu task list: {b}", file=sys.stderr))
+                             on_broken=lambda b: print(f"spu task list: {b}", file=sys.stderr),
+                             include_retired=args.include_retired)
     except TaskLoadError as exc:
         print(f"spu task list: {exc}", file=sys.stderr)
         return 2
@@ -377,11 +381,14 @@ def list_command(args: argparse.Namespace) -> int:
         print(json.dumps([{"task": t.path.name, "id": t.id, "version": t.version,
                            "title": t.meta.title, "discipline": t.meta.discipline.value,
                            "subfield": t.meta.subfield, "visibility": t.meta.visibility.value,
-                           "n_items": t.n_items, "n_groups": len(t.contract.groups)}
+                           "n_items": t.n_items, "n_groups": len(t.contract.groups),
+                           "retired": t.meta.retired.model_dump(mode="json")
+                           if t.meta.retired else None}
                           for t in tasks], indent=1))
     else:
         for t in tasks:
             print(f"{t.path.name:<34} {t.meta.discipline.value:<18} "
                   f"{t.meta.visibility.value:<8} {t.n_items:>4} items "
-                  f"{len(t.contract.groups):>3} groups  {t.meta.title}")
+                  f"{len(t.contract.groups):>3} groups  {t.meta.title}"
+                  + (f"  [retired {t.meta.retired.date.isoformat()}]" if t.meta.retired else ""))
     return 0
