@@ -325,8 +325,11 @@ class ReviewIssue(Record):
 
 
 class ReviewRecord(VersionedRecord):
-    """``review.yaml`` beside ``task.yaml``: the independent review before freezing (paper 2.3,
-    step 3; SPEC section 15). Public (it names the source checks); never staged for the agent."""
+    """``review.yaml`` beside ``task.yaml``: the independent review before freezing.
+
+    Paper 2.3, step 3; SPEC section 15. Public (it names the source checks); never staged
+    for the agent.
+    """
 
     STRICT_SINCE: ClassVar[int] = 1
 

@@ -61,7 +61,8 @@ def split_retired(runs: pd.DataFrame,
     ...                      "scored": [True, False, True],
     ...                      "score_recovered": [0.5, -1.0, 0.2]})
     >>> kept, table = split_retired(runs, {"a": RetiredTask("2026-11-30", "recalled")})
-    >>> list(kept["task_id"]), table.loc[0, ["n_runs", "n_configs", "n_scored", "raw_mean"]].tolist()
+    >>> counts = ["n_runs", "n_configs", "n_scored", "raw_mean"]
+    >>> list(kept["task_id"]), table.loc[0, counts].tolist()
     (['b'], [2, 2, 1, 0.5])
     """
     marked = set(retired)

@@ -58,6 +58,25 @@ def register(sub: Any) -> None:
     _screen_options(p)
     p.set_defaults(handler=review_command)
 
+    p = task_sub.add_parser(
+        "select", help="choose tasks from pilot runs: one per subfield, then by composite score",
+        description="Choose tasks by pilot runs (paper 2.3, step 4): --per-subfield tasks of "
+        "each subfield first, then the highest composite scores (difficulty, spread across "
+        "the pilot configurations, computational demand; the rule is printed) up to --n. "
+        "Writes OUT/tasks.txt, the chosen list for a sweep (-m task=$(cat OUT/tasks.txt)), "
+        "and OUT/selection.csv, every candidate with why it was kept or left.")
+    p.add_argument("runs", type=Path, metavar="RUNS", help="runs table of the pilot runs "
+                   "(spu runs export)")
+    p.add_argument("--tasks", type=Path, required=True, metavar="TASK_ROOT",
+                   help="task root of the candidates (retired tasks are not candidates)")
+    p.add_argument("--n", type=int, default=100, help="tasks to keep at most (default 100)")
+    p.add_argument("--per-subfield", type=int, default=1,
+                   help="tasks kept first from each subfield (default 1)")
+    p.add_argument("--weights", default="0.4,0.4,0.2", metavar="D,S,C",
+                   help="weights of difficulty, spread and demand (default 0.4,0.4,0.2)")
+    p.add_argument("--out", type=Path, required=True, help="folder to write to")
+    p.set_defaults(handler=select_command)
+
     p = task_sub.add_parser("threshold", help="chance threshold, attainable maximum, "
                                               "presented-order score")
     p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
@@ -249,6 +268,54 @@ def review_command(args: argparse.Namespace) -> int:
     path = write_review(args.task_dir, record)
     print(f"wrote {path} (verdict {record.verdict}, digest {record.task_digest[:12]}; a change "
           f"to the task's public files makes it stale)")
+    return 0
+
+
+def select_command(args: argparse.Namespace) -> int:
+    """Write the chosen list and the selection table; exit 2 when an input cannot be used."""
+    from spu.overrides import folder_problem
+    from spu.stats.runs_table import RunsTableError, read_runs_table
+    from spu.stats.selection import Candidate, select_tasks_by_pilot
+    from spu.tasks.package import TaskLoadError, select_tasks
+
+    def refuse(message: str) -> int:
+        print(f"spu task select: {message}", file=sys.stderr)
+        return 2
+
+    if args.n < 1 or args.per_subfield < 0:
+        return refuse("--n must be at least 1 and --per-subfield at least 0")
+    try:
+        weights = tuple(float(w) for w in args.weights.split(","))
+    except ValueError:
+        return refuse(f"--weights {args.weights!r}: three numbers D,S,C")
+    if len(weights) != 3 or any(not w >= 0 for w in weights):
+        return refuse(f"--weights {args.weights!r}: three numbers >= 0 (difficulty, spread, "
+                      f"demand)")
+    problem = folder_problem(args.out)
+    if problem:
+        return refuse(f"--out {args.out}: {problem}")
+    try:
+        runs = read_runs_table(args.runs)
+        tasks = select_tasks(args.tasks, on_broken=lambda b: print(f"spu task select: {b}",
+                                                                   file=sys.stderr))
+    except (RunsTableError, TaskLoadError) as exc:
+        return refuse(str(exc))
+    if not tasks:
+        return refuse(f"--tasks {args.tasks}: no task package to choose from")
+    candidates = [Candidate(t.path.name, t.id, t.meta.discipline.value, t.meta.subfield)
+                  for t in tasks]
+    selection = select_tasks_by_pilot(runs, candidates, args.n, args.per_subfield, weights)
+    if not selection.chosen:
+        return refuse(f"{args.runs}: no run of any task under {args.tasks} (the runs table's "
+                      f"task_id is the task.yaml id)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tasks.txt").write_text(selection.sweep_list() + "\n", encoding="utf-8")
+    selection.table.to_csv(args.out / "selection.csv", index=False)
+    print(f"rule: {selection.rule}")
+    print(f"kept {len(selection.chosen)} of {len(candidates)} candidate tasks "
+          f"({int((selection.table['n_runs'] == 0).sum())} without a pilot run)")
+    print(f"wrote {args.out / 'tasks.txt'} (sweep: -m task=$(cat {args.out / 'tasks.txt'})) "
+          f"and {args.out / 'selection.csv'}")
     return 0
 
 
