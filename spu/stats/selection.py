@@ -184,6 +184,7 @@ def select_tasks_by_pilot(
         rows.append(row)
     table = pd.DataFrame(rows, columns=[c for c in SELECTION_COLUMNS
                                         if c not in ("rank", "kept", "reason")])
+    table = table.astype({"n_runs": int, "n_configs": int})
     piloted = table[table["n_runs"] > 0].sort_values(["composite", "task"],
                                                      ascending=[False, True], kind="stable")
     rank = {task: i + 1 for i, task in enumerate(piloted["task"])}
