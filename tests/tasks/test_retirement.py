@@ -108,3 +108,14 @@ def test_a_retired_column_of_the_runs_table_retires_too() -> None:
                                                           null_draws=20))
     assert list(result.tables["retired.csv"]["task_id"]) == ["t-other"]
     assert result.tables["configs.csv"].set_index("config").loc["A", "n_runs"] == 2
+
+
+def test_the_leaderboard_leaves_retired_tasks_out_too(tmp_path) -> None:
+    root = _root(tmp_path)
+    table = tmp_path / "runs.csv"
+    _runs().to_csv(table, index=False)
+    out = tmp_path / "board"
+    assert main(["leaderboard", str(table), "--out", str(out), "--resamples", "50",
+                 "--tasks", str(root)]) == 0
+    board = pd.read_csv(out / "leaderboard.csv").set_index("config")
+    assert board.loc["A", "n_tasks"] == 2  # t-kept and t-other; t-old is retired

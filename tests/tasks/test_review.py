@@ -143,3 +143,12 @@ def test_a_missing_answer_without_a_terminal_names_its_option(make_task, capsys)
                  "accept", *ALL_OK[:-1]])
     assert code == 1
     assert "--check screens: no answer given" in capsys.readouterr().err
+
+
+def test_the_first_review_format_still_loads() -> None:
+    """``tests/golden/review_v1/review.yaml`` (schema 1, as shipped) keeps loading."""
+    golden = Path(__file__).resolve().parents[1] / "golden" / "review_v1"
+    record = load_review(golden)
+    assert record is not None and record.schema_version == "1"
+    assert record.task_id == "spu-bhpt" and record.verdict == "accept"
+    assert record.checks["values-match-source"].result == "not-checked"
