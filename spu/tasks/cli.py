@@ -1,5 +1,8 @@
-"""``spu task validate | review | select | threshold | build | export | import | list``
-(SPEC sections 4, 10, 15)."""
+"""The ``spu task`` commands (SPEC sections 4, 10, 15).
+
+``validate``, ``review``, ``select``, ``retire``, ``threshold``, ``build``, ``export``,
+``import``, ``new`` and ``list``.
+"""
 
 from __future__ import annotations
 
@@ -76,6 +79,18 @@ def register(sub: Any) -> None:
                    help="weights of difficulty, spread and demand (default 0.4,0.4,0.2)")
     p.add_argument("--out", type=Path, required=True, help="folder to write to")
     p.set_defaults(handler=select_command)
+
+    p = task_sub.add_parser("retire", help="retire a task: out of glob sweeps and the "
+                                           "official statistics, its runs kept",
+                            description="Add retired: {date, reason} to TASK_DIR/task.yaml "
+                            "(SPEC 15). The task leaves task='glob(*)', spu task list and "
+                            "select, and every table of spu stats but retired.csv; task=<id> "
+                            "still runs it and no run is deleted.")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--reason", required=True, help="why, in one line")
+    p.add_argument("--date", default=None, help="day of the retirement, YYYY-MM-DD "
+                                                "(default today)")
+    p.set_defaults(handler=retire_command)
 
     p = task_sub.add_parser("threshold", help="chance threshold, attainable maximum, "
                                               "presented-order score")
@@ -236,7 +251,7 @@ def _review_answers(args: argparse.Namespace, interactive: bool) -> dict[str, An
         date = datetime.date.fromisoformat(args.date) if args.date else None
     except ValueError:
         raise ReviewError(f"--date {args.date!r}: not a day YYYY-MM-DD") from None
-    return {"reviewer": reviewer, "verdict": verdict, "checks": checks, "notes": notes,
+    return {"reviewer": reviewer, "verdict": verdict, "checks": checks, "check_notes": notes,
             "issues": issues, "waivers": waivers, "date": date}
 
 
@@ -316,6 +331,29 @@ def select_command(args: argparse.Namespace) -> int:
           f"({int((selection.table['n_runs'] == 0).sum())} without a pilot run)")
     print(f"wrote {args.out / 'tasks.txt'} (sweep: -m task=$(cat {args.out / 'tasks.txt'})) "
           f"and {args.out / 'selection.csv'}")
+    return 0
+
+
+def retire_command(args: argparse.Namespace) -> int:
+    """Retire a task; exit 1 (changing nothing) when it cannot be."""
+    import datetime
+
+    from spu.tasks.package import TaskLoadError
+    from spu.tasks.review import ReviewError, retire_task
+
+    try:
+        day = datetime.date.fromisoformat(args.date) if args.date else None
+    except ValueError:
+        print(f"spu task retire: --date {args.date!r}: not a day YYYY-MM-DD", file=sys.stderr)
+        return 1
+    try:
+        meta = retire_task(args.task_dir, args.reason, day)
+    except (ReviewError, TaskLoadError) as exc:
+        print(f"spu task retire: {exc}", file=sys.stderr)
+        return 1
+    assert meta.retired is not None
+    print(f"retired {meta.id} on {meta.retired.date.isoformat()}: {meta.retired.reason} "
+          f"(its runs are kept; spu stats --tasks lists it in retired.csv)")
     return 0
 
 

@@ -160,7 +160,7 @@ def make_review(
     reviewer: str,
     verdict: str,
     checks: Mapping[str, str],
-    notes: Mapping[str, str] | None = None,
+    check_notes: Mapping[str, str] | None = None,
     issues: Sequence[tuple[str, str]] = (),
     waivers: Mapping[str, str] | None = None,
     date: datetime.date | None = None,
@@ -175,7 +175,7 @@ def make_review(
         Who reviewed it; ``accept`` or ``reject``.
     checks
         A result (:data:`CHECK_RESULTS`) for every item of :data:`CHECKLIST`.
-    notes
+    check_notes
         Optional note per checklist item.
     issues
         Blocking issues as ``(issue, fix)``; an accepted review needs every fix.
@@ -193,7 +193,7 @@ def make_review(
     """
     task_dir = Path(task_dir)
     meta = load_meta(task_dir)
-    notes = dict(notes or {})
+    notes = dict(check_notes or {})
     waivers = dict(waivers or {})
     for name in [*checks, *notes]:
         if name not in CHECKLIST:
@@ -215,7 +215,7 @@ def make_review(
             raise ReviewError(f"--waive {code}: a waiver needs its reason (--waive {code}=WHY)")
     data = {
         "task_id": meta.id, "task_version": meta.version, "reviewer": reviewer,
-        "date": date or datetime.datetime.now(datetime.timezone.utc).date(),
+        "date": date or datetime.datetime.now(datetime.UTC).date(),
         "task_digest": task_digest(task_dir),
         "checks": {name: ReviewCheck(result=checks[name], note=notes.get(name, ""))  # type: ignore[arg-type]
                    for name in CHECKLIST},
@@ -242,3 +242,37 @@ def write_review(task_dir: str | Path, record: ReviewRecord) -> Path:
     partial.write_text(review_yaml(record), encoding="utf-8")
     os.replace(partial, path)
     return path
+
+
+def retire_task(task_dir: str | Path, reason: str,
+                date: datetime.date | None = None) -> TaskMeta:
+    """Add ``retired: {date, reason}`` to the task's ``task.yaml`` (SPEC section 15).
+
+    The block is appended as text, so the file's other lines and comments stay as written.
+
+    Raises
+    ------
+    ReviewError
+        When the reason is empty or the task is retired already.
+    TaskLoadError
+        When ``task.yaml`` does not load, before or after.
+    """
+    from spu.tasks.package import MAX_YAML_BYTES, read_task_text
+
+    task_dir = Path(task_dir)
+    meta = load_meta(task_dir)
+    if meta.retired is not None:
+        raise ReviewError(f"{task_dir / 'task.yaml'}: retired already on "
+                          f"{meta.retired.date.isoformat()} ({meta.retired.reason})")
+    if not reason.strip():
+        raise ReviewError("--reason: a retirement needs its reason")
+    day = date or datetime.datetime.now(datetime.UTC).date()
+    path = task_dir / "task.yaml"
+    text = read_task_text(path, MAX_YAML_BYTES)
+    block = yaml.safe_dump({"retired": {"date": day.isoformat(), "reason": " ".join(
+        reason.split())}}, sort_keys=False, allow_unicode=True, width=1000)
+    partial = path.with_name(f".task.yaml.{os.getpid()}")
+    partial.write_text(text + ("" if text.endswith("\n") or not text else "\n") + block,
+                       encoding="utf-8")
+    os.replace(partial, path)
+    return load_meta(task_dir)

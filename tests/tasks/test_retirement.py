@@ -119,3 +119,23 @@ def test_the_leaderboard_leaves_retired_tasks_out_too(tmp_path) -> None:
                  "--tasks", str(root)]) == 0
     board = pd.read_csv(out / "leaderboard.csv").set_index("config")
     assert board.loc["A", "n_tasks"] == 2  # t-kept and t-other; t-old is retired
+
+
+def test_spu_task_retire_appends_the_block_and_needs_no_review_after(tmp_path, capsys) -> None:
+    """``spu task retire`` keeps task.yaml's lines; the stale review of a retired task is no
+    error (it is out of the benchmark)."""
+    from spu.tasks.validate import validate_task
+
+    task = tmp_path / "spu-bhpt"
+    shutil.copytree(EXAMPLE_TASK.parent / "spu-bhpt", task)
+    before = (task / "task.yaml").read_text()
+    assert main(["task", "retire", str(task), "--reason", "source recalled", "--date",
+                 "2026-11-30"]) == 0
+    after = (task / "task.yaml").read_text()
+    assert after.startswith(before) and "retired:\n  date: '2026-11-30'" in after
+    meta = load_meta(task)
+    assert meta.retired is not None and meta.retired.reason == "source recalled"
+    assert validate_task(task, strict=True).ok
+    assert main(["task", "retire", str(task), "--reason", "again"]) == 1
+    assert "retired already on 2026-11-30" in capsys.readouterr().err
+    assert main(["task", "retire", str(tmp_path / "spu-bhpt"), "--reason", " "]) == 1

@@ -152,3 +152,19 @@ def test_the_first_review_format_still_loads() -> None:
     assert record is not None and record.schema_version == "1"
     assert record.task_id == "spu-bhpt" and record.verdict == "accept"
     assert record.checks["values-match-source"].result == "not-checked"
+
+
+def test_spu_task_review_asks_on_a_terminal_for_what_no_option_gave(make_task, monkeypatch,
+                                                                    capsys) -> None:
+    import io
+
+    task = make_task()
+    answers = ["ok", "compared table 2", *["ok", ""] * (len(CHECKLIST) - 1), "accept"]
+    stdin = io.StringIO("".join(a + "\n" for a in ["Q. Reviewer", *answers]))
+    stdin.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["task", "review", str(task)]) == 0, capsys.readouterr().err
+    record = load_review(task)
+    assert record is not None and record.reviewer == "Q. Reviewer"
+    assert record.checks["source-identified"].note == "compared table 2"
+    assert validate_task(task, strict=True).ok
