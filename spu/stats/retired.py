@@ -62,8 +62,8 @@ def split_retired(runs: pd.DataFrame,
     ...                      "score_recovered": [0.5, -1.0, 0.2]})
     >>> kept, table = split_retired(runs, {"a": RetiredTask("2026-11-30", "recalled")})
     >>> counts = ["n_runs", "n_configs", "n_scored", "raw_mean"]
-    >>> list(kept["task_id"]), table.loc[0, counts].tolist()
-    (['b'], [2, 2, 1, 0.5])
+    >>> list(kept["task_id"]), table[counts].to_dict("records")
+    (['b'], [{'n_runs': 2, 'n_configs': 2, 'n_scored': 1, 'raw_mean': 0.5}])
     """
     marked = set(retired)
     if "retired" in runs.columns:

@@ -101,11 +101,10 @@ def pilot_components(runs: pd.DataFrame,
     >>> runs = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "config": ["X", "Y", "X", "Y"],
     ...                      "scored": [True, True, True, False],
     ...                      "score_recovered": [0.8, 0.4, 0.2, float("nan")]})
-    >>> pilot_components(runs)[["mean_score", "difficulty", "spread"]].round(3)
-             mean_score  difficulty  spread
-    task_id
-    a               0.6         0.2     0.2
-    b              -0.4         0.7     0.6
+    >>> parts = pilot_components(runs)[["mean_score", "difficulty", "spread"]].round(3)
+    >>> parts.to_dict("index")  # b: X 0.2, Y -1 (no usable file): mean -0.4, SD 0.6
+    {'a': {'mean_score': 0.6, 'difficulty': 0.2, 'spread': 0.2}, \
+'b': {'mean_score': -0.4, 'difficulty': 0.7, 'spread': 0.6}}
     """
     score = runs["score_recovered"].where(runs["scored"].astype(bool), -1.0).fillna(-1.0)
     frame = runs.assign(_score=score)
