@@ -18,7 +18,8 @@ three components, each on [0, 1], from a runs table (SPEC 5) of pilot configurat
 (default weights 0.4, 0.4, 0.2). The selection keeps ``per_subfield`` tasks of each
 subfield first (the highest composites of that subfield), then the highest composites of
 the rest until ``n``; ties go to the smaller task folder name. A candidate without a pilot
-run is left out, said so.
+run, or excluded (``spu task select --reviewed-only``: no current accepted review), is left
+out, said so.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class Candidate:
     """``task.yaml`` id (the runs table's ``task_id``)."""
     discipline: str
     subfield: str
+    excluded: str | None = None
+    """Why the task may not be chosen whatever its pilot runs (e.g. not reviewed), or None."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,8 @@ def select_tasks_by_pilot(
     table = pd.DataFrame(rows, columns=[c for c in SELECTION_COLUMNS
                                         if c not in ("rank", "kept", "reason")])
     table = table.astype({"n_runs": int, "n_configs": int})
-    piloted = table[table["n_runs"] > 0].sort_values(["composite", "task"],
+    excluded = {c.task: c.excluded for c in candidates if c.excluded}
+    piloted = table[(table["n_runs"] > 0) & ~table["task"].isin(excluded)].sort_values(["composite", "task"],
                                                      ascending=[False, True], kind="stable")
     rank = {task: i + 1 for i, task in enumerate(piloted["task"])}
     reasons: dict[str, str] = {}
@@ -204,7 +208,9 @@ def select_tasks_by_pilot(
     for task in table["task"]:
         if task in reasons:
             continue
-        if task not in rank:
+        if task in excluded:
+            reasons[task] = f"left: {excluded[task]}"
+        elif task not in rank:
             reasons[task] = "left: no pilot run"
         else:
             reasons[task] = (f"left: composite rank {rank[task]} of {len(rank)}, below the "

@@ -77,6 +77,9 @@ def register(sub: Any) -> None:
                    help="tasks kept first from each subfield (default 1)")
     p.add_argument("--weights", default="0.4,0.4,0.2", metavar="D,S,C",
                    help="weights of difficulty, spread and demand (default 0.4,0.4,0.2)")
+    p.add_argument("--reviewed-only", action="store_true",
+                   help="leave out tasks without a current accepted review (review.yaml), "
+                        "as step 4 follows step 3")
     p.add_argument("--out", type=Path, required=True, help="folder to write to")
     p.set_defaults(handler=select_command)
 
@@ -317,8 +320,18 @@ def select_command(args: argparse.Namespace) -> int:
         return refuse(str(exc))
     if not tasks:
         return refuse(f"--tasks {args.tasks}: no task package to choose from")
-    candidates = [Candidate(t.path.name, t.id, t.meta.discipline.value, t.meta.subfield)
-                  for t in tasks]
+    from spu.tasks.review import review_state
+
+    def excluded(task: Any) -> str | None:
+        if not args.reviewed_only:
+            return None
+        state = review_state(task.path, task.meta)
+        required = state.problems or not (task.path / "review.yaml").is_file()
+        return f"not reviewed ({state.problems[0][0] if state.problems else 'no review'})" \
+            if required else None
+
+    candidates = [Candidate(t.path.name, t.id, t.meta.discipline.value, t.meta.subfield,
+                            excluded(t)) for t in tasks]
     selection = select_tasks_by_pilot(runs, candidates, args.n, args.per_subfield, weights)
     if not selection.chosen:
         return refuse(f"{args.runs}: no run of any task under {args.tasks} (the runs table's "

@@ -11,6 +11,7 @@ import pytest
 from spu.cli import main
 from spu.stats.runs_table import check_runs_table
 from spu.stats.selection import Candidate, select_tasks_by_pilot
+from spu.tasks.review import CHECKLIST
 from tests.conftest import EXAMPLE_TASK
 
 # Two pilot configurations; None: the run left no usable file (counts -1).
@@ -104,3 +105,13 @@ def test_cli_writes_a_sweep_list_and_a_table(tmp_path, capsys) -> None:
     assert main(["task", "select", str(runs), "--tasks", str(root), "--weights", "1,2",
                  "--out", str(out)]) == 2
     assert "--weights '1,2'" in capsys.readouterr().err
+    # Step 4 after step 3: only t-c has a current review (the others' copied one is stale).
+    checks = [f"--check={name}=ok" for name in CHECKLIST]
+    assert main(["task", "review", str(root / "t-c"), "--no-input", "--reviewer", "R",
+                 "--verdict", "accept", *checks]) == 0
+    assert main(["task", "select", str(runs), "--tasks", str(root), "--n", "3",
+                 "--reviewed-only", "--out", str(out)]) == 0
+    assert (out / "tasks.txt").read_text() == "t-c\n"
+    with open(out / "selection.csv", newline="") as f:
+        rows = {r["task"]: r for r in csv.DictReader(f)}
+    assert rows["t-d"]["reason"] == "left: not reviewed (review-stale)"
