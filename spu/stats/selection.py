@@ -188,8 +188,9 @@ def select_tasks_by_pilot(
                                         if c not in ("rank", "kept", "reason")])
     table = table.astype({"n_runs": int, "n_configs": int})
     excluded = {c.task: c.excluded for c in candidates if c.excluded}
-    piloted = table[(table["n_runs"] > 0) & ~table["task"].isin(excluded)].sort_values(["composite", "task"],
-                                                     ascending=[False, True], kind="stable")
+    eligible = (table["n_runs"] > 0) & ~table["task"].isin(excluded)
+    piloted = table[eligible].sort_values(["composite", "task"], ascending=[False, True],
+                                          kind="stable")
     rank = {task: i + 1 for i, task in enumerate(piloted["task"])}
     reasons: dict[str, str] = {}
     chosen: list[str] = []
