@@ -112,6 +112,7 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
     from omegaconf import OmegaConf
 
     from spu.config import SPUConfig, config_problems, register_configs
+    from spu.tasks.package import retired_task_names
 
     register_configs()
     multirun, overrides = _split(argv)
@@ -127,6 +128,8 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
         plan.budget_usd = cfg.budget.max_cost_usd
         jobs = job_overrides(cfg, overrides, loader, plan.multirun)
         task_options = set(loader.get_group_options("task"))
+        # Retired tasks are left out of the options (and so of a glob), not out of task=<id>.
+        task_options |= retired_task_names(Path(str(cfg.task_root)).expanduser().resolve())
         composed: dict[tuple[str, ...], Any] = {}
         rows = []
         for index, job in enumerate(jobs):

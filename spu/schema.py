@@ -7,6 +7,7 @@ golden files of older versions live in ``tests/golden/`` and must keep loading.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Iterable
 from enum import Enum
@@ -32,6 +33,8 @@ SEAL_MANIFEST_VERSION = "1"
 """``1``: the first seal manifest (``seal.json``, SPEC section 13)."""
 LEDGER_VERSION = "1"
 """``1``: ledger lines of SPEC section 13's six fields; named in every manifest."""
+REVIEW_VERSION = "1"
+"""``1``: the first review record (``review.yaml``, SPEC section 15)."""
 
 
 class Record(BaseModel):
@@ -108,6 +111,19 @@ class Visibility(str, Enum):
     private = "private"
 
 
+NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
+"""Text with at least one character that is not white space."""
+
+
+class Retirement(Record):
+    """``retired`` of ``task.yaml``: when and why a task left the benchmark (SPEC 15)."""
+
+    date: datetime.date
+    """Day of the retirement (``YYYY-MM-DD``)."""
+    reason: NonBlank
+    """Why, in one line (e.g. ``contamination: source recalled by 3 of 5 models``)."""
+
+
 class TaskLimits(Record):
     """Per-task overrides of the run limits (SPEC section 4)."""
 
@@ -144,6 +160,9 @@ class TaskMeta(Record):
     """Optional overrides of the default run limits."""
     answers: Literal["pending"] | None = None
     """``pending``: the measurements are not available yet; runs end ``sealed`` (SPEC 13)."""
+    retired: Retirement | None = None
+    """Set when the task has left the benchmark: out of ``task='glob(*)'`` and of the
+    official statistics, its runs kept (SPEC section 15)."""
 
     @field_validator("version", mode="before")
     @classmethod
@@ -284,6 +303,74 @@ class TargetRow(Record):
     def settings(self) -> dict[str, str]:
         """The varied settings (every column after ``experiment_id`` and ``group_id``)."""
         return dict(self.model_extra or {})
+
+
+class ReviewCheck(Record):
+    """One item of the review checklist and what the reviewer found."""
+
+    result: Literal["ok", "fail", "na", "not-checked"]
+    """``ok`` checked and sound, ``fail`` checked and wrong, ``na`` does not apply,
+    ``not-checked`` left open (said, not hidden)."""
+    note: str = ""
+    """What was compared with what, or why the item was left open."""
+
+
+class ReviewIssue(Record):
+    """A blocking issue the review found, and how it was fixed."""
+
+    issue: NonBlank
+    """What was wrong."""
+    fix: str = ""
+    """How it was fixed before freezing; empty while it is still open."""
+
+
+class ReviewRecord(VersionedRecord):
+    """``review.yaml`` beside ``task.yaml``: the independent review before freezing.
+
+    Paper 2.3, step 3; SPEC section 15. Public (it names the source checks); never staged
+    for the agent.
+    """
+
+    STRICT_SINCE: ClassVar[int] = 1
+
+    schema_version: str = REVIEW_VERSION
+    """Format version of this record."""
+    task_id: str
+    """The task reviewed."""
+    task_version: str
+    """Its version at the review."""
+    reviewer: NonBlank
+    """Who reviewed the task (a person or a team, not the task's builder)."""
+    date: datetime.date
+    """Day of the review (``YYYY-MM-DD``)."""
+    task_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """``task_digest`` of the public files reviewed (SPEC 12); a later change makes the
+    review stale."""
+    checks: dict[str, ReviewCheck]
+    """The checklist (:data:`spu.tasks.review.CHECKLIST`), by item name."""
+    verdict: Literal["accept", "reject"]
+    """``accept``: the task may be frozen; ``reject``: it may not."""
+    issues: list[ReviewIssue] = Field(default_factory=list)
+    """Blocking issues found, each with its fix."""
+    waivers: dict[str, NonBlank] = Field(default_factory=dict)
+    """Construction screens (finding codes) accepted for this task, each with its reason;
+    ``spu task validate --strict`` reports a waived screen as a warning, not an error."""
+
+    @field_validator("task_version", mode="before")
+    @classmethod
+    def _version_as_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, (int, float)) else value
+
+    @model_validator(mode="after")
+    def _accepted_means_clean(self) -> ReviewRecord:
+        if self.verdict == "accept":
+            failed = [name for name, c in self.checks.items() if c.result == "fail"]
+            if failed:
+                raise ValueError(f"verdict accept with failed check(s) {', '.join(failed)}")
+            open_ = [i.issue for i in self.issues if not i.fix.strip()]
+            if open_:
+                raise ValueError(f"verdict accept with a blocking issue not fixed: {open_[0]!r}")
+        return self
 
 
 # --------------------------------------------------------------------------- grading

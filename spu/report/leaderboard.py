@@ -136,11 +136,15 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     p.add_argument("--resamples", type=int, default=10_000,
                    help="bootstrap resamples (default 10000, as spu stats)")
+    p.add_argument("--tasks", type=Path, action="append", default=[], metavar="TASK_ROOT",
+                   help="task root (repeatable): its retired tasks are left out, as spu stats "
+                        "leaves them out (SPEC 15)")
     p.set_defaults(handler=leaderboard_command)
 
 
 def leaderboard_command(args: argparse.Namespace) -> int:
     """Write the leaderboard; 2 when the runs table cannot be read."""
+    from spu.stats.retired import retirements_of_roots, split_retired
     from spu.stats.runs_table import RunsTableError, read_runs_table
 
     try:
@@ -148,6 +152,9 @@ def leaderboard_command(args: argparse.Namespace) -> int:
     except RunsTableError as exc:
         print(f"spu leaderboard: {exc}", file=sys.stderr)
         return 2
+    absent = runs.attrs.get("absent_columns", [])
+    runs, _ = split_retired(runs, retirements_of_roots(args.tasks))
+    runs.attrs["absent_columns"] = absent
     paths = write_leaderboard(leaderboard_table(runs, args.seed, args.resamples), args.out)
     print("\n".join(str(p) for p in paths))
     return 0

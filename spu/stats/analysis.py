@@ -29,6 +29,7 @@ from spu.stats.registry import (
     missing_need,
 )
 from spu.stats.repeats import RankStability
+from spu.stats.retired import RETIRED_FILE, retirements_of_roots, split_retired
 
 __all__ = ["MAX_NOTES", "StatsOptions", "StatsResult", "analyze", "files", "write_stats"]
 
@@ -40,7 +41,8 @@ def files() -> dict[str, str]:
     """Each output file of the registered analyses and the paper section it reproduces."""
     discover()
     found = {name: entry.section_of(name) for entry in REGISTRY for name in entry.files}
-    return {**found, **COLLECTED_FILES}
+    return {**found, **COLLECTED_FILES,
+            RETIRED_FILE: "retired tasks, out of every other table (SPEC section 15)"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class StatsResult:
     manifest: dict[str, Any]
     """Inputs, options, the producer of each file, and what was skipped and why."""
     runs: pd.DataFrame
-    """The checked runs table the results come from."""
+    """The checked runs table the results come from (the runs of retired tasks left out)."""
     rank_stability: RankStability | None = None
     """Simulated-rerun rank stability, when a run-to-run SD was available."""
     notes: list[str] = field(default_factory=list)
@@ -139,12 +141,22 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     Paper sections 2.2, 3.1-3.7, 4.2, 4.4-4.6, 4.10, appendices C, E.1-E.10 and F.
     """
     discover()
-    inputs = StatsInputs(runs, options or StatsOptions())
+    options = options or StatsOptions()
+    everything = runs
+    runs, retired = split_retired(runs, retirements_of_roots(options.task_roots))
+    runs.attrs.update(everything.attrs)
+    inputs = StatsInputs(runs, options)
     outcomes = [_run_one(entry, inputs) for entry in REGISTRY]
     tables = {name: table for o in outcomes for name, table in o.result.tables.items()}
+    retired_notes = []
+    if len(retired):
+        tables[RETIRED_FILE] = retired
+        retired_notes.append(f"{int(retired['n_runs'].sum())} run(s) of {len(retired)} retired "
+                             f"task(s) are left out of every table but {RETIRED_FILE} "
+                             f"(SPEC section 15)")
     tables["tests.csv"] = pd.DataFrame([row for o in outcomes for row in o.result.tests],
                                        columns=list(TEST_COLUMNS))
-    notes = _notes(outcomes)
+    notes = retired_notes + _notes(outcomes)
     sections = files()
     manifest = {
         **inputs.manifest(),
@@ -153,6 +165,10 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
         "notes": notes,
         "outputs": _outputs(outcomes),
     }
+    if RETIRED_FILE in tables:
+        manifest["outputs"][RETIRED_FILE] = {"analysis": "retired", "source": "spu",
+                                             "section": sections[RETIRED_FILE],
+                                             "written": True, "skipped": None, "rule": None}
     stability = next((o.result.values["rank_stability"] for o in outcomes
                       if "rank_stability" in o.result.values), None)
     summary = _summary_frame([row for o in outcomes for row in o.result.summary])

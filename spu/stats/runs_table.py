@@ -44,8 +44,9 @@ OPTIONAL_TEXT: tuple[str, ...] = ("model", "harness", "effort", "subfield", "run
                                   "departures", "refusal_label", "exposure_kinds")
 """Text columns used where present (matching run folders, labels, departures)."""
 
-OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu")
-"""True/false columns of SPEC section 5 used by the exposure and effort analyses; false
+OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu", "retired")
+"""True/false columns of SPEC section 5 used by the exposure and effort analyses, and
+``retired`` (the run's task is retired, SPEC 15: out of the official statistics); false
 where absent (the table's ``attrs["absent_columns"]`` says which were)."""
 
 OPTIONAL_NUMBER: tuple[str, ...] = ("tool_calls", "web_fetches", "n_groups",

@@ -683,7 +683,7 @@ def build_task(
             if draft.exists():
                 shutil.rmtree(draft)
             write_package(spec, experiments, source, draft, attempt, files)
-            report = validate_task(draft, strict=strict, screens=screens)
+            report = validate_task(draft, strict=strict, screens=screens, review=False)
             if not redraw or not any(f.code == "presented-order" for f in report.findings):
                 break
         else:

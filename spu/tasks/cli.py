@@ -1,4 +1,8 @@
-"""``spu task validate | threshold | build | export | import | list`` (SPEC sections 4, 10)."""
+"""The ``spu task`` commands (SPEC sections 4, 10, 15).
+
+``validate``, ``review``, ``select``, ``retire``, ``threshold``, ``build``, ``export``,
+``import``, ``new`` and ``list``.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +31,69 @@ def register(sub: Any) -> None:
     _screen_options(p)
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(handler=validate_command)
+
+    from spu.tasks.review import CHECK_RESULTS, CHECKLIST, SCREEN_CODES
+
+    items = "; ".join(f"{name}: {what}" for name, what in CHECKLIST.items())
+    p = task_sub.add_parser(
+        "review", help="write the review before freezing (review.yaml) from a checklist",
+        description="Record the independent review of a task before it is frozen (paper 2.3, "
+        "step 3) in TASK_DIR/review.yaml, with the digest of the files reviewed. Each answer "
+        "not given as an option is asked for on a terminal (and is an error otherwise). "
+        f"The checklist: {items}.")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--reviewer", default=None, help="who reviewed the task")
+    p.add_argument("--date", default=None, help="day of the review, YYYY-MM-DD (default today)")
+    p.add_argument("--verdict", choices=("accept", "reject"), default=None)
+    p.add_argument("--check", action="append", default=[], metavar="NAME=RESULT",
+                   help=f"result of a checklist item ({'|'.join(CHECK_RESULTS)}); repeatable")
+    p.add_argument("--note", action="append", default=[], metavar="NAME=TEXT",
+                   help="what a check compared, or why it was left open; repeatable")
+    p.add_argument("--issue", action="append", default=[], metavar="TEXT",
+                   help="a blocking issue found; repeatable, paired in order with --fix")
+    p.add_argument("--fix", action="append", default=[], metavar="TEXT",
+                   help="how the issue of the same position was fixed")
+    p.add_argument("--waive", action="append", default=[], metavar="SCREEN=REASON",
+                   help=f"accept a screen that fires ({', '.join(SCREEN_CODES)}) with its "
+                        f"reason; repeatable")
+    p.add_argument("--no-input", action="store_true",
+                   help="never prompt: a missing answer is an error")
+    _screen_options(p)
+    p.set_defaults(handler=review_command)
+
+    p = task_sub.add_parser(
+        "select", help="choose tasks from pilot runs: one per subfield, then by composite score",
+        description="Choose tasks by pilot runs (paper 2.3, step 4): --per-subfield tasks of "
+        "each subfield first, then the highest composite scores (difficulty, spread across "
+        "the pilot configurations, computational demand; the rule is printed) up to --n. "
+        "Writes OUT/tasks.txt, the chosen list for a sweep (-m task=$(cat OUT/tasks.txt)), "
+        "and OUT/selection.csv, every candidate with why it was kept or left.")
+    p.add_argument("runs", type=Path, metavar="RUNS", help="runs table of the pilot runs "
+                   "(spu runs export)")
+    p.add_argument("--tasks", type=Path, required=True, metavar="TASK_ROOT",
+                   help="task root of the candidates (retired tasks are not candidates)")
+    p.add_argument("--n", type=int, default=100, help="tasks to keep at most (default 100)")
+    p.add_argument("--per-subfield", type=int, default=1,
+                   help="tasks kept first from each subfield (default 1)")
+    p.add_argument("--weights", default="0.4,0.4,0.2", metavar="D,S,C",
+                   help="weights of difficulty, spread and demand (default 0.4,0.4,0.2)")
+    p.add_argument("--reviewed-only", action="store_true",
+                   help="leave out tasks without a current accepted review (review.yaml), "
+                        "as step 4 follows step 3")
+    p.add_argument("--out", type=Path, required=True, help="folder to write to")
+    p.set_defaults(handler=select_command)
+
+    p = task_sub.add_parser("retire", help="retire a task: out of glob sweeps and the "
+                                           "official statistics, its runs kept",
+                            description="Add retired: {date, reason} to TASK_DIR/task.yaml "
+                            "(SPEC 15). The task leaves task='glob(*)', spu task list and "
+                            "select, and every table of spu stats but retired.csv; task=<id> "
+                            "still runs it and no run is deleted.")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--reason", required=True, help="why, in one line")
+    p.add_argument("--date", default=None, help="day of the retirement, YYYY-MM-DD "
+                                                "(default today)")
+    p.set_defaults(handler=retire_command)
 
     p = task_sub.add_parser("threshold", help="chance threshold, attainable maximum, "
                                               "presented-order score")
@@ -95,6 +162,9 @@ def register(sub: Any) -> None:
     p.add_argument("--subfield", default=None)
     p.add_argument("--format", choices=("table", "hydra", "json"), default="table",
                    help="hydra: a comma list for python -m spu.main -m task=...")
+    p.add_argument("--include-retired", action="store_true",
+                   help="list retired tasks too (task.yaml retired:; left out by default, as "
+                        "task='glob(*)' leaves them out)")
     p.set_defaults(handler=list_command)
 
 
@@ -143,6 +213,161 @@ def validate_command(args: argparse.Namespace) -> int:
             for f in r.findings:
                 print(f"  {f}")
     return 0 if all(r.ok for r in reports) else 1
+
+
+def _ask(question: str, interactive: bool, missing: str) -> str:
+    """One answer from the terminal; a ReviewError naming the option when there is none."""
+    from spu.tasks.review import ReviewError
+
+    if not interactive:
+        raise ReviewError(f"{missing}: no answer given (pass it, or run on a terminal to "
+                          f"be asked)")
+    try:
+        return input(question).strip()
+    except EOFError:
+        raise ReviewError(f"{missing}: no answer given") from None
+
+
+def _review_answers(args: argparse.Namespace, interactive: bool) -> dict[str, Any]:
+    """The review's answers: options first, the rest asked for (terminal only)."""
+    import datetime
+
+    from spu.tasks.review import CHECK_RESULTS, CHECKLIST, ReviewError, parse_assignments
+
+    checks = parse_assignments(args.check, "--check")
+    notes = parse_assignments(args.note, "--note")
+    waivers = parse_assignments(args.waive, "--waive")
+    if len(args.fix) > len(args.issue):
+        raise ReviewError(f"--fix {args.fix[len(args.issue)]!r}: no --issue of its position")
+    issues = [(issue, args.fix[i] if i < len(args.fix) else "")
+              for i, issue in enumerate(args.issue)]
+    reviewer = args.reviewer or _ask("reviewer: ", interactive, "--reviewer")
+    for name, what in CHECKLIST.items():
+        if name not in checks:
+            checks[name] = _ask(f"{name} ({what})\n  result [{'/'.join(CHECK_RESULTS)}]: ",
+                                interactive, f"--check {name}")
+            if interactive and name not in notes:
+                notes[name] = _ask("  note (what was compared; empty for none): ",
+                                   interactive, f"--note {name}")
+    verdict = args.verdict or _ask("verdict [accept/reject]: ", interactive, "--verdict")
+    try:
+        date = datetime.date.fromisoformat(args.date) if args.date else None
+    except ValueError:
+        raise ReviewError(f"--date {args.date!r}: not a day YYYY-MM-DD") from None
+    return {"reviewer": reviewer, "verdict": verdict, "checks": checks, "check_notes": notes,
+            "issues": issues, "waivers": waivers, "date": date}
+
+
+def review_command(args: argparse.Namespace) -> int:
+    """Write ``review.yaml``; exit 1 (writing nothing) when an answer or the task is wrong."""
+    from spu.tasks.package import TaskLoadError
+    from spu.tasks.review import SCREEN_CODES, ReviewError, make_review, write_review
+    from spu.tasks.validate import Severity, validate_task
+
+    report = validate_task(args.task_dir, screens=_screens(args))
+    for f in report.findings:
+        print(f"  {f}")
+    interactive = not args.no_input and sys.stdin.isatty()
+    try:
+        answers = _review_answers(args, interactive)
+        record = make_review(args.task_dir, **answers)
+        if record.verdict == "accept":
+            if report.errors:
+                raise ReviewError(f"verdict accept: the package has {len(report.errors)} "
+                                  f"validation error(s) (above); fix them first")
+            fired = sorted({f.code for f in report.findings if f.severity is Severity.warning
+                            and f.code in SCREEN_CODES} - set(answers["waivers"]))
+            if fired:
+                raise ReviewError(f"verdict accept: screen {fired[0]} fires (above); fix the "
+                                  f"task or waive it with --waive {fired[0]}=REASON")
+    except (ReviewError, TaskLoadError) as exc:
+        print(f"spu task review: {exc}", file=sys.stderr)
+        return 1
+    path = write_review(args.task_dir, record)
+    print(f"wrote {path} (verdict {record.verdict}, digest {record.task_digest[:12]}; a change "
+          f"to the task's public files makes it stale)")
+    return 0
+
+
+def select_command(args: argparse.Namespace) -> int:
+    """Write the chosen list and the selection table; exit 2 when an input cannot be used."""
+    from spu.overrides import folder_problem
+    from spu.stats.runs_table import RunsTableError, read_runs_table
+    from spu.stats.selection import Candidate, select_tasks_by_pilot
+    from spu.tasks.package import TaskLoadError, select_tasks
+
+    def refuse(message: str) -> int:
+        print(f"spu task select: {message}", file=sys.stderr)
+        return 2
+
+    if args.n < 1 or args.per_subfield < 0:
+        return refuse("--n must be at least 1 and --per-subfield at least 0")
+    try:
+        weights = tuple(float(w) for w in args.weights.split(","))
+    except ValueError:
+        return refuse(f"--weights {args.weights!r}: three numbers D,S,C")
+    if len(weights) != 3 or any(not w >= 0 for w in weights):
+        return refuse(f"--weights {args.weights!r}: three numbers >= 0 (difficulty, spread, "
+                      f"demand)")
+    problem = folder_problem(args.out)
+    if problem:
+        return refuse(f"--out {args.out}: {problem}")
+    try:
+        runs = read_runs_table(args.runs)
+        tasks = select_tasks(args.tasks, on_broken=lambda b: print(f"spu task select: {b}",
+                                                                   file=sys.stderr))
+    except (RunsTableError, TaskLoadError) as exc:
+        return refuse(str(exc))
+    if not tasks:
+        return refuse(f"--tasks {args.tasks}: no task package to choose from")
+    from spu.tasks.review import review_state
+
+    def excluded(task: Any) -> str | None:
+        if not args.reviewed_only:
+            return None
+        state = review_state(task.path, task.meta)
+        required = state.problems or not (task.path / "review.yaml").is_file()
+        return f"not reviewed ({state.problems[0][0] if state.problems else 'no review'})" \
+            if required else None
+
+    candidates = [Candidate(t.path.name, t.id, t.meta.discipline.value, t.meta.subfield,
+                            excluded(t)) for t in tasks]
+    selection = select_tasks_by_pilot(runs, candidates, args.n, args.per_subfield, weights)
+    if not selection.chosen:
+        return refuse(f"{args.runs}: no run of any task under {args.tasks} (the runs table's "
+                      f"task_id is the task.yaml id)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tasks.txt").write_text(selection.sweep_list() + "\n", encoding="utf-8")
+    selection.table.to_csv(args.out / "selection.csv", index=False)
+    print(f"rule: {selection.rule}")
+    print(f"kept {len(selection.chosen)} of {len(candidates)} candidate tasks "
+          f"({int((selection.table['n_runs'] == 0).sum())} without a pilot run)")
+    print(f"wrote {args.out / 'tasks.txt'} (sweep: -m task=$(cat {args.out / 'tasks.txt'})) "
+          f"and {args.out / 'selection.csv'}")
+    return 0
+
+
+def retire_command(args: argparse.Namespace) -> int:
+    """Retire a task; exit 1 (changing nothing) when it cannot be."""
+    import datetime
+
+    from spu.tasks.package import TaskLoadError
+    from spu.tasks.review import ReviewError, retire_task
+
+    try:
+        day = datetime.date.fromisoformat(args.date) if args.date else None
+    except ValueError:
+        print(f"spu task retire: --date {args.date!r}: not a day YYYY-MM-DD", file=sys.stderr)
+        return 1
+    try:
+        meta = retire_task(args.task_dir, args.reason, day)
+    except (ReviewError, TaskLoadError) as exc:
+        print(f"spu task retire: {exc}", file=sys.stderr)
+        return 1
+    assert meta.retired is not None
+    print(f"retired {meta.id} on {meta.retired.date.isoformat()}: {meta.retired.reason} "
+          f"(its runs are kept; spu stats --tasks lists it in retired.csv)")
+    return 0
 
 
 def threshold_command(args: argparse.Namespace) -> int:
@@ -259,7 +484,8 @@ def list_command(args: argparse.Namespace) -> int:
     try:
         tasks = select_tasks(args.task_root, discipline=args.discipline,
                              visibility=args.visibility, subfield=args.subfield,
-                             on_broken=lambda b: print(f"spu task list: {b}", file=sys.stderr))
+                             on_broken=lambda b: print(f"spu task list: {b}", file=sys.stderr),
+                             include_retired=args.include_retired)
     except TaskLoadError as exc:
         print(f"spu task list: {exc}", file=sys.stderr)
         return 2
@@ -273,11 +499,14 @@ def list_command(args: argparse.Namespace) -> int:
         print(json.dumps([{"task": t.path.name, "id": t.id, "version": t.version,
                            "title": t.meta.title, "discipline": t.meta.discipline.value,
                            "subfield": t.meta.subfield, "visibility": t.meta.visibility.value,
-                           "n_items": t.n_items, "n_groups": len(t.contract.groups)}
+                           "n_items": t.n_items, "n_groups": len(t.contract.groups),
+                           "retired": t.meta.retired.model_dump(mode="json")
+                           if t.meta.retired else None}
                           for t in tasks], indent=1))
     else:
         for t in tasks:
             print(f"{t.path.name:<34} {t.meta.discipline.value:<18} "
                   f"{t.meta.visibility.value:<8} {t.n_items:>4} items "
-                  f"{len(t.contract.groups):>3} groups  {t.meta.title}")
+                  f"{len(t.contract.groups):>3} groups  {t.meta.title}"
+                  + (f"  [retired {t.meta.retired.date.isoformat()}]" if t.meta.retired else ""))
     return 0

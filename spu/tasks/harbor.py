@@ -60,6 +60,7 @@ from spu.tasks.package import (
     stage_public_files,
     unsafe_entries,
 )
+from spu.tasks.review import REVIEW_FILE
 
 HARBOR_VERSION = "0.26.0"
 """The Harbor release whose task format is followed."""
@@ -292,6 +293,11 @@ def export_harbor(
                                                 encoding="utf-8")
         _write_tests(staging / "tests", (task_dir / "contract.json").read_bytes(),
                      answers_path.read_bytes())
+        review = task_dir / REVIEW_FILE
+        if review.is_file() and not review.is_symlink():
+            # Kept with the verifier's files (never the agent's); import restores it, and
+            # the public files come back byte for byte, so the review stays current.
+            shutil.copyfile(review, staging / "tests" / REVIEW_FILE)
         files = tuple(sorted(p.relative_to(staging).as_posix()
                              for p in staging.rglob("*") if p.is_file()))
         _replace(staging, out)
@@ -489,6 +495,9 @@ def import_harbor(source: str | Path, out: str | Path, *, force: bool = False) -
                 _copy_checked(src, draft / name, budget)
         (draft / "hidden").mkdir(parents=True)
         _copy_checked(key, draft / "hidden" / "answers.json", budget)
+        review = source / "tests" / REVIEW_FILE
+        if review.is_file() and not review.is_symlink():
+            _copy_checked(review, draft / REVIEW_FILE, budget)
         report = validate_task(draft)
         if not report.ok:
             shown = "\n  ".join(str(f) for f in report.errors)

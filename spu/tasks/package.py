@@ -493,18 +493,26 @@ def scan_task_root(task_root: str | Path) -> TaskRootScan:
     return scan
 
 
+def retired_task_names(task_root: str | Path) -> set[str]:
+    """Folder names of the retired task packages under ``task_root`` (SPEC section 15)."""
+    return {name for name, meta in scan_task_root(task_root).tasks.items()
+            if meta.retired is not None}
+
+
 def select_tasks(
     task_root: str | Path,
     discipline: str | None = None,
     visibility: str | None = None,
     subfield: str | None = None,
     on_broken: Callable[[BrokenTask], None] | None = None,
+    include_retired: bool = False,
 ) -> list[TaskPackage]:
     """Task packages under ``task_root`` matching every filter given, sorted by folder.
 
     Filters compare case-insensitively with the ``task.yaml`` fields. A broken package
     (:func:`scan_task_root`, or a contract that does not load) is left out, as a sweep
-    leaves it out, and reported to ``on_broken`` (default: a logged warning).
+    leaves it out, and reported to ``on_broken`` (default: a logged warning). A retired
+    task is left out too, as ``task='glob(*)'`` leaves it out, unless ``include_retired``.
     """
     wanted = {
         "discipline": discipline,
@@ -517,6 +525,8 @@ def select_tasks(
         report(broken)
     selected = []
     for name, meta in scan.tasks.items():
+        if meta.retired is not None and not include_retired:
+            continue
         values = {
             "discipline": meta.discipline.value,
             "visibility": meta.visibility.value,

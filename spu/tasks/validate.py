@@ -13,7 +13,9 @@ No finding ever quotes a measured value or a source identifier: a leak names the
 the column or group and the count of values found, so a report can be shared.
 
 Warnings are the screens of the paper's construction protocol (section 2.3, steps 2
-and 3); ``strict`` turns them into errors: a group whose measured values rise or fall
+and 3); ``strict`` turns them into errors (unless the task's review waives a screen with
+its reason, :mod:`spu.tasks.review`) and requires an accepted review of a public task's
+current files: a group whose measured values rise or fall
 strictly with one varied numeric setting (``strictly-monotone``, the paper's exclusion)
 or follow one closely (``monotone-rho``, ``|rho| >= 0.95``), a group whose values lie
 within the stated measurement error or a small relative spread, experiment ids that
@@ -589,6 +591,7 @@ def validate_task(
     *,
     strict: bool = False,
     screens: ScreenSettings | None = None,
+    review: bool | None = None,
 ) -> ValidationReport:
     """Check a task package against SPEC section 1 and the paper's construction screens.
 
@@ -599,9 +602,14 @@ def validate_task(
     answers_path
         The answer key; default ``<task_dir>/hidden/answers.json``.
     strict
-        Report the screens' warnings as errors.
+        Report the screens' warnings as errors, except a screen that the task's current
+        accepted review waives (with its reason); and require of a public task that is
+        not retired an accepted review of its current files (SPEC section 15).
     screens
         Thresholds of the screens.
+    review
+        Whether ``strict`` consults ``review.yaml`` (default: yes). The builder passes
+        False: a package being built has not been reviewed yet.
 
     Returns
     -------
@@ -674,5 +682,24 @@ def validate_task(
         _screen_presented_order(rows, contract, answers, screens, out)
     findings = out.findings
     if strict:
-        findings = [replace(f, severity=Severity.error) for f in findings]
+        findings = _strict(findings, task_dir, meta, consult_review=review is not False)
     return ValidationReport(task_dir, tuple(findings))
+
+
+def _strict(findings: list[Finding], task_dir: Path, meta: TaskMeta | None,
+            consult_review: bool) -> list[Finding]:
+    """Warnings as errors, but for the screens the review waives; the review's own errors."""
+    from spu.tasks.review import REVIEW_FILE, review_state
+
+    state = review_state(task_dir, meta) if consult_review and meta is not None else None
+    waivers = state.waivers if state is not None else {}
+    strict = []
+    for f in findings:
+        if f.severity is Severity.warning and f.code in waivers:
+            strict.append(replace(f, message=f"{f.message} [waived by {REVIEW_FILE}: "
+                                             f"{waivers[f.code]}]"))
+        else:
+            strict.append(replace(f, severity=Severity.error))
+    for code, message in state.problems if state is not None else ():
+        strict.append(Finding(Severity.error, REVIEW_FILE, code, message))
+    return strict

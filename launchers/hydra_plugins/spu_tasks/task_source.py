@@ -3,7 +3,8 @@
 The search path entry ``spu-tasks://auto`` (added by the search-path plugin below) resolves to the
 task root: ``task_root=PATH`` on the command line (read by ``spu.main`` before Hydra
 starts and passed on as ``SPU_TASK_ROOT``), else ``./tasks``. Each folder holding a
-``task.yaml`` becomes ``task=<folder name>``, so ``task='glob(*)'`` sweeps them all.
+``task.yaml`` becomes ``task=<folder name>``, so ``task='glob(*)'`` sweeps them all, but
+for the retired ones (``retired:`` in ``task.yaml``, SPEC 15), which only ``task=<id>`` selects.
 
 One run is one task, so a subset (by discipline, visibility or subfield) is a sweep list,
 not an option of this group: ``-m task=$(spu task list --discipline biology --format hydra)``.
@@ -135,7 +136,10 @@ class SPUTaskConfigSource(ConfigSource):
         if path == "" and results_filter in (None, ObjectType.GROUP):
             return [GROUP]
         if path == GROUP and results_filter in (None, ObjectType.CONFIG):
-            return sorted(self._scan().tasks)
+            # A retired task (SPEC 15) is no option a glob can match; ``task=<id>`` still
+            # loads it (is_config), so its runs can be repeated or inspected.
+            return sorted(name for name, meta in self._scan().tasks.items()
+                          if meta.retired is None)
         return []
 
 
