@@ -360,6 +360,19 @@ class SweepConfig:
 
 
 @dataclass
+class ConsensusConfig:
+    """The consensus configuration's members (``model=consensus``, paper E.8)."""
+
+    members: list[str] = field(default_factory=list)
+    """Member configurations, by configuration label (``opus5-max``) or by run key; each
+    task's submission is the mean rank of the members' official submissions on it."""
+    runs: str | None = None
+    """Output root holding the members' runs (``runs/<run_key>/``); null: ``output_root``."""
+    leave_out: str | None = None
+    """One member left out (a label or a run key): the leave-one-out consensus."""
+
+
+@dataclass
 class SPUConfig:
     """The whole configuration of one run."""
 
@@ -376,6 +389,8 @@ class SPUConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
+    consensus: ConsensusConfig = field(default_factory=ConsensusConfig)
+    """Members of ``model=consensus`` (:mod:`spu.harness.consensus`)."""
     repeat: int = 0
     task_root: str = "tasks"
     output_root: str = "outputs"

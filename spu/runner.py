@@ -28,6 +28,7 @@ from typing import Any
 
 from spu.analysis.exposure import ExposureDetector, detect_exposure, detect_exposure_in_audit
 from spu.config import (
+    ConsensusConfig,
     CostConfig,
     EffortConfig,
     HarnessConfig,
@@ -108,6 +109,8 @@ class RunSpec:
     gpu_ids: tuple[str, ...] = ()
     cost: CostConfig = field(default_factory=CostConfig)
     model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
+    consensus: ConsensusConfig = field(default_factory=ConsensusConfig)
+    """The members of ``model=consensus`` (``consensus``)."""
     """The run's model gateway (``model_gateway``)."""
     status_every_s: float = 30.0
     """Seconds between the running run's status lines (0: none)."""
@@ -124,7 +127,7 @@ class RunSpec:
 def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
     """What ``spec`` runs on ``task`` (:func:`spu.identity.identity_for`)."""
     return identity_for(spec.model, spec.harness, spec.effort, spec.tools, task.path, task.id,
-                        task.version, spec.repeat)
+                        task.version, spec.repeat, spec.consensus, spec.output_root)
 
 
 def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
@@ -200,7 +203,7 @@ def check_isolation(spec: RunSpec, harness: Harness, *, grader: bool) -> None:
     Raises:
         RunConfigError: the run (not a baseline's) would run without isolation.
     """
-    if harness.name == "baseline" or spec.sandbox.allow_unisolated:
+    if harness.reference_agent or spec.sandbox.allow_unisolated:
         return
     parts = unisolated_parts(spec, grader=grader)
     if parts:
@@ -213,7 +216,7 @@ def check_isolation(spec: RunSpec, harness: Harness, *, grader: bool) -> None:
 def _state_unisolated(run: AgentRun, info: SandboxInfo) -> SandboxInfo:
     """``info`` with ``unisolated_allowed`` and a warning, where the run is unisolated."""
     parts = unisolated_parts(run.spec, grader=isinstance(run, PreparedRun))
-    if not parts or run.harness.name == "baseline" or not run.spec.sandbox.allow_unisolated:
+    if not parts or run.harness.reference_agent or not run.spec.sandbox.allow_unisolated:
         return info
     warning = (f"UNISOLATED RUN: {' and '.join(parts)} ran without isolation, allowed by "
                f"sandbox.allow_unisolated=true")
@@ -357,6 +360,12 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool, grader: bool = Fal
         except ProviderConfigError as exc:
             raise RunConfigError(str(exc)) from None
     identity = spec_identity(spec, task)
+    bind = getattr(harness, "bind_run", None)
+    if callable(bind):
+        try:
+            bind(spec, identity)
+        except HarnessError as exc:
+            raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
     return AgentRun(spec, task, run_key(identity), harness, limits, provider, identity)
 
 
