@@ -434,6 +434,14 @@ def config_problems(conf: SPUConfig) -> list[str]:
                         f"status lines) or more")
     if conf.sweep.retries < 0:
         problems.append(f"sweep.retries={conf.sweep.retries}: must be 0 or more")
+    cutoff = getattr(conf.model, "training_cutoff", None)
+    if cutoff:
+        from spu.tasks.freshness import DateError, check_date
+
+        try:
+            check_date(str(cutoff))
+        except DateError as exc:
+            problems.append(f"model.training_cutoff: {exc}")
     return problems
 
 

@@ -70,6 +70,7 @@ from spu.schema import (
 )
 from spu.seal.keys import SealKeyError
 from spu.seal.seal import seal_run
+from spu.tasks.freshness import published_before_cutoff
 from spu.tasks.package import (
     TaskLoadError,
     TaskPackage,
@@ -742,6 +743,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     )
     if result.trajectory is not None:
         write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
+    published = task_published(run.answers)
     run_record = RunRecord(
         run_key=run.key,
         identity=run.identity,
@@ -774,6 +776,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         cli_version=result.cli_version
         or (result.trajectory.cli_version if result.trajectory is not None else None),
         flagged_exposure=bool(exposure),
+        training_cutoff=spec.model.training_cutoff,
+        task_published=published,
+        published_before_cutoff=published_before_cutoff(published, spec.model.training_cutoff),
         exposure_hits=exposure,
         audited_calls=phase.tools.audited_calls if phase.tools is not None else None,
         policy_stopped=result.policy_stop,
@@ -804,6 +809,13 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     write_run_record(run_dir, run_record)
     seal(run, run_record)
     return run_record
+
+
+def task_published(answers: AnswerKey | None) -> str | None:
+    """When the task's source was published, from its answer key (None: unknown or no key)."""
+    if answers is None or answers.source is None:
+        return None
+    return answers.source.published
 
 
 def seal(run: AgentRun, run_record: RunRecord) -> None:
