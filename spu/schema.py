@@ -1062,11 +1062,13 @@ RUNS_TABLE_EXTRA_COLUMNS: tuple[str, ...] = (
     "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
     "grader_version", "sandbox", "started_at", "finished_at", "audited_calls",
     "shell_downloads", "policy_stopped", "n_groups", "departures",
-    "published_before_cutoff", "task_published",
+    "published_before_cutoff", "task_published", "graded_from_seal",
 )
 """Further columns, after the SPEC ones. ``n_groups`` counts the task's comparison groups
 (from the grade), ``departures`` lists the schema departures of appendix E.1 that recovery
 normalized, ``;``-joined in the order of E.1 (empty for a file without departures).
+``graded_from_seal`` is true for a run that ended ``sealed`` (no key) and was graded
+later from its seal (``spu regrade``, ``spu grade-bundle``).
 ``published_before_cutoff`` says whether the task's source was published before the
 model's training cutoff, ``true``, ``false`` or ``unknown``
 (:mod:`spu.tasks.freshness`); ``task_published`` is that date (``source.published``)."""
@@ -1085,7 +1087,7 @@ RUNS_TABLE_NULLABLE_INT_COLUMNS: tuple[str, ...] = (
 """Whole-number columns that may be empty."""
 RUNS_TABLE_BOOL_COLUMNS: tuple[str, ...] = (
     "scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement",
-    "policy_stopped")
+    "policy_stopped", "graded_from_seal")
 """True/false columns."""
 RUNS_TABLE_FLOAT_COLUMNS: tuple[str, ...] = (
     "score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",

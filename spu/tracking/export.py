@@ -184,6 +184,7 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
         # column, SPEC 5): true, false or unknown (also for runs logged before it existed).
         "published_before_cutoff": t.get("published_before_cutoff") or "unknown",
         "task_published": _text(t.get("task_published")),
+        "graded_from_seal": _flag(run, "graded_from_seal"),
         "_start_ms": run.start_time_ms or 0,
     }
 

@@ -309,7 +309,8 @@ def update_tracking(record: RunRecord, run_dir: Path, tracking_uri: str) -> int:
     metrics = [Metric(k, v, now, step) for k, v in run_metrics(record).items()
                if k in SCORE_METRICS or k.startswith("rho/")]
     tags = {k: v for k, v in run_tags(record).items()
-            if k in ("outcome", "scored", "warnings", "task_published", "published_before_cutoff")}
+            if k in ("outcome", "scored", "warnings", "task_published", "published_before_cutoff",
+                     "graded_from_seal")}
     tags["grader_version"] = record.grade.grader_version if record.grade else ""
     if record.grade_history:
         latest = record.grade_history[-1]

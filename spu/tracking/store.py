@@ -406,6 +406,8 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "record_version": record.schema_version or RUN_RECORD_VERSION,
         # Tags, not params: a key that arrives later (spu regrade) may date the source.
         "published_before_cutoff": freshness_text(record.published_before_cutoff),
+        # Ended sealed (no key), then graded from its seal (spu regrade, spu grade-bundle).
+        "graded_from_seal": _flag(any(p.outcome == "sealed" for p in record.grade_history)),
     }
     optional = {
         "exposure_kinds": ",".join(exposure_kinds(record.exposure_hits)),

@@ -131,3 +131,31 @@ def test_the_page_renders_without_overlapping_text(n_configs: int, tmp_path: Pat
             w = min(a[2], b[2]) - max(a[0], b[0])
             h = min(a[3], b[3]) - max(a[1], b[1])
             assert w <= tol or h <= tol, f"{a[4]!r} overlaps {b[4]!r}"
+
+
+def test_sealed_share_counts_runs_graded_later_from_their_seal(tmp_path: Path) -> None:
+    """Of A's four runs one is still sealed and one was graded from its seal: 0.5."""
+    from spu.report.leaderboard import leaderboard_table
+    from spu.stats.runs_table import check_runs_table
+    from tests.stats.conftest import run_row
+
+    rows = [run_row(c, f"t{t}", 0.1 * t, model=c.lower(), graded_from_seal=(c, t) == ("A", 1))
+            for c in "AB" for t in range(4)]
+    rows[0].update(outcome="sealed", scored=False, score_recovered=-1.0, score_strict=-1.0)
+    board = leaderboard_table(check_runs_table(pd.DataFrame(rows)), resamples=50,
+                              cutoffs={}).set_index("config")
+    assert board.loc["A", "sealed_share"] == pytest.approx(0.5)
+    assert board.loc["B", "sealed_share"] == 0.0
+
+
+def test_a_regraded_sealed_run_is_tagged_graded_from_seal() -> None:
+    from spu.schema import Outcome, PastGrade, RunRecord, SandboxInfo
+    from spu.tracking.store import run_tags
+
+    record = RunRecord(run_key="k", task_id="t", task_version="1", model="m", harness="h",
+                       effort="none", outcome=Outcome.valid, sandbox=SandboxInfo(backend="local"))
+    assert run_tags(record)["graded_from_seal"] == "false"
+    past = PastGrade(score_strict=-1.0, score_recovered=-1.0, outcome="sealed", scored=False,
+                     threshold=None, grade=None, replaced_at="2026-01-01T00:00:00+00:00")
+    assert run_tags(record.model_copy(update={"grade_history": [past]}))[
+        "graded_from_seal"] == "true"
