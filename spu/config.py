@@ -370,6 +370,9 @@ class ConsensusConfig:
     """Output root holding the members' runs (``runs/<run_key>/``); null: ``output_root``."""
     leave_out: str | None = None
     """One member left out (a label or a run key): the leave-one-out consensus."""
+    label: str | None = None
+    """Its name in configuration labels (``consensus-none-<label>``); null: one made from
+    the members (:func:`spu.harness.consensus.consensus_label`)."""
 
 
 @dataclass

@@ -162,11 +162,12 @@ def _text(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def harness_label(harness: Any) -> str | None:
+def harness_label(harness: Any, consensus: Any = None) -> str | None:
     """The name a harness goes by in configuration labels, where it has its own.
 
     ``harness.label`` where set; for an entrypoint harness (``harness=command``), the
-    entrypoint's file name without its suffix; else None (the harness's name is used).
+    entrypoint's file name without its suffix; for ``harness=consensus``, its members'
+    (:func:`spu.harness.consensus.consensus_label`); else None (the harness's name is used).
 
     Examples
     --------
@@ -179,6 +180,10 @@ def harness_label(harness: Any) -> str | None:
     label = _opt(harness, "label")
     if label:
         return str(label)
+    if str(harness.name) == "consensus":
+        from spu.harness.consensus import consensus_label
+
+        return consensus_label(consensus)
     entrypoint = _opt(harness, "entrypoint")
     if entrypoint and str(harness.name) == "command":
         return Path(str(entrypoint)).stem or None

@@ -139,7 +139,7 @@ def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
 def spec_config_label(spec: RunSpec) -> str:
     """The configuration label of ``spec``'s runs (:func:`spu.identity.config_label`)."""
     return config_label(spec.model.name, spec.effort.name, spec.harness.name,
-                        spec.model.default_harness, harness_label(spec.harness))
+                        spec.model.default_harness, harness_label(spec.harness, spec.consensus))
 
 
 def _now() -> str:

@@ -16,9 +16,12 @@ item id, ascending** (the rule of :func:`spu.stats.agreement.consensus_orders`, 
 no randomness). ``consensus.leave_out=LABEL`` drops one member: the leave-one-out
 consensus.
 
-The run's identity names its members' run keys (``harness.args`` of the identity read
-``member=<label>:<run_key>``, then ``leave_out=<label>``), so a member that reruns, or
-a new member, gives the consensus a new run key. The submission is computed on the
+Its configuration label is ``consensus-none-<label>``: ``consensus.label``, else the
+number of members and a short hash of their names (:func:`consensus_label`), so two
+consensus configurations never share a label. The run's identity names its members'
+run keys (``harness.args`` of the identity read ``member=<label>:<run_key>``, then
+``leave_out=<label>``), so a member that reruns, or a new member, gives the consensus a
+new run key. The submission is computed on the
 host and copied into the output folder by a standard-library agent
 (``agents/consensus_agent.py``) inside the sandbox, so grading, sealing, the ledger
 and tracking follow the path of every run. A task no member has a submission for ends
@@ -139,6 +142,36 @@ def identity_args(consensus: Any, output_root: str | Path | None, task_id: str,
     if leave_out:
         args.append(f"{LEAVE_OUT_PREFIX}{leave_out}")
     return args
+
+
+def consensus_label(consensus: Any) -> str:
+    """The consensus's name in configuration labels: ``consensus.label``, else one of its members.
+
+    Two consensus configurations of other members must not share a label (the runs table
+    holds one official run per configuration and task), so the default names the number
+    of members and 6 hex digits of the SHA-256 of their sorted names, and the member left
+    out.
+
+    Examples
+    --------
+    >>> from spu.config import ConsensusConfig
+    >>> consensus_label(ConsensusConfig(members=["b", "a"])) == consensus_label(
+    ...     ConsensusConfig(members=["a", "b"]))
+    True
+    >>> consensus_label(ConsensusConfig(members=["a", "b", "c"], leave_out="c"))[:2]
+    '3m'
+    >>> consensus_label(ConsensusConfig(members=["a"], label="all"))
+    'all'
+    """
+    import hashlib
+
+    label = _opt(consensus, "label") if consensus is not None else None
+    if label:
+        return str(label)
+    members = sorted({str(m) for m in (_opt(consensus, "members") or [])}) if consensus else []
+    digest = hashlib.sha256("\n".join(members).encode()).hexdigest()[:6]
+    leave_out = _opt(consensus, "leave_out") if consensus is not None else None
+    return f"{len(members)}m{digest}" + (f"-without-{leave_out}" if leave_out else "")
 
 
 def consensus_submission(contract: Any, submissions: Sequence[bytes]) -> dict[str, Any]:

@@ -105,7 +105,7 @@ class RunIdentity:
                    model=str(cfg.model.name), harness=str(cfg.harness.name),
                    effort=str(cfg.effort.name), repeat=repeat,
                    default_harness=cfg.model.get("default_harness"), identity=ident,
-                   harness_label=harness_label(cfg.harness))
+                   harness_label=harness_label(cfg.harness, cfg.get("consensus")))
 
     def again(self, repeat: int) -> RunIdentity:
         """The same run's identity at another ``repeat`` (its own run key)."""

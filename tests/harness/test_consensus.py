@@ -9,7 +9,7 @@ import pytest
 
 from spu.config import ConsensusConfig, EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
 from spu.grading.rules import GradingKey, grade_submission
-from spu.harness.consensus import consensus_submission
+from spu.harness.consensus import consensus_label, consensus_submission
 from spu.runner import RunSpec, run_one
 from spu.schema import AnswerKey, ComparisonGroup, Contract, Outcome
 from spu.seal.verify import verify_root
@@ -78,7 +78,8 @@ def test_a_consensus_run_is_graded_sealed_and_named_by_its_members(tmp_path: Pat
     labels = [f"{m}-none" for m in members]
     record = run_one(_consensus_spec(root, labels))
     assert record.outcome is Outcome.valid and record.scored
-    assert record.config == "consensus-none"
+    assert record.config == f"consensus-none-{consensus_label(ConsensusConfig(members=labels))}"
+    assert record.config.startswith("consensus-none-3m")
     assert record.identity is not None
     assert record.identity.config.args == [
         f"member={label}:{members[m].run_key}" for label, m in zip(labels, members, strict=True)]
@@ -106,6 +107,18 @@ def test_a_consensus_run_is_graded_sealed_and_named_by_its_members(tmp_path: Pat
     assert by_key.identity is not None and by_key.identity.config.args == [
         f"member={members['random'].run_key}:{members['random'].run_key}"]
     assert (root / "runs" / by_key.run_key / "output" / "rankings.json").read_bytes() != b""
+
+    # Recorded like any run, it is a configuration of the leaderboard.
+    from spu.report.leaderboard import leaderboard_table
+    from spu.stats.runs_table import check_runs_table
+    from spu.tracking.export import runs_table_from_records
+
+    board = leaderboard_table(check_runs_table(runs_table_from_records(root / "runs")),
+                              resamples=50, cutoffs={}).set_index("config")
+    assert board.loc[record.config, "model"] == "consensus"
+    assert board.loc[record.config, "n_tasks"] == 1
+    assert {two.config, loo.config, by_key.config} <= set(board.index)  # four labels apart
+    assert len({record.config, two.config, loo.config, by_key.config}) == 4
 
 
 def test_a_consensus_without_members_is_refused_in_one_line(tmp_path: Path) -> None:
