@@ -132,8 +132,12 @@ def member_runs(members: Sequence[str], root: Path, task_id: str, task_version: 
 
 def identity_args(consensus: Any, output_root: str | Path | None, task_id: str,
                   task_version: str, task_digest: str | None) -> list[str]:
-    """What the consensus run's identity records as its arguments: its members' run keys."""
-    members = [str(m) for m in (_opt(consensus, "members") or [])] if consensus else []
+    """What the consensus run's identity records as its arguments: its members' run keys.
+
+    Members in sorted order, each ``member=<name>:<run_key>``, then ``leave_out=<name>``.
+    """
+    # Sorted: the consensus does not depend on the members' order, nor does its key.
+    members = sorted({str(m) for m in (_opt(consensus, "members") or [])}) if consensus else []
     leave_out = _opt(consensus, "leave_out") if consensus is not None else None
     leave_out = str(leave_out) if leave_out else None
     runs = member_runs(members, runs_root(consensus, output_root), task_id, task_version,

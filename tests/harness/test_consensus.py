@@ -10,7 +10,7 @@ import pytest
 from spu.config import ConsensusConfig, EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
 from spu.grading.rules import GradingKey, grade_submission
 from spu.harness.consensus import consensus_label, consensus_submission
-from spu.runner import RunSpec, run_one
+from spu.runner import RunSpec, run_one, spec_run_key
 from spu.schema import AnswerKey, ComparisonGroup, Contract, Outcome
 from spu.seal.verify import verify_root
 from spu.tasks import load_answers, load_task
@@ -81,8 +81,11 @@ def test_a_consensus_run_is_graded_sealed_and_named_by_its_members(tmp_path: Pat
     assert record.config == f"consensus-none-{consensus_label(ConsensusConfig(members=labels))}"
     assert record.config.startswith("consensus-none-3m")
     assert record.identity is not None
-    assert record.identity.config.args == [
-        f"member={label}:{members[m].run_key}" for label, m in zip(labels, members, strict=True)]
+    assert record.identity.config.args == sorted(
+        f"member={label}:{members[m].run_key}" for label, m in zip(labels, members, strict=True))
+    # The members' order changes nothing.
+    assert spec_run_key(_consensus_spec(root, labels[::-1]), load_task(EXAMPLE_TASK)) == \
+        record.run_key
     run_dir = root / "runs" / record.run_key
     task = load_task(EXAMPLE_TASK)
     submitted = [(root / "runs" / r.run_key / "output" / "rankings.json").read_bytes()
