@@ -110,9 +110,9 @@ class RunSpec:
     gpu_ids: tuple[str, ...] = ()
     cost: CostConfig = field(default_factory=CostConfig)
     model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
+    """The run's model gateway (``model_gateway``)."""
     consensus: ConsensusConfig = field(default_factory=ConsensusConfig)
     """The members of ``model=consensus`` (``consensus``)."""
-    """The run's model gateway (``model_gateway``)."""
     status_every_s: float = 30.0
     """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1

@@ -112,8 +112,8 @@ def member_runs(members: Sequence[str], root: Path, task_id: str, task_version: 
         for folder, record in records:
             if record.get("task_id") != task_id or int(record.get("repeat", 0)) != 0:
                 continue
-            if record.get("model") == "consensus":
-                continue  # a consensus never feeds another
+            if record.get("model") == "consensus" or record.get("run_key") != folder.name:
+                continue  # a consensus never feeds another; a record must be its folder's
             if RUN_KEY.match(member):
                 if record.get("run_key") != member:
                     continue
@@ -248,12 +248,14 @@ class ConsensusHarness(CommandHarness):
         """Compute the consensus on the host and put it beside the agent in the sandbox."""
         super().prepare(ctx, sandbox)
         files = []
+        from spu.grading.submission import read_submission_file
+
         for entry in self.members:
             key = entry.rsplit(":", 1)[-1]
+            if not RUN_KEY.match(key):
+                continue  # only a run key names a folder
             path = (self.root or Path("outputs")) / "runs" / key / "output" / "rankings.json"
-            from spu.grading.submission import read_submission_file
-
-            data = read_submission_file(path)
+            data = read_submission_file(path)  # an agent's file: never through a link
             if data is not None:
                 files.append(data)
         base = f"{ctx.paths.workspace}/{AGENT_DIR}/{SUBMISSION_DIR}"
