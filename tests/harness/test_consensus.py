@@ -129,3 +129,9 @@ def test_a_consensus_without_members_is_refused_in_one_line(tmp_path: Path) -> N
 
     with pytest.raises(RunConfigError, match="consensus.members"):
         prepare_run(_consensus_spec(tmp_path / "outputs", []))
+
+
+def test_a_task_no_member_ran_ends_without_a_file(tmp_path: Path) -> None:
+    record = run_one(_consensus_spec(tmp_path / "outputs", ["nobody-none"]))
+    assert record.outcome is Outcome.no_file and not record.scored
+    assert record.identity is not None and record.identity.config.args == []
