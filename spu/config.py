@@ -373,6 +373,22 @@ class SweepConfig:
 
 
 @dataclass
+class ConsensusConfig:
+    """The consensus configuration's members (``model=consensus``, paper E.8)."""
+
+    members: list[str] = field(default_factory=list)
+    """Member configurations, by configuration label (``opus5-max``) or by run key; each
+    task's submission is the mean rank of the members' official submissions on it."""
+    runs: str | None = None
+    """Output root holding the members' runs (``runs/<run_key>/``); null: ``output_root``."""
+    leave_out: str | None = None
+    """One member left out (a label or a run key): the leave-one-out consensus."""
+    label: str | None = None
+    """Its name in configuration labels (``consensus-none-<label>``); null: one made from
+    the members (:func:`spu.harness.consensus.consensus_label`)."""
+
+
+@dataclass
 class SPUConfig:
     """The whole configuration of one run."""
 
@@ -389,6 +405,8 @@ class SPUConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
+    consensus: ConsensusConfig = field(default_factory=ConsensusConfig)
+    """Members of ``model=consensus`` (:mod:`spu.harness.consensus`)."""
     repeat: int = 0
     task_root: str = "tasks"
     output_root: str = "outputs"
@@ -432,6 +450,14 @@ def config_problems(conf: SPUConfig) -> list[str]:
                         f"status lines) or more")
     if conf.sweep.retries < 0:
         problems.append(f"sweep.retries={conf.sweep.retries}: must be 0 or more")
+    cutoff = getattr(conf.model, "training_cutoff", None)
+    if cutoff:
+        from spu.tasks.freshness import DateError, check_date
+
+        try:
+            check_date(str(cutoff))
+        except DateError as exc:
+            problems.append(f"model.training_cutoff: {exc}")
     return problems
 
 

@@ -108,7 +108,8 @@ def _opt(node: Any, name: str) -> Any:
 
 
 def identity_for(model: Any, harness: Any, effort: Any, tools: Any, task_dir: str | Path,
-                 task_id: str, task_version: str, repeat: int) -> Identity:
+                 task_id: str, task_version: str, repeat: int, consensus: Any = None,
+                 output_root: str | Path | None = None) -> Identity:
     """The identity of a run: configuration nodes (typed or OmegaConf) and a task folder.
 
     Args:
@@ -120,6 +121,10 @@ def identity_for(model: Any, harness: Any, effort: Any, tools: Any, task_dir: st
         task_id: the task's id.
         task_version: the task's version.
         repeat: the repeat index.
+        consensus: the ``consensus`` node; for ``harness=consensus`` the identity's
+            ``args`` name the members' run keys on this task
+            (:func:`spu.harness.consensus.identity_args`).
+        output_root: where the members' runs are when ``consensus.runs`` is not set.
     """
     from spu.tasks.digest import file_sha256, task_digest
 
@@ -128,11 +133,17 @@ def identity_for(model: Any, harness: Any, effort: Any, tools: Any, task_dir: st
     if entrypoint:
         path = Path(str(entrypoint)).expanduser()
         entry_sha = file_sha256(path) if path.is_file() else None
+    args = [str(a) for a in (_opt(harness, "args") or [])]
+    digest = task_digest(task_dir)
+    if str(harness.name) == "consensus":
+        from spu.harness.consensus import identity_args
+
+        args = identity_args(consensus, output_root, str(task_id), str(task_version), digest)
     config = ConfigIdentity(
         model=str(model.name), api_model=_text(_opt(model, "api_model")),
         endpoint=_text(_opt(model, "base_url")), effort=str(effort.name),
         harness=str(harness.name), cli_version=_text(_opt(harness, "version")),
-        entrypoint_sha256=entry_sha, args=[str(a) for a in (_opt(harness, "args") or [])])
+        entrypoint_sha256=entry_sha, args=args)
     tools_ident = ToolsIdentity()
     if tools is not None and _opt(tools, "enabled") and harness_uses_tools(config.harness):
         corpus = _opt(tools, "corpus")
@@ -143,7 +154,7 @@ def identity_for(model: Any, harness: Any, effort: Any, tools: Any, task_dir: st
             if corpus_path is not None and corpus_path.is_file() else None)
     return Identity(config=config,
                     task=TaskIdentity(id=str(task_id), version=str(task_version),
-                                      task_digest=task_digest(task_dir)),
+                                      task_digest=digest),
                     tools=tools_ident, repeat=int(repeat))
 
 
@@ -151,11 +162,12 @@ def _text(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def harness_label(harness: Any) -> str | None:
+def harness_label(harness: Any, consensus: Any = None) -> str | None:
     """The name a harness goes by in configuration labels, where it has its own.
 
     ``harness.label`` where set; for an entrypoint harness (``harness=command``), the
-    entrypoint's file name without its suffix; else None (the harness's name is used).
+    entrypoint's file name without its suffix; for ``harness=consensus``, its members'
+    (:func:`spu.harness.consensus.consensus_label`); else None (the harness's name is used).
 
     Examples
     --------
@@ -168,6 +180,10 @@ def harness_label(harness: Any) -> str | None:
     label = _opt(harness, "label")
     if label:
         return str(label)
+    if str(harness.name) == "consensus":
+        from spu.harness.consensus import consensus_label
+
+        return consensus_label(consensus)
     entrypoint = _opt(harness, "entrypoint")
     if entrypoint and str(harness.name) == "command":
         return Path(str(entrypoint)).stem or None

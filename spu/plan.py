@@ -176,9 +176,11 @@ def _decide(rows: list[tuple[int, tuple[str, ...], str, Any]], task_root: Path) 
             metas[task] = load_meta(task_root / task)
         meta = metas[task]
         label = config_label(conf.model.name, conf.effort.name, conf.harness.name,
-                             conf.model.default_harness, harness_label(conf.harness))
+                             conf.model.default_harness,
+                             harness_label(conf.harness, conf.consensus))
         ident = identity_for(conf.model, conf.harness, conf.effort, conf.tools,
-                             task_root / task, meta.id, meta.version, conf.repeat)
+                             task_root / task, meta.id, meta.version, conf.repeat,
+                             conf.consensus, conf.output_root)
         identities.append((index, job, task, conf, meta, label, run_key(ident), ident))
     decisions = _resume_decisions(identities)
     costs: dict[tuple[str, str], Any] = {}

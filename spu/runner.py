@@ -28,6 +28,7 @@ from typing import Any
 
 from spu.analysis.exposure import ExposureDetector, detect_exposure, detect_exposure_in_audit
 from spu.config import (
+    ConsensusConfig,
     CostConfig,
     EffortConfig,
     HarnessConfig,
@@ -70,6 +71,7 @@ from spu.schema import (
 )
 from spu.seal.keys import SealKeyError
 from spu.seal.seal import seal_run
+from spu.tasks.freshness import published_before_cutoff
 from spu.tasks.package import (
     TaskLoadError,
     TaskPackage,
@@ -110,6 +112,8 @@ class RunSpec:
     cost: CostConfig = field(default_factory=CostConfig)
     model_gateway: ModelGatewayConfig = field(default_factory=ModelGatewayConfig)
     """The run's model gateway (``model_gateway``)."""
+    consensus: ConsensusConfig = field(default_factory=ConsensusConfig)
+    """The members of ``model=consensus`` (``consensus``)."""
     status_every_s: float = 30.0
     """Seconds between the running run's status lines (0: none)."""
     attempt: int = 1
@@ -125,7 +129,7 @@ class RunSpec:
 def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
     """What ``spec`` runs on ``task`` (:func:`spu.identity.identity_for`)."""
     return identity_for(spec.model, spec.harness, spec.effort, spec.tools, task.path, task.id,
-                        task.version, spec.repeat)
+                        task.version, spec.repeat, spec.consensus, spec.output_root)
 
 
 def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
@@ -136,7 +140,7 @@ def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
 def spec_config_label(spec: RunSpec) -> str:
     """The configuration label of ``spec``'s runs (:func:`spu.identity.config_label`)."""
     return config_label(spec.model.name, spec.effort.name, spec.harness.name,
-                        spec.model.default_harness, harness_label(spec.harness))
+                        spec.model.default_harness, harness_label(spec.harness, spec.consensus))
 
 
 def _now() -> str:
@@ -201,7 +205,7 @@ def check_isolation(spec: RunSpec, harness: Harness, *, grader: bool) -> None:
     Raises:
         RunConfigError: the run (not a baseline's) would run without isolation.
     """
-    if harness.name == "baseline" or spec.sandbox.allow_unisolated:
+    if harness.reference_agent or spec.sandbox.allow_unisolated:
         return
     parts = unisolated_parts(spec, grader=grader)
     if parts:
@@ -214,7 +218,7 @@ def check_isolation(spec: RunSpec, harness: Harness, *, grader: bool) -> None:
 def _state_unisolated(run: AgentRun, info: SandboxInfo) -> SandboxInfo:
     """``info`` with ``unisolated_allowed`` and a warning, where the run is unisolated."""
     parts = unisolated_parts(run.spec, grader=isinstance(run, PreparedRun))
-    if not parts or run.harness.name == "baseline" or not run.spec.sandbox.allow_unisolated:
+    if not parts or run.harness.reference_agent or not run.spec.sandbox.allow_unisolated:
         return info
     warning = (f"UNISOLATED RUN: {' and '.join(parts)} ran without isolation, allowed by "
                f"sandbox.allow_unisolated=true")
@@ -360,6 +364,12 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool, grader: bool = Fal
         except ProviderConfigError as exc:
             raise RunConfigError(str(exc)) from None
     identity = spec_identity(spec, task)
+    bind = getattr(harness, "bind_run", None)
+    if callable(bind):
+        try:
+            bind(spec, identity)
+        except HarnessError as exc:
+            raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
     return AgentRun(spec, task, run_key(identity), harness, limits, provider, identity)
 
 
@@ -736,6 +746,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     )
     if result.trajectory is not None:
         write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
+    published = task_published(run.answers)
     run_record = RunRecord(
         run_key=run.key,
         identity=run.identity,
@@ -768,6 +779,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         cli_version=result.cli_version
         or (result.trajectory.cli_version if result.trajectory is not None else None),
         flagged_exposure=bool(exposure),
+        training_cutoff=spec.model.training_cutoff,
+        task_published=published,
+        published_before_cutoff=published_before_cutoff(published, spec.model.training_cutoff),
         exposure_hits=exposure,
         audited_calls=phase.tools.audited_calls if phase.tools is not None else None,
         policy_stopped=result.policy_stop,
@@ -799,6 +813,13 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     write_run_record(run_dir, run_record)
     seal(run, run_record)
     return run_record
+
+
+def task_published(answers: AnswerKey | None) -> str | None:
+    """When the task's source was published, from its answer key (None: unknown or no key)."""
+    if answers is None or answers.source is None:
+        return None
+    return answers.source.published
 
 
 def seal(run: AgentRun, run_record: RunRecord) -> None:

@@ -226,6 +226,18 @@ class SourceRecord(Record):
     """Software package the data were taken from (``name==version``)."""
     file: str | None = None
     """File inside that package."""
+    published: str | None = None
+    """When the source was published, ``YYYY``, ``YYYY-MM`` or ``YYYY-MM-DD``
+    (:mod:`spu.tasks.freshness`); None: unknown."""
+
+    @field_validator("published", mode="before")
+    @classmethod
+    def _published_date(cls, value: Any) -> Any:
+        from spu.tasks.freshness import check_date
+
+        if value is None:
+            return None
+        return check_date(str(value))
 
 
 MeasuredValue = Annotated[float, Strict(), AllowInfNan(False)]
@@ -912,6 +924,13 @@ class RunRecord(VersionedRecord):
     """True when the agent ran work on a GPU (measured where ``gpu_usage`` is set)."""
     flagged_exposure: bool = False
     """True when a tool output contained an identifier of the source study."""
+    training_cutoff: str | None = None
+    """The model's training cutoff (``model.training_cutoff``); None: unknown."""
+    task_published: str | None = None
+    """When the task's source was published (the answer key's ``source.published``)."""
+    published_before_cutoff: bool | None = None
+    """Whether the task was published before the model's training cutoff
+    (:func:`spu.tasks.freshness.published_before_cutoff`); None: unknown."""
     exposure_hits: list[ExposureHit] = Field(default_factory=list)
     """Where the exposure detector found source identifiers (first hits, capped)."""
     refusal_label: str | None = None
@@ -1146,10 +1165,16 @@ RUNS_TABLE_EXTRA_COLUMNS: tuple[str, ...] = (
     "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
     "grader_version", "sandbox", "started_at", "finished_at", "audited_calls",
     "shell_downloads", "policy_stopped", "n_groups", "departures",
+    "published_before_cutoff", "task_published", "graded_from_seal",
 )
 """Further columns, after the SPEC ones. ``n_groups`` counts the task's comparison groups
 (from the grade), ``departures`` lists the schema departures of appendix E.1 that recovery
-normalized, ``;``-joined in the order of E.1 (empty for a file without departures)."""
+normalized, ``;``-joined in the order of E.1 (empty for a file without departures).
+``graded_from_seal`` is true for a run that ended ``sealed`` (no key) and was graded
+later from its seal (``spu regrade``, ``spu grade-bundle``).
+``published_before_cutoff`` says whether the task's source was published before the
+model's training cutoff, ``true``, ``false`` or ``unknown``
+(:mod:`spu.tasks.freshness`); ``task_published`` is that date (``source.published``)."""
 
 RUNS_TABLE_COLUMNS: tuple[str, ...] = RUNS_TABLE_SPEC_COLUMNS + RUNS_TABLE_EXTRA_COLUMNS
 """Every column of the runs table, in order."""
@@ -1165,7 +1190,7 @@ RUNS_TABLE_NULLABLE_INT_COLUMNS: tuple[str, ...] = (
 """Whole-number columns that may be empty."""
 RUNS_TABLE_BOOL_COLUMNS: tuple[str, ...] = (
     "scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement",
-    "policy_stopped")
+    "policy_stopped", "graded_from_seal")
 """True/false columns."""
 RUNS_TABLE_FLOAT_COLUMNS: tuple[str, ...] = (
     "score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",
@@ -1173,7 +1198,8 @@ RUNS_TABLE_FLOAT_COLUMNS: tuple[str, ...] = (
     "gpu_seconds")
 """Real-valued columns (NaN where unknown)."""
 
-_RUNS_TABLE_DEFAULTS: dict[str, Any] = {"attempt": 1, "n_attempts": 1, "official": True}
+_RUNS_TABLE_DEFAULTS: dict[str, Any] = {"attempt": 1, "n_attempts": 1, "official": True,
+                                        "published_before_cutoff": "unknown"}
 
 
 class RunsTableWriteError(ValueError):

@@ -147,6 +147,9 @@ class Harness(ABC):
     uses_tools: ClassVar[bool] = True
     """Whether the run gets the audited tools service and the egress proxy (not the
     offline baselines)."""
+    reference_agent: ClassVar[bool] = False
+    """A reference agent of the framework's own (the baselines, the consensus): trusted
+    code that calls no model, so it may run without isolation."""
 
     efforts: ClassVar[Mapping[str, str]] = {}
     """Reasoning effort (``effort=<name>``, ``conf/effort``) -> this harness's own setting

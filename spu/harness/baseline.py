@@ -25,6 +25,7 @@ class BaselineHarness(CommandHarness):
 
     name = "baseline"
     uses_tools = False  # offline reference agents: no search, no network
+    reference_agent = True
 
     def model_api(self) -> str | None:
         """None: the baselines call no model."""
@@ -36,6 +37,8 @@ class BaselineHarness(CommandHarness):
 
     def check(self) -> None:
         """Only the baseline models run in this harness."""
+        if self.model.name == "consensus":
+            raise HarnessError("model=consensus runs in harness=consensus")
         if self.model.name not in STRATEGIES:
             raise HarnessError(
                 f"harness=baseline runs model=random, presented_order or monotone_prior, "

@@ -98,13 +98,14 @@ class RunIdentity:
             return None
         task, repeat = cfg.task, int(cfg.repeat)
         ident = identity_for(cfg.model, cfg.harness, cfg.effort, cfg.get("tools"),
-                             Path(str(task.path)), str(task.id), str(task.version), repeat)
+                             Path(str(task.path)), str(task.id), str(task.version), repeat,
+                             cfg.get("consensus"), cfg.get("output_root"))
         return cls(run_key=run_key(ident), task_id=str(task.id),
                    task_version=str(task.version), task_dir=Path(str(task.path)),
                    model=str(cfg.model.name), harness=str(cfg.harness.name),
                    effort=str(cfg.effort.name), repeat=repeat,
                    default_harness=cfg.model.get("default_harness"), identity=ident,
-                   harness_label=harness_label(cfg.harness))
+                   harness_label=harness_label(cfg.harness, cfg.get("consensus")))
 
     def again(self, repeat: int) -> RunIdentity:
         """The same run's identity at another ``repeat`` (its own run key)."""

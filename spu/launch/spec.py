@@ -45,6 +45,7 @@ def spec_from_config(cfg: DictConfig) -> Any:
         gpu_ids=tuple(conf.sandbox.gpu_ids),
         cost=conf.cost,
         model_gateway=conf.model_gateway,
+        consensus=conf.consensus,
         status_every_s=conf.sweep.status_every_s,
         retry_limits_with_file=bool(conf.sweep.retry_limits_with_file),
     )

@@ -8,6 +8,7 @@ and processes of one output root never interleave or fork the chain. The head ha
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from filelock import FileLock
 from spu.schema import LedgerEntry
 from spu.seal.keys import sign
 from spu.seal.manifest import canonical_json
+
+log = logging.getLogger(__name__)
 
 LEDGER_FILE = "ledger.jsonl"
 """The ledger's name under the output root."""
@@ -58,12 +61,58 @@ def head_hash(output_root: Path) -> str | None:
     return None if last is None else line_sha256(last)
 
 
+def repair_torn_tail(path: Path) -> str | None:
+    """Mend a ledger whose last line was cut by a crash mid-append; what was done, or None.
+
+    Call it under the ledger's lock. A last line without its newline that is still a
+    whole entry chained to the line before it gets its newline; any other torn tail is
+    cut off and kept, appended to ``ledger.jsonl.torn`` beside the ledger, so the chain
+    goes on from the last whole line (the run that line was for then has a seal that no
+    line names, which ``spu seal verify`` says).
+    """
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return None
+    cut = data.rfind(b"\n") + 1
+    tail, before = data[cut:], data[:cut]
+    lines = [line for line in before.split(b"\n") if line]
+    try:
+        entry = LedgerEntry.model_validate_json(tail)
+        whole = entry.prev == (line_sha256(lines[-1]) if lines else GENESIS)
+    except ValueError:
+        whole = False
+    if whole:
+        with open(path, "ab") as f:
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return f"{path.name}: the last line lacked its newline (a crash mid-append); added it"
+    with open(path.with_name(path.name + ".torn"), "ab") as f:
+        f.write(tail + b"\n")
+    with open(path, "r+b") as f:
+        f.truncate(cut)
+        f.flush()
+        os.fsync(f.fileno())
+    return (f"{path.name}: the last line was incomplete (a crash mid-append): cut its "
+            f"{len(tail)} bytes off into {path.name}.torn; the chain goes on from line "
+            f"{len(lines)}")
+
+
 def append_entry(output_root: Path, key: Ed25519PrivateKey, *, run_key: str,
                  manifest_sha256: str, time: str) -> LedgerEntry:
-    """Sign and append one entry under the ledger's lock; returns it."""
+    """Sign and append one entry under the ledger's lock; returns it.
+
+    A torn last line (a crash mid-append) is repaired first (:func:`repair_torn_tail`),
+    and the repair is logged as a warning.
+    """
     path = ledger_path(output_root)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
+        repaired = repair_torn_tail(path)
+        if repaired:
+            log.warning("%s", repaired)
         count, last = _last_line(path)
         entry = LedgerEntry(seq=count + 1, run_key=run_key, manifest_sha256=manifest_sha256,
                             prev=GENESIS if last is None else line_sha256(last), time=time,

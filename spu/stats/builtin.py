@@ -44,6 +44,7 @@ from spu.stats.exposure import (
     exposure_table,
     presented_order_summary,
 )
+from spu.stats.freshness import FRESHNESS_RULE, freshness_table
 from spu.stats.inputs import StatsInputs
 from spu.stats.interaction import (
     MIN_REPEATS,
@@ -532,6 +533,22 @@ def exposure_indicator(inputs: StatsInputs) -> AnalysisResult:
                           rules={"exposure_indicators.csv": "; ".join(parts)},
                           summary=[summary_row("exposure", "doi_runs", int(round(float(
                               (table["doi_share"] * table["n_doi_runs"]).sum()))), n_doi)])
+
+
+@analysis(files=("freshness.csv",), section="3.7 (training cutoffs, appendix B)",
+          needs=("column:published_before_cutoff",))
+def freshness(inputs: StatsInputs) -> AnalysisResult:
+    """Runs on tasks published before the model's training cutoff against fresh runs."""
+    table, test, unknown = freshness_table(inputs.public, inputs.order, inputs.seed,
+                                           inputs.resamples, inputs.draws)
+    notes = [f"freshness: {unknown} scored public run(s) of unknown freshness left out"
+             ] if unknown else []
+    row = summary_row("freshness", "pooled_difference", test["statistic"], test["n"],
+                      (test["ci_low"], test["ci_high"]))
+    return AnalysisResult(
+        tables={"freshness.csv": table}, notes=notes,
+        tests=[{k: v for k, v in test.items() if k not in ("ci_low", "ci_high")}],
+        rules={"freshness.csv": FRESHNESS_RULE}, summary=[row])
 
 
 # Private tasks (3.4, E.5).

@@ -41,7 +41,8 @@ USAGE_COLUMNS: tuple[str, ...] = (
 """Columns of the cost analysis (paper 3.5); filled with NaN when absent."""
 
 OPTIONAL_TEXT: tuple[str, ...] = ("model", "harness", "effort", "subfield", "run_key",
-                                  "departures", "refusal_label", "exposure_kinds")
+                                  "departures", "refusal_label", "exposure_kinds",
+                                  "published_before_cutoff")
 """Text columns used where present (matching run folders, labels, departures)."""
 
 OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu", "retired")
@@ -53,6 +54,10 @@ OPTIONAL_NUMBER: tuple[str, ...] = ("tool_calls", "web_fetches", "n_groups",
                                     "cost_full_input_usd", "requests_outside_tools",
                                     "gpu_seconds")
 """Numeric columns used where present; NaN where absent."""
+
+FRESHNESS_VALUES = frozenset({"true", "false", "unknown", "", "1", "0", "1.0", "0.0", "yes",
+                              "no"})
+"""Spellings of ``published_before_cutoff`` (empty: unknown)."""
 
 ROW = "__row__"
 """Position of each row in the file, kept while checking so messages name the right line."""
@@ -160,6 +165,18 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
                 f"{path}: column {column!r}, {_where(path, frame, i)}: "
                 f"{frame.at[i, column]!r} is not one of {', '.join(sorted(allowed))}"
             )
+
+    if "published_before_cutoff" in frame.columns:
+        fresh = frame["published_before_cutoff"].str.lower()
+        bad = ~fresh.isin(FRESHNESS_VALUES)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise RunsTableError(
+                f"{path}: column 'published_before_cutoff', {_where(path, frame, i)}: "
+                f"{frame.at[i, 'published_before_cutoff']!r} is not true, false or unknown")
+        frame["published_before_cutoff"] = fresh.where(fresh != "", "unknown").replace(
+            {"1": "true", "1.0": "true", "yes": "true", "0": "false", "0.0": "false",
+             "no": "false"})
 
     repeat = _as_float(path, frame, "repeat")
     bad = repeat.isna() | (repeat < 0) | (repeat != np.floor(repeat))

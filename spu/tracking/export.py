@@ -180,6 +180,11 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
         # Every graded run logs one rho/<group> metric per comparison group.
         "n_groups": sum(1 for k in m if k.startswith("rho/")) or None,
         "departures": _text(t.get("departures")),
+        # Whether the task was published before the model's training cutoff (an extra
+        # column, SPEC 5): true, false or unknown (also for runs logged before it existed).
+        "published_before_cutoff": t.get("published_before_cutoff") or "unknown",
+        "task_published": _text(t.get("task_published")),
+        "graded_from_seal": _flag(run, "graded_from_seal"),
         "_start_ms": run.start_time_ms or 0,
     }
 

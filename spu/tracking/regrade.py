@@ -30,6 +30,7 @@ from spu.grading.rules import AnswerKeyError, check_answer_key
 from spu.grading.submission import read_submission
 from spu.schema import Contract, Grade, Outcome, PastGrade, RunRecord
 from spu.seal.verify import seal_faults
+from spu.tasks.freshness import published_before_cutoff
 from spu.tasks.package import (
     TaskLoadError,
     TaskPackage,
@@ -143,7 +144,8 @@ def _contract_for(task: TaskPackage, record: RunRecord, accept_version_change: b
 
 
 def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
-                submitted: bool, past: PastGrade, task_version: str) -> RunRecord:
+                submitted: bool, past: PastGrade, task_version: str,
+                published: str | None = None) -> RunRecord:
     # Outcomes not decided by the file (refusal, timeout...) survive a regrade unchanged.
     outcome = record.outcome
     if outcome in FILE_OUTCOMES:
@@ -165,6 +167,9 @@ def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
         "threshold": threshold,
         "notes": notes,
         "grade_history": [*record.grade_history, past],
+        # The key that arrived may date the source: the run's freshness follows it.
+        "task_published": published,
+        "published_before_cutoff": published_before_cutoff(published, record.training_cutoff),
     })
 
 
@@ -251,7 +256,9 @@ def regrade_run(
         outcome=record.outcome.value, scored=record.scored, threshold=record.threshold,
         grade=record.grade, replaced_at=replaced_at, reason=reason,
     )
-    new = _new_record(record, grades, threshold, submission is not None, past, task.version)
+    published = answers.source.published if answers.source is not None else None
+    new = _new_record(record, grades, threshold, submission is not None, past, task.version,
+                      published)
     history = [*stored["history"], {
         "strict": stored.get("strict"), "recovered": stored.get("recovered"),
         "replaced_at": replaced_at, "reason": reason,
@@ -301,7 +308,9 @@ def update_tracking(record: RunRecord, run_dir: Path, tracking_uri: str) -> int:
     now = int(time.time() * 1000)
     metrics = [Metric(k, v, now, step) for k, v in run_metrics(record).items()
                if k in SCORE_METRICS or k.startswith("rho/")]
-    tags = {k: v for k, v in run_tags(record).items() if k in ("outcome", "scored", "warnings")}
+    tags = {k: v for k, v in run_tags(record).items()
+            if k in ("outcome", "scored", "warnings", "task_published", "published_before_cutoff",
+                     "graded_from_seal")}
     tags["grader_version"] = record.grade.grader_version if record.grade else ""
     if record.grade_history:
         latest = record.grade_history[-1]

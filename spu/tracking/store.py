@@ -46,6 +46,7 @@ import spu
 from spu.config import TracesConfig, TrackingConfig
 from spu.identity import official_score
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
+from spu.tasks.freshness import freshness_text
 from spu.tracking.empty_store import seed_sqlite_store
 from spu.tracking.locks import holder, holder_lock, take
 from spu.tracking.trajectories import LEGACY_TRAJECTORY_FILE, TRAJECTORY_FILE
@@ -403,6 +404,10 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "cost_disagreement": _flag(record.cost_disagreement),
         "attempt": str(record.attempt),
         "record_version": record.schema_version or RUN_RECORD_VERSION,
+        # Tags, not params: a key that arrives later (spu regrade) may date the source.
+        "published_before_cutoff": freshness_text(record.published_before_cutoff),
+        # Ended sealed (no key), then graded from its seal (spu regrade, spu grade-bundle).
+        "graded_from_seal": _flag(any(p.outcome == "sealed" for p in record.grade_history)),
     }
     optional = {
         "exposure_kinds": ",".join(exposure_kinds(record.exposure_hits)),
@@ -411,6 +416,8 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "evidence_disagreement": (record.evidence_disagreement or "")[:5000],
         "policy_stop_step": record.policy_stop.step[:500] if record.policy_stop else None,
         "started_at": record.started_at,
+        "task_published": record.task_published,
+        "training_cutoff": record.training_cutoff,
         "finished_at": record.finished_at,
         "warnings": " | ".join(record.notes)[:5000],
         # The schema departures of appendix E.1 that recovery normalized (paper Figure 6a).
