@@ -27,8 +27,9 @@ if TYPE_CHECKING:  # pandas only where a table is built: ``spu --help`` stays fa
 
 LEADERBOARD_COLUMNS = ("config", "model", "training_cutoff", "n_tasks", "coverage",
                        "adjusted_mean", "ci_low", "ci_high", "above_chance_share", "cost_mean",
-                       "sealed_share", "n_before_cutoff")
-"""``leaderboard.csv``'s columns: SPEC section 14's, then ``n_before_cutoff``."""
+                       "sealed_share", "n_before_cutoff", "tier", "n_separated")
+"""``leaderboard.csv``'s columns: SPEC section 14's, then ``n_before_cutoff`` and the
+tier separation (:func:`tiers`)."""
 PRIVATE_COLUMNS = ("config", "model", "training_cutoff", "n_tasks", "n_scored", "raw_mean",
                    "ci_low", "ci_high", "above_chance_share", "p_vs_random", "p_holm",
                    "cost_mean", "sealed_share", "n_before_cutoff")
@@ -58,6 +59,53 @@ def _before_cutoff(runs: pd.DataFrame) -> float:
     if "published_before_cutoff" not in runs.columns:
         return float("nan")
     return float((runs["published_before_cutoff"].astype(str).str.lower() == "true").sum())
+
+
+TIER_RULE = ("tier 1: the configurations above the widest gap of the task-adjusted means, "
+             "tier 2 the rest (paper 3.3); n_separated: the Holm-significant paired "
+             "Wilcoxon tests (pairs.csv) that separate a configuration from another")
+"""How :func:`tiers` forms the tiers the page states."""
+
+
+def tiers(configs: pd.DataFrame, pairs: pd.DataFrame) -> tuple[dict[str, int], dict[str, int],
+                                                                   tuple[int, int]]:
+    """The paper's two tiers (3.3) and how the paired tests separate them.
+
+    A configuration is in tier 1 when its task-adjusted mean lies above the widest gap
+    between consecutive means (:func:`spu.stats.repeats.largest_gap_group`), else in
+    tier 2. Returns each configuration's tier, its number of Holm-significant paired
+    tests, and (significant pairs between the tiers, significant pairs in all): the paper
+    reads "all 17 pairwise differences that survive Holm correction lie between these two
+    groups" as the separation.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> configs = pd.DataFrame({"config": list("ABCD"),
+    ...                         "adjusted_mean": [0.48, 0.45, 0.30, 0.25]})
+    >>> pairs = pd.DataFrame({"config_a": ["A", "A", "B", "C"], "config_b": ["C", "D", "D", "D"],
+    ...                       "significant": [True, True, False, False]})
+    >>> tiers(configs, pairs)
+    ({'A': 1, 'B': 1, 'C': 2, 'D': 2}, {'A': 2, 'B': 0, 'C': 1, 'D': 1}, (2, 2))
+    """
+    from spu.stats.repeats import largest_gap_group
+
+    ordered = configs.dropna(subset=["adjusted_mean"]).sort_values("adjusted_mean",
+                                                                   ascending=False)
+    names = [str(c) for c in ordered["config"]]
+    top = largest_gap_group(ordered["adjusted_mean"].to_numpy()) if len(names) > 1 else 1
+    tier = {name: 1 if i < top else 2 for i, name in enumerate(names)}
+    separated = dict.fromkeys(names, 0)
+    between = total = 0
+    if len(pairs):
+        for r in pairs[pairs["significant"].astype(bool)].itertuples(index=False):
+            a, b = str(r.config_a), str(r.config_b)
+            total += 1
+            between += int(a in tier and b in tier and tier[a] != tier[b])
+            for name in (a, b):
+                if name in separated:
+                    separated[name] += 1
+    return tier, separated, (between, total)
 
 
 def _sealed_share(runs: pd.DataFrame) -> float:
@@ -99,6 +147,7 @@ def leaderboard_table(runs: pd.DataFrame, seed: int = 0, resamples: int = 10_000
     official = inputs.official_all
     models = {c: str(g["model"].iloc[0]) for c, g in official.groupby("config")}
     cutoffs = cutoffs if cutoffs is not None else training_cutoffs(set(models.values()))
+    tier, separated, between = tiers(configs, inputs.pairs)
     rows: list[dict[str, Any]] = []
     for row in configs.itertuples(index=False):
         mine = public[public["config"] == row.config]
@@ -115,8 +164,12 @@ def leaderboard_table(runs: pd.DataFrame, seed: int = 0, resamples: int = 10_000
             "cost_mean": float(cost.iloc[0]) if len(cost) else float("nan"),
             "sealed_share": _sealed_share(everything),
             "n_before_cutoff": _before_cutoff(mine),
+            "tier": tier.get(row.config, float("nan")),
+            "n_separated": separated.get(row.config, 0),
         })
-    return pd.DataFrame(rows, columns=list(LEADERBOARD_COLUMNS))
+    table = pd.DataFrame(rows, columns=list(LEADERBOARD_COLUMNS))
+    table.attrs["tier_separation"] = between
+    return table
 
 
 def private_leaderboard_table(runs: pd.DataFrame, seed: int = 0, resamples: int = 10_000,
@@ -188,7 +241,7 @@ def _section(table: pd.DataFrame) -> str:
                 before = row.get("n_before_cutoff")
                 marked = isinstance(before, (int, float)) and before == before and before > 0
                 text = _cell(value) + (f' <span class="mark">{MARK}</span>' if marked else "")
-            elif column in ("n_before_cutoff", "n_tasks", "n_scored"):
+            elif column in ("n_before_cutoff", "n_tasks", "n_scored", "tier", "n_separated"):
                 text = _count(value)
             else:
                 text = _cell(value)
@@ -230,12 +283,23 @@ th:nth-child(2), td:nth-child(2), th:nth-child(3), td:nth-child(3) {{ text-align
 with 95% bootstrap intervals (paper Table 1); cost per scored run in USD; sealed share:
 official runs sealed before they were graded.</p>
 {_section(table)}
+{_tier_line(table)}
 {private_part}
 <p>{MARK} n_before_cutoff: runs on tasks whose source was published before the model's
 training cutoff (the task may be in its training data); a dash where the runs table does
 not say.</p>
 </body></html>
 """
+
+
+def _tier_line(table: pd.DataFrame) -> str:
+    """The sentence under the public table: the rule of the tiers and what the tests say."""
+    between, total = table.attrs.get("tier_separation", (0, 0))
+    if "tier" not in table.columns or not len(table):
+        return ""
+    verdict = (f"{between} of the {total} Holm-significant paired differences lie between "
+               "the tiers" if total else "no paired difference survives Holm correction")
+    return f"<p>Tiers: {html.escape(TIER_RULE)}; {verdict}.</p>"
 
 
 def write_leaderboard(table: pd.DataFrame, out: Path,

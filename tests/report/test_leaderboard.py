@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -64,6 +65,24 @@ def test_the_leaderboard_equals_spu_stats(n_configs: int, tmp_path: Path) -> Non
     assert "<h2>Public tasks</h2>" in page and "<h2>Private tasks</h2>" in page
     assert page.count('<span class="mark">') == int((board["n_before_cutoff"] > 0).sum()
                                                     + (private["n_before_cutoff"] > 0).sum())
+    # The tiers of 3.3: above the widest gap of configs.csv's means; n_separated counts
+    # each configuration's Holm-significant tests of pairs.csv, and the page says how many
+    # of them lie between the tiers.
+    means = configs.sort_values("adjusted_mean", ascending=False)["adjusted_mean"].to_numpy()
+    top = int(np.argmax(means[:-1] - means[1:])) + 1
+    tier_of = dict(zip(configs.sort_values("adjusted_mean", ascending=False)["config"],
+                       [1] * top + [2] * (len(means) - top), strict=True))
+    assert board.set_index("config")["tier"].to_dict() == tier_of
+    pairs = pd.read_csv(tmp_path / "stats" / "pairs.csv")
+    significant = pairs[pairs["significant"]]
+    counts = pd.concat([significant["config_a"], significant["config_b"]]).value_counts()
+    assert board.set_index("config")["n_separated"].to_dict() == {
+        c: int(counts.get(c, 0)) for c in board["config"]}
+    between = int(sum(tier_of[a] != tier_of[b] for a, b in
+                      zip(significant["config_a"], significant["config_b"], strict=True)))
+    assert (f"{between} of the {len(significant)} Holm-significant paired differences lie "
+            "between the tiers" in page) or (not len(significant) and "no paired difference"
+                                             in page)
 
 
 def test_training_cutoff_is_unknown_where_not_set(tmp_path: Path) -> None:
@@ -105,7 +124,8 @@ def test_the_page_renders_without_overlapping_text(n_configs: int, tmp_path: Pat
         "training_cutoff": "unknown" if i % 2 else "2025-03", "n_tasks": 100,
         "coverage": 0.97, "adjusted_mean": 0.3 - i / 100, "ci_low": 0.25, "ci_high": 0.35,
         "above_chance_share": 0.4, "cost_mean": 12.5, "sealed_share": 0.0,
-        "n_before_cutoff": float(i % 3)}
+        "n_before_cutoff": float(i % 3), "tier": 1 if i < n_configs // 2 else 2,
+        "n_separated": i % 4}
         for i in range(n_configs)], columns=list(LEADERBOARD_COLUMNS))
     private = pd.DataFrame([{
         "config": f"Configuration with a long name {i}", "model": f"model-{i}",
