@@ -16,6 +16,7 @@ counts one unit per step.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -40,6 +41,7 @@ from spu.grading.rules import GradingKey
 from spu.grading.submission import read_submission, read_submission_file
 from spu.schema import ACTIVITY_CLASSES, Activity, Contract, ToolCall, TrajectoryStep
 from spu.stats.submissions import orders_from_bytes
+from spu.tasks.threshold import presented_orders
 from spu.tracking.trajectories import (
     StepView,
     ToolCallView,
@@ -230,11 +232,13 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     features = _features_base(record)
     notes: list[str] = []
     contract = _contract(run_dir, notes)
+    presented = _presented(run_dir, contract, notes)
     submitted = orders_from_bytes(read_submission(run_dir / "output"))
     walk = _CallWalk(
         run_key=str(record["run_key"]),
         reading=RunReading(calls=[], features=features, notes=notes),
-        tracker=RankingTracker(contract, submitted) if contract is not None else None,
+        tracker=(RankingTracker(contract, submitted, presented) if contract is not None
+                 else None),
         ctx=RunContext(task_paths=("/task", "SPU_TASK_DIR", str(run_dir / "task")),
                        output_paths=("/output", "SPU_OUTPUT_DIR", str(run_dir / "output"))))
     trajectory = find_trajectory(run_dir)
@@ -258,7 +262,7 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     text = (read_submission_file(report) or b"")[:1_000_000].decode("utf-8", "replace")
     features["stated_expected_rho"] = stated_expected_rho(text)
     _ranking_features(features, walk.tracker, contract, submitted, answers,
-                      walk.first_rankings_write, span, reading)
+                      walk.first_rankings_write, span, reading, presented)
     _web_sources(run_dir, reading, walk.queries, walk.fetch_urls)
     return reading
 
@@ -449,11 +453,28 @@ def _contract(run_dir: Path, notes: list[str]) -> Contract | None:
         return None
 
 
+def _presented(run_dir: Path, contract: Contract | None,
+               notes: list[str]) -> dict[str, list[str]] | None:
+    """The task's input order: its ``targets.csv`` rows (one definition, E.4 and E.7)."""
+    if contract is None:
+        return None
+    path = run_dir / "task" / "targets.csv"
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            ids = [row.get("experiment_id") or "" for row in csv.DictReader(f)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        notes.append(f"{path}: not readable ({type(exc).__name__}); the input order is the "
+                     f"contract's item order")
+        return None
+    return presented_orders(contract, ids)
+
+
 def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
                       contract: Contract | None, submitted: dict[str, list[str]] | None,
                       answers: Mapping[str, GradingKey] | None,
                       first_write: tuple[int, float] | None, span: float,
-                      reading: RunReading) -> None:
+                      reading: RunReading,
+                      presented: dict[str, list[str]] | None = None) -> None:
     for name in ("first_complete_step", "first_complete_t", "first_draft_score",
                  "submission_differs", "flipped_into_measured", "flipped_expected_share"):
         features[name] = math.nan
@@ -463,7 +484,8 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
     found = tracker.finish()
     reading.group_sources = dict(found.group_sources)
     draft = found.first_draft
-    complete_file = submitted is not None and is_complete_ranking(submitted, contract)
+    complete_file = submitted is not None and is_complete_ranking(submitted, contract,
+                                                                  presented)
     if draft is None and complete_file and submitted is not None:
         # Only in the file: a program wrote it and nothing printed it (paper 4.2).
         draft = submitted

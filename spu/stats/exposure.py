@@ -263,13 +263,12 @@ def exposure_indicators(runs: pd.DataFrame, order: list[str],
 def presented_orders(info: TaskInfo) -> Orders:
     """Each group's experiments in the order the task presents them (``targets.csv``).
 
-    Ids missing from the file keep their contract order at the end, as in
-    :func:`spu.tasks.threshold.presented_order_score`.
+    The one definition, :func:`spu.tasks.threshold.presented_orders`.
     """
-    where = {r["experiment_id"]: k for k, r in enumerate(info.package.targets_rows())}
-    return {g.group_id: sorted(g.items, key=lambda i: where.get(i, len(where)
-                                                                 + g.items.index(i)))
-            for g in info.package.contract.groups}
+    from spu.tasks.threshold import presented_orders as orders_of
+
+    return orders_of(info.package.contract,
+                     [r["experiment_id"] for r in info.package.targets_rows()])
 
 
 def presented_order_summary(
