@@ -35,6 +35,7 @@ from spu.analysis.activities import (
     shell_command,
     split_tool_name,
 )
+from spu.analysis.detectors import discloses_recollection, typed_table
 from spu.analysis.rankings import SOURCES, RankingTracker, flip_shares, is_complete_ranking
 from spu.analysis.sources import search_operators, source_class
 from spu.grading.rules import GradingKey
@@ -72,6 +73,10 @@ _EXPECTED = re.compile(
     r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?|"
     r"(?:spearman|\brho\b|ρ)[^\n.]{0,40}?expect\w*[^\n]{0,30}?"
     r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?", re.IGNORECASE)
+
+
+_NO_CODE = frozenset((Activity.web_search, Activity.web_fetch, Activity.subagent))
+"""Calls whose arguments are no code (a query, a URL, a prompt): not read for typed tables."""
 
 
 def stated_expected_rho(report: str) -> float | None:
@@ -261,6 +266,7 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     report = run_dir / "output" / "report.md"
     text = (read_submission_file(report) or b"")[:1_000_000].decode("utf-8", "replace")
     features["stated_expected_rho"] = stated_expected_rho(text)
+    features["disclosed_recollection"] = discloses_recollection(text)
     _ranking_features(features, walk.tracker, contract, submitted, answers,
                       walk.first_rankings_write, span, reading, presented)
     _web_sources(run_dir, reading, walk.queries, walk.fetch_urls)
@@ -342,8 +348,11 @@ class _CallWalk:
         if label.activity is Activity.web_fetch and label.url:
             self.fetch_urls.append(label.url)
         tracker = self.tracker
-        text = call_texts(call) if (tracker is not None or self.first_rankings_write is None) \
-            else ""
+        look = not self.flags["typed_table"] and label.activity not in _NO_CODE
+        text = call_texts(call) if (tracker is not None or self.first_rankings_write is None
+                                    or look) else ""
+        if look and typed_table(text):
+            self.flags["typed_table"] += 1
         if (self.first_rankings_write is None and "rankings.json" in text and
                 label.activity in (Activity.submission_files, Activity.scientific_computation,
                                    Activity.other_python)):
@@ -393,6 +402,7 @@ def _call_features(features: dict[str, Any], reading: RunReading, flags: Counter
         else "workload failed" if features["gpu_workload"] else "probed only"
         if features["gpu_probe"] else "no GPU probe")
     features["used_gpu"] = bool(record.get("used_gpu")) or ran
+    features["typed_table"] = flags["typed_table"] > 0
 
 
 def _count(label: CallLabel, call: Call, flags: Counter[str], reading: RunReading) -> None:
@@ -538,6 +548,9 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
     else:
         features["web_source"] = "trajectory"
     reading.fetched = [(url, source_class(url)) for url in fetch_urls]
+    classes = {cls for _, cls in reading.fetched}
+    features["fetched_literature"] = bool(classes & {"literature", "preprint"})
+    features["fetched_database"] = "database" in classes
     if queries:
         reading.operators = search_operators(queries)
     features["n_queries"] = len(queries)
