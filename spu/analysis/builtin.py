@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from spu.analysis.trajectory_analysis import (
+    GPU_RULE,
     TRAJECTORY_ANALYSES,
     TrajectoryInputs,
     activity_time,
@@ -21,6 +22,8 @@ from spu.analysis.trajectory_analysis import (
     fetched_sources,
     first_appearance,
     gpu_tables,
+    gpu_within_config,
+    gpu_workloads,
     milestones,
     operator_shares,
     profiles,
@@ -89,11 +92,17 @@ def self_assessments(inputs: TrajectoryInputs) -> AnalysisResult:
     return _one("self_assessment.csv", self_assessment(inputs.scored))
 
 
-@analysis(files=("gpu.csv", "gpu_errors.csv"), section="Figure 22", registry=TRAJECTORY_ANALYSES)
+@analysis(files=("gpu.csv", "gpu_errors.csv", "gpu_workloads.csv", "gpu_within_config.csv"),
+          section="Figure 22", registry=TRAJECTORY_ANALYSES)
 def gpu(inputs: TrajectoryInputs) -> AnalysisResult:
-    """GPU use by configuration, and the GPU errors met."""
+    """GPU use, errors, main workload by discipline (22b) and within configurations (22e)."""
     table, errors = gpu_tables(inputs.readings, inputs.scored)
-    return AnalysisResult(tables={"gpu.csv": table, "gpu_errors.csv": errors})
+    options = inputs.options
+    tables = {"gpu.csv": table, "gpu_errors.csv": errors,
+              "gpu_workloads.csv": gpu_workloads(inputs.scored),
+              "gpu_within_config.csv": gpu_within_config(inputs.scored, options.seed,
+                                                         options.resamples)}
+    return AnalysisResult(tables=tables, rules=dict.fromkeys(tables, GPU_RULE))
 
 
 @analysis(files=("profiles.csv",), section="Figure 23a", registry=TRAJECTORY_ANALYSES)

@@ -263,6 +263,10 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     reading = walk.reading
     _time_features(features, reading.calls, span)
     _call_features(features, reading, walk.flags, walk.families, record)
+    # 4.8: a GPU probe within the first ten tool calls; the time of the GPU calls (E.12)
+    features["gpu_probe_early"] = walk.gpu_probe_at is not None and walk.gpu_probe_at < 10
+    features["gpu_call_s"] = walk.gpu_call_s
+    features["gpu_call_share"] = walk.gpu_call_s / span if span > 0 else math.nan
     report = run_dir / "output" / "report.md"
     text = (read_submission_file(report) or b"")[:1_000_000].decode("utf-8", "replace")
     features["stated_expected_rho"] = stated_expected_rho(text)
@@ -301,6 +305,10 @@ class _CallWalk:
     families: set[str] = field(default_factory=set)
     flags: Counter[str] = field(default_factory=Counter)
     first_rankings_write: tuple[int, float] | None = None
+    gpu_probe_at: int | None = None
+    """Position (from 0) among the run's tool calls of its first GPU probe."""
+    gpu_call_s: float = 0.0
+    """Time credited to the calls that ran a GPU workload (E.12)."""
     pending: _PendingStep | None = None
     t0: float | None = None
     last: float = 0.0
@@ -309,6 +317,8 @@ class _CallWalk:
     def _close(self, step: _PendingStep, end: float) -> None:
         share = max(end - step.start, 0.0) / len(step.calls)
         for k, (call, label) in enumerate(step.calls):
+            if label.gpu_workload:
+                self.gpu_call_s += share
             name, cls = _ACTIVITY_NAMES[label.activity]
             self.reading.calls.append(CallRow(self.run_key, step.index, k, call.name, name,
                                               cls, share, step.start,
@@ -341,6 +351,9 @@ class _CallWalk:
 
     def _label(self, index: int, now: float, call: Call) -> CallLabel:
         label = label_call(call.name, call.arguments, call.output, self.ctx, call.is_error)
+        if label.gpu_probe and self.gpu_probe_at is None:
+            self.gpu_probe_at = self.flags["n_calls"]
+        self.flags["n_calls"] += 1
         _count(label, call, self.flags, self.reading)
         self.families.update(label.families)
         if label.activity is Activity.web_search and label.query:
@@ -391,8 +404,6 @@ def _call_features(features: dict[str, Any], reading: RunReading, flags: Counter
     features["ranking_writes"] = flags["ranking_writes"]
     features["code_chars"] = flags["code_chars"]
     features["gpu_probe"] = flags["gpu_probe"] > 0
-    features["gpu_probe_early"] = any(
-        r.activity == "environment_probe" for r in calls[:10]) and flags["gpu_probe"] > 0
     features["gpu_workload"] = flags["gpu_workload"] > 0
     features["gpu_confirmed"] = flags["gpu_confirmed"] > 0
     features["gpu_errors"] = ";".join(sorted(reading.gpu_errors))
@@ -401,7 +412,12 @@ def _call_features(features: dict[str, Any], reading: RunReading, flags: Counter
         "device named" if features["gpu_confirmed"] else "workload ran" if ran
         else "workload failed" if features["gpu_workload"] else "probed only"
         if features["gpu_probe"] else "no GPU probe")
-    features["used_gpu"] = bool(record.get("used_gpu")) or ran
+    # E.12: used the GPU = a GPU workload in executed code ran without failing; the
+    # sampled device (run.json's used_gpu, gpu_seconds) stays beside it.
+    features["used_gpu"] = ran
+    features["gpu_measured"] = bool(record.get("used_gpu"))
+    main = sorted(reading.gpu_families.items(), key=lambda kv: (-kv[1], kv[0]))
+    features["gpu_workload_main"] = main[0][0] if ran and main else None
     features["typed_table"] = flags["typed_table"] > 0
 
 

@@ -554,6 +554,17 @@ def gpu_tables(readings: Iterable[RunReading], features: pd.DataFrame
             if used.any() else math.nan
         row["median_runtime_other_s"] = float(part.loc[~used, "runtime_s"].median()) \
             if (~used).any() else math.nan
+        row["share_gpu_probe"] = float(part["gpu_probe"].astype(bool).mean()) \
+            if "gpu_probe" in part else math.nan
+        row["share_gpu_probe_early"] = float(part["gpu_probe_early"].astype(bool).mean()) \
+            if "gpu_probe_early" in part else math.nan
+        if "gpu_call_s" in part and used.any():
+            row["median_gpu_call_s"] = float(part.loc[used, "gpu_call_s"].median())
+            row["median_gpu_call_share"] = float(part.loc[used, "gpu_call_share"].median())
+        else:
+            row["median_gpu_call_s"] = row["median_gpu_call_share"] = math.nan
+        row["share_gpu_measured"] = float(part["gpu_measured"].astype(bool).mean()) \
+            if "gpu_measured" in part else math.nan
         seconds = pd.to_numeric(part["gpu_seconds"], errors="coerce")
         row["measured_runs"] = int(seconds.notna().sum())
         row["gpu_seconds_total"] = float(seconds.sum()) if seconds.notna().any() else math.nan
@@ -573,6 +584,81 @@ def gpu_tables(readings: Iterable[RunReading], features: pd.DataFrame
                  "share": n / started[c]} for (c, k), n in sorted(errors.items())]
     return gpu, pd.DataFrame(err_rows, columns=["config", "error", "n_runs", "n_started",
                                                 "share"])
+
+
+GPU_RULE = ("used the GPU: a GPU workload in executed code ran without failing (E.12); "
+            "device named: its output names the device; early probe: a GPU probe within "
+            "the first ten tool calls (4.8); gpu_seconds: the sampled device, beside it")
+"""The manifest's rule for the GPU tables."""
+
+
+def gpu_workloads(features: pd.DataFrame) -> pd.DataFrame:
+    """Main workload of the runs that used the GPU, by discipline (Figure 22b).
+
+    A run's main workload is the method family of most of its GPU calls (ties: the first
+    by name; ``other`` when none is a family).
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"discipline": ["chemistry", "chemistry", "biology", "biology"],
+    ...                   "used_gpu": [True, True, True, False],
+    ...                   "gpu_workload_main": ["dft", "molecular_dynamics", "other", None]})
+    >>> gpu_workloads(f)[["discipline", "workload", "n_runs", "share"]].values.tolist()
+    [['all', 'dft', 1, 0.3333333333333333], ['all', 'molecular_dynamics', 1, 0.3333333333333333], ['all', 'other', 1, 0.3333333333333333], ['biology', 'other', 1, 1.0], ['chemistry', 'dft', 1, 0.5], ['chemistry', 'molecular_dynamics', 1, 0.5]]
+    """  # noqa: E501
+    columns = ["discipline", "workload", "n_runs", "n_used", "share"]
+    if features.empty or "gpu_workload_main" not in features:
+        return pd.DataFrame(columns=columns)
+    used = features[features["used_gpu"].astype(bool) & features["gpu_workload_main"].notna()]
+    rows = []
+    for discipline, part in [("all", used), *used.groupby("discipline", sort=True)]:
+        counts = part["gpu_workload_main"].value_counts()
+        for workload in sorted(counts.index):
+            rows.append({"discipline": discipline, "workload": workload,
+                         "n_runs": int(counts[workload]), "n_used": len(part),
+                         "share": float(counts[workload] / len(part))})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
+                      ) -> pd.DataFrame:
+    """Runs that used the GPU against the others of their configuration (Figure 22e).
+
+    Each scored run's score minus the mean of the other configurations on the same task
+    (:func:`spu.stats.outcomes.relative_frame`), then the mean of the runs that used the
+    GPU minus that of the others, per configuration and pooled, with percentile
+    intervals and a permutation P within configurations
+    (:func:`spu.stats.within_config.within_config_difference`); for ``used_gpu`` and for
+    the runs whose output named the device (``gpu_confirmed``; 4.8: +0.035 and +0.051).
+    """
+    from spu.stats.outcomes import relative_frame
+    from spu.stats.permutation import DRAWS
+    from spu.stats.within_config import COLUMNS, within_config_difference
+
+    columns = ["marker", *COLUMNS]
+    if features.empty:
+        return pd.DataFrame(columns=columns)
+    runs = features.rename(columns={"score": "score_recovered"})
+    runs = runs[runs["score_recovered"].notna()].assign(scored=True)
+    order = sorted(runs["config"].astype(str).unique())
+    if len(order) < 2 or "used_gpu" not in runs:
+        return pd.DataFrame(columns=columns)
+    frame = relative_frame(runs, order)
+    used = frame["used_gpu"].astype(bool)
+    parts = []
+    for marker in ("used_gpu", "gpu_confirmed"):
+        if marker not in frame:
+            continue
+        marked = frame.assign(marked=used & frame[marker].astype(bool))
+        result = within_config_difference(marked, order, f"gpu:{marker}", seed, resamples,
+                                          DRAWS)
+        pooled = {"config": "pooled", **{k: v for k, v in result.pooled.items()
+                                         if k in COLUMNS}}
+        parts.append(pd.concat([result.table, pd.DataFrame([pooled])], ignore_index=True)
+                     .assign(marker=marker))
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns]
 
 
 PROFILE_COLUMNS = {"runtime_s": "median", "n_calls": "median", "n_searches": "median",
