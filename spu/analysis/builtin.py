@@ -12,10 +12,12 @@ from __future__ import annotations
 import pandas as pd
 
 from spu.analysis.trajectory_analysis import (
+    AUDITED_RULE,
     GPU_RULE,
     TRAJECTORY_ANALYSES,
     TrajectoryInputs,
     activity_time,
+    audited_tools,
     effort_pairs,
     family_jaccard,
     family_shares,
@@ -103,6 +105,13 @@ def gpu(inputs: TrajectoryInputs) -> AnalysisResult:
               "gpu_within_config.csv": gpu_within_config(inputs.scored, options.seed,
                                                          options.resamples)}
     return AnalysisResult(tables=tables, rules=dict.fromkeys(tables, GPU_RULE))
+
+
+@analysis(files=("audited_tools.csv",), section="3.7, 4.1", registry=TRAJECTORY_ANALYSES)
+def audited_service(inputs: TrajectoryInputs) -> AnalysisResult:
+    """The audited service's errors and refusals; runs that never used it; first web access."""
+    return AnalysisResult(tables={"audited_tools.csv": audited_tools(inputs.scored)},
+                          rules={"audited_tools.csv": AUDITED_RULE})
 
 
 @analysis(files=("profiles.csv",), section="Figure 23a", registry=TRAJECTORY_ANALYSES)

@@ -550,9 +550,13 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
                  fetch_urls: list[str]) -> None:
     log = run_dir / AUDIT_LOG
     features = reading.features
+    features.update(audited_calls=math.nan, audited_errors=math.nan,
+                    audited_refused=math.nan)
     if log.is_file():
         audited_queries, audited_urls = [], []
+        status: Counter[str] = Counter()
         for entry in read_audit_log(log, reading.notes):
+            status[str(entry.get("status"))] += 1
             raw = entry.get("args")
             args: dict[str, Any] = raw if isinstance(raw, dict) else {}
             if entry["tool"] == "search" and isinstance(args.get("query"), str):
@@ -561,6 +565,8 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
                 audited_urls.append(args["url"])
         queries, fetch_urls = audited_queries, audited_urls
         features["web_source"] = "audit_log"
+        features.update(audited_calls=sum(status.values()), audited_errors=status["error"],
+                        audited_refused=status["refused"])
     else:
         features["web_source"] = "trajectory"
     reading.fetched = [(url, source_class(url)) for url in fetch_urls]
@@ -571,3 +577,7 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
         reading.operators = search_operators(queries)
     features["n_queries"] = len(queries)
     features["n_fetched_urls"] = len(fetch_urls)
+    # 4.1: a run that never used the audited tools (its log, else its search and fetch calls)
+    used = (features["audited_calls"] > 0 if log.is_file()
+            else bool(queries or fetch_urls))
+    features["used_audited_tools"] = bool(used)

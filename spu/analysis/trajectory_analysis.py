@@ -9,7 +9,8 @@ Files: ``calls.csv``, ``runs_features.csv``, ``associations.csv`` (SPEC 8), and
 ``activity_time.csv`` (Figure 14a), ``milestones.csv`` (14b), ``families.csv`` (15a-b),
 ``jaccard.csv`` (15), ``sources.csv`` (15c), ``search_operators.csv`` (15d),
 ``first_appearance.csv`` (16a), ``revisions.csv`` (17c, 21b, 24d-e), ``self_assessment.csv``
-(17b), ``gpu.csv`` and ``gpu_errors.csv`` (22), ``classifier.csv`` and
+(17b), ``gpu.csv`` and ``gpu_errors.csv`` (22a, c, d), ``gpu_workloads.csv`` (22b),
+``gpu_within_config.csv`` (22e), ``audited_tools.csv`` (3.7, 4.1), ``classifier.csv`` and
 ``classifier_confusion.csv`` (23b), ``profiles.csv`` (23a), ``efforts.csv`` (24c-d),
 ``summary.csv``.
 """
@@ -21,7 +22,7 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
@@ -93,6 +94,21 @@ BUILT_IN_FILES: dict[str, tuple[str, str]] = {
     "summary.csv": ("summary", "scalar results quoted in section 4"),
 }
 """The files :func:`build_tables` writes itself (the classifier runs beside the others)."""
+
+BUILT_IN_RULES: dict[str, str] = {
+    "runs_features.csv": (
+        "input order: the rows of the task's targets.csv (E.4, E.7); first draft: the earliest "
+        "submission-format ranking with every group and item that differs from it; used_gpu: "
+        "a GPU workload in executed code that ran without failing (E.12), gpu_measured and "
+        "gpu_seconds from the sampled device beside it; gpu_probe_early: a GPU probe within "
+        "the first ten tool calls (4.8)"),
+    "associations.csv": (
+        "score ~ feature + task + configuration by least squares, percentile intervals and P "
+        "from resampling tasks, Holm within the 16 method and within the 8 behavioral "
+        "features (4.3, E.7)"),
+}
+"""The paper's rule behind each file :func:`build_tables` writes itself (the manifest's
+``outputs.<file>.rule``)."""
 
 TRAJECTORY_ANALYSES = Registry(needs={}, columns=False)
 """The tables of ``spu analyze`` computed from the run readings, one registered function
@@ -252,9 +268,11 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     if tables["associations.csv"].empty:
         notes.append("associations: fewer than three scored runs on two tasks")
     inputs = TrajectoryInputs(readings, calls, scored, opt)
+    rules = dict(BUILT_IN_RULES)
     for entry in TRAJECTORY_ANALYSES:
         found = entry(inputs)
         tables.update(found.tables)
+        rules.update(found.rules)
         notes += found.notes
     summary: list[dict[str, Any]] = []
     seconds["tables"] = round(time.perf_counter() - clock, 2)
@@ -284,19 +302,24 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     manifest = {"spu_version": spu.__version__, "seed": opt.seed, "resamples": opt.resamples,
                 "trees": opt.trees, "official_only": opt.official_only,
                 "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls),
-                "seconds": seconds, "outputs": _outputs(tables)}
+                "seconds": seconds, "outputs": _outputs(tables, rules)}
     return AnalysisResult(tables, manifest, notes)
 
 
-def _outputs(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, Any]]:
-    """Each file written: the analysis that produced it and the paper figure it serves."""
-    outputs = {name: {"analysis": analysis, "section": section}
-               for name, (analysis, section) in BUILT_IN_FILES.items() if name in tables}
+def _outputs(tables: dict[str, pd.DataFrame], rules: Mapping[str, str] | None = None
+             ) -> dict[str, dict[str, Any]]:
+    """Each file written: its analysis, the paper figure it serves and its rule (``rule``)."""
+    outputs: dict[str, dict[str, Any]] = {
+        name: {"analysis": analysis, "section": section}
+        for name, (analysis, section) in BUILT_IN_FILES.items() if name in tables}
     for entry in TRAJECTORY_ANALYSES:
         for name in entry.files:
             if name in tables:
                 outputs[name] = {"analysis": entry.name, "source": entry.source,
                                  "section": entry.section_of(name)}
+    for name, rule in (rules or {}).items():
+        if name in outputs:
+            outputs[name]["rule"] = rule
     return dict(sorted(outputs.items()))
 
 
@@ -659,6 +682,63 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
     if not parts:
         return pd.DataFrame(columns=columns)
     return pd.concat(parts, ignore_index=True)[columns]
+
+
+AUDITED_RULE = ("audited service: calls, errors (status error) and refusals (status refused, "
+                "a policy block) of tools/audit.jsonl, over the runs that have one (3.7); "
+                "never used: no call in the log, else no search or fetch call in the "
+                "trajectory (4.1); first web access: the first web search or fetch, as a "
+                "share of run time")
+"""The manifest's rule for ``audited_tools.csv``."""
+
+
+def audited_tools(features: pd.DataFrame) -> pd.DataFrame:
+    """The audited service across runs (3.7) and who never used it, and first web access (4.1).
+
+    Per configuration and over all runs: runs with an audit log, the calls logged, the
+    errors and refusals among them (the paper: "no policy block among 8,780 error
+    messages of its 38,152 audited calls"); the share of runs that never used the audited
+    tools; the median, first and third quartile of the first web access (share of run
+    time) over the runs with one.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"config": ["A", "A", "B"], "audited_calls": [4, 0, float("nan")],
+    ...                   "audited_errors": [1, 0, float("nan")],
+    ...                   "audited_refused": [0, 0, float("nan")],
+    ...                   "used_audited_tools": [True, False, True],
+    ...                   "first_web_t": [0.2, float("nan"), 0.6]})
+    >>> t = audited_tools(f).set_index("config")
+    >>> t.loc["all", ["n_with_log", "audited_calls", "audited_errors", "audited_refused"]
+    ...       ].tolist()
+    [2, 4, 1, 0]
+    >>> float(t.loc["A", "share_never_audited"]), float(t.loc["all", "median_first_web_t"])
+    (0.5, 0.4)
+    """
+    columns = ["config", "n_runs", "n_with_log", "audited_calls", "audited_errors",
+               "audited_refused", "error_share", "share_never_audited", "n_first_web",
+               "median_first_web_t", "q1_first_web_t", "q3_first_web_t"]
+    if features.empty or "audited_calls" not in features:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for config, part in [("all", features), *features.groupby("config", sort=True)]:
+        calls = pd.to_numeric(part["audited_calls"], errors="coerce")
+        logged = calls.notna()
+        n_calls = int(calls[logged].sum())
+        errors = int(pd.to_numeric(part["audited_errors"], errors="coerce")[logged].sum())
+        web = pd.to_numeric(part["first_web_t"], errors="coerce").dropna()
+        rows.append({
+            "config": config, "n_runs": len(part), "n_with_log": int(logged.sum()),
+            "audited_calls": n_calls, "audited_errors": errors,
+            "audited_refused": int(pd.to_numeric(part["audited_refused"],
+                                                 errors="coerce")[logged].sum()),
+            "error_share": errors / n_calls if n_calls else math.nan,
+            "share_never_audited": float((~part["used_audited_tools"].astype(bool)).mean()),
+            "n_first_web": len(web),
+            "median_first_web_t": float(web.median()) if len(web) else math.nan,
+            "q1_first_web_t": float(web.quantile(0.25)) if len(web) else math.nan,
+            "q3_first_web_t": float(web.quantile(0.75)) if len(web) else math.nan})
+    return pd.DataFrame(rows, columns=columns)
 
 
 PROFILE_COLUMNS = {"runtime_s": "median", "n_calls": "median", "n_searches": "median",

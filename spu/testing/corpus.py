@@ -111,9 +111,11 @@ class _Builder:
 
     def mcp(self, tool: str, args: dict[str, Any], output: str) -> ToolCall:
         name = f"mcp__spu__{tool}" if self.harness == "claude_code" else f"spu__{tool}"
+        # SPEC 7's status; the one URL outside the corpus fails, as an offline fetch does
+        failed = tool == "fetch" and "example.org" in str(args.get("url"))
         self.audit.append({"time": self.now.isoformat(), "tool": tool, "args": args,
-                           "status": 200, "latency_s": 0.4, "text_sha256": "0" * 64,
-                           "chars": len(output)})
+                           "status": "error" if failed else "ok", "latency_s": 0.4,
+                           "text_sha256": "0" * 64, "chars": len(output)})
         return ToolCall(name=name, arguments=args, output=output)
 
 
