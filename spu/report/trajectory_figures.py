@@ -449,7 +449,9 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
 
 
 def _levels(gpu: pd.DataFrame) -> pd.DataFrame:
-    columns = [c for c in gpu.columns if c.startswith("share_") and c != "share_used_gpu"]
+    # the levels of Figure 22a only (gpu.csv has other shares: probes, used, measured)
+    levels = {f"share_{level.replace(' ', '_')}" for level in GPU_LEVELS}
+    columns = [c for c in gpu.columns if c in levels]
     long = gpu.melt(id_vars="config", value_vars=columns, var_name="level", value_name="share")
     long["level"] = long["level"].str.removeprefix("share_").str.replace("_", " ")
     return long
