@@ -123,4 +123,5 @@ def configuration_profiles(inputs: TrajectoryInputs) -> AnalysisResult:
 @analysis(files=("efforts.csv",), section="Figure 24c-d", registry=TRAJECTORY_ANALYSES)
 def efforts(inputs: TrajectoryInputs) -> AnalysisResult:
     """Behaviour of one model at two reasoning efforts."""
-    return _one("efforts.csv", effort_pairs(inputs.scored))
+    return _one("efforts.csv", effort_pairs(inputs.scored, inputs.options.seed,
+                                            inputs.options.resamples))

@@ -767,16 +767,22 @@ EFFORT_RATIOS = {"runtime_s": "run time", "output_tokens": "output tokens",
                  "code_chars": "code written", "n_searches": "web searches"}
 
 
-def effort_pairs(features: pd.DataFrame) -> pd.DataFrame:
+def effort_pairs(features: pd.DataFrame, seed: int = 0, resamples: int = 2_000
+                 ) -> pd.DataFrame:
     """The same model at two efforts on the same tasks (paper 4.10, Figure 24c-d).
 
     For each model run at two or more efforts, the most against the least: the median
     over shared tasks of the ratio (more / less effort) of run time, output tokens, code
     written and web searches; the share of runs that used a GPU at each; and, on the tasks
     where the higher effort's first draft was scored, the mean score of that draft, of its
-    submission and of the lower effort's submission.
+    submission and of the lower effort's submission, and (Figure 24d) the draft minus each
+    submission with a 95% percentile interval from ``resamples`` resamples of the tasks
+    (``ci_low``, ``ci_high``; empty on the other rows).
     """
-    columns = ["model", "effort_high", "effort_low", "quantity", "n_tasks", "value"]
+    from spu.stats.resampling import percentile_interval, resample_counts
+
+    columns = ["model", "effort_high", "effort_low", "quantity", "n_tasks", "value",
+               "ci_low", "ci_high"]
     rows: list[dict[str, Any]] = []
     if features.empty or "model" not in features:
         return pd.DataFrame(columns=columns)
@@ -807,6 +813,19 @@ def effort_pairs(features: pd.DataFrame) -> pd.DataFrame:
                              ("submission score (low)", b.loc[drafted, "score"])):
             rows.append({**base, "quantity": name, "n_tasks": len(drafted),
                          "value": float(values.mean()) if len(drafted) else math.nan})
+        draft = a.loc[drafted, "first_draft_score"].to_numpy(float)
+        for side, sub in (("high", a), ("low", b)):
+            diff = draft - sub.loc[drafted, "score"].to_numpy(float)
+            row = {**base, "quantity": f"draft minus submission ({side})",
+                   "n_tasks": len(drafted), "value": math.nan, "ci_low": math.nan,
+                   "ci_high": math.nan}
+            if len(drafted):
+                counts = resample_counts(len(diff), resamples,
+                                         rng_for(seed, "efforts", str(model), side))
+                low_end, high_end = percentile_interval(counts @ diff / len(diff))
+                row.update(value=float(diff.mean()), ci_low=float(low_end),
+                           ci_high=float(high_end))
+            rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 
 

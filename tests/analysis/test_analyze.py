@@ -94,7 +94,8 @@ def test_the_corpus_exercises_the_paper_26_outputs(analysis) -> None:
 def test_figures_written_and_missing_ones_listed(analysis, capsys) -> None:
     pngs = {p.stem for p in (analysis / "figures").glob("*.png")}
     assert {"fig14a_activity_time", "fig15a_families", "fig16a_first_appearance",
-            "fig17a_associations", "fig23b_confusion"} <= pngs
+            "fig17a_associations", "fig23b_confusion", "fig22b_gpu_workloads",
+            "fig22e_gpu_within", "fig24d_effort_drafts"} <= pngs
 
 
 def test_sample_and_audit(corpus, tmp_path, capsys) -> None:
