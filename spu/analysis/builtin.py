@@ -14,6 +14,7 @@ import pandas as pd
 from spu.analysis.trajectory_analysis import (
     AUDITED_RULE,
     GPU_RULE,
+    REPEAT_METHODS_RULE,
     TRAJECTORY_ANALYSES,
     TrajectoryInputs,
     activity_time,
@@ -29,6 +30,7 @@ from spu.analysis.trajectory_analysis import (
     milestones,
     operator_shares,
     profiles,
+    repeat_methods,
     revisions,
     self_assessment,
 )
@@ -112,6 +114,17 @@ def audited_service(inputs: TrajectoryInputs) -> AnalysisResult:
     """The audited service's errors and refusals; runs that never used it; first web access."""
     return AnalysisResult(tables={"audited_tools.csv": audited_tools(inputs.scored)},
                           rules={"audited_tools.csv": AUDITED_RULE})
+
+
+@analysis(files=("repeat_methods.csv",), section="Figure 19c", registry=TRAJECTORY_ANALYSES)
+def repeats_methods(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Method families used by some but not all repeats of a task, and the score gap."""
+    table = repeat_methods(inputs.scored, inputs.options.seed, inputs.options.resamples)
+    notes = (["repeat_methods: no task with two scored runs of one configuration (official "
+              "runs only; --all-repeats reads the repeats)"]
+             if table.empty and inputs.options.official_only else [])
+    return AnalysisResult(tables={"repeat_methods.csv": table}, notes=notes,
+                          rules={"repeat_methods.csv": REPEAT_METHODS_RULE})
 
 
 @analysis(files=("profiles.csv",), section="Figure 23a", registry=TRAJECTORY_ANALYSES)

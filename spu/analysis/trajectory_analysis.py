@@ -741,6 +741,70 @@ def audited_tools(features: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+MIN_VARYING_TASKS = 4
+"""Figure 19c shows a family used by some but not all repeats on at least this many tasks."""
+
+REPEAT_METHODS_RULE = ("families used by some but not all scored runs of one configuration on "
+                       "a task; shown: on at least four tasks (Figure 19c); the gap: mean score "
+                       "of the runs that used it minus the others, averaged over those tasks, "
+                       "percentile interval over tasks")
+"""The manifest's rule for ``repeat_methods.csv``."""
+
+
+def repeat_methods(features: pd.DataFrame, seed: int = 0, resamples: int = 2_000
+                   ) -> pd.DataFrame:
+    """Method families that vary between the repeats of a task (Figure 19c, 3.6).
+
+    For each configuration and task with at least two scored runs (``--all-repeats``),
+    and each method family used by some but not all of them: the runs that used it,
+    and their mean score minus that of the runs that did not (rows with the task's id).
+    Per family (``task_id`` ``all``): the tasks where it varied (``n_tasks``), their runs
+    and the runs that used it there, the mean of the per-task differences with a 95%
+    percentile interval from resampling those tasks, and ``shown``: varied on at least
+    :data:`MIN_VARYING_TASKS` tasks, the paper's rule for the figure.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"config": "A", "task_id": ["t1", "t1", "t2", "t2"],
+    ...                   "score": [0.5, 0.1, 0.3, 0.4],
+    ...                   "family_dft": [True, False, True, True]})
+    >>> repeat_methods(f)[["family", "task_id", "n_tasks", "n_used", "diff"]].values.tolist()
+    [['dft', 'all', 1, 1, 0.4], ['dft', 't1', 1, 1, 0.4]]
+    """
+    from spu.stats.resampling import percentile_interval, resample_counts
+
+    columns = ["family", "task_id", "config", "n_tasks", "n_runs", "n_used", "diff", "ci_low",
+               "ci_high", "shown"]
+    families = [c for c in features.columns if c.startswith("family_")]
+    f = features[features["score"].notna()] if "score" in features else features.iloc[:0]
+    rows: list[dict[str, Any]] = []
+    for (config, task), part in f.groupby(["config", "task_id"], sort=True):
+        if len(part) < 2:
+            continue
+        for column in families:
+            used = part[column].astype(bool).to_numpy()
+            if 0 < used.sum() < len(part):
+                score = part["score"].to_numpy(float)
+                rows.append({"family": column.removeprefix("family_"), "task_id": task,
+                             "config": config, "n_tasks": 1, "n_runs": len(part),
+                             "n_used": int(used.sum()),
+                             "diff": float(score[used].mean() - score[~used].mean()),
+                             "ci_low": math.nan, "ci_high": math.nan, "shown": False})
+    per_task = pd.DataFrame(rows, columns=columns)
+    summary = []
+    for family, part in per_task.groupby("family", sort=True):
+        diffs = part["diff"].to_numpy(float)
+        counts = resample_counts(len(diffs), resamples, rng_for(seed, "repeat methods", family))
+        low, high = percentile_interval(counts @ diffs / len(diffs))
+        summary.append({"family": family, "task_id": "all", "config": "all",
+                        "n_tasks": len(part), "n_runs": int(part["n_runs"].sum()),
+                        "n_used": int(part["n_used"].sum()),
+                        "diff": float(diffs.mean()), "ci_low": float(low),
+                        "ci_high": float(high), "shown": len(part) >= MIN_VARYING_TASKS})
+    out = pd.concat([pd.DataFrame(summary, columns=columns), per_task], ignore_index=True)
+    return out.sort_values(["family", "task_id"], kind="stable").reset_index(drop=True)
+
+
 PROFILE_COLUMNS = {"runtime_s": "median", "n_calls": "median", "n_searches": "median",
                    "n_fetches": "median", "n_families": "median", "ranking_writes": "median",
                    "first_complete_t": "median", "web_share": "median",
