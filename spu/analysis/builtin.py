@@ -31,6 +31,7 @@ from spu.analysis.trajectory_analysis import (
     operator_shares,
     profiles,
     repeat_methods,
+    revision_intervals,
     revisions,
     self_assessment,
 )
@@ -83,11 +84,19 @@ def first_appearances(inputs: TrajectoryInputs) -> AnalysisResult:
     return _one("first_appearance.csv", first_appearance(inputs.readings))
 
 
-@analysis(files=("revisions.csv",), section="Figures 17c, 21b, 24d-e",
-          registry=TRAJECTORY_ANALYSES)
+@analysis(files={"revisions.csv": "Figures 17c, 21b, 24d-e",
+                 "revision_intervals.csv": "Figures 17c, 24e (4.3)"},
+          section="Figures 17c, 21b, 24d-e", registry=TRAJECTORY_ANALYSES)
 def ranking_revisions(inputs: TrajectoryInputs) -> AnalysisResult:
-    """Revisions of the ranking after the first complete draft."""
-    return _one("revisions.csv", revisions(inputs.scored))
+    """Revisions of the ranking after the first complete draft, and their intervals."""
+    table = revisions(inputs.scored)
+    return AnalysisResult(tables={
+        "revisions.csv": table,
+        "revision_intervals.csv": revision_intervals(table, inputs.options.seed,
+                                                     inputs.options.resamples)},
+        rules={"revision_intervals.csv": "17c: the runs whose submission differs from the "
+               "first draft; 24e: the runs with flipped pairs; 95% percentile intervals from "
+               "resampling tasks (4.3)"})
 
 
 @analysis(files=("self_assessment.csv",), section="Figure 17b", registry=TRAJECTORY_ANALYSES)

@@ -29,3 +29,25 @@ def test_draft_minus_submissions_hand_worked() -> None:
     assert -0.05 <= t.loc["draft minus submission (high)", "ci_low"] <= 0.05
     assert 0.05 <= t.loc["draft minus submission (high)", "ci_high"] <= 0.1
     assert np.isnan(t.loc["ratio of run time", "ci_low"])
+
+
+def test_revision_intervals_resample_tasks() -> None:
+    """17c and 24e: means over runs, intervals from tasks drawn with replacement."""
+    from spu.analysis.trajectory_analysis import revision_intervals, task_bootstrap_mean
+
+    rev = pd.DataFrame({"config": ["A", "A", "A", "B"], "task_id": ["t1", "t1", "t2", "t2"],
+                        "change": [0.1, 0.0, 0.3, -0.2],
+                        "flipped_into_measured": [0.5, np.nan, 1.0, 0.0],
+                        "flipped_expected_share": [0.5, np.nan, 0.5, 0.25]})
+    t = revision_intervals(rev, seed=0, resamples=2000).set_index(["config", "quantity"])
+    a = t.loc[("A", "submission minus first draft")]
+    assert a["n_runs"] == 2 and a["mean"] == pytest.approx(0.2)  # the 0.0 run is no change
+    # two tasks, one run each: the resampled means are 0.1, 0.2 or 0.3
+    assert a["ci_low"] == pytest.approx(0.1) and a["ci_high"] == pytest.approx(0.3)
+    excess = t.loc[("all", "into the measured order minus expected")]
+    assert excess["mean"] == pytest.approx((0.0 + 0.5 - 0.25) / 3)
+    # a task with two runs weighs twice when drawn: the exact weighted mean per resample
+    mean, low, high = task_bootstrap_mean(np.array([0.0, 1.0, 2.0]),
+                                          np.array(["x", "x", "y"]),
+                                          np.random.default_rng(1), 4000)
+    assert mean == 1.0 and low == pytest.approx(0.5) and high == pytest.approx(2.0)
