@@ -34,6 +34,7 @@ from spu.analysis.trajectory_analysis import (
     revision_intervals,
     revisions,
     self_assessment,
+    task_runs,
 )
 from spu.stats.registry import AnalysisResult, analysis
 
@@ -134,6 +135,18 @@ def repeats_methods(inputs: TrajectoryInputs) -> AnalysisResult:
              if table.empty and inputs.options.official_only else [])
     return AnalysisResult(tables={"repeat_methods.csv": table}, notes=notes,
                           rules={"repeat_methods.csv": REPEAT_METHODS_RULE})
+
+
+@analysis(files=("task_runs.csv",), section="Figure 21a", registry=TRAJECTORY_ANALYSES)
+def detail_task_runs(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Every scored run on the tasks named by ``--task ID`` (Figure 21a)."""
+    wanted = inputs.options.detail_tasks
+    if not wanted:
+        return AnalysisResult(tables={})
+    table = task_runs(inputs.scored, wanted)
+    missing = sorted(set(wanted) - set(table["task_id"].astype(str)))
+    notes = [f"task_runs: no scored run on {', '.join(missing)}"] if missing else []
+    return AnalysisResult(tables={"task_runs.csv": table}, notes=notes)
 
 
 @analysis(files=("profiles.csv",), section="Figure 23a", registry=TRAJECTORY_ANALYSES)

@@ -22,7 +22,7 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
@@ -83,6 +83,8 @@ class AnalyzeOptions:
     jobs: int = 2
     """Worker processes reading the run folders, then fitting the classifier's folds (1:
     all in this process). The results do not depend on it."""
+    detail_tasks: tuple[str, ...] = ()
+    """Tasks examined in detail (``--task ID``): ``task_runs.csv`` (Figure 21a)."""
 
 
 BUILT_IN_FILES: dict[str, tuple[str, str]] = {
@@ -806,6 +808,32 @@ def audited_tools(features: pd.DataFrame) -> pd.DataFrame:
             "q1_first_web_t": float(web.quantile(0.25)) if len(web) else math.nan,
             "q3_first_web_t": float(web.quantile(0.75)) if len(web) else math.nan})
     return pd.DataFrame(rows, columns=columns)
+
+
+def task_runs(features: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
+    """Every scored run on the tasks examined in detail, by discipline (Figure 21a).
+
+    One row per run of ``tasks`` (``--task ID``): discipline, task, configuration, repeat,
+    score, the first draft's score and whether the submission differs from it (21b).
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"run_key": ["a", "b", "c"], "task_id": ["t1", "t2", "t1"],
+    ...                   "config": ["X", "X", "Y"], "discipline": "chemistry",
+    ...                   "repeat": 0, "score": [0.2, 0.5, 0.4]})
+    >>> task_runs(f, ["t1"])[["run_key", "config", "score"]].values.tolist()
+    [['a', 'X', 0.2], ['c', 'Y', 0.4]]
+    """
+    columns = ["discipline", "task_id", "config", "repeat", "run_key", "score",
+               "first_draft_score", "submission_differs"]
+    if features.empty or not tasks:
+        return pd.DataFrame(columns=columns)
+    f = features[features["task_id"].astype(str).isin(set(tasks))].copy()
+    for column in columns:
+        if column not in f:
+            f[column] = math.nan
+    return (f[columns].sort_values(["discipline", "task_id", "config", "repeat"], kind="stable")
+            .reset_index(drop=True))
 
 
 MIN_VARYING_TASKS = 4
