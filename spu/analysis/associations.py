@@ -29,15 +29,19 @@ from spu.activities import METHOD_FAMILIES
 from spu.stats.resampling import percentile_interval, rng_for
 
 METHOD_FEATURES: tuple[str, ...] = (
-    *(f"family_{f}" for f in METHOD_FAMILIES), "any_simulation", "used_gpu", "gpu_confirmed",
+    *(f"family_{f}" for f in METHOD_FAMILIES), "any_simulation", "many_families", "used_gpu",
+    "gpu_confirmed", "typed_table", "fetched_literature", "fetched_database",
 )
-"""Method features (one Holm family)."""
+"""Method features, the paper's 16 (one Holm family, E.7): the nine method families, any
+simulation, three or more families, a GPU used and confirmed, a typed-in table of values
+(4.2), literature and databases fetched."""
 
 BEHAVIOR_FEATURES: tuple[str, ...] = (
-    "used_web", "early_draft", "revised", "stated_expectation", "subagent",
-    "background_jobs", "software_install", "many_families",
+    "used_web", "early_draft", "revised", "stated_expectation", "disclosed_recollection",
+    "subagent", "background_jobs", "software_install",
 )
-"""Behavioral features (the other Holm family)."""
+"""Behavioral features, the paper's 8 (the other Holm family, E.7), among them disclosing
+a recollection (3.7, 4.3)."""
 
 SIMULATION_FAMILIES = ("semiempirical_qm", "dft", "molecular_dynamics", "ml_potentials",
                        "docking")
@@ -71,6 +75,9 @@ def derived_features(features: pd.DataFrame) -> pd.DataFrame:
     out["background_jobs"] = f["background_jobs"].astype(bool)
     out["software_install"] = f["first_install_t"].notna()
     out["many_families"] = f["n_families"] >= 3
+    for name in ("typed_table", "fetched_literature", "fetched_database",
+                 "disclosed_recollection"):
+        out[name] = f.get(name, pd.Series(False, index=f.index)).fillna(False).astype(bool)
     return out[[c for c in (*METHOD_FEATURES, *BEHAVIOR_FEATURES) if c in out]]
 
 

@@ -12,20 +12,29 @@ from __future__ import annotations
 import pandas as pd
 
 from spu.analysis.trajectory_analysis import (
+    AUDITED_RULE,
+    GPU_RULE,
+    REPEAT_METHODS_RULE,
     TRAJECTORY_ANALYSES,
     TrajectoryInputs,
     activity_time,
+    audited_tools,
     effort_pairs,
     family_jaccard,
     family_shares,
     fetched_sources,
     first_appearance,
     gpu_tables,
+    gpu_within_config,
+    gpu_workloads,
     milestones,
     operator_shares,
     profiles,
+    repeat_methods,
+    revision_intervals,
     revisions,
     self_assessment,
+    task_runs,
 )
 from spu.stats.registry import AnalysisResult, analysis
 
@@ -76,11 +85,19 @@ def first_appearances(inputs: TrajectoryInputs) -> AnalysisResult:
     return _one("first_appearance.csv", first_appearance(inputs.readings))
 
 
-@analysis(files=("revisions.csv",), section="Figures 17c, 21b, 24d-e",
-          registry=TRAJECTORY_ANALYSES)
+@analysis(files={"revisions.csv": "Figures 17c, 21b, 24d-e",
+                 "revision_intervals.csv": "Figures 17c, 24e (4.3)"},
+          section="Figures 17c, 21b, 24d-e", registry=TRAJECTORY_ANALYSES)
 def ranking_revisions(inputs: TrajectoryInputs) -> AnalysisResult:
-    """Revisions of the ranking after the first complete draft."""
-    return _one("revisions.csv", revisions(inputs.scored))
+    """Revisions of the ranking after the first complete draft, and their intervals."""
+    table = revisions(inputs.scored)
+    return AnalysisResult(tables={
+        "revisions.csv": table,
+        "revision_intervals.csv": revision_intervals(table, inputs.options.seed,
+                                                     inputs.options.resamples)},
+        rules={"revision_intervals.csv": "17c: the runs whose submission differs from the "
+               "first draft; 24e: the runs with flipped pairs; 95% percentile intervals from "
+               "resampling tasks (4.3)"})
 
 
 @analysis(files=("self_assessment.csv",), section="Figure 17b", registry=TRAJECTORY_ANALYSES)
@@ -89,11 +106,47 @@ def self_assessments(inputs: TrajectoryInputs) -> AnalysisResult:
     return _one("self_assessment.csv", self_assessment(inputs.scored))
 
 
-@analysis(files=("gpu.csv", "gpu_errors.csv"), section="Figure 22", registry=TRAJECTORY_ANALYSES)
+@analysis(files=("gpu.csv", "gpu_errors.csv", "gpu_workloads.csv", "gpu_within_config.csv"),
+          section="Figure 22", registry=TRAJECTORY_ANALYSES)
 def gpu(inputs: TrajectoryInputs) -> AnalysisResult:
-    """GPU use by configuration, and the GPU errors met."""
+    """GPU use, errors, main workload by discipline (22b) and within configurations (22e)."""
     table, errors = gpu_tables(inputs.readings, inputs.scored)
-    return AnalysisResult(tables={"gpu.csv": table, "gpu_errors.csv": errors})
+    options = inputs.options
+    tables = {"gpu.csv": table, "gpu_errors.csv": errors,
+              "gpu_workloads.csv": gpu_workloads(inputs.scored),
+              "gpu_within_config.csv": gpu_within_config(inputs.scored, options.seed,
+                                                         options.resamples)}
+    return AnalysisResult(tables=tables, rules=dict.fromkeys(tables, GPU_RULE))
+
+
+@analysis(files=("audited_tools.csv",), section="3.7, 4.1", registry=TRAJECTORY_ANALYSES)
+def audited_service(inputs: TrajectoryInputs) -> AnalysisResult:
+    """The audited service's errors and refusals; runs that never used it; first web access."""
+    return AnalysisResult(tables={"audited_tools.csv": audited_tools(inputs.scored)},
+                          rules={"audited_tools.csv": AUDITED_RULE})
+
+
+@analysis(files=("repeat_methods.csv",), section="Figure 19c", registry=TRAJECTORY_ANALYSES)
+def repeats_methods(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Method families used by some but not all repeats of a task, and the score gap."""
+    table = repeat_methods(inputs.scored, inputs.options.seed, inputs.options.resamples)
+    notes = (["repeat_methods: no task with two scored runs of one configuration (official "
+              "runs only; --all-repeats reads the repeats)"]
+             if table.empty and inputs.options.official_only else [])
+    return AnalysisResult(tables={"repeat_methods.csv": table}, notes=notes,
+                          rules={"repeat_methods.csv": REPEAT_METHODS_RULE})
+
+
+@analysis(files=("task_runs.csv",), section="Figure 21a", registry=TRAJECTORY_ANALYSES)
+def detail_task_runs(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Every scored run on the tasks named by ``--task ID`` (Figure 21a)."""
+    wanted = inputs.options.detail_tasks
+    if not wanted:
+        return AnalysisResult(tables={})
+    table = task_runs(inputs.scored, wanted)
+    missing = sorted(set(wanted) - set(table["task_id"].astype(str)))
+    notes = [f"task_runs: no scored run on {', '.join(missing)}"] if missing else []
+    return AnalysisResult(tables={"task_runs.csv": table}, notes=notes)
 
 
 @analysis(files=("profiles.csv",), section="Figure 23a", registry=TRAJECTORY_ANALYSES)
@@ -105,4 +158,5 @@ def configuration_profiles(inputs: TrajectoryInputs) -> AnalysisResult:
 @analysis(files=("efforts.csv",), section="Figure 24c-d", registry=TRAJECTORY_ANALYSES)
 def efforts(inputs: TrajectoryInputs) -> AnalysisResult:
     """Behaviour of one model at two reasoning efforts."""
-    return _one("efforts.csv", effort_pairs(inputs.scored))
+    return _one("efforts.csv", effort_pairs(inputs.scored, inputs.options.seed,
+                                            inputs.options.resamples))

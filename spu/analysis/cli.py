@@ -54,6 +54,9 @@ def _analyze_parser() -> argparse.ArgumentParser:
                         "folds (default 2; the results do not depend on it)")
     p.add_argument("--all-repeats", action="store_true",
                    help="analyse repeated runs too (default: official runs, repeat 0)")
+    p.add_argument("--task", action="append", default=[], metavar="ID", dest="detail_tasks",
+                   help="a task examined in detail: task_runs.csv holds every scored run "
+                        "on it, by discipline (Figure 21a); repeatable")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     return p
 
@@ -100,7 +103,8 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     options = AnalyzeOptions(task_roots=tuple(args.tasks), answers_root=args.answers_root,
                              seed=args.seed, resamples=args.resamples, trees=args.trees,
-                             official_only=not args.all_repeats, jobs=args.jobs)
+                             official_only=not args.all_repeats, jobs=args.jobs,
+                             detail_tasks=tuple(args.detail_tasks))
     try:
         result = analyze_runs(args.runs_dir, options)
     except (FileNotFoundError, StatsInputError) as exc:

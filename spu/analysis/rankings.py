@@ -119,8 +119,13 @@ def _orders(rankings: object) -> Orders | None:
     return orders or None
 
 
-def is_complete_ranking(orders: Mapping[str, Sequence[str]], contract: Contract) -> bool:
+def is_complete_ranking(orders: Mapping[str, Sequence[str]], contract: Contract,
+                        presented: Mapping[str, Sequence[str]] | None = None) -> bool:
     """Every group of the contract, each listing every item once, and not the input order.
+
+    The input order is ``presented``, the order of the task's ``targets.csv`` rows
+    (:func:`spu.tasks.threshold.presented_orders`, the one the presented-order score and
+    baseline use); without it, the contract's item order.
 
     Examples
     --------
@@ -137,7 +142,8 @@ def is_complete_ranking(orders: Mapping[str, Sequence[str]], contract: Contract)
         order = list(orders[g.group_id])
         if len(order) != len(g.items) or set(order) != set(g.items):
             return False
-        differs = differs or order != list(g.items)
+        shown = presented.get(g.group_id, g.items) if presented is not None else g.items
+        differs = differs or order != list(shown)
     return differs
 
 
@@ -234,8 +240,19 @@ class RankingsInTheMaking:
 class RankingTracker:
     """Reads the texts of one trajectory in time order; keeps only small state."""
 
-    def __init__(self, contract: Contract, submitted: Orders | None) -> None:
+    def __init__(self, contract: Contract, submitted: Orders | None,
+                 presented: Mapping[str, Sequence[str]] | None = None) -> None:
+        """Trace ``submitted`` through the texts; ``presented`` is the input order.
+
+        Args:
+            contract: The task's groups and items.
+            submitted: The submitted orders by group (None: nothing submitted).
+            presented: The input order by group (``targets.csv``'s rows, see
+                :func:`is_complete_ranking`); None: the contract's item order.
+        """
         self.contract = contract
+        self.presented = {g.group_id: list(
+            (presented or {}).get(g.group_id, g.items)) for g in contract.groups}
         self.ids = {item for g in contract.groups for item in g.items}
         # Whether a text names any item at all, in one pass (most texts name none).
         self._names_an_item = re.compile("|".join(
@@ -249,7 +266,8 @@ class RankingTracker:
         for g in contract.groups:
             order = self.submitted.get(g.group_id)
             if (order and len(g.items) >= MIN_GROUP_ITEMS and len(order) == len(g.items)
-                    and set(order) == set(g.items) and list(order) != list(g.items)):
+                    and set(order) == set(g.items)
+                    and list(order) != self.presented[g.group_id]):
                 self._pending[g.group_id] = "\x00".join(order)
                 self._members[g.group_id] = set(g.items)
 
@@ -287,7 +305,7 @@ class RankingTracker:
                 at = stream.find(wanted, at + 1)
 
     def _ranking(self, step: int, t: float, source: str, orders: Orders) -> None:
-        if not is_complete_ranking(orders, self.contract):
+        if not is_complete_ranking(orders, self.contract, self.presented):
             return
         r = self.result
         if r.first_draft is None:
@@ -303,8 +321,8 @@ class RankingTracker:
             r.group_sources[gid] = "file_only"
         self._pending = {}
         if r.first_draft is not None:
-            final = self.submitted if is_complete_ranking(self.submitted, self.contract) \
-                else None
+            final = self.submitted if is_complete_ranking(
+                self.submitted, self.contract, self.presented) else None
             r.revisions = max(r.versions - 1, 0) + int(final is not None and final != self._last)
             if final is not None:
                 r.pairs_flipped = sum(len(flipped_pairs(order, final[gid]))

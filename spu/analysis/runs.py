@@ -16,6 +16,7 @@ counts one unit per step.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -34,12 +35,14 @@ from spu.activities import (
     shell_command,
     split_tool_name,
 )
+from spu.analysis.detectors import discloses_recollection, typed_table
 from spu.analysis.rankings import SOURCES, RankingTracker, flip_shares, is_complete_ranking
 from spu.analysis.sources import search_operators, source_class
 from spu.grading.rules import GradingKey
 from spu.grading.submission import read_submission, read_submission_file
 from spu.schema import ACTIVITY_CLASSES, Activity, Contract, ToolCall, TrajectoryStep
 from spu.stats.submissions import orders_from_bytes
+from spu.tasks.threshold import presented_orders
 from spu.tracking.trajectories import (
     StepView,
     ToolCallView,
@@ -70,6 +73,10 @@ _EXPECTED = re.compile(
     r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?|"
     r"(?:spearman|\brho\b|ρ)[^\n.]{0,40}?expect\w*[^\n]{0,30}?"
     r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?", re.IGNORECASE)
+
+
+_NO_CODE = frozenset((Activity.web_search, Activity.web_fetch, Activity.subagent))
+"""Calls whose arguments are no code (a query, a URL, a prompt): not read for typed tables."""
 
 
 def stated_expected_rho(report: str) -> float | None:
@@ -230,11 +237,13 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     features = _features_base(record)
     notes: list[str] = []
     contract = _contract(run_dir, notes)
+    presented = _presented(run_dir, contract, notes)
     submitted = orders_from_bytes(read_submission(run_dir / "output"))
     walk = _CallWalk(
         run_key=str(record["run_key"]),
         reading=RunReading(calls=[], features=features, notes=notes),
-        tracker=RankingTracker(contract, submitted) if contract is not None else None,
+        tracker=(RankingTracker(contract, submitted, presented) if contract is not None
+                 else None),
         ctx=RunContext.for_run(run_dir))
     trajectory = find_trajectory(run_dir)
     steps: Iterator[Step] = iter(())
@@ -253,11 +262,16 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     reading = walk.reading
     _time_features(features, reading.calls, span)
     _call_features(features, reading, walk.flags, walk.families, record)
+    # 4.8: a GPU probe within the first ten tool calls; the time of the GPU calls (E.12)
+    features["gpu_probe_early"] = walk.gpu_probe_at is not None and walk.gpu_probe_at < 10
+    features["gpu_call_s"] = walk.gpu_call_s
+    features["gpu_call_share"] = walk.gpu_call_s / span if span > 0 else math.nan
     report = run_dir / "output" / "report.md"
     text = (read_submission_file(report) or b"")[:1_000_000].decode("utf-8", "replace")
     features["stated_expected_rho"] = stated_expected_rho(text)
+    features["disclosed_recollection"] = discloses_recollection(text)
     _ranking_features(features, walk.tracker, contract, submitted, answers,
-                      walk.first_rankings_write, span, reading)
+                      walk.first_rankings_write, span, reading, presented)
     _web_sources(run_dir, reading, walk.queries, walk.fetch_urls)
     return reading
 
@@ -290,6 +304,10 @@ class _CallWalk:
     families: set[str] = field(default_factory=set)
     flags: Counter[str] = field(default_factory=Counter)
     first_rankings_write: tuple[int, float] | None = None
+    gpu_probe_at: int | None = None
+    """Position (from 0) among the run's tool calls of its first GPU probe."""
+    gpu_call_s: float = 0.0
+    """Time credited to the calls that ran a GPU workload (E.12)."""
     pending: _PendingStep | None = None
     t0: float | None = None
     last: float = 0.0
@@ -298,6 +316,8 @@ class _CallWalk:
     def _close(self, step: _PendingStep, end: float) -> None:
         share = max(end - step.start, 0.0) / len(step.calls)
         for k, (call, label) in enumerate(step.calls):
+            if label.gpu_workload:
+                self.gpu_call_s += share
             name, cls = _ACTIVITY_NAMES[label.activity]
             self.reading.calls.append(CallRow(self.run_key, step.index, k, call.name, name,
                                               cls, share, step.start,
@@ -330,6 +350,9 @@ class _CallWalk:
 
     def _label(self, index: int, now: float, call: Call) -> CallLabel:
         label = label_call(call.name, call.arguments, call.output, self.ctx, call.is_error)
+        if label.gpu_probe and self.gpu_probe_at is None:
+            self.gpu_probe_at = self.flags["n_calls"]
+        self.flags["n_calls"] += 1
         _count(label, call, self.flags, self.reading)
         self.families.update(label.families)
         if label.activity is Activity.web_search and label.query:
@@ -337,8 +360,11 @@ class _CallWalk:
         if label.activity is Activity.web_fetch and label.url:
             self.fetch_urls.append(label.url)
         tracker = self.tracker
-        text = call_texts(call) if (tracker is not None or self.first_rankings_write is None) \
-            else ""
+        look = not self.flags["typed_table"] and label.activity not in _NO_CODE
+        text = call_texts(call) if (tracker is not None or self.first_rankings_write is None
+                                    or look) else ""
+        if look and typed_table(text):
+            self.flags["typed_table"] += 1
         if (self.first_rankings_write is None and "rankings.json" in text and
                 label.activity in (Activity.submission_files, Activity.scientific_computation,
                                    Activity.other_python)):
@@ -377,8 +403,6 @@ def _call_features(features: dict[str, Any], reading: RunReading, flags: Counter
     features["ranking_writes"] = flags["ranking_writes"]
     features["code_chars"] = flags["code_chars"]
     features["gpu_probe"] = flags["gpu_probe"] > 0
-    features["gpu_probe_early"] = any(
-        r.activity == "environment_probe" for r in calls[:10]) and flags["gpu_probe"] > 0
     features["gpu_workload"] = flags["gpu_workload"] > 0
     features["gpu_confirmed"] = flags["gpu_confirmed"] > 0
     features["gpu_errors"] = ";".join(sorted(reading.gpu_errors))
@@ -387,7 +411,13 @@ def _call_features(features: dict[str, Any], reading: RunReading, flags: Counter
         "device named" if features["gpu_confirmed"] else "workload ran" if ran
         else "workload failed" if features["gpu_workload"] else "probed only"
         if features["gpu_probe"] else "no GPU probe")
-    features["used_gpu"] = bool(record.get("used_gpu")) or ran
+    # E.12: used the GPU = a GPU workload in executed code ran without failing; the
+    # sampled device (run.json's used_gpu, gpu_seconds) stays beside it.
+    features["used_gpu"] = ran
+    features["gpu_measured"] = bool(record.get("used_gpu"))
+    main = sorted(reading.gpu_families.items(), key=lambda kv: (-kv[1], kv[0]))
+    features["gpu_workload_main"] = main[0][0] if ran and main else None
+    features["typed_table"] = flags["typed_table"] > 0
 
 
 def _count(label: CallLabel, call: Call, flags: Counter[str], reading: RunReading) -> None:
@@ -448,11 +478,28 @@ def _contract(run_dir: Path, notes: list[str]) -> Contract | None:
         return None
 
 
+def _presented(run_dir: Path, contract: Contract | None,
+               notes: list[str]) -> dict[str, list[str]] | None:
+    """The task's input order: its ``targets.csv`` rows (one definition, E.4 and E.7)."""
+    if contract is None:
+        return None
+    path = run_dir / "task" / "targets.csv"
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            ids = [row.get("experiment_id") or "" for row in csv.DictReader(f)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        notes.append(f"{path}: not readable ({type(exc).__name__}); the input order is the "
+                     f"contract's item order")
+        return None
+    return presented_orders(contract, ids)
+
+
 def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
                       contract: Contract | None, submitted: dict[str, list[str]] | None,
                       answers: Mapping[str, GradingKey] | None,
                       first_write: tuple[int, float] | None, span: float,
-                      reading: RunReading) -> None:
+                      reading: RunReading,
+                      presented: dict[str, list[str]] | None = None) -> None:
     for name in ("first_complete_step", "first_complete_t", "first_draft_score",
                  "submission_differs", "flipped_into_measured", "flipped_expected_share"):
         features[name] = math.nan
@@ -462,7 +509,8 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
     found = tracker.finish()
     reading.group_sources = dict(found.group_sources)
     draft = found.first_draft
-    complete_file = submitted is not None and is_complete_ranking(submitted, contract)
+    complete_file = submitted is not None and is_complete_ranking(submitted, contract,
+                                                                  presented)
     if draft is None and complete_file and submitted is not None:
         # Only in the file: a program wrote it and nothing printed it (paper 4.2).
         draft = submitted
@@ -501,9 +549,13 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
                  fetch_urls: list[str]) -> None:
     log = run_dir / AUDIT_LOG
     features = reading.features
+    features.update(audited_calls=math.nan, audited_errors=math.nan,
+                    audited_refused=math.nan)
     if log.is_file():
         audited_queries, audited_urls = [], []
+        status: Counter[str] = Counter()
         for entry in read_audit_log(log, reading.notes):
+            status[str(entry.get("status"))] += 1
             raw = entry.get("args")
             args: dict[str, Any] = raw if isinstance(raw, dict) else {}
             if entry["tool"] == "search" and isinstance(args.get("query"), str):
@@ -512,10 +564,19 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
                 audited_urls.append(args["url"])
         queries, fetch_urls = audited_queries, audited_urls
         features["web_source"] = "audit_log"
+        features.update(audited_calls=sum(status.values()), audited_errors=status["error"],
+                        audited_refused=status["refused"])
     else:
         features["web_source"] = "trajectory"
     reading.fetched = [(url, source_class(url)) for url in fetch_urls]
+    classes = {cls for _, cls in reading.fetched}
+    features["fetched_literature"] = bool(classes & {"literature", "preprint"})
+    features["fetched_database"] = "database" in classes
     if queries:
         reading.operators = search_operators(queries)
     features["n_queries"] = len(queries)
     features["n_fetched_urls"] = len(fetch_urls)
+    # 4.1: a run that never used the audited tools (its log, else its search and fetch calls)
+    used = (features["audited_calls"] > 0 if log.is_file()
+            else bool(queries or fetch_urls))
+    features["used_audited_tools"] = bool(used)

@@ -9,7 +9,8 @@ Files: ``calls.csv``, ``runs_features.csv``, ``associations.csv`` (SPEC 8), and
 ``activity_time.csv`` (Figure 14a), ``milestones.csv`` (14b), ``families.csv`` (15a-b),
 ``jaccard.csv`` (15), ``sources.csv`` (15c), ``search_operators.csv`` (15d),
 ``first_appearance.csv`` (16a), ``revisions.csv`` (17c, 21b, 24d-e), ``self_assessment.csv``
-(17b), ``gpu.csv`` and ``gpu_errors.csv`` (22), ``classifier.csv`` and
+(17b), ``gpu.csv`` and ``gpu_errors.csv`` (22a, c, d), ``gpu_workloads.csv`` (22b),
+``gpu_within_config.csv`` (22e), ``audited_tools.csv`` (3.7, 4.1), ``classifier.csv`` and
 ``classifier_confusion.csv`` (23b), ``profiles.csv`` (23a), ``efforts.csv`` (24c-d),
 ``summary.csv``.
 """
@@ -21,7 +22,7 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
@@ -82,6 +83,8 @@ class AnalyzeOptions:
     jobs: int = 2
     """Worker processes reading the run folders, then fitting the classifier's folds (1:
     all in this process). The results do not depend on it."""
+    detail_tasks: tuple[str, ...] = ()
+    """Tasks examined in detail (``--task ID``): ``task_runs.csv`` (Figure 21a)."""
 
 
 BUILT_IN_FILES: dict[str, tuple[str, str]] = {
@@ -93,6 +96,21 @@ BUILT_IN_FILES: dict[str, tuple[str, str]] = {
     "summary.csv": ("summary", "scalar results quoted in section 4"),
 }
 """The files :func:`build_tables` writes itself (the classifier runs beside the others)."""
+
+BUILT_IN_RULES: dict[str, str] = {
+    "runs_features.csv": (
+        "input order: the rows of the task's targets.csv (E.4, E.7); first draft: the earliest "
+        "submission-format ranking with every group and item that differs from it; used_gpu: "
+        "a GPU workload in executed code that ran without failing (E.12), gpu_measured and "
+        "gpu_seconds from the sampled device beside it; gpu_probe_early: a GPU probe within "
+        "the first ten tool calls (4.8)"),
+    "associations.csv": (
+        "score ~ feature + task + configuration by least squares, percentile intervals and P "
+        "from resampling tasks, Holm within the 16 method and within the 8 behavioral "
+        "features (4.3, E.7)"),
+}
+"""The paper's rule behind each file :func:`build_tables` writes itself (the manifest's
+``outputs.<file>.rule``)."""
 
 TRAJECTORY_ANALYSES = Registry(needs={}, columns=False)
 """The tables of ``spu analyze`` computed from the run readings, one registered function
@@ -252,9 +270,11 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     if tables["associations.csv"].empty:
         notes.append("associations: fewer than three scored runs on two tasks")
     inputs = TrajectoryInputs(readings, calls, scored, opt)
+    rules = dict(BUILT_IN_RULES)
     for entry in TRAJECTORY_ANALYSES:
         found = entry(inputs)
         tables.update(found.tables)
+        rules.update(found.rules)
         notes += found.notes
     summary: list[dict[str, Any]] = []
     seconds["tables"] = round(time.perf_counter() - clock, 2)
@@ -284,19 +304,24 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     manifest = {"spu_version": spu.__version__, "seed": opt.seed, "resamples": opt.resamples,
                 "trees": opt.trees, "official_only": opt.official_only,
                 "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls),
-                "seconds": seconds, "outputs": _outputs(tables)}
+                "seconds": seconds, "outputs": _outputs(tables, rules)}
     return AnalysisResult(tables, manifest, notes)
 
 
-def _outputs(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, Any]]:
-    """Each file written: the analysis that produced it and the paper figure it serves."""
-    outputs = {name: {"analysis": analysis, "section": section}
-               for name, (analysis, section) in BUILT_IN_FILES.items() if name in tables}
+def _outputs(tables: dict[str, pd.DataFrame], rules: Mapping[str, str] | None = None
+             ) -> dict[str, dict[str, Any]]:
+    """Each file written: its analysis, the paper figure it serves and its rule (``rule``)."""
+    outputs: dict[str, dict[str, Any]] = {
+        name: {"analysis": analysis, "section": section}
+        for name, (analysis, section) in BUILT_IN_FILES.items() if name in tables}
     for entry in TRAJECTORY_ANALYSES:
         for name in entry.files:
             if name in tables:
                 outputs[name] = {"analysis": entry.name, "source": entry.source,
                                  "section": entry.section_of(name)}
+    for name, rule in (rules or {}).items():
+        if name in outputs:
+            outputs[name]["rule"] = rule
     return dict(sorted(outputs.items()))
 
 
@@ -524,6 +549,73 @@ def revisions(features: pd.DataFrame) -> pd.DataFrame:
     return f[columns].reset_index(drop=True)
 
 
+def task_bootstrap_mean(values: np.ndarray, tasks: np.ndarray, rng: np.random.Generator,
+                        resamples: int) -> tuple[float, float, float]:
+    """Mean of ``values`` and its 95% percentile interval from resampling the tasks.
+
+    A task drawn ``k`` times enters with its runs weighted ``k`` (paper 4.3: "95%
+    intervals from resampling tasks").
+
+    Examples
+    --------
+    >>> v = np.array([1.0, 3.0, 5.0]); t = np.array(["a", "a", "b"])
+    >>> mean, low, high = task_bootstrap_mean(v, t, np.random.default_rng(0), 500)
+    >>> mean, bool(2.0 <= low <= high <= 5.0)
+    (3.0, True)
+    """
+    from spu.stats.resampling import percentile_interval, resample_counts
+
+    if values.size == 0:
+        return math.nan, math.nan, math.nan
+    codes, index = np.unique(tasks, return_inverse=True)
+    sums = np.bincount(index, weights=values, minlength=codes.size)
+    sizes = np.bincount(index, minlength=codes.size).astype(float)
+    counts = resample_counts(codes.size, resamples, rng).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        draws = (counts @ sums) / (counts @ sizes)
+    low, high = percentile_interval(draws)
+    return float(values.mean()), float(low), float(high)
+
+
+def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_000
+                       ) -> pd.DataFrame:
+    """Figure 17c's and 24e's means with 95% intervals from resampling tasks.
+
+    Per configuration and over all runs (``config`` ``all``): of the runs whose
+    submission differs from the first draft (``change`` not zero), the mean change
+    (submission minus draft, 17c); of the runs with flipped pairs scored against the
+    measured values, the mean share of flips into the measured order, the share expected
+    from random flips at the same distance and their difference (24e).
+
+    Args:
+        revised: ``revisions.csv`` (:func:`revisions`).
+        seed: Seed of the resampling.
+        resamples: Bootstrap resamples of tasks.
+    """
+    columns = ["config", "quantity", "n_runs", "n_tasks", "mean", "ci_low", "ci_high"]
+    if revised.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    quantities = {"change": "submission minus first draft",
+                  "flipped_into_measured": "share of flips into the measured order",
+                  "flipped_expected_share": "share expected from random flips",
+                  "flip_excess": "into the measured order minus expected"}
+    r = revised.assign(flip_excess=revised["flipped_into_measured"]
+                       - revised["flipped_expected_share"])
+    changed = r["change"].notna() & (r["change"] != 0)
+    for config, part in [("all", r), *r.groupby("config", sort=True)]:
+        for column, name in quantities.items():
+            keep = part[changed.loc[part.index]] if column == "change" else part
+            keep = keep[keep[column].notna()]
+            mean, low, high = task_bootstrap_mean(
+                keep[column].to_numpy(float), keep["task_id"].astype(str).to_numpy(),
+                rng_for(seed, "revision intervals", str(config), column), resamples)
+            rows.append({"config": config, "quantity": name, "n_runs": len(keep),
+                         "n_tasks": int(keep["task_id"].nunique()), "mean": mean,
+                         "ci_low": low, "ci_high": high})
+    return pd.DataFrame(rows, columns=columns)
+
+
 def self_assessment(features: pd.DataFrame) -> pd.DataFrame:
     """Expected Spearman stated in the report against the achieved score (Figure 17b)."""
     columns = ["run_key", "config", "task_id", "stated_expected_rho", "score", "overestimate"]
@@ -554,6 +646,17 @@ def gpu_tables(readings: Iterable[RunReading], features: pd.DataFrame
             if used.any() else math.nan
         row["median_runtime_other_s"] = float(part.loc[~used, "runtime_s"].median()) \
             if (~used).any() else math.nan
+        row["share_gpu_probe"] = float(part["gpu_probe"].astype(bool).mean()) \
+            if "gpu_probe" in part else math.nan
+        row["share_gpu_probe_early"] = float(part["gpu_probe_early"].astype(bool).mean()) \
+            if "gpu_probe_early" in part else math.nan
+        if "gpu_call_s" in part and used.any():
+            row["median_gpu_call_s"] = float(part.loc[used, "gpu_call_s"].median())
+            row["median_gpu_call_share"] = float(part.loc[used, "gpu_call_share"].median())
+        else:
+            row["median_gpu_call_s"] = row["median_gpu_call_share"] = math.nan
+        row["share_gpu_measured"] = float(part["gpu_measured"].astype(bool).mean()) \
+            if "gpu_measured" in part else math.nan
         seconds = pd.to_numeric(part["gpu_seconds"], errors="coerce")
         row["measured_runs"] = int(seconds.notna().sum())
         row["gpu_seconds_total"] = float(seconds.sum()) if seconds.notna().any() else math.nan
@@ -573,6 +676,228 @@ def gpu_tables(readings: Iterable[RunReading], features: pd.DataFrame
                  "share": n / started[c]} for (c, k), n in sorted(errors.items())]
     return gpu, pd.DataFrame(err_rows, columns=["config", "error", "n_runs", "n_started",
                                                 "share"])
+
+
+GPU_RULE = ("used the GPU: a GPU workload in executed code ran without failing (E.12); "
+            "device named: its output names the device; early probe: a GPU probe within "
+            "the first ten tool calls (4.8); gpu_seconds: the sampled device, beside it")
+"""The manifest's rule for the GPU tables."""
+
+
+def gpu_workloads(features: pd.DataFrame) -> pd.DataFrame:
+    """Main workload of the runs that used the GPU, by discipline (Figure 22b).
+
+    A run's main workload is the method family of most of its GPU calls (ties: the first
+    by name; ``other`` when none is a family).
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"discipline": ["chemistry", "chemistry", "biology", "biology"],
+    ...                   "used_gpu": [True, True, True, False],
+    ...                   "gpu_workload_main": ["dft", "molecular_dynamics", "other", None]})
+    >>> gpu_workloads(f)[["discipline", "workload", "n_runs", "share"]].values.tolist()
+    [['all', 'dft', 1, 0.3333333333333333], ['all', 'molecular_dynamics', 1, 0.3333333333333333], ['all', 'other', 1, 0.3333333333333333], ['biology', 'other', 1, 1.0], ['chemistry', 'dft', 1, 0.5], ['chemistry', 'molecular_dynamics', 1, 0.5]]
+    """  # noqa: E501
+    columns = ["discipline", "workload", "n_runs", "n_used", "share"]
+    if features.empty or "gpu_workload_main" not in features:
+        return pd.DataFrame(columns=columns)
+    used = features[features["used_gpu"].astype(bool) & features["gpu_workload_main"].notna()]
+    rows = []
+    for discipline, part in [("all", used), *used.groupby("discipline", sort=True)]:
+        counts = part["gpu_workload_main"].value_counts()
+        for workload in sorted(counts.index):
+            rows.append({"discipline": discipline, "workload": workload,
+                         "n_runs": int(counts[workload]), "n_used": len(part),
+                         "share": float(counts[workload] / len(part))})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
+                      ) -> pd.DataFrame:
+    """Runs that used the GPU against the others of their configuration (Figure 22e).
+
+    Each scored run's score minus the mean of the other configurations on the same task
+    (:func:`spu.stats.outcomes.relative_frame`), then the mean of the runs that used the
+    GPU minus that of the others, per configuration and pooled, with percentile
+    intervals and a permutation P within configurations
+    (:func:`spu.stats.within_config.within_config_difference`); for ``used_gpu`` and for
+    the runs whose output named the device (``gpu_confirmed``; 4.8: +0.035 and +0.051).
+    """
+    from spu.stats.outcomes import relative_frame
+    from spu.stats.permutation import DRAWS
+    from spu.stats.within_config import COLUMNS, within_config_difference
+
+    columns = ["marker", *COLUMNS]
+    if features.empty:
+        return pd.DataFrame(columns=columns)
+    runs = features.rename(columns={"score": "score_recovered"})
+    runs = runs[runs["score_recovered"].notna()].assign(scored=True)
+    order = sorted(runs["config"].astype(str).unique())
+    if len(order) < 2 or "used_gpu" not in runs:
+        return pd.DataFrame(columns=columns)
+    frame = relative_frame(runs, order)
+    used = frame["used_gpu"].astype(bool)
+    parts = []
+    for marker in ("used_gpu", "gpu_confirmed"):
+        if marker not in frame:
+            continue
+        marked = frame.assign(marked=used & frame[marker].astype(bool))
+        result = within_config_difference(marked, order, f"gpu:{marker}", seed, resamples,
+                                          DRAWS)
+        pooled = {"config": "pooled", **{k: v for k, v in result.pooled.items()
+                                         if k in COLUMNS}}
+        parts.append(pd.concat([result.table, pd.DataFrame([pooled])], ignore_index=True)
+                     .assign(marker=marker))
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+AUDITED_RULE = ("audited service: calls, errors (status error) and refusals (status refused, "
+                "a policy block) of tools/audit.jsonl, over the runs that have one (3.7); "
+                "never used: no call in the log, else no search or fetch call in the "
+                "trajectory (4.1); first web access: the first web search or fetch, as a "
+                "share of run time")
+"""The manifest's rule for ``audited_tools.csv``."""
+
+
+def audited_tools(features: pd.DataFrame) -> pd.DataFrame:
+    """The audited service across runs (3.7) and who never used it, and first web access (4.1).
+
+    Per configuration and over all runs: runs with an audit log, the calls logged, the
+    errors and refusals among them (the paper: "no policy block among 8,780 error
+    messages of its 38,152 audited calls"); the share of runs that never used the audited
+    tools; the median, first and third quartile of the first web access (share of run
+    time) over the runs with one.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"config": ["A", "A", "B"], "audited_calls": [4, 0, float("nan")],
+    ...                   "audited_errors": [1, 0, float("nan")],
+    ...                   "audited_refused": [0, 0, float("nan")],
+    ...                   "used_audited_tools": [True, False, True],
+    ...                   "first_web_t": [0.2, float("nan"), 0.6]})
+    >>> t = audited_tools(f).set_index("config")
+    >>> t.loc["all", ["n_with_log", "audited_calls", "audited_errors", "audited_refused"]
+    ...       ].tolist()
+    [2, 4, 1, 0]
+    >>> float(t.loc["A", "share_never_audited"]), float(t.loc["all", "median_first_web_t"])
+    (0.5, 0.4)
+    """
+    columns = ["config", "n_runs", "n_with_log", "audited_calls", "audited_errors",
+               "audited_refused", "error_share", "share_never_audited", "n_first_web",
+               "median_first_web_t", "q1_first_web_t", "q3_first_web_t"]
+    if features.empty or "audited_calls" not in features:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for config, part in [("all", features), *features.groupby("config", sort=True)]:
+        calls = pd.to_numeric(part["audited_calls"], errors="coerce")
+        logged = calls.notna()
+        n_calls = int(calls[logged].sum())
+        errors = int(pd.to_numeric(part["audited_errors"], errors="coerce")[logged].sum())
+        web = pd.to_numeric(part["first_web_t"], errors="coerce").dropna()
+        rows.append({
+            "config": config, "n_runs": len(part), "n_with_log": int(logged.sum()),
+            "audited_calls": n_calls, "audited_errors": errors,
+            "audited_refused": int(pd.to_numeric(part["audited_refused"],
+                                                 errors="coerce")[logged].sum()),
+            "error_share": errors / n_calls if n_calls else math.nan,
+            "share_never_audited": float((~part["used_audited_tools"].astype(bool)).mean()),
+            "n_first_web": len(web),
+            "median_first_web_t": float(web.median()) if len(web) else math.nan,
+            "q1_first_web_t": float(web.quantile(0.25)) if len(web) else math.nan,
+            "q3_first_web_t": float(web.quantile(0.75)) if len(web) else math.nan})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def task_runs(features: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
+    """Every scored run on the tasks examined in detail, by discipline (Figure 21a).
+
+    One row per run of ``tasks`` (``--task ID``): discipline, task, configuration, repeat,
+    score, the first draft's score and whether the submission differs from it (21b).
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"run_key": ["a", "b", "c"], "task_id": ["t1", "t2", "t1"],
+    ...                   "config": ["X", "X", "Y"], "discipline": "chemistry",
+    ...                   "repeat": 0, "score": [0.2, 0.5, 0.4]})
+    >>> task_runs(f, ["t1"])[["run_key", "config", "score"]].values.tolist()
+    [['a', 'X', 0.2], ['c', 'Y', 0.4]]
+    """
+    columns = ["discipline", "task_id", "config", "repeat", "run_key", "score",
+               "first_draft_score", "submission_differs"]
+    if features.empty or not tasks:
+        return pd.DataFrame(columns=columns)
+    f = features[features["task_id"].astype(str).isin(set(tasks))].copy()
+    for column in columns:
+        if column not in f:
+            f[column] = math.nan
+    return (f[columns].sort_values(["discipline", "task_id", "config", "repeat"], kind="stable")
+            .reset_index(drop=True))
+
+
+MIN_VARYING_TASKS = 4
+"""Figure 19c shows a family used by some but not all repeats on at least this many tasks."""
+
+REPEAT_METHODS_RULE = ("families used by some but not all scored runs of one configuration on "
+                       "a task; shown: on at least four tasks (Figure 19c); the gap: mean score "
+                       "of the runs that used it minus the others, averaged over those tasks, "
+                       "percentile interval over tasks")
+"""The manifest's rule for ``repeat_methods.csv``."""
+
+
+def repeat_methods(features: pd.DataFrame, seed: int = 0, resamples: int = 2_000
+                   ) -> pd.DataFrame:
+    """Method families that vary between the repeats of a task (Figure 19c, 3.6).
+
+    For each configuration and task with at least two scored runs (``--all-repeats``),
+    and each method family used by some but not all of them: the runs that used it,
+    and their mean score minus that of the runs that did not (rows with the task's id).
+    Per family (``task_id`` ``all``): the tasks where it varied (``n_tasks``), their runs
+    and the runs that used it there, the mean of the per-task differences with a 95%
+    percentile interval from resampling those tasks, and ``shown``: varied on at least
+    :data:`MIN_VARYING_TASKS` tasks, the paper's rule for the figure.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"config": "A", "task_id": ["t1", "t1", "t2", "t2"],
+    ...                   "score": [0.5, 0.1, 0.3, 0.4],
+    ...                   "family_dft": [True, False, True, True]})
+    >>> repeat_methods(f)[["family", "task_id", "n_tasks", "n_used", "diff"]].values.tolist()
+    [['dft', 'all', 1, 1, 0.4], ['dft', 't1', 1, 1, 0.4]]
+    """
+    from spu.stats.resampling import percentile_interval, resample_counts
+
+    columns = ["family", "task_id", "config", "n_tasks", "n_runs", "n_used", "diff", "ci_low",
+               "ci_high", "shown"]
+    families = [c for c in features.columns if c.startswith("family_")]
+    f = features[features["score"].notna()] if "score" in features else features.iloc[:0]
+    rows: list[dict[str, Any]] = []
+    for (config, task), part in f.groupby(["config", "task_id"], sort=True):
+        if len(part) < 2:
+            continue
+        for column in families:
+            used = part[column].astype(bool).to_numpy()
+            if 0 < used.sum() < len(part):
+                score = part["score"].to_numpy(float)
+                rows.append({"family": column.removeprefix("family_"), "task_id": task,
+                             "config": config, "n_tasks": 1, "n_runs": len(part),
+                             "n_used": int(used.sum()),
+                             "diff": float(score[used].mean() - score[~used].mean()),
+                             "ci_low": math.nan, "ci_high": math.nan, "shown": False})
+    per_task = pd.DataFrame(rows, columns=columns)
+    summary = []
+    for family, part in per_task.groupby("family", sort=True):
+        diffs = part["diff"].to_numpy(float)
+        counts = resample_counts(len(diffs), resamples, rng_for(seed, "repeat methods", family))
+        low, high = percentile_interval(counts @ diffs / len(diffs))
+        summary.append({"family": family, "task_id": "all", "config": "all",
+                        "n_tasks": len(part), "n_runs": int(part["n_runs"].sum()),
+                        "n_used": int(part["n_used"].sum()),
+                        "diff": float(diffs.mean()), "ci_low": float(low),
+                        "ci_high": float(high), "shown": len(part) >= MIN_VARYING_TASKS})
+    out = pd.concat([pd.DataFrame(summary, columns=columns), per_task], ignore_index=True)
+    return out.sort_values(["family", "task_id"], kind="stable").reset_index(drop=True)
 
 
 PROFILE_COLUMNS = {"runtime_s": "median", "n_calls": "median", "n_searches": "median",
@@ -601,16 +926,22 @@ EFFORT_RATIOS = {"runtime_s": "run time", "output_tokens": "output tokens",
                  "code_chars": "code written", "n_searches": "web searches"}
 
 
-def effort_pairs(features: pd.DataFrame) -> pd.DataFrame:
+def effort_pairs(features: pd.DataFrame, seed: int = 0, resamples: int = 2_000
+                 ) -> pd.DataFrame:
     """The same model at two efforts on the same tasks (paper 4.10, Figure 24c-d).
 
     For each model run at two or more efforts, the most against the least: the median
     over shared tasks of the ratio (more / less effort) of run time, output tokens, code
     written and web searches; the share of runs that used a GPU at each; and, on the tasks
     where the higher effort's first draft was scored, the mean score of that draft, of its
-    submission and of the lower effort's submission.
+    submission and of the lower effort's submission, and (Figure 24d) the draft minus each
+    submission with a 95% percentile interval from ``resamples`` resamples of the tasks
+    (``ci_low``, ``ci_high``; empty on the other rows).
     """
-    columns = ["model", "effort_high", "effort_low", "quantity", "n_tasks", "value"]
+    from spu.stats.resampling import percentile_interval, resample_counts
+
+    columns = ["model", "effort_high", "effort_low", "quantity", "n_tasks", "value",
+               "ci_low", "ci_high"]
     rows: list[dict[str, Any]] = []
     if features.empty or "model" not in features:
         return pd.DataFrame(columns=columns)
@@ -641,6 +972,19 @@ def effort_pairs(features: pd.DataFrame) -> pd.DataFrame:
                              ("submission score (low)", b.loc[drafted, "score"])):
             rows.append({**base, "quantity": name, "n_tasks": len(drafted),
                          "value": float(values.mean()) if len(drafted) else math.nan})
+        draft = a.loc[drafted, "first_draft_score"].to_numpy(float)
+        for side, sub in (("high", a), ("low", b)):
+            diff = draft - sub.loc[drafted, "score"].to_numpy(float)
+            row = {**base, "quantity": f"draft minus submission ({side})",
+                   "n_tasks": len(drafted), "value": math.nan, "ci_low": math.nan,
+                   "ci_high": math.nan}
+            if len(drafted):
+                counts = resample_counts(len(diff), resamples,
+                                         rng_for(seed, "efforts", str(model), side))
+                low_end, high_end = percentile_interval(counts @ diff / len(diff))
+                row.update(value=float(diff.mean()), ci_low=float(low_end),
+                           ci_high=float(high_end))
+            rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 
 

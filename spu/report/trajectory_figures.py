@@ -54,6 +54,14 @@ CAPTIONS = {
     "order (Figure 21b).",
     "fig22a_gpu_levels": "Share of runs at each level of GPU use, by configuration "
     "(Figure 22a).",
+    "fig24d_effort_drafts": "Score of the higher effort's first complete ranking minus its "
+    "own submission and minus the lower effort's submission, on the tasks where that draft "
+    "is visible, with 95% intervals over tasks (Figure 24d).",
+    "fig22b_gpu_workloads": "Main workload of the runs that used the GPU, by discipline "
+    "(Figure 22b).",
+    "fig22e_gpu_within": "Runs that used the GPU minus the other runs of the same "
+    "configuration, each after subtracting the mean of the other configurations on the same "
+    "task, with 95% intervals; the last row pools the configurations (Figure 22e).",
     "fig22c_gpu_errors": "Share of the runs that started a GPU workload hitting each kind of "
     "GPU error (Figure 22c).",
     "fig22d_gpu_runtime": "Median run time of runs that used the GPU and of the others, by "
@@ -256,6 +264,22 @@ def gpu_runtime_figure(t: pd.DataFrame) -> Figure:
 
 
 @_styled
+def gpu_within_figure(t: pd.DataFrame) -> Figure:
+    """Figure 22e: used-GPU minus other runs within each configuration, with intervals."""
+    t = t[t["marker"] == "used_gpu"].reset_index(drop=True)
+    fig, ax = _figure((7.0, 0.35 * len(t) + 1.4))
+    y = np.arange(len(t))[::-1]
+    low = (t["diff"] - t["ci_low"]).clip(lower=0).to_numpy(float)
+    high = (t["ci_high"] - t["diff"]).clip(lower=0).to_numpy(float)
+    ax.errorbar(t["diff"], y, xerr=[low, high], fmt="o", color="#2e8b57", ms=4, capsize=2)
+    ax.axvline(0, color="black", lw=0.6, ls="--")
+    ax.set_yticks(y, t["config"])
+    ax.set_xlabel("Used GPU minus other runs (relative score)")
+    ax.set_title("GPU use within configurations", loc="left")
+    return fig
+
+
+@_styled
 def profiles_figure(t: pd.DataFrame) -> Figure:
     """Figure 23a: working habits as z scores across configurations, values written."""
     m = t.set_index("config")
@@ -339,6 +363,24 @@ def efforts_figure(t: pd.DataFrame) -> Figure:
     ax.set_yticks(y, labels)
     ax.set_xlabel("Median ratio, higher to lower effort on the same task (log scale)")
     ax.set_title("The same model at two efforts", loc="left")
+    return fig
+
+
+@_styled
+def effort_drafts_figure(t: pd.DataFrame) -> Figure:
+    """Figure 24d: the higher effort's first draft minus each submission, with intervals."""
+    t = t[t["quantity"].str.startswith("draft minus submission") & t["value"].notna()]
+    labels = [f"{m}: {q.removeprefix('draft minus ')}" for m, q in
+              zip(t["model"], t["quantity"], strict=True)]
+    fig, ax = _figure((6.5, 0.35 * len(t) + 1.4))
+    y = np.arange(len(t))
+    low = (t["value"] - t["ci_low"]).clip(lower=0).to_numpy(float)
+    high = (t["ci_high"] - t["value"]).clip(lower=0).to_numpy(float)
+    ax.errorbar(t["value"], y, xerr=[low, high], fmt="o", color="#3b6ea8", ms=4, capsize=2)
+    ax.axvline(0, color="black", lw=0.6, ls="--")
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("Higher effort's first draft minus the submission (score)")
+    ax.set_title("First drafts at two efforts", loc="left")
     return fig
 
 
@@ -426,6 +468,14 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
     gpu = t.get("gpu.csv", pd.DataFrame())
     need("fig22a_gpu_levels", not gpu.empty, "needs scored runs",
          lambda: stacked_shares(_levels(gpu), "level", "GPU use", list(GPU_LEVELS)))
+    gw = t.get("gpu_workloads.csv", pd.DataFrame())
+    need("fig22b_gpu_workloads", not gw.empty, "needs runs that used the GPU",
+         lambda: stacked_shares(gw[gw["discipline"] != "all"].rename(
+             columns={"discipline": "config"}), "workload", "Main GPU workload by discipline"))
+    gin = t.get("gpu_within_config.csv", pd.DataFrame())
+    need("fig22e_gpu_within", not gin.empty and (gin["marker"] == "used_gpu").any(),
+         "needs configurations with runs that used the GPU and runs that did not",
+         lambda: gpu_within_figure(gin))
     ge = t.get("gpu_errors.csv", pd.DataFrame())
     need("fig22c_gpu_errors", not ge.empty, "needs runs that started a GPU workload and hit "
          "an error", lambda: share_heatmap(ge, "config", "error", "share", "GPU errors"))
@@ -443,13 +493,20 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
     need("fig24c_efforts", not eff.empty and eff["value"].notna().any(),
          "needs one model run at two efforts on the same tasks",
          lambda: efforts_figure(eff))
+    need("fig24d_effort_drafts", not eff.empty and "ci_low" in eff
+         and eff["quantity"].str.startswith("draft minus").any()
+         and eff.loc[eff["quantity"].str.startswith("draft minus"), "value"].notna().any(),
+         "needs the higher effort's first drafts and answer keys (--tasks)",
+         lambda: effort_drafts_figure(eff))
     need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),
          "needs revised first drafts and answer keys (--tasks)", lambda: flips_figure(rev))
     return draw, missing
 
 
 def _levels(gpu: pd.DataFrame) -> pd.DataFrame:
-    columns = [c for c in gpu.columns if c.startswith("share_") and c != "share_used_gpu"]
+    # the levels of Figure 22a only (gpu.csv has other shares: probes, used, measured)
+    levels = {f"share_{level.replace(' ', '_')}" for level in GPU_LEVELS}
+    columns = [c for c in gpu.columns if c in levels]
     long = gpu.melt(id_vars="config", value_vars=columns, var_name="level", value_name="share")
     long["level"] = long["level"].str.removeprefix("share_").str.replace("_", " ")
     return long

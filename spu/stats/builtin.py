@@ -37,12 +37,15 @@ from spu.stats.effort import (
 )
 from spu.stats.exposure import (
     DOI_RULE,
+    DOI_SIDES_RULE,
     audited_doi_hits,
+    doi_sides,
     doi_tasks,
     exposure_indicators,
     exposure_summary,
     exposure_table,
     presented_order_summary,
+    task_dois,
 )
 from spu.stats.freshness import FRESHNESS_RULE, freshness_table
 from spu.stats.inputs import StatsInputs
@@ -520,8 +523,10 @@ def exposure_indicator(inputs: StatsInputs) -> AnalysisResult:
     runs_dir = inputs.options.runs_dir
     audited = ({} if runs_dir is None
                else audited_doi_hits(runs_dir, inputs.public[inputs.public["scored"]]))
-    table = exposure_indicators(inputs.public, inputs.order, with_doi, audited)
-    parts = [DOI_RULE]
+    sides = ({} if runs_dir is None else
+             doi_sides(runs_dir, inputs.public[inputs.public["scored"]], task_dois(inputs.tasks)))
+    table = exposure_indicators(inputs.public, inputs.order, with_doi, audited, sides)
+    parts = [DOI_RULE, DOI_SIDES_RULE]
     if with_doi is None:
         parts.append("no answer key names a source (--tasks), so over every scored run")
     n_doi = int(table["n_doi_runs"].sum())
@@ -532,7 +537,13 @@ def exposure_indicator(inputs: StatsInputs) -> AnalysisResult:
     return AnalysisResult(tables={"exposure_indicators.csv": table}, notes=notes,
                           rules={"exposure_indicators.csv": "; ".join(parts)},
                           summary=[summary_row("exposure", "doi_runs", int(round(float(
-                              (table["doi_share"] * table["n_doi_runs"]).sum()))), n_doi)])
+                              (table["doi_share"] * table["n_doi_runs"]).sum()))), n_doi),
+                              summary_row("exposure", "doi_requested",
+                                          int(table["n_doi_requested"].sum()),
+                                          int(table["n_doi_sides_known"].sum())),
+                              summary_row("exposure", "doi_reported",
+                                          int(table["n_doi_reported"].sum()),
+                                          int(table["n_doi_sides_known"].sum()))])
 
 
 @analysis(files=("freshness.csv",), section="3.7 (training cutoffs, appendix B)",

@@ -149,6 +149,11 @@ DOI_RULE = ("source DOI: share of the scored runs whose task has a source DOI (a
             "from the run record's exposure hits)")
 """The paper's definition of ``doi_share`` (3.7, Figure 13c)."""
 
+DOI_SIDES_RULE = ("request side: the DOI in the arguments of an audited call (tools/audit.jsonl);"
+                  " report side: the DOI in output/report.md (of the runs whose task has one "
+                  "and whose folder is under --runs-dir)")
+"""How ``n_doi_requested`` and ``n_doi_reported`` are counted (3.7, Figure 13c)."""
+
 
 def doi_tasks(tasks: Mapping[str, TaskInfo]) -> set[str] | None:
     """Tasks whose answer key names a source DOI; ``None`` when no answer key names a source.
@@ -194,9 +199,59 @@ def audited_doi_hits(runs_dir: Path, runs: pd.DataFrame) -> dict[str, bool]:
     return found
 
 
+def task_dois(tasks: Mapping[str, TaskInfo]) -> dict[str, str]:
+    """The source DOI of each task whose answer key names one, by task id."""
+    return {key.task_id: key.source.doi for info in tasks.values()
+            if (key := info.answers) is not None and key.source is not None and key.source.doi}
+
+
+def doi_sides(runs_dir: Path, runs: pd.DataFrame, dois: Mapping[str, str]
+              ) -> dict[str, tuple[bool, bool]]:
+    """Whether each run requested its task's source DOI, and whether its report records it.
+
+    Request side: the DOI (case-insensitive) in the arguments of an audited call
+    (``<run>/tools/audit.jsonl``: a query, a fetched URL); report side: in
+    ``<run>/output/report.md``. Only runs whose task has a DOI and whose folder is
+    found under ``runs_dir``, by ``run_id``.
+
+    References
+    ----------
+    Paper 3.7 ("no run requested a source DOI itself") and Figure 13c.
+    """
+    base = runs_dir / "runs" if (runs_dir / "runs").is_dir() else runs_dir
+    found: dict[str, tuple[bool, bool]] = {}
+    for row in runs.itertuples(index=False):
+        doi = dois.get(str(row.task_id))
+        names = [getattr(row, "run_key", None), row.run_id]
+        folder = next((base / str(n) for n in names
+                       if isinstance(n, str) and n and (base / n / "run.json").is_file()), None)
+        if doi is None or folder is None:
+            continue
+        needle = doi.lower()
+        requested = False
+        log = folder / "tools" / "audit.jsonl"
+        if log.is_file():
+            with log.open(encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(entry, dict) and needle in json.dumps(
+                            entry.get("args"), ensure_ascii=False).lower():
+                        requested = True
+                        break
+        report = folder / "output" / "report.md"
+        reported = report.is_file() and needle in report.read_text(
+            encoding="utf-8", errors="replace").lower()
+        found[str(row.run_id)] = (requested, reported)
+    return found
+
+
 def exposure_indicators(runs: pd.DataFrame, order: list[str],
                         with_doi: set[str] | None = None,
-                        audited: Mapping[str, bool] | None = None) -> pd.DataFrame:
+                        audited: Mapping[str, bool] | None = None,
+                        sides: Mapping[str, tuple[bool, bool]] | None = None) -> pd.DataFrame:
     """``exposure_indicators.csv``: indicators of network use per configuration (Figure 13c).
 
     Shares of each configuration's scored official public runs: flagged by the detector,
@@ -205,7 +260,11 @@ def exposure_indicators(runs: pd.DataFrame, order: list[str],
     of the scored runs whose task has a source DOI (``with_doi``), those where the DOI
     appeared in an audited tool's output (``audited``, from the run records). Without
     ``with_doi`` every scored run counts; for a run not in ``audited`` the table's
-    ``exposure_kinds`` (any tool) decides.
+    ``exposure_kinds`` (any tool) decides. ``sides`` (:func:`doi_sides`) adds the
+    request-side and report-side counts: of the runs whose task has a DOI and whose
+    folder was read (``n_doi_sides_known``), those that requested the DOI through an
+    audited tool (``n_doi_requested``) and those whose report records it
+    (``n_doi_reported``).
 
     References
     ----------
@@ -255,21 +314,25 @@ def exposure_indicators(runs: pd.DataFrame, order: list[str],
                      else np.nan,
                      "n_outside_known": int(known.sum()), "n_doi_runs": n_doi,
                      "n_doi_audited_known": int(ids[has_doi].isin(set(audited)).sum())})
+        seen = [sides[r] for r in ids[has_doi] if sides is not None and r in sides]
+        rows[-1].update(n_doi_sides_known=len(seen),
+                        n_doi_requested=sum(req for req, _ in seen),
+                        n_doi_reported=sum(rep for _, rep in seen))
     return pd.DataFrame(rows, columns=["config", "n_scored", "flagged_share", "doi_share",
                                        "outside_share", "n_outside_known", "n_doi_runs",
-                                       "n_doi_audited_known"])
+                                       "n_doi_audited_known", "n_doi_sides_known",
+                                       "n_doi_requested", "n_doi_reported"])
 
 
 def presented_orders(info: TaskInfo) -> Orders:
     """Each group's experiments in the order the task presents them (``targets.csv``).
 
-    Ids missing from the file keep their contract order at the end, as in
-    :func:`spu.tasks.threshold.presented_order_score`.
+    The one definition, :func:`spu.tasks.threshold.presented_orders`.
     """
-    where = {r["experiment_id"]: k for k, r in enumerate(info.package.targets_rows())}
-    return {g.group_id: sorted(g.items, key=lambda i: where.get(i, len(where)
-                                                                 + g.items.index(i)))
-            for g in info.package.contract.groups}
+    from spu.tasks.threshold import presented_orders as orders_of
+
+    return orders_of(info.package.contract,
+                     [r["experiment_id"] for r in info.package.targets_rows()])
 
 
 def presented_order_summary(

@@ -596,6 +596,7 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
     thresholds, items, groups = {}, {}, {}
     for task_id, row in tasks.iterrows():
         contract, answers, targets = _task_package(str(task_id), row, rng)
+        answers["source"] = {"doi": simulated_doi(str(task_id))}
         _write_package(out / "tasks", str(task_id), row, contract, answers, targets)
         typed_contract, typed_answers = Contract(**contract), AnswerKey(**answers)
         keys[str(task_id)] = (contract, answers["groups"],
@@ -607,6 +608,9 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
     runs["n_items"] = runs["task_id"].map(items).astype("Int64")
     runs["n_groups"] = runs["task_id"].map(groups).astype("Int64")
     scored = runs["scored"].to_numpy()
+    # Draws of their own (the scores and orders draw as before): a run's report records
+    # its task's DOI, or a query of an audited tool asks for it (paper 3.7, Figure 13c).
+    sides = rng_for(seed, "simulate", "study", "doi sides")
     for i in np.flatnonzero(scored):
         r = runs.iloc[i]
         contract, measured, key = keys[str(r["task_id"])]
@@ -623,7 +627,36 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
         (folder / "run.json").write_text(json.dumps({"run_key": str(r["run_key"]),
                                                      "task_id": str(r["task_id"])}),
                                          encoding="utf-8")
+        _write_doi_sides(folder, str(r["task_id"]), sides)
     return runs
+
+
+def simulated_doi(task_id: str) -> str:
+    """The source DOI the simulated study gives ``task_id`` (in its answer key).
+
+    Examples
+    --------
+    >>> simulated_doi("t01")
+    '10.5555/spu.sim.t01'
+    """
+    return f"10.5555/spu.sim.{task_id}"
+
+
+def _write_doi_sides(folder: Path, task_id: str, rng: np.random.Generator) -> None:
+    """A report and an audit log: the DOI in 1 report in 10, requested in 1 run in 50 (3.7)."""
+    import json
+
+    doi = simulated_doi(task_id)
+    reported, requested = rng.random() < 0.1, rng.random() < 0.02
+    (folder / "output" / "report.md").write_text(
+        "# Report\n\nRanked by a proxy.\n" + (f"The source may be {doi}.\n" if reported
+                                                 else ""), encoding="utf-8")
+    query = f"doi {doi}" if requested else "ligand effects on yield"
+    (folder / "tools").mkdir(exist_ok=True)
+    (folder / "tools" / "audit.jsonl").write_text(json.dumps(
+        {"time": "2026-11-01T00:00:00Z", "tool": "search", "args": {"query": query},
+         "status": "ok", "latency_s": 0.1, "text_sha256": "", "chars": 0}) + "\n",
+        encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -307,20 +307,40 @@ def attainable_max(contract: Contract, answers: AnswerKey) -> float:
     return GradingKey.build(contract, answers).score_orders(orders)
 
 
+def presented_orders(contract: Contract, presented: Sequence[str]) -> dict[str, list[str]]:
+    """Each group's experiments in the order the task presents them: the one input order.
+
+    The presented order (paper 3.7, 4.2, E.4, E.7: "the input order") is the order of
+    the rows of ``targets.csv``, whatever order the contract lists a group's items in;
+    the presented-order score, the ``presented_order`` baseline, ``spu stats`` and the
+    first-draft detection of ``spu analyze`` all take it from here. ``presented`` lists
+    experiment ids in file order; ids of a group missing from it keep their contract
+    order at the end.
+
+    Examples
+    --------
+    >>> from spu.schema import ComparisonGroup
+    >>> c = Contract(task_id="t", task_version="1", groups=[
+    ...     ComparisonGroup(group_id="G", endpoint="y", weight=1.0, items=["a", "b", "c"])])
+    >>> presented_orders(c, ["c", "x", "a"])
+    {'G': ['c', 'a', 'b']}
+    """
+    where = {eid: k for k, eid in enumerate(presented)}
+    return {
+        g.group_id: sorted(g.items, key=lambda i: where.get(i, len(where) + g.items.index(i)))
+        for g in contract.groups
+    }
+
+
 def presented_order_score(
     contract: Contract, answers: AnswerKey, presented: Sequence[str]
 ) -> float:
     """Score of submitting each group in the order its experiments are presented.
 
-    ``presented`` lists experiment ids in file order (``targets.csv``); ids of a group
-    missing from it keep their contract order at the end.
+    ``presented`` lists experiment ids in file order (``targets.csv``); the orders are
+    :func:`presented_orders`.
     """
-    where = {eid: k for k, eid in enumerate(presented)}
-    orders = {
-        g.group_id: sorted(g.items, key=lambda i: where.get(i, len(where) + g.items.index(i)))
-        for g in contract.groups
-    }
-    return GradingKey.build(contract, answers).score_orders(orders)
+    return GradingKey.build(contract, answers).score_orders(presented_orders(contract, presented))
 
 
 def task_threshold(

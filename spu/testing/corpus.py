@@ -65,6 +65,11 @@ GPU_SCRIPT = "import torch\nx = torch.randn(4096, 4096, device='cuda')\nprint(x.
 URLS = ("https://pubs.acs.org/doi/10.1021/x", "https://pubchem.ncbi.nlm.nih.gov/compound/2244",
         "https://en.wikipedia.org/wiki/Suzuki_reaction", "https://github.com/rdkit/rdkit",
         "https://arxiv.org/abs/2401.00001", "https://www.example.org/page")
+TYPED_TABLE = ("notes on the mechanism\nprior = {\n    'A': (1.2, 30),\n    'B': (2.5, 45),\n"
+               "    'C': (0.8, 60),\n}\n")
+"""A table of values typed in (paper 4.2), in the notes of some runs."""
+RECOLLECTION = "\nRecollection: I recall a study of this kind; it may have shaped the order.\n"
+"""A disclosed recollection (paper 3.7), in the report of some runs."""
 QUERIES = ("suzuki coupling yield ligand", "\"ligand bite angle\" palladium -review",
            "site:nature.com cross coupling base", "xtb documentation")
 
@@ -106,9 +111,11 @@ class _Builder:
 
     def mcp(self, tool: str, args: dict[str, Any], output: str) -> ToolCall:
         name = f"mcp__spu__{tool}" if self.harness == "claude_code" else f"spu__{tool}"
+        # SPEC 7's status; the one URL outside the corpus fails, as an offline fetch does
+        failed = tool == "fetch" and "example.org" in str(args.get("url"))
         self.audit.append({"time": self.now.isoformat(), "tool": tool, "args": args,
-                           "status": 200, "latency_s": 0.4, "text_sha256": "0" * 64,
-                           "chars": len(output)})
+                           "status": "error" if failed else "ok", "latency_s": 0.4,
+                           "text_sha256": "0" * 64, "chars": len(output)})
         return ToolCall(name=name, arguments=args, output=output)
 
 
@@ -149,6 +156,10 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
     """
     model, effort, harness = config
     b = _Builder(harness, start, rng)
+    # Draws of their own, so the runs draw everything else as before they were added.
+    own = np.random.default_rng([int(start.timestamp()), 26])
+    typed = own.random() < 0.22  # paper 4.2: 22% of runs type in a table of values
+    recalls = own.random() < 0.42  # paper 3.7: 42% of reports disclose a recollection
     if recorded is not None:  # the recorded session's opening, as the CLI wrote it
         for s in recorded.steps[:2]:
             b.step(s.text, s.tool_calls, s.reasoning, role=s.role)
@@ -205,7 +216,8 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
         elif r < 0.57:
             b.step(None, [b.shell("pip install rdkit", "Successfully installed rdkit")])
         elif r < 0.67:
-            b.step(None, [b.write("/workspace/notes.md", "notes on the mechanism")])
+            b.step(None, [b.write("/workspace/notes.md", TYPED_TABLE if typed else
+                                  "notes on the mechanism")])
         elif r < 0.77:
             b.step(None, [b.shell("python3 -c 'import pandas as pd; "
                                   "print(pd.read_csv(\"/workspace/x.csv\").describe())'",
@@ -221,7 +233,8 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
                           f"{_ranking_json(task.id, final)}\nEOF", "")])
     stated = round(float(rng.uniform(0.2, 0.8)), 2) if rng.random() < 0.3 else None
     report = "# Report\n\nRanked by a proxy.\n" + (
-        f"Expected Spearman correlation: {stated}\n" if stated is not None else "")
+        f"Expected Spearman correlation: {stated}\n" if stated is not None else "") + (
+        RECOLLECTION if recalls else "")
     b.step(None, [b.write("/output/report.md", report)])
     b.step("Submitted.")
     trajectory = Trajectory(harness=harness, cli_version="corpus", steps=b.steps)
@@ -307,6 +320,7 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
         (folder / "output").mkdir()
         (folder / "tools").mkdir()
         shutil.copy(task.path / "contract.json", folder / "task" / "contract.json")
+        shutil.copy(task.path / "targets.csv", folder / "task" / "targets.csv")
         submission = _ranking_json(task.id, final)
         (folder / "output" / "rankings.json").write_text(submission)
         (folder / "output" / "report.md").write_text(report)

@@ -70,10 +70,32 @@ def test_features_follow_the_corpus(analysis, corpus) -> None:
     assert (revised["pairs_flipped"] > 0).all()
 
 
+def test_the_corpus_exercises_the_paper_26_outputs(analysis) -> None:
+    """Detectors, GPU (22b, 22e) and the audited service (3.7, 4.1), each with its rule."""
+    f = pd.read_csv(analysis / "runs_features.csv")
+    for name in ("typed_table", "disclosed_recollection"):
+        assert 0 < f[name].sum() < len(f), name
+    assert (f["used_audited_tools"] == (f["audited_calls"] > 0)).all()  # every run has a log
+    audited = pd.read_csv(analysis / "audited_tools.csv").set_index("config")
+    assert audited.loc["all", "share_never_audited"] == pytest.approx(
+        (f["audited_calls"] == 0).mean())
+    assert audited.loc["all", "n_with_log"] == 36 and audited.loc["all", "audited_errors"] > 0
+    assert audited.loc["all", "audited_refused"] == 0  # the paper's: no policy block
+    assert len(pd.read_csv(analysis / "gpu_workloads.csv"))
+    within = pd.read_csv(analysis / "gpu_within_config.csv")
+    assert set(within["marker"]) == {"used_gpu", "gpu_confirmed"}
+    outputs = json.loads((analysis / "manifest.json").read_text())["outputs"]
+    for name in ("gpu.csv", "gpu_workloads.csv", "gpu_within_config.csv", "audited_tools.csv",
+                 "associations.csv", "runs_features.csv"):
+        assert outputs[name]["rule"], name
+    assert "16 method" in outputs["associations.csv"]["rule"]
+
+
 def test_figures_written_and_missing_ones_listed(analysis, capsys) -> None:
     pngs = {p.stem for p in (analysis / "figures").glob("*.png")}
     assert {"fig14a_activity_time", "fig15a_families", "fig16a_first_appearance",
-            "fig17a_associations", "fig23b_confusion"} <= pngs
+            "fig17a_associations", "fig23b_confusion", "fig22b_gpu_workloads",
+            "fig22e_gpu_within", "fig24d_effort_drafts"} <= pngs
 
 
 def test_sample_and_audit(corpus, tmp_path, capsys) -> None:

@@ -278,8 +278,9 @@ def test_doi_share_over_runs_whose_task_has_one_in_audited_output(tmp_path) -> N
     assert table.loc["A", "doi_share"] == pytest.approx(0.5)
     assert table.loc["B", "doi_share"] == 0.0
     assert table.loc["A", "n_doi_runs"] == 2 and table.loc["A", "n_doi_audited_known"] == 2
-    from spu.stats.exposure import DOI_RULE
-    assert result.manifest["outputs"]["exposure_indicators.csv"]["rule"] == DOI_RULE
+    from spu.stats.exposure import DOI_RULE, DOI_SIDES_RULE
+    assert result.manifest["outputs"]["exposure_indicators.csv"]["rule"] == \
+        f"{DOI_RULE}; {DOI_SIDES_RULE}"
     # Without the task packages and records: any tool's DOI over every scored run (3 of 3).
     plain = analyze(runs, StatsOptions(**FAST))
     assert plain.tables["exposure_indicators.csv"].set_index("config").loc[
