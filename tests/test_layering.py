@@ -30,6 +30,9 @@ STAGES: dict[str, int] = {
     # The labelling rules of a tool call (paper E.7), pure functions of the call: tracking
     # puts them on each tool span, the analyses count them.
     "spu.activities": 0,
+    # ISO dates of a source's publication and a model's training cutoff: the record and
+    # config schemas check them.
+    "spu.tasks.freshness": 0,
     # The pipeline, in the order the data flows (STYLE): task -> sandbox + harness ->
     # tools -> grading -> tracking -> stats -> analysis -> report. The tools service runs
     # in the sandbox's network and the harness hands it to the agent, so tools sit between
@@ -49,6 +52,9 @@ STAGES: dict[str, int] = {
     # hands to the agent.
     "spu.gateway": 35,
     "spu.harness": 40,
+    # The consensus configuration reads its members' stored, graded submissions: after
+    # grading and the seals, before the identity that names the members' run keys.
+    "spu.harness.consensus": 62,
     "spu.grading": 50,
     # Task authoring checks a package with the grader (its answer key, its chance level),
     # so it comes after grading; the task contract itself (spu.tasks.package) comes first.

@@ -194,8 +194,7 @@ def consensus_submission(contract: Any, submissions: Sequence[bytes]) -> dict[st
     >>> consensus_submission(c, [a, b])["rankings"]
     [{'group_id': 'G', 'order': ['a', 'c', 'b']}]
     """
-    from spu.stats.agreement import consensus_orders
-    from spu.stats.submissions import orders_from_bytes
+    from spu.grading.consensus import consensus_orders, orders_from_bytes
 
     orders = [o for o in (orders_from_bytes(s) for s in submissions) if o is not None]
     combined = consensus_orders(contract, orders)

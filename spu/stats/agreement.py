@@ -15,17 +15,18 @@ Intervals are percentile bootstrap intervals over tasks.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from spu.grading.consensus import Orders, consensus_orders, is_complete  # noqa: F401
 from spu.grading.rules import GradingKey, spearman_positions
 from spu.schema import Contract
 from spu.stats.resampling import DEFAULT_RESAMPLES, bootstrap_mean, rng_for
-from spu.stats.submissions import Orders, TaskInfo, is_complete
+from spu.stats.submissions import TaskInfo
 
 
 def rank_agreement(contract: Contract, a: Orders, b: Orders) -> float:
@@ -55,33 +56,6 @@ def rank_agreement(contract: Contract, a: Orders, b: Orders) -> float:
         total += g.weight * rho
         weight += g.weight
     return total / weight if weight > 0 else np.nan
-
-
-def consensus_orders(contract: Contract, submissions: Sequence[Orders]) -> Orders:
-    """Consensus ranking: items by average position over the submissions (ties by id).
-
-    A group is left out when no submission orders it completely.
-
-    Examples
-    --------
-    >>> from spu.schema import ComparisonGroup
-    >>> c = Contract(task_id="t", task_version="1", groups=[
-    ...     ComparisonGroup(group_id="G", endpoint="y", weight=1.0, items=["a", "b", "c"])])
-    >>> consensus_orders(c, [{"G": ["a", "b", "c"]}, {"G": ["b", "a", "c"]}])
-    {'G': ['a', 'b', 'c']}
-    """
-    out: Orders = {}
-    for g in contract.groups:
-        complete = [s[g.group_id] for s in submissions if is_complete(s.get(g.group_id), g.items)]
-        if not complete:
-            continue
-        total = dict.fromkeys(g.items, 0)
-        for o in complete:
-            for position, item in enumerate(o):
-                total[item] += position
-        mean_position = {item: total[item] / len(complete) for item in g.items}
-        out[g.group_id] = sorted(g.items, key=lambda item: (mean_position[item], item))
-    return out
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from spu.grading.recovery import RecoveryFailed, normalize_departures
-from spu.grading.rules import parse_submission
+from spu.grading.consensus import Orders as Orders
+from spu.grading.consensus import is_complete as is_complete
+from spu.grading.consensus import orders_from_bytes as orders_from_bytes
 from spu.grading.submission import read_submission
 from spu.schema import AnswerKey
 from spu.tasks.package import TaskLoadError, TaskPackage, load_answers, load_task
-
-Orders = dict[str, list[str]]
-"""Submitted order of each comparison group, by group id."""
 
 
 class StatsInputError(ValueError):
@@ -93,47 +91,6 @@ def load_task_set(
                 raise StatsInputError(str(exc)) from None
             found[package.id] = TaskInfo(package, answers)
     return found
-
-
-def orders_from_bytes(data: bytes | None) -> Orders | None:
-    """Group orders of a submitted file; ``None`` when none can be read.
-
-    Examples
-    --------
-    >>> orders_from_bytes(b'{"task_id": "t", "rankings": {"G1": ["b", "a"]}}')
-    {'G1': ['b', 'a']}
-    """
-    if data is None:
-        return None
-    obj, reason = parse_submission(data)
-    if reason is not None:
-        return None
-    try:
-        # A canonical file comes back unchanged (no departure found).
-        normalized, _ = normalize_departures(obj)
-    except RecoveryFailed:
-        return None
-    orders: Orders = {}
-    twice: set[str] = set()
-    for entry in normalized["rankings"]:
-        gid, order = entry["group_id"], entry["order"]
-        if gid in orders:
-            twice.add(gid)
-        orders[gid] = [str(x) for x in order]
-    for gid in twice:
-        del orders[gid]
-    return orders
-
-
-def is_complete(order: list[str] | None, items: list[str]) -> bool:
-    """Whether ``order`` lists every item of the group exactly once.
-
-    Examples
-    --------
-    >>> is_complete(["b", "a"], ["a", "b"]), is_complete(["a", "a"], ["a", "b"])
-    (True, False)
-    """
-    return order is not None and len(order) == len(items) and set(order) == set(items)
 
 
 def _run_folders(runs_dir: Path) -> Path:
