@@ -44,7 +44,7 @@ OPTIONAL_TEXT: tuple[str, ...] = ("model", "harness", "effort", "subfield", "run
                                   "departures", "refusal_label", "exposure_kinds")
 """Text columns used where present (matching run folders, labels, departures)."""
 
-OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu")
+OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu", "refusal_after_file")
 """True/false columns of SPEC section 5 used by the exposure and effort analyses; false
 where absent (the table's ``attrs["absent_columns"]`` says which were)."""
 
