@@ -70,15 +70,12 @@ def test_a_refusal_after_its_file_is_the_papers_visible_exclusion(
     assert saved["refusal_after_file"] is True and saved["outcome"] == "refusal"
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (high): the sandbox's start failure is read "
-                   "from the agent's own stderr (process.wrapper_error): an agent that exits 1 "
-                   "with one line 'bwrap: ...' (local) or '[FATAL tini ...' (docker) as all "
-                   "of its stderr makes its run infra_error ('sandbox did not start'), after "
-                   "writing its file: excluded and retried")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_agent_cannot_pose_as_a_sandbox_that_did_not_start(
         request: pytest.FixtureRequest, compose, backend: str) -> None:
     require_backend(request, backend)
+    """Held: the start is the wrapper's own handshake (bubblewrap's --json-status-fd, the
+    engine's state), not the agent's stderr (tests/sandbox/test_start_handshake.py)."""
     record, run_dir = _run(compose, backend, "wrapper")
     assert (run_dir / "output" / "notes.json").is_file()  # the agent did run
     assert record.outcome is Outcome.valid and record.scored, (record.outcome, record.notes)
