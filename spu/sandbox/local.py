@@ -203,8 +203,9 @@ def start_check_argv(argv: Sequence[str], nonce_file: str | None = None) -> list
 
     bubblewrap's handshake (:class:`StartStatus`) covers what bubblewrap execs: ``setpriv``
     where the agent has a user of its own. The step after it (``/bin/sh``, from the
-    read-only system folders) looks the command up on ``PATH`` as ``execvp`` would; one that
-    is missing or not executable is reported as the first line of stderr, with the nonce of
+    read-only system folders) looks the command up on ``PATH`` as ``execvp`` would, and the
+    interpreter of a ``#!`` script (and the program ``#!/usr/bin/env`` names); one that is
+    missing or not executable is reported as the first line of stderr, with the nonce of
     :data:`START_NONCE_VARIABLE`, and the sandbox did not start (:func:`start_report`).
     The step unsets the variable and execs the command: the agent never sees the nonce
     (the sandbox's environment reaches bubblewrap in a memory file, not its argv), so it
@@ -216,14 +217,18 @@ def start_check_argv(argv: Sequence[str], nonce_file: str | None = None) -> list
     else:
         quoted = nonce_file.replace("'", "'\\''")
         take = f"n=$(cat '{quoted}'); rm -f '{quoted}'; "
-    script = (
-        take +
-        'case $1 in */*) p=$1;; *) p=; IFS=:; for d in $PATH; do '
-        '[ -n "$d" ] && [ -f "$d/$1" ] && [ -x "$d/$1" ] && { p=$d/$1; break; }; done; '
-        'unset IFS;; esac; '
-        'if [ -z "$p" ] || [ -d "$p" ] || ! [ -x "$p" ]; then '
-        'printf "spu-start %s: %s: not found or not executable\\n" "$n" "$1" >&2; '
-        'exit 127; fi; exec "$@"'
+    script = take + (
+        'found() { case $1 in */*) [ -f "$1" ] && [ -x "$1" ] && return 0;; '
+        '*) IFS=:; for d in $PATH; do if [ -n "$d" ] && [ -f "$d/$1" ] && [ -x "$d/$1" ]; '
+        'then unset IFS; p=$d/$1; return 0; fi; done; unset IFS;; esac; return 1; }; '
+        'fail() { printf "spu-start %s: %s\\n" "$n" "$1" >&2; exit 127; }; '
+        'p=$1; found "$1" || fail "$1: not found or not executable"; '
+        'l=; IFS= read -r l < "$p" 2>/dev/null; '
+        'case $l in "#!"*) s=${l#??}; s=${s# }; i=${s%% *}; r=${s#"$i"}; r=${r# }; '
+        'e=${r%% *}; found "$i" || fail "$1: its interpreter $i is not found"; '
+        'case $i in */env) case $e in ""|-*) ;; *) found "$e" || '
+        'fail "$1: its interpreter $e is not found";; esac;; esac;; esac; '
+        'exec "$@"'
     )
     return ["/bin/sh", "-c", script, "spu-start", *argv]
 
