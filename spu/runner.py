@@ -44,7 +44,14 @@ from spu.gateway.session import GatewayConfigError, GatewaySession
 from spu.gateway.verdict import key_rejected, model_input_steps, read_requests
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
 from spu.grading.isolated import GraderIsolationError, available_isolation, grade_isolated
-from spu.grading.outcome import LIMIT_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
+from spu.grading.outcome import (
+    LIMIT_OUTCOMES,
+    REFUSAL_AFTER_FILE_NOTE,
+    RERUN_NOTE,
+    RunEvidence,
+    is_scored,
+    judge,
+)
 from spu.grading.rules import GRADER_VERSION, grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
@@ -734,6 +741,8 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         refused=result.refused, policy_stop=result.policy_stop, cost_limit=result.cost_limit),
         None if grades.sealed else grades.recovered,
         score_limits=not spec.retry_limits_with_file)
+    if verdict.refusal_after_file:
+        notes.append(REFUSAL_AFTER_FILE_NOTE.format(status=grades.recovered.status.value))
     if (verdict.outcome in LIMIT_OUTCOMES and spec.retry_limits_with_file
             and is_scored(verdict.outcome, grades.recovered)):
         notes.append(RERUN_NOTE.format(outcome=verdict.outcome.value))
@@ -763,6 +772,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         config=spec_config_label(spec),
         outcome=verdict.outcome,
         scored=verdict.scored,
+        refusal_after_file=verdict.refusal_after_file,
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
         grade=None if grades.sealed else grades.recovered,

@@ -933,6 +933,11 @@ class RunRecord(VersionedRecord):
     (:func:`spu.tasks.freshness.published_before_cutoff`); None: unknown."""
     exposure_hits: list[ExposureHit] = Field(default_factory=list)
     """Where the exposure detector found source identifiers (first hits, capped)."""
+    refusal_after_file: bool = False
+    """The run refused after writing a valid or recoverable file: ``outcome`` is
+    ``refusal`` and ``scored`` false (the paper's rule, 3.1), ``score_strict`` and
+    ``score_recovered`` are the file's grade; ``spu stats --refusals-after-file=score``
+    scores it."""
     refusal_label: str | None = None
     """The provider's refusal label, e.g. ``[bio]``."""
     sandbox: SandboxInfo
@@ -1162,6 +1167,7 @@ RUNS_TABLE_EXTRA_COLUMNS: tuple[str, ...] = (
     "experiment", "cache_write_1h_tokens", "cost_full_input_usd", "cache_write_rate",
     "cost_five_minute_usd", "cost_actual_usd", "cli_cost_usd",
     "cost_disagreement", "long_context_requests", "exposure_kinds", "refusal_label",
+    "refusal_after_file",
     "requests_outside_tools", "peak_memory_bytes", "gpu_seconds", "cli_version",
     "grader_version", "sandbox", "started_at", "finished_at", "audited_calls",
     "shell_downloads", "policy_stopped", "n_groups", "departures",
@@ -1190,7 +1196,7 @@ RUNS_TABLE_NULLABLE_INT_COLUMNS: tuple[str, ...] = (
 """Whole-number columns that may be empty."""
 RUNS_TABLE_BOOL_COLUMNS: tuple[str, ...] = (
     "scored", "used_gpu", "flagged_exposure", "official", "cost_disagreement",
-    "policy_stopped", "graded_from_seal")
+    "policy_stopped", "graded_from_seal", "refusal_after_file")
 """True/false columns."""
 RUNS_TABLE_FLOAT_COLUMNS: tuple[str, ...] = (
     "score_strict", "score_recovered", "threshold", "cost_usd", "runtime_s",

@@ -97,6 +97,10 @@ RESPONSE_HEADERS_DROPPED = frozenset({
     "date", "server"})
 
 
+RELAY_BATCH_BYTES = 1 << 18
+"""At most this many bytes already read from the upstream go to the agent in one write."""
+
+
 def now_iso() -> str:
     """The current time, ISO-8601 in UTC with milliseconds."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -600,14 +604,31 @@ class ModelGateway:
         :data:`DRAIN_AFTER_HANGUP_S` and :data:`DRAIN_AFTER_HANGUP_BYTES`) to its final
         usage, which the provider bills.
         """
+        pending: bytes | BaseException | None = b""
         try:
             while True:
-                item = await queue.get()
+                item = await queue.get() if pending == b"" else pending
+                pending = b""
                 if item is None:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                # Chunks the pump has already read go out as one write: the agent gets
+                # the same bytes, in order, with one send of the HTTP stack per batch
+                # rather than per chunk (nothing is held back to make a batch).
+                parts = [item]
+                size = len(item)
+                while size < RELAY_BATCH_BYTES:
+                    try:
+                        more = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        break
+                    if not isinstance(more, bytes):
+                        pending = more
+                        break
+                    parts.append(more)
+                    size += len(more)
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
         finally:
             x.client_gone = True
             while not queue.empty():
@@ -633,6 +654,11 @@ class ModelGateway:
                 if keep or (not x.entry.stream and len(x.answer) < MAX_JSON_BYTES):
                     x.answer += chunk
                 if not x.client_gone:
+                    try:  # the common case, with room in the queue: no timer per chunk
+                        queue.put_nowait(chunk)
+                        continue
+                    except asyncio.QueueFull:
+                        pass
                     try:
                         async with asyncio.timeout(self.cfg.read_timeout_s):
                             await queue.put(chunk)

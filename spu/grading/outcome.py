@@ -28,6 +28,18 @@ RERUN_NOTE = ("ended {outcome} with a file: excluded and rerun "
               "(sweep.retry_limits_with_file=true)")
 """The note of a run :data:`LIMIT_OUTCOMES` excluded under the paper's rule (regrade reads it)."""
 
+REFUSALS_AFTER_FILE_RULES = ("exclude", "score")
+"""How the statistics treat a refusal that came after a valid or recoverable file
+(``spu stats --refusals-after-file``): ``exclude`` is the paper's rule (3.1, Table 6: "five
+runs wrote a valid file and then refused, so all five runs are excluded as refusals"),
+``score`` counts the file's grade as a timeout's is."""
+
+REFUSAL_AFTER_FILE_NOTE = ("refused after writing a {status} file: excluded as a refusal "
+                           "(paper 3.1); its file's grade is kept (score_strict, "
+                           "score_recovered) and spu stats --refusals-after-file=score "
+                           "scores it")
+"""The note of a run :func:`refused_after_file` holds."""
+
 FILE_OUTCOMES = frozenset({Outcome.valid, Outcome.recovered, Outcome.rejected, Outcome.no_file,
                            Outcome.sealed})
 """Outcomes decided by the submitted file alone (``sealed``: its grade waits for the key);
@@ -83,6 +95,9 @@ class Verdict:
     """The run's outcome (SPEC section 5)."""
     scored: bool
     """The run's score counts in the statistics (paper 3.1)."""
+    refusal_after_file: bool = False
+    """A refusal that left a valid or recoverable file (:func:`refused_after_file`):
+    unscored by the paper's rule, its file's grade kept in the record."""
 
 
 def no_group_ranked(grade: Grade) -> bool:
@@ -144,6 +159,37 @@ def is_scored(outcome: Outcome, grade: Grade | None, score_limits: bool = True) 
     )
 
 
+def refused_after_file(outcome: Outcome, grade: Grade | None) -> bool:
+    """A refusal that left a valid or recoverable file, one that ranks a group.
+
+    The paper excludes such runs as refusals (3.1, Table 6's note) while its grader still
+    scored their files for the "mean at -1" column; the record keeps the file's grade and
+    this flag, so that the rule stays visible and an analyst can score them instead
+    (:func:`scored_under_rule`). An agent can provoke a real refusal after a file it
+    dislikes; the count of such runs is reported (``outcomes.csv``).
+    """
+    return (outcome is Outcome.refusal and grade is not None
+            and grade.status in (GradeStatus.valid, GradeStatus.recovered)
+            and not no_group_ranked(grade))
+
+
+def scored_under_rule(scored: bool, refusal_after_file: bool, rule: str) -> bool:
+    """Whether a run counts, under a :data:`REFUSALS_AFTER_FILE_RULES` rule.
+
+    Args:
+        scored: The record's flag (the paper's rule: a refusal is never scored).
+        refusal_after_file: The record's :func:`refused_after_file` flag.
+        rule: ``exclude`` (the paper's) or ``score`` (its file counts).
+
+    Raises:
+        ValueError: an unknown rule.
+    """
+    if rule not in REFUSALS_AFTER_FILE_RULES:
+        raise ValueError(f"refusals after a file: {rule!r} is not one of "
+                         f"{', '.join(REFUSALS_AFTER_FILE_RULES)}")
+    return scored or (rule == "score" and refusal_after_file)
+
+
 def judge(evidence: RunEvidence, grade: Grade | None, score_limits: bool = True) -> Verdict:
     """The outcome of a run and whether it is scored, from its evidence and recovered grade.
 
@@ -152,4 +198,5 @@ def judge(evidence: RunEvidence, grade: Grade | None, score_limits: bool = True)
     ``score_limits`` is :func:`is_scored`'s: False under ``sweep.retry_limits_with_file``.
     """
     outcome = decide_outcome(evidence, grade)
-    return Verdict(outcome=outcome, scored=is_scored(outcome, grade, score_limits))
+    return Verdict(outcome=outcome, scored=is_scored(outcome, grade, score_limits),
+                   refusal_after_file=refused_after_file(outcome, grade))

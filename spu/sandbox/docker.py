@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import socket
 import threading
@@ -57,10 +58,17 @@ from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest
 from spu.sandbox.base import remembered_availability
 from spu.sandbox.disk import used_bytes
 from spu.sandbox.limits import GIB
-from spu.sandbox.local import AGENT_NAME, agent_uid_for, chown_tree, make_readable
+from spu.sandbox.local import (
+    AGENT_NAME,
+    agent_uid_for,
+    chown_tree,
+    make_readable,
+    start_check_argv,
+    start_report,
+)
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.options import DockerOptions
-from spu.sandbox.process import CappedLog, signal_of_exit, wrapper_error
+from spu.sandbox.process import CappedLog, signal_of_exit
 from spu.schema import EnforcedLimits, ProcessEvidence
 
 log = logging.getLogger(__name__)
@@ -87,8 +95,6 @@ packets, ARP and ICMP to the host's networks), low ports, the audit log, ``chroo
 capability changes are nothing the layout needs. What is kept (``CHOWN``, ``DAC_OVERRIDE``,
 ``FOWNER``, ``FSETID``, ``SETUID``, ``SETGID``, ``KILL``) is what root's package managers
 use inside the container (issue 30)."""
-INIT_PREFIXES = ("[FATAL tini", "[WARN  tini")
-"""How docker-init (tini) starts its own messages."""
 BUILD_HINT = (
     "build it offline with docker/build-base-image.sh, or from a registry with "
     "docker build -f docker/agent.Dockerfile -t {image} docker/"
@@ -489,9 +495,20 @@ class DockerSandbox(Sandbox):
         if self.agent_uid is not None:  # the harness filled them as root
             chown_tree(self.folders.workspace, self.agent_uid)
             chown_tree(self.folders.output, self.agent_uid)
+        # The command behind the start check (local.start_check_argv): a command that
+        # cannot be found is reported with a nonce the agent never sees, read from a file
+        # the check deletes before anything of the agent's runs.
+        nonce, name = secrets.token_hex(16), f".spu-start-{secrets.token_hex(8)}"
+        nonce_path = self.folders.workspace / name
+        nonce_path.write_text(nonce)
+        nonce_path.chmod(0o600)
+        if self.agent_uid is not None:
+            os.chown(nonce_path, self.agent_uid, self.agent_uid)
         try:
-            container = self.create_container(call.argv, call.env)
+            container = self.create_container(
+                start_check_argv(call.argv, f"{LAYOUT.workspace}/{name}"), call.env)
         except docker.errors.DockerException as exc:
+            nonce_path.unlink(missing_ok=True)
             return ProcessEvidence(error=f"container not created: {exc}")
         try:
             self.layer.watch(self._upper_dir(container))
@@ -524,15 +541,20 @@ class DockerSandbox(Sandbox):
                 stream.close()
                 dropped = out.close() + err.close()
         finally:
+            nonce_path.unlink(missing_ok=True)
             try:
                 container.remove(force=True)
             except docker.errors.DockerException as exc:
                 log.warning("container %s not removed: %s", container.name, exc)
         exit_code = state.get("ExitCode")
+        # Whether the container started is the engine's word (created, started, its
+        # State.Error), never the agent's stderr: an agent can print docker-init's failure
+        # as all of it and exit 1, and is then an agent that exited 1.
         error = state.get("Error") or None
-        if exit_code and not timed_out and error is None:
-            failed = wrapper_error(call.stderr, INIT_PREFIXES)
-            error = f"container did not start the agent: {failed}" if failed else None
+        if error is not None:
+            error = f"container did not start the agent: {error}"
+        elif (report := start_report(call.stderr, nonce)) is not None:
+            error = f"container did not start the agent: {report}"
         if not disk_full:
             disk_full = self.disk.full()  # filled the disk and exited at once
         return ProcessEvidence(

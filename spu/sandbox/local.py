@@ -33,10 +33,12 @@ import json
 import logging
 import os
 import pwd
+import secrets
 import select
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,151 @@ def _read_child_pid(info: int, timeout_s: float = START_TIMEOUT_S) -> int:
             return int(json.loads(data)["child-pid"])
         except ValueError:
             continue
+
+
+@dataclass(frozen=True)
+class StartStatus:
+    """What bubblewrap itself wrote on its ``--json-status-fd``: the start handshake.
+
+    bubblewrap writes ``child-pid`` once it has cloned the sandbox, and ``exit-code`` at the
+    end only when the sandbox's command was exec'd (its setup pipe saw exactly the byte
+    written before a successful exec). The descriptor is bubblewrap's alone: neither the
+    agent nor the sandbox's init holds it, so nothing inside can write or withhold a line.
+    """
+
+    child_pid: int | None = None
+    """The sandbox's process id (None: bubblewrap failed before it cloned one)."""
+    exit_code: int | None = None
+    """The command's exit status (None: the command was never exec'd, or bubblewrap was
+    killed before it could say)."""
+
+    @property
+    def executed(self) -> bool:
+        """The sandbox's command ran: the sandbox started."""
+        return self.exit_code is not None
+
+    @classmethod
+    def parse(cls, data: bytes) -> StartStatus:
+        r"""The status from bubblewrap's JSON documents, one a line; a broken line is skipped.
+
+        Examples:
+            >>> StartStatus.parse(b'{ "child-pid": 7 }\n{ "exit-code": 3 }\n')
+            StartStatus(child_pid=7, exit_code=3)
+            >>> StartStatus.parse(b'{ "child-pid": 7 }\n').executed
+            False
+        """
+        child_pid = exit_code = None
+        for line in data.decode("utf-8", "replace").splitlines():
+            try:
+                document = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(document, dict):
+                continue
+            if isinstance(document.get("child-pid"), int) and child_pid is None:
+                child_pid = document["child-pid"]
+            if isinstance(document.get("exit-code"), int):
+                exit_code = document["exit-code"]
+        return cls(child_pid=child_pid, exit_code=exit_code)
+
+
+def read_nonblocking(fd: int, limit: int = 1 << 16) -> bytes:
+    """What a pipe holds now, up to ``limit`` bytes, without waiting for its writers."""
+    os.set_blocking(fd, False)
+    data = b""
+    while len(data) < limit:
+        try:
+            chunk = os.read(fd, limit - len(data))
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def started_evidence(evidence: ProcessEvidence, status: StartStatus,
+                     stderr: Path) -> ProcessEvidence:
+    """The process evidence with the sandbox's start decided by bubblewrap's handshake.
+
+    The sandbox did not start when bubblewrap says no command was exec'd and it ended by
+    itself with a failure (bubblewrap's own ``die``: exit 1), or an ``on_start`` step (the
+    network) failed: bubblewrap's stderr then holds only its own words (the agent never
+    ran), so it is read for the reason. A run that bubblewrap reports as exec'd started,
+    whatever its stderr says (the agent writes it); its exit status is bubblewrap's
+    ``exit-code``. One stopped by a signal or a limit before bubblewrap could report is
+    left to the limits that stopped it.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> started_evidence(ProcessEvidence(exit_code=1), StartStatus(7, 1),
+        ...                  Path("/nonexistent")).error is None
+        True
+        >>> started_evidence(ProcessEvidence(exit_code=1), StartStatus(7, None),
+        ...                  Path("/nonexistent")).error
+        'sandbox did not start: bubblewrap exited 1 before it ran the command'
+    """
+    if status.executed:
+        return evidence.model_copy(update={"exit_code": status.exit_code})
+    code = evidence.exit_code
+    failed_itself = (code is not None and 0 < code < 128 and not evidence.timed_out
+                     and not evidence.oom_killed and not evidence.disk_full)
+    if not (evidence.error or failed_itself):
+        return evidence
+    reason = wrapper_error(stderr, WRAPPER_PREFIXES) or evidence.error or (
+        f"bubblewrap exited {code} before it ran the command")
+    return evidence.model_copy(update={"error": f"sandbox did not start: {reason}"})
+
+
+START_NONCE_VARIABLE = "SPU_START_NONCE"
+"""The variable that hands :func:`start_check_argv`'s step its per-exec nonce (unset before
+the command is exec'd)."""
+
+
+def start_check_argv(argv: Sequence[str], nonce_file: str | None = None) -> list[str]:
+    """``argv`` behind a shell step that checks, before the agent runs, that it can start.
+
+    bubblewrap's handshake (:class:`StartStatus`) covers what bubblewrap execs: ``setpriv``
+    where the agent has a user of its own. The step after it (``/bin/sh``, from the
+    read-only system folders) looks the command up on ``PATH`` as ``execvp`` would, and the
+    interpreter of a ``#!`` script (and the program ``#!/usr/bin/env`` names); one that is
+    missing or not executable is reported as the first line of stderr, with the nonce of
+    :data:`START_NONCE_VARIABLE`, and the sandbox did not start (:func:`start_report`).
+    The step unsets the variable and execs the command: the agent never sees the nonce
+    (the sandbox's environment reaches bubblewrap in a memory file, not its argv), so it
+    cannot write a report. ``nonce_file``: where a container, whose init shows every
+    process its environment, reads the nonce instead; the step deletes it first.
+    """
+    if nonce_file is None:
+        take = f'n=${START_NONCE_VARIABLE}; unset {START_NONCE_VARIABLE}; '
+    else:
+        quoted = nonce_file.replace("'", "'\\''")
+        take = f"n=$(cat '{quoted}'); rm -f '{quoted}'; "
+    script = take + (
+        'found() { case $1 in */*) [ -f "$1" ] && [ -x "$1" ] && return 0;; '
+        '*) IFS=:; for d in $PATH; do if [ -n "$d" ] && [ -f "$d/$1" ] && [ -x "$d/$1" ]; '
+        'then unset IFS; p=$d/$1; return 0; fi; done; unset IFS;; esac; return 1; }; '
+        'fail() { printf "spu-start %s: %s\\n" "$n" "$1" >&2; exit 127; }; '
+        'p=$1; found "$1" || fail "$1: not found or not executable"; '
+        'l=; IFS= read -r l < "$p" 2>/dev/null; '
+        'case $l in "#!"*) s=${l#??}; s=${s# }; i=${s%% *}; r=${s#"$i"}; r=${r# }; '
+        'e=${r%% *}; found "$i" || fail "$1: its interpreter $i is not found"; '
+        'case $i in */env) case $e in ""|-*) ;; *) found "$e" || '
+        'fail "$1: its interpreter $e is not found";; esac;; esac;; esac; '
+        'exec "$@"'
+    )
+    return ["/bin/sh", "-c", script, "spu-start", *argv]
+
+
+def start_report(stderr: Path, nonce: str) -> str | None:
+    """The report of :func:`start_check_argv`'s step, from stderr's first line (None: none)."""
+    try:
+        with open(stderr, "rb") as f:
+            first = f.readline(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    prefix = f"spu-start {nonce}: "
+    return first[len(prefix):] if first.startswith(prefix) else None
 
 
 def options_fd(options: Sequence[str]) -> int:
@@ -273,17 +420,23 @@ class LocalSandbox(Sandbox):
 
     def bwrap_argv(self, argv: Sequence[str], env: Mapping[str, str],
                    sync_fds: tuple[int, int] | None = None,
-                   seccomp_fd: int | None = None) -> list[str]:
+                   seccomp_fd: int | None = None, status_fd: int | None = None) -> list[str]:
         """Everything bubblewrap is told to run ``argv`` with ``env``, as one list (to inspect).
 
         The sandbox itself never starts from this list: its options (the environment among
         them) go through a file descriptor (:meth:`bwrap_options`, ``--args``).
         """
-        return ["bwrap", *self.bwrap_options(env, sync_fds, seccomp_fd), "--",
+        return ["bwrap", *self.bwrap_options(env, sync_fds, seccomp_fd, status_fd), "--",
                 *self.inner_argv(argv)]
 
-    def inner_argv(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` as the sandbox starts it: behind ``setpriv`` when the agent has a user."""
+    def inner_argv(self, argv: Sequence[str], start_check: bool = False) -> list[str]:
+        """``argv`` as the sandbox starts it: behind ``setpriv`` when the agent has a user.
+
+        ``start_check``: the command goes through :func:`start_check_argv`, which reports
+        a command that cannot be found before the agent runs.
+        """
+        if start_check:
+            argv = start_check_argv(argv)
         if self.agent_uid is None:
             return list(argv)
         uid = str(self.agent_uid)
@@ -293,12 +446,15 @@ class LocalSandbox(Sandbox):
         ]  # fmt: skip
 
     def bwrap_options(self, env: Mapping[str, str], sync_fds: tuple[int, int] | None = None,
-                      seccomp_fd: int | None = None) -> list[str]:
+                      seccomp_fd: int | None = None,
+                      status_fd: int | None = None) -> list[str]:
         """Bubblewrap's options: namespaces, mounts, the environment, the sync descriptors.
 
         ``sync_fds`` (info, block): bubblewrap reports its namespaces on the first and
         waits on the second before it starts ``argv`` (the network is set up between).
         ``seccomp_fd``: the filter of :mod:`spu.sandbox.seccomp`, installed by bubblewrap.
+        ``status_fd``: bubblewrap's ``--json-status-fd``, the start handshake
+        (:class:`StartStatus`).
         """
         cmd = [
             "--die-with-parent",
@@ -340,6 +496,8 @@ class LocalSandbox(Sandbox):
             cmd += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
+        if status_fd is not None:
+            cmd += ["--json-status-fd", str(status_fd)]
         return cmd
 
     def _exec(self, call: ExecCall) -> ProcessEvidence:
@@ -379,32 +537,35 @@ class LocalSandbox(Sandbox):
                 self.network_mode = network.mode
                 self.warnings += [w for w in network.warnings if w not in self.warnings]
                 os.write(block_w, b"1")
+        # The start handshake: bubblewrap's own status lines (StartStatus), on a pipe
+        # that only bubblewrap holds; never the agent's stderr, which the agent writes.
+        status_r, status_w = os.pipe()
+        open_fds |= {status_r, status_w}
+        nonce = secrets.token_hex(16)
+        full_env[START_NONCE_VARIABLE] = nonce
         # The options, the environment with its secrets among them, travel in a memory
         # file (bubblewrap's --args, closed by bubblewrap before the agent starts): on the
         # command line, any user of the host would read them in /proc/<pid>/cmdline.
         try:
-            args_fd = options_fd(self.bwrap_options(full_env, sync_fds, seccomp_fd))
+            args_fd = options_fd(self.bwrap_options(full_env, sync_fds, seccomp_fd, status_w))
             open_fds.add(args_fd)
-            argv = ["bwrap", "--args", str(args_fd), "--", *self.inner_argv(call.argv)]
+            argv = ["bwrap", "--args", str(args_fd), "--",
+                    *self.inner_argv(call.argv, start_check=True)]
             evidence = self._run_on_host(
                 call, argv, host_env, cwd=None, wrapped=True,
-                pass_fds=(*pass_fds, args_fd), on_start=on_start,
+                pass_fds=(*pass_fds, args_fd, status_w), on_start=on_start,
             )
+            status = StartStatus.parse(read_nonblocking(status_r))
         finally:
             for fd in open_fds:
                 os.close(fd)
             for network in self.networks:
                 network.close()
             self.networks.clear()
-        if evidence.error:
-            failed = wrapper_error(call.stderr, WRAPPER_PREFIXES)  # bubblewrap's reason, if any
-            evidence = evidence.model_copy(
-                update={"error": f"sandbox did not start: {failed or evidence.error}"})
-        elif evidence.exit_code and not evidence.timed_out:
-            failed = wrapper_error(call.stderr, WRAPPER_PREFIXES)
-            if failed:
-                evidence = evidence.model_copy(update={"error": f"sandbox did not start: {failed}"})
-        return evidence
+        report = start_report(call.stderr, nonce)
+        if report is not None and not evidence.error:
+            evidence = evidence.model_copy(update={"error": f"sandbox did not start: {report}"})
+        return started_evidence(evidence, status, call.stderr)
 
     def _stop(self) -> None:
         """Close the run's network and remove the agent's identity files."""

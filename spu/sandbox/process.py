@@ -166,6 +166,8 @@ def wrapper_error(stderr: Path, prefixes: tuple[str, ...]) -> str | None:
 
     A wrapper fails before the agent runs, so its message is then all of stderr: every
     line starts with one of ``prefixes``. Anything else is the agent's own output.
+    Read only once the wrapper's own handshake says the agent never ran
+    (:func:`spu.sandbox.local.started_evidence`): an agent can print such lines itself.
     """
     try:
         with open(stderr, "rb") as f:

@@ -145,7 +145,7 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     everything = runs
     runs, retired = split_retired(runs, retirements_of_roots(options.task_roots))
     runs.attrs.update(everything.attrs)
-    inputs = StatsInputs(runs, options)
+    inputs = StatsInputs(apply_refusal_rule(runs, options.refusals_after_file), options)
     outcomes = [_run_one(entry, inputs) for entry in REGISTRY]
     tables = {name: table for o in outcomes for name, table in o.result.tables.items()}
     retired_notes = []
@@ -173,6 +173,29 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
                       if "rank_stability" in o.result.values), None)
     summary = _summary_frame([row for o in outcomes for row in o.result.summary])
     return StatsResult(tables, summary, manifest, runs, stability, notes)
+
+
+def apply_refusal_rule(runs: pd.DataFrame, rule: str) -> pd.DataFrame:
+    """The runs table with ``scored`` as the refusals-after-a-file rule makes it.
+
+    ``exclude`` (the paper's rule) leaves the table as recorded; ``score`` sets ``scored``
+    for the runs whose ``refusal_after_file`` is true (their ``outcome`` stays
+    ``refusal``). A table without the column has no such run.
+
+    >>> runs = pd.DataFrame({"outcome": ["refusal", "refusal"], "scored": [False, False],
+    ...                      "refusal_after_file": [True, False]})
+    >>> apply_refusal_rule(runs, "score")["scored"].tolist()
+    [True, False]
+    """
+    from spu.grading.outcome import scored_under_rule
+
+    scored_under_rule(False, False, rule)  # an unknown rule fails here, named
+    if rule == "exclude" or "refusal_after_file" not in runs:
+        return runs
+    runs = runs.copy()
+    runs["scored"] = [scored_under_rule(bool(s), bool(a), rule)
+                      for s, a in zip(runs["scored"], runs["refusal_after_file"], strict=True)]
+    return runs
 
 
 def write_stats(result: StatsResult, out: str | Path) -> list[Path]:

@@ -59,6 +59,11 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="D", dest="design_differences",
                    help="difference in mean score for the study-design table design.csv "
                         "(repeatable; default 0.05, 0.1, 0.15, 0.2)")
+    p.add_argument("--refusals-after-file", choices=("exclude", "score"), default="exclude",
+                   help="refusals that came after a valid or recoverable file: exclude them "
+                        "as refusals (default, the paper's rule 3.1) or score their file; "
+                        "outcomes.csv counts them apart (refusal_after_file), manifest.json "
+                        "names the rule")
 
 
 def _names(value: str | None) -> tuple[str, ...] | None:
@@ -116,6 +121,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         answers_root=args.answers_root, runs_dir=args.runs_dir,
         top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
         decomposition_configs=chosen, discipline_groups=args.discipline_groups,
+        refusals_after_file=args.refusals_after_file,
     )
     try:
         runs = read_runs_table(args.runs)

@@ -30,6 +30,14 @@ from spu.stats.runs_table import official, score_matrix
 from spu.stats.submissions import Orders, TaskInfo, load_submitted_orders, load_task_set
 from spu.stats.tasks import task_table
 
+REFUSAL_RULE_TEXT = {
+    "exclude": "refusals after a valid or recoverable file are excluded as refusals, their "
+               "file's score kept for mean_at_minus1 (the paper's rule, 3.1 and Table 6)",
+    "score": "refusals after a valid or recoverable file are scored from that file "
+             "(--refusals-after-file=score; the paper excluded them)",
+}
+"""The manifest's words for each :data:`~spu.grading.outcome.REFUSALS_AFTER_FILE_RULES`."""
+
 MAX_NOTES = 50
 """Notes about run folders kept in the manifest; the rest are counted."""
 
@@ -68,6 +76,10 @@ class StatsOptions:
     decomposition_configs: tuple[str, ...] | None = None
     """Configurations of the variance decomposition (``--decomposition-configs``);
     ``None``: the largest complete block (:func:`~spu.stats.interaction.largest_common_block`)."""
+    refusals_after_file: str = "exclude"
+    """Refusals that left a valid or recoverable file (``--refusals-after-file``):
+    ``exclude`` (the paper's rule, 3.1) or ``score`` (their file's grade counts);
+    :data:`~spu.grading.outcome.REFUSALS_AFTER_FILE_RULES`."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +264,8 @@ class StatsInputs:
             "decomposition_configs": (None if opt.decomposition_configs is None
                                       else list(opt.decomposition_configs)),
             "discipline_groups": opt.discipline_groups,
+            "refusals_after_file": opt.refusals_after_file,
+            "refusals_after_file_rule": REFUSAL_RULE_TEXT[opt.refusals_after_file],
             "rows": len(self.runs), "configs": self.order, "absent_columns": self.absent,
         }
 

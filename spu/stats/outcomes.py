@@ -4,7 +4,12 @@ Columns of Table 6, from the ``outcome`` and ``scored`` columns of the runs tabl
 
 - ``rejected``: files the strict grader rejected for their format, recovered or not
   (outcomes ``recovered`` and ``rejected``), Table 6 "Rejected".
-- ``refusal``: safety refusals, whatever file they left.
+- ``refusal``: safety refusals, whatever file they left (the paper's rule), unless
+  ``spu stats --refusals-after-file=score`` scored those that left a file.
+- ``refusal_after_file``: refusals that left a valid or recoverable file (the record's
+  ``refusal_after_file``), counted apart whatever the rule: under the paper's rule they are
+  among ``refusal`` (Table 6's note: "five runs wrote a valid file and then refused"), under
+  ``score`` among the scored runs.
 - ``no_file``: every other run that is not scored (no submission, policy stop, timeout,
   memory limit, infrastructure error), Table 6 "No file".
 - ``mean_at_minus1``: mean of ``score_strict`` (every run without a valid file at -1);
@@ -50,16 +55,19 @@ def outcome_table(runs: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     ...     "outcome": ["valid", "recovered", "refusal", "no_file"],
     ...     "scored": [True, True, False, False],
     ...     "score_strict": [0.6, -1.0, -1.0, -1.0], "score_recovered": [0.6, 0.2, -1.0, -1.0]})
-    >>> outcome_table(runs, ["A"]).iloc[0, :8].to_dict()  # doctest: +NORMALIZE_WHITESPACE
+    >>> outcome_table(runs, ["A"]).iloc[0, :9].to_dict()  # doctest: +NORMALIZE_WHITESPACE
     {'config': 'A', 'n_runs': 4, 'rejected': 1, 'refusal': 1, 'no_file': 1,
-     'mean_at_minus1': -0.6, 'mean_after_recovery': -0.3, 'scored_mean': 0.4}
+     'refusal_after_file': 0, 'mean_at_minus1': -0.6, 'mean_after_recovery': -0.3,
+     'scored_mean': 0.4}
     """
     rows = []
     for config in order:
         own = runs[runs["config"] == config]
         outcome = own["outcome"]
         scored = own["scored"].to_numpy(dtype=bool)
-        is_refusal = (outcome == Outcome.refusal.value).to_numpy()
+        is_refusal = (outcome == Outcome.refusal.value).to_numpy() & ~scored
+        after_file = (own["refusal_after_file"].to_numpy(dtype=bool)
+                      if "refusal_after_file" in own else np.zeros(len(own), dtype=bool))
         is_rejected = outcome.isin(FORMAT_REJECTED).to_numpy()
         row = {
             "config": config,
@@ -67,6 +75,7 @@ def outcome_table(runs: pd.DataFrame, order: list[str]) -> pd.DataFrame:
             "rejected": int(is_rejected.sum()),
             "refusal": int(is_refusal.sum()),
             "no_file": int((~scored & ~is_refusal & ~is_rejected).sum()),
+            "refusal_after_file": int(after_file.sum()),
             "mean_at_minus1": own["score_strict"].mean(),
             "mean_after_recovery": own["score_recovered"].mean(),
             "scored_mean": own.loc[scored, "score_recovered"].mean() if scored.any() else np.nan,
@@ -75,7 +84,8 @@ def outcome_table(runs: pd.DataFrame, order: list[str]) -> pd.DataFrame:
         for name in Outcome:
             row[f"outcome_{name.value}"] = int((outcome == name.value).sum())
         rows.append(row)
-    columns = ["config", "n_runs", "rejected", "refusal", "no_file", "mean_at_minus1",
+    columns = ["config", "n_runs", "rejected", "refusal", "no_file", "refusal_after_file",
+               "mean_at_minus1",
                "mean_after_recovery", "scored_mean", "n_scored",
                *(f"outcome_{name.value}" for name in Outcome)]
     return pd.DataFrame(rows, columns=columns)
@@ -210,7 +220,8 @@ def scoring_rules_table(
     """
     from spu.stats.resampling import bootstrap_mean, rng_for
 
-    kept = runs[runs["outcome"] != Outcome.refusal.value]
+    # Refusals are left out (paper 3.2), save those --refusals-after-file=score scored.
+    kept = runs[(runs["outcome"] != Outcome.refusal.value) | runs["scored"].astype(bool)]
     rows = []
     for config in order:
         own = kept[kept["config"] == config]

@@ -45,9 +45,11 @@ OPTIONAL_TEXT: tuple[str, ...] = ("model", "harness", "effort", "subfield", "run
                                   "published_before_cutoff")
 """Text columns used where present (matching run folders, labels, departures)."""
 
-OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu", "retired")
-"""True/false columns of SPEC section 5 used by the exposure and effort analyses, and
-``retired`` (the run's task is retired, SPEC 15: out of the official statistics); false
+OPTIONAL_BOOL: tuple[str, ...] = ("flagged_exposure", "used_gpu", "retired",
+                                  "refusal_after_file")
+"""True/false columns of SPEC section 5 used by the exposure and effort analyses,
+``retired`` (the run's task is retired, SPEC 15: out of the official statistics) and
+``refusal_after_file`` (a refusal after a valid file, paper 3.1); false
 where absent (the table's ``attrs["absent_columns"]`` says which were)."""
 
 OPTIONAL_NUMBER: tuple[str, ...] = ("tool_calls", "web_fetches", "n_groups",

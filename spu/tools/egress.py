@@ -57,6 +57,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -67,6 +68,7 @@ from typing import Any
 
 from spu.sandbox.process import exited_unreaped
 from spu.schema import TrajectoryStep
+from spu.tools.addresses import normal_address
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,10 @@ class EgressProxy:
         self._allow_file.write_text("[]")
         self._deny_file = self.folder / "egress.deny.json"
         self._deny_file.write_text("[]")
+        self._deny_address_file = self.folder / "egress.deny_addresses.json"
+        self._deny_address_file.write_text("[]")
+        self._deny_lock = threading.Lock()
+        self._resolvers: list[threading.Thread] = []
         self.pid: int | None = None
         self.port: int | None = None
 
@@ -132,10 +138,35 @@ class EgressProxy:
         The model providers' API hosts, once the run has a model gateway: the agent's way
         to its model is the gateway, so a direct connection is refused, not merely counted.
         Compared by name as the client asked (case and a final dot aside), before any DNS
-        lookup; a connection to one of their addresses is not refused but is counted in
-        ``requests_outside_tools`` (only the names are the provider's, :func:`outside_requests`).
+        lookup. Each name is also resolved once, here, where it resolves (each in a thread
+        of its own, so that an offline lookup delays nothing): a connection to one of its
+        addresses (an address literal, or another name that resolves to it) is refused
+        the same way once the lookup has answered.
         """
-        _add_to(self._deny_file, (h.lower().rstrip(".") for h in hosts if h))
+        names = sorted({h.lower().rstrip(".") for h in hosts if h})
+        _add_to(self._deny_file, names)
+        for name in names:
+            thread = threading.Thread(target=self._refuse_addresses_of, args=(name,),
+                                      name=f"spu-egress-resolve-{name}", daemon=True)
+            thread.start()
+            self._resolvers.append(thread)
+
+    def _refuse_addresses_of(self, name: str) -> None:
+        """Add the addresses ``name`` resolves to to the refused ones (none when offline)."""
+        try:
+            infos = socket.getaddrinfo(name, 443, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            log.debug("provider host %s does not resolve here: %s", name, exc)
+            return
+        addresses = {normal_address(str(info[4][0])) for info in infos}
+        with self._deny_lock:
+            _add_to(self._deny_address_file, addresses)
+
+    def wait_resolved(self, timeout_s: float = 5.0) -> None:
+        """Wait (at most ``timeout_s``) for the lookups :meth:`refuse_hosts` started."""
+        deadline = time.monotonic() + timeout_s
+        for thread in self._resolvers:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def start(self) -> EgressProxy:
         """Start the proxy and wait until it listens.
@@ -150,6 +181,7 @@ class EgressProxy:
                 "--spu-egress-log", str(self.log_path),
                 "--spu-allow-file", str(self._allow_file),
                 "--spu-deny-file", str(self._deny_file),
+                "--spu-deny-address-file", str(self._deny_address_file),
                 "--num-acceptors", "1", "--num-workers", "1",
                 "--timeout", str(PROXY_IDLE_TIMEOUT_S), "--log-level", "ERROR"]
         log_path = self.folder / "egress.proxy.log"

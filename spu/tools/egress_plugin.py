@@ -15,7 +15,9 @@ between. A name that does not resolve (no answer, SERVFAIL, a timeout) is refuse
 502 and logged with its reason: the proxy's own connection would resolve it again, and a
 second answer may be the host's loopback or a cloud's metadata service (issue 30).
 A host name in the deny file (the model providers' API hosts, once the run has a model
-gateway) is refused with 403 before any lookup.
+gateway) is refused with 403 before any lookup, and so is a connection to an address in the
+deny-address file (the addresses those hosts resolved to on the host), whether asked as a
+literal or through another name.
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ from proxy.common.flag import flags
 from proxy.http.exception import HttpRequestRejected
 from proxy.http.proxy import HttpProxyBasePlugin
 
+from spu.tools.addresses import normal_address
+
 flags.add_argument("--spu-egress-log", type=str, default="",
                    help="SPU: JSON Lines file recording the destination of every connection.")
 flags.add_argument("--spu-allow-file", type=str, default="",
                    help="SPU: JSON list of host:port on local addresses that may be reached.")
 flags.add_argument("--spu-deny-file", type=str, default="",
                    help="SPU: JSON list of host names refused (the model providers' APIs).")
+
+flags.add_argument("--spu-deny-address-file", type=str, default="",
+                   help="SPU: JSON list of addresses refused (those the providers' API "
+                        "hosts resolve to).")
 
 MODEL_API_REFUSED = ("model provider API: the agent reaches its model only through the run's "
                      "model gateway")
@@ -93,6 +101,14 @@ def resolve(host: str, port: int) -> list[str]:
     return addresses
 
 
+def _literal(host: str) -> str | None:
+    """``host`` as :func:`normal_address` writes it, when it is an address literal."""
+    try:
+        return normal_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
 def _allowed(path: str) -> set[str]:
     """The entries of the JSON list in ``path`` (an allow or a deny file; none when unreadable)."""
     if not path:
@@ -117,8 +133,11 @@ class EgressRecorder(HttpProxyBasePlugin):  # type: ignore[misc]
             # A CONNECT tunnel's path is opaque (TLS); plain HTTP shows what was asked.
             "path": None if method == "CONNECT" else _text(request.path),
         }
-        if host.lower().rstrip(".") in _allowed(self.flags.spu_deny_file):
-            # Before any lookup: the name is the provider's, whatever it resolves to.
+        denied = _allowed(self.flags.spu_deny_address_file)
+        if (host.lower().rstrip(".") in _allowed(self.flags.spu_deny_file)
+                or _literal(host) in denied):
+            # Before any lookup: the name is the provider's, whatever it resolves to (an
+            # address literal of the provider's is refused here too).
             line["refused"] = MODEL_API_REFUSED
             self._log(line)
             raise HttpRequestRejected(status_code=403, reason=b"Forbidden",
@@ -136,6 +155,16 @@ class EgressRecorder(HttpProxyBasePlugin):  # type: ignore[misc]
         line["address"] = addresses[0]
         if len(addresses) > 1:
             line["addresses"] = addresses[:16]
+        provider = [a for a in addresses if normal_address(a) in denied]
+        if provider:
+            # An address a provider's API host resolves to: an address literal, or another
+            # name for it, is the provider's API all the same.
+            line["refused"] = MODEL_API_REFUSED
+            line["address"] = provider[0]
+            self._log(line)
+            raise HttpRequestRejected(status_code=403, reason=b"Forbidden",
+                                      body=b"egress refused: " + MODEL_API_REFUSED.encode()
+                                      + b"\n")
         allowed = _allowed(self.flags.spu_allow_file)
         local = [a for a in addresses if _local(a)
                  and not {f"{host}:{port}", f"{a}:{port}"} & allowed]

@@ -165,6 +165,7 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
         "long_context_requests": _count(run, "long_context_requests", required=False) or 0,
         "exposure_kinds": _text(t.get("exposure_kinds")),
         "refusal_label": _text(t.get("refusal_label")),
+        "refusal_after_file": _flag(run, "refusal_after_file"),
         "requests_outside_tools": _count(run, "requests_outside_tools", required=False),
         "peak_memory_bytes": _count(run, "peak_memory_bytes", required=False),
         "gpu_seconds": m.get("gpu_seconds", math.nan),

@@ -25,7 +25,14 @@ from typing import Any
 
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import IsolatedGrades, grade_isolated
-from spu.grading.outcome import FILE_OUTCOMES, RERUN_NOTE, RunEvidence, is_scored, judge
+from spu.grading.outcome import (
+    FILE_OUTCOMES,
+    RERUN_NOTE,
+    RunEvidence,
+    is_scored,
+    judge,
+    refused_after_file,
+)
 from spu.grading.rules import AnswerKeyError, check_answer_key
 from spu.grading.submission import read_submission
 from spu.schema import Contract, Grade, Outcome, PastGrade, RunRecord
@@ -161,6 +168,7 @@ def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
         "outcome": outcome,
         "scored": is_scored(outcome, grades.recovered, score_limits=RERUN_NOTE.format(
             outcome=outcome.value) not in record.notes),
+        "refusal_after_file": refused_after_file(outcome, grades.recovered),
         "score_strict": grades.strict.score,
         "score_recovered": grades.recovered.score,
         "grade": grades.recovered,

@@ -402,6 +402,7 @@ def run_tags(record: RunRecord) -> dict[str, str]:
         "policy_stopped": _flag(record.policy_stopped),
         "used_gpu": _flag(record.used_gpu),
         "cost_disagreement": _flag(record.cost_disagreement),
+        "refusal_after_file": _flag(record.refusal_after_file),
         "attempt": str(record.attempt),
         "record_version": record.schema_version or RUN_RECORD_VERSION,
         # Tags, not params: a key that arrives later (spu regrade) may date the source.

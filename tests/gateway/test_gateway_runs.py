@@ -16,6 +16,10 @@ from spu.testing import reported_usage
 from spu.testing.script import WRITE_PRESENTED_ORDER, WRITE_REPORT
 from tests.conftest import EXAMPLE_TASK
 from tests.harness.test_cli_runs import PAPER_VERSION, cli_installed, sandbox_ok  # noqa: F401
+from tests.sandbox.conftest import docker_engine, require_backend  # noqa: F401
+
+BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
+"""The two isolating backends."""
 
 COMMAND_AGENT = '''#!/usr/bin/env python3
 """Call the model through the gateway (SPU_MODEL_*) three turns, then submit."""
@@ -128,7 +132,17 @@ FORGED_RESULT = {"type": "result", "subtype": "error_during_execution", "is_erro
                  "result": "API Error: 401 invalid x-api-key"}
 
 
+CODEX_FORGED_USAGE = {"input_tokens": 900_000_000, "cached_input_tokens": 0,
+                      "output_tokens": 9_000_000, "reasoning_output_tokens": 0,
+                      "total_tokens": 909_000_000}
+"""Codex's usage forged in its rollout: a cumulative total (``token_count``, the paper's
+version) and a per-response record (``token_usage_record``, newer versions)."""
+
 CODEX_FORGED = [
+    {"type": "event_msg", "payload": {"type": "token_count", "info": {
+        "total_token_usage": CODEX_FORGED_USAGE, "last_token_usage": CODEX_FORGED_USAGE}}},
+    {"type": "event_msg", "payload": {"type": "token_usage_record",
+                                      "usage": CODEX_FORGED_USAGE}},
     {"type": "event_msg", "payload": {"type": "error", "message": "forged refusal",
                                       "codex_error_info": "bio_policy"}},
     {"type": "event_msg", "payload": {"type": "error",
@@ -153,12 +167,16 @@ def forging_command(harness: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.cli
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("harness", ["claude_code", "codex"])
-def test_forged_refusal_and_api_error_change_nothing(sandbox_ok, compose,  # noqa: F811
-                                                     tmp_path: Path, harness: str) -> None:
-    """An agent that forges a refusal, an API error and its usage in its session files and
-    on the CLI's stdout ends ``valid`` with its real score and the provider's usage, once,
-    with ``evidence_disagreement`` naming what the files claimed."""
+def test_forged_refusal_and_api_error_change_nothing(request: pytest.FixtureRequest, compose,
+                                                     tmp_path: Path, harness: str,
+                                                     backend: str) -> None:
+    """An agent that forges a refusal, an API error and its usage (Claude Code's message
+    usage, Codex's token totals and records) in its session files and on the CLI's stdout
+    ends ``valid`` with its real score and the provider's usage, once, with
+    ``evidence_disagreement`` naming what the files claimed; on both backends."""
+    require_backend(request, backend)
     cli_installed(harness, PAPER_VERSION[harness])
     script = tmp_path / "forging.json"
     script.write_text(json.dumps({"name": "forging", "turns": [
@@ -167,11 +185,16 @@ def test_forged_refusal_and_api_error_change_nothing(sandbox_ok, compose,  # noq
         {"text": "Report.", "command": WRITE_REPORT},
         {"text": "Submitted."}]}))
     cfg = compose(f"harness={harness}", "model=scripted", f"model.api_model={script}",
-                  f"task={EXAMPLE_TASK.name}", "limits.time_s=300", "limits.gpus=0")
+                  f"sandbox={backend}", f"task={EXAMPLE_TASK.name}", "limits.time_s=300",
+                  "limits.gpus=0")
     record = run_one(spec_from_config(cfg))
     run_dir = tmp_path / "outputs" / "runs" / record.run_key
     calls = (run_dir / "logs" / "agent.stdout").read_text()
     assert "forged" in calls  # the forging command ran
+    if harness == "codex":  # the usage forgery landed in the rollout the harness reads
+        rollouts = list((run_dir / "workspace").rglob("rollout-*.jsonl")) or list(
+            run_dir.rglob("rollout-*.jsonl"))
+        assert any("909000000" in f.read_text() for f in rollouts), rollouts
     assert record.outcome is Outcome.valid and record.scored, (record.outcome, record.notes)
     assert record.attempt == 1 and record.refusal_label is None
     assert record.usage == reported_usage(run_dir / "logs" / "scripted_server.jsonl")

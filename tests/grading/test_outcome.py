@@ -9,11 +9,14 @@ import pytest
 from spu.grading.outcome import (
     EXCLUDED_OUTCOMES,
     LIMIT_OUTCOMES,
+    REFUSALS_AFTER_FILE_RULES,
     RunEvidence,
     Verdict,
     is_scored,
     judge,
     no_group_ranked,
+    refused_after_file,
+    scored_under_rule,
 )
 from spu.schema import Grade, GradeStatus, GroupGrade, Outcome, ProcessEvidence
 
@@ -76,7 +79,56 @@ CASES = [
 def test_outcome_table(evidence: RunEvidence, grade: Grade, outcome: Outcome, scored: bool,
                        why: str) -> None:
     """Each row: the outcome and the scored flag worked by hand from SPEC section 5."""
-    assert judge(evidence, grade) == Verdict(outcome=outcome, scored=scored), why
+    verdict = judge(evidence, grade)
+    assert (verdict.outcome, verdict.scored) == (outcome, scored), why
+    assert verdict == Verdict(outcome=outcome, scored=scored,
+                              refusal_after_file=verdict.refusal_after_file), why
+
+
+AFTER_FILE_CASES = [
+    # (evidence, grade, refusal after a file, why)
+    (dataclasses.replace(FILED, refused=True), VALID, True,
+     "a refusal after a valid file: excluded, its grade kept (paper 3.1, Table 6's note)"),
+    (dataclasses.replace(FILED, refused=True), RECOVERED, True,
+     "a refusal after a recoverable file"),
+    (dataclasses.replace(FILED, refused=True), INVALID, False,
+     "a refusal after a rejected file scores nothing either way"),
+    (dataclasses.replace(FILED, refused=True), EMPTY, False,
+     "a refusal after a file ranking no group: no file"),
+    (RunEvidence(refused=True), None, False, "a refusal without a file"),
+    (FILED, VALID, False, "a valid run is no refusal"),
+    (dataclasses.replace(FILED, refused=True, infra_error="x"), VALID, False,
+     "an infrastructure error comes first"),
+]
+
+
+@pytest.mark.parametrize(("evidence", "grade", "after_file", "why"), AFTER_FILE_CASES,
+                         ids=[c[-1] for c in AFTER_FILE_CASES])
+def test_refusal_after_a_file_table(evidence: RunEvidence, grade: Grade | None,
+                                    after_file: bool, why: str) -> None:
+    """Each row worked by hand: the flag, and the run stays unscored under the paper's rule."""
+    verdict = judge(evidence, grade)
+    assert verdict.refusal_after_file is after_file, why
+    assert refused_after_file(verdict.outcome, grade) is after_file, why
+    if after_file:
+        assert verdict.outcome is Outcome.refusal and not verdict.scored, why
+
+
+@pytest.mark.parametrize(("scored", "after_file", "rule", "counts"), [
+    (True, False, "exclude", True), (False, False, "exclude", False),
+    (False, True, "exclude", False), (False, True, "score", True),
+    (False, False, "score", False), (True, False, "score", True)])
+def test_scored_under_the_refusal_rule(scored: bool, after_file: bool, rule: str,
+                                       counts: bool) -> None:
+    """``exclude`` (the paper's) leaves the flag as recorded; ``score`` counts the file."""
+    assert scored_under_rule(scored, after_file, rule) is counts
+    assert REFUSALS_AFTER_FILE_RULES[0] == "exclude"
+
+
+def test_an_unknown_refusal_rule_is_named() -> None:
+    """A rule outside the two is one clear error."""
+    with pytest.raises(ValueError, match="'keep' is not one of exclude, score"):
+        scored_under_rule(False, True, "keep")
 
 
 def test_excluded_outcomes_are_never_scored() -> None:

@@ -46,14 +46,14 @@ def test_an_agent_cannot_make_its_run_infra_error_with_a_bad_request(
     assert record.outcome is Outcome.valid and record.scored, (record.outcome, record.notes)
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (high): refusal is excluded whatever came "
-                   "before it (outcome.EXCLUDED_OUTCOMES, first in precedence after "
-                   "infra_error): an agent that has written a file it dislikes sends one "
-                   "prompt written to be refused, with the token it holds, and its run leaves "
-                   "the mean; item 7 scored a file left before a limit, not before a refusal")
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_an_agent_cannot_leave_the_mean_by_a_refusal_after_its_file(
+def test_a_refusal_after_its_file_is_the_papers_visible_exclusion(
         request: pytest.FixtureRequest, compose, backend: str, tmp_path: Path) -> None:
+    """Accepted residual (docs/security.md): an agent that has written a file it dislikes
+    can provoke a real refusal with the token it holds. The paper's rule stays the default
+    (3.1, Table 6's note: excluded as a refusal), but the record says so and keeps the
+    file's grade, so the count is reported and ``spu stats --refusals-after-file=score``
+    scores it (tests/stats/test_refusals_after_file.py)."""
     require_backend(request, backend)
     script = tmp_path / "refuse_second.json"
     script.write_text(json.dumps({"name": "refuse_second", "turns": [
@@ -61,19 +61,21 @@ def test_an_agent_cannot_leave_the_mean_by_a_refusal_after_its_file(
     record, run_dir = _run(compose, backend, "refusal", f"model.api_model={script}")
     entries = read_requests(run_dir / "model" / "requests.jsonl")
     assert any(e.refusal for e in entries)  # the attack did what it meant to
-    assert record.outcome is not Outcome.refusal and record.scored, (record.outcome,
-                                                                      record.notes)
+    assert record.outcome is Outcome.refusal and not record.scored
+    assert record.refusal_after_file, record.notes
+    assert record.grade is not None and record.grade.status.value == "valid"
+    assert record.score_strict == record.score_recovered == record.grade.score > -1.0
+    assert any("refused after writing a valid file" in n for n in record.notes), record.notes
+    saved = json.loads((run_dir / "run.json").read_text())
+    assert saved["refusal_after_file"] is True and saved["outcome"] == "refusal"
 
 
-@pytest.mark.xfail(strict=True, reason="BROKEN (high): the sandbox's start failure is read "
-                   "from the agent's own stderr (process.wrapper_error): an agent that exits 1 "
-                   "with one line 'bwrap: ...' (local) or '[FATAL tini ...' (docker) as all "
-                   "of its stderr makes its run infra_error ('sandbox did not start'), after "
-                   "writing its file: excluded and retried")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_agent_cannot_pose_as_a_sandbox_that_did_not_start(
         request: pytest.FixtureRequest, compose, backend: str) -> None:
     require_backend(request, backend)
+    """Held: the start is the wrapper's own handshake (bubblewrap's --json-status-fd, the
+    engine's state), not the agent's stderr (tests/sandbox/test_start_handshake.py)."""
     record, run_dir = _run(compose, backend, "wrapper")
     assert (run_dir / "output" / "notes.json").is_file()  # the agent did run
     assert record.outcome is Outcome.valid and record.scored, (record.outcome, record.notes)

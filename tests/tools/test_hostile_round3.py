@@ -212,3 +212,30 @@ def test_the_runs_host_side_services_run_under_limits_derived_from_the_runs(
     finally:
         session.close()
         provider.close()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_providers_api_reached_by_its_address_is_refused(tmp_path: Path) -> None:
+    """Issue 23: the provider's API hosts are refused by name, and so are the addresses
+    they resolve to (resolved once when they are refused): an address literal, an
+    IPv4-mapped one, a plain GET to it, another name for it; logged as refused."""
+    from spu.tools.egress_plugin import MODEL_API_REFUSED
+
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions attempts:1 timeout:2\n")
+    folder = tmp_path / "tools"
+    probe = subprocess.run(
+        [*_in_namespace(resolv), sys.executable, "-m", "tests.tools.netns_provider_probe",
+         str(folder)],
+        capture_output=True, text=True, timeout=180, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert found["denied"] == ["93.184.216.34"], found
+    for case in ("name", "literal", "mapped", "get", "alias"):
+        assert " 403 " in found["statuses"][case] + " ", (case, found)
+    assert " 403 " not in found["statuses"]["other"] + " ", found  # another address: passed on
+    refused = {line["host"].strip("[]"): line.get("refused") for line in found["egress"]}
+    for host in ("api.provider.test", "93.184.216.34", "::ffff:93.184.216.34", "alias.test"):
+        assert refused.get(host) == MODEL_API_REFUSED, (host, found["egress"])
+    assert refused.get("other.test") is None, found["egress"]
