@@ -147,6 +147,10 @@ class Harness(ABC):
     uses_tools: ClassVar[bool] = True
     """Whether the run gets the audited tools service and the egress proxy (not the
     offline baselines)."""
+    screens_answers: ClassVar[bool] = False
+    """Whether the exposure screen also reads the model's own text (the trajectory's
+    assistant steps), not only tool outputs: a recall probe, where an answer naming the
+    source study is the finding (:mod:`spu.harness.recall`)."""
 
     efforts: ClassVar[Mapping[str, str]] = {}
     """Reasoning effort (``effort=<name>``, ``conf/effort``) -> this harness's own setting
