@@ -55,8 +55,8 @@ class ProbeRun:
     outcome: Outcome
     score: float
     """The official score (order probes)."""
-    threshold: float
-    """The task's chance threshold."""
+    threshold: float | None
+    """The task's chance threshold (None: not recorded)."""
     recalled: bool
     """The answer named the source (source probes)."""
     run_key: str

@@ -98,8 +98,10 @@ FINAL_TURN = ScriptedTurn(text="Done.")
 
 @dataclass(frozen=True)
 class ScriptedAnswer:
-    """The answer to a request outside the agent loop (one that offers no shell tool,
-    as a recall probe's question) whose text contains :attr:`if_asked`."""
+    """The answer to a request outside the agent loop that asks :attr:`if_asked`.
+
+    Such a request offers no shell tool (a recall probe's question, for one).
+    """
 
     if_asked: tuple[str, ...]
     """Strings the request's text must all contain (a task id, a word of the question)."""

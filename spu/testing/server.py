@@ -246,8 +246,7 @@ class _Play:
 
 
 def request_text(value: Any) -> str:
-    """Every string of a request body, joined (what a scripted answer's ``if_asked`` is
-    looked for in)."""
+    """Every string of a request body, joined: where a scripted ``if_asked`` is looked for."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict):

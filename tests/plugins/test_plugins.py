@@ -55,7 +55,8 @@ def test_builtins_are_declared_by_spus_own_entry_points() -> None:
         "baseline": "spu.harness.baseline:BaselineHarness",
         "command": "spu.harness.command:CommandHarness",
         "claude_code": "spu.harness.claude_code:ClaudeCodeHarness",
-        "codex": "spu.harness.codex:CodexHarness"}
+        "codex": "spu.harness.codex:CodexHarness",
+        "recall": "spu.harness.recall:RecallHarness"}
     assert set(declared[SANDBOXES]) == {"local", "subprocess", "docker"}
     assert set(declared[TOOLS_PROVIDERS]) == {"offline", "web"}
     assert get_sandbox("example") is ExampleSandbox and get_harness("example") is ExampleHarness
