@@ -74,7 +74,7 @@ def request_body(api: str, model: str, prompt: str) -> tuple[str, dict]:
         return "/v1/responses", {"model": model, "stream": False, "input": prompt,
                                  "max_output_tokens": MAX_TOKENS}
     return "/v1/chat/completions", {"model": model, "stream": False,
-                                    "max_completion_tokens": MAX_TOKENS,
+                                    "max_tokens": MAX_TOKENS,
                                     "messages": [{"role": "user", "content": prompt}]}
 
 
