@@ -136,6 +136,9 @@ class HarnessConfig:
     efforts: dict[str, str] = field(default_factory=dict)
     """Effort name -> this harness's setting for it, over the harness class's own
     ``efforts`` (``+harness.efforts.max=high`` runs ``effort=max`` at the CLI's ``high``)."""
+    probe: str | None = None
+    """The question of ``harness=recall`` (``source`` or ``order``); other harnesses have
+    none. Part of the run identity through ``harness.args`` (``conf/harness/recall.yaml``)."""
 
 
 @dataclass

@@ -154,6 +154,8 @@ def _cell(kind: str, column: str, row: dict[str, Any]) -> str:
     if column == "_runs":
         if row.get("cli_package"):
             return f"the {row['option']} CLI"
+        if row.get("probe"):
+            return f"recall probes (harness.probe={row['probe']})"
         return "harness.entrypoint" if row["option"] == "command" else "baseline agents"
     if column == "_harnesses":
         mapped = row.get("harnesses") or {}

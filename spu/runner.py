@@ -26,7 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spu.analysis.exposure import ExposureDetector, detect_exposure, detect_exposure_in_audit
+from spu.analysis.exposure import (
+    ExposureDetector,
+    detect_exposure,
+    detect_exposure_in_audit,
+    detect_recall,
+)
 from spu.config import (
     ConsensusConfig,
     CostConfig,
@@ -706,12 +711,16 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
 
     Every tool output of the trajectory (shell output included), the full answers of
     the audited calls, which a CLI may have shortened in its own record, and the tool
-    results the model gateway saw sent to the model.
+    results the model gateway saw sent to the model; for a harness that
+    :attr:`~spu.harness.base.Harness.screens_answers` (a recall probe), the model's
+    answers too.
     """
     if run.answers is None:  # no key, no source to look for: screened when graded
         return []
     steps = result.trajectory.steps if result.trajectory is not None else []
     hits = detect_exposure(run.answers.source, steps)
+    if run.harness.screens_answers:  # a recall probe: the model's answer is the finding
+        hits += detect_recall(run.answers.source, steps)
     tools_dir = run.run_dir / TOOLS_DIR
     if (tools_dir / AUDIT_FILE).is_file():
         hits += detect_exposure_in_audit(run.answers.source, tools_dir,

@@ -353,6 +353,35 @@ def detect_exposure(source: SourceRecord | None,
     return hits
 
 
+def detect_recall(source: SourceRecord | None,
+                  steps: Iterable[TrajectoryStep]) -> list[ExposureHit]:
+    """Where the model's own text (assistant steps) names ``source``: a recalled source.
+
+    A recall probe (``harness=recall``) asks the model which study a task comes from; its
+    answer, not a tool output, is what is screened. Hits have ``tool`` ``model_answer``.
+
+    Examples:
+        >>> src = SourceRecord(doi="10.1038/s41586-023-06792-0")
+        >>> step = TrajectoryStep(index=1, text="I recall doi:10.1038/S41586-023-06792-0.")
+        >>> [(h.kind, h.step, h.tool) for h in detect_recall(src, [step])]
+        [('doi', 1, 'model_answer')]
+    """
+    if source is None:
+        return []
+    detector = ExposureDetector.for_source(source)
+    if detector.empty:
+        return []
+    hits: list[ExposureHit] = []
+    for step in steps:
+        if step.role != "assistant" or not step.text:
+            continue
+        for match in detector.scan(step.text):
+            hits.append(ExposureHit(kind=match.kind, identifier=match.identifier,
+                                    step=step.index, tool="model_answer",
+                                    matched=match.matched[:300]))
+    return hits[:MAX_HITS]
+
+
 def _audited_steps(steps: Iterable[TrajectoryStep]) -> dict[str, list[int]]:
     """Trajectory steps of the audited tools' calls, in order, by bare tool name."""
     found: dict[str, list[int]] = {}

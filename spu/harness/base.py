@@ -150,6 +150,10 @@ class Harness(ABC):
     reference_agent: ClassVar[bool] = False
     """A reference agent of the framework's own (the baselines, the consensus): trusted
     code that calls no model, so it may run without isolation."""
+    screens_answers: ClassVar[bool] = False
+    """Whether the exposure screen also reads the model's own text (the trajectory's
+    assistant steps), not only tool outputs: a recall probe, where an answer naming the
+    source study is the finding (:mod:`spu.harness.recall`)."""
 
     efforts: ClassVar[Mapping[str, str]] = {}
     """Reasoning effort (``effort=<name>``, ``conf/effort``) -> this harness's own setting

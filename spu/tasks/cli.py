@@ -1,7 +1,7 @@
 """The ``spu task`` commands (SPEC sections 4, 10, 15).
 
 ``validate``, ``review``, ``select``, ``retire``, ``threshold``, ``build``, ``export``,
-``import``, ``new`` and ``list``.
+``import``, ``new``, ``list`` and ``contamination``.
 """
 
 from __future__ import annotations
@@ -166,6 +166,18 @@ def register(sub: Any) -> None:
                    help="list retired tasks too (task.yaml retired:; left out by default, as "
                         "task='glob(*)' leaves them out)")
     p.set_defaults(handler=list_command)
+
+    p = task_sub.add_parser(
+        "contamination", help="what models remember of each task, from harness=recall runs",
+        description="One row per task and model from the recall probes under RUNS "
+        "(harness=recall, harness.probe=source and order): source recalled, recall score, "
+        "above chance, and the tasks to retire by the rule the command prints.")
+    p.add_argument("runs", type=Path, metavar="RUNS", help="an output root or its runs/")
+    p.add_argument("--tasks", type=Path, default=None, metavar="ROOT",
+                   help="task root: report its tasks only, and name those not probed")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE",
+                   help="write the table as CSV (SPEC section 15)")
+    p.set_defaults(handler=contamination_command)
 
 
 def _screen_options(p: argparse.ArgumentParser) -> None:
@@ -509,4 +521,50 @@ def list_command(args: argparse.Namespace) -> int:
                   f"{t.meta.visibility.value:<8} {t.n_items:>4} items "
                   f"{len(t.contract.groups):>3} groups  {t.meta.title}"
                   + (f"  [retired {t.meta.retired.date.isoformat()}]" if t.meta.retired else ""))
+    return 0
+
+
+def contamination_command(args: argparse.Namespace) -> int:
+    """Print the contamination table and the rule; exit 1 when no probe was found."""
+    from spu.analysis.contamination import (
+        RETIRE_RULE,
+        contamination_table,
+        format_table,
+        read_probe_runs,
+        write_table,
+    )
+    from spu.tasks.package import scan_task_root
+
+    if not args.runs.is_dir():
+        print(f"spu task contamination: {args.runs}: no such folder of runs", file=sys.stderr)
+        return 2
+    task_ids: list[str] | None = None
+    if args.tasks is not None:
+        if not args.tasks.is_dir():
+            print(f"spu task contamination: --tasks {args.tasks}: no such folder",
+                  file=sys.stderr)
+            return 2
+        scan = scan_task_root(args.tasks)
+        for broken in scan.broken:
+            print(f"spu task contamination: --tasks: {broken.path}: skipped ({broken.reason})",
+                  file=sys.stderr)
+        task_ids = sorted(meta.id for meta in scan.tasks.values())
+    probes, notes = read_probe_runs(args.runs)
+    for note in notes:
+        print(f"spu task contamination: {note}", file=sys.stderr)
+    rows = contamination_table(probes, task_ids)
+    if not rows:
+        print(f"spu task contamination: no counted harness=recall run under {args.runs}",
+              file=sys.stderr)
+        return 1
+    print(format_table(rows))
+    if task_ids is not None:
+        unprobed = sorted(set(task_ids) - {r.task_id for r in rows})
+        if unprobed:
+            print(f"not probed: {', '.join(unprobed)}")
+    retire = sorted({r.task_id for r in rows if r.retire})
+    print(f"rule: {RETIRE_RULE}")
+    print(f"retire: {', '.join(retire) if retire else 'none'}")
+    if args.out is not None:
+        print(f"wrote {write_table(rows, args.out)}")
     return 0

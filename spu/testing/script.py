@@ -95,6 +95,19 @@ class ScriptedTurn:
 
 FINAL_TURN = ScriptedTurn(text="Done.")
 
+
+@dataclass(frozen=True)
+class ScriptedAnswer:
+    """The answer to a request outside the agent loop that asks :attr:`if_asked`.
+
+    Such a request offers no shell tool (a recall probe's question, for one).
+    """
+
+    if_asked: tuple[str, ...]
+    """Strings the request's text must all contain (a task id, a word of the question)."""
+    text: str
+    """What the model answers."""
+
 SUBAGENT_MARKER = "[scripted sub-agent]"
 """A conversation whose first user message holds this marker plays ``subagent_turns``."""
 
@@ -110,6 +123,14 @@ class Script:
     reject_key: bool = False
     """Answer every request, model lists included, with HTTP 401 (a key the provider
     rejects)."""
+    answers: tuple[ScriptedAnswer, ...] = field(default_factory=tuple)
+    """Answers to requests outside the agent loop, the first whose ``if_asked`` the request
+    holds (a model that remembers some tasks); other such requests get a short text."""
+
+    def answer(self, asked: str) -> str | None:
+        """The text of the first :attr:`answers` entry whose ``if_asked`` are all in ``asked``."""
+        return next((a.text for a in self.answers
+                     if all(wanted in asked for wanted in a.if_asked)), None)
 
     def turn(self, index: int, *, subagent: bool = False) -> ScriptedTurn:
         """Turn ``index`` (0-based); past the end, a final "Done." that stops the agent."""
@@ -294,7 +315,8 @@ class ScriptError(ValueError):
 def load_script(source: str | Path) -> Script:
     """A built-in script by name, or a script file (JSON: ``{"name", "turns": [...]}``).
 
-    Each turn is an object with the fields of :class:`ScriptedTurn`.
+    Each turn is an object with the fields of :class:`ScriptedTurn`; ``answers``, where
+    given, a list of ``{"if_asked": str or [str, ...], "text"}`` (:class:`ScriptedAnswer`).
     """
     if str(source) in BUILTIN_SCRIPTS:
         return BUILTIN_SCRIPTS[str(source)]()
@@ -316,10 +338,27 @@ def load_script(source: str | Path) -> Script:
     return Script(
         name=str(data.get("name", path.stem)),
         reject_key=bool(data.get("reject_key", False)),
+        answers=_answers(path, data.get("answers", [])),
         turns=tuple(_turn(path, f"turns[{k}]", raw) for k, raw in enumerate(data["turns"])),
         subagent_turns=tuple(_turn(path, f"subagent_turns[{k}]", raw)
                              for k, raw in enumerate(subagent)),
     )
+
+
+def _answers(path: Path, raw: Any) -> tuple[ScriptedAnswer, ...]:
+    if not isinstance(raw, list):
+        raise ScriptError(f"{path}: key 'answers' must be a list of answers")
+    found = []
+    for k, entry in enumerate(raw):
+        asked = entry.get("if_asked") if isinstance(entry, dict) else None
+        asked = [asked] if isinstance(asked, str) else asked
+        if (not isinstance(entry, dict) or set(entry) != {"if_asked", "text"}
+                or not isinstance(entry["text"], str) or not isinstance(asked, list)
+                or not asked or not all(isinstance(a, str) and a for a in asked)):
+            raise ScriptError(f"{path}: answers[{k}] must be an object with 'if_asked' (a "
+                              f"string or a list of strings, none empty) and 'text' (a string)")
+        found.append(ScriptedAnswer(if_asked=tuple(asked), text=entry["text"]))
+    return tuple(found)
 
 
 def _turn(path: Path, where: str, raw: Any) -> ScriptedTurn:

@@ -245,10 +245,27 @@ class _Play:
     index: int | None = None
 
 
-def _play(server: ScriptedModelServer, index: int | None, subagent: bool = False) -> _Play:
-    """Turn ``index`` of the script, or a side answer when the request is outside the loop."""
+def request_text(value: Any) -> str:
+    """Every string of a request body, joined: where a scripted ``if_asked`` is looked for."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "\n".join(request_text(v) for v in value.values())
+    if isinstance(value, list):
+        return "\n".join(request_text(v) for v in value)
+    return ""
+
+
+def _play(server: ScriptedModelServer, index: int | None, subagent: bool = False,
+          body: Any = None) -> _Play:
+    """Turn ``index`` of the script, or a side answer when the request is outside the loop.
+
+    A side answer is the script's :meth:`~spu.testing.script.Script.answer` to the
+    request's text where it has one, else a short text.
+    """
     if index is None:
-        return _Play("side", ScriptedTurn(text="Scripted."), SIDE_USAGE)
+        answer = server.script.answer(request_text(body)) if server.script.answers else None
+        return _Play("side", ScriptedTurn(text=answer or "Scripted."), SIDE_USAGE)
     turn = server.script.turn(index, subagent=subagent)
     # A refusal before any output is not billed (the provider reports no tokens).
     usage = Usage() if turn.refusal is not None else scripted_usage(index, subagent=subagent)
@@ -345,7 +362,8 @@ class _Handler(BaseHTTPRequestHandler):
         ids = {"message_id": f"msg_scripted_{n:04d}", "tool_use_id": f"toolu_scripted_{n:04d}"}
         subagent = anthropic_messages.is_subagent_request(body)
         play = _play(server, anthropic_messages.turn_index(body)
-                     if anthropic_messages.is_agent_request(body) else None, subagent=subagent)
+                     if anthropic_messages.is_agent_request(body) else None, subagent=subagent,
+                     body=body)
         fault = server.fault("anthropic", play, subagent)
         if self._scripted_error("anthropic", path, play, fault, model, summary,
                                 anthropic_messages.error_body):
@@ -371,7 +389,7 @@ class _Handler(BaseHTTPRequestHandler):
                "message": f"msg_scripted_{n:04d}", "call_item": f"fc_scripted_{n:04d}",
                "call": f"call_scripted_{n:04d}"}
         tool = openai_responses.shell_tool(body)
-        play = _play(server, openai_responses.turn_index(body) if tool else None)
+        play = _play(server, openai_responses.turn_index(body) if tool else None, body=body)
         fault = server.fault("openai", play, False)
         if self._scripted_error("openai", path, play, fault, model, summary,
                                 openai_responses.error_body):

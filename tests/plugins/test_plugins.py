@@ -56,7 +56,8 @@ def test_builtins_are_declared_by_spus_own_entry_points() -> None:
         "command": "spu.harness.command:CommandHarness",
         "claude_code": "spu.harness.claude_code:ClaudeCodeHarness",
         "codex": "spu.harness.codex:CodexHarness",
-        "consensus": "spu.harness.consensus:ConsensusHarness"}
+        "consensus": "spu.harness.consensus:ConsensusHarness",
+        "recall": "spu.harness.recall:RecallHarness"}
     assert set(declared[SANDBOXES]) == {"local", "subprocess", "docker"}
     assert set(declared[TOOLS_PROVIDERS]) == {"offline", "web"}
     assert get_sandbox("example") is ExampleSandbox and get_harness("example") is ExampleHarness
