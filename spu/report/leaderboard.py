@@ -343,7 +343,7 @@ def register(sub: Any) -> None:
 
 def leaderboard_command(args: argparse.Namespace) -> int:
     """Write the leaderboard; 2 when the runs table cannot be read."""
-    from spu.stats.retired import retirements_of_roots, split_retired
+    from spu.stats.retired import retirements_of_roots, split_probes, split_retired
     from spu.stats.runs_table import RunsTableError, read_runs_table
 
     try:
@@ -352,6 +352,7 @@ def leaderboard_command(args: argparse.Namespace) -> int:
         print(f"spu leaderboard: {exc}", file=sys.stderr)
         return 2
     absent = runs.attrs.get("absent_columns", [])
+    runs, _ = split_probes(runs)
     runs, _ = split_retired(runs, retirements_of_roots(args.tasks))
     runs.attrs["absent_columns"] = absent
     paths = write_leaderboard(leaderboard_table(runs, args.seed, args.resamples), args.out,

@@ -29,7 +29,7 @@ from spu.stats.registry import (
     missing_need,
 )
 from spu.stats.repeats import RankStability
-from spu.stats.retired import RETIRED_FILE, retirements_of_roots, split_retired
+from spu.stats.retired import RETIRED_FILE, retirements_of_roots, split_probes, split_retired
 
 __all__ = ["MAX_NOTES", "StatsOptions", "StatsResult", "analyze", "files", "write_stats"]
 
@@ -143,12 +143,16 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     discover()
     options = options or StatsOptions()
     everything = runs
+    runs, n_probes = split_probes(runs)
     runs, retired = split_retired(runs, retirements_of_roots(options.task_roots))
     runs.attrs.update(everything.attrs)
     inputs = StatsInputs(apply_refusal_rule(runs, options.refusals_after_file), options)
     outcomes = [_run_one(entry, inputs) for entry in REGISTRY]
     tables = {name: table for o in outcomes for name, table in o.result.tables.items()}
     retired_notes = []
+    if n_probes:
+        retired_notes.append(f"{n_probes} contamination probe run(s) (harness=recall) are "
+                             "left out of every table (spu task contamination reads them)")
     if len(retired):
         tables[RETIRED_FILE] = retired
         retired_notes.append(f"{int(retired['n_runs'].sum())} run(s) of {len(retired)} retired "

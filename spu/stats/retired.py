@@ -81,3 +81,32 @@ def split_retired(runs: pd.DataFrame,
                      if len(scored) else float("nan")})
     table = pd.DataFrame(rows, columns=list(RETIRED_COLUMNS))
     return runs[~is_retired].reset_index(drop=True), table
+
+
+PROBE_HARNESSES: frozenset[str] = frozenset({"recall"})
+"""Harnesses whose runs are contamination probes, not predictions (``harness=recall``):
+``spu task contamination`` reads them; the official statistics leave them out."""
+
+
+def split_probes(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The runs that are predictions, and how many contamination probe runs were left out.
+
+    A probe asks a model what it remembers of a task (its source, its measured order)
+    with no tools (:mod:`spu.harness.recall`): its score is a measure of contamination,
+    not of prediction, so it enters no table of ``spu stats`` or ``spu leaderboard``.
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"harness": ["claude_code", "recall", "recall"]})
+    >>> kept, n = split_probes(runs)
+    >>> len(kept), n
+    (1, 2)
+    """
+    if "harness" not in runs.columns:
+        return runs, 0
+    probe = runs["harness"].astype(str).isin(PROBE_HARNESSES)
+    if not probe.any():
+        return runs, 0
+    kept = runs[~probe].copy()
+    kept.attrs.update(runs.attrs)
+    return kept, int(probe.sum())
