@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -204,3 +205,30 @@ def test_writes_the_spec_section_9_files_on_a_simulated_study(tmp_path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["sections"]["variance.csv"].startswith("Figure 26c")
     assert manifest["sections"]["repeats_orders.csv"].startswith("Figure 19a")
+
+
+def test_stats_on_deterministic_repeats_warns_nothing(tmp_path) -> None:
+    """``spu stats`` prints no numpy RuntimeWarning on a baseline that scores alike every time.
+
+    A deterministic baseline repeated on every task has no spread within a task: its ICC
+    is 1 (all the variance is between tasks), and a bootstrap resample that draws one task
+    only has no spread at all, an undefined ICC left out of the interval rather than a 0/0
+    division reported on the console.
+    """
+    from tests.stats.conftest import run_row
+
+    rows = []
+    for task, score in (("t1", 0.5), ("t2", -0.25), ("t3", 0.1)):
+        for repeat in range(3):
+            rows.append(run_row("presented_order-none", task, score, repeat=repeat))
+            rows.append(run_row("random-none", task, score - 0.1 * repeat, repeat=repeat))
+    runs = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(runs, index=False)
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "spu", "stats",
+                           str(runs), "--out", str(tmp_path / "out"), "--resamples", "200",
+                           "--simulations", "200"], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RuntimeWarning" not in done.stderr
+    repeats = pd.read_csv(tmp_path / "out" / "repeats.csv").set_index("config")
+    assert repeats.loc["presented_order-none", "icc"] == pytest.approx(1.0)
