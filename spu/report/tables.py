@@ -146,10 +146,24 @@ def _count_share(count: Any, share: Any) -> str:
     return f"{int(count)} ({100 * float(share):.0f}%)"
 
 
+def _flagged(config: str, warning: Any) -> str:
+    """A configuration's label, with its row's warning when it has one.
+
+    Examples
+    --------
+    >>> _flagged("A", "scored on 2 tasks"), _flagged("B", ""), _flagged("C", float("nan"))
+    ('A (warning: scored on 2 tasks)', 'B', 'C')
+    """
+    if missing(warning) or not str(warning):
+        return str(config)
+    return f"{config} (warning: {warning})"
+
+
 def configs_table(t: pd.DataFrame) -> Table:
     """Paper Table 1: results on the public tasks."""
     rows = tuple(
-        (r.config, str(r.n_scored), with_interval(r.adjusted_mean, r.adjusted_ci_low,
+        (_flagged(r.config, getattr(r, "warning", "")), str(r.n_scored),
+         with_interval(r.adjusted_mean, r.adjusted_ci_low,
                                                   r.adjusted_ci_high),
          with_interval(r.raw_mean, r.raw_ci_low, r.raw_ci_high),
          _count_share(r.above_chance, r.above_chance_share),
