@@ -186,8 +186,10 @@ def read_runs_table(path: str | Path, experiment: str | None = ALL_EXPERIMENTS
 
 def read_experiment_table(path: str | Path, experiment: str | None = None
                           ) -> tuple[pd.DataFrame, str | None]:
-    """:func:`read_runs_table` of one experiment (None: the most recent sweep's), and the
-    sentence saying which (:func:`choose_experiment`)."""
+    """:func:`read_runs_table` of one experiment, and the sentence saying which.
+
+    ``experiment`` None is the most recent sweep's (:func:`choose_experiment`).
+    """
     path = Path(path)
     if not path.is_file():
         raise RunsTableError(f"{path}: runs table does not exist")
