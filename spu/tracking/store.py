@@ -528,8 +528,13 @@ def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) ->
     start_ms, _ = agent_times_ms(record)
     # Tagged with its key from the start: a record cut short is found and closed later
     # (it counts only once its ``outcome`` tag is logged, in the last batch).
+    import time
+
+    from spu.tracking.query import LOGGED_TAG
+
     run = client.create_run(exp, run_name=run_name(record), start_time=start_ms,
-                            tags={"run_key": record.run_key, "attempt": str(record.attempt)})
+                            tags={"run_key": record.run_key, "attempt": str(record.attempt),
+                                  LOGGED_TAG: str(int(time.time() * 1000))})
     run_id = run.info.run_id
     try:
         _log_record(client, run_id, record, run_dir, blob_root(target),
