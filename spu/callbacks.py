@@ -74,6 +74,27 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     return table
 
 
+def summary_table(results: list[dict[str, Any]]) -> Any:
+    """A rich table with one row per configuration: runs, scored, mean score, above chance, cost.
+
+    Above chance counts scored runs whose score exceeds the task's chance threshold
+    (SPEC 6), out of the scored runs whose task has one.
+    """
+    from rich.markup import escape
+    from rich.table import Table
+
+    from spu.launch.results import config_summaries
+
+    table = Table(title="per configuration")
+    for name in ("config", "runs", "scored", "mean score", "above chance", "cost"):
+        table.add_column(name, justify="left" if name == "config" else "right",
+                         no_wrap=name == "config")
+    for s in config_summaries(results):
+        table.add_row(escape(s.config), str(s.runs), str(s.scored), _fmt(s.mean_score),
+                      f"{s.above_chance}/{s.with_threshold}", f"${s.cost_usd:.2f}")
+    return table
+
+
 def _task_sweep_value(config: DictConfig) -> str | None:
     """What the sweep gives ``task``: the command line's override, else the sweeper's."""
     value = None
@@ -164,11 +185,38 @@ def say_ledger_head(config: DictConfig, root: Path, say: Callable[[str], Any]) -
     return head
 
 
+def experiment_link(config: DictConfig, root: Path) -> str | None:
+    """The sweep's experiment in the MLflow UI, when one answers (:mod:`spu.tracking.ui`)."""
+    from spu.launch.job import tracking_target
+    from spu.tracking.ui import experiment_url, ui_base, ui_is_up
+
+    try:
+        target = tracking_target(config, root)
+    except ValueError:
+        return None
+    if target is None:
+        return None
+    base = ui_base(OmegaConf.select(config, "tracking.ui_url", default=None), target.uri)
+    if base is None or not ui_is_up(base, os.environ.get("MLFLOW_TRACKING_TOKEN")):
+        return None
+    try:
+        from spu.tracking.store import client_for
+
+        found = client_for(target).get_experiment_by_name(target.experiment)
+    except Exception as exc:  # noqa: BLE001 - the link is a convenience; the table is printed
+        log.debug("experiment %s not looked up: %s", target.experiment, exc)
+        return None
+    return None if found is None else experiment_url(base, str(found.experiment_id))
+
+
 class ResultsTable(Callback):
     """Reports broken tasks when a sweep starts; prints one row per job when it ends."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Before a sweep: one line per broken task its glob leaves out, recorded as a row."""
+        from spu.launch.console import quiet_launch_logs
+
+        quiet_launch_logs(bool(config.get("verbose")))
         try:
             record_broken_tasks(config, Path(str(config.hydra.sweep.dir)))
         except OSError as exc:  # an unwritable output_root fails the jobs themselves
@@ -184,11 +232,15 @@ class ResultsTable(Callback):
             console.print(f"[yellow]no finished run under {folder}[/yellow]")
             return
         console.print(results_table(results, title))
+        console.print(summary_table(results))
         root = Path(config.output_root).resolve()
         uri = config.tracking.uri or f"sqlite:///{root / 'mlflow.db'}"
         console.print(f"runs: {root / 'runs'}")
         if config.tracking.enabled:
-            console.print(f"compare in MLflow: mlflow ui --backend-store-uri {uri}")
+            url = experiment_link(config, root)
+            console.print(f"compare in MLflow: {url}" if url is not None else
+                          f"compare in MLflow: mlflow ui --backend-store-uri {uri}",
+                          highlight=False, soft_wrap=True)
         say_ledger_head(config, root, console.print)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

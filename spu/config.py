@@ -288,6 +288,9 @@ class TrackingConfig:
     """Artifact location; default ``<output_root>/mlartifacts``."""
     experiment: str | None = None
     """MLflow experiment name; default the experiment config's name."""
+    ui_url: str | None = None
+    """An MLflow UI on this store (``http://127.0.0.1:5000``); a sweep ends with its
+    experiment's address when the UI answers. None: an ``http(s)`` ``uri`` is its own UI."""
     server: TrackingServerConfig = field(default_factory=TrackingServerConfig)
     """``tracking=server``: a server on this store, started by the Ray launcher."""
     traces: TracesConfig = field(default_factory=TracesConfig)

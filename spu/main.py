@@ -77,8 +77,12 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
     starting after ``budget.max_cost_usd`` is reached does not run
     (:func:`spu.launch.job.run_tracked`, the same under every launcher).
     """
+    from spu.launch.console import quiet_library_logs
     from spu.launch.job import run_tracked, write_result
+    from spu.launch.progress import result_line
     from spu.tasks.package import TaskLoadError
+
+    quiet_library_logs(bool(cfg.get("verbose")))
 
     if cfg.get("dry_run"):
         raise SelectionError("dry_run=true: a job was about to start; dry runs are planned "
@@ -102,15 +106,10 @@ def run_from_config(cfg: DictConfig) -> dict[str, Any]:
         record = job.attempts.record
         result = summary(record, job.attempts.tracking_id)
         result.update(retries=job.attempts.retries, retried_from=record.retried_from)
-        log.info(
-            "%s %s/%s: %s, score %.3f", record.run_key, record.task_id, record.config,
-            record.outcome.value, result["score"],
-        )
     else:
         assert job.result is not None
         result = job.result
-        log.info("%s %s/%s: %s (%s)", result["run_key"], result["task"], result["config"],
-                 job.status, result["note"])
+    log.info("%s", result_line(result))
     if out is not None:
         write_result(out, result)
     return result

@@ -497,7 +497,43 @@ def explain(exc: BaseException, argv: Sequence[str]) -> str | None:
             problem = diagnose(overrides, groups, task_root_of(argv))
         if problem:
             return problem
-    return _first_lines(exc)
+    said = _first_lines(exc)
+    return _value_type_advice(said) or said
+
+
+_TYPE_WORDS = {"Float": "a number (float)", "Integer": "a whole number (int)",
+               "bool": "true or false (bool)"}
+"""How a schema type is said to the user, from the names OmegaConf's errors use."""
+
+
+def _value_type_advice(message: str) -> str | None:
+    r"""A value of the wrong type for its key, said with the key, the type and the fix.
+
+    Hydra says "Value 'abc' of type 'str' could not be converted to Float" and "str is
+    not a ListConfig, list or tuple"; a list key given one item gets the bracket form.
+
+    Examples:
+        >>> _value_type_advice("Error merging override limits.time_s=abc; Value 'abc' of "
+        ...                    "type 'str' could not be converted to Float")
+        "limits.time_s=abc: limits.time_s takes a number (float), not 'abc'"
+        >>> _value_type_advice("Error merging override harness.args=--fast; Invalid value "
+        ...                    "assigned: str is not a ListConfig, list or tuple.")
+        'harness.args=--fast: harness.args takes a list; write harness.args=[--fast]'
+    """
+    import re
+
+    found = re.search(r"Error merging override ([^=\s]+)=(\S*?);", message)
+    if not found:
+        return None
+    key, value = found.group(1).lstrip("+~"), found.group(2)
+    if "is not a ListConfig, list or tuple" in message:
+        return f"{key}={value}: {key} takes a list; write {key}=[{value}]"
+    converted = re.search(r"could not be converted to (\w+)", message)
+    kind = converted.group(1) if converted else ("bool" if "is not a valid bool" in message
+                                                 else None)
+    if kind is None:
+        return None
+    return f"{key}={value}: {key} takes {_TYPE_WORDS.get(kind, kind)}, not {value!r}"
 
 
 def _free_key_advice(message: str) -> str | None:

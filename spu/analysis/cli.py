@@ -110,6 +110,13 @@ def run_analyze(args: argparse.Namespace) -> int:
     except (FileNotFoundError, StatsInputError) as exc:
         print(f"spu analyze: {exc}", file=sys.stderr)
         return 2
+    if not result.manifest["calls"]:
+        # Every table and figure is about tool calls: say what is missing once, not per file.
+        print(f"spu analyze: none of the {result.manifest['runs']} runs under {args.runs_dir} "
+              f"has a trajectory with tool calls; trajectory analysis needs runs with an "
+              f"agent harness (harness=claude_code or harness=codex; the baselines call no "
+              f"tool)", file=sys.stderr)
+        return 2
     written = write_analysis(result, args.out)
     if not args.no_figures:
         from spu.report.trajectory_figures import write_figures

@@ -106,9 +106,18 @@ def grade_lines(grade: Any) -> list[str]:
 
 
 def regrade_command(args: argparse.Namespace) -> int:
-    """Regrade; exit 0 when every run was regraded or unchanged, 1 when one failed."""
+    """Regrade; exit 0 when every run was regraded or unchanged, 1 when one failed.
+
+    A missing ``--answers-root`` or ``--task-root`` is one line and exit 2, before any run.
+    """
     from spu.tracking.regrade import regrade_runs
 
+    # A folder that is not there fails every run the same way: said once, before any run.
+    for flag, folder in (("--answers-root", args.answers_root), ("--task-root", args.task_root)):
+        if folder is not None and not folder.is_dir():
+            what = "does not exist" if not folder.exists() else "is not a folder"
+            print(f"spu regrade: {flag} {folder}: {what}; no run was regraded", file=sys.stderr)
+            return 2
     results = regrade_runs(
         args.output_root, args.task_root, answers_root=args.answers_root,
         run_keys=args.run_keys, isolation=args.isolation, reason=args.reason,

@@ -315,7 +315,7 @@ def _run_locked(cfg: DictConfig, spec: Any, identity: RunIdentity,
     target = tracking_target(cfg, spec.output_root)
     plan, latest = plan_job(cfg, identity, spec.output_root, target)
     if plan.skip and latest is not None:
-        log.info("run %s (%s/%s r%d): skipped, %s", identity.run_key, identity.task_id,
+        log.debug("run %s (%s/%s r%d): skipped, %s", identity.run_key, identity.task_id,
                  identity.config, identity.repeat, plan.reason)
         say_settings_change(spec.output_root / "runs" / latest.run_key, identity,
                             settings_for(spec.limits, spec.sandbox.name, spec.launcher))

@@ -150,9 +150,21 @@ def result_line(result: dict[str, Any]) -> str:
         ...              "outcome": "valid", "score": 0.25, "cost_usd": 0.0,
         ...              "runtime_s": 3.04, "attempt": 2})
         'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
-    """
-    from spu.launch.results import config_of
 
+        A run an earlier launch finished says so, with its stored result:
+
+        >>> result_line({"task": "spu-a", "config": "random-none", "repeat": 0,
+        ...              "status": "skipped", "outcome": "valid", "score": 0.25})
+        'spu-a · random-none r0 · skipped · valid · score 0.250'
+    """
+    from spu.launch.results import config_of, run_status
+
+    if result.get("status", "ran") not in ("ran",):
+        return " · ".join([str(result.get("task")),
+                           f"{config_of(result)} r{result.get('repeat')}", run_status(result),
+                           str(result.get("outcome")),
+                           "score -" if result.get("score") is None
+                           else f"score {result['score']:.3f}"])
     score = result.get("score")
     harness = f" ({result['harness']})" if result.get("harness") else ""
     parts = [str(result.get("task")), f"{config_of(result)}{harness} r{result.get('repeat')}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,4 +38,62 @@ def collect_results(folder: Path) -> list[dict[str, Any]]:
             out.append(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
+    return out
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    """What a sweep's results say about one configuration (the console's closing table)."""
+
+    config: str
+    """The configuration label."""
+    runs: int
+    """Result rows of the configuration that ran or were recorded (broken tasks excluded)."""
+    scored: int
+    """Runs with a score (``scored`` true)."""
+    mean_score: float | None
+    """Mean score of the scored runs; None when none scored."""
+    above_chance: int
+    """Scored runs whose score exceeds the task's chance threshold (SPEC 6)."""
+    with_threshold: int
+    """Scored runs whose task has a chance threshold."""
+    cost_usd: float
+    """Cost of the runs, skipped ones included (what the results cost, not this launch)."""
+
+
+def config_summaries(results: list[dict[str, Any]]) -> list[ConfigSummary]:
+    """One :class:`ConfigSummary` per configuration of ``results``, by label.
+
+    Rows of broken tasks and runs not launched have no configuration's result and are
+    left out.
+
+    Examples:
+        >>> rows = [{"config": "a", "status": "ran", "scored": True, "score": 0.5,
+        ...          "threshold": 0.4, "cost_usd": 0.25},
+        ...         {"config": "a", "status": "skipped", "scored": True, "score": 0.1,
+        ...          "threshold": 0.4, "cost_usd": None},
+        ...         {"config": "a", "status": "ran", "scored": False, "score": None,
+        ...          "threshold": 0.4, "cost_usd": 0.5}]
+        >>> s = config_summaries(rows)[0]
+        >>> (s.runs, s.scored, round(s.mean_score, 3), s.above_chance, s.cost_usd)
+        (3, 2, 0.3, 1, 0.75)
+    """
+    by_config: dict[str, list[dict[str, Any]]] = {}
+    for row in results:
+        if row.get("status") in ("broken_task", "not_launched", "in_progress"):
+            continue
+        by_config.setdefault(config_of(row), []).append(row)
+    out = []
+    for config in sorted(by_config):
+        rows = by_config[config]
+        scored = [r for r in rows if r.get("scored") and r.get("score") is not None]
+        with_threshold = [r for r in scored if r.get("threshold") is not None]
+        out.append(ConfigSummary(
+            config=config, runs=len(rows), scored=len(scored),
+            mean_score=(sum(float(r["score"]) for r in scored) / len(scored)) if scored
+            else None,
+            above_chance=sum(float(r["score"]) > float(r["threshold"]) for r in with_threshold),
+            with_threshold=len(with_threshold),
+            cost_usd=sum(float(r.get("cost_usd") or 0.0) for r in rows),
+        ))
     return out

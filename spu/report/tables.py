@@ -146,10 +146,26 @@ def _count_share(count: Any, share: Any) -> str:
     return f"{int(count)} ({100 * float(share):.0f}%)"
 
 
+def _flagged(config: str, n_tasks: Any) -> str:
+    """A configuration's label, warned when it is scored on fewer than five tasks.
+
+    Examples
+    --------
+    >>> _flagged("A", 2), _flagged("B", 5), _flagged("C", float("nan"))
+    ('A (warning: 2 tasks scored, fewer than 5)', 'B', 'C')
+    """
+    from spu.stats.means import MIN_TASKS
+
+    if missing(n_tasks) or int(n_tasks) >= MIN_TASKS:
+        return str(config)
+    return f"{config} (warning: {int(n_tasks)} tasks scored, fewer than {MIN_TASKS})"
+
+
 def configs_table(t: pd.DataFrame) -> Table:
     """Paper Table 1: results on the public tasks."""
     rows = tuple(
-        (r.config, str(r.n_scored), with_interval(r.adjusted_mean, r.adjusted_ci_low,
+        (_flagged(r.config, getattr(r, "n_scored_tasks", None)), str(r.n_scored),
+         with_interval(r.adjusted_mean, r.adjusted_ci_low,
                                                   r.adjusted_ci_high),
          with_interval(r.raw_mean, r.raw_ci_low, r.raw_ci_high),
          _count_share(r.above_chance, r.above_chance_share),

@@ -34,6 +34,10 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                         "answer keys for agreement, the monotone prior and the exact private null")
     p.add_argument("--answers-root", type=Path, default=None,
                    help="answer keys kept apart from the task packages")
+    p.add_argument("--experiment", default=None, metavar="NAME",
+                   help="the MLflow experiment whose runs to use (paper finds spu-paper; "
+                        "'all': every one; default: the most recent sweep's, said in the "
+                        "output)")
     p.add_argument("--runs-dir", type=Path, default=None, metavar="OUTPUT_ROOT",
                    help="output root whose runs/<run_key>/output/rankings.json hold the "
                         "submitted orders")
@@ -93,7 +97,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
     from spu.overrides import folder_problem
     from spu.stats.analysis import StatsOptions, analyze
     from spu.stats.registry import AnalysisRegistryError
-    from spu.stats.runs_table import RunsTableError, read_runs_table
+    from spu.stats.runs_table import RunsTableError, read_experiment_table
     from spu.stats.submissions import StatsInputError
 
     problem = folder_problem(args.out)
@@ -124,12 +128,15 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         refusals_after_file=args.refusals_after_file,
     )
     try:
-        runs = read_runs_table(args.runs)
+        runs, experiment = read_experiment_table(args.runs, args.experiment)
+        if experiment is not None:
+            print(f"spu {command}: {experiment}")
         result = analyze(runs, options)
     except (RunsTableError, StatsInputError, AnalysisRegistryError) as exc:
         print(f"spu {command}: {exc}", file=sys.stderr)
         return None
     result.manifest["runs_table"] = str(args.runs)
+    result.manifest["experiment"] = experiment
     return result
 
 

@@ -43,6 +43,27 @@ def above_chance(scores: np.ndarray, thresholds: np.ndarray) -> tuple[int, int]:
     return int((scores[known] > thresholds[known]).sum()), int(known.sum())
 
 
+MIN_TASKS = 5
+"""Scored tasks below which a configuration's mean is flagged in its own row."""
+
+
+def few_tasks_warning(n_tasks: int) -> str:
+    """The ``warning`` of a configuration scored on fewer than :data:`MIN_TASKS` tasks, else "".
+
+    Examples
+    --------
+    >>> few_tasks_warning(2)
+    'scored on 2 tasks (fewer than 5): its mean and interval rest on too few tasks'
+    >>> few_tasks_warning(5)
+    ''
+    """
+    if n_tasks >= MIN_TASKS:
+        return ""
+    tasks = "task" if n_tasks == 1 else "tasks"
+    return (f"scored on {n_tasks} {tasks} (fewer than {MIN_TASKS}): its mean and interval "
+            f"rest on too few tasks")
+
+
 def config_order(runs: pd.DataFrame, adjusted: pd.Series | None = None) -> list[str]:
     """Configurations by decreasing task-adjusted mean (Table 1), then by name."""
     names = sorted(runs["config"].unique())
@@ -70,7 +91,8 @@ def config_table(
     pandas.DataFrame
         One row per configuration, ordered by task-adjusted mean, with the columns of
         :data:`CONFIG_COLUMNS` and ``adjusted_rank``, ``n_shared_tasks``, ``shared_mean``,
-        ``shared_ci_low``, ``shared_ci_high``, ``n_chance_known``.
+        ``shared_ci_low``, ``shared_ci_high``, ``n_chance_known``, ``n_scored_tasks`` and
+        ``warning`` (:func:`few_tasks_warning`: set on fewer than :data:`MIN_TASKS`).
 
     References
     ----------
@@ -128,9 +150,12 @@ def config_table(
             "shared_mean": shared[config].mean() if len(shared) else np.nan,
             "shared_ci_low": shared_ci[0, j],
             "shared_ci_high": shared_ci[1, j],
+            "n_scored_tasks": scored["task_id"].nunique(),
+            "warning": few_tasks_warning(scored["task_id"].nunique()),
         })
     table = pd.DataFrame(rows, columns=[*CONFIG_COLUMNS, "n_chance_known", "n_shared_tasks",
-                                        "shared_mean", "shared_ci_low", "shared_ci_high"])
+                                        "shared_mean", "shared_ci_low", "shared_ci_high",
+                                        "n_scored_tasks", "warning"])
     order = config_order(runs, table.set_index("config")["adjusted_mean"])
     table = table.set_index("config").loc[order].reset_index()
     ranks = [i + 1 if np.isfinite(m) else None for i, m in enumerate(table["adjusted_mean"])]

@@ -134,10 +134,15 @@ def variance_components(
     msb = ssb / (n - 1)
     k0 = (big_n - (w @ spread.k**2) / big_n) / (n - 1)
     task_var = (w @ spread.mean**2 - (w @ spread.mean) ** 2 / n) / (n - 1)
+    # No spread at all (every run of every task scored alike, as a deterministic
+    # baseline does, or a resample that drew one task only): the ICC is undefined.
+    denominator = msb + (k0 - 1) * msw
+    icc = np.divide(msb - msw, denominator, out=np.full(np.shape(denominator), np.nan),
+                    where=denominator > 0)
     return {
         "within_sd": np.sqrt(msw),
         "task_sd": np.sqrt(np.maximum(task_var, 0.0)),
-        "icc": (msb - msw) / (msb + (k0 - 1) * msw),
+        "icc": icc,
     }
 
 

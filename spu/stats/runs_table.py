@@ -110,11 +110,77 @@ def _as_float(path: Path, frame: pd.DataFrame, column: str) -> pd.Series:
     return numbers.astype(float)
 
 
-def read_runs_table(path: str | Path) -> pd.DataFrame:
+ALL_EXPERIMENTS = "all"
+"""``--experiment all``: every experiment of the table together."""
+
+
+def choose_experiment(frame: pd.DataFrame, experiment: str | None,
+                      path: str | Path = "<runs table>") -> tuple[pd.DataFrame, str | None]:
+    """The rows of one MLflow experiment, and the sentence that says which.
+
+    ``experiment`` names it (``paper`` finds ``spu-paper``); None chooses the experiment
+    of the most recent sweep, the one whose run finished last (``finished_at``, else
+    ``started_at``); ``all`` keeps every row. A table without an ``experiment`` column
+    (``spu runs export --runs-dir``) is kept whole, with no sentence.
+
+    Raises
+    ------
+    RunsTableError
+        ``experiment`` is not in the table (the message lists those that are).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"experiment": ["spu-a", "spu-b", "spu-b"],
+    ...                   "finished_at": ["2026-01-02", "2026-01-01", "2026-01-03"]})
+    >>> rows, said = choose_experiment(t, None)
+    >>> len(rows), said
+    (2, 'experiment spu-b (the most recent sweep; others in the table: spu-a; choose one with --experiment NAME, or --experiment all)')
+    >>> len(choose_experiment(t, "a")[0])
+    1
+    """  # noqa: E501
+    if "experiment" not in frame.columns or frame["experiment"].isna().all():
+        return frame, None
+    names = frame["experiment"].fillna("").astype(str)
+    known = sorted(n for n in names.unique() if n)
+    if experiment == ALL_EXPERIMENTS:
+        return frame, f"experiments {', '.join(known)} (--experiment all)"
+    if experiment is None:
+        chosen = _most_recent(frame, names)
+        others = [n for n in known if n != chosen]
+        said = f"experiment {chosen}"
+        said += (" (the most recent sweep; others in the table: " + ", ".join(others)
+                 + "; choose one with --experiment NAME, or --experiment all)") if others \
+            else " (the only one in the table)"
+    else:
+        from spu.tracking.store import EXPERIMENT_PREFIX
+
+        candidates = (experiment, EXPERIMENT_PREFIX + experiment)
+        found = [c for c in candidates if c in known]
+        if not found:
+            raise RunsTableError(f"{path}: --experiment {experiment}: no such experiment in the "
+                                 f"table (it has {', '.join(known)}; or --experiment all)")
+        chosen = found[0]
+        said = f"experiment {chosen}"
+    return frame[names == chosen].reset_index(drop=True), said
+
+
+def _most_recent(frame: pd.DataFrame, names: pd.Series) -> str:
+    """The experiment of the run that finished last (the last row's when no time is known)."""
+    for column in ("finished_at", "started_at"):
+        if column in frame.columns:
+            times = pd.to_datetime(frame[column], errors="coerce", utc=True)
+            if times.notna().any():
+                return str(names[times.idxmax()])
+    return str(names.iloc[-1])
+
+
+def read_runs_table(path: str | Path, experiment: str | None = ALL_EXPERIMENTS
+                    ) -> pd.DataFrame:
     """Read and check a runs table (``.csv`` or ``.parquet``).
 
     Returns a frame with typed columns: ``repeat`` int, ``scored`` bool, scores,
-    thresholds and usage float (NaN where empty), text columns as str.
+    thresholds and usage float (NaN where empty), text columns as str. ``experiment``
+    keeps one experiment's rows (:func:`choose_experiment`; default all of them).
 
     Raises
     ------
@@ -122,6 +188,15 @@ def read_runs_table(path: str | Path) -> pd.DataFrame:
         Missing file or column, a value of the wrong type, an unknown ``outcome`` or
         ``visibility``, a score outside [-1, 1], a scored run without a score, or two
         rows for the same configuration, task and repeat.
+    """
+    return read_experiment_table(path, experiment)[0]
+
+
+def read_experiment_table(path: str | Path, experiment: str | None = None
+                          ) -> tuple[pd.DataFrame, str | None]:
+    """:func:`read_runs_table` of one experiment, and the sentence saying which.
+
+    ``experiment`` None is the most recent sweep's (:func:`choose_experiment`).
     """
     path = Path(path)
     if not path.is_file():
@@ -133,7 +208,8 @@ def read_runs_table(path: str | Path) -> pd.DataFrame:
             frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except Exception as exc:  # pandas raises many types for unreadable files
         raise RunsTableError(f"{path}: cannot read the runs table ({exc})") from None
-    return check_runs_table(frame, path)
+    frame, said = choose_experiment(frame, experiment, path)
+    return check_runs_table(frame, path), said
 
 
 def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> pd.DataFrame:

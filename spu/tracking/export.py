@@ -40,6 +40,7 @@ from spu.schema import write_runs_table as write_table
 from spu.tracking.query import (
     RunLookupError,
     attempt_rank,
+    logged_order,
     missing_sqlite_store,
     read_run_file,
     search_runs,
@@ -269,7 +270,7 @@ def logged_runs(tracking_uri: str, experiment: str | None = None) -> list[Logged
             metrics=run.data.metrics,
             tags=run.data.tags,
             experiment=experiments.get(run.info.experiment_id),
-            start_time_ms=run.info.start_time,
+            start_time_ms=logged_order(run.data.tags, run.info.start_time),
         )
         for run in search_runs(client, list(experiments))
         # A run without an outcome was cut short while logging: not a complete record.

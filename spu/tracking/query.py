@@ -166,6 +166,27 @@ def read_run_file(path: Path) -> RunRecord | None:
         raise RunLookupError(validation_message(path, exc)) from None
 
 
+LOGGED_TAG = "logged_ms"
+"""Tag holding when a record was logged (ms since the epoch): which copy of a key is the
+latest. The MLflow start time is the agent's (two copies of one record share it)."""
+
+
+def logged_order(tags: dict[str, str], start_time_ms: int | None) -> int:
+    """When a record was logged: its :data:`LOGGED_TAG`, else its MLflow start time.
+
+    Records logged before the tag existed started when they were logged.
+
+    Examples
+    --------
+    >>> logged_order({"logged_ms": "2000"}, 1000), logged_order({}, 1000)
+    (2000, 1000)
+    """
+    try:
+        return int(tags[LOGGED_TAG])
+    except (KeyError, ValueError):
+        return int(start_time_ms or 0)
+
+
 def attempt_rank(attempt: int, start_time_ms: int | None, run_id: str | None
                  ) -> tuple[int, int, str]:
     """Sort key of the attempts of one run key: the largest is the latest, the official one.
@@ -276,7 +297,7 @@ def _key_records(client: MlflowClient, run_keys: Iterable[str] | None) -> KeyRec
             continue
         recorded = recorded_run_from_mlflow(run)
         if recorded is not None:
-            pairs.append((recorded, run.info.start_time or 0))
+            pairs.append((recorded, logged_order(run.data.tags, run.info.start_time)))
         elif run.info.status == "RUNNING":
             cut_short.setdefault(run_key, []).append(run.info.run_id)
     return KeyRecords(latest_per_key(pairs), cut_short)

@@ -342,7 +342,83 @@ def run_params(record: RunRecord) -> dict[str, str]:
         "spu_version": spu.__version__,
         "sandbox": record.sandbox.backend,
         "cache_write_rate": record.cache_write_rate or "",
+        **identity_params(record),
     }
+
+
+def identity_params(record: RunRecord) -> dict[str, str]:
+    """The run's identity (SPEC 12) as ``identity.*`` params: what its run key hashes.
+
+    Records written before the identity existed give none.
+    """
+    identity = record.identity
+    if identity is None:
+        return {}
+    config, task, tools = identity.config, identity.task, identity.tools
+    values = {
+        "identity.key_scheme": identity.key_scheme,
+        "identity.api_model": config.api_model,
+        "identity.endpoint": config.endpoint,
+        "identity.cli_version": config.cli_version,
+        "identity.entrypoint_sha256": config.entrypoint_sha256,
+        "identity.args": " ".join(config.args) if config.args else None,
+        "identity.task_digest": task.task_digest,
+        "identity.tools_provider": tools.provider,
+        "identity.corpus_sha256": tools.corpus_sha256,
+    }
+    # MLflow keeps a param to 6,000 characters; arguments are the one field that may be long.
+    return {k: v[:6000] for k, v in values.items() if v}
+
+
+def run_name(record: RunRecord) -> str:
+    """The MLflow run name: task, repeat, then configuration, so a cut name still tells runs apart.
+
+    The UI truncates long names at the end; the task and the repeat are short and come
+    first (``t:spu-a9sx r0 opus5-max``).
+
+    Examples:
+        >>> from spu.schema import RunRecord
+        >>> record = RunRecord.model_construct(task_id="spu-a9sx", repeat=2, config="opus5-max",
+        ...                                    model="opus5", effort="max")
+        >>> run_name(record)
+        't:spu-a9sx r2 opus5-max'
+    """
+    config = record.config or f"{record.model}-{record.effort}"
+    return f"t:{record.task_id} r{record.repeat} {config}"
+
+
+def agent_times_ms(record: RunRecord) -> tuple[int | None, int | None]:
+    """The MLflow run's start and end (ms since the epoch): the agent's, from ``run.json``.
+
+    The start is ``started_at`` (when the agent phase began); the end is the start plus
+    the agent's ``runtime_s``, so that MLflow's Duration column is the agent's runtime.
+    A record without ``started_at`` gives (None, None): MLflow's own clock then.
+
+    Examples:
+        >>> from spu.schema import RunRecord
+        >>> r = RunRecord.model_construct(started_at="2026-01-02T03:04:05+00:00",
+        ...                               finished_at="2026-01-02T03:06:00+00:00",
+        ...                               runtime_s=90.5)
+        >>> agent_times_ms(r)
+        (1767323045000, 1767323135500)
+    """
+    from datetime import datetime
+
+    if not record.started_at:
+        return None, None
+    try:
+        start = int(datetime.fromisoformat(record.started_at).timestamp() * 1000)
+    except ValueError:
+        return None, None
+    if record.runtime_s and record.runtime_s > 0:
+        return start, start + int(round(record.runtime_s * 1000))
+    if record.finished_at:
+        try:
+            end = int(datetime.fromisoformat(record.finished_at).timestamp() * 1000)
+        except ValueError:
+            return start, start
+        return start, max(start, end)
+    return start, start
 
 
 def metric_name(name: str) -> str:
@@ -457,11 +533,16 @@ def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
 def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
     client = client_for(target)
     exp = experiment_id(client, target)
-    run_name = f"{record.task_id}/{record.config}/r{record.repeat}"
+    start_ms, _ = agent_times_ms(record)
     # Tagged with its key from the start: a record cut short is found and closed later
     # (it counts only once its ``outcome`` tag is logged, in the last batch).
-    run = client.create_run(exp, run_name=run_name,
-                            tags={"run_key": record.run_key, "attempt": str(record.attempt)})
+    import time
+
+    from spu.tracking.query import LOGGED_TAG
+
+    run = client.create_run(exp, run_name=run_name(record), start_time=start_ms,
+                            tags={"run_key": record.run_key, "attempt": str(record.attempt),
+                                  LOGGED_TAG: str(int(time.time() * 1000))})
     run_id = run.info.run_id
     try:
         _log_record(client, run_id, record, run_dir, blob_root(target),
@@ -512,7 +593,7 @@ def _log_record(client: MlflowClient, run_id: str, record: RunRecord, run_dir: P
     if skipped:
         client.set_tag(run_id, "artifacts_skipped", ", ".join(skipped)[:5000])
     status = "FAILED" if record.outcome is Outcome.infra_error else "FINISHED"
-    client.set_terminated(run_id, status=status)
+    client.set_terminated(run_id, status=status, end_time=agent_times_ms(record)[1])
 
 
 def blob_root(target: TrackingTarget) -> str:

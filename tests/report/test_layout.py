@@ -118,3 +118,26 @@ def test_the_small_table_keeps_every_label_and_the_zero_cost_frontier(browser,
     assert random_row.rstrip(" |").endswith("yes")  # Pareto in Table 3
     means = " ".join(t["label"] for t in figures["means"]["texts"])
     assert "Shared tasks (0)" not in means
+
+
+def test_a_table_that_cost_nothing_gets_a_zero_cost_axis_and_a_labelled_heatmap(
+        browser, tmp_path) -> None:
+    """Baselines only (issue 24): the cost axis is one ``$0`` tick, not negative dollars
+    around zero; each heatmap column is named by its task, each cell carries its score."""
+    from tests.stats.conftest import run_row
+
+    tasks = [f"spu-t{i}" for i in range(6)]
+    scores = {"random-none": (0.1, -0.3, 0.5, 0.0, 0.25, -0.1),
+              "presented_order-none": (0.7, -0.2, 0.4, 0.35, 0.3, 0.05)}
+    runs = pd.DataFrame([run_row(config, task, score, cost_usd=0.0)
+                         for config, row in scores.items()
+                         for task, score in zip(tasks, row, strict=True)])
+    page = render(runs, tmp_path)
+    figures = {f["figure"]: f for f in assert_readable(page, browser)}
+    pareto = [t["label"] for t in figures["pareto"]["texts"]]
+    assert "$0" in pareto and not [t for t in pareto if t.startswith(("−", "-"))
+                                   and "0." not in t], pareto
+    assert "no configuration had a cost" in " ".join(pareto)
+    heatmap = {t["label"] for t in figures["heatmap"]["texts"]}
+    assert set(tasks) <= heatmap, heatmap
+    assert {"0.10", "0.70", "-0.10"} <= heatmap or {"0.10", "0.70", "−0.10"} <= heatmap, heatmap

@@ -204,3 +204,82 @@ def test_writes_the_spec_section_9_files_on_a_simulated_study(tmp_path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["sections"]["variance.csv"].startswith("Figure 26c")
     assert manifest["sections"]["repeats_orders.csv"].startswith("Figure 19a")
+
+
+def test_stats_on_deterministic_repeats_warns_nothing(tmp_path) -> None:
+    """``spu stats`` prints no numpy RuntimeWarning on a baseline that scores alike every time.
+
+    A deterministic baseline repeated on every task has no spread within a task: its ICC
+    is 1 (all the variance is between tasks), and a bootstrap resample that draws one task
+    only has no spread at all, an undefined ICC left out of the interval rather than a 0/0
+    division reported on the console.
+    """
+    from tests.stats.conftest import run_row
+
+    rows = []
+    for task, score in (("t1", 0.5), ("t2", -0.25), ("t3", 0.1)):
+        for repeat in range(3):
+            rows.append(run_row("presented_order-none", task, score, repeat=repeat))
+            rows.append(run_row("random-none", task, score - 0.1 * repeat, repeat=repeat))
+    runs = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(runs, index=False)
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "spu", "stats",
+                           str(runs), "--out", str(tmp_path / "out"), "--resamples", "200",
+                           "--simulations", "200"], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RuntimeWarning" not in done.stderr
+    repeats = pd.read_csv(tmp_path / "out" / "repeats.csv").set_index("config")
+    assert repeats.loc["presented_order-none", "icc"] == pytest.approx(1.0)
+
+
+def _two_experiment_table(path: Path) -> Path:
+    """Runs of two sweeps: ``spu-default`` (three tasks, finished first) and ``spu-later``."""
+    from tests.stats.conftest import run_row
+
+    rows = []
+    for i, task in enumerate(("t1", "t2", "t3")):
+        for config, score in (("random-none", 0.1 * i), ("presented_order-none", 0.3 - 0.1 * i)):
+            rows.append({**run_row(config, task, score), "experiment": "spu-default",
+                         "finished_at": f"2026-01-01T00:0{i}:00+00:00"})
+    for i, task in enumerate(("t1", "t2", "t3", "t4", "t5", "t6")):
+        rows.append({**run_row("mine-none", task, 0.05 * i), "experiment": "spu-later",
+                     "run_id": f"later-{task}", "finished_at": f"2026-01-02T00:0{i}:00+00:00"})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_stats_uses_the_most_recent_sweeps_experiment_and_says_so(tmp_path) -> None:
+    """A runs table of two experiments: the default is the sweep that finished last, named
+    in the output; ``--experiment`` picks another (``default`` finds ``spu-default``)."""
+    runs = _two_experiment_table(tmp_path / "runs.csv")
+    latest = _stats(runs, tmp_path / "latest")
+    assert latest.returncode == 0, latest.stderr
+    assert latest.stdout.splitlines()[0] == (
+        "spu stats: experiment spu-later (the most recent sweep; others in the table: "
+        "spu-default; choose one with --experiment NAME, or --experiment all)")
+    assert list(pd.read_csv(tmp_path / "latest" / "configs.csv")["config"]) == ["mine-none"]
+    chosen = _stats(runs, tmp_path / "chosen", "--experiment", "default")
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.splitlines()[0] == "spu stats: experiment spu-default"
+    configs = pd.read_csv(tmp_path / "chosen" / "configs.csv", keep_default_na=False)
+    assert set(configs["config"]) == {"random-none", "presented_order-none"}
+    # Three tasks each: the row itself says the mean rests on too few tasks.
+    assert configs["warning"].str.startswith("scored on 3 tasks (fewer than 5)").all()
+    later = pd.read_csv(tmp_path / "latest" / "configs.csv", keep_default_na=False)
+    assert later["warning"].tolist() == [""]
+    unknown = _stats(runs, tmp_path / "unknown", "--experiment", "nope")
+    assert unknown.returncode == 2
+    assert "--experiment nope: no such experiment in the table (it has spu-default, " \
+           "spu-later; or --experiment all)" in unknown.stderr
+
+
+def test_report_takes_the_experiment_and_warns_in_table_1(tmp_path) -> None:
+    runs = _two_experiment_table(tmp_path / "runs.csv")
+    done = run_module(["spu", "report", str(runs), "--out", str(tmp_path / "report"),
+                       "--experiment", "spu-default", "--resamples", "200",
+                       "--simulations", "200"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "spu report: experiment spu-default"
+    table = (tmp_path / "report" / "tables" / "configs.md").read_text()
+    assert "| random-none (warning: 3 tasks scored, fewer than 5)" in table

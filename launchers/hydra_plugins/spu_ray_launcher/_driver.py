@@ -743,6 +743,10 @@ def launch(launcher: SPURayLauncher, job_overrides: Sequence[Sequence[str]],
     assert launcher.config is not None and launcher.hydra_context is not None
     config = launcher.config
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    from spu.launch.console import quiet_library_logs
+
+    # The driver serves tracking and grading: their libraries' INFO lines only with verbose.
+    quiet_library_logs(bool(config.get("verbose")))
     # The MLflow client prints a link per run it ends on a server: one line per run here.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
