@@ -96,3 +96,22 @@ def test_the_doi_indicator_reads_only_the_agents_own_report(tmp_path: Path, kind
         pytest.fail(f"doi_sides blocked on a {kind} left as report.md")
     assert done.returncode == 0, done.stderr[-800:]
     assert done.stdout.strip() == "{'k1': (False, False)}", done.stdout
+
+
+def test_agent_text_in_the_transcript_page_is_text(tmp_path: Path) -> None:
+    """``transcript.html``: what the agent wrote (its submission, its notes in the record,
+    its harness arguments) is escaped, so the page holds no element the agent wrote."""
+    from spu.schema import RunRecord
+    from spu.testing.corpus import make_corpus
+    from spu.tracking.transcript import render_transcript
+    from tests.conftest import REPO
+
+    folder = make_corpus(tmp_path / "outputs", 1, task_root=REPO / "tasks", calls=4,
+                         seed=5)[0]
+    hostile = '</pre><script>alert(1)</script><img src=x onerror=alert(2)>'
+    (folder / "output" / "rankings.json").write_text(hostile)
+    record = RunRecord.model_validate_json((folder / "run.json").read_text())
+    record = record.model_copy(update={"notes": [hostile], "config": hostile})
+    page = render_transcript(record, folder)
+    assert "<script" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
