@@ -25,11 +25,14 @@ SPELLINGS = [
     "localhost", "LOCALHOST", "localhost.", "LocalHost.",
     "127.0.0.1", "127.1", "2130706433", "0x7f000001", "017700000001", "0x7f.0.0.1",
     "0177.0.0.1", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]",
-    "[0:0:0:0:0:ffff:7f00:1]",
+    "[0:0:0:0:0:ffff:7f00:1]", "LOCALHOST.", "[::FFFF:7F00:1]",
     # NAT64's well-known prefix (RFC 6052): on an IPv6-only host with NAT64 it reaches the
     # IPv4 address it embeds.
     "[64:ff9b::7f00:1]", "[64:ff9b::127.0.0.1]",
 ]
+
+UNRESOLVED = ["127.0.0.1.", "%31%32%37.0.0.1", "127.0.0.1%00"]
+"""Spellings the resolver does not take: refused (502, "unresolved"), never passed on."""
 
 
 def _ask(proxy_port: int, line: bytes) -> bytes:
@@ -54,10 +57,17 @@ def test_every_spelling_of_a_providers_address_is_refused_as_the_provider(
                 f"CONNECT {host}:9 HTTP/1.1\r\nHost: {host}:9\r\n\r\n").encode())
             answers[("GET", host)] = _ask(proxy.port, (
                 f"GET http://{host}:9/v1/messages HTTP/1.1\r\nHost: {host}:9\r\n\r\n").encode())
+        for host in UNRESOLVED:
+            answers[("CONNECT", host)] = _ask(proxy.port, (
+                f"CONNECT {host}:9 HTTP/1.1\r\nHost: {host}:9\r\n\r\n").encode())
+    for host in UNRESOLVED:
+        reply = answers.pop(("CONNECT", host))
+        assert b" 403 " in reply or b" 502 " in reply, (host, reply[:40])
     not_refused = {k: v[:40] for k, v in answers.items() if b" 403 " not in v}
     assert not not_refused, not_refused
     lines = list(read_egress(tmp_path / "egress.jsonl"))
     reasons = {(e["method"], e["host"]): e.get("refused") for e in lines}
+    assert all(reasons.pop(("CONNECT", h), "refused") for h in UNRESOLVED), reasons
     wrong = {k: v for k, v in reasons.items() if v != MODEL_API_REFUSED}
     assert not wrong, wrong
 
