@@ -115,3 +115,23 @@ def test_agent_text_in_the_transcript_page_is_text(tmp_path: Path) -> None:
     page = render_transcript(record, folder)
     assert "<script" not in page and "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_hostile_member_file_is_left_out_of_the_consensus() -> None:
+    """``harness=consensus`` reads its members' files on the host: a file nested past
+    Python's recursion, a torn one, one ranking lists and objects, one naming a group twice
+    are left out; the consensus is the good member's order."""
+    from spu.harness.consensus import consensus_submission
+    from spu.schema import ComparisonGroup, Contract
+
+    contract = Contract(task_id="t", task_version="1", groups=[
+        ComparisonGroup(group_id="G", endpoint="y", weight=1.0, items=["a", "b", "c"])])
+    good = b'{"task_id": "t", "rankings": [{"group_id": "G", "order": ["c", "a", "b"]}]}'
+    hostile = [b"[" * 500_000 + b"]" * 500_000,
+               b'{"task_id": "t", "rankings": ' + b"[" * 200_000,
+               b'{"rankings": [{"group_id": "G", "order": [["a"], {"x": 1}, "b", "c"]}]}',
+               b'{"rankings": [{"group_id": "G", "order": ["a", "b", "c"]},'
+               b' {"group_id": "G", "order": ["b", "a", "c"]}]}',
+               b"\xff\xfe", b""]
+    combined = consensus_submission(contract, [good, *hostile])
+    assert combined["rankings"] == [{"group_id": "G", "order": ["c", "a", "b"]}]
