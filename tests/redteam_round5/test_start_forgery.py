@@ -34,7 +34,7 @@ def _run(compose, backend: str, mode: str):
     return record, spec.output_root / "runs" / record.run_key
 
 
-@pytest.mark.parametrize("mode", ["nonce", "fds", "kill1", "exit125", "exit126", "exit127"])
+@pytest.mark.parametrize("mode", ["nonce", "fds", "kill1", "exit125", "exit126", "exit127", "deep"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_agent_with_a_file_cannot_pass_as_a_sandbox_that_did_not_start(
         request: pytest.FixtureRequest, compose, backend: str, mode: str) -> None:

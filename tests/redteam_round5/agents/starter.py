@@ -9,7 +9,10 @@ Mode (argv[1]):
   would then hold a broken line), then exit 1;
 - ``kill1``: signal pid 1 and the parent (TERM, then KILL), then exit 1;
 - ``exit125``, ``exit126``, ``exit127``: exit with that code (the codes of a command that
-  could not be started).
+  could not be started);
+- ``deep``: print JSON nested 200,000 deep as a line of stdout and of stderr (a host
+  reader that parses it with ``json.loads`` and catches only ``ValueError`` raises
+  ``RecursionError``, a ``RuntimeError``).
 """
 import glob
 import json
@@ -18,6 +21,7 @@ import pathlib
 import re
 import signal
 import sys
+import time
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "nonce"
 out = pathlib.Path(os.environ["SPU_OUTPUT_DIR"])
@@ -89,5 +93,11 @@ if mode == "kill1":
             except OSError:
                 pass
     sys.exit(1)
+if mode == "deep":
+    line = "[" * 200_000 + "]" * 200_000 + "\n"
+    for stream in (sys.stdout, sys.stderr):
+        stream.write(line)
+        stream.flush()
+    time.sleep(3)  # the monitor reads the log while the agent runs
 if mode.startswith("exit"):
     sys.exit(int(mode[4:]))
