@@ -184,7 +184,7 @@ def _orders(run_dir: Path) -> dict[str, list[str]]:
     try:
         data = json.loads(read_submission(run_dir / "output") or b"")
         return {str(r["group_id"]): [str(x) for x in r["order"]] for r in data["rankings"]}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return {}
 
 

@@ -295,7 +295,7 @@ def submitted_rankings(run_dir: Path, max_chars: int) -> Any:
         return cut(text, max_chars, "output/rankings.json")
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # the agent's file: nested past the parser
         return text
 
 

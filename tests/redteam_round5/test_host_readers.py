@@ -6,8 +6,8 @@ submission, read at most 1 MiB). The transcript page (``transcript.html``), the 
 trace and ``spu compare`` read ``rankings.json`` too; each is run here, in a child
 process with a memory and time limit, on what a hostile agent leaves: a FIFO (a reader
 that blocks hangs forever), a sparse file of 8 GiB (a reader that reads it whole needs
-8 GiB) and a link to a file outside the output (a reader that follows it shows a file
-that is not the submission).
+8 GiB), a link to a file outside the output (a reader that follows it shows a file
+that is not the submission) and JSON nested past the parser (``RecursionError``).
 """
 
 from __future__ import annotations
@@ -45,12 +45,14 @@ def _leave(run_dir: Path, kind: str) -> None:
     elif kind == "sparse":
         with open(target, "wb") as f:
             f.truncate(8 << 30)
+    elif kind == "deep":
+        target.write_bytes(b"[" * 500_000 + b"]" * 500_000)
     elif kind == "link":
         (run_dir / "elsewhere.json").write_text(json.dumps(ELSEWHERE))
         target.symlink_to(run_dir / "elsewhere.json")
 
 
-@pytest.mark.parametrize("kind", ["fifo", "sparse", "link"])
+@pytest.mark.parametrize("kind", ["fifo", "sparse", "link", "deep"])
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_a_reader_of_an_agents_submission_neither_blocks_nor_swells_nor_follows(
         tmp_path: Path, reader: str, kind: str) -> None:
