@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from spu.grading.submission import read_submission_file
 from spu.stats.means import above_chance
 from spu.stats.named_tests import named_test
 from spu.stats.outcomes import relative_frame
@@ -241,9 +242,9 @@ def doi_sides(runs_dir: Path, runs: pd.DataFrame, dois: Mapping[str, str]
                             entry.get("args"), ensure_ascii=False).lower():
                         requested = True
                         break
-        report = folder / "output" / "report.md"
-        reported = report.is_file() and needle in report.read_text(
-            encoding="utf-8", errors="replace").lower()
+        # The agent's file: never through a link, never blocking, at most 1 MiB read.
+        report = read_submission_file(folder / "output" / "report.md") or b""
+        reported = needle in report.decode("utf-8", "replace").lower()
         found[str(row.run_id)] = (requested, reported)
     return found
 

@@ -63,9 +63,7 @@ def _local(address: str) -> bool:
     A host with a public address answers on it too (services bound to every interface):
     an address that this process can bind to is the host's own, whatever its range.
     """
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = ipaddress.ip_address(normal_address(address))  # NAT64 and mapped IPv6 as IPv4
     return not ip.is_global or ip.is_multicast or own_address(str(ip))
 
 
@@ -92,6 +90,7 @@ def resolve(host: str, port: int) -> list[str]:
             SERVFAIL, a timeout).
         ValueError: it answered no address.
     """
+    host = host.strip("[]")  # an IPv6 literal as a URL writes it
     if not host:
         raise ValueError("no host name")
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

@@ -284,15 +284,18 @@ def audit_entries(run_dir: Path) -> list[dict[str, Any]]:
 
 def submitted_rankings(run_dir: Path, max_chars: int) -> Any:
     """The submitted ``output/rankings.json`` (parsed; its text cut past ``max_chars``)."""
-    path = Path(run_dir) / "output" / "rankings.json"
-    if not path.is_file() or path.is_symlink():
+    from spu.grading.submission import read_submission_file
+
+    # The agent's file: never through a link, never blocking on a FIFO, at most 1 MiB read.
+    data = read_submission_file(Path(run_dir) / "output" / "rankings.json")
+    if not data:
         return None
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = data.decode("utf-8", "replace")
     if len(text) > max_chars:
         return cut(text, max_chars, "output/rankings.json")
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # the agent's file: nested past the parser
         return text
 
 

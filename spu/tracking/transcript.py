@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from spu.grading.submission import read_submission_file
 from spu.identity import official_score
 from spu.schema import RunRecord
 from spu.tracking.trajectories import find_trajectory, iter_step_views
@@ -105,10 +106,9 @@ def transcript_context(record: RunRecord, run_dir: Path, max_chars: int = 20000,
         steps.append({"index": s.index, "role": s.role, "agent": s.agent,
                       "timestamp": s.timestamp, "text": _text(s.text, max_chars),
                       "reasoning": _text(s.reasoning, max_chars), "calls": calls})
-    rankings_path = run_dir / "output" / "rankings.json"
-    rankings = None
-    if rankings_path.is_file() and not rankings_path.is_symlink():
-        rankings = _text(rankings_path.read_text(encoding="utf-8", errors="replace"), max_chars)
+    # The agent's file: never through a link, never blocking on a FIFO, at most 1 MiB read.
+    data = read_submission_file(run_dir / "output" / "rankings.json")
+    rankings = _text(data.decode("utf-8", "replace"), max_chars) if data else None
     return {
         "r": record, "steps": steps, "instruction": instruction, "audits": audit_entries(run_dir),
         "rankings": rankings,

@@ -216,7 +216,7 @@ def _tool_call(item: dict[str, Any]) -> ToolCall:
     raw = item.get("arguments", item.get("input"))
     try:
         arguments = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # the session file is the agent's
         arguments = raw
     name = str(item.get("name", "?"))
     namespace = item.get("namespace")
