@@ -58,8 +58,18 @@ def interrupted_sweep(tmp_path: Path, signals: int) -> tuple[subprocess.Complete
             f"output_root={tmp_path / 'outputs'}",
             "sandbox=subprocess", "sandbox.allow_unisolated=true", "tracking=none",
             f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # A sweep started with SIGINT ignored keeps it ignored, as a shell's background job
+    # does (spu.launch.interrupt.install): start it as a terminal would, whatever an
+    # earlier test of this worker left the worker's own disposition at.
+    inherited = signal.getsignal(signal.SIGINT)
+    if inherited is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    finally:
+        if inherited is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     deadline = time.monotonic() + 120
     while not pids.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -68,8 +78,29 @@ def interrupted_sweep(tmp_path: Path, signals: int) -> tuple[subprocess.Complete
     for _ in range(signals):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.05)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        masks = _signal_masks(proc.pid)
+        proc.kill()
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"the sweep did not end within 60 s of {signals} SIGINT(s); its signal "
+                    f"masks then: {masks}; worker's SIGINT: {inherited}; stdout tail: "
+                    f"{out[-600:]!r}; stderr tail: {err[-600:]!r}")
     return subprocess.CompletedProcess(args, proc.returncode, out, err), agent, marker
+
+
+def _signal_masks(pid: int) -> str:
+    """The Sig* lines of ``/proc/<pid>/status`` and each thread's blocked mask."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        threads = [Path(f"/proc/{pid}/task/{t}/status").read_text() for t in
+                   os.listdir(f"/proc/{pid}/task")]
+    except OSError as exc:
+        return f"unreadable ({exc})"
+    lines = [line for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt", "State"))]
+    blocked = [line for t in threads for line in t.splitlines() if line.startswith("SigBlk")]
+    return "; ".join(lines) + f"; threads' SigBlk: {sorted(set(blocked))}"
 
 
 def assert_nothing_left(agent: int, marker: str) -> None:
