@@ -277,6 +277,7 @@ def test_comments_and_continuations_are_read_as_a_shell_would(tmp_path) -> None:
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_every_command_of_the_document_runs(document: Path, tmp_path: Path) -> None:
     scratch = make_scratch(tmp_path)
+    before = {p.name for p in scratch.root.iterdir()}
     failures, ran, skipped = [], [], []
     for command in extract(document):
         reason = skip_reason(command.text)
@@ -297,3 +298,14 @@ def test_every_command_of_the_document_runs(document: Path, tmp_path: Path) -> N
     print("\n".join(["skipped:", *skipped]))
     assert ran, f"no command of {document} ran"
     assert not failures, "\n\n".join(failures)
+    left = sorted(p.name + ("/" if p.is_dir() else "") for p in scratch.root.iterdir()
+                  if p.name not in before)
+    unignored = [name for name in left if not _ignored(name)]
+    assert not unignored, (f"the commands of {document.name} leave {unignored} at the root of a "
+                           "checkout, which .gitignore does not cover")
+
+
+def _ignored(name: str) -> bool:
+    """Whether the repository's ``.gitignore`` covers ``name`` at the root of a checkout."""
+    return subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", "--no-index", name],
+                          capture_output=True, check=False).returncode == 0
