@@ -18,7 +18,14 @@ def register(sub: Any) -> None:
     task = sub.add_parser("task", help="validate, measure, build and list task packages")
     task_sub = task.add_subparsers(dest="task_command", metavar="SUBCOMMAND")
     task.set_defaults(handler=lambda args: (task.print_help(), 2)[1])
+    _add_check_commands(task_sub)
+    _add_package_commands(task_sub)
+    _add_lifecycle_commands(task_sub)
+    _add_list_command(task_sub)
 
+
+def _add_check_commands(task_sub: Any) -> None:
+    """``validate`` and ``threshold``: checking a package and its chance threshold."""
     p = task_sub.add_parser("validate", help="check task packages; exit 1 on any error",
                             description="Check task packages. A folder holding none of a "
                             "package's files (tasks/sources/, build specs) is skipped with a "
@@ -32,6 +39,70 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(handler=validate_command)
 
+    p = task_sub.add_parser("threshold", help="chance threshold, attainable maximum, "
+                                              "presented-order score")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--answers", type=Path, default=None,
+                   help="answer key (default: TASK_DIR/hidden/answers.json)")
+    p.add_argument("--draws", type=int, default=4000, help="random submissions (default 4000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    p.add_argument("--exact", action="store_true",
+                   help="report the exact threshold as 'threshold' where one exists")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=threshold_command)
+
+
+def _add_package_commands(task_sub: Any) -> None:
+    """``build``, ``export``, ``import`` and ``new``: making and moving packages."""
+    p = task_sub.add_parser("build", help="build a task package from a spec and a table")
+    p.add_argument("spec", type=Path, metavar="SPEC.yaml")
+    p.add_argument("--out", type=Path, required=True, help="task folder to write")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="where downloaded packages are kept (default .cache/spu-tasks)")
+    p.add_argument("--force", action="store_true", help="replace an existing task folder")
+    p.add_argument("--strict", action="store_true", help="refuse on warnings too")
+    _screen_options(p)
+    p.set_defaults(handler=build_command)
+
+    p = task_sub.add_parser("export", help="write a task as a Harbor task (SPEC section 10)")
+    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
+    p.add_argument("--format", choices=("harbor",), required=True, dest="format",
+                   help="the format to write (harbor)")
+    p.add_argument("--out", type=Path, required=True, help="folder of the Harbor task to write")
+    p.add_argument("--answers", type=Path, default=None,
+                   help="answer key (default: TASK_DIR/hidden/answers.json)")
+    p.add_argument("--base-image", default=None,
+                   help="FROM of environment/Dockerfile (default debian:bookworm-slim; "
+                        "python3 is installed where the image lacks it)")
+    p.add_argument("--force", action="store_true", help="replace an existing folder")
+    p.set_defaults(handler=export_command)
+
+    p = task_sub.add_parser("import", help="read a Harbor task written by spu task export "
+                                           "back into a task package")
+    p.add_argument("source", type=Path, metavar="DIR")
+    p.add_argument("--from", choices=("harbor",), required=True, dest="from_format",
+                   help="the format to read (harbor)")
+    p.add_argument("--out", type=Path, required=True, help="task folder to write")
+    p.add_argument("--force", action="store_true", help="replace an existing task folder")
+    p.set_defaults(handler=import_command)
+
+    p = task_sub.add_parser("new", help="start a new task: a build spec, a table and the "
+                                        "package built from them",
+                            description="Write TASK_ROOT/../sources-style files for a new task "
+                            "(--sources/ID.yaml, a commented build spec, and --sources/ID.csv, "
+                            "an illustrative table) and build --task-root/ID from them; "
+                            "docs/writing-a-task.md walks on from there.")
+    p.add_argument("task_id", metavar="ID", help="the task id (folder name, task=ID)")
+    p.add_argument("--task-root", type=Path, default=Path("tasks"),
+                   help="where the package is written (default tasks/)")
+    p.add_argument("--sources", type=Path, default=None,
+                   help="where the spec and table go (default TASK_ROOT/sources)")
+    p.add_argument("--force", action="store_true", help="replace existing files")
+    p.set_defaults(handler=new_command)
+
+
+def _add_lifecycle_commands(task_sub: Any) -> None:
+    """``review``, ``select``, ``retire`` and ``contamination``: the lifecycle (SPEC 15)."""
     from spu.tasks.review import CHECK_RESULTS, CHECKLIST, SCREEN_CODES
 
     items = "; ".join(f"{name}: {what}" for name, what in CHECKLIST.items())
@@ -95,63 +166,21 @@ def register(sub: Any) -> None:
                                                 "(default today)")
     p.set_defaults(handler=retire_command)
 
-    p = task_sub.add_parser("threshold", help="chance threshold, attainable maximum, "
-                                              "presented-order score")
-    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
-    p.add_argument("--answers", type=Path, default=None,
-                   help="answer key (default: TASK_DIR/hidden/answers.json)")
-    p.add_argument("--draws", type=int, default=4000, help="random submissions (default 4000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
-    p.add_argument("--exact", action="store_true",
-                   help="report the exact threshold as 'threshold' where one exists")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(handler=threshold_command)
+    p = task_sub.add_parser(
+        "contamination", help="what models remember of each task, from harness=recall runs",
+        description="One row per task and model from the recall probes under RUNS "
+        "(harness=recall, harness.probe=source and order): source recalled, recall score, "
+        "above chance, and the tasks to retire by the rule the command prints.")
+    p.add_argument("runs", type=Path, metavar="RUNS", help="an output root or its runs/")
+    p.add_argument("--tasks", type=Path, default=None, metavar="ROOT",
+                   help="task root: report its tasks only, and name those not probed")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE",
+                   help="write the table as CSV (SPEC section 15)")
+    p.set_defaults(handler=contamination_command)
 
-    p = task_sub.add_parser("build", help="build a task package from a spec and a table")
-    p.add_argument("spec", type=Path, metavar="SPEC.yaml")
-    p.add_argument("--out", type=Path, required=True, help="task folder to write")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="where downloaded packages are kept (default .cache/spu-tasks)")
-    p.add_argument("--force", action="store_true", help="replace an existing task folder")
-    p.add_argument("--strict", action="store_true", help="refuse on warnings too")
-    _screen_options(p)
-    p.set_defaults(handler=build_command)
 
-    p = task_sub.add_parser("export", help="write a task as a Harbor task (SPEC section 10)")
-    p.add_argument("task_dir", type=Path, metavar="TASK_DIR")
-    p.add_argument("--format", choices=("harbor",), required=True, dest="format",
-                   help="the format to write (harbor)")
-    p.add_argument("--out", type=Path, required=True, help="folder of the Harbor task to write")
-    p.add_argument("--answers", type=Path, default=None,
-                   help="answer key (default: TASK_DIR/hidden/answers.json)")
-    p.add_argument("--base-image", default=None,
-                   help="FROM of environment/Dockerfile (default debian:bookworm-slim; "
-                        "python3 is installed where the image lacks it)")
-    p.add_argument("--force", action="store_true", help="replace an existing folder")
-    p.set_defaults(handler=export_command)
-
-    p = task_sub.add_parser("import", help="read a Harbor task written by spu task export "
-                                           "back into a task package")
-    p.add_argument("source", type=Path, metavar="DIR")
-    p.add_argument("--from", choices=("harbor",), required=True, dest="from_format",
-                   help="the format to read (harbor)")
-    p.add_argument("--out", type=Path, required=True, help="task folder to write")
-    p.add_argument("--force", action="store_true", help="replace an existing task folder")
-    p.set_defaults(handler=import_command)
-    p = task_sub.add_parser("new", help="start a new task: a build spec, a table and the "
-                                        "package built from them",
-                            description="Write TASK_ROOT/../sources-style files for a new task "
-                            "(--sources/ID.yaml, a commented build spec, and --sources/ID.csv, "
-                            "an illustrative table) and build --task-root/ID from them; "
-                            "docs/writing-a-task.md walks on from there.")
-    p.add_argument("task_id", metavar="ID", help="the task id (folder name, task=ID)")
-    p.add_argument("--task-root", type=Path, default=Path("tasks"),
-                   help="where the package is written (default tasks/)")
-    p.add_argument("--sources", type=Path, default=None,
-                   help="where the spec and table go (default TASK_ROOT/sources)")
-    p.add_argument("--force", action="store_true", help="replace existing files")
-    p.set_defaults(handler=new_command)
-
+def _add_list_command(task_sub: Any) -> None:
+    """``list``: the packages of a task root, filtered."""
     p = task_sub.add_parser("list", help="list task packages, filtered by discipline, "
                                          "visibility or subfield")
     p.add_argument("--task-root", type=Path, default=Path("tasks"),
@@ -166,18 +195,6 @@ def register(sub: Any) -> None:
                    help="list retired tasks too (task.yaml retired:; left out by default, as "
                         "task='glob(*)' leaves them out)")
     p.set_defaults(handler=list_command)
-
-    p = task_sub.add_parser(
-        "contamination", help="what models remember of each task, from harness=recall runs",
-        description="One row per task and model from the recall probes under RUNS "
-        "(harness=recall, harness.probe=source and order): source recalled, recall score, "
-        "above chance, and the tasks to retire by the rule the command prints.")
-    p.add_argument("runs", type=Path, metavar="RUNS", help="an output root or its runs/")
-    p.add_argument("--tasks", type=Path, default=None, metavar="ROOT",
-                   help="task root: report its tasks only, and name those not probed")
-    p.add_argument("--out", type=Path, default=None, metavar="FILE",
-                   help="write the table as CSV (SPEC section 15)")
-    p.set_defaults(handler=contamination_command)
 
 
 def _screen_options(p: argparse.ArgumentParser) -> None:
