@@ -6,10 +6,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from spu.testing.postgres import PrivatePostgres
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "tasks"
@@ -77,3 +82,17 @@ def baseline_run_key(task_dir: Path, model: str = "random", repeat: int = 0) -> 
     return run_key(identity_for(ModelConfig(name=model, provider="baseline"),
                                 HarnessConfig(name="baseline"), EffortConfig(name="none"),
                                 ToolsConfig(), task_dir, meta.id, meta.version, repeat))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL cluster for the session, shared by the tracking and launcher
+    tests of a worker (skipped where PostgreSQL is missing)."""
+    from spu.testing.postgres import PrivatePostgres, unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(f"PostgreSQL tracking: {why}")
+    # Under /tmp itself: PostgreSQL runs as another user, who cannot enter pytest's folders.
+    with PrivatePostgres(Path(tempfile.mkdtemp(prefix="spu-pg-", dir="/tmp"))) as pg:
+        yield pg

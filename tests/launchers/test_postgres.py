@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from spu.schema import RunRecord
-from spu.testing.postgres import PrivatePostgres, unavailable
+from spu.testing.postgres import PrivatePostgres
 from spu.tracking.store import run_params
 from tests.launchers.conftest import run_sweep, sandbox_name
 
@@ -27,16 +24,6 @@ pytestmark = pytest.mark.slow
 
 RUNS = 64
 TASKS = ("example-coupling-conditions", "example-electrolytes-and-films")
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PrivatePostgres]:
-    why = unavailable()
-    if why:
-        pytest.skip(f"PostgreSQL tracking: {why}")
-    # Under /tmp itself: PostgreSQL runs as another user, who cannot enter pytest's folders.
-    with PrivatePostgres(Path(tempfile.mkdtemp(prefix="spu-pg-", dir="/tmp"))) as pg:
-        yield pg
 
 
 def stored(pg: PrivatePostgres, experiment: str) -> dict[str, Counter[str]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,19 +105,6 @@ def make_record(**overrides: object) -> RunRecord:
     }
     fields.update(overrides)
     return RunRecord(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PrivatePostgres]:
-    """A private PostgreSQL cluster for the session (skipped where PostgreSQL is missing)."""
-    from spu.testing.postgres import PrivatePostgres, unavailable
-
-    why = unavailable()
-    if why:
-        pytest.skip(f"PostgreSQL tracking: {why}")
-    # Under /tmp itself: PostgreSQL runs as another user, who cannot enter pytest's folders.
-    with PrivatePostgres(Path(tempfile.mkdtemp(prefix="spu-pg-", dir="/tmp"))) as pg:
-        yield pg
 
 
 @pytest.fixture(scope="session")
