@@ -334,23 +334,7 @@ def detect_exposure(source: SourceRecord | None,
         >>> [(h.kind, h.step, h.tool, h.matched) for h in detect_exposure(src, [step])]
         [('doi', 3, 'WebFetch', '10.1038/s41586-023-06792-0')]
     """
-    if source is None:
-        return []
-    detector = ExposureDetector.for_source(source)
-    if detector.empty:
-        return []
-    hits: list[ExposureHit] = []
-    seen: set[tuple[str, int]] = set()
-    for index, tool, text in tool_outputs(steps):
-        for match in detector.scan(text):
-            if (match.kind, index) in seen:
-                continue
-            seen.add((match.kind, index))
-            hits.append(ExposureHit(kind=match.kind, identifier=match.identifier, step=index,
-                                    tool=tool, matched=match.matched[:300]))
-            if len(hits) >= MAX_HITS:
-                return hits
-    return hits
+    return _scan(source, tool_outputs(steps))
 
 
 def detect_recall(source: SourceRecord | None,
@@ -366,20 +350,30 @@ def detect_recall(source: SourceRecord | None,
         >>> [(h.kind, h.step, h.tool) for h in detect_recall(src, [step])]
         [('doi', 1, 'model_answer')]
     """
+    return _scan(source, ((step.index, "model_answer", step.text) for step in steps
+                          if step.role == "assistant" and step.text))
+
+
+def _scan(source: SourceRecord | None,
+          texts: Iterable[tuple[int, str | None, str]]) -> list[ExposureHit]:
+    """The first hit of each kind per step in ``(step, tool, text)``, at most MAX_HITS."""
     if source is None:
         return []
     detector = ExposureDetector.for_source(source)
     if detector.empty:
         return []
     hits: list[ExposureHit] = []
-    for step in steps:
-        if step.role != "assistant" or not step.text:
-            continue
-        for match in detector.scan(step.text):
-            hits.append(ExposureHit(kind=match.kind, identifier=match.identifier,
-                                    step=step.index, tool="model_answer",
-                                    matched=match.matched[:300]))
-    return hits[:MAX_HITS]
+    seen: set[tuple[str, int]] = set()
+    for index, tool, text in texts:
+        for match in detector.scan(text):
+            if (match.kind, index) in seen:
+                continue
+            seen.add((match.kind, index))
+            hits.append(ExposureHit(kind=match.kind, identifier=match.identifier, step=index,
+                                    tool=tool, matched=match.matched[:300]))
+            if len(hits) >= MAX_HITS:
+                return hits
+    return hits
 
 
 def _audited_steps(steps: Iterable[TrajectoryStep]) -> dict[str, list[int]]:
