@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,15 +45,18 @@ from spu.config import (
 )
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
+from spu.gateway import MODEL_DIR
 from spu.gateway.session import GatewayConfigError, GatewaySession
-from spu.gateway.verdict import key_rejected, model_input_steps, read_requests
+from spu.gateway.verdict import files_at_refusals, key_rejected, model_input_steps, read_requests
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
 from spu.grading.isolated import GraderIsolationError, available_isolation, grade_isolated
 from spu.grading.outcome import (
+    KEPT_AT_REFUSAL_NOTE,
     LIMIT_OUTCOMES,
     REFUSAL_AFTER_FILE_NOTE,
     RERUN_NOTE,
     RunEvidence,
+    counts_as_file,
     is_scored,
     judge,
 )
@@ -574,7 +577,8 @@ def open_gateway(run: AgentRun) -> GatewaySession | None:
     spec = run.spec
     return GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
                           max_cost_usd=spec.limits.max_cost_usd,
-                          cache_write_rate=spec.cost.cache_write_rate).start()
+                          cache_write_rate=spec.cost.cache_write_rate,
+                          read_submission=lambda: collect(run.run_dir)).start()
 
 
 def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
@@ -679,6 +683,28 @@ def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
     return RunGrades(grades.strict, grades.recovered, note=grades.warning)
 
 
+def grade_kept_at_refusal(run: PreparedRun, phase: AgentPhase, grades: RunGrades) -> RunGrades:
+    """Step 5b: a refusal whose run ends without a valid file, graded on the file it had.
+
+    The model gateway keeps ``rankings.json`` as each refused request found it
+    (:func:`~spu.gateway.verdict.files_at_refusals`). When the final file does not count
+    (removed, spoiled), the latest kept one that is valid or recoverable is graded
+    instead, so that :func:`~spu.grading.outcome.refused_after_file` holds as it held
+    when the model refused: the outcome stays ``refusal``, and the record says which file
+    was graded. Otherwise the grades are the final file's.
+    """
+    if (not phase.result.refused or grades.sealed or grades.error
+            or counts_as_file(grades.recovered)):
+        return grades
+    for kept in files_at_refusals(run.run_dir / MODEL_DIR):
+        at_refusal = grade(run, kept)
+        if at_refusal.error is None and counts_as_file(at_refusal.recovered):
+            note = KEPT_AT_REFUSAL_NOTE.format(final=grades.recovered.status.value)
+            return replace(at_refusal, note="; ".join(
+                n for n in (at_refusal.note, note) if n))
+    return grades
+
+
 _THRESHOLDS: dict[tuple[str, str, str], float] = {}
 
 
@@ -745,6 +771,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         notes.append(grades.note)
     if result.infra_error:
         notes.append(f"infra error: {result.infra_error}")
+    notes += [f"model gateway: {said}" for said in result.agent_caused]
     verdict = judge(RunEvidence.from_process(
         evidence, submitted=phase.submission is not None, infra_error=result.infra_error,
         refused=result.refused, policy_stop=result.policy_stop, cost_limit=result.cost_limit),
@@ -875,8 +902,8 @@ def run_one(spec: RunSpec) -> RunRecord:
     run = prepare_run(spec)
     phase = run_agent(run, stage(run))
     phase.submission = collect(run.run_dir)
-    return record(run, phase, grade(run, phase.submission), price(run, phase.result),
-                  screen(run, phase.result))
+    grades = grade_kept_at_refusal(run, phase, grade(run, phase.submission))
+    return record(run, phase, grades, price(run, phase.result), screen(run, phase.result))
 
 
 def write_run_record(run_dir: Path, record: RunRecord) -> Path:

@@ -710,6 +710,10 @@ class GatewayRequest(Record):
     """Bytes of the answer body passed to the agent."""
     stream: bool = False
     """True for a streamed (SSE) answer."""
+    rate_limit_tokens: int | None = None
+    """The provider's stated limit of tokens per minute for this request's model, where its
+    answer stated one (``anthropic-ratelimit-input-tokens-limit``,
+    ``x-ratelimit-limit-tokens``): a 429 the run's own tokens reach it is the run's doing."""
     complete: bool = False
     """True when the answer arrived whole (a stream's final event, a JSON body)."""
     final: bool = False

@@ -43,7 +43,7 @@ import secrets
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +62,7 @@ from spu.gateway.answers import (
     server_tools,
     tool_results,
 )
+from spu.gateway.verdict import MAX_REFUSAL_FILES, REFUSAL_FILES
 from spu.schema import GatewayRequest, Usage
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,32 @@ RESPONSE_HEADERS_DROPPED = frozenset({
 
 RELAY_BATCH_BYTES = 1 << 18
 """At most this many bytes already read from the upstream go to the agent in one write."""
+
+CLIENT_STALL_S = 2.0
+"""A wait this long on an agent that stopped reading makes a later upstream cut the
+agent's doing (``gateway.client_stalled``): a provider may drop a reader that stalls."""
+
+
+RATE_LIMIT_HEADERS = ("anthropic-ratelimit-input-tokens-limit", "anthropic-ratelimit-tokens-limit",
+                      "x-ratelimit-limit-tokens")
+"""Where providers state their tokens-per-minute limit, the most specific first."""
+
+
+def stated_rate_limit(headers: Any) -> int | None:
+    """The tokens-per-minute limit an answer's headers state, or None.
+
+    Examples
+    --------
+    >>> stated_rate_limit({"anthropic-ratelimit-input-tokens-limit": "80000"})
+    80000
+    >>> stated_rate_limit({"x-ratelimit-limit-tokens": "n/a"}) is None
+    True
+    """
+    for name in RATE_LIMIT_HEADERS:
+        value = headers.get(name)
+        if value is not None and str(value).strip().isdigit():
+            return int(str(value).strip())
+    return None
 
 
 def now_iso() -> str:
@@ -232,6 +259,10 @@ class _Exchange:
     reserved_usd: float = 0.0
     """The bound on this generation's cost held against the spend cap while it runs."""
     client_gone: bool = False
+    longest_stall_s: float = 0.0
+    """The longest the answer waited on the agent's full queue (nothing read upstream)."""
+    submission: bytes | None = None
+    """``output/rankings.json`` as it stood when the request arrived (a generation's)."""
 
 
 class ModelGateway:
@@ -248,13 +279,18 @@ class ModelGateway:
         prices: the model's list prices, for the spend cap.
         max_cost_usd: the spend cap (``limits.max_cost_usd``); None for none.
         cache_write_rate: the cost rule the cap is counted by.
+        read_submission: reads the run's ``rankings.json`` as the grader reads it; called
+            as each generation arrives, its bytes are kept with an answer that refuses
+            (:data:`REFUSAL_FILES`), so that a refusal after a valid file stays known
+            when the agent then removes or spoils the file.
     """
 
     def __init__(self, folder: Path, *, upstream: str, api: str = API_ANTHROPIC,
                  api_model: str | None = None, api_key: str | None = None,
                  cfg: ModelGatewayConfig | None = None, prices: PriceConfig | None = None,
                  max_cost_usd: float | None = None,
-                 cache_write_rate: str = "five_minute") -> None:
+                 cache_write_rate: str = "five_minute",
+                 read_submission: Callable[[], bytes | None] | None = None) -> None:
         if api not in APIS:
             raise ValueError(f"model gateway: api {api!r} is not one of {', '.join(APIS)}")
         self.folder = Path(folder)
@@ -266,6 +302,8 @@ class ModelGateway:
         self.prices = prices
         self.max_cost_usd = max_cost_usd
         self.cache_write_rate = cache_write_rate
+        self.read_submission = read_submission
+        self._kept_at_refusals: set[str] = set()
         self.token = "spu-" + secrets.token_urlsafe(32)
         self.spent_usd = 0.0
         self.requests_path = self.folder / "requests.jsonl"
@@ -427,6 +465,8 @@ class ModelGateway:
         if refusal is not None:
             return refusal
         self._keep_tool_results(endpoint, x.body)
+        if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
+            x.submission = self.read_submission()
         try:
             return await self._forward(request, path, x)
         except BaseException:
@@ -553,10 +593,17 @@ class ModelGateway:
                                               content=x.raw_request)
         try:
             response = await self._client.send(upstream, stream=True)
-        except httpx.TimeoutException as exc:
+        except httpx.ReadTimeout as exc:
+            # Silent past the read window after taking the request: for an unstreamed
+            # generation, the time it takes is the agent's choice (verdict.is_failure).
             self._release(x)
             return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_timeout",
                                 f"the upstream did not answer: {type(exc).__name__}")
+        except httpx.TimeoutException as exc:  # no connection, or the request not taken
+            self._release(x)
+            return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_unreachable",
+                                f"the upstream could not be reached in time: "
+                                f"{type(exc).__name__}")
         except httpx.HTTPError as exc:
             self._release(x)
             return self._refuse(x, api, 502, "api_error", "gateway.upstream_unreachable",
@@ -564,6 +611,7 @@ class ModelGateway:
         x.entry.status = response.status_code
         x.entry.request_id = (response.headers.get("request-id")
                               or response.headers.get("x-request-id"))
+        x.entry.rate_limit_tokens = stated_rate_limit(response.headers)
         x.entry.stream = response.headers.get("content-type", "").startswith(
             "text/event-stream")
         headers = {k: v for k, v in response.headers.items()
@@ -659,12 +707,16 @@ class ModelGateway:
                         continue
                     except asyncio.QueueFull:
                         pass
+                    waited = time.monotonic()
                     try:
                         async with asyncio.timeout(self.cfg.read_timeout_s):
                             await queue.put(chunk)
                         continue
                     except TimeoutError:  # never read: the agent is gone
                         x.client_gone = True
+                    finally:
+                        # Meanwhile nothing is read from the upstream, which may give up.
+                        x.longest_stall_s = max(x.longest_stall_s, time.monotonic() - waited)
                 if hung_up_at is None:
                     hung_up_at = time.monotonic()
                 drained += len(chunk)
@@ -673,8 +725,15 @@ class ModelGateway:
                     break
             outcome = "client" if x.client_gone else "ended"
         except httpx.HTTPError as exc:
-            x.entry.error_type = "gateway.stream_dropped"
-            x.entry.error = f"the upstream cut the answer: {type(exc).__name__}: {exc!s}"[:500]
+            cut = f"{type(exc).__name__}: {exc!s}"
+            if x.longest_stall_s >= CLIENT_STALL_S:
+                # The agent stopped reading first: a cut it chose (verdict.POLICY_ERRORS).
+                x.entry.error_type = "gateway.client_stalled"
+                x.entry.error = (f"the upstream cut the answer after the agent left it "
+                                 f"unread for {x.longest_stall_s:.1f} s: {cut}")[:500]
+            else:
+                x.entry.error_type = "gateway.stream_dropped"
+                x.entry.error = f"the upstream cut the answer: {cut}"[:500]
             last = StreamDropped(x.entry.error)
         except asyncio.CancelledError:
             outcome = "client" if x.client_gone else "cut"
@@ -721,7 +780,22 @@ class ModelGateway:
             e.error_type = "gateway.stream_dropped"
             e.error = "the answer's stream ended before its final event"
         e.request_id = e.request_id or reading.response_id
+        if e.refusal and x.submission:
+            self._keep_at_refusal(x.submission)
         self._write(x)
+
+    def _keep_at_refusal(self, submission: bytes) -> None:
+        """Keep the file a refused request arrived with (distinct ones, the latest few)."""
+        digest = hashlib.sha256(submission).hexdigest()
+        with self._lock:
+            if digest in self._kept_at_refusals:
+                return
+            self._kept_at_refusals.add(digest)
+            n = len(self._kept_at_refusals)
+        folder = self.folder / REFUSAL_FILES
+        folder.mkdir(exist_ok=True)
+        (folder / f"{n:06d}.json").write_bytes(submission)
+        (folder / f"{n - MAX_REFUSAL_FILES:06d}.json").unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ the record
 

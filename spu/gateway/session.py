@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,11 +103,14 @@ class GatewaySession:
         cfg: ``model_gateway`` options.
         max_cost_usd: ``limits.max_cost_usd``.
         cache_write_rate: ``cost.cache_write_rate``.
+        read_submission: reads the run's submission as the grader does, for the files
+            kept at refusals (:class:`~spu.gateway.server.ModelGateway`).
     """
 
     def __init__(self, model: ModelConfig, api: str, run_dir: Path,
                  cfg: ModelGatewayConfig | None = None, max_cost_usd: float | None = None,
-                 cache_write_rate: str = "five_minute") -> None:
+                 cache_write_rate: str = "five_minute",
+                 read_submission: Callable[[], bytes | None] | None = None) -> None:
         if api not in APIS:
             raise GatewayConfigError(f"model.api: {api!r} is not one of {', '.join(APIS)}")
         self.model = model
@@ -115,6 +119,7 @@ class GatewaySession:
         self.cfg = cfg or ModelGatewayConfig()
         self.max_cost_usd = max_cost_usd
         self.cache_write_rate = cache_write_rate
+        self.read_submission = read_submission
         self.scripted_server: Any = None
         self.gateway: Any = None
         self.endpoint: ModelEndpoint | None = None
@@ -146,7 +151,8 @@ class GatewaySession:
                 self.run_dir / "model", upstream=upstream, api=self.api,
                 api_model=self.api_model, api_key=provider_key(self.model), cfg=self.cfg,
                 prices=self.model.prices, max_cost_usd=self.max_cost_usd,
-                cache_write_rate=self.cache_write_rate).start()
+                cache_write_rate=self.cache_write_rate,
+                read_submission=self.read_submission).start()
         except Exception:
             self.close()
             raise

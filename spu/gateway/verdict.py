@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from spu.config import PriceConfig
@@ -19,8 +20,9 @@ GENERATIONS = frozenset({"messages", "responses", "chat_completions"})
 
 POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gateway.cost_limit",
                            "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
-                           "gateway.server_tool_refused"})
-"""Answers of the gateway's own policy: the agent's doing, not a provider failure."""
+                           "gateway.server_tool_refused", "gateway.client_stalled"})
+"""Answers of the gateway's own policy, and a cut the agent caused by not reading its
+stream (``gateway.client_stalled``): the agent's doing, not a provider failure."""
 
 TRANSPORT_ERRORS = frozenset({"gateway.stream_dropped", "gateway.upstream_unreachable",
                               "gateway.upstream_timeout"})
@@ -52,7 +54,9 @@ def is_failure(entry: GatewayRequest) -> bool:
     or an error event mid-answer, an unreachable upstream. Any other 4xx answers the
     agent's own request (a malformed body, a path the provider does not serve) and is
     not a failure, nor are the gateway's policy answers (bad token, another model, the
-    spend cap, a body too large) and a client that hung up.
+    spend cap, a body too large), a client that hung up or stopped reading its stream
+    until the upstream cut it, and an unstreamed generation that ran past the read window
+    (:func:`unstreamed_timeout`).
 
     Examples
     --------
@@ -65,12 +69,95 @@ def is_failure(entry: GatewayRequest) -> bool:
         return False
     if entry.endpoint not in GENERATIONS and entry.endpoint != "count_tokens":
         return False
+    if unstreamed_timeout(entry):
+        return False
     if entry.error_type in TRANSPORT_ERRORS or entry.status in PROVIDER_STATUSES \
             or entry.status >= 500:
         return True
     if entry.status >= 400:
         return False
     return entry.error_type is not None and not entry.refusal
+
+
+def unstreamed_timeout(entry: GatewayRequest) -> bool:
+    """An unstreamed generation the upstream took but did not answer within the window.
+
+    Such an answer sends no byte until it is whole, and how long it takes is the agent's
+    to choose (``max_tokens``, effort, the prompt): the agent's doing, like a 4xx. A
+    streamed request starts its answer at once, and an upstream that cannot be reached
+    in time is ``gateway.upstream_unreachable``: both stay the provider's failures.
+
+    Examples
+    --------
+    >>> slow = GatewayRequest(time="t", endpoint="messages", status=504,
+    ...                       error_type="gateway.upstream_timeout")
+    >>> unstreamed_timeout(slow), unstreamed_timeout(slow.model_copy(update={"stream": True}))
+    (True, False)
+    """
+    return (entry.error_type == "gateway.upstream_timeout" and not entry.stream
+            and entry.endpoint in GENERATIONS)
+
+
+RATE_WINDOW_S = 60.0
+"""The window of a provider's tokens-per-minute limit."""
+
+
+def _seconds(iso: str) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
+
+
+def _reached_upstream(entry: GatewayRequest) -> bool:
+    return entry.error_type not in (POLICY_ERRORS - {"gateway.client_stalled"}) \
+        and entry.error_type != "gateway.upstream_unreachable"
+
+
+def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
+    """The 429s the run brought on itself, by index, each with the rule's words.
+
+    A 429 is the run's own doing when the run's own tokens in the minute before it reach
+    the tokens-per-minute limit the provider stated (:attr:`GatewayRequest.rate_limit_tokens`,
+    the latest stated up to it): answered requests counted by the provider's usage (all
+    but cache reads, which providers leave out of their limits), requests without usage
+    (refused ones, the 429 itself) at their body's size in bytes, which no token count
+    exceeds. Under that rule an agent cannot spend its organisation's limit after a file
+    it dislikes to have its run retried. Without a stated limit a 429 stays the
+    provider's (the paper reruns API errors, 3.1).
+
+    Examples
+    --------
+    >>> big = GatewayRequest(time="2026-01-01T00:00:00+00:00", endpoint="messages",
+    ...                      status=429, bytes_in=90_000, rate_limit_tokens=80_000)
+    >>> own_rate_limits([big])[0][:60]
+    "a 429 counted as the run's own doing: its tokens in the minu"
+    >>> own_rate_limits([big.model_copy(update={"bytes_in": 2_000})])
+    {}
+    """
+    found: dict[int, str] = {}
+    limit: int | None = None
+    for k, entry in enumerate(entries):
+        limit = entry.rate_limit_tokens or limit
+        if entry.status != 429 or limit is None or entry.endpoint not in GENERATIONS:
+            continue
+        at = _seconds(entry.time)
+        if at is None:
+            continue
+        own = 0
+        for before in entries[:k + 1]:
+            then = _seconds(before.time)
+            if then is None or not at - RATE_WINDOW_S <= then <= at \
+                    or before.endpoint not in GENERATIONS or not _reached_upstream(before):
+                continue
+            u = before.usage
+            billed = u.input + u.cache_write + u.output
+            own += billed if billed else before.bytes_in
+        if own >= limit:
+            found[k] = (f"a 429 counted as the run's own doing: its tokens in the minute "
+                        f"before it (about {own}, refused requests at their size in bytes) "
+                        f"reach the provider's stated limit of {limit} per minute")
+    return found
 
 
 def is_answer(entry: GatewayRequest) -> bool:
@@ -105,6 +192,10 @@ class GatewayVerdict:
     """Models asked for that the gateway refused (not the configured one), first seen first."""
     bad_tokens: int = 0
     """Requests with a missing or wrong token."""
+    agent_caused: tuple[str, ...] = ()
+    """Failures counted as the agent's doing, not the provider's, each with its rule:
+    an unstreamed generation past the read window, a stream cut after the agent stopped
+    reading it, a 429 the run's own tokens brought on (:func:`own_rate_limits`)."""
 
 
 def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
@@ -131,7 +222,8 @@ def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
     for usage in usages:
         total = total + usage
     answers = [k for k, e in enumerate(entries) if is_answer(e)]
-    failures = [k for k, e in enumerate(entries) if is_failure(e)]
+    own_limits = own_rate_limits(entries)
+    failures = [k for k, e in enumerate(entries) if is_failure(e) and k not in own_limits]
     last = entries[answers[-1]] if answers else None
     infra = None
     if failures and (not answers or answers[-1] < failures[-1]):
@@ -163,7 +255,22 @@ def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
         cost_limit=any(e.error_type == "gateway.cost_limit" for e in entries),
         refused_models=tuple(refused),
         bad_tokens=sum(1 for e in entries if e.error_type == "gateway.bad_token"),
+        agent_caused=tuple(_agent_caused(entries, own_limits)),
     )
+
+
+def _agent_caused(entries: Sequence[GatewayRequest], own_limits: dict[int, str]) -> list[str]:
+    said = []
+    for k, e in enumerate(entries):
+        if k in own_limits:
+            said.append(own_limits[k])
+        elif unstreamed_timeout(e):
+            said.append("an unstreamed generation past model_gateway.read_timeout_s counted "
+                        "as the agent's doing (its length is the agent's choice)")
+        elif e.error_type == "gateway.client_stalled":
+            said.append("a stream cut after the agent stopped reading it counted as the "
+                        "agent's doing")
+    return list(dict.fromkeys(said))
 
 
 def key_rejected(entries: Sequence[GatewayRequest]) -> str | None:
@@ -225,6 +332,26 @@ def summarize(entries: Sequence[GatewayRequest], prices: PriceConfig,
                           cost_full_input_usd=cost.full_input_price.total,
                           cost_by_cache_write_rate=dict(cost.by_cache_write_rate),
                           long_context_requests=cost.estimate.long_context_requests)
+
+
+REFUSAL_FILES = "refusal_files"
+"""Under the gateway's folder: ``NNNNNN.json``, the ``rankings.json`` a refused request
+arrived with, distinct ones in order (:func:`files_at_refusals` reads them back)."""
+MAX_REFUSAL_FILES = 4
+"""Distinct files kept at refusals: the latest."""
+
+
+def files_at_refusals(folder: str | Path) -> list[bytes]:
+    """The files the gateway kept at refused requests, the latest first.
+
+    Each is ``output/rankings.json`` as it stood when a request the provider then refused
+    arrived, read as the grader reads it: what the run had written before a refusal,
+    whatever the agent did to the file afterwards.
+    """
+    kept = Path(folder) / REFUSAL_FILES
+    if not kept.is_dir():
+        return []
+    return [path.read_bytes() for path in sorted(kept.glob("*.json"), reverse=True)]
 
 
 GATEWAY_TOOL = "model_input"

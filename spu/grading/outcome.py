@@ -40,6 +40,11 @@ REFUSAL_AFTER_FILE_NOTE = ("refused after writing a {status} file: excluded as a
                            "scores it")
 """The note of a run :func:`refused_after_file` holds."""
 
+KEPT_AT_REFUSAL_NOTE = ("graded on rankings.json as the model gateway kept it when the "
+                        "refused request arrived: the run's file at its end was {final}")
+"""The note of a refusal graded on the file it had when the model refused (the agent then
+removed or spoiled it)."""
+
 FILE_OUTCOMES = frozenset({Outcome.valid, Outcome.recovered, Outcome.rejected, Outcome.no_file,
                            Outcome.sealed})
 """Outcomes decided by the submitted file alone (``sealed``: its grade waits for the key);
@@ -98,6 +103,12 @@ class Verdict:
     refusal_after_file: bool = False
     """A refusal that left a valid or recoverable file (:func:`refused_after_file`):
     unscored by the paper's rule, its file's grade kept in the record."""
+
+
+def counts_as_file(grade: Grade | None) -> bool:
+    """A valid or recoverable file that ranks a group: a file a run can be scored on."""
+    return (grade is not None and grade.status in (GradeStatus.valid, GradeStatus.recovered)
+            and not no_group_ranked(grade))
 
 
 def no_group_ranked(grade: Grade) -> bool:
@@ -168,9 +179,7 @@ def refused_after_file(outcome: Outcome, grade: Grade | None) -> bool:
     (:func:`scored_under_rule`). An agent can provoke a real refusal after a file it
     dislikes; the count of such runs is reported (``outcomes.csv``).
     """
-    return (outcome is Outcome.refusal and grade is not None
-            and grade.status in (GradeStatus.valid, GradeStatus.recovered)
-            and not no_group_ranked(grade))
+    return outcome is Outcome.refusal and counts_as_file(grade)
 
 
 def scored_under_rule(scored: bool, refusal_after_file: bool, rule: str) -> bool:

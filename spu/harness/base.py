@@ -134,6 +134,9 @@ class AgentResult:
     """Where the session files claimed what the provider side never saw."""
     cost_limit: bool = False
     """The gateway refused further requests at ``limits.max_cost_usd``."""
+    agent_caused: tuple[str, ...] = ()
+    """Provider-side failures the gateway's record counts as the agent's doing, each with
+    its rule (:attr:`spu.gateway.verdict.GatewayVerdict.agent_caused`): notes of the run."""
 
 
 class HarnessError(RuntimeError):

@@ -38,7 +38,8 @@ def gateway_evidence(result: AgentResult, verdict: GatewayVerdict) -> AgentResul
     """
     changes: dict[str, Any] = {"usage": verdict.usage,
                                "model_requests": list(verdict.request_usages),
-                               "cost_limit": verdict.cost_limit}
+                               "cost_limit": verdict.cost_limit,
+                               "agent_caused": verdict.agent_caused}
     claims = []
     if verdict.generations > 0:
         if result.refused and not verdict.refusal:

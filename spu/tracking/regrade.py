@@ -23,12 +23,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from spu.gateway import MODEL_DIR
+from spu.gateway.verdict import files_at_refusals
 from spu.grading.chance import chance_threshold
 from spu.grading.isolated import IsolatedGrades, grade_isolated
 from spu.grading.outcome import (
     FILE_OUTCOMES,
     RERUN_NOTE,
     RunEvidence,
+    counts_as_file,
     is_scored,
     judge,
     refused_after_file,
@@ -238,6 +241,13 @@ def regrade_run(
     submission = read_submission(run_dir / "output")
     try:
         grades = grade_isolated(contract, answers, submission, isolation=isolation)
+        if record.outcome is Outcome.refusal and not counts_as_file(grades.recovered):
+            # As the run was graded: on the file a refused request arrived with, if any.
+            for kept in files_at_refusals(run_dir / MODEL_DIR):
+                at_refusal = grade_isolated(contract, answers, kept, isolation=isolation)
+                if counts_as_file(at_refusal.recovered):
+                    grades = at_refusal
+                    break
     except (RuntimeError, ValueError, OSError) as exc:
         raise RegradeError(f"{run_dir.name}: grading failed: {exc}") from None
     threshold = chance_threshold(task.contract, answers)

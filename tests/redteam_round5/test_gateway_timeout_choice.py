@@ -1,13 +1,16 @@
 """Round five: a provider failure the agent can choose is no infrastructure error.
 
-The gateway counts ``gateway.upstream_timeout`` (the upstream silent for
+The gateway counted ``gateway.upstream_timeout`` (the upstream silent for
 ``model_gateway.read_timeout_s``, 900 s by default) as the provider's failure: with no
-answer after it the run is ``infra_error``, excluded and retried. But a non-streamed
+answer after it the run was ``infra_error``, excluded and retried. But a non-streamed
 generation sends no byte until it is whole, and how long it takes is the agent's to
-choose (``max_tokens``, reasoning effort, a long prompt): an agent that has written a file
-it dislikes asks for one long non-streamed answer and the run is retried. The upstream
-here stands in for such a provider (silent for a request asking for many tokens); the
-gateway is the real one with a 1 s read window standing for 900 s.
+choose (``max_tokens``, reasoning effort, a long prompt): an agent that had written a file
+it disliked asked for one long non-streamed answer and the run was retried. Likewise a
+429 the agent brought on by spending its organisation's tokens per minute itself. Both
+are the agent's doing now (``spu.gateway.verdict``: ``unstreamed_timeout``,
+``own_rate_limits``); a 429 the run's own tokens did not reach stays the provider's. The
+upstreams here stand in for such providers; the gateway is the real one, with a 1 s read
+window standing for 900 s.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import pytest
 
 from spu.config import ModelGatewayConfig
 from spu.gateway.server import ModelGateway
@@ -52,15 +54,6 @@ class _SlowForLongAnswers(BaseHTTPRequestHandler):
         return
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium): gateway.upstream_timeout on a non-streamed generation is counted as "
-    "the provider's failure (spu/gateway/verdict.py is_failure), but its length is the "
-    "agent's choice (max_tokens, effort): after a file it dislikes, one long unstreamed "
-    "request makes the run infra_error (excluded, retried). Fix: record whether the "
-    "request streamed (GatewayRequest) and count a read timeout of an unstreamed "
-    "generation as the agent's doing (not is_failure), as a 4xx is; or have the gateway "
-    "stream every generation upstream and re-assemble the body for an unstreamed client "
-    "(the provider's pings then keep the read window open)."))
 def test_a_long_unstreamed_answer_the_agent_asked_for_is_no_infra_error(
         tmp_path: Path) -> None:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _SlowForLongAnswers)
@@ -89,18 +82,24 @@ def test_a_long_unstreamed_answer_the_agent_asked_for_is_no_infra_error(
     assert gateway_verdict(entries).infra_error is None
 
 
+STATED_LIMIT = 80_000
+"""Input tokens per minute the upstream states on every answer, as Anthropic's API does."""
+
+
 class _RateLimited(BaseHTTPRequestHandler):
-    """Answers at once, unless the request is large: then 429, as a provider answers a run
-    that spent its organisation's input tokens per minute."""
+    """Answers at once, unless the request is large (or asks for ``"busy"``): then 429, as
+    a provider answers a run that spent its organisation's input tokens per minute (or
+    one whose organisation's other runs spent it)."""
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-        limited = len(raw) > 100_000
+        limited = len(raw) > 100_000 or b'"busy"' in raw
         data = json.dumps({"type": "error", "error": {
             "type": "rate_limit_error", "message": "input tokens per minute exceeded"}}
             if limited else ANSWER).encode()
         self.send_response(429 if limited else 200)
         self.send_header("content-type", "application/json")
+        self.send_header("anthropic-ratelimit-input-tokens-limit", str(STATED_LIMIT))
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -109,16 +108,7 @@ class _RateLimited(BaseHTTPRequestHandler):
         return
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium): a 429 counts as the provider's failure (PROVIDER_STATUSES), but an "
-    "agent can spend its organisation's tokens-per-minute itself (a few requests of "
-    "200k input tokens, within its spend cap): after a file it dislikes, the run is "
-    "infra_error, excluded and retried. Fix: count a 429 as the provider's only when the "
-    "run's own input in the minute before it (the gateway's record) is under the "
-    "provider's stated limit (anthropic-ratelimit-input-tokens-limit, "
-    "x-ratelimit-limit-tokens); or have the gateway wait out a 429 (retry-after) itself, "
-    "so that a run ends in an answer, its time limit or its spend cap."))
-def test_a_rate_limit_the_agent_spent_itself_is_no_infra_error(tmp_path: Path) -> None:
+def _rate_limited_run(tmp_path: Path, burst_content: str) -> tuple[list[int], list]:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _RateLimited)
     upstream.daemon_threads = True
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
@@ -128,18 +118,35 @@ def test_a_rate_limit_the_agent_spent_itself_is_no_infra_error(tmp_path: Path) -
     try:
         with httpx.Client(trust_env=False, timeout=20) as client:
             ask = {"model": "m", "max_tokens": 100}
-            first = client.post(gateway.url() + "/v1/messages",
-                                headers={"x-api-key": gateway.token},
-                                json={**ask, "messages": [{"role": "user", "content": "Rank."}]})
-            burst = [client.post(gateway.url() + "/v1/messages",
-                                 headers={"x-api-key": gateway.token},
-                                 json={**ask, "messages": [{"role": "user",
-                                                            "content": "x " * 200_000}]})
-                     for _ in range(3)]
+            statuses = [client.post(gateway.url() + "/v1/messages",
+                                    headers={"x-api-key": gateway.token},
+                                    json={**ask, "messages": [{"role": "user",
+                                                               "content": content}]}).status_code
+                        for content in ["Rank.", *[burst_content] * 3]]
     finally:
         gateway.stop()
         upstream.shutdown()
         upstream.server_close()
-    assert first.status_code == 200 and {b.status_code for b in burst} == {429}
-    entries = read_requests(gateway.requests_path)
-    assert gateway_verdict(entries).infra_error is None
+    return statuses, read_requests(gateway.requests_path)
+
+
+def test_a_rate_limit_the_agent_spent_itself_is_no_infra_error(tmp_path: Path) -> None:
+    statuses, entries = _rate_limited_run(tmp_path, "x " * 200_000)
+    assert statuses == [200, 429, 429, 429]  # the attack did its part
+    assert {e.rate_limit_tokens for e in entries} == {STATED_LIMIT}
+    verdict = gateway_verdict(entries)
+    assert verdict.infra_error is None
+    assert any("429 counted as the run's own doing" in said for said in verdict.agent_caused)
+
+
+def test_a_rate_limit_the_run_did_not_reach_stays_the_providers(tmp_path: Path) -> None:
+    """The same 429s for small requests: the organisation's limit, spent by others."""
+    statuses, entries = _rate_limited_run(tmp_path, "busy")
+    assert statuses == [200, 429, 429, 429]
+    verdict = gateway_verdict(entries)
+    assert verdict.infra_error is not None and "HTTP 429" in verdict.infra_error
+    assert verdict.agent_caused == ()
+    # And without a stated limit, a 429 stays the provider's whatever its size.
+    unstated = [e.model_copy(update={"rate_limit_tokens": None, "bytes_in": 10**6})
+                for e in entries]
+    assert gateway_verdict(unstated).infra_error is not None

@@ -18,6 +18,7 @@ from spu.gateway import read_requests
 from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome
+from spu.tracking.regrade import regrade_run
 from tests.conftest import EXAMPLE_TASK
 from tests.sandbox.conftest import require_backend
 
@@ -51,13 +52,6 @@ def test_a_refusal_after_a_kept_file_is_flagged(
     assert record.outcome is Outcome.refusal and record.refusal_after_file
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low): the flag is read from the file left at the end, so an agent that "
-    "wrote a valid file, provoked a refusal and then removed or spoiled the file is a "
-    "plain refusal, excluded under both --refusals-after-file rules (and retried). Fix: "
-    "the gateway keeps the bytes of output/rankings.json (read_submission_file) as each "
-    "model request arrives; a refusal whose run ends without a valid file grades the last "
-    "kept one for refusal_after_file (the outcome stays refusal)."))
 @pytest.mark.parametrize("mode", ["remove", "invalid"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_refusal_after_a_file_the_agent_then_removed_is_flagged(
@@ -67,5 +61,12 @@ def test_a_refusal_after_a_file_the_agent_then_removed_is_flagged(
     record, run_dir = _run(compose, backend, mode, _script(tmp_path))
     assert any(e.refusal for e in read_requests(run_dir / "model" / "requests.jsonl"))
     assert (run_dir / "output" / "notes.json").is_file()  # the agent ran to its end
-    assert record.outcome is Outcome.refusal
+    assert record.outcome is Outcome.refusal and not record.scored
     assert record.refusal_after_file, record.notes
+    # Graded on the file the refused request arrived with, and the record says so.
+    assert record.score_recovered > -1
+    assert any("as the model gateway kept it when the refused request arrived" in n
+               for n in record.notes), record.notes
+    # A regrade grades the same file: the flag and the score stay.
+    result, _ = regrade_run(run_dir, EXAMPLE_TASK.parent)
+    assert result.status == "unchanged", result
