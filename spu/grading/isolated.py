@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -196,6 +197,12 @@ def run_isolated(job: Path, mode: str, code: str = WORKER_CODE,
         ) from None
 
 
+def _killed(returncode: int, mode: str) -> bool:
+    """The grading process died of SIGKILL (bubblewrap reports a signal as 128 + n)."""
+    return returncode == -signal.SIGKILL or (mode == "bwrap"
+                                             and returncode == 128 + signal.SIGKILL)
+
+
 def grade_isolated(
     contract: Contract,
     answers: AnswerKey,
@@ -222,9 +229,16 @@ def grade_isolated(
         job = Path(tmp)
         write_job(job, contract, answers, submission)
         proc = run_isolated(job, mode)
+        if _killed(proc.returncode, mode):
+            # Killed from outside (the host's OOM killer under memory pressure): grading
+            # is a pure function of the job folder, so a second process gives the grade.
+            log.warning("grading process (isolation %s) killed by a signal (exit %d); "
+                        "grading again", mode, proc.returncode)
+            proc = run_isolated(job, mode)
     if proc.returncode != 0:
+        how = " (killed by a signal, twice)" if _killed(proc.returncode, mode) else ""
         raise GraderIsolationError(
-            f"grading process failed (isolation {mode}, exit {proc.returncode}): "
+            f"grading process failed (isolation {mode}, exit {proc.returncode}{how}): "
             f"{proc.stderr.decode(errors='replace')[-2000:]}"
         )
     try:

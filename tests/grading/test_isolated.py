@@ -6,6 +6,7 @@ command and environment as ``grade_isolated``) and reports what it can reach.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import tempfile
@@ -208,3 +209,59 @@ def test_isolation_asked_for_is_never_silently_weakened(monkeypatch, tmp_path) -
     finally:
         _AVAILABLE.clear()
         _AVAILABLE.update(saved)
+
+
+def _kill_grading_processes(count: int, stop: threading.Event, killed: list[int]) -> None:
+    """SIGKILL the first ``count`` grading processes that appear (as the OOM killer would)."""
+    import os
+    import signal
+
+    me = os.getpid()
+    while not stop.is_set() and len(killed) < count:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) in killed:
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            # The interpreter the grading process runs, a child of this test's process
+            # (or of bubblewrap under it), once it runs the worker.
+            if ppid == me or not argv or b"spu.grading.worker" not in b" ".join(argv):
+                continue
+            if argv[0].endswith(b"bwrap"):
+                continue
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+        stop.wait(0.002)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_grading_process_killed_from_outside_is_graded_again_once(
+        kills: int, contract, answers) -> None:
+    """Killed once (the host's OOM killer under memory pressure), the grade still comes: the
+    job folder is graded by a second process. Killed twice, the error says so."""
+    try:
+        available_isolation("bwrap")
+    except GraderIsolationError as exc:
+        pytest.skip(str(exc))
+    data = as_bytes({"task": "spu-hand", "rankings": {"G1": ["b", "a", "c", "d"],
+                                                      "G2": ["p", "q", "r"]}})
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_grading_processes, args=(kills, stop, killed))
+    killer.start()
+    try:
+        if kills == 1:
+            grades = grade_isolated(contract, answers, data, isolation="bwrap")
+            assert grades.recovered.model_copy(update={"isolation": None}) == \
+                grade_submission(contract, answers, data, recover=True)
+        else:
+            with pytest.raises(GraderIsolationError, match="killed by a signal, twice"):
+                grade_isolated(contract, answers, data, isolation="bwrap")
+    finally:
+        stop.set()
+        killer.join(timeout=10)
+    assert len(killed) == kills
