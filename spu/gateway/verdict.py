@@ -145,7 +145,9 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
         if at is None:
             continue
         own = 0
-        for before in entries[:k + 1]:
+        # By arrival time, not line order: a request still in flight at the 429 (a long
+        # stream the agent then hangs up) has its line written after the 429's.
+        for before in entries:
             then = _seconds(before.time)
             if then is None or not at - RATE_WINDOW_S <= then <= at \
                     or before.endpoint not in GENERATIONS or not _reached_upstream(before):
