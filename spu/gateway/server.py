@@ -101,6 +101,9 @@ RESPONSE_HEADERS_DROPPED = frozenset({
 RELAY_BATCH_BYTES = 1 << 18
 """At most this many bytes already read from the upstream go to the agent in one write."""
 
+UPSTREAM_CONNECTIONS = 64
+"""Connections the gateway holds to the upstream at once (a run's concurrent requests)."""
+
 CLIENT_STALL_S = 2.0
 """A wait this long on an agent that stopped reading makes a later upstream cut the
 agent's doing (``gateway.client_stalled``): a provider may drop a reader that stalls."""
@@ -315,6 +318,8 @@ class ModelGateway:
         self._reserved_usd = 0.0
         self._spend = asyncio.Condition()
         self._pumps: set[asyncio.Task[None]] = set()
+        self._answering = 0
+        """Answers being read from the upstream now, each holding a pool connection."""
         self._results_bytes = 0
         self._client: Any = None
         self._server: Any = None
@@ -352,7 +357,7 @@ class ModelGateway:
         # No environment proxies: the gateway's way to the provider is its own.
         return httpx.AsyncClient(timeout=timeout, trust_env=False, http2=False,
                                  verify=_tls_context(),
-                                 limits=httpx.Limits(max_connections=64,
+                                 limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS,
                                                      max_keepalive_connections=16))
 
     def _lifespan(self, app: Any) -> Any:
@@ -601,6 +606,12 @@ class ModelGateway:
                                 f"the upstream did not answer: {type(exc).__name__}")
         except httpx.TimeoutException as exc:  # no connection, or the request not taken
             self._release(x)
+            if isinstance(exc, httpx.PoolTimeout) and self._answering >= UPSTREAM_CONNECTIONS:
+                # Every connection carries an answer the agent asked for and reads (or hung
+                # up on): the wait is its own concurrency's doing (verdict.POLICY_ERRORS).
+                return self._refuse(x, api, 429, "rate_limit_error", "gateway.too_busy",
+                                    f"this run has {self._answering} answers in flight, "
+                                    f"the model gateway's most ({UPSTREAM_CONNECTIONS})")
             return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_unreachable",
                                 f"the upstream could not be reached in time: "
                                 f"{type(exc).__name__}")
@@ -620,6 +631,7 @@ class ModelGateway:
         # writes the record line, and gives back the spend-cap bound) even when the agent
         # is gone before the answer's first byte.
         queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
+        self._answering += 1  # until the pump ends (its finally)
         pump = asyncio.get_running_loop().create_task(self._pump(response, x, queue))
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
@@ -741,6 +753,7 @@ class ModelGateway:
                 queue.put_nowait(StreamDropped("the model gateway stopped"))
             raise
         finally:
+            self._answering -= 1
             try:
                 await response.aclose()
             finally:

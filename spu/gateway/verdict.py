@@ -20,9 +20,11 @@ GENERATIONS = frozenset({"messages", "responses", "chat_completions"})
 
 POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gateway.cost_limit",
                            "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
-                           "gateway.server_tool_refused", "gateway.client_stalled"})
-"""Answers of the gateway's own policy, and a cut the agent caused by not reading its
-stream (``gateway.client_stalled``): the agent's doing, not a provider failure."""
+                           "gateway.server_tool_refused", "gateway.client_stalled",
+                           "gateway.too_busy"})
+"""Answers of the gateway's own policy, a cut the agent caused by not reading its stream
+(``gateway.client_stalled``) and a request that found every upstream connection carrying
+the agent's own answers (``gateway.too_busy``): the agent's doing, not a provider failure."""
 
 TRANSPORT_ERRORS = frozenset({"gateway.stream_dropped", "gateway.upstream_unreachable",
                               "gateway.upstream_timeout"})
