@@ -738,7 +738,12 @@ class ModelGateway:
             outcome = "client" if x.client_gone else "ended"
         except httpx.HTTPError as exc:
             cut = f"{type(exc).__name__}: {exc!s}"
-            if x.longest_stall_s >= CLIENT_STALL_S:
+            if isinstance(exc, httpx.ReadTimeout) and not x.entry.stream:
+                # An unstreamed answer whose headers came first: silent past the window
+                # all the same, the time the agent chose (verdict.unstreamed_timeout).
+                x.entry.error_type = "gateway.upstream_timeout"
+                x.entry.error = f"the upstream did not finish its answer: {cut}"[:500]
+            elif x.longest_stall_s >= CLIENT_STALL_S:
                 # The agent stopped reading first: a cut it chose (verdict.POLICY_ERRORS).
                 x.entry.error_type = "gateway.client_stalled"
                 x.entry.error = (f"the upstream cut the answer after the agent left it "
