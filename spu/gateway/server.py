@@ -131,6 +131,17 @@ def stated_rate_limit(headers: Any) -> int | None:
     return None
 
 
+def well_formed(text: str) -> str:
+    r"""``text`` with each lone UTF-16 surrogate (which JSON allows) replaced by U+FFFD.
+
+    Examples
+    --------
+    >>> well_formed("cut mid-emoji: \ud83d") == "cut mid-emoji: \ufffd"
+    True
+    """
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def now_iso() -> str:
     """The current time, ISO-8601 in UTC with milliseconds."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -462,17 +473,18 @@ class ModelGateway:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 x.body = None
         if isinstance(x.body, dict):
-            x.entry.model = str(x.body["model"]) if x.body.get("model") is not None else None
+            x.entry.model = (well_formed(str(x.body["model"]))
+                             if x.body.get("model") is not None else None)
             x.entry.stream = bool(x.body.get("stream"))
         refusal = self._policy(endpoint, x)
         if refusal is None:
             refusal = await self._reserve(endpoint, x)
         if refusal is not None:
             return refusal
-        self._keep_tool_results(endpoint, x.body)
-        if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
-            x.submission = self.read_submission()
-        try:
+        try:  # the bound held on the spend cap is given back whatever fails
+            self._keep_tool_results(endpoint, x.body)
+            if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
+                x.submission = self.read_submission()
             return await self._forward(request, path, x)
         except BaseException:
             self._release(x)
@@ -850,6 +862,7 @@ class ModelGateway:
         lines = []
         with self._lock:
             for call_id, text in tool_results(endpoint, body):
+                call_id, text = well_formed(call_id), well_formed(text)
                 key = call_id + ":" + hashlib.sha256(text.encode()).hexdigest()[:16]
                 if key in self._seen_results:
                     continue
