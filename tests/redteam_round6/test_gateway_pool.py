@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import pytest
 
 from spu.config import ModelGatewayConfig
 from spu.gateway.server import UPSTREAM_CONNECTIONS, ModelGateway
@@ -107,6 +108,7 @@ def _crowded_run(tmp_path: Path, handler: type) -> tuple[int, list]:
     return status, read_requests(gateway.requests_path)
 
 
+@pytest.mark.slow
 def test_a_pool_the_agents_own_answers_fill_is_no_provider_failure(tmp_path: Path) -> None:
     status, entries = _crowded_run(tmp_path, _SlowStreams)
     assert status == 429  # answered at once by the gateway's own policy
@@ -116,6 +118,7 @@ def test_a_pool_the_agents_own_answers_fill_is_no_provider_failure(tmp_path: Pat
     assert gateway_verdict(entries).infra_error is None
 
 
+@pytest.mark.slow
 def test_a_pool_full_of_requests_the_provider_never_answers_is_its_failure(
         tmp_path: Path) -> None:
     """Honest runs: connections held by a provider that takes requests and never starts
