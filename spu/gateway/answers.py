@@ -509,8 +509,10 @@ def tool_results(endpoint: str, body: Any) -> list[tuple[str, str]]:
     if not isinstance(body, dict):
         return []
     found: list[tuple[str, str]] = []
+    messages = body.get("messages")
+    messages = messages if isinstance(messages, list) else []
     if endpoint == "messages":
-        for message in body.get("messages") or []:
+        for message in messages:
             content = message.get("content") if isinstance(message, dict) else None
             for block in content if isinstance(content, list) else []:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
@@ -522,7 +524,7 @@ def tool_results(endpoint: str, body: Any) -> list[tuple[str, str]]:
                     "function_call_output", "custom_tool_call_output"):
                 found.append((str(item.get("call_id")), _text(item.get("output"))))
     elif endpoint == "chat_completions":
-        for message in body.get("messages") or []:
+        for message in messages:
             if isinstance(message, dict) and message.get("role") == "tool":
                 found.append((str(message.get("tool_call_id")), _text(message.get("content"))))
     return found

@@ -101,6 +101,9 @@ RESPONSE_HEADERS_DROPPED = frozenset({
 RELAY_BATCH_BYTES = 1 << 18
 """At most this many bytes already read from the upstream go to the agent in one write."""
 
+UPSTREAM_CONNECTIONS = 64
+"""Connections the gateway holds to the upstream at once (a run's concurrent requests)."""
+
 CLIENT_STALL_S = 2.0
 """A wait this long on an agent that stopped reading makes a later upstream cut the
 agent's doing (``gateway.client_stalled``): a provider may drop a reader that stalls."""
@@ -126,6 +129,17 @@ def stated_rate_limit(headers: Any) -> int | None:
         if value is not None and str(value).strip().isdigit():
             return int(str(value).strip())
     return None
+
+
+def well_formed(text: str) -> str:
+    r"""``text`` with each lone UTF-16 surrogate (which JSON allows) replaced by U+FFFD.
+
+    Examples
+    --------
+    >>> well_formed("cut mid-emoji: \ud83d") == "cut mid-emoji: \ufffd"
+    True
+    """
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def now_iso() -> str:
@@ -315,6 +329,8 @@ class ModelGateway:
         self._reserved_usd = 0.0
         self._spend = asyncio.Condition()
         self._pumps: set[asyncio.Task[None]] = set()
+        self._answering = 0
+        """Answers being read from the upstream now, each holding a pool connection."""
         self._results_bytes = 0
         self._client: Any = None
         self._server: Any = None
@@ -352,7 +368,7 @@ class ModelGateway:
         # No environment proxies: the gateway's way to the provider is its own.
         return httpx.AsyncClient(timeout=timeout, trust_env=False, http2=False,
                                  verify=_tls_context(),
-                                 limits=httpx.Limits(max_connections=64,
+                                 limits=httpx.Limits(max_connections=UPSTREAM_CONNECTIONS,
                                                      max_keepalive_connections=16))
 
     def _lifespan(self, app: Any) -> Any:
@@ -457,17 +473,18 @@ class ModelGateway:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 x.body = None
         if isinstance(x.body, dict):
-            x.entry.model = str(x.body["model"]) if x.body.get("model") is not None else None
+            x.entry.model = (well_formed(str(x.body["model"]))
+                             if x.body.get("model") is not None else None)
             x.entry.stream = bool(x.body.get("stream"))
         refusal = self._policy(endpoint, x)
         if refusal is None:
             refusal = await self._reserve(endpoint, x)
         if refusal is not None:
             return refusal
-        self._keep_tool_results(endpoint, x.body)
-        if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
-            x.submission = self.read_submission()
-        try:
+        try:  # the bound held on the spend cap is given back whatever fails
+            self._keep_tool_results(endpoint, x.body)
+            if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
+                x.submission = self.read_submission()
             return await self._forward(request, path, x)
         except BaseException:
             self._release(x)
@@ -601,6 +618,12 @@ class ModelGateway:
                                 f"the upstream did not answer: {type(exc).__name__}")
         except httpx.TimeoutException as exc:  # no connection, or the request not taken
             self._release(x)
+            if isinstance(exc, httpx.PoolTimeout) and self._answering >= UPSTREAM_CONNECTIONS:
+                # Every connection carries an answer the agent asked for and reads (or hung
+                # up on): the wait is its own concurrency's doing (verdict.POLICY_ERRORS).
+                return self._refuse(x, api, 429, "rate_limit_error", "gateway.too_busy",
+                                    f"this run has {self._answering} answers in flight, "
+                                    f"the model gateway's most ({UPSTREAM_CONNECTIONS})")
             return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_unreachable",
                                 f"the upstream could not be reached in time: "
                                 f"{type(exc).__name__}")
@@ -620,6 +643,7 @@ class ModelGateway:
         # writes the record line, and gives back the spend-cap bound) even when the agent
         # is gone before the answer's first byte.
         queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
+        self._answering += 1  # until the pump ends (its finally)
         pump = asyncio.get_running_loop().create_task(self._pump(response, x, queue))
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
@@ -726,7 +750,12 @@ class ModelGateway:
             outcome = "client" if x.client_gone else "ended"
         except httpx.HTTPError as exc:
             cut = f"{type(exc).__name__}: {exc!s}"
-            if x.longest_stall_s >= CLIENT_STALL_S:
+            if isinstance(exc, httpx.ReadTimeout) and not x.entry.stream:
+                # An unstreamed answer whose headers came first: silent past the window
+                # all the same, the time the agent chose (verdict.unstreamed_timeout).
+                x.entry.error_type = "gateway.upstream_timeout"
+                x.entry.error = f"the upstream did not finish its answer: {cut}"[:500]
+            elif x.longest_stall_s >= CLIENT_STALL_S:
                 # The agent stopped reading first: a cut it chose (verdict.POLICY_ERRORS).
                 x.entry.error_type = "gateway.client_stalled"
                 x.entry.error = (f"the upstream cut the answer after the agent left it "
@@ -741,6 +770,7 @@ class ModelGateway:
                 queue.put_nowait(StreamDropped("the model gateway stopped"))
             raise
         finally:
+            self._answering -= 1
             try:
                 await response.aclose()
             finally:
@@ -832,6 +862,7 @@ class ModelGateway:
         lines = []
         with self._lock:
             for call_id, text in tool_results(endpoint, body):
+                call_id, text = well_formed(call_id), well_formed(text)
                 key = call_id + ":" + hashlib.sha256(text.encode()).hexdigest()[:16]
                 if key in self._seen_results:
                     continue

@@ -20,9 +20,11 @@ GENERATIONS = frozenset({"messages", "responses", "chat_completions"})
 
 POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gateway.cost_limit",
                            "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
-                           "gateway.server_tool_refused", "gateway.client_stalled"})
-"""Answers of the gateway's own policy, and a cut the agent caused by not reading its
-stream (``gateway.client_stalled``): the agent's doing, not a provider failure."""
+                           "gateway.server_tool_refused", "gateway.client_stalled",
+                           "gateway.too_busy"})
+"""Answers of the gateway's own policy, a cut the agent caused by not reading its stream
+(``gateway.client_stalled``) and a request that found every upstream connection carrying
+the agent's own answers (``gateway.too_busy``): the agent's doing, not a provider failure."""
 
 TRANSPORT_ERRORS = frozenset({"gateway.stream_dropped", "gateway.upstream_unreachable",
                               "gateway.upstream_timeout"})
@@ -145,7 +147,9 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
         if at is None:
             continue
         own = 0
-        for before in entries[:k + 1]:
+        # By arrival time, not line order: a request still in flight at the 429 (a long
+        # stream the agent then hangs up) has its line written after the 429's.
+        for before in entries:
             then = _seconds(before.time)
             if then is None or not at - RATE_WINDOW_S <= then <= at \
                     or before.endpoint not in GENERATIONS or not _reached_upstream(before):
