@@ -732,6 +732,8 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
         return pd.DataFrame(columns=columns)
     runs = features.rename(columns={"score": "score_recovered"})
     runs = runs[runs["score_recovered"].notna()].assign(scored=True)
+    if "repeat" in runs:  # official runs: one per configuration and task (--all-repeats)
+        runs = runs[runs["repeat"].fillna(0).astype(int) == 0]
     order = sorted(runs["config"].astype(str).unique())
     if len(order) < 2 or "used_gpu" not in runs:
         return pd.DataFrame(columns=columns)
