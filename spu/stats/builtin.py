@@ -269,8 +269,9 @@ def effort(inputs: StatsInputs) -> AnalysisResult:
         "effort.csv": pd.concat(tables, ignore_index=True),
         "effort_ratios.csv": pd.concat(
             [effort_ratios(public, p, seed, resamples) for p, _ in found], ignore_index=True),
-    }, summary=summary, rules=dict.fromkeys(("effort_tasks.csv", "effort.csv",
-                                             "effort_ratios.csv"), rule))
+    }, summary=summary, rules={**dict.fromkeys(("effort_tasks.csv", "effort.csv"), rule),
+                               "effort_ratios.csv": f"{rule}; GPU use (quantity used_gpu): "
+                                                    f"{inputs.gpu_rule_text}"})
 
 
 @analysis(files=("effort_correlations.csv",), section="E.3", name="effort_correlations")
@@ -278,7 +279,10 @@ def effort_correlation(inputs: StatsInputs) -> AnalysisResult:
     """Reasoning effort and usage against score (E.3)."""
     table, rows = effort_correlations(inputs.public, inputs.order, inputs.seed,
                                       inputs.resamples)
-    return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows)
+    return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows,
+                          rules={"effort_correlations.csv": "E.3: Spearman within each "
+                                 "configuration, Holm over the configurations per measure; "
+                                 f"GPU use (measure used_gpu): {inputs.gpu_rule_text}"})
 
 
 # Repeats (3.6, 4.5).
