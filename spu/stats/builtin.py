@@ -69,7 +69,13 @@ from spu.stats.outcomes import (
     refusal_table,
     scoring_rules_table,
 )
-from spu.stats.pair_order import example_runs, pair_order_configs, pair_order_runs
+from spu.stats.pair_order import (
+    MEDIAN_EXAMPLES_RULE,
+    example_runs,
+    median_examples,
+    pair_order_configs,
+    pair_order_runs,
+)
 from spu.stats.paired import ALPHA, detectable_difference_z
 from spu.stats.private import (
     private_pairs_table,
@@ -630,7 +636,8 @@ def repeats_orders(inputs: StatsInputs) -> AnalysisResult:
 
 
 @analysis(files={"pair_order_runs.csv": "Figure 28c (F)", "pair_order.csv": "Figure 28d (F)",
-                 "pair_order_examples.csv": "Figure 28a (F)"},
+                 "pair_order_examples.csv": "Figure 28a (F)",
+                 "pair_order_median_examples.csv": "Figure 28b (F)"},
           section="F", needs=("orders",))
 def pair_order(inputs: StatsInputs) -> AnalysisResult:
     """Pairs of items in the measured order, and the top-1 rate (appendix F)."""
@@ -641,7 +648,8 @@ def pair_order(inputs: StatsInputs) -> AnalysisResult:
     return AnalysisResult(tables={
         "pair_order_runs.csv": per_run, "pair_order.csv": table,
         "pair_order_examples.csv": example_runs(scored, orders, inputs.tasks),
-    }, summary=rows)
+        "pair_order_median_examples.csv": median_examples(scored, orders, inputs.tasks),
+    }, summary=rows, rules={"pair_order_median_examples.csv": MEDIAN_EXAMPLES_RULE})
 
 
 @analysis(files=("presented_order.csv",), section="E.4 Presented order", needs=("tasks",))
