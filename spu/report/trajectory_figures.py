@@ -51,6 +51,12 @@ CAPTIONS = {
     "fig17c_revisions": "Score of the submission minus that of the first complete ranking, for "
     "runs whose submission differs from it; diamonds are means and lines 95% intervals from "
     "resampling tasks, the last row over all runs (Figure 17c).",
+    "fig18e_task_settings": "On a task named by --task (the first), the Spearman correlation "
+    "between each submitted order and each numeric setting of the experiments, with the "
+    "measured order at the top (Figure 18e).",
+    "fig19b_task_repeat_orders": "Order submitted for each group of a task named by --task "
+    "in its repeats, items shaded by their place in the most common order of the group, "
+    "and the score of each repeat (Figure 19b).",
     "fig19c_repeat_methods": "How many of the repeats of each task used each method family, "
     "and the score of the repeats that used it minus the others, mean over the tasks where "
     "it varied with a 95% interval, for families that vary on at least four tasks "
@@ -511,6 +517,73 @@ def repeat_methods_figure(t: pd.DataFrame) -> Figure:
     return fig
 
 
+@_styled
+def task_settings_figure(t: pd.DataFrame) -> Figure:
+    """Figure 18e: each submitted order's Spearman with each setting, measured order on top.
+
+    From ``task_settings.csv``, the first task in it: rows are the measured order, then
+    the scored runs (configuration, repeat, score), columns the settings; a task with
+    several groups shows each run's mean over its groups.
+    """
+    task = str(t["task_id"].iloc[0])
+    own = t[t["task_id"].astype(str) == task]
+    m = own.pivot_table(index="run_key", columns="setting", values="rho", aggfunc="mean")
+    heads = own.drop_duplicates("run_key").set_index("run_key")
+    keys = ["measured"] if "measured" in m.index else []
+    keys += [k for k in heads.sort_values(["config", "repeat"]).index if k != "measured"]
+    m = m.reindex(keys)
+    labels = ["measured order" if k == "measured" else
+              f"{heads.loc[k, 'config']} r{int(heads.loc[k, 'repeat'])} "
+              f"({float(heads.loc[k, 'score']):.2f})" for k in keys]
+    fig, ax = _figure((0.9 * m.shape[1] + 4.0, 0.28 * len(keys) + 1.6))
+    image = ax.imshow(m.to_numpy(float), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="Spearman with the setting")
+    ax.set_xticks(range(m.shape[1]), list(m.columns), rotation=30, ha="right")
+    ax.set_yticks(range(len(keys)), labels, fontsize=7)
+    if keys and keys[0] == "measured":
+        ax.axhline(0.5, color="black", lw=1.0)
+    ax.set_title(f"Orders against the settings on {task}", loc="left")
+    return fig
+
+
+@_styled
+def task_repeat_orders_figure(t: pd.DataFrame) -> Figure:
+    """Figure 19b: each repeat's order of each group, items shaded by the modal order.
+
+    From ``task_repeat_orders.csv``, its first task: one panel per group, a row per run
+    (labelled with its score), a cell per place, shaded by the item's place in the most
+    common order of the group (light: low, dark: high).
+    """
+    task = str(t["task_id"].iloc[0])
+    own = t[t["task_id"].astype(str) == task]
+    groups = list(dict.fromkeys(own["group_id"].astype(str)))
+    runs = list(dict.fromkeys(own.sort_values(["repeat", "run_key"])["run_key"]))
+    widest = int(own["position"].max())
+    fig = Figure(figsize=(min(0.25 * widest * len(groups) + 2.5, 16.0),
+                          0.3 * len(runs) + 1.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(groups), sharey=True))
+    image = None
+    for ax, group in zip(axes, groups, strict=True):
+        part = own[own["group_id"].astype(str) == group]
+        n = int(part["position"].max())
+        m = part.pivot_table(index="run_key", columns="position", values="modal_position",
+                             aggfunc="first").reindex(index=runs)
+        image = ax.imshow(m.to_numpy(float) / n, aspect="auto", cmap="viridis", vmin=0,
+                          vmax=1)
+        ax.set_xticks([0, n - 1], ["1", str(n)])
+        ax.set_xlabel("place", fontsize=7)
+        ax.set_title(group, fontsize=8)
+    scores = own.drop_duplicates("run_key").set_index("run_key")["score"]
+    axes[0].set_yticks(range(len(runs)), [f"{scores[k]:.2f}" for k in runs], fontsize=7)
+    axes[0].set_ylabel("score of the repeat")
+    if image is not None:
+        fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02,
+                     label="place in the most common order (share)")
+    fig.suptitle(f"Orders of {own['config'].iloc[0]}'s repeats on {task}", fontsize=9)
+    return fig
+
+
 def _summary_value(t: Tables, name: str) -> float | None:
     s = t.get("summary.csv")
     if s is None or s.empty:
@@ -634,6 +707,14 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
     need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),
          "needs revised first drafts and answer keys (--tasks)",
          (lambda: flip_intervals_figure(ri)) if has_flips else lambda: flips_figure(rev))
+    ts = t.get("task_settings.csv", pd.DataFrame())
+    need("fig18e_task_settings", not ts.empty and bool(ts["rho"].notna().any()),
+         "needs a task named by --task with numeric settings in targets.csv and --tasks",
+         lambda: task_settings_figure(ts[ts["rho"].notna()]))
+    tro = t.get("task_repeat_orders.csv", pd.DataFrame())
+    need("fig19b_task_repeat_orders", not tro.empty,
+         "needs a task named by --task with two scored runs of one configuration "
+         "(--all-repeats) and --tasks", lambda: task_repeat_orders_figure(tro))
     rm = t.get("repeat_methods.csv", pd.DataFrame())
     need("fig19c_repeat_methods", not rm.empty and "shown" in rm
          and bool((rm["shown"].astype(bool) & (rm["task_id"] == "all")).any()),
