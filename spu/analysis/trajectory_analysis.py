@@ -84,7 +84,8 @@ class AnalyzeOptions:
     """Worker processes reading the run folders, then fitting the classifier's folds (1:
     all in this process). The results do not depend on it."""
     detail_tasks: tuple[str, ...] = ()
-    """Tasks examined in detail (``--task ID``): ``task_runs.csv`` (Figure 21a)."""
+    """Tasks examined in detail (``--task ID``): ``task_runs.csv`` (Figure 21a),
+    ``task_settings.csv`` (18e) and ``task_repeat_orders.csv`` (19b)."""
 
 
 BUILT_IN_FILES: dict[str, tuple[str, str]] = {
