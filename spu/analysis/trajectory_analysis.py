@@ -723,6 +723,8 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
     intervals and a permutation P within configurations
     (:func:`spu.stats.within_config.within_config_difference`); for ``used_gpu`` and for
     the runs whose output named the device (``gpu_confirmed``; 4.8: +0.035 and +0.051).
+    Official runs only, one per configuration and task (the first by ``run_key`` where a
+    corpus holds two).
     """
     from spu.stats.outcomes import relative_frame
     from spu.stats.permutation import DRAWS
@@ -735,6 +737,10 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
     runs = runs[runs["score_recovered"].notna()].assign(scored=True)
     if "repeat" in runs:  # official runs: one per configuration and task (--all-repeats)
         runs = runs[runs["repeat"].fillna(0).astype(int) == 0]
+    # one run per configuration and task (a corpus may hold two official ones): the first
+    # by run key
+    runs = (runs.sort_values("run_key", kind="stable") if "run_key" in runs else runs
+            ).drop_duplicates(["config", "task_id"])
     order = sorted(runs["config"].astype(str).unique())
     if len(order) < 2 or "used_gpu" not in runs:
         return pd.DataFrame(columns=columns)
