@@ -87,3 +87,26 @@ def test_without_varying_families_19c_says_what_it_needs() -> None:
     draw, missing = trajectory_figures(tables)
     assert "fig19c_repeat_methods" not in draw
     assert "--all-repeats" in missing["fig19c_repeat_methods"]
+
+
+def test_spu_report_analysis_draws_them(tmp_path) -> None:
+    """``spu report RUNS --analysis DIR`` puts the three figures into the report."""
+    from spu.cli import main
+    from tests.stats.conftest import run_row
+
+    analysis = tmp_path / "analysis"
+    analysis.mkdir()
+    for name, table in _tables().items():
+        table.to_csv(analysis / name, index=False)
+    pd.DataFrame({"run_key": ["a1"], "config": ["A"], "scored": [True]}).to_csv(
+        analysis / "runs_features.csv", index=False)
+    rows = [run_row(c, f"t{i}", 0.1 * i + (0.2 if c == "A" else 0.0))
+            for i in range(4) for c in ("A", "B")]
+    pd.DataFrame(rows).to_csv(tmp_path / "runs.csv", index=False)
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "runs.csv"), "--out", str(out), "--resamples", "20",
+                 "--simulations", "20", "--null-draws", "20", "--analysis",
+                 str(analysis)]) == 0
+    for name in ("fig17c_revisions", "fig24e_flips", "fig19c_repeat_methods"):
+        found = list(out.rglob(f"{name}.png"))
+        assert found and found[0].stat().st_size > 0, name
