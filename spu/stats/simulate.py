@@ -28,7 +28,8 @@ discipline, 4.6), ``interaction_sd`` (configuration-by-task interaction, 4.4) an
 ``python -m spu.stats.simulate OUT.csv [--seed S] [--study DIR]`` writes one table, in the
 runs-table format of :mod:`spu.schema` (the format ``spu runs export`` writes); with
 ``--study`` also the task packages and run folders its scores come from
-(:func:`simulate_study`).
+(:func:`simulate_study`), each scored run folder with a seeded trajectory that
+``spu analyze`` reads.
 """
 
 from __future__ import annotations
@@ -566,11 +567,14 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
     setting that tracks the measured value in some groups) and
     ``<out>/outputs/runs/<run_key>/output/rankings.json`` for every scored run: orders
     drawn so that their Spearman correlation with the measured values is near the run's
-    simulated score, written in the run's departure format where it has one. The
-    returned table is :func:`simulate_runs` with what the files determine put in: each
+    simulated score, written in the run's departure format where it has one, and beside
+    it a seeded trajectory submitting those orders (:func:`_write_trajectory`:
+    ``trajectory.jsonl.gz``, ``run.json`` with the run's fields, ``task/`` and
+    ``tools/audit.jsonl``), so ``spu analyze <out>/outputs --tasks <out>/tasks`` reads
+    them as it reads real runs. The returned table is :func:`simulate_runs` with what the files determine put in: each
     scored run's score is the grader's score of its orders, each task's threshold its
     chance threshold (4,000 random submissions), its experiments and groups those of
-    its package. ``spu stats TABLE --tasks <out>/tasks --runs-dir <out>/outputs`` then
+    its package, each scored run's ``tool_calls`` its trajectory's. ``spu stats TABLE --tasks <out>/tasks --runs-dir <out>/outputs`` then
     runs every analysis, those of the submitted orders included.
 
     Examples
