@@ -571,10 +571,11 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
     it a seeded trajectory submitting those orders (:func:`_write_trajectory`:
     ``trajectory.jsonl.gz``, ``run.json`` with the run's fields, ``task/`` and
     ``tools/audit.jsonl``), so ``spu analyze <out>/outputs --tasks <out>/tasks`` reads
-    them as it reads real runs. The returned table is :func:`simulate_runs` with what the files determine put in: each
-    scored run's score is the grader's score of its orders, each task's threshold its
-    chance threshold (4,000 random submissions), its experiments and groups those of
-    its package, each scored run's ``tool_calls`` its trajectory's. ``spu stats TABLE --tasks <out>/tasks --runs-dir <out>/outputs`` then
+    them as it reads real runs. The returned table is :func:`simulate_runs` with what
+    the files determine put in: each scored run's score is the grader's score of its
+    orders, each task's threshold its chance threshold (4,000 random submissions), its
+    experiments and groups those of its package, each scored run's ``tool_calls`` its
+    trajectory's. ``spu stats TABLE --tasks <out>/tasks --runs-dir <out>/outputs`` then
     runs every analysis, those of the submitted orders included.
 
     Examples
