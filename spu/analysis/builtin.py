@@ -149,6 +149,42 @@ def detail_task_runs(inputs: TrajectoryInputs) -> AnalysisResult:
     return AnalysisResult(tables={"task_runs.csv": table}, notes=notes)
 
 
+@analysis(files={"task_settings.csv": "Figure 18e", "task_repeat_orders.csv": "Figure 19b"},
+          section="Figures 18e, 19b", registry=TRAJECTORY_ANALYSES)
+def detail_task_orders(inputs: TrajectoryInputs) -> AnalysisResult:
+    """Orders on the tasks named by ``--task ID``: against settings (18e), repeats (19b)."""
+    from spu.analysis.detail_tasks import (
+        REPEAT_ORDERS_RULE,
+        SETTINGS_RULE,
+        task_repeat_orders,
+        task_settings,
+    )
+    from spu.stats.submissions import load_task_set
+
+    wanted = inputs.options.detail_tasks
+    if not wanted:
+        return AnalysisResult(tables={})
+    if not inputs.options.task_roots:
+        return AnalysisResult(tables={}, notes=[
+            "task_settings, task_repeat_orders: need the task packages (--tasks)"])
+    tasks = load_task_set(list(inputs.options.task_roots), inputs.options.answers_root,
+                          set(wanted))
+    runs = [{**{k: r.features.get(k) for k in ("run_key", "task_id", "config", "repeat",
+                                               "score")}, "submitted": r.submitted}
+            for r in inputs.readings if r.features.get("scored")
+            and str(r.features.get("task_id")) in set(wanted)]
+    settings = task_settings(runs, tasks, wanted)
+    repeats = task_repeat_orders(runs, tasks, wanted)
+    notes = []
+    if repeats.empty:
+        notes.append("task_repeat_orders: no named task has two scored runs of one "
+                     "configuration (--all-repeats reads the repeats)")
+    return AnalysisResult(tables={"task_settings.csv": settings,
+                                  "task_repeat_orders.csv": repeats}, notes=notes,
+                          rules={"task_settings.csv": SETTINGS_RULE,
+                                 "task_repeat_orders.csv": REPEAT_ORDERS_RULE})
+
+
 @analysis(files=("profiles.csv",), section="Figure 23a", registry=TRAJECTORY_ANALYSES)
 def configuration_profiles(inputs: TrajectoryInputs) -> AnalysisResult:
     """Each configuration's profile of behaviour features."""

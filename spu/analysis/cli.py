@@ -56,7 +56,9 @@ def _analyze_parser() -> argparse.ArgumentParser:
                    help="analyse repeated runs too (default: official runs, repeat 0)")
     p.add_argument("--task", action="append", default=[], metavar="ID", dest="detail_tasks",
                    help="a task examined in detail: task_runs.csv holds every scored run "
-                        "on it, by discipline (Figure 21a); repeatable")
+                        "on it, by discipline (Figure 21a); with --tasks, task_settings.csv "
+                        "its orders against the settings (18e) and task_repeat_orders.csv "
+                        "its repeats' orders (19b); repeatable")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     return p
 

@@ -140,6 +140,8 @@ class RunReading:
     gpu_families: Counter[str] = field(default_factory=Counter)
     """Method families of the calls that ran a GPU workload."""
     notes: list[str] = field(default_factory=list)
+    submitted: dict[str, list[str]] | None = None
+    """The submitted group orders (``output/rankings.json``), where readable."""
 
 
 def _seconds(stamp: str | None) -> float | None:
@@ -260,6 +262,7 @@ def read_run(run_dir: Path, answers: Mapping[str, GradingKey] | None = None, *,
     if walk.t0 is None and walk.n_steps:
         notes.append(f"{run_dir}: trajectory has no timestamps; one unit per step")
     reading = walk.reading
+    reading.submitted = submitted
     _time_features(features, reading.calls, span)
     _call_features(features, reading, walk.flags, walk.families, record)
     # 4.8: a GPU probe within the first ten tool calls; the time of the GPU calls (E.12)

@@ -84,7 +84,8 @@ class AnalyzeOptions:
     """Worker processes reading the run folders, then fitting the classifier's folds (1:
     all in this process). The results do not depend on it."""
     detail_tasks: tuple[str, ...] = ()
-    """Tasks examined in detail (``--task ID``): ``task_runs.csv`` (Figure 21a)."""
+    """Tasks examined in detail (``--task ID``): ``task_runs.csv`` (Figure 21a),
+    ``task_settings.csv`` (18e) and ``task_repeat_orders.csv`` (19b)."""
 
 
 BUILT_IN_FILES: dict[str, tuple[str, str]] = {
@@ -722,6 +723,8 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
     intervals and a permutation P within configurations
     (:func:`spu.stats.within_config.within_config_difference`); for ``used_gpu`` and for
     the runs whose output named the device (``gpu_confirmed``; 4.8: +0.035 and +0.051).
+    Official runs only, one per configuration and task (the first by ``run_key`` where a
+    corpus holds two).
     """
     from spu.stats.outcomes import relative_frame
     from spu.stats.permutation import DRAWS
@@ -732,6 +735,12 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
         return pd.DataFrame(columns=columns)
     runs = features.rename(columns={"score": "score_recovered"})
     runs = runs[runs["score_recovered"].notna()].assign(scored=True)
+    if "repeat" in runs:  # official runs: one per configuration and task (--all-repeats)
+        runs = runs[runs["repeat"].fillna(0).astype(int) == 0]
+    # one run per configuration and task (a corpus may hold two official ones): the first
+    # by run key
+    runs = (runs.sort_values("run_key", kind="stable") if "run_key" in runs else runs
+            ).drop_duplicates(["config", "task_id"])
     order = sorted(runs["config"].astype(str).unique())
     if len(order) < 2 or "used_gpu" not in runs:
         return pd.DataFrame(columns=columns)

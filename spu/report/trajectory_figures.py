@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from spu.analysis.trajectory_analysis import GPU_LEVELS
@@ -48,7 +49,18 @@ CAPTIONS = {
     "fig17b_self_assessment": "Expected Spearman correlation stated in the report against the "
     "score of the run; the dashed line marks equality (Figure 17b).",
     "fig17c_revisions": "Score of the submission minus that of the first complete ranking, for "
-    "runs whose submission differs from it; diamonds are means (Figure 17c).",
+    "runs whose submission differs from it; diamonds are means and lines 95% intervals from "
+    "resampling tasks, the last row over all runs (Figure 17c).",
+    "fig18e_task_settings": "On a task named by --task (the first), the Spearman correlation "
+    "between each submitted order and each numeric setting of the experiments, with the "
+    "measured order at the top (Figure 18e).",
+    "fig19b_task_repeat_orders": "Order submitted for each group of a task named by --task "
+    "in its repeats, items shaded by their place in the most common order of the group, "
+    "and the score of each repeat (Figure 19b).",
+    "fig19c_repeat_methods": "How many of the repeats of each task used each method family, "
+    "and the score of the repeats that used it minus the others, mean over the tasks where "
+    "it varied with a 95% interval, for families that vary on at least four tasks "
+    "(Figure 19c).",
     "fig21b_draft_vs_submission": "Score of the first complete ranking and of the submission "
     "for runs that revised it; labels count the flipped pairs that moved into the measured "
     "order (Figure 21b).",
@@ -75,7 +87,8 @@ CAPTIONS = {
     "and draft scores in efforts.csv).",
     "fig24e_flips": "Share of the item pairs flipped after the first draft that moved into the "
     "measured order, against the share expected from random flips at the same distance in "
-    "that draft, by configuration (Figures 24e, 21b).",
+    "that draft, and the difference, by configuration and over all runs, with 95% "
+    "intervals from resampling tasks (Figures 24e, 21b).",
 }
 
 PAGE_CAPTIONS.update(CAPTIONS)  # the report page captions every figure it is given
@@ -384,6 +397,193 @@ def effort_drafts_figure(t: pd.DataFrame) -> Figure:
     return fig
 
 
+REVISION_CHANGE = "submission minus first draft"
+"""The quantity of ``revision_intervals.csv`` Figure 17c draws."""
+
+FLIP_QUANTITIES = ("share of flips into the measured order", "share expected from random flips",
+                   "into the measured order minus expected")
+"""The quantities of ``revision_intervals.csv`` Figure 24e draws: observed, expected, gap."""
+
+
+def _interval_rows(intervals: pd.DataFrame, quantity: str, configs: list[str]) -> pd.DataFrame:
+    """The rows of ``quantity`` in ``configs`` order, ``all`` last, by configuration."""
+    rows = intervals[intervals["quantity"] == quantity].set_index("config")
+    return rows.reindex([c for c in [*configs, "all"] if c in rows.index])
+
+
+@_styled
+def revisions_figure(changed: pd.DataFrame, intervals: pd.DataFrame) -> Figure:
+    """Figure 17c: submission minus first draft per run, means and 95% intervals.
+
+    ``changed`` holds the runs whose submission differs from their draft
+    (``revisions.csv``); ``intervals`` is ``revision_intervals.csv``: its diamond and line
+    per configuration, and over all runs in the last row, are the mean and the 95%
+    interval from resampling tasks.
+    """
+    rows = _interval_rows(intervals, REVISION_CHANGE, sorted(changed["config"].astype(str)
+                                                             .unique()))
+    labels = list(rows.index)
+    fig, ax = _figure((7.0, 0.35 * len(labels) + 1.4))
+    for i, c in enumerate(labels):
+        v = (changed["change"] if c == "all" else
+             changed.loc[changed["config"] == c, "change"]).dropna().to_numpy(float)
+        if c != "all":
+            ax.plot(v, np.full(v.size, i), "o", color="#3b6ea8", alpha=0.4, ms=4)
+        r = rows.loc[c]
+        ax.plot([r["ci_low"], r["ci_high"]], [i, i], color="black", lw=1.2)
+        ax.plot(r["mean"], i, "D", color="black", ms=6)
+        ax.text(1.01, float(i), f"n={int(r['n_runs'])}", va="center", fontsize=7,
+                transform=ax.get_yaxis_transform())
+    ax.axvline(0, color="black", lw=0.6, ls="--")
+    ax.set_yticks(range(len(labels)), ["all runs" if c == "all" else c for c in labels])
+    ax.set_xlabel("Submission minus first complete ranking (score)")
+    ax.set_title("Revisions", loc="left")
+    return fig
+
+
+@_styled
+def flip_intervals_figure(intervals: pd.DataFrame) -> Figure:
+    """Figure 24e with its intervals: flips into the measured order, expected, difference.
+
+    From ``revision_intervals.csv``: per configuration and over all runs, the share of
+    flipped pairs that moved into the measured order and the share expected from random
+    flips at the same distance (left), and their difference (right), each with its 95%
+    interval from resampling tasks.
+    """
+    observed, expected, gap = (intervals[intervals["quantity"] == q].set_index("config")
+                               for q in FLIP_QUANTITIES)
+    labels = [c for c in sorted(set(observed.index) - {"all"}) if c in expected.index]
+    labels += ["all"] if "all" in observed.index and "all" in expected.index else []
+    fig = Figure(figsize=(9.0, 0.4 * len(labels) + 1.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
+    y = np.arange(len(labels))
+    for ax, table, offset, style in ((left, expected, -0.12, dict(marker="s", mfc="white",
+                                                                  mec="#777777", color="#777777")),
+                                     (left, observed, 0.12, dict(marker="o", color="#3b6ea8")),
+                                     (right, gap, 0.0, dict(marker="D", color="black"))):
+        rows = table.reindex(labels)
+        for yi, (_, r) in zip(y, rows.iterrows(), strict=True):
+            if pd.isna(r.get("mean")):
+                continue
+            ax.plot([r["ci_low"], r["ci_high"]], [yi + offset] * 2, color=style["color"],
+                    lw=1.0)
+            ax.plot(r["mean"], yi + offset, ls="none", ms=5, **style)
+    left.plot([], [], "s", mfc="white", mec="#777777", label="random flips, same distance")
+    left.plot([], [], "o", color="#3b6ea8", label="flips made")
+    left.legend(frameon=False, fontsize=7.5, loc="lower left")
+    left.set_yticks(y, ["all runs" if c == "all" else c for c in labels])
+    left.set_xlim(0, 1)
+    left.set_xlabel("Share of flipped pairs that moved into the measured order")
+    left.set_title("Revisions against random flips", loc="left")
+    right.axvline(0, color="black", lw=0.6, ls="--")
+    right.set_xlabel("Made minus expected")
+    return fig
+
+
+@_styled
+def repeat_methods_figure(t: pd.DataFrame) -> Figure:
+    """Figure 19c: method families that vary between the repeats of a task.
+
+    From ``repeat_methods.csv`` (``--all-repeats``): left, for the families shown (varying
+    on at least four tasks), how many of the scored repeats of each task used the family
+    (of how many); right, the mean over those tasks of the score of the repeats that used
+    it minus the others, with its 95% interval.
+    """
+    overall = t[(t["task_id"] == "all") & t["shown"].astype(bool)].sort_values("family")
+    families = list(overall["family"])
+    per = t[(t["task_id"] != "all") & t["family"].isin(families)]
+    tasks = sorted(per["task_id"].astype(str).unique())
+    used = per.pivot_table(index="family", columns="task_id", values="n_used",
+                           aggfunc="sum").reindex(index=families, columns=tasks)
+    fig = Figure(figsize=(max(7.0, 0.22 * len(tasks) + 5.0), 0.45 * len(families) + 1.8),
+                 layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, sharey=True,
+                               gridspec_kw={"width_ratios": [max(len(tasks), 4) / 4, 2]})
+    image = left.imshow(used.to_numpy(float), aspect="auto", cmap="Blues", vmin=0)
+    fig.colorbar(image, ax=left, fraction=0.03, pad=0.02, label="repeats that used it")
+    left.set_xticks(range(len(tasks)), tasks, rotation=90, fontsize=6)
+    left.set_yticks(range(len(families)), [f.replace("_", " ") for f in families])
+    left.set_title("Method families that vary between repeats", loc="left")
+    y = np.arange(len(families))
+    right.hlines(y, overall["ci_low"], overall["ci_high"], color="black", lw=1.0)
+    right.plot(overall["diff"], y, "D", color="black", ms=5)
+    for yi, n in zip(y, overall["n_tasks"], strict=True):
+        right.text(1.01, float(yi), f"{int(n)} tasks", va="center", fontsize=7,
+                   transform=right.get_yaxis_transform())
+    right.axvline(0, color="black", lw=0.6, ls="--")
+    right.set_xlabel("Score with the family minus without")
+    return fig
+
+
+@_styled
+def task_settings_figure(t: pd.DataFrame) -> Figure:
+    """Figure 18e: each submitted order's Spearman with each setting, measured order on top.
+
+    From ``task_settings.csv``, the first task in it: rows are the measured order, then
+    the scored runs (configuration, repeat, score), columns the settings; a task with
+    several groups shows each run's mean over its groups.
+    """
+    task = str(t["task_id"].iloc[0])
+    own = t[t["task_id"].astype(str) == task]
+    m = own.pivot_table(index="run_key", columns="setting", values="rho", aggfunc="mean")
+    heads = own.drop_duplicates("run_key").set_index("run_key")
+    keys = ["measured"] if "measured" in m.index else []
+    keys += [k for k in heads.sort_values(["config", "repeat"]).index if k != "measured"]
+    m = m.reindex(keys)
+    labels = ["measured order" if k == "measured" else
+              f"{heads.loc[k, 'config']} r{int(heads.loc[k, 'repeat'])} "
+              f"({float(heads.loc[k, 'score']):.2f})" for k in keys]
+    fig, ax = _figure((0.9 * m.shape[1] + 4.0, 0.28 * len(keys) + 1.6))
+    image = ax.imshow(m.to_numpy(float), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="Spearman with the setting")
+    ax.set_xticks(range(m.shape[1]), list(m.columns), rotation=30, ha="right")
+    ax.set_yticks(range(len(keys)), labels, fontsize=7)
+    if keys and keys[0] == "measured":
+        ax.axhline(0.5, color="black", lw=1.0)
+    ax.set_title(f"Orders against the settings on {task}", loc="left")
+    return fig
+
+
+@_styled
+def task_repeat_orders_figure(t: pd.DataFrame) -> Figure:
+    """Figure 19b: each repeat's order of each group, items shaded by the modal order.
+
+    From ``task_repeat_orders.csv``, its first task: one panel per group, a row per run
+    (labelled with its score), a cell per place, shaded by the item's place in the most
+    common order of the group (light: low, dark: high).
+    """
+    task = str(t["task_id"].iloc[0])
+    own = t[t["task_id"].astype(str) == task]
+    groups = list(dict.fromkeys(own["group_id"].astype(str)))
+    runs = list(dict.fromkeys(own.sort_values(["repeat", "run_key"])["run_key"]))
+    widest = int(own["position"].max())
+    fig = Figure(figsize=(min(0.25 * widest * len(groups) + 2.5, 16.0),
+                          0.3 * len(runs) + 1.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(groups), sharey=True))
+    image = None
+    for ax, group in zip(axes, groups, strict=True):
+        part = own[own["group_id"].astype(str) == group]
+        n = int(part["position"].max())
+        m = part.pivot_table(index="run_key", columns="position", values="modal_position",
+                             aggfunc="first").reindex(index=runs)
+        image = ax.imshow(m.to_numpy(float) / n, aspect="auto", cmap="viridis", vmin=0,
+                          vmax=1)
+        ax.set_xticks([0, n - 1], ["1", str(n)])
+        ax.set_xlabel("place", fontsize=7)
+        ax.set_title(group, fontsize=8)
+    scores = own.drop_duplicates("run_key").set_index("run_key")["score"]
+    axes[0].set_yticks(range(len(runs)), [f"{scores[k]:.2f}" for k in runs], fontsize=7)
+    axes[0].set_ylabel("score of the repeat")
+    if image is not None:
+        fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02,
+                     label="place in the most common order (share)")
+    fig.suptitle(f"Orders of {own['config'].iloc[0]}'s repeats on {task}", fontsize=9)
+    return fig
+
+
 def _summary_value(t: Tables, name: str) -> float | None:
     s = t.get("summary.csv")
     if s is None or s.empty:
@@ -453,10 +653,14 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
                                   "Self-assessment"))
     rev = t.get("revisions.csv", pd.DataFrame())
     changed = rev[rev["change"].notna() & (rev["revisions"] > 0)] if not rev.empty else rev
+    ri = t.get("revision_intervals.csv", pd.DataFrame())
+    has_change = not ri.empty and bool(
+        ri.loc[ri["quantity"] == REVISION_CHANGE, "mean"].notna().any())
     need("fig17c_revisions", not changed.empty, "needs revised first drafts and answer keys "
-         "(--tasks)", lambda: by_config_points(changed, "change",
-                                              "Submission minus first draft (score)",
-                                              "Revisions"))
+         "(--tasks)",
+         (lambda: revisions_figure(changed, ri)) if has_change else
+         lambda: by_config_points(changed, "change", "Submission minus first draft (score)",
+                                  "Revisions"))
     need("fig21b_draft_vs_submission", not changed.empty, "needs revised first drafts and "
          "answer keys (--tasks)",
          lambda: scatter_equality(changed, "first_draft_score", "score",
@@ -498,8 +702,24 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
          and eff.loc[eff["quantity"].str.startswith("draft minus"), "value"].notna().any(),
          "needs the higher effort's first drafts and answer keys (--tasks)",
          lambda: effort_drafts_figure(eff))
+    has_flips = not ri.empty and all(
+        ri.loc[ri["quantity"] == q, "mean"].notna().any() for q in FLIP_QUANTITIES)
     need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),
-         "needs revised first drafts and answer keys (--tasks)", lambda: flips_figure(rev))
+         "needs revised first drafts and answer keys (--tasks)",
+         (lambda: flip_intervals_figure(ri)) if has_flips else lambda: flips_figure(rev))
+    ts = t.get("task_settings.csv", pd.DataFrame())
+    need("fig18e_task_settings", not ts.empty and bool(ts["rho"].notna().any()),
+         "needs a task named by --task with numeric settings in targets.csv and --tasks",
+         lambda: task_settings_figure(ts[ts["rho"].notna()]))
+    tro = t.get("task_repeat_orders.csv", pd.DataFrame())
+    need("fig19b_task_repeat_orders", not tro.empty,
+         "needs a task named by --task with two scored runs of one configuration "
+         "(--all-repeats) and --tasks", lambda: task_repeat_orders_figure(tro))
+    rm = t.get("repeat_methods.csv", pd.DataFrame())
+    need("fig19c_repeat_methods", not rm.empty and "shown" in rm
+         and bool((rm["shown"].astype(bool) & (rm["task_id"] == "all")).any()),
+         "needs method families that vary between the scored repeats of at least four tasks "
+         "(spu analyze --all-repeats)", lambda: repeat_methods_figure(rm))
     return draw, missing
 
 

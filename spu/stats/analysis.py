@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from spu.stats.gpu import GPU_RULE_TEXT, apply_gpu_rule
 from spu.stats.inputs import MAX_NOTES, StatsInputs, StatsOptions
 from spu.stats.named_tests import TEST_COLUMNS
 from spu.stats.registry import (
@@ -56,7 +57,8 @@ class StatsResult:
     manifest: dict[str, Any]
     """Inputs, options, the producer of each file, and what was skipped and why."""
     runs: pd.DataFrame
-    """The checked runs table the results come from (the runs of retired tasks left out)."""
+    """The checked runs table the results come from (the runs of retired tasks left out;
+    ``used_gpu`` under the GPU rule, ``gpu_measured`` the sampled device beside it)."""
     rank_stability: RankStability | None = None
     """Simulated-rerun rank stability, when a run-to-run SD was available."""
     notes: list[str] = field(default_factory=list)
@@ -146,7 +148,9 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     runs, n_probes = split_probes(runs)
     runs, retired = split_retired(runs, retirements_of_roots(options.task_roots))
     runs.attrs.update(everything.attrs)
-    inputs = StatsInputs(apply_refusal_rule(runs, options.refusals_after_file), options)
+    gpu = apply_gpu_rule(apply_refusal_rule(runs, options.refusals_after_file),
+                         options.gpu_rule, options.runs_dir)
+    inputs = StatsInputs(gpu.runs, options, GPU_RULE_TEXT[gpu.rule])
     outcomes = [_run_one(entry, inputs) for entry in REGISTRY]
     tables = {name: table for o in outcomes for name, table in o.result.tables.items()}
     retired_notes = []
@@ -160,13 +164,14 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
                              f"(SPEC section 15)")
     tables["tests.csv"] = pd.DataFrame([row for o in outcomes for row in o.result.tests],
                                        columns=list(TEST_COLUMNS))
-    notes = retired_notes + _notes(outcomes)
+    notes = retired_notes + list(gpu.notes) + _notes(outcomes)
     sections = files()
     manifest = {
         **inputs.manifest(),
         "files": sorted([*tables, "summary.csv", "manifest.json"]),
         "sections": {name: sections.get(name, "") for name in sorted(tables)},
         "notes": notes,
+        "gpu_rule": gpu.manifest(),
         "outputs": _outputs(outcomes),
     }
     if RETIRED_FILE in tables:
@@ -176,6 +181,7 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     stability = next((o.result.values["rank_stability"] for o in outcomes
                       if "rank_stability" in o.result.values), None)
     summary = _summary_frame([row for o in outcomes for row in o.result.summary])
+    runs = runs.assign(used_gpu=gpu.runs["used_gpu"], gpu_measured=gpu.runs["gpu_measured"])
     return StatsResult(tables, summary, manifest, runs, stability, notes)
 
 

@@ -69,7 +69,13 @@ from spu.stats.outcomes import (
     refusal_table,
     scoring_rules_table,
 )
-from spu.stats.pair_order import example_runs, pair_order_configs, pair_order_runs
+from spu.stats.pair_order import (
+    MEDIAN_EXAMPLES_RULE,
+    example_runs,
+    median_examples,
+    pair_order_configs,
+    pair_order_runs,
+)
 from spu.stats.paired import ALPHA, detectable_difference_z
 from spu.stats.private import (
     private_pairs_table,
@@ -269,8 +275,9 @@ def effort(inputs: StatsInputs) -> AnalysisResult:
         "effort.csv": pd.concat(tables, ignore_index=True),
         "effort_ratios.csv": pd.concat(
             [effort_ratios(public, p, seed, resamples) for p, _ in found], ignore_index=True),
-    }, summary=summary, rules=dict.fromkeys(("effort_tasks.csv", "effort.csv",
-                                             "effort_ratios.csv"), rule))
+    }, summary=summary, rules={**dict.fromkeys(("effort_tasks.csv", "effort.csv"), rule),
+                               "effort_ratios.csv": f"{rule}; GPU use (quantity used_gpu): "
+                                                    f"{inputs.gpu_rule_text}"})
 
 
 @analysis(files=("effort_correlations.csv",), section="E.3", name="effort_correlations")
@@ -278,7 +285,10 @@ def effort_correlation(inputs: StatsInputs) -> AnalysisResult:
     """Reasoning effort and usage against score (E.3)."""
     table, rows = effort_correlations(inputs.public, inputs.order, inputs.seed,
                                       inputs.resamples)
-    return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows)
+    return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows,
+                          rules={"effort_correlations.csv": "E.3: Spearman within each "
+                                 "configuration, Holm over the configurations per measure; "
+                                 f"GPU use (measure used_gpu): {inputs.gpu_rule_text}"})
 
 
 # Repeats (3.6, 4.5).
@@ -626,7 +636,8 @@ def repeats_orders(inputs: StatsInputs) -> AnalysisResult:
 
 
 @analysis(files={"pair_order_runs.csv": "Figure 28c (F)", "pair_order.csv": "Figure 28d (F)",
-                 "pair_order_examples.csv": "Figure 28a (F)"},
+                 "pair_order_examples.csv": "Figure 28a (F)",
+                 "pair_order_median_examples.csv": "Figure 28b (F)"},
           section="F", needs=("orders",))
 def pair_order(inputs: StatsInputs) -> AnalysisResult:
     """Pairs of items in the measured order, and the top-1 rate (appendix F)."""
@@ -637,7 +648,8 @@ def pair_order(inputs: StatsInputs) -> AnalysisResult:
     return AnalysisResult(tables={
         "pair_order_runs.csv": per_run, "pair_order.csv": table,
         "pair_order_examples.csv": example_runs(scored, orders, inputs.tasks),
-    }, summary=rows)
+        "pair_order_median_examples.csv": median_examples(scored, orders, inputs.tasks),
+    }, summary=rows, rules={"pair_order_median_examples.csv": MEDIAN_EXAMPLES_RULE})
 
 
 @analysis(files=("presented_order.csv",), section="E.4 Presented order", needs=("tasks",))

@@ -63,6 +63,12 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="D", dest="design_differences",
                    help="difference in mean score for the study-design table design.csv "
                         "(repeatable; default 0.05, 0.1, 0.15, 0.2)")
+    p.add_argument("--gpu-rule", choices=("executed", "measured"), default="executed",
+                   help="which runs used the GPU: executed, the paper's (E.12: a GPU workload "
+                        "in executed code ran without failing, read from the trajectories "
+                        "under --runs-dir; default), or measured (the device sampled by "
+                        "NVML); the other is gpu_measured beside it, manifest.json names "
+                        "the rule")
     p.add_argument("--refusals-after-file", choices=("exclude", "score"), default="exclude",
                    help="refusals that came after a valid or recoverable file: exclude them "
                         "as refusals (default, the paper's rule 3.1) or score their file; "
@@ -125,7 +131,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         answers_root=args.answers_root, runs_dir=args.runs_dir,
         top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
         decomposition_configs=chosen, discipline_groups=args.discipline_groups,
-        refusals_after_file=args.refusals_after_file,
+        refusals_after_file=args.refusals_after_file, gpu_rule=args.gpu_rule,
     )
     try:
         runs, experiment = read_experiment_table(args.runs, args.experiment)

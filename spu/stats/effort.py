@@ -55,8 +55,20 @@ RATIO_QUANTITIES: tuple[tuple[str, str], ...] = (
 
 MEASURES: tuple[tuple[str, str], ...] = (
     ("runtime_s", "log run time"), ("tool_calls", "log tool calls"),
-    ("web_fetches", "log web fetches"), ("used_gpu", "GPU use"))
-"""Effort measures of E.3 (column, label); counts and times enter as log(1 + x)."""
+    ("web_fetches", "log web fetches"), ("used_gpu", "GPU use"),
+    ("gpu_measured", "GPU use, sampled by NVML"))
+"""Effort measures of E.3 (column, label); counts and times enter as log(1 + x).
+
+``used_gpu`` is the paper's GPU use (E.12, :mod:`spu.stats.gpu`), ``gpu_measured`` the
+sampled device beside it (only where the table has the column)."""
+
+GPU_SHARES: tuple[tuple[str, str], ...] = (
+    ("used_gpu", "share of runs that used a GPU"),
+    ("gpu_measured", "share of runs whose GPU was sampled busy (NVML)"))
+"""The GPU shares of ``effort_ratios.csv`` (column, label): the paper's, then the sampled."""
+
+FLAG_MEASURES = frozenset({"used_gpu", "gpu_measured"})
+"""Measures that are flags, entering as 0 and 1 instead of log(1 + x)."""
 
 
 @dataclass(frozen=True)
@@ -321,15 +333,16 @@ def effort_ratios(
                         "ci_high": high, "low_mean": low_mean, "high_mean": high_mean,
                         "mean_ratio": high_mean / low_mean})
         rows.append(row)
-    gpu = {c: scored.loc[scored["config"] == c, "used_gpu"].astype(bool) for c in
-           (pair.low, pair.high)} if "used_gpu" in scored else {}
-    if gpu and len(gpu[pair.low]) and len(gpu[pair.high]):
-        low_share, high_share = float(gpu[pair.low].mean()), float(gpu[pair.high].mean())
-        rows.append({"low": pair.low, "high": pair.high, "quantity": "used_gpu",
-                     "label": "share of runs that used a GPU",
-                     "n_tasks": int(min(len(gpu[pair.low]), len(gpu[pair.high]))),
-                     "low_mean": low_share, "high_mean": high_share,
-                     "mean_ratio": high_share / low_share if low_share else np.nan})
+    for column, label in GPU_SHARES:
+        gpu = {c: scored.loc[scored["config"] == c, column].astype(bool) for c in
+               (pair.low, pair.high)} if column in scored else {}
+        if gpu and len(gpu[pair.low]) and len(gpu[pair.high]):
+            low_share, high_share = float(gpu[pair.low].mean()), float(gpu[pair.high].mean())
+            rows.append({"low": pair.low, "high": pair.high, "quantity": column,
+                         "label": label,
+                         "n_tasks": int(min(len(gpu[pair.low]), len(gpu[pair.high]))),
+                         "low_mean": low_share, "high_mean": high_share,
+                         "mean_ratio": high_share / low_share if low_share else np.nan})
     return pd.DataFrame(rows, columns=["low", "high", "quantity", "label", "n_tasks",
                                        "median_ratio", "ci_low", "ci_high", "low_mean",
                                        "high_mean", "mean_ratio"])
@@ -427,7 +440,7 @@ def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
         if not np.isfinite(x).all() or np.ptp(x) == 0:
             continue
         names.append(measure)
-        columns.append(np.log1p(np.maximum(x, 0.0)) if measure != "used_gpu" else x)
+        columns.append(np.log1p(np.maximum(x, 0.0)) if measure not in FLAG_MEASURES else x)
     if not names:
         return out
     variables = np.vstack(columns)

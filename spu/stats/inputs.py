@@ -80,6 +80,10 @@ class StatsOptions:
     """Refusals that left a valid or recoverable file (``--refusals-after-file``):
     ``exclude`` (the paper's rule, 3.1) or ``score`` (their file's grade counts);
     :data:`~spu.grading.outcome.REFUSALS_AFTER_FILE_RULES`."""
+    gpu_rule: str = "executed"
+    """Which runs used the GPU (``--gpu-rule``): ``executed``, the paper's (E.12: a GPU
+    workload in executed code ran without failing, read from the trajectories under
+    ``runs_dir``), or ``measured`` (the device sampled by NVML); :mod:`spu.stats.gpu`."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class StatsInputs:
     """The checked runs table (:func:`~spu.stats.runs_table.read_runs_table`)."""
     options: StatsOptions = field(default_factory=StatsOptions)
     """Seed, resamples and the optional inputs."""
+    gpu_rule_text: str = ""
+    """What ``used_gpu`` means in :attr:`runs` (:data:`spu.stats.gpu.GPU_RULE_TEXT`)."""
     _notes: list[str] = field(default_factory=list, repr=False, compare=False)
 
     # Seeds and draw counts.

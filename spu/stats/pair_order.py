@@ -13,6 +13,8 @@ ordered completely, weights renormalized).
 - :func:`example_runs` (``pair_order_examples.csv``, Figure 28a): measured against
   submitted ranks for the runs closest to chosen scores, on one-group tasks without
   ties and with 10 to 20 experiments, no task used twice.
+- :func:`median_examples` (``pair_order_median_examples.csv``, Figure 28b): the same for
+  one run per discipline, the one closest to the median score.
 """
 
 from __future__ import annotations
@@ -212,6 +214,26 @@ def example_runs(
     ----------
     Paper appendix F, "Example runs", and Figure 28a.
     """
+    candidates = _example_candidates(runs, orders, tasks)
+    rows: list[dict[str, Any]] = []
+    used: set[str] = set()
+    for target in scores:
+        pool = [c for c in candidates if c[0].task_id not in used]
+        if not pool:
+            break
+        chosen = _closest(pool, target)
+        used.add(chosen[0].task_id)
+        rows += _rank_rows(chosen, {"target": target})
+    return pd.DataFrame(rows, columns=["target", "run_id", "config", "task_id", "score", "item",
+                                       "submitted_rank", "measured_rank"])
+
+
+_Candidate = tuple[Any, list[str], dict[str, float]]
+
+
+def _example_candidates(runs: pd.DataFrame, orders: Mapping[str, Orders],
+                        tasks: Mapping[str, TaskInfo]) -> list[_Candidate]:
+    """Scored runs on one-group tasks of 10 to 20 experiments without ties (appendix F)."""
     candidates = []
     for r in runs.itertuples(index=False):
         info = tasks.get(str(r.task_id))
@@ -230,20 +252,56 @@ def example_runs(
             continue
         assert order is not None
         candidates.append((r, list(order), dict(values)))
+    return candidates
+
+
+def _closest(pool: Sequence[_Candidate], target: float) -> _Candidate:
+    """The candidate whose score is closest to ``target`` (ties: the first ``run_id``)."""
+    return min(pool, key=lambda c: (abs(c[0].score_recovered - target), str(c[0].run_id)))
+
+
+def _rank_rows(candidate: _Candidate, head: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per item of the candidate's group: submitted and measured rank (1: lowest)."""
+    r, order, values = candidate
+    measured_rank = {item: k + 1 for k, item in enumerate(sorted(order, key=lambda i: values[i]))}
+    return [{**head, "run_id": r.run_id, "config": r.config, "task_id": r.task_id,
+             "score": r.score_recovered, "item": item, "submitted_rank": k + 1,
+             "measured_rank": measured_rank[item]} for k, item in enumerate(order)]
+
+
+MEDIAN_EXAMPLES_RULE = ("Figure 28b: for each discipline, the scored official public run "
+                        "closest to the median score of all of them (the paper's 0.40), "
+                        "among the runs on one-group tasks of 10 to 20 experiments without "
+                        "tied measured values (the candidates of Figure 28a); ties go to the "
+                        "first run_id")
+"""The rule of ``pair_order_median_examples.csv``, as ``manifest.json`` states it."""
+
+
+def median_examples(runs: pd.DataFrame, orders: Mapping[str, Orders],
+                    tasks: Mapping[str, TaskInfo]) -> pd.DataFrame:
+    """``pair_order_median_examples.csv``: one run per discipline at the median (Figure 28b).
+
+    The median is over every scored run of ``runs`` (paper: 0.40 over the 1,155 scored
+    public runs); per discipline, the candidate of :func:`example_runs` closest to it.
+
+    Returns ``discipline, median, run_id, config, task_id, score, item, submitted_rank,
+    measured_rank``, disciplines in name order.
+
+    References
+    ----------
+    Paper appendix F and Figure 28b ("The same for one run per discipline at the median
+    score of 0.40").
+    """
+    columns = ["discipline", "median", "run_id", "config", "task_id", "score", "item",
+               "submitted_rank", "measured_rank"]
+    scored = runs[runs["scored"].astype(bool)] if "scored" in runs else runs
+    if scored.empty or "discipline" not in scored:
+        return pd.DataFrame(columns=columns)
+    median = float(scored["score_recovered"].median())
+    candidates = _example_candidates(scored, orders, tasks)
     rows: list[dict[str, Any]] = []
-    used: set[str] = set()
-    for target in scores:
-        pool = [c for c in candidates if c[0].task_id not in used]
-        if not pool:
-            break
-        r, order, values = min(pool, key=lambda c: (abs(c[0].score_recovered - target),
-                                                    str(c[0].run_id)))
-        used.add(r.task_id)
-        measured_rank = {item: k + 1 for k, item in
-                         enumerate(sorted(order, key=lambda i: values[i]))}
-        for k, item in enumerate(order):
-            rows.append({"target": target, "run_id": r.run_id, "config": r.config,
-                         "task_id": r.task_id, "score": r.score_recovered, "item": item,
-                         "submitted_rank": k + 1, "measured_rank": measured_rank[item]})
-    return pd.DataFrame(rows, columns=["target", "run_id", "config", "task_id", "score", "item",
-                                       "submitted_rank", "measured_rank"])
+    for discipline in sorted({str(c[0].discipline) for c in candidates}):
+        pool = [c for c in candidates if str(c[0].discipline) == discipline]
+        rows += _rank_rows(_closest(pool, median), {"discipline": discipline,
+                                                     "median": median})
+    return pd.DataFrame(rows, columns=columns)

@@ -28,7 +28,8 @@ discipline, 4.6), ``interaction_sd`` (configuration-by-task interaction, 4.4) an
 ``python -m spu.stats.simulate OUT.csv [--seed S] [--study DIR]`` writes one table, in the
 runs-table format of :mod:`spu.schema` (the format ``spu runs export`` writes); with
 ``--study`` also the task packages and run folders its scores come from
-(:func:`simulate_study`).
+(:func:`simulate_study`), each scored run folder with a seeded trajectory that
+``spu analyze`` reads.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -565,11 +567,15 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
     setting that tracks the measured value in some groups) and
     ``<out>/outputs/runs/<run_key>/output/rankings.json`` for every scored run: orders
     drawn so that their Spearman correlation with the measured values is near the run's
-    simulated score, written in the run's departure format where it has one. The
-    returned table is :func:`simulate_runs` with what the files determine put in: each
-    scored run's score is the grader's score of its orders, each task's threshold its
-    chance threshold (4,000 random submissions), its experiments and groups those of
-    its package. ``spu stats TABLE --tasks <out>/tasks --runs-dir <out>/outputs`` then
+    simulated score, written in the run's departure format where it has one, and beside
+    it a seeded trajectory submitting those orders (:func:`_write_trajectory`:
+    ``trajectory.jsonl.gz``, ``run.json`` with the run's fields, ``task/`` and
+    ``tools/audit.jsonl``), so ``spu analyze <out>/outputs --tasks <out>/tasks`` reads
+    them as it reads real runs. The returned table is :func:`simulate_runs` with what
+    the files determine put in: each scored run's score is the grader's score of its
+    orders, each task's threshold its chance threshold (4,000 random submissions), its
+    experiments and groups those of its package, each scored run's ``tool_calls`` its
+    trajectory's. ``spu stats TABLE --tasks <out>/tasks --runs-dir <out>/outputs`` then
     runs every analysis, those of the submitted orders included.
 
     Examples
@@ -611,6 +617,8 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
     # Draws of their own (the scores and orders draw as before): a run's report records
     # its task's DOI, or a query of an audited tool asks for it (paper 3.7, Figure 13c).
     sides = rng_for(seed, "simulate", "study", "doi sides")
+    walk = rng_for(seed, "simulate", "study", "trajectories")
+    tasks_dir = out / "tasks"
     for i in np.flatnonzero(scored):
         r = runs.iloc[i]
         contract, measured, key = keys[str(r["task_id"])]
@@ -624,11 +632,61 @@ def simulate_study(out: str | Path, params: SimulationParameters | None = None,
         (folder / "output").mkdir(parents=True, exist_ok=True)
         (folder / "output" / "rankings.json").write_text(
             json.dumps(_submission(str(r["task_id"]), orders, departure)), encoding="utf-8")
-        (folder / "run.json").write_text(json.dumps({"run_key": str(r["run_key"]),
-                                                     "task_id": str(r["task_id"])}),
-                                         encoding="utf-8")
-        _write_doi_sides(folder, str(r["task_id"]), sides)
+        n_calls, report, audit = _write_trajectory(folder, r, tasks_dir / str(r["task_id"]),
+                                                   orders, score, walk, int(i))
+        runs.iat[i, runs.columns.get_loc("tool_calls")] = n_calls
+        _write_doi_sides(folder, str(r["task_id"]), sides, report, audit)
     return runs
+
+
+TRAJECTORY_STEPS = 20
+"""Mean working steps of a simulated run's trajectory (kept short: about 1,500 runs)."""
+
+STUDY_START = datetime(2026, 11, 1, tzinfo=UTC)
+"""Start time of the first simulated run; run ``i`` starts ``i`` hours later."""
+
+
+def _write_trajectory(folder: Path, r: pd.Series, task_dir: Path, orders: dict[str, list[str]],
+                      score: float, rng: np.random.Generator, index: int
+                      ) -> tuple[int, str, list[dict[str, Any]]]:
+    """The trajectory, task inputs and ``run.json`` of one simulated run.
+
+    Returns the trajectory's tool calls, its report and its audited tool calls.
+
+    The trajectory is :func:`spu.testing.corpus.build_run`'s, in the CLI vocabulary of the
+    run's harness, submitting the run's ``orders``; it tries GPU work when the table's
+    sampled ``used_gpu`` is true (some of that work fails, as real workloads do, so the
+    executed-code rule of E.12 finds fewer runs than the sampled device).
+    """
+    import json
+    import shutil
+
+    from spu.tasks.package import load_task
+    from spu.testing.corpus import build_run
+    from spu.tracking.trajectories import write_trajectory
+
+    task = load_task(task_dir)
+    config = (str(r["model"]), str(r["effort"]), str(r["harness"]))
+    trajectory, _, audit, report = build_run(
+        task, None, config, max(6, int(rng.poisson(TRAJECTORY_STEPS))), rng,
+        STUDY_START + timedelta(hours=index), submitted=orders, use_gpu=bool(r["used_gpu"]))
+    (folder / "task").mkdir(exist_ok=True)
+    for name in ("contract.json", "targets.csv"):
+        shutil.copy(task_dir / name, folder / "task" / name)
+    write_trajectory(folder / "trajectory.jsonl.gz", trajectory)
+    n_calls = sum(len(s.tool_calls) for s in trajectory.steps)
+    record = {
+        "run_key": str(r["run_key"]), "task_id": str(r["task_id"]), "config": str(r["config"]),
+        "model": str(r["model"]), "harness": str(r["harness"]), "effort": str(r["effort"]),
+        "discipline": str(r["discipline"]), "subfield": str(r["subfield"]),
+        "visibility": str(r["visibility"]), "repeat": int(r["repeat"]),
+        "outcome": str(r["outcome"]), "scored": bool(r["scored"]),
+        "score_recovered": float(score), "runtime_s": float(r["runtime_s"]),
+        "tool_calls": n_calls, "used_gpu": bool(r["used_gpu"]),
+        "gpu_seconds": float(r["runtime_s"]) * 0.2 if bool(r["used_gpu"]) else 0.0,
+        "usage": {"output": int(r["output_tokens"])}}
+    (folder / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    return n_calls, report, audit
 
 
 def simulated_doi(task_id: str) -> str:
@@ -642,21 +700,26 @@ def simulated_doi(task_id: str) -> str:
     return f"10.5555/spu.sim.{task_id}"
 
 
-def _write_doi_sides(folder: Path, task_id: str, rng: np.random.Generator) -> None:
-    """A report and an audit log: the DOI in 1 report in 10, requested in 1 run in 50 (3.7)."""
+def _write_doi_sides(folder: Path, task_id: str, rng: np.random.Generator, report: str,
+                     audit: list[dict[str, Any]]) -> None:
+    """The report and the audit log: the DOI in 1 report in 10, requested in 1 run in 50 (3.7).
+
+    ``report`` and ``audit`` are the trajectory's; the DOI sentence and one more search
+    (for the DOI, or not) are added to them.
+    """
     import json
 
     doi = simulated_doi(task_id)
     reported, requested = rng.random() < 0.1, rng.random() < 0.02
     (folder / "output" / "report.md").write_text(
-        "# Report\n\nRanked by a proxy.\n" + (f"The source may be {doi}.\n" if reported
-                                                 else ""), encoding="utf-8")
+        report + (f"The source may be {doi}.\n" if reported else ""), encoding="utf-8")
     query = f"doi {doi}" if requested else "ligand effects on yield"
     (folder / "tools").mkdir(exist_ok=True)
-    (folder / "tools" / "audit.jsonl").write_text(json.dumps(
-        {"time": "2026-11-01T00:00:00Z", "tool": "search", "args": {"query": query},
-         "status": "ok", "latency_s": 0.1, "text_sha256": "", "chars": 0}) + "\n",
-        encoding="utf-8")
+    lines = [*audit, {"time": "2026-11-01T00:00:00Z", "tool": "search",
+                      "args": {"query": query}, "status": "ok", "latency_s": 0.1,
+                      "text_sha256": "", "chars": 0}]
+    (folder / "tools" / "audit.jsonl").write_text(
+        "".join(json.dumps(a) + "\n" for a in lines), encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -147,12 +147,16 @@ def opening_calls(recorded: Trajectory | None) -> int:
 def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str, str],
               calls: int, rng: np.random.Generator, start: datetime,
               recorded: Trajectory | None = None, output_blob: int = 0,
-              exact: bool = False
+              exact: bool = False, *, submitted: dict[str, list[str]] | None = None,
+              use_gpu: bool | None = None
               ) -> tuple[Trajectory, dict[str, list[str]], list[dict[str, Any]], str]:
     """One synthetic trajectory, its submitted orders, audit lines and report text.
 
     ``calls`` working steps; with ``exact``, working steps until the trajectory holds
-    exactly ``calls`` tool calls in all (at least :func:`opening_calls`).
+    exactly ``calls`` tool calls in all (at least :func:`opening_calls`). ``submitted``
+    fixes the orders the run submits (the first draft is then one to three swaps from
+    them, or them, half the time each); ``use_gpu`` whether it tries GPU work (default:
+    one run in four). Without them the run draws as it always did.
     """
     model, effort, harness = config
     b = _Builder(harness, start, rng)
@@ -173,10 +177,15 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
                                                "experiment_id,group_id\n")])
     b.step(None, [b.shell("nvidia-smi; nproc; free -g", "NVIDIA H20 | 0MiB / 97871MiB")])
     families = [f for f in SCRIPTS if rng.random() < 0.35]
-    use_gpu = rng.random() < 0.25
-    presented = {g.group_id: list(g.items) for g in task.contract.groups}
-    draft = _shuffle(rng, presented, 3 + int(rng.integers(6)))
-    final = _shuffle(rng, draft, int(rng.integers(0, 4))) if rng.random() < 0.5 else draft
+    drawn_gpu = rng.random() < 0.25
+    use_gpu = drawn_gpu if use_gpu is None else use_gpu
+    if submitted is None:
+        presented = {g.group_id: list(g.items) for g in task.contract.groups}
+        draft = _shuffle(rng, presented, 3 + int(rng.integers(6)))
+        final = _shuffle(rng, draft, int(rng.integers(0, 4))) if rng.random() < 0.5 else draft
+    else:
+        final = {g: list(o) for g, o in submitted.items()}
+        draft = _shuffle(rng, final, 1 + int(rng.integers(3))) if rng.random() < 0.5 else final
     draft_at = int(rng.integers(calls // 4, max(calls // 4 + 1, calls - 3)))
     where = rng.choice(["model_text", "tool_call", "tool_output"])
     blob = "x" * output_blob

@@ -110,3 +110,22 @@ def test_audited_service_and_never_used(tmp_path) -> None:
     row = table.set_index("config").loc["all"]
     assert (row["n_with_log"], row["audited_calls"], row["audited_refused"]) == (1, 3, 1)
     assert row["share_never_audited"] == 0.5
+
+
+def test_within_configuration_takes_one_official_run_per_configuration_and_task() -> None:
+    """Repeats (--all-repeats) and a second official run of a pair (the benchmark corpus)
+    are left out: the table equals the one of the first official runs alone."""
+    rng = np.random.default_rng(9)
+    rows = []
+    for t in range(8):
+        for c in "ABC":
+            rows.append({"run_key": f"{t}-{c}-0", "task_id": f"t{t}", "config": c, "repeat": 0,
+                         "score": float(rng.normal(0.3, 0.1)),
+                         "used_gpu": bool(rng.random() < 0.4),
+                         "gpu_confirmed": bool(rng.random() < 0.5)})
+    first = pd.DataFrame(rows)
+    extra = first.assign(run_key=first["run_key"] + "x", score=0.9, used_gpu=True)
+    repeats = first.assign(run_key=first["run_key"] + "r", repeat=1, score=-0.5)
+    both = pd.concat([first, extra, repeats], ignore_index=True)
+    pd.testing.assert_frame_equal(gpu_within_config(both, seed=0, resamples=100),
+                                  gpu_within_config(first, seed=0, resamples=100))

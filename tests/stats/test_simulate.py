@@ -149,3 +149,31 @@ def test_a_simulated_study_grades_to_its_table(tmp_path) -> None:
             assert grade.recovered_departures == [r.departures]
     thresholds = runs.groupby("task_id")["threshold"].nunique()
     assert (thresholds == 1).all() and runs["threshold"].between(0, 1).all()
+
+
+def test_a_simulated_study_carries_seeded_trajectories(tmp_path) -> None:
+    """Every scored run folder holds a trajectory in the format ``spu analyze`` reads,
+    submitting the run's orders, the same for the same seed; the table's tool calls are
+    the trajectory's, and GPU work is tried only where the sampled device says so."""
+    from spu.analysis.runs import read_run
+    from spu.tracking.trajectories import iter_steps
+
+    params = SimulationParameters(configs=PAPER_CONFIGS[:2], repeats=0)
+    runs = simulate_study(tmp_path / "a", params, seed=5)
+    again = simulate_study(tmp_path / "b", params, seed=5)
+    pd.testing.assert_frame_equal(runs, again)
+    scored = runs[runs["scored"]]
+    for r in scored.head(25).itertuples(index=False):
+        folder_a = tmp_path / "a" / "outputs" / "runs" / r.run_key
+        folder_b = tmp_path / "b" / "outputs" / "runs" / r.run_key
+        steps = list(iter_steps(folder_a / "trajectory.jsonl.gz"))
+        assert [s.model_dump() for s in steps] == [
+            s.model_dump() for s in iter_steps(folder_b / "trajectory.jsonl.gz")]
+        assert sum(len(s.tool_calls) for s in steps) == r.tool_calls
+        reading = read_run(folder_a)
+        features = reading.features
+        assert features["config"] == r.config and features["score"] == pytest.approx(
+            r.score_recovered)
+        assert features["gpu_measured"] == bool(r.used_gpu)
+        assert not features["used_gpu"] or r.used_gpu  # executed GPU work only where tried
+        assert features["first_complete_step"] is not None
