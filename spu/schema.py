@@ -710,6 +710,9 @@ class GatewayRequest(Record):
     """Bytes of the answer body passed to the agent."""
     stream: bool = False
     """True for a streamed (SSE) answer."""
+    max_tokens: int | None = None
+    """The most output tokens the request asked for (``max_tokens``, ``max_output_tokens``,
+    ``max_completion_tokens``), reasoning included; None where it set no bound."""
     rate_limit_tokens: int | None = None
     """The provider's stated limit of tokens per minute for this request's model, where its
     answer stated one (``anthropic-ratelimit-input-tokens-limit``,

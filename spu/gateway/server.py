@@ -114,6 +114,25 @@ RATE_LIMIT_HEADERS = ("anthropic-ratelimit-input-tokens-limit", "anthropic-ratel
 """Where providers state their tokens-per-minute limit, the most specific first."""
 
 
+OUTPUT_BOUNDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
+"""Where a request asks its most output tokens: Messages, Responses, Chat Completions."""
+
+
+def asked_output_tokens(body: dict[str, Any]) -> int | None:
+    """The most output tokens a request body asks for, or None where it sets no bound.
+
+    Examples
+    --------
+    >>> asked_output_tokens({"max_tokens": 100}), asked_output_tokens({"input": "x"})
+    (100, None)
+    """
+    for name in OUTPUT_BOUNDS:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def stated_rate_limit(headers: Any) -> int | None:
     """The tokens-per-minute limit an answer's headers state, or None.
 
@@ -273,8 +292,11 @@ class _Exchange:
     reserved_usd: float = 0.0
     """The bound on this generation's cost held against the spend cap while it runs."""
     client_gone: bool = False
-    longest_stall_s: float = 0.0
-    """The longest the answer waited on the agent's full queue (nothing read upstream)."""
+    last_stall_s: float = 0.0
+    """The last wait of :data:`CLIENT_STALL_S` or more on the agent's full queue (nothing
+    is read from the upstream meanwhile)..."""
+    last_stall_end: float = float("-inf")
+    """... and when it ended (``time.monotonic``)."""
     submission: bytes | None = None
     """``output/rankings.json`` as it stood when the request arrived (a generation's)."""
 
@@ -476,6 +498,7 @@ class ModelGateway:
             x.entry.model = (well_formed(str(x.body["model"]))
                              if x.body.get("model") is not None else None)
             x.entry.stream = bool(x.body.get("stream"))
+            x.entry.max_tokens = asked_output_tokens(x.body)
         refusal = self._policy(endpoint, x)
         if refusal is None:
             refusal = await self._reserve(endpoint, x)
@@ -740,7 +763,9 @@ class ModelGateway:
                         x.client_gone = True
                     finally:
                         # Meanwhile nothing is read from the upstream, which may give up.
-                        x.longest_stall_s = max(x.longest_stall_s, time.monotonic() - waited)
+                        now = time.monotonic()
+                        if now - waited >= CLIENT_STALL_S:
+                            x.last_stall_s, x.last_stall_end = now - waited, now
                 if hung_up_at is None:
                     hung_up_at = time.monotonic()
                 drained += len(chunk)
@@ -755,11 +780,13 @@ class ModelGateway:
                 # all the same, the time the agent chose (verdict.unstreamed_timeout).
                 x.entry.error_type = "gateway.upstream_timeout"
                 x.entry.error = f"the upstream did not finish its answer: {cut}"[:500]
-            elif x.longest_stall_s >= CLIENT_STALL_S:
-                # The agent stopped reading first: a cut it chose (verdict.POLICY_ERRORS).
+            elif time.monotonic() - x.last_stall_end <= CLIENT_STALL_S:
+                # Found as the agent read again after leaving the answer unread: a cut it
+                # chose (verdict.POLICY_ERRORS). A cut long after such a wait is the
+                # provider's.
                 x.entry.error_type = "gateway.client_stalled"
                 x.entry.error = (f"the upstream cut the answer after the agent left it "
-                                 f"unread for {x.longest_stall_s:.1f} s: {cut}")[:500]
+                                 f"unread for {x.last_stall_s:.1f} s: {cut}")[:500]
             else:
                 x.entry.error_type = "gateway.stream_dropped"
                 x.entry.error = f"the upstream cut the answer: {cut}"[:500]

@@ -8,6 +8,7 @@ outcome rules take :class:`GatewayVerdict` as the provider's word on ``refusal``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -81,23 +82,36 @@ def is_failure(entry: GatewayRequest) -> bool:
     return entry.error_type is not None and not entry.refusal
 
 
+SLOW_TOKENS_PER_S = 20.0
+"""A provider's slowest usual generation rate: an unstreamed request whose asked output
+takes its wait at this rate could be that slow by the agent's choice."""
+
+
 def unstreamed_timeout(entry: GatewayRequest) -> bool:
     """An unstreamed generation the upstream took but did not answer within the window.
 
     Such an answer sends no byte until it is whole, and how long it takes is the agent's
-    to choose (``max_tokens``, effort, the prompt): the agent's doing, like a 4xx. A
-    streamed request starts its answer at once, and an upstream that cannot be reached
-    in time is ``gateway.upstream_unreachable``: both stay the provider's failures.
+    to choose (``max_tokens``, effort, the prompt): the agent's doing, like a 4xx, when
+    the output it asked for (:attr:`GatewayRequest.max_tokens`, reasoning included; none
+    asked: the model's most) would take the time it waited at :data:`SLOW_TOKENS_PER_S`.
+    A short request that waits that long found a provider that hung; a streamed request
+    starts its answer at once; an upstream that cannot be reached in time is
+    ``gateway.upstream_unreachable``: all stay the provider's failures.
 
     Examples
     --------
-    >>> slow = GatewayRequest(time="t", endpoint="messages", status=504,
-    ...                       error_type="gateway.upstream_timeout")
+    >>> slow = GatewayRequest(time="t", endpoint="messages", status=504, latency_s=900.0,
+    ...                       error_type="gateway.upstream_timeout", max_tokens=128_000)
     >>> unstreamed_timeout(slow), unstreamed_timeout(slow.model_copy(update={"stream": True}))
     (True, False)
+    >>> unstreamed_timeout(slow.model_copy(update={"max_tokens": 16}))
+    False
     """
-    return (entry.error_type == "gateway.upstream_timeout" and not entry.stream
-            and entry.endpoint in GENERATIONS)
+    if entry.error_type != "gateway.upstream_timeout" or entry.stream \
+            or entry.endpoint not in GENERATIONS:
+        return False
+    # As much output as it asked for could take the time it waited, at a slow rate.
+    return entry.max_tokens is None or entry.max_tokens >= SLOW_TOKENS_PER_S * entry.latency_s
 
 
 RATE_WINDOW_S = 60.0
@@ -123,8 +137,7 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     the tokens-per-minute limit the provider stated (:attr:`GatewayRequest.rate_limit_tokens`,
     the latest stated up to it): answered requests counted by the provider's usage (all
     but cache reads, which providers leave out of their limits), requests without usage
-    (refused ones, the 429 itself) at their body's size in bytes, which no token count
-    exceeds. Under that rule an agent cannot spend its organisation's limit after a file
+    (refused ones, the 429 itself) by their body's size (:func:`_tokens_per_byte`). Under that rule an agent cannot spend its organisation's limit after a file
     it dislikes to have its run retried. Without a stated limit a 429 stays the
     provider's (the paper reruns API errors, 3.1).
 
@@ -139,6 +152,7 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     """
     found: dict[int, str] = {}
     limit: int | None = None
+    ratio = _tokens_per_byte(entries)
     for k, entry in enumerate(entries):
         limit = entry.rate_limit_tokens or limit
         if entry.status != 429 or limit is None or entry.endpoint not in GENERATIONS:
@@ -156,12 +170,35 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
                 continue
             u = before.usage
             billed = u.input + u.cache_write + u.output
-            own += billed if billed else before.bytes_in
+            own += billed if billed else math.ceil(before.bytes_in * ratio)
         if own >= limit:
+            how = ("at their size in bytes" if ratio == 1.0 else
+                   f"at {ratio:.3f} tokens a byte of their bodies")
             found[k] = (f"a 429 counted as the run's own doing: its tokens in the minute "
-                        f"before it (about {own}, refused requests at their size in bytes) "
-                        f"reach the provider's stated limit of {limit} per minute")
+                        f"before it (about {own}, requests without usage {how}) reach the "
+                        f"provider's stated limit of {limit} per minute")
     return found
+
+
+TOKENS_PER_BYTE_FLOOR = 0.25
+"""Prompt tokens a byte of a request body at least counts for (four bytes a token, as
+English text and JSON tokenise), however few the run's answered requests showed."""
+
+
+def _tokens_per_byte(entries: Sequence[GatewayRequest]) -> float:
+    """Tokens a byte of a request without usage counts for; 1 with no answered request.
+
+    The most prompt tokens a byte of the run's answered generations (the provider's own
+    count of the run's own bodies), at least :data:`TOKENS_PER_BYTE_FLOOR`: a long
+    session's 429 is not taken for the run's own doing at four times its tokens. With no
+    answered request, a byte counts as a token: no token count exceeds the bytes.
+    Residual: an agent whose refused bodies tokenise denser than its answered ones (a
+    token a byte) is counted at a quarter of their tokens at worst.
+    """
+    ratios = [(e.usage.input + e.usage.cache_read + e.usage.cache_write) / e.bytes_in
+              for e in entries if e.endpoint in GENERATIONS and e.bytes_in > 0
+              and e.status < 400 and e.usage.input + e.usage.cache_read > 0]
+    return min(1.0, max(TOKENS_PER_BYTE_FLOOR, *ratios)) if ratios else 1.0
 
 
 def is_answer(entry: GatewayRequest) -> bool:

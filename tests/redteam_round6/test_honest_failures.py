@@ -145,15 +145,6 @@ def test_a_streamed_request_the_provider_never_answers_is_still_infra_error(
     assert gateway_verdict(entries).infra_error is not None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium, honest runs): a provider that takes requests and never answers "
-    "(a hung load balancer) is the provider's failure, but an unstreamed generation's "
-    "read timeout is now the agent's doing whatever it asked for: a run whose harness "
-    "asks unstreamed (max_tokens 16 here) ends without infra_error and is scored as its "
-    "agent left it, not retried. Fix: keep the request's max_tokens (and reasoning "
-    "effort) in the record and count the timeout as the agent's only when that much "
-    "output could take the read window at a provider's slowest usual rate (say 900 s at "
-    "20 tokens/s: max_tokens over 18,000, or a reasoning effort asked)."))
 def test_an_unstreamed_request_the_provider_never_answers_is_still_infra_error(
         tmp_path: Path) -> None:
     handler = type("Hangs", (_FailsAfterFirst,), {"hang_s": 3.0, "count": [0]})
@@ -206,13 +197,6 @@ class _StallThenCut(BaseHTTPRequestHandler):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low, honest runs): `gateway.client_stalled` takes the longest stall of the "
-    "whole answer: an agent that was busy for 2 s once (a sandbox held to one CPU, a "
-    "garbage collection) has a later cut of the provider's own, seconds after it read "
-    "again, counted as its doing, and the run is not retried. Fix: count the cut as the "
-    "agent's only when it is found while or just after the answer waited on the agent "
-    "(the stall that ended within CLIENT_STALL_S of the cut), not at any time after."))
 def test_a_provider_cut_long_after_a_short_stall_is_still_its_failure(tmp_path: Path) -> None:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _StallThenCut)
     upstream.daemon_threads = True
@@ -319,15 +303,6 @@ class _BusyOrganisation(BaseHTTPRequestHandler):
         return
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium, honest runs): a refused request is counted at its body's size in "
-    "bytes, about four times its tokens: a CLI late in a long session (600 KB bodies, "
-    "150k tokens) whose organisation's other runs spent the shared limit gets a 429 that "
-    "reads as its own (300k tokens answered + 600k 'tokens' for the 429 >= 800k stated), "
-    "so the run is not retried though its tokens (450k) were far from the limit. Fix: "
-    "count the 429 at its tokens (the provider's count_tokens for the body, free, asked "
-    "after the 429; or its bytes times the highest tokens-per-byte ratio of the run's "
-    "answered requests, checked against a conservative floor)."))
 def test_an_honest_long_session_retrying_an_organisations_429_is_still_infra_error(
         tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), type("Busy", (_BusyOrganisation,),
