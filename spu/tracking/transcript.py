@@ -19,6 +19,9 @@ from spu.identity import official_score
 from spu.schema import RunRecord
 from spu.tracking.trajectories import find_trajectory, iter_step_views
 
+TRANSCRIPT_FILE = "transcript.html"
+"""The transcript's name among the run's artifacts."""
+
 FOLD_LINES = 6
 """Tool outputs with more lines than this are folded."""
 
