@@ -38,7 +38,7 @@ import io
 import json
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -171,7 +171,7 @@ class _Writer:
 
     def __post_init__(self) -> None:
         self.trace_id_b64 = base64.b64encode(self.otel_trace_id.to_bytes(16, "big")).decode()
-        self.request_id_json = _ENCODER.encode(self.trace_id)
+        self.request_id_json = _encode(self.trace_id)
 
     def text(self, value: str | None) -> str | None:
         return cut(value, int(self.settings.max_chars))
@@ -189,7 +189,7 @@ class _Writer:
         usage = (attributes or {}).get("mlflow.chat.tokenUsage") or {}
         for k, v in usage.items():
             self.usage[k] = self.usage.get(k, 0) + int(v)
-        encode = _ENCODER.encode
+        encode = _encode
         encoded = {"mlflow.traceRequestId": self.request_id_json,
                    "mlflow.spanType": encode(span_type)}
         if inputs is not None:
@@ -237,6 +237,34 @@ ROOT_SPAN = 1
 
 _ENCODER = json.JSONEncoder(default=str)
 """Encodes span attribute values as ``json.dumps(value, default=str)`` does, built once."""
+
+
+def _make_encode() -> Callable[[Any], str]:
+    """``json.dumps(value, default=str)``, with the C encoder made once, not per value.
+
+    ``JSONEncoder.encode`` builds a new C encoder for every value it is given, which was
+    most of the time of encoding a span's small attribute values. The same text comes out
+    (no circularity check: the values are read from JSON and cannot hold a cycle).
+    """
+    from json.encoder import c_make_encoder, encode_basestring_ascii
+
+    if c_make_encoder is None:  # an interpreter without json's C speedups
+        return _ENCODER.encode
+    try:
+        chunks = c_make_encoder(None, str, encode_basestring_ascii, None, ": ", ", ",
+                                False, False, True)
+    except TypeError:  # another signature: the plain way
+        return _ENCODER.encode
+
+    def encode(value: Any) -> str:
+        if type(value) is str:
+            return encode_basestring_ascii(value)
+        return "".join(chunks(value, 0))
+
+    return encode
+
+
+_encode = _make_encode()
 
 class _JSON(str):
     """A span's inputs already JSON-encoded (as :data:`_ENCODER` encodes them)."""
@@ -511,10 +539,10 @@ def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
     max_chars = int(w.settings.max_chars)
     for call, label in zip(s.tool_calls, labels, strict=True):
         # the arguments are encoded once: to measure them, and as the span's inputs
-        text_args = _ENCODER.encode(call.arguments)
+        text_args = _encode(call.arguments)
         if len(text_args) > max_chars:
-            text_args = _ENCODER.encode(w.text(text_args))
-        inputs = _JSON(f'{{"arguments": {text_args}, "call_id": {_ENCODER.encode(call.id)}}}')
+            text_args = _encode(w.text(text_args))
+        inputs = _JSON(f'{{"arguments": {text_args}, "call_id": {_encode(call.id)}}}')
         w.span(call.name, "TOOL", t, after, parent=parent, inputs=inputs,
                outputs={"output": w.text(call.output), "is_error": call.is_error},
                attributes={"spu.step": s.index, "spu.tool": call.name,
