@@ -246,8 +246,9 @@ def _make_encode() -> Callable[[Any], str]:
     most of the time of encoding a span's small attribute values. The same text comes out
     (no circularity check: the values are read from JSON and cannot hold a cycle).
     """
-    from json.encoder import c_make_encoder, encode_basestring_ascii
+    from json.encoder import encode_basestring_ascii
 
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # not in the stubs
     if c_make_encoder is None:  # an interpreter without json's C speedups
         return _ENCODER.encode
     try:
