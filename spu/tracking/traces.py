@@ -157,6 +157,10 @@ class _Writer:
     """The trace id as MLflow's span dictionaries give it (base64 of its 16 bytes)."""
     request_id_json: str = ""
     """The ``mlflow.traceRequestId`` attribute of every span (the trace id, JSON-encoded)."""
+    max_chars: int = 0
+    """``settings.max_chars`` (read once)."""
+    max_spans: int = 0
+    """``settings.max_spans`` (read once)."""
     spans: list[dict[str, Any]] = field(default_factory=list)
     """The spans, each as MLflow's ``Span.to_dict`` gives it."""
     left_out: int = 0
@@ -172,12 +176,14 @@ class _Writer:
     def __post_init__(self) -> None:
         self.trace_id_b64 = base64.b64encode(self.otel_trace_id.to_bytes(16, "big")).decode()
         self.request_id_json = _encode(self.trace_id)
+        self.max_chars = int(self.settings.max_chars)
+        self.max_spans = int(self.settings.max_spans)
 
     def text(self, value: str | None) -> str | None:
-        return cut(value, int(self.settings.max_chars))
+        return cut(value, self.max_chars)
 
     def full(self) -> bool:
-        return len(self.spans) + len(self.agents) + 1 >= int(self.settings.max_spans)  # + root
+        return len(self.spans) + len(self.agents) + 1 >= self.max_spans  # + root
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -191,7 +197,7 @@ class _Writer:
             self.usage[k] = self.usage.get(k, 0) + int(v)
         encode = _encode
         encoded = {"mlflow.traceRequestId": self.request_id_json,
-                   "mlflow.spanType": encode(span_type)}
+                   "mlflow.spanType": _span_type(span_type)}
         if inputs is not None:
             encoded["mlflow.spanInputs"] = inputs if isinstance(inputs, _JSON) else encode(inputs)
         if outputs is not None:
@@ -273,6 +279,12 @@ class _JSON(str):
 
 _OK, _ERROR = "STATUS_CODE_OK", "STATUS_CODE_ERROR"
 """Span status codes as MLflow's span dictionaries name them (OTLP's names)."""
+
+
+@functools.cache
+def _span_type(span_type: str) -> str:
+    """A span type as its ``mlflow.spanType`` attribute holds it (JSON-encoded)."""
+    return _encode(span_type)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -537,7 +549,7 @@ def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
     elif s.text:
         w.span(f"{s.role} message {s.index}", "UNKNOWN", t, t, parent=parent,
                outputs={"text": w.text(s.text)}, attributes={"spu.step": s.index})
-    max_chars = int(w.settings.max_chars)
+    max_chars = w.max_chars
     for call, label in zip(s.tool_calls, labels, strict=True):
         # the arguments are encoded once: to measure them, and as the span's inputs
         text_args = _encode(call.arguments)
