@@ -490,10 +490,11 @@ def put_artifact(repo: Any, name: str, text: str) -> None:
     a copy per file where none is needed (on a busy disk, making and removing the folder
     cost as much as the write).
     """
-    from mlflow.store.artifact.artifact_repo import StreamUploadMixin
+    from mlflow.store.artifact import artifact_repo
 
     data = text.encode("utf-8")
-    if isinstance(repo, StreamUploadMixin):
+    streams = getattr(artifact_repo, "StreamUploadMixin", None)  # MLflow 3.17's name
+    if streams is not None and isinstance(repo, streams):
         repo.log_artifact_from_stream(io.BytesIO(data), name)
         return
     with tempfile.TemporaryDirectory(prefix="spu-artifact-") as scratch:
