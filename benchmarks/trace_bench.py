@@ -10,15 +10,23 @@ reference), and with traces and ``transcript.html``. Prints seconds per 1,000 to
 and store growth (database and artifacts) per 1,000 tool calls for each, and the ratio of
 tracking times (issue 25's goal: traces add at most 20%, a ratio of at most 1.2).
 ``--spans store`` writes the spans as rows of the span table instead of ``traces.json``.
+It also prints where the traced store's extra time went, per 1,000 calls: the trace's one
+store transaction (MLflow's ``start_trace``), building the spans, writing ``traces.json``,
+the transcript, and the rest (reading the run folder, opening the artifact stores).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from spu.config import SpansStore, TracesConfig
 from spu.schema import RunRecord
@@ -38,26 +46,79 @@ def _target(out: Path, traces: bool, spans: str = "artifact") -> TrackingTarget:
                           traces=TracesConfig(enabled=traces, spans=SpansStore(spans)))
 
 
-def record_all(folders: list[Path], root: Path, spans: str = "artifact"
-               ) -> tuple[float, int, float, int]:
+PARTS = {
+    "store transaction (start_trace)": ("mlflow.tracing.client", "TracingClient", "start_trace"),
+    "span table rows (log_spans)": ("mlflow.tracing.client", "TracingClient", "log_spans"),
+    "spans built (turns, tool calls)": ("spu.tracking.traces", None, "_step_spans"),
+    "traces.json written": ("spu.tracking.traces", None, "put_artifact"),
+    "transcript rendered, written": ("spu.tracking.transcript", None, "render_transcript"),
+    "trace and transcript in all": ("spu.tracking.traces", None, "log_views"),
+}
+"""The parts of a traced run's logging timed apart: (module, class or None, function)."""
+
+
+@contextmanager
+def timed_parts() -> Iterator[dict[str, float]]:
+    """Seconds spent in each of :data:`PARTS` while the block runs (wrapped, then restored).
+
+    ``put_artifact`` also writes ``transcript.html``: its time is counted as the
+    transcript's, not the trace's.
+    """
+    import importlib
+
+    spent: dict[str, float] = collections.defaultdict(float)
+    restore = []
+    for label, (module, cls, name) in PARTS.items():
+        owner: Any = importlib.import_module(module)
+        owner = getattr(owner, cls) if cls else owner
+        original = getattr(owner, name, None)
+        if original is None:  # an older SPU without that part
+            continue
+
+        def wrapper(*args: Any, _f: Callable[..., Any] = original, _label: str = label,
+                    **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                key = _label
+                if _label == "traces.json written" and args[1:2] == ("transcript.html",):
+                    key = "transcript rendered, written"
+                spent[key] += time.perf_counter() - start
+
+        setattr(owner, name, functools.wraps(original)(wrapper))
+        restore.append((owner, name, original))
+    try:
+        yield spent
+    finally:
+        for owner, name, original in restore:
+            setattr(owner, name, original)
+
+
+def record_all(folders: list[Path], root: Path, spans: str = "artifact",
+               parts: dict[str, float] | None = None) -> tuple[float, int, float, int]:
     """Record every run into two fresh stores under ``root``, without and with traces.
 
     The two are interleaved run by run (which goes first alternating), so a machine whose
     load changes during the benchmark slows both alike.
 
     Returns:
-        (seconds, bytes) without traces, then (seconds, bytes) with traces.
+        (seconds, bytes) without traces, then (seconds, bytes) with traces. ``parts``, when
+        given, is filled with the seconds of each of :data:`PARTS` in the traced store.
     """
     plain, traced = _target(root / "plain", False), _target(root / "traced", True, spans)
     records = [RunRecord.model_validate_json((f / "run.json").read_text()) for f in folders]
     for target in (plain, traced):  # opens the stores: schema creation not timed
         log_run(records[0], folders[0], target)
     seconds = {plain.uri: 0.0, traced.uri: 0.0}
-    for n, (record, folder) in enumerate(zip(records[1:], folders[1:], strict=True)):
-        for target in (plain, traced) if n % 2 == 0 else (traced, plain):
-            start = time.perf_counter()
-            log_run(record, folder, target)
-            seconds[target.uri] += time.perf_counter() - start
+    with timed_parts() as spent:
+        for n, (record, folder) in enumerate(zip(records[1:], folders[1:], strict=True)):
+            for target in (plain, traced) if n % 2 == 0 else (traced, plain):
+                start = time.perf_counter()
+                log_run(record, folder, target)
+                seconds[target.uri] += time.perf_counter() - start
+    if parts is not None:
+        parts.update(spent)
     return (seconds[plain.uri], _size(root / "plain"), seconds[traced.uri],
             _size(root / "traced"))
 
@@ -77,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                               total_calls=args.total_calls)
         calls = sum(RunRecord.model_validate_json((f / "run.json").read_text()).tool_calls
                     for f in folders[1:])
-        plain_s, plain_b, traced_s, traced_b = record_all(folders, root, args.spans)
+        parts: dict[str, float] = {}
+        plain_s, plain_b, traced_s, traced_b = record_all(folders, root, args.spans, parts)
     per = 1000 / max(calls, 1)
     print(f"{len(folders) - 1} runs timed, {calls} tool calls")
     print(f"without traces: {plain_s * per:8.2f} s per 1,000 calls, "
@@ -86,6 +148,15 @@ def main(argv: list[str] | None = None) -> int:
           f"store {traced_b * per / 1e6:8.2f} MB per 1,000 calls")
     print(f"ratio (with / without): time {traced_s / plain_s:.2f}, "
           f"store {traced_b / max(plain_b, 1):.2f} (goal: time at most 1.20)")
+    extra = traced_s - plain_s
+    print(f"the traced store's extra {extra * per:.2f} s per 1,000 calls "
+          f"({extra / plain_s:.0%} of the untraced time), by part:")
+    total = parts.pop("trace and transcript in all", 0.0)
+    for label, spent in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"  {label:32s} {spent * per:6.3f} s per 1,000 calls "
+              f"({spent / plain_s:4.0%} of the untraced time)")
+    print(f"  {'the rest of the trace':32s} {(total - sum(parts.values())) * per:6.3f} s per "
+          f"1,000 calls (the run folder read, the other spans, the stores opened)")
     return 0
 
 

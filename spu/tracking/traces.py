@@ -32,11 +32,13 @@ MLflow is imported inside the functions that use it.
 
 from __future__ import annotations
 
+import base64
 import functools
+import io
 import json
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -141,15 +143,26 @@ def trace_tags(record: RunRecord) -> dict[str, str]:
 class _Writer:
     """Collects the spans of one trace in memory, counting them against the cap.
 
-    The spans are built as OpenTelemetry spans carrying MLflow's attributes and written in
-    one :meth:`log_spans` call: MLflow's live tracer writes (and commits) each span as it
-    ends, some ten milliseconds a span on SQLite, and swallows a failed write.
+    Each span is built directly as the dictionary MLflow's ``Span.to_dict`` gives (what
+    ``traces.json`` holds, read back by ``Span.from_dict``): its attributes JSON-encoded
+    once, by one shared encoder, with no OpenTelemetry span in between (building those,
+    then turning them into dictionaries, took most of a trace's time). MLflow's live
+    tracer would write (and commit) each span as it ends and swallow a failed write.
     """
 
     otel_trace_id: int
     trace_id: str
     settings: Any
-    spans: list[Any] = field(default_factory=list)
+    trace_id_b64: str = ""
+    """The trace id as MLflow's span dictionaries give it (base64 of its 16 bytes)."""
+    request_id_json: str = ""
+    """The ``mlflow.traceRequestId`` attribute of every span (the trace id, JSON-encoded)."""
+    max_chars: int = 0
+    """``settings.max_chars`` (read once)."""
+    max_spans: int = 0
+    """``settings.max_spans`` (read once)."""
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    """The spans, each as MLflow's ``Span.to_dict`` gives it."""
     left_out: int = 0
     last_ns: int = 0
     next_id: int = 1
@@ -160,11 +173,17 @@ class _Writer:
     labels: RunContext = field(default_factory=RunContext)
     """The activity labeller's memory of the run (the scripts written so far)."""
 
+    def __post_init__(self) -> None:
+        self.trace_id_b64 = base64.b64encode(self.otel_trace_id.to_bytes(16, "big")).decode()
+        self.request_id_json = _encode(self.trace_id)
+        self.max_chars = int(self.settings.max_chars)
+        self.max_spans = int(self.settings.max_spans)
+
     def text(self, value: str | None) -> str | None:
-        return cut(value, int(self.settings.max_chars))
+        return cut(value, self.max_chars)
 
     def full(self) -> bool:
-        return len(self.spans) + len(self.agents) + 1 >= int(self.settings.max_spans)  # + root
+        return len(self.spans) + len(self.agents) + 1 >= self.max_spans  # + root
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -173,25 +192,26 @@ class _Writer:
     def add(self, span_id: int, name: str, span_type: str, start: int, end: int,
             parent: int | None, inputs: Any = None, outputs: Any = None,
             attributes: dict[str, Any] | None = None, error: bool = False) -> None:
-        from mlflow.entities import Span
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
-
-        def context(sid: int) -> SpanContext:
-            return SpanContext(self.otel_trace_id, sid, is_remote=False,
-                               trace_flags=TraceFlags(TraceFlags.SAMPLED))
-
-        for k, v in ((attributes or {}).get("mlflow.chat.tokenUsage") or {}).items():
+        usage = (attributes or {}).get("mlflow.chat.tokenUsage") or {}
+        for k, v in usage.items():
             self.usage[k] = self.usage.get(k, 0) + int(v)
-        values = {"mlflow.traceRequestId": self.trace_id, "mlflow.spanType": span_type,
-                  "mlflow.spanInputs": inputs, "mlflow.spanOutputs": outputs,
-                  **(attributes or {})}
-        encoded = {k: json.dumps(v, default=str) for k, v in values.items() if v is not None}
-        otel = ReadableSpan(name=name, context=context(span_id), resource=_resource(),
-                            parent=context(parent) if parent is not None else None,
-                            attributes=encoded, start_time=start, end_time=max(start, end),
-                            status=Status(StatusCode.ERROR if error else StatusCode.OK))
-        self.spans.append(Span(otel))
+        encode = _encode
+        encoded = {"mlflow.traceRequestId": self.request_id_json,
+                   "mlflow.spanType": _span_type(span_type)}
+        if inputs is not None:
+            encoded["mlflow.spanInputs"] = inputs if isinstance(inputs, _JSON) else encode(inputs)
+        if outputs is not None:
+            encoded["mlflow.spanOutputs"] = encode(outputs)
+        for k, v in (attributes or {}).items():
+            if v is not None:
+                encoded[k] = encode(v)
+        self.spans.append({
+            "trace_id": self.trace_id_b64, "span_id": _span_id(span_id),
+            "parent_span_id": _span_id(parent) if parent is not None else None,
+            "name": name, "start_time_unix_nano": start, "end_time_unix_nano": max(start, end),
+            "events": [], "status": {"code": _ERROR if error else _OK, "message": ""},
+            "attributes": encoded, "links": [],
+        })
 
     def span(self, name: str, span_type: str, start: int, end: int, *, parent: int | None = None,
              inputs: Any = None, outputs: Any = None, attributes: dict[str, Any] | None = None,
@@ -221,16 +241,56 @@ class _Writer:
 ROOT_SPAN = 1
 """Span id of each trace's root span."""
 
+_ENCODER = json.JSONEncoder(default=str)
+"""Encodes span attribute values as ``json.dumps(value, default=str)`` does, built once."""
+
+
+def _make_encode() -> Callable[[Any], str]:
+    """``json.dumps(value, default=str)``, with the C encoder made once, not per value.
+
+    ``JSONEncoder.encode`` builds a new C encoder for every value it is given, which was
+    most of the time of encoding a span's small attribute values. The same text comes out
+    (no circularity check: the values are read from JSON and cannot hold a cycle).
+    """
+    from json.encoder import encode_basestring_ascii
+
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # not in the stubs
+    if c_make_encoder is None:  # an interpreter without json's C speedups
+        return _ENCODER.encode
+    try:
+        chunks = c_make_encoder(None, str, encode_basestring_ascii, None, ": ", ", ",
+                                False, False, True)
+    except TypeError:  # another signature: the plain way
+        return _ENCODER.encode
+
+    def encode(value: Any) -> str:
+        if type(value) is str:
+            return encode_basestring_ascii(value)
+        return "".join(chunks(value, 0))
+
+    return encode
+
+
+_encode = _make_encode()
+
+class _JSON(str):
+    """A span's inputs already JSON-encoded (as :data:`_ENCODER` encodes them)."""
+
+
+_OK, _ERROR = "STATUS_CODE_OK", "STATUS_CODE_ERROR"
+"""Span status codes as MLflow's span dictionaries name them (OTLP's names)."""
+
 
 @functools.cache
-def _resource() -> Any:
-    """One empty OpenTelemetry resource, shared by every span.
+def _span_type(span_type: str) -> str:
+    """A span type as its ``mlflow.spanType`` attribute holds it (JSON-encoded)."""
+    return _encode(span_type)
 
-    Made per span (OpenTelemetry's default), it took most of the time of building one.
-    """
-    from opentelemetry.sdk.resources import Resource
 
-    return Resource.get_empty()
+@functools.lru_cache(maxsize=4096)
+def _span_id(span_id: int) -> str:
+    """A span id as MLflow's span dictionaries give it (base64 of its 8 bytes)."""
+    return base64.b64encode(span_id.to_bytes(8, "big")).decode()
 
 
 def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -380,7 +440,9 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
               "mlflow.trace.spansLocation": "TRACKING_STORE" if in_store else "ARTIFACT_REPO"})
     tracing = TracingClient(tracking_uri)
     if in_store:
-        tracing.log_spans(experiment_id, w.spans)
+        from mlflow.entities import Span
+
+        tracing.log_spans(experiment_id, [Span.from_dict(d) for d in w.spans])
         tracing.start_trace(info)
         return trace_id
     _write_to_artifacts(tracing, tracking_uri, experiment_id, info, w.spans)
@@ -388,30 +450,57 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
 
 
 def _write_to_artifacts(tracing: Any, tracking_uri: str, experiment_id: str, info: Any,
-                        spans: list[Any]) -> None:
+                        spans: list[dict[str, Any]]) -> None:
     """The trace in one store transaction, its spans as one ``traces.json`` artifact.
 
     MLflow's own way for a store without a span table, read back by ``search_traces`` and
     the UI alike. A trace whose spans cannot be written is deleted again, so that
     ``spu runs log-traces`` adds it later.
     """
-    from mlflow.entities import TraceData
+    from mlflow.store.artifact.artifact_repo import ArtifactRepository
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-    from mlflow.tracing.utils import TraceJSONEncoder
-    from mlflow.tracing.utils.artifact_utils import get_artifact_uri_for_trace
+    from mlflow.tracing.utils.artifact_utils import (
+        TRACE_DATA_FILE_NAME,
+        get_artifact_uri_for_trace,
+    )
 
     logged = tracing.start_trace(info)
     try:
         repo = get_artifact_repository(get_artifact_uri_for_trace(logged),
                                        tracking_uri=tracking_uri)
-        repo.upload_trace_data(json.dumps(TraceData(spans=spans).to_dict(),
-                                          cls=TraceJSONEncoder, ensure_ascii=False))
+        # what ``TraceData(spans).to_dict()`` gives, every attribute a JSON string already
+        data = json.dumps({"spans": spans}, ensure_ascii=False)
+        if type(repo).upload_trace_data is ArtifactRepository.upload_trace_data:
+            put_artifact(repo, TRACE_DATA_FILE_NAME, data)  # what it does, without a copy
+        else:  # a store with its own way (Databricks)
+            repo.upload_trace_data(data)
     except BaseException:
         try:
             tracing.delete_traces(experiment_id, trace_ids=[info.trace_id])
         except Exception:  # noqa: BLE001 (the first failure is the one to report)
             log.debug("trace %s: not deleted after its spans failed", info.trace_id)
         raise
+
+
+def put_artifact(repo: Any, name: str, text: str) -> None:
+    """Log ``text`` as the artifact ``name`` at the root of ``repo``.
+
+    Streamed where the repository takes a stream (the local one writes a hidden file beside
+    the target and renames it), else through one scratch file: never a scratch folder and
+    a copy per file where none is needed (on a busy disk, making and removing the folder
+    cost as much as the write).
+    """
+    from mlflow.store.artifact import artifact_repo
+
+    data = text.encode("utf-8")
+    streams = getattr(artifact_repo, "StreamUploadMixin", None)  # MLflow 3.17's name
+    if streams is not None and isinstance(repo, streams):
+        repo.log_artifact_from_stream(io.BytesIO(data), name)
+        return
+    with tempfile.TemporaryDirectory(prefix="spu-artifact-") as scratch:
+        path = Path(scratch) / name
+        path.write_bytes(data)
+        repo.log_artifact(str(path))
 
 
 def _timed(steps: Iterator[Any], start: int) -> Iterator[tuple[Any, int]]:
@@ -461,13 +550,14 @@ def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
     elif s.text:
         w.span(f"{s.role} message {s.index}", "UNKNOWN", t, t, parent=parent,
                outputs={"text": w.text(s.text)}, attributes={"spu.step": s.index})
+    max_chars = w.max_chars
     for call, label in zip(s.tool_calls, labels, strict=True):
-        arguments = call.arguments
-        text_args = json.dumps(arguments, default=str) if arguments is not None else None
-        if text_args is not None and len(text_args) > int(w.settings.max_chars):
-            arguments = w.text(text_args)
-        w.span(call.name, "TOOL", t, after, parent=parent,
-               inputs={"arguments": arguments, "call_id": call.id},
+        # the arguments are encoded once: to measure them, and as the span's inputs
+        text_args = _encode(call.arguments)
+        if len(text_args) > max_chars:
+            text_args = _encode(w.text(text_args))
+        inputs = _JSON(f'{{"arguments": {text_args}, "call_id": {_encode(call.id)}}}')
+        w.span(call.name, "TOOL", t, after, parent=parent, inputs=inputs,
                outputs={"output": w.text(call.output), "is_error": call.is_error},
                attributes={"spu.step": s.index, "spu.tool": call.name,
                            "spu.duration_s": round((after - t) / 1e9, 3),
@@ -495,14 +585,12 @@ def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_ur
         return True
     try:
         from spu.tracking.store import run_artifacts
-        from spu.tracking.transcript import write_transcript
+        from spu.tracking.transcript import TRANSCRIPT_FILE, render_transcript
 
-        with tempfile.TemporaryDirectory(prefix="spu-transcript-") as scratch:
-            # twice a span's text, and as many steps as a trace has spans: a few MB at most
-            page = write_transcript(Path(scratch) / "transcript.html", record, run_dir,
-                                    max_chars=2 * int(settings.max_chars),
-                                    max_steps=int(settings.max_spans))
-            run_artifacts(artifact_uri, target.uri).log_artifact(str(page))
+        # twice a span's text, and as many steps as a trace has spans: a few MB at most
+        page = render_transcript(record, run_dir, max_chars=2 * int(settings.max_chars),
+                                 max_steps=int(settings.max_spans))
+        put_artifact(run_artifacts(artifact_uri, target.uri), TRANSCRIPT_FILE, page)
         log_trace(target.uri, experiment_id, run_id, record, run_dir, settings)
     except Exception as exc:  # noqa: BLE001 (the run is recorded; the trace is extra)
         detail = str(exc).split("\n", 1)[0][:300]
