@@ -57,6 +57,7 @@ from spu.grading.outcome import (
     RERUN_NOTE,
     RunEvidence,
     counts_as_file,
+    counts_without_key,
     is_scored,
     judge,
 )
@@ -578,7 +579,9 @@ def open_gateway(run: AgentRun) -> GatewaySession | None:
     return GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
                           max_cost_usd=spec.limits.max_cost_usd,
                           cache_write_rate=spec.cost.cache_write_rate,
-                          read_submission=lambda: collect(run.run_dir)).start()
+                          read_submission=lambda: collect(run.run_dir),
+                          submission_counts=lambda data: counts_without_key(
+                              run.task.contract, data)).start()
 
 
 def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:

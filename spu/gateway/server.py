@@ -319,6 +319,9 @@ class ModelGateway:
             as each generation arrives, its bytes are kept with an answer that refuses
             (:data:`REFUSAL_FILES`), so that a refusal after a valid file stays known
             when the agent then removes or spoils the file.
+        submission_counts: whether a file counts (valid or recoverable, judged by the
+            contract alone): only files that count are kept, so that files that do not
+            cannot push a kept one out.
     """
 
     def __init__(self, folder: Path, *, upstream: str, api: str = API_ANTHROPIC,
@@ -326,7 +329,8 @@ class ModelGateway:
                  cfg: ModelGatewayConfig | None = None, prices: PriceConfig | None = None,
                  max_cost_usd: float | None = None,
                  cache_write_rate: str = "five_minute",
-                 read_submission: Callable[[], bytes | None] | None = None) -> None:
+                 read_submission: Callable[[], bytes | None] | None = None,
+                 submission_counts: Callable[[bytes], bool] | None = None) -> None:
         if api not in APIS:
             raise ValueError(f"model gateway: api {api!r} is not one of {', '.join(APIS)}")
         self.folder = Path(folder)
@@ -339,6 +343,7 @@ class ModelGateway:
         self.max_cost_usd = max_cost_usd
         self.cache_write_rate = cache_write_rate
         self.read_submission = read_submission
+        self.submission_counts = submission_counts
         self._kept_at_refusals: set[str] = set()
         self.token = "spu-" + secrets.token_urlsafe(32)
         self.spent_usd = 0.0
@@ -843,6 +848,8 @@ class ModelGateway:
 
     def _keep_at_refusal(self, submission: bytes) -> None:
         """Keep the file a refused request arrived with (distinct ones, the latest few)."""
+        if self.submission_counts is not None and not self.submission_counts(submission):
+            return  # nothing to grade in it: it must not push a kept file out
         digest = hashlib.sha256(submission).hexdigest()
         with self._lock:
             if digest in self._kept_at_refusals:

@@ -105,12 +105,14 @@ class GatewaySession:
         cache_write_rate: ``cost.cache_write_rate``.
         read_submission: reads the run's submission as the grader does, for the files
             kept at refusals (:class:`~spu.gateway.server.ModelGateway`).
+        submission_counts: whether such a file counts (only those are kept).
     """
 
     def __init__(self, model: ModelConfig, api: str, run_dir: Path,
                  cfg: ModelGatewayConfig | None = None, max_cost_usd: float | None = None,
                  cache_write_rate: str = "five_minute",
-                 read_submission: Callable[[], bytes | None] | None = None) -> None:
+                 read_submission: Callable[[], bytes | None] | None = None,
+                 submission_counts: Callable[[bytes], bool] | None = None) -> None:
         if api not in APIS:
             raise GatewayConfigError(f"model.api: {api!r} is not one of {', '.join(APIS)}")
         self.model = model
@@ -120,6 +122,7 @@ class GatewaySession:
         self.max_cost_usd = max_cost_usd
         self.cache_write_rate = cache_write_rate
         self.read_submission = read_submission
+        self.submission_counts = submission_counts
         self.scripted_server: Any = None
         self.gateway: Any = None
         self.endpoint: ModelEndpoint | None = None
@@ -152,7 +155,8 @@ class GatewaySession:
                 api_model=self.api_model, api_key=provider_key(self.model), cfg=self.cfg,
                 prices=self.model.prices, max_cost_usd=self.max_cost_usd,
                 cache_write_rate=self.cache_write_rate,
-                read_submission=self.read_submission).start()
+                read_submission=self.read_submission,
+                submission_counts=self.submission_counts).start()
         except Exception:
             self.close()
             raise

@@ -137,9 +137,10 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     the tokens-per-minute limit the provider stated (:attr:`GatewayRequest.rate_limit_tokens`,
     the latest stated up to it): answered requests counted by the provider's usage (all
     but cache reads, which providers leave out of their limits), requests without usage
-    (refused ones, the 429 itself) by their body's size (:func:`_tokens_per_byte`). Under that rule an agent cannot spend its organisation's limit after a file
-    it dislikes to have its run retried. Without a stated limit a 429 stays the
-    provider's (the paper reruns API errors, 3.1).
+    (refused ones, the 429 itself) by their body's size (:func:`_tokens_per_byte`). Under
+    that rule an agent cannot spend its organisation's limit after a file it dislikes to
+    have its run retried. Without a stated limit a 429 stays the provider's (the paper
+    reruns API errors, 3.1).
 
     Examples
     --------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spu.schema import Grade, GradeStatus, Outcome, ProcessEvidence
+from spu.schema import AnswerKey, Contract, Grade, GradeStatus, Outcome, ProcessEvidence
 
 EXCLUDED_OUTCOMES = frozenset({Outcome.refusal, Outcome.memory_limit, Outcome.disk_limit,
                                Outcome.infra_error, Outcome.sealed, Outcome.seal_broken})
@@ -109,6 +109,33 @@ def counts_as_file(grade: Grade | None) -> bool:
     """A valid or recoverable file that ranks a group: a file a run can be scored on."""
     return (grade is not None and grade.status in (GradeStatus.valid, GradeStatus.recovered)
             and not no_group_ranked(grade))
+
+
+def counts_without_key(contract: Contract, data: bytes | None) -> bool:
+    """Whether ``data`` is a file a run can be scored on, judged before any key is read.
+
+    A file's status (valid, recoverable, rejected) and the groups it ranks depend on the
+    contract alone, not on the measured values: the file is graded against a placeholder
+    key (each experiment measured at its place in the contract), whose scores mean
+    nothing and are dropped. The model gateway keeps, at a refusal, only files that count.
+
+    Examples
+    --------
+    >>> from spu.schema import ComparisonGroup
+    >>> c = Contract(task_id="t", task_version="1", groups=[ComparisonGroup(
+    ...     group_id="G1", endpoint="yield", weight=1.0, items=["a", "b"])])
+    >>> counts_without_key(c, b'{"task_id": "t", "task_version": "1", '
+    ...                       b'"rankings": [{"group_id": "G1", "order": ["b", "a"]}]}')
+    True
+    >>> counts_without_key(c, b'{"rankings": []}'), counts_without_key(c, None)
+    (False, False)
+    """
+    from spu.grading.rules import grade_submission
+
+    placeholder = AnswerKey(task_id=contract.task_id, task_version=contract.task_version,
+                            groups={g.group_id: {item: float(k) for k, item in enumerate(g.items)}
+                                    for g in contract.groups})
+    return counts_as_file(grade_submission(contract, placeholder, data, recover=True))
 
 
 def no_group_ranked(grade: Grade) -> bool:

@@ -62,16 +62,6 @@ def test_one_refusal_after_the_file_then_removed_is_flagged(
     assert record.outcome is Outcome.refusal and record.refusal_after_file, record.notes
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (high): after the refusal that kept its valid file, the agent provokes "
-    "MAX_REFUSAL_FILES (4) more refusals, each with a different file that does not count "
-    "(`{\"rankings\": [], \"flush\": k}`), then removes the file: the gateway keeps only "
-    "the latest 4 distinct files, the valid one is deleted, no kept file counts, and the "
-    "run is a plain refusal (refusal_after_file false). Fix: the gateway is given the "
-    "contract's validity check (valid/recovered needs no answer key) and keeps the latest "
-    "file that counts apart from the rolling window, never deleting it for one that does "
-    "not; or the runner is told at each refusal (not at the end) whether a counting file "
-    "was seen."))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_refusal_after_a_file_survives_a_flush_of_the_kept_files(
         request: pytest.FixtureRequest, compose, backend: str, tmp_path: Path) -> None:
@@ -83,6 +73,8 @@ def test_a_refusal_after_a_file_survives_a_flush_of_the_kept_files(
     assert not (run_dir / "output" / "rankings.json").exists()
     assert record.outcome is Outcome.refusal
     assert record.refusal_after_file, record.notes
+    # Only the file that counts was kept: the others could not push it out.
+    assert len(list((run_dir / "model" / "refusal_files").glob("*.json"))) == 1
 
 
 ANSWER = {"id": "m1", "type": "message", "role": "assistant", "model": "m",
