@@ -48,6 +48,9 @@ STAGES: dict[str, int] = {
     "spu.testing": 34,
     "spu.testing.corpus": 220,
     "spu.testing.postgres": 220,
+    # The simulated study writes whole run folders, their trajectories built by the test
+    # corpus: a test double of a whole study, imported by no stage.
+    "spu.stats.simulate": 220,
     # The model gateway, like the tools service, is a host-side service that the harness
     # hands to the agent.
     "spu.gateway": 35,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spu.activities import (
     METHOD_FAMILIES,
@@ -55,6 +55,10 @@ Step = TrajectoryStep | StepView
 """A trajectory step as read: the pydantic model or its fast view (the same fields)."""
 Call = ToolCall | ToolCallView
 """A tool call of a :data:`Step`."""
+
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 AUDIT_LOG = Path("tools") / "audit.jsonl"
 """The audited tools' log inside a run folder (SPEC section 7)."""
@@ -583,3 +587,33 @@ def _web_sources(run_dir: Path, reading: RunReading, queries: list[str],
     used = (features["audited_calls"] > 0 if log.is_file()
             else bool(queries or fetch_urls))
     features["used_audited_tools"] = bool(used)
+
+
+def _run_folder(base: Path, row: Any) -> Path | None:
+    names = [getattr(row, "run_key", None), getattr(row, "run_id", None)]
+    return next((base / n for n in names
+                 if isinstance(n, str) and n and (base / n / "run.json").is_file()), None)
+
+
+def executed_gpu_use(runs_dir: Path, runs: pd.DataFrame) -> dict[str, bool]:
+    """The paper's GPU flag (E.12) of each run with a readable trajectory, by ``run_id``.
+
+    Reads ``<runs_dir>/runs/<run_key>/`` (or the folder named by ``run_id``) with
+    :func:`read_run`: true when a GPU workload in executed code ran
+    without failing. Runs without a folder, a readable ``run.json`` or a trajectory are
+    left out.
+    """
+    from spu.tracking.trajectories import find_trajectory
+
+    base = runs_dir / "runs" if (runs_dir / "runs").is_dir() else runs_dir
+    found: dict[str, bool] = {}
+    for row in runs.itertuples(index=False):
+        folder = _run_folder(base, row)
+        if folder is None or find_trajectory(folder) is None:
+            continue
+        try:
+            reading = read_run(folder)
+        except ValueError:
+            continue
+        found[str(row.run_id)] = bool(reading.features.get("used_gpu"))
+    return found

@@ -149,7 +149,7 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     runs, retired = split_retired(runs, retirements_of_roots(options.task_roots))
     runs.attrs.update(everything.attrs)
     gpu = apply_gpu_rule(apply_refusal_rule(runs, options.refusals_after_file),
-                         options.gpu_rule, options.runs_dir)
+                         options.gpu_rule, options.runs_dir, options.gpu_reader)
     inputs = StatsInputs(gpu.runs, options, GPU_RULE_TEXT[gpu.rule])
     outcomes = [_run_one(entry, inputs) for entry in REGISTRY]
     tables = {name: table for o in outcomes for name, table in o.result.tables.items()}

@@ -125,6 +125,8 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
     if any(not d > 0 for d in differences):
         print(f"spu {command}: --design-difference must be above 0", file=sys.stderr)
         return None
+    from spu.analysis.runs import executed_gpu_use
+
     options = StatsOptions(
         seed=args.seed, resamples=args.resamples, simulations=args.simulations,
         null_draws=args.null_draws, task_roots=tuple(args.tasks),
@@ -132,6 +134,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
         decomposition_configs=chosen, discipline_groups=args.discipline_groups,
         refusals_after_file=args.refusals_after_file, gpu_rule=args.gpu_rule,
+        gpu_reader=executed_gpu_use,
     )
     try:
         runs, experiment = read_experiment_table(args.runs, args.experiment)

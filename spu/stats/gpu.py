@@ -14,6 +14,7 @@ many trajectories (``gpu_rule``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,39 +60,15 @@ class GpuRuleResult:
                 "runs_measured_only": self.measured_only}
 
 
-def _folder(base: Path, row: Any) -> Path | None:
-    names = [getattr(row, "run_key", None), getattr(row, "run_id", None)]
-    return next((base / n for n in names
-                 if isinstance(n, str) and n and (base / n / "run.json").is_file()), None)
-
-
-def executed_gpu_use(runs_dir: Path, runs: pd.DataFrame) -> dict[str, bool]:
-    """The paper's GPU flag (E.12) of each run with a readable trajectory, by ``run_id``.
-
-    Reads ``<runs_dir>/runs/<run_key>/`` (or the folder named by ``run_id``) with
-    :func:`spu.analysis.runs.read_run`: true when a GPU workload in executed code ran
-    without failing. Runs without a folder, a readable ``run.json`` or a trajectory are
-    left out.
-    """
-    from spu.analysis.runs import read_run
-    from spu.tracking.trajectories import find_trajectory
-
-    base = runs_dir / "runs" if (runs_dir / "runs").is_dir() else runs_dir
-    found: dict[str, bool] = {}
-    for row in runs.itertuples(index=False):
-        folder = _folder(base, row)
-        if folder is None or find_trajectory(folder) is None:
-            continue
-        try:
-            reading = read_run(folder)
-        except ValueError:
-            continue
-        found[str(row.run_id)] = bool(reading.features.get("used_gpu"))
-    return found
+GpuReader = Callable[[Path, pd.DataFrame], dict[str, bool]]
+"""Reads the paper's GPU flag of each run with a trajectory under a runs folder, by
+``run_id`` (:func:`spu.analysis.runs.executed_gpu_use`, which the stats command passes:
+the trajectories are the analysis's to read)."""
 
 
 def apply_gpu_rule(runs: pd.DataFrame, rule: str = "executed",
-                   runs_dir: Path | None = None) -> GpuRuleResult:
+                   runs_dir: Path | None = None,
+                   reader: GpuReader | None = None) -> GpuRuleResult:
     """The runs table with ``used_gpu`` under ``rule`` and ``gpu_measured`` beside it.
 
     ``executed`` (the paper's, E.12): each scored run's ``used_gpu`` from its trajectory
@@ -117,9 +94,10 @@ def apply_gpu_rule(runs: pd.DataFrame, rule: str = "executed",
     if rule == "measured":
         return GpuRuleResult(table, "measured", rule, 0, 0)
     scored = table[table["scored"].astype(bool)]
-    executed = {} if runs_dir is None else executed_gpu_use(runs_dir, scored)
+    executed = {} if runs_dir is None or reader is None else reader(runs_dir, scored)
     if not executed:
         why = ("no --runs-dir" if runs_dir is None
+               else "no trajectory reader given" if reader is None
                else f"no scored run under {runs_dir} has a trajectory")
         return GpuRuleResult(table, "measured", rule, 0, 0, (
             f"GPU use: {why}, so used_gpu is the device sampled by NVML, not the paper's "

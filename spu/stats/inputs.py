@@ -20,6 +20,7 @@ import pandas as pd
 from spu.stats.agreement import AgreementResult, agreement_analysis
 from spu.stats.design import DIFFERENCES
 from spu.stats.disciplines import PERMUTATIONS
+from spu.stats.gpu import GpuReader
 from spu.stats.interaction import NULL_DRAWS
 from spu.stats.means import config_table
 from spu.stats.paired import paired_table
@@ -81,6 +82,9 @@ class StatsOptions:
     ``exclude`` (the paper's rule, 3.1) or ``score`` (their file's grade counts);
     :data:`~spu.grading.outcome.REFUSALS_AFTER_FILE_RULES`."""
     gpu_rule: str = "executed"
+    gpu_reader: GpuReader | None = None
+    """Reads each run's GPU flag from its trajectory under ``runs_dir`` for the ``executed``
+    rule (the stats command passes :func:`spu.analysis.runs.executed_gpu_use`)."""
     """Which runs used the GPU (``--gpu-rule``): ``executed``, the paper's (E.12: a GPU
     workload in executed code ran without failing, read from the trajectories under
     ``runs_dir``), or ``measured`` (the device sampled by NVML); :mod:`spu.stats.gpu`."""

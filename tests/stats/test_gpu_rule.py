@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from spu.analysis.runs import executed_gpu_use
 from spu.schema import ToolCall, Trajectory, TrajectoryStep
 from spu.stats.analysis import StatsOptions, analyze
 from spu.stats.effort import EffortPair, effort_ratios
@@ -61,7 +62,7 @@ def hand_table(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
 
 def test_executed_code_rule_by_hand(hand_table) -> None:
     runs, root = hand_table
-    result = apply_gpu_rule(runs, "executed", root)
+    result = apply_gpu_rule(runs, "executed", root, executed_gpu_use)
     by_id = result.runs.set_index("run_id")
     assert by_id["used_gpu"].to_dict() == {"M-t1-0": True, "X-t1-0": False, "M-t2-0": False,
                                            "X-t2-0": True, "X-t3-0": True, "M-t3-0": True}
@@ -80,10 +81,10 @@ def test_executed_code_rule_by_hand(hand_table) -> None:
 
 def test_measured_rule_and_fallbacks(hand_table) -> None:
     runs, root = hand_table
-    measured = apply_gpu_rule(runs, "measured", root)
+    measured = apply_gpu_rule(runs, "measured", root, executed_gpu_use)
     assert measured.runs["used_gpu"].tolist() == runs["used_gpu"].tolist()
     assert measured.rule == "measured" and measured.from_trajectories == 0
-    without = apply_gpu_rule(runs, "executed", None)
+    without = apply_gpu_rule(runs, "executed", None, executed_gpu_use)
     assert without.rule == "measured" and without.asked == "executed"
     assert "no --runs-dir" in without.notes[0]
     with pytest.raises(ValueError, match="--gpu-rule"):
@@ -100,7 +101,8 @@ def test_the_paper_rule_is_the_default(hand_table) -> None:
     args = parser.parse_args(["runs.csv", "--out", "x"])
     assert args.gpu_rule == StatsOptions().gpu_rule == GPU_RULES[0] == "executed"
     runs, root = hand_table
-    result = analyze(check_runs_table(runs), StatsOptions(resamples=20, runs_dir=root))
+    result = analyze(check_runs_table(runs), StatsOptions(resamples=20, runs_dir=root,
+                                                        gpu_reader=executed_gpu_use))
     assert result.manifest["gpu_rule"]["rule"] == "executed"
     assert result.manifest["gpu_rule"]["runs_from_trajectories"] == 4
     assert "E.12" in result.manifest["gpu_rule"]["text"]
