@@ -15,16 +15,21 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from spu.config import ModelGatewayConfig
-from spu.gateway.server import ModelGateway
-from spu.gateway.verdict import gateway_verdict, read_requests
+from spu.gateway.verdict import gateway_verdict
+from tests.gateway_doubles import (
+    gateway_before,
+    post_stream,
+    read_to_end,
+    stand_in,
+    wait_for_record,
+)
 
 
 class _CutsStalledReaders(BaseHTTPRequestHandler):
@@ -61,36 +66,14 @@ class _CutsStalledReaders(BaseHTTPRequestHandler):
 
 @pytest.mark.slow
 def test_a_stream_the_agent_stopped_reading_is_no_provider_failure(tmp_path: Path) -> None:
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _CutsStalledReaders)
-    upstream.daemon_threads = True
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    gateway = ModelGateway(
-        tmp_path / "model", upstream=f"http://127.0.0.1:{upstream.server_address[1]}",
-        api="anthropic", api_model="m", api_key="sk-provider-rt5",
-        cfg=ModelGatewayConfig(read_timeout_s=20.0)).start()
-    host, port = gateway.url().removeprefix("http://").split(":")[:2]
-    body = json.dumps({"model": "m", "max_tokens": 100, "stream": True,
-                       "messages": [{"role": "user", "content": "Rank."}]}).encode()
-    try:
-        with socket.socket() as agent:
-            agent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            agent.connect((host, int(port.split("/")[0])))
-            agent.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n"
-                          b"content-type: application/json\r\n"
-                          + f"x-api-key: {gateway.token}\r\n".encode()
-                          + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    body = {"model": "m", "max_tokens": 100, "stream": True,
+            "messages": [{"role": "user", "content": "Rank."}]}
+    with stand_in(_CutsStalledReaders) as upstream, gateway_before(
+            tmp_path / "model", upstream, cfg=ModelGatewayConfig(read_timeout_s=20.0)) as gateway:
+        with post_stream(gateway, body) as agent:
             time.sleep(5)  # the agent stalls; the provider gives up after 1 s
-            agent.settimeout(30)
-            while agent.recv(1 << 20):
-                pass
-        deadline = time.monotonic() + 30
-        while not read_requests(gateway.requests_path) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        gateway.stop()
-        upstream.shutdown()
-        upstream.server_close()
-    entries = read_requests(gateway.requests_path)
+            read_to_end(agent)
+        entries = wait_for_record(gateway)
     assert entries, "no record line"
     assert [e.error_type for e in entries] == ["gateway.client_stalled"]
     verdict = gateway_verdict(entries)

@@ -14,33 +14,13 @@ the gateway is the real one, with a spend cap and list prices.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 
 from spu.config import PriceConfig
-from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import read_requests
-
-ANSWER = {"id": "m1", "type": "message", "role": "assistant", "model": "m",
-          "content": [{"type": "text", "text": "Ranked."}], "stop_reason": "end_turn",
-          "usage": {"input_tokens": 3, "output_tokens": 2}}
-
-
-class _Answers(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        data = json.dumps(ANSWER).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        return
+from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
 
 
 def _tool_result(content: str, call_id: str = "t1") -> str:
@@ -59,25 +39,16 @@ BODIES = [
 
 
 def test_hostile_bodies_are_recorded_and_release_the_spend_cap(tmp_path: Path) -> None:
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    upstream.daemon_threads = True
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    gateway = ModelGateway(
-        tmp_path / "model", upstream=f"http://127.0.0.1:{upstream.server_address[1]}",
-        api="anthropic", api_model="m", api_key="sk-provider-rt6",
-        prices=PriceConfig(input=3.0, output=15.0), max_cost_usd=5.0).start()
     statuses = []
-    try:
+    with stand_in(JsonProvider) as upstream, gateway_before(
+            tmp_path / "model", upstream, prices=PriceConfig(input=3.0, output=15.0),
+            max_cost_usd=5.0) as gateway:
         for body in [*BODIES, '{"model": "m", "max_tokens": 5, "messages": []}']:
             with httpx.Client(trust_env=False, timeout=10) as client:
                 statuses.append(client.post(
                     gateway.url() + "/v1/messages", content=body.encode(),
                     headers={"x-api-key": gateway.token,
                              "content-type": "application/json"}).status_code)
-    finally:
-        gateway.stop()
-        upstream.shutdown()
-        upstream.server_close()
     assert 500 not in statuses, statuses
     assert statuses[-1] == 200  # the cap's bounds were given back: the last one ran
     entries = read_requests(gateway.requests_path)

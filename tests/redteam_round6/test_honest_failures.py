@@ -23,6 +23,13 @@ import pytest
 from spu.config import ModelGatewayConfig
 from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import gateway_verdict, read_requests
+from tests.gateway_doubles import (
+    gateway_before,
+    post_stream,
+    read_to_end,
+    stand_in,
+    wait_for_record,
+)
 
 ANSWER = {"id": "m1", "type": "message", "role": "assistant", "model": "m",
           "content": [{"type": "text", "text": "Ranked."}], "stop_reason": "end_turn",
@@ -198,34 +205,12 @@ class _StallThenCut(BaseHTTPRequestHandler):
 
 @pytest.mark.slow
 def test_a_provider_cut_long_after_a_short_stall_is_still_its_failure(tmp_path: Path) -> None:
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _StallThenCut)
-    upstream.daemon_threads = True
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    gateway = ModelGateway(
-        tmp_path / "model", upstream=f"http://127.0.0.1:{upstream.server_address[1]}",
-        api="anthropic", api_model="m", api_key="sk-provider-rt6",
-        cfg=ModelGatewayConfig(read_timeout_s=20.0)).start()
-    host, port = gateway.url().removeprefix("http://").split(":")[:2]
-    body = json.dumps({**ASK, "stream": True}).encode()
-    try:
-        with socket.socket() as agent:
-            agent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            agent.connect((host, int(port)))
-            agent.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n"
-                          b"content-type: application/json\r\n"
-                          + f"x-api-key: {gateway.token}\r\n".encode()
-                          + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    with stand_in(_StallThenCut) as upstream, gateway_before(
+            tmp_path / "model", upstream, cfg=ModelGatewayConfig(read_timeout_s=20.0)) as gateway:
+        with post_stream(gateway, {**ASK, "stream": True}) as agent:
             time.sleep(3)  # busy: the answer waits on the agent
-            agent.settimeout(30)
-            while agent.recv(1 << 20):
-                pass
-        deadline = time.monotonic() + 30
-        while not read_requests(gateway.requests_path) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        gateway.stop()
-        upstream.shutdown()
-        upstream.server_close()
+            read_to_end(agent)
+        wait_for_record(gateway)
     entries = read_requests(gateway.requests_path)
     assert entries, "no record line"
     assert [e.error_type for e in entries] == ["gateway.stream_dropped"], entries[0].error
@@ -242,36 +227,15 @@ def test_a_stream_read_at_a_trickle_until_the_provider_cuts_it_is_the_agents_doi
     provider's wait for the gateway to read: the cut is ``gateway.client_stalled``."""
     from tests.redteam_round5.test_gateway_stall import _CutsStalledReaders
 
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _CutsStalledReaders)
-    upstream.daemon_threads = True
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    gateway = ModelGateway(
-        tmp_path / "model", upstream=f"http://127.0.0.1:{upstream.server_address[1]}",
-        api="anthropic", api_model="m", api_key="sk-provider-rt6",
-        cfg=ModelGatewayConfig(read_timeout_s=20.0)).start()
-    host, port = gateway.url().removeprefix("http://").split(":")[:2]
-    body = json.dumps({**ASK, "stream": True}).encode()
-    try:
-        with socket.socket() as agent:
-            agent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            agent.connect((host, int(port)))
-            agent.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n"
-                          b"content-type: application/json\r\n"
-                          + f"x-api-key: {gateway.token}\r\n".encode()
-                          + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    with stand_in(_CutsStalledReaders) as upstream, gateway_before(
+            tmp_path / "model", upstream, cfg=ModelGatewayConfig(read_timeout_s=20.0)) as gateway:
+        with post_stream(gateway, {**ASK, "stream": True}) as agent:
             agent.settimeout(30)
             trickle = time.monotonic() + 8
             while time.monotonic() < trickle and agent.recv(16384):
                 time.sleep(0.25)  # 64 KiB a second: never still for long
-            while agent.recv(1 << 20):
-                pass
-        deadline = time.monotonic() + 30
-        while not read_requests(gateway.requests_path) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        gateway.stop()
-        upstream.shutdown()
-        upstream.server_close()
+            read_to_end(agent)
+        wait_for_record(gateway)
     entries = read_requests(gateway.requests_path)
     assert [e.error_type for e in entries] == ["gateway.client_stalled"], entries
     assert gateway_verdict(entries).infra_error is None

@@ -13,21 +13,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
 from spu.gateway import read_requests
-from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import MAX_REFUSAL_FILES, files_at_refusals
 from spu.grading.submission import read_submission
 from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome
 from tests.conftest import EXAMPLE_TASK
+from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
 from tests.sandbox.conftest import require_backend
 
 BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
@@ -83,44 +81,25 @@ ANSWER = {"id": "m1", "type": "message", "role": "assistant", "model": "m",
           "usage": {"input_tokens": 3, "output_tokens": 0}}
 
 
-class _Refuses(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        data = json.dumps(ANSWER).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        return
+class _Refuses(JsonProvider):
+    answer = ANSWER
 
 
 def _refused_with(tmp_path: Path, plant: list) -> tuple[Path, list[bytes]]:
     """Before each refused request, ``plant[k](output)`` shapes the agent's folder."""
     output = tmp_path / "output"
     output.mkdir()
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
-    upstream.daemon_threads = True
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    gateway = ModelGateway(
-        tmp_path / "model", upstream=f"http://127.0.0.1:{upstream.server_address[1]}",
-        api="anthropic", api_model="m", api_key="sk-provider-rt6",
-        read_submission=lambda: read_submission(output)).start()
-    try:
-        with httpx.Client(trust_env=False, timeout=20) as client:
-            for shape in plant:
-                shape(output)
-                said = client.post(gateway.url() + "/v1/messages",
-                                   headers={"x-api-key": gateway.token},
-                                   json={"model": "m", "max_tokens": 10,
-                                         "messages": [{"role": "user", "content": "x"}]})
-                assert said.status_code == 200 and said.json()["stop_reason"] == "refusal"
-    finally:
-        gateway.stop()
-        upstream.shutdown()
-        upstream.server_close()
+    with stand_in(_Refuses) as upstream, gateway_before(
+            tmp_path / "model", upstream,
+            read_submission=lambda: read_submission(output)) as gateway, \
+            httpx.Client(trust_env=False, timeout=20) as client:
+        for shape in plant:
+            shape(output)
+            said = client.post(gateway.url() + "/v1/messages",
+                               headers={"x-api-key": gateway.token},
+                               json={"model": "m", "max_tokens": 10,
+                                     "messages": [{"role": "user", "content": "x"}]})
+            assert said.status_code == 200 and said.json()["stop_reason"] == "refusal"
     assert all(e.refusal for e in read_requests(gateway.requests_path))
     return tmp_path / "model", files_at_refusals(tmp_path / "model")
 
