@@ -59,3 +59,27 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "Science Prediction Universe" in index
     assert (tmp_path / "site" / "security" / "index.html").is_file()
+
+
+def test_every_output_file_of_stats_and_analyze_is_listed_in_the_docs() -> None:
+    """The docs' tables of outputs (docs/statistics.md, docs/trajectories.md "Every file")
+    name each file the registered analyses declare, so a new analysis cannot land
+    unlisted (issue 26: the table of outputs lists them)."""
+    import spu.analysis.builtin  # noqa: F401 - registers the trajectory analyses
+    from spu.analysis.trajectory_analysis import BUILT_IN_RULES, TRAJECTORY_ANALYSES
+    from spu.stats.analysis import files
+    from spu.stats.registry import discover
+
+    discover()
+
+    def listed(page: str) -> str:
+        text = (REPO / "docs" / page).read_text(encoding="utf-8")
+        return text.split("\n## Every file\n", 1)[1]
+
+    stats = listed("statistics.md")
+    missing = [f for f in files() if f"`{f}`" not in stats]
+    assert not missing, f"docs/statistics.md's Every file lacks {missing}"
+    analyze = listed("trajectories.md")
+    declared = {f for entry in TRAJECTORY_ANALYSES for f in entry.files} | set(BUILT_IN_RULES)
+    missing = sorted(f for f in declared | {"calls.csv"} if f"`{f}`" not in analyze)
+    assert not missing, f"docs/trajectories.md's Every file lacks {missing}"
