@@ -713,6 +713,9 @@ class GatewayRequest(Record):
     max_tokens: int | None = None
     """The most output tokens the request asked for (``max_tokens``, ``max_output_tokens``,
     ``max_completion_tokens``), reasoning included; None where it set no bound."""
+    rate_limit_requests: int | None = None
+    """The provider's stated limit of requests per minute, where its answer stated one
+    (``anthropic-ratelimit-requests-limit``, ``x-ratelimit-limit-requests``)."""
     rate_limit_tokens: int | None = None
     """The provider's stated limit of tokens per minute for this request's model, where its
     answer stated one (``anthropic-ratelimit-input-tokens-limit``,

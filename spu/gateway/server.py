@@ -133,8 +133,12 @@ def asked_output_tokens(body: dict[str, Any]) -> int | None:
     return None
 
 
-def stated_rate_limit(headers: Any) -> int | None:
-    """The tokens-per-minute limit an answer's headers state, or None.
+REQUEST_LIMIT_HEADERS = ("anthropic-ratelimit-requests-limit", "x-ratelimit-limit-requests")
+"""Where providers state their requests-per-minute limit."""
+
+
+def stated_rate_limit(headers: Any, names: tuple[str, ...] = RATE_LIMIT_HEADERS) -> int | None:
+    """The per-minute limit an answer's headers state under ``names`` (tokens), or None.
 
     Examples
     --------
@@ -143,7 +147,7 @@ def stated_rate_limit(headers: Any) -> int | None:
     >>> stated_rate_limit({"x-ratelimit-limit-tokens": "n/a"}) is None
     True
     """
-    for name in RATE_LIMIT_HEADERS:
+    for name in names:
         value = headers.get(name)
         if value is not None and str(value).strip().isdigit():
             return int(str(value).strip())
@@ -663,6 +667,8 @@ class ModelGateway:
         x.entry.request_id = (response.headers.get("request-id")
                               or response.headers.get("x-request-id"))
         x.entry.rate_limit_tokens = stated_rate_limit(response.headers)
+        x.entry.rate_limit_requests = stated_rate_limit(response.headers,
+                                                        REQUEST_LIMIT_HEADERS)
         x.entry.stream = response.headers.get("content-type", "").startswith(
             "text/event-stream")
         headers = {k: v for k, v in response.headers.items()

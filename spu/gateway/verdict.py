@@ -70,7 +70,9 @@ def is_failure(entry: GatewayRequest) -> bool:
     """
     if entry.error_type in POLICY_ERRORS or entry.error_type == "gateway.client_disconnected":
         return False
-    if entry.endpoint not in GENERATIONS and entry.endpoint != "count_tokens":
+    if entry.endpoint not in GENERATIONS:
+        # A token count answers nothing a run needs and costs the agent nothing: a flood
+        # of them until the provider's limit answers 429 is no provider failure.
         return False
     if unstreamed_timeout(entry):
         return False
@@ -133,7 +135,9 @@ def _reached_upstream(entry: GatewayRequest) -> bool:
 def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     """The 429s the run brought on itself, by index, each with the rule's words.
 
-    A 429 is the run's own doing when the run's own tokens in the minute before it reach
+    A 429 is the run's own doing when the run's own requests in the minute before it (the
+    429 included) pass the requests-per-minute limit the provider stated
+    (:attr:`GatewayRequest.rate_limit_requests`), or when its own tokens there reach
     the tokens-per-minute limit the provider stated (:attr:`GatewayRequest.rate_limit_tokens`,
     the latest stated up to it): answered requests counted by the provider's usage (all
     but cache reads, which providers leave out of their limits), requests without usage
@@ -153,13 +157,25 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     """
     found: dict[int, str] = {}
     limit: int | None = None
+    requests_limit: int | None = None
     ratio = _tokens_per_byte(entries)
     for k, entry in enumerate(entries):
         limit = entry.rate_limit_tokens or limit
-        if entry.status != 429 or limit is None or entry.endpoint not in GENERATIONS:
+        requests_limit = entry.rate_limit_requests or requests_limit
+        if entry.status != 429 or entry.endpoint not in GENERATIONS:
             continue
         at = _seconds(entry.time)
         if at is None:
+            continue
+        mine = [before for before in entries if before.endpoint in GENERATIONS
+                and _reached_upstream(before) and (then := _seconds(before.time)) is not None
+                and at - RATE_WINDOW_S <= then <= at]
+        if requests_limit is not None and len(mine) > requests_limit:
+            found[k] = (f"a 429 counted as the run's own doing: its {len(mine)} requests in "
+                        f"the minute before it (the 429 included) pass the provider's stated "
+                        f"limit of {requests_limit} requests per minute")
+            continue
+        if limit is None:
             continue
         own = 0
         # By arrival time, not line order: a request still in flight at the 429 (a long
