@@ -335,6 +335,15 @@ class ModelGatewayConfig:
     request_timeout_s: float = 10.0
     """Seconds a request's line and headers, then its body, may take to arrive; a
     connection past it is closed (headers) or answered 408 (body)."""
+    rate_limit_requests: int | None = None
+    """The organisation's requests per minute, for a provider whose answers state none
+    (Bedrock, Vertex, routers): a 429 the run's own requests pass is its own doing."""
+    rate_limit_input_tokens: int | None = None
+    """The same for input tokens per minute."""
+    rate_limit_output_tokens: int | None = None
+    """The same for output tokens per minute."""
+    rate_limit_tokens: int | None = None
+    """The same for all tokens per minute (a request counted at its ``max_tokens``)."""
 
 
 @dataclass

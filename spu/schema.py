@@ -717,9 +717,15 @@ class GatewayRequest(Record):
     """The provider's stated limit of requests per minute, where its answer stated one
     (``anthropic-ratelimit-requests-limit``, ``x-ratelimit-limit-requests``)."""
     rate_limit_tokens: int | None = None
-    """The provider's stated limit of tokens per minute for this request's model, where its
-    answer stated one (``anthropic-ratelimit-input-tokens-limit``,
-    ``x-ratelimit-limit-tokens``): a 429 the run's own tokens reach it is the run's doing."""
+    """The provider's stated limit of input tokens per minute for this request's model,
+    where its answer stated one (``anthropic-ratelimit-input-tokens-limit``); else
+    ``model_gateway.rate_limit_input_tokens``. So for the other ``rate_limit_*`` fields."""
+    rate_limit_output_tokens: int | None = None
+    """The stated limit of output tokens per minute
+    (``anthropic-ratelimit-output-tokens-limit``)."""
+    rate_limit_total_tokens: int | None = None
+    """The stated limit of all tokens per minute, a request counted at its ``max_tokens``
+    (``x-ratelimit-limit-tokens``, ``anthropic-ratelimit-tokens-limit``)."""
     complete: bool = False
     """True when the answer arrived whole (a stream's final event, a JSON body)."""
     final: bool = False

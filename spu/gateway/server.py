@@ -109,9 +109,13 @@ CLIENT_STALL_S = 2.0
 agent's doing (``gateway.client_stalled``): a provider may drop a reader that stalls."""
 
 
-RATE_LIMIT_HEADERS = ("anthropic-ratelimit-input-tokens-limit", "anthropic-ratelimit-tokens-limit",
-                      "x-ratelimit-limit-tokens")
-"""Where providers state their tokens-per-minute limit, the most specific first."""
+RATE_LIMIT_HEADERS = ("anthropic-ratelimit-input-tokens-limit",)
+"""Where providers state their input-tokens-per-minute limit."""
+OUTPUT_LIMIT_HEADERS = ("anthropic-ratelimit-output-tokens-limit",)
+"""Where providers state their output-tokens-per-minute limit."""
+TOTAL_LIMIT_HEADERS = ("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit")
+"""Where providers state a limit of all tokens per minute (OpenAI counts a request at its
+``max_tokens`` before it runs)."""
 
 
 OUTPUT_BOUNDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
@@ -666,9 +670,15 @@ class ModelGateway:
         x.entry.status = response.status_code
         x.entry.request_id = (response.headers.get("request-id")
                               or response.headers.get("x-request-id"))
-        x.entry.rate_limit_tokens = stated_rate_limit(response.headers)
-        x.entry.rate_limit_requests = stated_rate_limit(response.headers,
-                                                        REQUEST_LIMIT_HEADERS)
+        # The limits the answer states; where it states none, the configured ones.
+        said, cfg = response.headers, self.cfg
+        x.entry.rate_limit_tokens = stated_rate_limit(said) or cfg.rate_limit_input_tokens
+        x.entry.rate_limit_output_tokens = (stated_rate_limit(said, OUTPUT_LIMIT_HEADERS)
+                                            or cfg.rate_limit_output_tokens)
+        x.entry.rate_limit_total_tokens = (stated_rate_limit(said, TOTAL_LIMIT_HEADERS)
+                                           or cfg.rate_limit_tokens)
+        x.entry.rate_limit_requests = (stated_rate_limit(said, REQUEST_LIMIT_HEADERS)
+                                       or cfg.rate_limit_requests)
         x.entry.stream = response.headers.get("content-type", "").startswith(
             "text/event-stream")
         headers = {k: v for k, v in response.headers.items()

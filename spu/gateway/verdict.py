@@ -151,50 +151,57 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     >>> big = GatewayRequest(time="2026-01-01T00:00:00+00:00", endpoint="messages",
     ...                      status=429, bytes_in=90_000, rate_limit_tokens=80_000)
     >>> own_rate_limits([big])[0][:60]
-    "a 429 counted as the run's own doing: its tokens in the minu"
+    "a 429 counted as the run's own doing: its input tokens in th"
     >>> own_rate_limits([big.model_copy(update={"bytes_in": 2_000})])
     {}
     """
     found: dict[int, str] = {}
-    limit: int | None = None
-    requests_limit: int | None = None
+    stated: dict[str, int] = {}
     ratio = _tokens_per_byte(entries)
     for k, entry in enumerate(entries):
-        limit = entry.rate_limit_tokens or limit
-        requests_limit = entry.rate_limit_requests or requests_limit
-        if entry.status != 429 or entry.endpoint not in GENERATIONS:
+        for kind, value in (("requests", entry.rate_limit_requests),
+                            ("input tokens", entry.rate_limit_tokens),
+                            ("output tokens", entry.rate_limit_output_tokens),
+                            ("tokens", entry.rate_limit_total_tokens)):
+            if value:
+                stated[kind] = value  # the latest stated up to this request
+        if entry.status != 429 or entry.endpoint not in GENERATIONS or not stated:
             continue
         at = _seconds(entry.time)
         if at is None:
             continue
-        mine = [before for before in entries if before.endpoint in GENERATIONS
-                and _reached_upstream(before) and (then := _seconds(before.time)) is not None
-                and at - RATE_WINDOW_S <= then <= at]
-        if requests_limit is not None and len(mine) > requests_limit:
-            found[k] = (f"a 429 counted as the run's own doing: its {len(mine)} requests in "
-                        f"the minute before it (the 429 included) pass the provider's stated "
-                        f"limit of {requests_limit} requests per minute")
-            continue
-        if limit is None:
-            continue
-        own = 0
         # By arrival time, not line order: a request still in flight at the 429 (a long
         # stream the agent then hangs up) has its line written after the 429's.
-        for before in entries:
-            then = _seconds(before.time)
-            if then is None or not at - RATE_WINDOW_S <= then <= at \
-                    or before.endpoint not in GENERATIONS or not _reached_upstream(before):
-                continue
-            u = before.usage
-            billed = u.input + u.cache_write + u.output
-            own += billed if billed else math.ceil(before.bytes_in * ratio)
-        if own >= limit:
+        mine = [(before, then) for before in entries if before.endpoint in GENERATIONS
+                and _reached_upstream(before) and (then := _seconds(before.time)) is not None
+                and at - RATE_WINDOW_S <= then <= at]
+        prompt = sum(_prompt_tokens(before, ratio) for before, _ in mine)
+        # Output as providers count it: at max_tokens while a request runs (the 429 too,
+        # refused for it), at what it wrote once done; OpenAI's tokens at max_tokens always.
+        running = sum(max(b.usage.output, b.max_tokens or 0) if then + b.latency_s > at
+                      or b is entry else b.usage.output for b, then in mine)
+        asked = sum(max(b.usage.output, b.max_tokens or 0) for b, _ in mine)
+        spent = {"requests": len(mine), "input tokens": prompt, "output tokens": running,
+                 "tokens": prompt + asked}
+        # The 429 itself counts among the requests: past the limit, not at it.
+        reached = [kind for kind, limit in stated.items()
+                   if spent[kind] > limit or (kind != "requests" and spent[kind] >= limit)]
+        if reached:
+            kind = reached[0]
             how = ("at their size in bytes" if ratio == 1.0 else
                    f"at {ratio:.3f} tokens a byte of their bodies")
-            found[k] = (f"a 429 counted as the run's own doing: its tokens in the minute "
-                        f"before it (about {own}, requests without usage {how}) reach the "
-                        f"provider's stated limit of {limit} per minute")
+            found[k] = (f"a 429 counted as the run's own doing: its {kind} in the minute "
+                        f"before it (about {spent[kind]}; requests without usage {how}) reach "
+                        f"the provider's stated limit of {stated[kind]} {kind} per minute")
     return found
+
+
+def _prompt_tokens(entry: GatewayRequest, ratio: float) -> int:
+    """The prompt tokens a provider's input limit counts for ``entry`` (no cache reads)."""
+    u = entry.usage
+    if u.input or u.cache_read or u.cache_write:
+        return u.input + u.cache_write
+    return math.ceil(entry.bytes_in * ratio)
 
 
 TOKENS_PER_BYTE_FLOOR = 0.25

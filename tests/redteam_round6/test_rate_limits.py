@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import pytest
 
+from spu.config import ModelGatewayConfig
 from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import gateway_verdict, read_requests
 from spu.schema import GatewayRequest
@@ -124,14 +124,14 @@ def _provider(limits: dict[str, int], stated: dict[str, str], **more: object) ->
 
 
 def _run(tmp_path: Path, provider: type,
-         agent: Callable[[httpx.Client, str, dict], list[int]]) -> tuple[list[int],
-                                                                        list[GatewayRequest]]:
+         agent: Callable[[httpx.Client, str, dict], list[int]],
+         cfg: ModelGatewayConfig | None = None) -> tuple[list[int], list[GatewayRequest]]:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), provider)
     upstream.daemon_threads = True
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     gateway = ModelGateway(
         tmp_path / "model", upstream=f"http://127.0.0.1:{upstream.server_address[1]}",
-        api="anthropic", api_model="m", api_key="sk-provider-rt6").start()
+        api="anthropic", api_model="m", api_key="sk-provider-rt6", cfg=cfg).start()
     try:
         with httpx.Client(trust_env=False, timeout=20) as client:
             statuses = agent(client, gateway.url(), {"x-api-key": gateway.token})
@@ -184,20 +184,20 @@ def test_a_flood_of_token_counts_is_the_agents_doing(tmp_path: Path) -> None:
     assert gateway_verdict(entries).infra_error is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium): output tokens per minute are limited apart from input tokens "
-    "(Anthropic: about a fifth of them); long answers past that limit get a 429, which "
-    "own_rate_limits weighs against the stated input-tokens limit only: the provider's, "
-    "infra_error, retried (the answers cost what output costs, within the spend cap). "
-    "Fix: keep `anthropic-ratelimit-output-tokens-limit` and count the run's output "
-    "tokens in the minute against it (at max_tokens, see below)."))
 def test_answers_past_the_output_tokens_limit_are_the_agents_doing(tmp_path: Path) -> None:
     provider = _provider({"output": 1000},
                          {**STATED, "anthropic-ratelimit-output-tokens-limit": "1000"},
                          output_tokens=600)
-    statuses, entries = _run(tmp_path, provider, _messages(3))
+    def agent(client: httpx.Client, url: str, headers: dict) -> list[int]:
+        # Asking for the 600 tokens it gets: the provider counts a running request so.
+        return [client.post(url + "/v1/messages", headers=headers,
+                            json={**ASK, "max_tokens": 600}).status_code for _ in range(3)]
+
+    statuses, entries = _run(tmp_path, provider, agent)
     assert statuses == [200, 429, 429]
-    assert gateway_verdict(entries).infra_error is None
+    verdict = gateway_verdict(entries)
+    assert verdict.infra_error is None
+    assert any("output tokens" in said for said in verdict.agent_caused)
 
 
 def test_a_429_while_the_agents_own_big_requests_are_in_flight_is_its_doing(
@@ -264,13 +264,6 @@ def test_a_limit_stated_only_on_the_first_answer_still_counts(tmp_path: Path) ->
     assert gateway_verdict(entries).infra_error is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium, by round five's choice): a provider that states no limit (Bedrock, "
-    "Vertex, most OpenAI-compatible routers send no such header) answers a burst of the "
-    "run's own large requests with 429: with no stated limit the 429 is the provider's, "
-    "infra_error, retried. Fix: a configured limit for such providers "
-    "(`model_gateway.rate_limit_tokens` / `rate_limit_requests`, the organisation's "
-    "known limits) that own_rate_limits uses where the answers state none."))
 def test_a_burst_against_a_provider_that_states_no_limit_is_the_agents_doing(
         tmp_path: Path) -> None:
     provider = _provider({"input": 80_000}, {})
@@ -281,19 +274,16 @@ def test_a_burst_against_a_provider_that_states_no_limit_is_the_agents_doing(
         return said + [client.post(url + "/v1/messages", headers=headers,
                                    json=burst).status_code for _ in range(3)]
 
-    statuses, entries = _run(tmp_path, provider, agent)
+    unconfigured = _run(tmp_path / "a", provider, agent)[1]
+    provider.seen.clear()
+    statuses, entries = _run(tmp_path / "b", provider, agent,
+                             ModelGatewayConfig(rate_limit_input_tokens=80_000))
     assert statuses == [200, 429, 429, 429]
     assert gateway_verdict(entries).infra_error is None
+    # Unconfigured, the provider's 429 stays its failure (the paper reruns it).
+    assert gateway_verdict(unconfigured).infra_error is not None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (high): providers count a request against the tokens limit at its "
-    "`max_tokens` before it runs (OpenAI's tokens per minute; Anthropic's output tokens "
-    "per minute, estimated so while a request is in flight): requests asking "
-    "max_tokens 4,000 and answered in 2 tokens get a 429 after two, for the price of "
-    "short answers; own_rate_limits counts what the answers used, far under the stated "
-    "limit: the provider's, infra_error, retried. Fix: keep each request's max_tokens "
-    "in the record and count a request at max(its usage, input + max_tokens)."))
 def test_requests_asking_for_many_tokens_past_the_limit_are_the_agents_doing(
         tmp_path: Path) -> None:
     provider = _provider({"output": 10_000}, {"x-ratelimit-limit-tokens": "10000"},
