@@ -129,9 +129,14 @@ def asked_output_tokens(body: dict[str, Any]) -> int | None:
     --------
     >>> asked_output_tokens({"max_tokens": 100}), asked_output_tokens({"input": "x"})
     (100, None)
+    >>> asked_output_tokens({"max_tokens": 32000.0}), asked_output_tokens({"max_tokens": 1.5})
+    (32000, None)
     """
     for name in OUTPUT_BOUNDS:
         value = body.get(name)
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            # 32000.0 is the integer a lax provider reads: counted so, not as no bound.
+            return int(value)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
@@ -510,7 +515,9 @@ class ModelGateway:
         if isinstance(x.body, dict):
             x.entry.model = (well_formed(str(x.body["model"]))
                              if x.body.get("model") is not None else None)
-            x.entry.stream = bool(x.body.get("stream"))
+            # Only JSON true streams: "false" (a string a lax provider reads as false) does
+            # not make an unstreamed wait the provider's (verdict.unstreamed_timeout).
+            x.entry.stream = x.body.get("stream") is True
             x.entry.max_tokens = asked_output_tokens(x.body)
         refusal = self._policy(endpoint, x)
         if refusal is None:
