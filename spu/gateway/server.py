@@ -106,7 +106,8 @@ UPSTREAM_CONNECTIONS = 64
 
 CLIENT_STALL_S = 2.0
 """A wait this long on an agent that stopped reading makes a later upstream cut the
-agent's doing (``gateway.client_stalled``): a provider may drop a reader that stalls."""
+agent's doing (``gateway.client_stalled``): a provider may drop a reader that stalls. A
+wait that begins within this long of a stall's end carries it on (the agent still behind)."""
 
 
 RATE_LIMIT_HEADERS = ("anthropic-ratelimit-input-tokens-limit",)
@@ -794,6 +795,11 @@ class ModelGateway:
                         now = time.monotonic()
                         if now - waited >= CLIENT_STALL_S:
                             x.last_stall_s, x.last_stall_end = now - waited, now
+                        elif waited - x.last_stall_end <= CLIENT_STALL_S:
+                            # Still behind after a stall: the answer it held up (megabytes
+                            # in the buffers on the way) is still passing, the cut not
+                            # yet found. The stall lasts until the agent keeps up.
+                            x.last_stall_end = now
                 if hung_up_at is None:
                     hung_up_at = time.monotonic()
                 drained += len(chunk)
