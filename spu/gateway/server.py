@@ -130,14 +130,19 @@ def asked_output_tokens(body: dict[str, Any]) -> int | None:
     --------
     >>> asked_output_tokens({"max_tokens": 100}), asked_output_tokens({"input": "x"})
     (100, None)
-    >>> asked_output_tokens({"max_tokens": 32000.0}), asked_output_tokens({"max_tokens": 1.5})
-    (32000, None)
+    >>> asked_output_tokens({"max_tokens": 32000.0}), asked_output_tokens({"max_tokens": "64"})
+    (32000, 64)
+    >>> asked_output_tokens({"max_tokens": 1.5}), asked_output_tokens({"max_tokens": True})
+    (None, None)
     """
     for name in OUTPUT_BOUNDS:
         value = body.get(name)
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-            # 32000.0 is the integer a lax provider reads: counted so, not as no bound.
+            # 32000.0 and "32000" are the integer a lax provider reads: counted so, not as
+            # no bound (a strict one answers 400, and the count only weighs the run more).
             return int(value)
+        if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
+            return int(value.strip())
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None

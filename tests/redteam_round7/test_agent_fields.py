@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -20,6 +19,7 @@ import httpx
 from spu.config import ModelGatewayConfig
 from spu.gateway.server import asked_output_tokens
 from spu.gateway.verdict import gateway_verdict, read_requests
+from spu.schema import GatewayRequest
 from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, stand_in
 
 ASK = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
@@ -54,7 +54,7 @@ class _LaxSlowProvider(JsonProvider):
             "anthropic-ratelimit-output-tokens-limit": str(self.output_limit)})
 
 
-def _run(tmp_path: Path, second: dict[str, object]) -> list[object]:
+def _run(tmp_path: Path, second: dict[str, object]) -> list[GatewayRequest]:
     handler = type("Lax", (_LaxSlowProvider,), {"count": [0]})
     with stand_in(handler) as url, \
             gateway_before(tmp_path / "model", url,
@@ -64,7 +64,7 @@ def _run(tmp_path: Path, second: dict[str, object]) -> list[object]:
             client.post(gateway.url() + "/v1/messages",
                         headers={"x-api-key": gateway.token}, json=body)
         time.sleep(0.3)
-        return list(read_requests(gateway.requests_path))
+        return read_requests(gateway.requests_path)
 
 
 def test_a_stream_field_a_lax_provider_reads_as_false_is_no_provider_hang(
@@ -83,16 +83,16 @@ def test_a_stream_field_a_lax_provider_reads_as_false_is_no_provider_hang(
 def test_a_float_max_tokens_is_counted_at_its_value(tmp_path: Path) -> None:
     """Attack: ``"max_tokens": 64000.0`` past the stated output-tokens limit; the gateway
     read no bound (0 output tokens for the rate rule), so the 429 was the provider's.
-    Fixed (``asked_output_tokens``): an integral float counts at its value; a fraction,
-    a string, a bool, which providers refuse (400), still count as no bound."""
+    Fixed (``asked_output_tokens``): an integral float or a string of digits counts at
+    its value; a fraction or a bool, which providers refuse (400), count as no bound."""
     entries = _run(tmp_path, {**ASK, "max_tokens": 64000.0, "stream": True})
     assert [e.status for e in entries] == [200, 429]
     assert entries[1].max_tokens == 64_000
     verdict = gateway_verdict(entries)
     assert verdict.infra_error is None
     assert "output tokens" in verdict.agent_caused[0]
-    assert [asked_output_tokens({"max_tokens": v}) for v in (1.5, "64000", True, -1)] \
-        == [None, None, None, -1]
+    assert [asked_output_tokens({"max_tokens": v}) for v in (1.5, " 64000", True, -1, "1e5")] \
+        == [None, 64_000, None, -1, None]
 
 
 def test_a_float_max_tokens_unstreamed_past_the_window_is_the_agents(tmp_path: Path) -> None:
