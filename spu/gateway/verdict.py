@@ -175,12 +175,19 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
         mine = [(before, then) for before in entries if before.endpoint in GENERATIONS
                 and _reached_upstream(before) and (then := _seconds(before.time)) is not None
                 and at - RATE_WINDOW_S <= then <= at]
-        prompt = sum(_prompt_tokens(before, ratio) for before, _ in mine)
+        cached = _cached_prefix(entries, at)
+        prompt = sum(_prompt_tokens(before, ratio, cached) for before, _ in mine)
         # Output as providers count it: at max_tokens while a request runs (the 429 too,
         # refused for it), at what it wrote once done; OpenAI's tokens at max_tokens always.
-        running = sum(max(b.usage.output, b.max_tokens or 0) if then + b.latency_s > at
-                      or b is entry else b.usage.output for b, then in mine)
-        asked = sum(max(b.usage.output, b.max_tokens or 0) for b, _ in mine)
+        # A provider that answered a request whose max_tokens alone passed its limit does
+        # not count max_tokens so: there, what the answers wrote.
+        by_asked = {kind: not _answered_past(entries, kind, stated.get(kind), ratio, cached)
+                    for kind in ("output tokens", "tokens")}
+        running = sum(max(b.usage.output, b.max_tokens or 0)
+                      if by_asked["output tokens"] and (then + b.latency_s > at or b is entry)
+                      else b.usage.output for b, then in mine)
+        asked = sum(max(b.usage.output, b.max_tokens or 0) if by_asked["tokens"]
+                    else b.usage.output for b, _ in mine)
         spent = {"requests": len(mine), "input tokens": prompt, "output tokens": running,
                  "tokens": prompt + asked}
         # The 429 itself counts among the requests: past the limit, not at it.
@@ -196,12 +203,43 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     return found
 
 
-def _prompt_tokens(entry: GatewayRequest, ratio: float) -> int:
-    """The prompt tokens a provider's input limit counts for ``entry`` (no cache reads)."""
+def _prompt_tokens(entry: GatewayRequest, ratio: float, cached: int = 0) -> int:
+    """The prompt tokens a provider's input limit counts for ``entry`` (no cache reads).
+
+    A request without usage is estimated from its size, less ``cached``: the prefix the
+    run's latest answered request read from the cache, which a session's next request
+    repeats (cache reads are left out of input limits).
+    """
     u = entry.usage
     if u.input or u.cache_read or u.cache_write:
         return u.input + u.cache_write
-    return math.ceil(entry.bytes_in * ratio)
+    return max(0, math.ceil(entry.bytes_in * ratio) - cached)
+
+
+def _cached_prefix(entries: Sequence[GatewayRequest], at: float) -> int:
+    """Cache reads of the run's latest answered generation that arrived by ``at``."""
+    answered = [(then, e.usage.cache_read) for e in entries if e.endpoint in GENERATIONS
+                and e.status < 400 and (then := _seconds(e.time)) is not None and then <= at
+                and (e.usage.input or e.usage.cache_read)]
+    return max(answered)[1] if answered else 0
+
+
+def _answered_past(entries: Sequence[GatewayRequest], kind: str, limit: int | None,
+                   ratio: float, cached: int) -> bool:
+    """Whether the provider answered a request whose ``max_tokens`` passed ``limit``.
+
+    Alone (with its prompt, for the all-tokens limit): such a provider does not count a
+    request at its ``max_tokens``, or it would have refused that one.
+    """
+    if limit is None:
+        return False
+    for e in entries:
+        if e.endpoint not in GENERATIONS or e.status >= 400 or not e.max_tokens:
+            continue
+        asked = e.max_tokens + (_prompt_tokens(e, ratio, cached) if kind == "tokens" else 0)
+        if asked > limit:
+            return True
+    return False
 
 
 TOKENS_PER_BYTE_FLOOR = 0.25

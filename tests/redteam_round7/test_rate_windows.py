@@ -50,13 +50,6 @@ def test_two_subagents_asking_32k_under_an_80k_output_limit_leave_a_429_the_prov
     assert verdict.infra_error is not None and verdict.agent_caused == ()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium): a run whose requests ask max_tokens 32000 under a stated output "
-    "limit of 8000 a minute (Anthropic's tier 1) has every 429 counted as its own (the "
-    "429 at its max_tokens alone reaches the limit), though the provider answered the "
-    "same asks alone before: the organisation's 429 is not retried. Fix: count an ask "
-    "at most at what the provider was seen to let through alone (the largest max_tokens "
-    "it answered with nothing else running), or the 429 at its prompt only."))
 def test_claude_codes_32k_ask_under_a_tier_one_output_limit_leaves_a_429_the_providers(
 ) -> None:
     limit = {"rate_limit_output_tokens": 8_000}
@@ -65,14 +58,6 @@ def test_claude_codes_32k_ask_under_a_tier_one_output_limit_leaves_a_429_the_pro
     assert verdict.infra_error is not None and verdict.agent_caused == ()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium): an honest long session with a 150k-token cached context (cache "
-    "reads, which input limits leave out) gets a 429 from the organisation's other "
-    "runs; the 429 has no usage and is counted at its whole body (600 kB at 0.25 "
-    "tokens a byte), past a stated input limit of 100k: counted as the run's own, not "
-    "retried. Fix: count a request without usage less the cache reads of the run's "
-    "answered request before it (the prefix it shares), or at the uncached input that "
-    "request reported."))
 def test_a_cached_long_context_429_of_the_organisation_stays_the_providers() -> None:
     limit = {"rate_limit_tokens": 100_000, "bytes_in": 600_000}
     cached = Usage(input=20, cache_read=150_000, cache_write=500, output=300)
