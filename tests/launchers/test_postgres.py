@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import Counter
 
 import pytest
 
@@ -26,8 +25,8 @@ RUNS = 64
 TASKS = ("example-coupling-conditions", "example-electrolytes-and-films")
 
 
-def stored(pg: PrivatePostgres, experiment: str) -> dict[str, Counter[str]]:
-    """Runs, metrics, params and tags per run key, read from the database itself."""
+def stored(pg: PrivatePostgres, experiment: str) -> dict[str, list[tuple[str, str, int, int]]]:
+    """Each run key's MLflow runs (uuid, status, metrics, params), read from the database."""
     import psycopg
 
     with psycopg.connect(host="127.0.0.1", port=pg.port, user="spu", password=pg.password,
@@ -39,11 +38,9 @@ def stored(pg: PrivatePostgres, experiment: str) -> dict[str, Counter[str]]:
                FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id
                JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'run_key'
                WHERE e.name = %s AND r.lifecycle_stage = 'active'""", (experiment,)).fetchall()
-    out: dict[str, Counter[str]] = {}
+    out: dict[str, list[tuple[str, str, int, int]]] = {}
     for key, uuid, status, metrics, params in rows:
-        out.setdefault(key, Counter()).update({"runs": 1, f"status:{status}": 1,
-                                               "metrics": metrics, "params": params,
-                                               f"uuid:{uuid}": 1})
+        out.setdefault(key, []).append((uuid, status, metrics, params))
     return out
 
 
@@ -72,23 +69,26 @@ def test_postgres_parallel_sweep_tracks_every_run_metric_and_artifact(postgres, 
     assert len(records) == RUNS
     held = stored(postgres, "pg")
     assert set(held) == set(records)
-    for key, counts in held.items():
+    uuids = set()
+    for key, runs in held.items():
         record = records[key]
-        assert counts["runs"] == 1 and counts["status:FINISHED"] == 1, (key, counts)
+        # One MLflow run per attempt: an attempt that ended infra_error (a sandbox that
+        # did not start, say) is FAILED and kept, its retry FINISHED (paper 3.1).
+        statuses = sorted(status for _, status, _, _ in runs)
+        assert statuses == ["FAILED"] * (record["attempt"] - 1) + ["FINISHED"], (key, runs)
+        ((uuid, _, metrics, params),) = [r for r in runs if r[1] == "FINISHED"]
+        uuids.add(uuid)
         groups = len(record["grade"]["groups"])
         # score, score_strict, score_recovered, 5 token counts, long_context_requests,
         # runtime_s, tool_calls, web_fetches, chance_threshold, n_items, cost_usd,
         # cost_full_input_usd, peak_memory_bytes (where measured), one rho per group.
-        assert counts["metrics"] >= 17 + groups, (key, counts)
-        assert counts["params"] == len(run_params(RunRecord.model_validate(record))), \
-            (key, counts)
-    # Every run's artifacts went through the server's proxy into the destination.
-    uuids = {name[len("uuid:"):] for counts in held.values() for name in counts
-             if name.startswith("uuid:")}
+        assert metrics >= 17 + groups, (key, runs)
+        assert params == len(run_params(RunRecord.model_validate(record))), (key, runs)
+    # Every finished run's artifacts went through the server's proxy into the destination.
     for name in ("run.json", "grade.json", "output/rankings.json"):
         holders = [p.relative_to(artifacts).parts[1]
                    for p in artifacts.glob(f"pg/*/artifacts/{name}")]
-        assert sorted(holders) == sorted(uuids), name
+        assert set(holders) >= uuids, name
 
     # Resume from the tracking server alone: the run folders gone, nothing runs again.
     shutil.rmtree(out / "runs")
