@@ -811,7 +811,16 @@ class ModelGateway:
                 if drained > DRAIN_AFTER_HANGUP_BYTES \
                         or time.monotonic() - hung_up_at > DRAIN_AFTER_HANGUP_S:
                     break
-            outcome = "client" if x.client_gone else "ended"
+            else:
+                # Read to its end: the provider's answer is whole, whenever the agent
+                # hung up (after its last byte, or mid-answer and drained: said below).
+                outcome = "ended"
+                if hung_up_at is not None:
+                    x.entry.error_type = x.entry.error_type or "gateway.client_disconnected"
+                    x.entry.error = x.entry.error or (
+                        "the agent closed the connection before the answer ended")
+            if outcome != "ended":
+                outcome = "client" if x.client_gone else "ended"
         except httpx.HTTPError as exc:
             cut = f"{type(exc).__name__}: {exc!s}"
             if isinstance(exc, httpx.ReadTimeout) and not x.entry.stream:
