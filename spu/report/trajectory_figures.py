@@ -592,6 +592,10 @@ def _summary_value(t: Tables, name: str) -> float | None:
     return float(hit.iloc[0]) if len(hit) else None
 
 
+_Need = Callable[[str, bool, str, Callable[[], Figure]], None]
+"""Adds one figure: its name, whether its data is there, what it needs otherwise, its builder."""
+
+
 def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict[str, str]]:
     """Figure builders by name for the tables that have data, and the rest with what they need.
 
@@ -607,14 +611,24 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
         else:
             missing[name] = why
 
-    def has(name: str) -> bool:
-        return name in t and not t[name].empty
+    for part in (_process_figures, _revision_figures, _gpu_figures, _configuration_figures,
+                 _task_figures):
+        part(t, need)
+    return draw, missing
 
+
+def _has(t: Tables, name: str) -> bool:
+    return name in t and not t[name].empty
+
+
+def _process_figures(t: Tables, need: _Need) -> None:
+    """Figures 14-16: time, methods, sources and where orders first appear."""
     feats = t.get("runs_features.csv", pd.DataFrame())
     scored = feats[feats["scored"].astype(bool)] if "scored" in feats else feats
-    need("fig14a_activity_time", has("activity_time.csv"), "needs runs with tool calls",
+    need("fig14a_activity_time", _has(t, "activity_time.csv"), "needs runs with tool calls",
          lambda: activity_time_figure(t["activity_time.csv"]))
-    need("fig14b_milestones", has("milestones.csv") and t["milestones.csv"]["n_reached"].sum() > 0,
+    need("fig14b_milestones",
+         _has(t, "milestones.csv") and t["milestones.csv"]["n_reached"].sum() > 0,
          "needs scored runs that reached a milestone",
          lambda: milestones_figure(t["milestones.csv"]))
     fam = t.get("families.csv", pd.DataFrame())
@@ -627,10 +641,10 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
          "their discipline",
          lambda: share_heatmap(fam[fam["by"] == "discipline"], "value", "family", "share",
                                "Method families by discipline"))
-    need("fig15c_sources", has("sources.csv"), "needs fetched URLs (audit log "
+    need("fig15c_sources", _has(t, "sources.csv"), "needs fetched URLs (audit log "
          "tools/audit.jsonl or fetch calls)",
          lambda: stacked_shares(t["sources.csv"], "source_class", "Sources fetched"))
-    need("fig15d_operators", has("search_operators.csv"), "needs runs that searched",
+    need("fig15d_operators", _has(t, "search_operators.csv"), "needs runs that searched",
          lambda: share_heatmap(t["search_operators.csv"], "config", "operator", "mean_share",
                                "Search operators", vmax=None))
     fa = t.get("first_appearance.csv", pd.DataFrame())
@@ -641,6 +655,10 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
     need("fig16b_first_complete", "first_complete_t" in scored and
          scored["first_complete_t"].notna().any(), "needs a complete ranking in a trajectory",
          lambda: first_complete_figure(scored))
+
+
+def _revision_figures(t: Tables, need: _Need) -> None:
+    """Figures 17, 21b and 24e: associations, self-assessment, revisions and flips."""
     assoc = t.get("associations.csv", pd.DataFrame())
     need("fig17a_associations", not assoc.empty and assoc["estimate"].notna().any(),
          "needs scored runs on at least two tasks whose features vary",
@@ -669,6 +687,15 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
                                   labels=(changed["pairs_flipped"] *
                                           changed["flipped_into_measured"].fillna(0)).round()
                                   .astype(int)))
+    has_flips = not ri.empty and all(
+        ri.loc[ri["quantity"] == q, "mean"].notna().any() for q in FLIP_QUANTITIES)
+    need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),
+         "needs revised first drafts and answer keys (--tasks)",
+         (lambda: flip_intervals_figure(ri)) if has_flips else lambda: flips_figure(rev))
+
+
+def _gpu_figures(t: Tables, need: _Need) -> None:
+    """Figure 22: GPU use, workloads, errors and runtime."""
     gpu = t.get("gpu.csv", pd.DataFrame())
     need("fig22a_gpu_levels", not gpu.empty, "needs scored runs",
          lambda: stacked_shares(_levels(gpu), "level", "GPU use", list(GPU_LEVELS)))
@@ -685,6 +712,10 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
          "an error", lambda: share_heatmap(ge, "config", "error", "share", "GPU errors"))
     need("fig22d_gpu_runtime", not gpu.empty and gpu["median_runtime_gpu_s"].notna().any(),
          "needs runs that used the GPU", lambda: gpu_runtime_figure(gpu))
+
+
+def _configuration_figures(t: Tables, need: _Need) -> None:
+    """Figures 23 and 24c-d: profiles, the classifier, efforts."""
     prof = t.get("profiles.csv", pd.DataFrame())
     need("fig23a_profiles", len(prof) >= 2, "needs two configurations",
          lambda: profiles_figure(prof))
@@ -702,11 +733,10 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
          and eff.loc[eff["quantity"].str.startswith("draft minus"), "value"].notna().any(),
          "needs the higher effort's first drafts and answer keys (--tasks)",
          lambda: effort_drafts_figure(eff))
-    has_flips = not ri.empty and all(
-        ri.loc[ri["quantity"] == q, "mean"].notna().any() for q in FLIP_QUANTITIES)
-    need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),
-         "needs revised first drafts and answer keys (--tasks)",
-         (lambda: flip_intervals_figure(ri)) if has_flips else lambda: flips_figure(rev))
+
+
+def _task_figures(t: Tables, need: _Need) -> None:
+    """Figures 18e, 19b and 19c: one task's settings and repeats, varying methods."""
     ts = t.get("task_settings.csv", pd.DataFrame())
     need("fig18e_task_settings", not ts.empty and bool(ts["rho"].notna().any()),
          "needs a task named by --task with numeric settings in targets.csv and --tasks",
@@ -720,7 +750,6 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
          and bool((rm["shown"].astype(bool) & (rm["task_id"] == "all")).any()),
          "needs method families that vary between the scored repeats of at least four tasks "
          "(spu analyze --all-repeats)", lambda: repeat_methods_figure(rm))
-    return draw, missing
 
 
 def _levels(gpu: pd.DataFrame) -> pd.DataFrame:
