@@ -86,6 +86,13 @@ class ScriptedTurn:
     """Seconds to wait before the first byte of the answer (a slow provider)."""
     delta_chars: int = 0
     """Stream the text in deltas of this many characters (0: one delta)."""
+    as_generated: bool = False
+    """Stream each event as it is encoded (chunked transfer encoding), as a provider streams
+    while it generates, rather than render the whole answer first and send it with its
+    length. The answer's bytes are the same."""
+    bytes_per_s: float = 0.0
+    """With ``as_generated``: send no faster than this many bytes a second (0: as fast as
+    the events are encoded), a provider's pace."""
 
     @property
     def is_final(self) -> bool:
@@ -378,6 +385,11 @@ def _turn(path: Path, where: str, raw: Any) -> ScriptedTurn:
         if raw.get(key) is not None and (isinstance(raw[key], bool)
                                          or not isinstance(raw[key], int) or raw[key] < 0):
             raise ScriptError(f"{path}: {where}.{key} must be an integer, 0 or more")
+    if not isinstance(raw.get("as_generated", False), bool):
+        raise ScriptError(f"{path}: {where}.as_generated must be true or false")
+    pace = raw.get("bytes_per_s", 0.0)
+    if isinstance(pace, bool) or not isinstance(pace, (int, float)) or pace < 0:
+        raise ScriptError(f"{path}: {where}.bytes_per_s must be a number, 0 or more")
     delay = raw.get("first_byte_delay_s", 0.0)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ScriptError(f"{path}: {where}.first_byte_delay_s must be a number of seconds")

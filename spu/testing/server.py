@@ -31,6 +31,8 @@ from spu.schema import Usage
 from spu.testing import anthropic_messages, openai_responses
 from spu.testing.script import SIDE_USAGE, Script, ScriptedTurn, default_script, scripted_usage
 
+SSE_CHUNK_BYTES = 16 * 1024
+"""An answer sent as generated goes out in chunks of about this many bytes."""
 LOGGED_HEADERS = ("user-agent", "anthropic-beta", "anthropic-version", "originator")
 """Request headers kept in the log; credentials never are."""
 
@@ -425,7 +427,11 @@ class _Handler(BaseHTTPRequestHandler):
         if cut is not None:
             served = replace(served, kind="cut", usage=usage_told(events[:cut]))
         self.model_server.record(served, summary)
-        self._send_sse(events, cut=cut, delay_s=turn.first_byte_delay_s)
+        if turn.as_generated and cut is None:
+            self._send_sse_as_generated(events, delay_s=turn.first_byte_delay_s,
+                                        bytes_per_s=turn.bytes_per_s)
+        else:
+            self._send_sse(events, cut=cut, delay_s=turn.first_byte_delay_s)
 
     # ------------------------------------------------------------------ transport
 
@@ -436,6 +442,37 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _send_sse_as_generated(self, events: list[tuple[str, dict[str, Any]]], *,
+                               delay_s: float = 0.0, bytes_per_s: float = 0.0) -> None:
+        """Send ``events`` in chunks as they are encoded, the way a provider streams.
+
+        With ``bytes_per_s``, each chunk waits until the answer so far is not ahead of that
+        pace.
+        """
+        time.sleep(delay_s)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        pending: list[bytes] = []
+        size = sent = 0
+        started = time.monotonic()
+        for name, payload in events:
+            block = f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
+            pending.append(block)
+            size += len(block)
+            if size >= SSE_CHUNK_BYTES:
+                if bytes_per_s:
+                    sent += size
+                    time.sleep(max(0.0, started + sent / bytes_per_s - time.monotonic()))
+                self.wfile.write(b"%x\r\n%s\r\n" % (size, b"".join(pending)))
+                pending, size = [], 0
+        if pending:
+            self.wfile.write(b"%x\r\n%s\r\n" % (size, b"".join(pending)))
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _send_sse(self, events: list[tuple[str, dict[str, Any]]], *, cut: int | None = None,
                   delay_s: float = 0.0) -> None:

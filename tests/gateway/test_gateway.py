@@ -60,6 +60,36 @@ def test_streaming_passthrough_is_byte_identical(tmp_path: Path, api: str, path:
     assert entry.ttfb_s is not None and entry.ttfb_s <= entry.latency_s
 
 
+@pytest.mark.parametrize(("api", "path", "make_body"), [
+    ("anthropic", "/v1/messages", anthropic_body),
+    ("openai-responses", "/responses", responses_body),
+])
+def test_an_answer_streamed_as_generated_passes_whole(tmp_path: Path, api: str, path: str,
+                                                      make_body: Any) -> None:
+    """A provider's chunked stream, sent as it is produced and paced, reaches the agent
+    byte for byte as the same answer rendered first, and is recorded the same."""
+    text, body = "word " * 20_000, make_body(0)
+    upstream_path = path if api == "anthropic" else "/v1" + path
+    rendered = Script(name="r", turns=(ScriptedTurn(text=text, delta_chars=7),))
+    with ScriptedModelServer(rendered) as direct:
+        whole = httpx.post(direct.url + upstream_path, json=body, timeout=30)
+    paced = Script(name="g", turns=(ScriptedTurn(text=text, delta_chars=7, as_generated=True,
+                                                 bytes_per_s=4e6),))
+    with ScriptedModelServer(paced) as direct:
+        straight = httpx.post(direct.url + upstream_path, json=body, timeout=30)
+    with ScriptedModelServer(paced, log_path=tmp_path / "served.jsonl") as server, ModelGateway(
+            tmp_path / "model", api=api, api_model="spu_agent",
+            upstream=server.url if api == "anthropic" else server.url + "/v1") as gateway:
+        through = _post(gateway, path, body, bearer=api != "anthropic")
+    assert straight.headers["transfer-encoding"] == "chunked"
+    assert "content-length" not in straight.headers and "content-length" in whole.headers
+    assert len(whole.content) > 100_000
+    assert straight.content == through.content == whole.content
+    (entry,) = read_requests(tmp_path / "model" / "requests.jsonl")
+    assert entry.stream and entry.complete and entry.bytes_out == len(whole.content)
+    assert entry.usage == Usage(**_server_log(server)[0]["usage"])
+
+
 def test_json_answer_and_count_tokens_pass_through(behind_gateway: Any) -> None:
     """A non-streamed answer is read from its JSON body; ``count_tokens`` bills nothing."""
     server, gateway = behind_gateway(default_script())

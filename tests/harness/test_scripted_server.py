@@ -173,6 +173,12 @@ def test_script_file_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"turns": [{"http_error": "500"}]}))
     with pytest.raises(ScriptError, match=r"turns\[0\]\.http_error must be an integer"):
         load_script(bad)
+    bad.write_text(json.dumps({"turns": [{"text": "a", "as_generated": "yes"}]}))
+    with pytest.raises(ScriptError, match=r"turns\[0\]\.as_generated must be true or false"):
+        load_script(bad)
+    bad.write_text(json.dumps({"turns": [{"text": "a", "bytes_per_s": -1}]}))
+    with pytest.raises(ScriptError, match=r"turns\[0\]\.bytes_per_s must be a number"):
+        load_script(bad)
     bad.write_text("{not json")
     with pytest.raises(ScriptError, match="bad.json: not a readable JSON file"):
         load_script(bad)
