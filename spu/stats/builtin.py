@@ -85,6 +85,7 @@ from spu.stats.private import (
 )
 from spu.stats.registry import AnalysisResult, analysis
 from spu.stats.repeats import (
+    REPEAT_TASKS_RULE,
     TaskSpread,
     rank_stability,
     reliability_table,
@@ -318,7 +319,7 @@ def repeats(inputs: StatsInputs) -> AnalysisResult:
     return AnalysisResult(tables={
         "repeats.csv": table, "reliability.csv": reliability_table(table),
         "repeats_tasks.csv": repeat_task_table(public_all), "repeats_stops.csv": stops,
-    }, tests=tests, summary=[*summary, row])
+    }, tests=tests, summary=[*summary, row], rules={"repeats_tasks.csv": REPEAT_TASKS_RULE})
 
 
 @analysis(files=("rank_stability.csv",), section="Figure 26f (4.5)", needs=("run_sd",),
