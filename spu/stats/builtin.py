@@ -289,6 +289,10 @@ def effort_correlation(inputs: StatsInputs) -> AnalysisResult:
     return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows,
                           rules={"effort_correlations.csv": "E.3: Spearman within each "
                                  "configuration, Holm over the configurations per measure; "
+                                 "with task and configuration effects removed, Pearson of "
+                                 "the residuals of score and log run time, log tool calls "
+                                 "and log web fetches (log x; log(1 + x) where a measure "
+                                 "has a zero, named in transform); "
                                  f"GPU use (measure used_gpu): {inputs.gpu_rule_text}"})
 
 
