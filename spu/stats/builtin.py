@@ -60,7 +60,7 @@ from spu.stats.interaction import (
     variance_decomposition,
 )
 from spu.stats.means import discipline_table
-from spu.stats.monotone import monotone_prior
+from spu.stats.monotone import monotone_prior, unrelated_rule
 from spu.stats.named_tests import named_test
 from spu.stats.outcomes import (
     departure_table,
@@ -613,15 +613,20 @@ def agreement(inputs: StatsInputs) -> AnalysisResult:
                           summary=result.summary)
 
 
-@analysis(files={"monotone.csv": "Figure 16d (4.2)", "monotone_groups.csv": "Figure 16c (4.2)"},
+@analysis(files={"monotone.csv": "Figure 16d (4.2)", "monotone_groups.csv": "Figure 16c (4.2)",
+                 "monotone_unrelated.csv": "4.2"},
           section="4.2", needs=("orders",))
 def monotone(inputs: StatsInputs) -> AnalysisResult:
     """Orders that follow a setting monotonically (the monotone prior, 4.2)."""
     assert inputs.orders is not None  # the need "orders" holds
-    result = monotone_prior(inputs.scored_public, inputs.orders, inputs.tasks, inputs.order)
+    unrelated = inputs.options.unrelated_below
+    result = monotone_prior(inputs.scored_public, inputs.orders, inputs.tasks, inputs.order,
+                            unrelated=unrelated)
     return AnalysisResult(tables={"monotone.csv": result.configs,
-                                  "monotone_groups.csv": result.groups},
-                          summary=result.summary)
+                                  "monotone_groups.csv": result.groups,
+                                  "monotone_unrelated.csv": result.unrelated},
+                          summary=result.summary,
+                          rules={"monotone_unrelated.csv": unrelated_rule(unrelated)})
 
 
 @analysis(files={"repeats_orders.csv": "Figure 19a (4.5)",
