@@ -32,7 +32,7 @@ reverse (|rho| 1): two of the three submissions of the unrelated group follow it
 
 
 def _task(root) -> None:
-    settings = {e: {"temp": t} for e, t in TEMPS.items()}
+    settings: dict[str, dict[str, object]] = {e: {"temp": t} for e, t in TEMPS.items()}
     settings.update({k: {"temp": i + 1} for i, k in enumerate(MEASURED_K)})
     write_task(root, "t1", {"G": MEASURED_G, "K": MEASURED_K}, settings=settings)
 
@@ -77,17 +77,17 @@ def test_the_papers_rule_is_the_default_and_named_in_the_manifest(tmp_path) -> N
                   [{"group_id": g, "order": o} for g, o in groups.items()])
         rows.append(run_row(config, "t1", 0.1, run_key=f"key-{config}"))
     runs = check_runs_table(pd.DataFrame(rows))
-    fast = {"resamples": 20, "simulations": 20, "null_draws": 20}
-    result = analyze(runs, StatsOptions(**fast, task_roots=(tmp_path / "tasks",),
-                                        runs_dir=out))
+    result = analyze(runs, StatsOptions(resamples=20, simulations=20, null_draws=20,
+                                        task_roots=(tmp_path / "tasks",), runs_dir=out))
     entry = result.manifest["outputs"]["monotone_unrelated.csv"]
     assert entry["written"] and entry["section"] == "4.2"
     assert entry["rule"] == unrelated_rule() and "at most 0.2" in entry["rule"]
     assert "at least 0.9" in entry["rule"]
     table = result.tables["monotone_unrelated.csv"].set_index("config")
     assert table.loc["all", "share"] == pytest.approx(2 / 3)
-    looser = analyze(runs, StatsOptions(**fast, task_roots=(tmp_path / "tasks",),
-                                        runs_dir=out, unrelated_below=0.05))
+    looser = analyze(runs, StatsOptions(resamples=20, simulations=20, null_draws=20,
+                                        task_roots=(tmp_path / "tasks",), runs_dir=out,
+                                        unrelated_below=0.05))
     assert "at most 0.05" in looser.manifest["outputs"]["monotone_unrelated.csv"]["rule"]
     assert looser.manifest["unrelated_below"] == 0.05
     assert result.manifest["unrelated_below"] == 0.2

@@ -12,19 +12,19 @@ from spu.stats.repeats import REPEAT_TASKS_RULE, UNSTABLE_SD, unstable_share
 from spu.stats.runs_table import check_runs_table
 from tests.stats.conftest import run_row
 
-FAST = {"resamples": 30, "simulations": 30, "null_draws": 30}
-
 
 def _inputs() -> StatsInputs:
     """Repeats of A: t1 0.1, 0.4, 0.25 (SD 0.15, SS 0.045); t2 0.0, 0.6 (SD 0.424, SS
     0.18); t3 0.4, 0.5 (SD 0.071, SS 0.005); t4 0.3, 0.58 (SD 0.198, SS 0.0392, just
     under 0.2); t5 one scored repeat (no SD). Total SS 0.2692."""
     rows = [run_row(c, t, 0.3) for c in ("A", "B") for t in ("t1", "t2", "t3", "t4", "t5")]
-    repeats_of = {"t1": [0.1, 0.4, 0.25], "t2": [0.0, 0.6], "t3": [0.4, 0.5],
-                  "t4": [0.3, 0.58], "t5": [0.5, None]}
+    repeats_of: dict[str, list[float | None]] = {
+        "t1": [0.1, 0.4, 0.25], "t2": [0.0, 0.6], "t3": [0.4, 0.5], "t4": [0.3, 0.58],
+        "t5": [0.5, None]}
     for t, scores in repeats_of.items():
         rows += [run_row("A", t, s, repeat=r + 1) for r, s in enumerate(scores)]
-    return StatsInputs(check_runs_table(pd.DataFrame(rows)), StatsOptions(**FAST))
+    return StatsInputs(check_runs_table(pd.DataFrame(rows)),
+                       StatsOptions(resamples=30, simulations=30, null_draws=30))
 
 
 def test_share_by_task_and_in_summary_by_hand() -> None:
