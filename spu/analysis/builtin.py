@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from spu.analysis.trajectory_analysis import (
+    ACTIVITY_TIME_RULE,
     AUDITED_RULE,
     GPU_RULE,
     REPEAT_METHODS_RULE,
@@ -46,7 +47,9 @@ def _one(name: str, table: pd.DataFrame) -> AnalysisResult:
 @analysis(files=("activity_time.csv",), section="Figure 14a", registry=TRAJECTORY_ANALYSES)
 def activity_times(inputs: TrajectoryInputs) -> AnalysisResult:
     """Share of time in each activity class along normalized run time."""
-    return _one("activity_time.csv", activity_time(inputs.calls, inputs.scored))
+    return AnalysisResult(tables={"activity_time.csv": activity_time(inputs.calls,
+                                                                     inputs.scored)},
+                          rules={"activity_time.csv": ACTIVITY_TIME_RULE})
 
 
 @analysis(files=("milestones.csv",), section="Figure 14b", registry=TRAJECTORY_ANALYSES)

@@ -9,9 +9,9 @@ per call only its labels and time, so memory does not grow with the size of the 
 outputs: a 1 GB trajectory is read in the memory of its largest step.
 
 Time (paper E.7): a call is credited with the time from its step to the next step,
-divided evenly among the calls of the step; ``t_norm`` is the call's start as a share
-of the trajectory's span (first to last timestamp). A trajectory without timestamps
-counts one unit per step.
+divided evenly among the calls of the step; ``t_norm`` is the call's start (its step's
+timestamp) and ``t_end_norm`` its end (the next step's) as shares of the trajectory's span
+(first to last timestamp). A trajectory without timestamps counts one unit per step.
 """
 
 from __future__ import annotations
@@ -119,12 +119,16 @@ class CallRow:
     t_abs: float
     t_norm: float = 0.0
     families: str = ""
+    t_end_abs: float = 0.0
+    """The end of the call's step (the next step's timestamp), seconds from the first."""
+    t_end_norm: float = 0.0
+    """That end as a share of the run's span: the call spans ``[t_norm, t_end_norm]``."""
 
     def __reduce__(self) -> tuple[type[CallRow], tuple[Any, ...]]:
         # Pickled as its values: a worker process sends a run's calls back cheaply.
         return CallRow, (self.run_key, self.step, self.call_index, self.tool, self.activity,
                          self.activity_class, self.time_s, self.t_abs, self.t_norm,
-                         self.families)
+                         self.families, self.t_end_abs, self.t_end_norm)
 
 
 @dataclass
@@ -328,7 +332,8 @@ class _CallWalk:
             name, cls = _ACTIVITY_NAMES[label.activity]
             self.reading.calls.append(CallRow(self.run_key, step.index, k, call.name, name,
                                               cls, share, step.start,
-                                              families=";".join(label.families)))
+                                              families=";".join(label.families),
+                                              t_end_abs=max(end, step.start)))
 
     def _clock(self, step: Step) -> float:
         """Seconds since the first timestamp (one unit per step without timestamps)."""
@@ -391,6 +396,7 @@ class _CallWalk:
         span = self.last if self.last > 0 else 1.0
         for row in self.reading.calls:
             row.t_norm = round(min(row.t_abs / span, 1.0), 6)
+            row.t_end_norm = round(min(row.t_end_abs / span, 1.0), 6)
         return span
 
 

@@ -44,7 +44,7 @@ from spu.stats.registry import Registry, discover
 from spu.stats.resampling import rng_for
 
 CALL_COLUMNS = ("run_key", "step", "call_index", "tool", "activity", "activity_class",
-                "time_s", "t_norm", "families")
+                "time_s", "t_norm", "families", "t_end_norm")
 FEATURE_COLUMNS = ("run_key", "config", "task_id", "score", "n_calls", "runtime_s",
                    "web_share", "compute_share", "first_web_t", "method_families",
                    "first_complete_step", "first_complete_t", "first_draft_score", "revisions",
@@ -251,7 +251,8 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     notes: list[str] = []
     calls = pd.DataFrame(
         [(c.run_key, c.step, c.call_index, c.tool, c.activity, c.activity_class, c.time_s,
-          c.t_norm, c.families) for r in readings for c in r.calls], columns=list(CALL_COLUMNS))
+          c.t_norm, c.families, c.t_end_norm) for r in readings for c in r.calls],
+        columns=list(CALL_COLUMNS))
     features = pd.DataFrame([r.features for r in readings])
     if features.empty:
         features = pd.DataFrame(columns=list(FEATURE_COLUMNS))
@@ -326,12 +327,53 @@ def _outputs(tables: dict[str, pd.DataFrame], rules: Mapping[str, str] | None = 
     return dict(sorted(outputs.items()))
 
 
-def activity_time(calls: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
+ACTIVITY_TIME_RULE = (
+    "each call's time (its step to the next step, divided evenly among the step's calls, "
+    "E.7) spread uniformly over the call's span [t_norm, t_end_norm] of the run normalized "
+    "to its length, smoothed by a Gaussian kernel of s.d. 2% of the run, normalized per run "
+    "to shares at each point and averaged over runs, each run counting equally (Figure 14a)")
+"""The paper's rule behind ``activity_time.csv`` (the manifest's ``rule``)."""
+
+
+def _kernel_over_spans(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The Gaussian kernel at each :data:`GRID` point, averaged over each call's span.
+
+    A call spanning ``[a, b]`` contributes at ``g`` the mean of ``exp(-(g - s)^2 / 2 sd^2)``
+    over ``s`` in ``[a, b]``: ``sd * sqrt(2 pi) / (b - a) * (Phi((g - a) / sd) -
+    Phi((g - b) / sd))``; a span of no length is its point (the kernel at ``a``).
+    """
+    from scipy.special import ndtr
+
+    sd = SMOOTHING_SD
+    point = np.exp(-0.5 * ((GRID[:, None] - start[None, :]) / sd) ** 2)
+    width = end - start
+    wide = width > 1e-9
+    if not wide.any():
+        return point
+    a, b = start[wide], end[wide]
+    mass = ndtr((GRID[:, None] - a[None, :]) / sd) - ndtr((GRID[:, None] - b[None, :]) / sd)
+    point[:, wide] = mass * (sd * math.sqrt(2 * math.pi)) / width[wide][None, :]
+    return point
+
+
+def activity_time(calls: pd.DataFrame, features: pd.DataFrame, *,
+                  over_duration: bool = True) -> pd.DataFrame:
     """Share of time in each activity class along normalized run time (Figure 14a).
 
-    Each run counts equally: its calls' time is spread on :data:`GRID` by a Gaussian
-    kernel of s.d. :data:`SMOOTHING_SD`, normalized per run to shares that sum to 1 at
-    each point, then averaged over runs.
+    Each run counts equally: each call's time is spread uniformly over the call's span in
+    the run (``t_norm`` to ``t_end_norm``, paper E.7: the time from its step to the next
+    step), smoothed on :data:`GRID` by a Gaussian kernel of s.d. :data:`SMOOTHING_SD`,
+    normalized per run to shares that sum to 1 at each point, then averaged over runs.
+
+    Args:
+        calls: ``calls.csv``'s rows; without ``t_end_norm`` (a table written before it
+            was kept) each call sits at its start.
+        features: The runs to count (their ``run_key``); empty: every run in ``calls``.
+        over_duration: Spread each call over its span (the paper's rule); ``False``
+            places all of a call's time at its start.
+
+    Returns:
+        One row per grid point: ``t`` and the share of each of the eight classes.
     """
     columns = ["t", *CLASSES]
     keep = calls[calls["run_key"].isin(set(features["run_key"]))] if len(features) else calls
@@ -347,13 +389,16 @@ def activity_time(calls: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
     all_t = keep["t_norm"].to_numpy(float)[order]
+    all_end = (np.maximum(keep["t_end_norm"].fillna(keep["t_norm"]).to_numpy(float)[order],
+                          all_t)
+               if over_duration and "t_end_norm" in keep else all_t)
     all_w = keep["time_s"].to_numpy(float)[order]
     all_cls = keep["activity_class"].map(class_index).to_numpy(int)[order]
-    for t, w, cls in zip(np.split(all_t, bounds), np.split(all_w, bounds),
-                         np.split(all_cls, bounds), strict=True):
+    for t, end, w, cls in zip(np.split(all_t, bounds), np.split(all_end, bounds),
+                              np.split(all_w, bounds), np.split(all_cls, bounds), strict=True):
         if w.sum() <= 0:
             w = np.ones_like(w)
-        kernel = np.exp(-0.5 * ((GRID[:, None] - t[None, :]) / SMOOTHING_SD) ** 2)
+        kernel = _kernel_over_spans(t, end)
         by_class = np.zeros((len(GRID), len(CLASSES)))
         for k in range(len(CLASSES)):
             mask = cls == k

@@ -60,7 +60,7 @@ from spu.stats.interaction import (
     variance_decomposition,
 )
 from spu.stats.means import discipline_table
-from spu.stats.monotone import monotone_prior
+from spu.stats.monotone import monotone_prior, unrelated_rule
 from spu.stats.named_tests import named_test
 from spu.stats.outcomes import (
     departure_table,
@@ -85,6 +85,7 @@ from spu.stats.private import (
 )
 from spu.stats.registry import AnalysisResult, analysis
 from spu.stats.repeats import (
+    REPEAT_TASKS_RULE,
     TaskSpread,
     rank_stability,
     reliability_table,
@@ -288,6 +289,10 @@ def effort_correlation(inputs: StatsInputs) -> AnalysisResult:
     return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows,
                           rules={"effort_correlations.csv": "E.3: Spearman within each "
                                  "configuration, Holm over the configurations per measure; "
+                                 "with task and configuration effects removed, Pearson of "
+                                 "the residuals of score and log run time, log tool calls "
+                                 "and log web fetches (log x; log(1 + x) where a measure "
+                                 "has a zero, named in transform); "
                                  f"GPU use (measure used_gpu): {inputs.gpu_rule_text}"})
 
 
@@ -318,7 +323,7 @@ def repeats(inputs: StatsInputs) -> AnalysisResult:
     return AnalysisResult(tables={
         "repeats.csv": table, "reliability.csv": reliability_table(table),
         "repeats_tasks.csv": repeat_task_table(public_all), "repeats_stops.csv": stops,
-    }, tests=tests, summary=[*summary, row])
+    }, tests=tests, summary=[*summary, row], rules={"repeats_tasks.csv": REPEAT_TASKS_RULE})
 
 
 @analysis(files=("rank_stability.csv",), section="Figure 26f (4.5)", needs=("run_sd",),
@@ -608,15 +613,20 @@ def agreement(inputs: StatsInputs) -> AnalysisResult:
                           summary=result.summary)
 
 
-@analysis(files={"monotone.csv": "Figure 16d (4.2)", "monotone_groups.csv": "Figure 16c (4.2)"},
+@analysis(files={"monotone.csv": "Figure 16d (4.2)", "monotone_groups.csv": "Figure 16c (4.2)",
+                 "monotone_unrelated.csv": "4.2"},
           section="4.2", needs=("orders",))
 def monotone(inputs: StatsInputs) -> AnalysisResult:
     """Orders that follow a setting monotonically (the monotone prior, 4.2)."""
     assert inputs.orders is not None  # the need "orders" holds
-    result = monotone_prior(inputs.scored_public, inputs.orders, inputs.tasks, inputs.order)
+    unrelated = inputs.options.unrelated_below
+    result = monotone_prior(inputs.scored_public, inputs.orders, inputs.tasks, inputs.order,
+                            unrelated=unrelated)
     return AnalysisResult(tables={"monotone.csv": result.configs,
-                                  "monotone_groups.csv": result.groups},
-                          summary=result.summary)
+                                  "monotone_groups.csv": result.groups,
+                                  "monotone_unrelated.csv": result.unrelated},
+                          summary=result.summary,
+                          rules={"monotone_unrelated.csv": unrelated_rule(unrelated)})
 
 
 @analysis(files={"repeats_orders.csv": "Figure 19a (4.5)",

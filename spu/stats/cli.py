@@ -59,6 +59,10 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    help="leading and trailing groups of the discipline comparison, e.g. the "
                         "paper's named ones (default: the groups the paired tests separate, "
                         "of the configurations with a scored run in every discipline)")
+    p.add_argument("--unrelated-below", type=float, default=None, metavar="RHO",
+                   help="largest absolute Spearman of a measured order with a group's "
+                        "numeric settings at which it counts as nearly unrelated to them, "
+                        "for monotone_unrelated.csv (4.2 gives no number; default 0.2)")
     p.add_argument("--design-difference", type=float, action="append", default=None,
                    metavar="D", dest="design_differences",
                    help="difference in mean score for the study-design table design.csv "
@@ -125,6 +129,13 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
     if any(not d > 0 for d in differences):
         print(f"spu {command}: --design-difference must be above 0", file=sys.stderr)
         return None
+    from spu.stats.monotone import UNRELATED
+
+    unrelated = UNRELATED if args.unrelated_below is None else args.unrelated_below
+    if not 0 <= unrelated < 1:
+        print(f"spu {command}: --unrelated-below must be at least 0 and below 1",
+              file=sys.stderr)
+        return None
     from spu.analysis.runs import executed_gpu_use
 
     options = StatsOptions(
@@ -133,6 +144,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         answers_root=args.answers_root, runs_dir=args.runs_dir,
         top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
         decomposition_configs=chosen, discipline_groups=args.discipline_groups,
+        unrelated_below=unrelated,
         refusals_after_file=args.refusals_after_file, gpu_rule=args.gpu_rule,
         gpu_reader=executed_gpu_use,
     )

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spu.stats.named_tests import named_test
+from spu.stats.named_tests import groups_df, named_test
 from spu.stats.permutation import multiset_permutations, p_from_null
 from spu.stats.repeats import largest_gap_group
 from spu.stats.resampling import (
@@ -292,7 +292,8 @@ def discipline_gap(
                      "ci_low": low, "ci_high": high})
     table = pd.DataFrame(rows, columns=["discipline", "n_tasks", "diff", "ci_low", "ci_high"])
     if len(names) < 2:
-        return table, named_test("discipline_gap_range", math.nan, math.nan, "4.6")
+        return table, named_test("discipline_gap_range", math.nan, math.nan, "4.6",
+                                 df=groups_df(len(names)))
     observed = float(table["diff"].max() - table["diff"].min())
     values = diff.to_numpy(dtype=float)
     n_relabelings = math.factorial(len(codes)) // math.prod(
@@ -308,7 +309,7 @@ def discipline_gap(
     null = means.max(axis=1) - means.min(axis=1)
     p = p_from_null(null, observed, exact, "greater")
     method = ("exact" if exact else "monte-carlo") + f", null median {np.median(null):.3f}"
-    test = named_test("discipline_gap_range", observed, p, "4.6", df=len(names) - 1,
+    test = named_test("discipline_gap_range", observed, p, "4.6", df=groups_df(len(names)),
                       n=int(values.size), method=method)
     test["null_median"] = float(np.median(null))
     return table, test
@@ -381,7 +382,8 @@ def discipline_stability(
     k = len(names)
     empty = pd.DataFrame(columns=["discipline_a", "discipline_b", "rho"])
     if k < 2 or len(configs) < 3:
-        return empty, named_test("discipline_order_stability", math.nan, math.nan, "4.6")
+        return empty, named_test("discipline_order_stability", math.nan, math.nan, "4.6",
+                                 df=groups_df(k))
     values = matrix.to_numpy(dtype=float)
     known = np.isfinite(values)
     filled = np.where(known, values, 0.0)
@@ -407,7 +409,8 @@ def discipline_stability(
     null = _mean_pair_rho(block_means(splits))
     null = null[np.isfinite(null)]
     p = (1 + int((null <= observed + 1e-12).sum())) / (1 + null.size)
-    test = named_test("discipline_order_stability", observed, p, "4.6", n=len(configs),
+    test = named_test("discipline_order_stability", observed, p, "4.6", df=groups_df(k),
+                      n=len(configs),
                       method=f"random splits, median {np.median(null):.3f}")
     test["null_median"] = float(np.median(null))
     return table, test

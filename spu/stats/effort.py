@@ -57,7 +57,8 @@ MEASURES: tuple[tuple[str, str], ...] = (
     ("runtime_s", "log run time"), ("tool_calls", "log tool calls"),
     ("web_fetches", "log web fetches"), ("used_gpu", "GPU use"),
     ("gpu_measured", "GPU use, sampled by NVML"))
-"""Effort measures of E.3 (column, label); counts and times enter as log(1 + x).
+"""Effort measures of E.3 (column, label); counts and times enter as their log, as the
+paper writes them, and as log(1 + x) only where the measure has a zero (:func:`log_measure`).
 
 ``used_gpu`` is the paper's GPU use (E.12, :mod:`spu.stats.gpu`), ``gpu_measured`` the
 sampled device beside it (only where the table has the column)."""
@@ -68,7 +69,34 @@ GPU_SHARES: tuple[tuple[str, str], ...] = (
 """The GPU shares of ``effort_ratios.csv`` (column, label): the paper's, then the sampled."""
 
 FLAG_MEASURES = frozenset({"used_gpu", "gpu_measured"})
-"""Measures that are flags, entering as 0 and 1 instead of log(1 + x)."""
+"""Measures that are flags, entering as 0 and 1 instead of a log."""
+
+LOG_RULES = ("log", "log1p")
+"""How a count or time enters the adjusted correlations: ``log`` (the paper's: log x,
+log(1 + x) where the measure has a zero) or ``log1p`` (always log(1 + x))."""
+
+
+def log_measure(x: np.ndarray, rule: str = "log") -> tuple[np.ndarray, str]:
+    """A count or time on the log scale of E.3, and the transform used.
+
+    The paper writes log run time, log tool calls and log web fetches: ``log x`` where
+    every value is above zero; a measure with a zero (a run without a web fetch) takes
+    ``log(1 + x)`` instead, as does every measure under ``rule="log1p"``.
+
+    Examples
+    --------
+    >>> x, how = log_measure(np.array([1.0, np.e]))
+    >>> x.round(6).tolist(), how
+    ([0.0, 1.0], 'log')
+    >>> x, how = log_measure(np.array([0.0, np.e - 1]))
+    >>> x.round(6).tolist(), how
+    ([0.0, 1.0], 'log1p')
+    """
+    if rule not in LOG_RULES:
+        raise ValueError(f"effort log rule: {rule!r} is not one of {', '.join(LOG_RULES)}")
+    if rule == "log" and (x > 0).all():
+        return np.log(x), "log"
+    return np.log1p(np.maximum(x, 0.0)), "log1p"
 
 
 @dataclass(frozen=True)
@@ -349,7 +377,8 @@ def effort_ratios(
 
 
 def effort_correlations(
-    runs: pd.DataFrame, order: list[str], seed: int = 0, resamples: int = DEFAULT_RESAMPLES
+    runs: pd.DataFrame, order: list[str], seed: int = 0, resamples: int = DEFAULT_RESAMPLES,
+    log_rule: str = "log",
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """``effort_correlations.csv``: score against effort within configurations (E.3).
 
@@ -361,6 +390,9 @@ def effort_correlations(
         Configurations in table order.
     seed, resamples
         Bootstrap seed and resamples (over tasks) of the adjusted correlations.
+    log_rule
+        How counts and times enter the adjusted correlations (:func:`log_measure`):
+        ``log`` (the paper's) or ``log1p``.
 
     Returns
     -------
@@ -368,9 +400,10 @@ def effort_correlations(
         The table ``config, measure, n, rho, p_value, p_holm`` (Spearman, Holm over the
         configurations for each measure) with one more row per measure, config
         ``(task and configuration effects removed)``: the Pearson correlation of the
-        residuals of score and measure after the additive fit ``mu_t + alpha_c``, with a
-        percentile bootstrap interval over tasks (``ci_low``, ``ci_high``); and the
-        ``summary.csv`` rows of those adjusted correlations.
+        residuals of score and measure (on the log scale, ``transform`` says which) after
+        the additive fit ``mu_t + alpha_c``, with a percentile bootstrap interval over
+        tasks (``ci_low``, ``ci_high``); and the ``summary.csv`` rows of those adjusted
+        correlations.
 
     References
     ----------
@@ -405,24 +438,25 @@ def effort_correlations(
                 result = sps.spearmanr(x[keep], y[keep])
                 rho, p = float(result.statistic), float(result.pvalue)
             family.append({"config": config, "measure": measure, "n": int(keep.sum()),
-                           "rho": rho, "p_value": p})
+                           "rho": rho, "p_value": p, "transform": "ranks"})
         p_values = [float(r["p_value"]) for r in family]  # type: ignore[arg-type]
         for row, adjusted in zip(family, holm(p_values), strict=True):
             row["p_holm"] = adjusted
         rows += family
     summary: list[dict[str, Any]] = []
-    adjusted_rows = _adjusted_correlations(scored, order, seed, resamples)
+    adjusted_rows = _adjusted_correlations(scored, order, seed, resamples, log_rule)
     for row in adjusted_rows:
         summary.append({"analysis": "effort", "statistic": f"adjusted_corr_{row['measure']}",
                         "value": row["rho"], "ci_low": row["ci_low"],
                         "ci_high": row["ci_high"], "n": row["n"]})
     table = pd.DataFrame(rows + adjusted_rows, columns=[
-        "config", "measure", "n", "rho", "p_value", "p_holm", "ci_low", "ci_high"])
+        "config", "measure", "n", "rho", "p_value", "p_holm", "ci_low", "ci_high",
+        "transform"])
     return table, summary
 
 
 def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
-                           resamples: int) -> list[dict[str, Any]]:
+                           resamples: int, log_rule: str = "log") -> list[dict[str, Any]]:
     """Correlation of score and each measure after removing task and configuration effects."""
     out: list[dict[str, Any]] = []
     matrix = score_matrix(scored, order)
@@ -432,7 +466,7 @@ def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
     key = pd.MultiIndex.from_arrays([np.array(design.tasks)[design.task_index],
                                      np.array(design.configs)[design.config_index]])
     indexed = scored.set_index(["task_id", "config"])
-    names, columns = [], [y]
+    names, columns, transforms = [], [y], []
     for measure, _ in MEASURES:
         if measure not in indexed.columns:
             continue
@@ -440,7 +474,13 @@ def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
         if not np.isfinite(x).all() or np.ptp(x) == 0:
             continue
         names.append(measure)
-        columns.append(np.log1p(np.maximum(x, 0.0)) if measure not in FLAG_MEASURES else x)
+        if measure in FLAG_MEASURES:
+            columns.append(x)
+            transforms.append("flag")
+        else:
+            scaled, how = log_measure(x, log_rule)
+            columns.append(scaled)
+            transforms.append(how)
     if not names:
         return out
     variables = np.vstack(columns)
@@ -454,5 +494,5 @@ def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
         low, high = percentile_interval(draws)
         out.append({"config": "(task and configuration effects removed)", "measure": measure,
                     "n": int(y.size), "rho": rho, "p_value": math.nan, "p_holm": math.nan,
-                    "ci_low": low, "ci_high": high})
+                    "ci_low": low, "ci_high": high, "transform": transforms[j - 1]})
     return out

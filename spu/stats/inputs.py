@@ -23,6 +23,7 @@ from spu.stats.disciplines import PERMUTATIONS
 from spu.stats.gpu import GpuReader
 from spu.stats.interaction import NULL_DRAWS
 from spu.stats.means import config_table
+from spu.stats.monotone import UNRELATED
 from spu.stats.paired import paired_table
 from spu.stats.private import NULL_DRAWS as PRIVATE_NULL_DRAWS
 from spu.stats.repeats import DEFAULT_SIMULATIONS, pooled_within_sd
@@ -77,6 +78,10 @@ class StatsOptions:
     decomposition_configs: tuple[str, ...] | None = None
     """Configurations of the variance decomposition (``--decomposition-configs``);
     ``None``: the largest complete block (:func:`~spu.stats.interaction.largest_common_block`)."""
+    unrelated_below: float = UNRELATED
+    """Largest absolute Spearman of a measured order with the numeric settings at which it
+    is "nearly unrelated" to them (``--unrelated-below``; 4.2 gives no number, the default
+    :data:`~spu.stats.monotone.UNRELATED` is our reading)."""
     refusals_after_file: str = "exclude"
     """Refusals that left a valid or recoverable file (``--refusals-after-file``):
     ``exclude`` (the paper's rule, 3.1) or ``score`` (their file's grade counts);
@@ -274,6 +279,7 @@ class StatsInputs:
             "decomposition_configs": (None if opt.decomposition_configs is None
                                       else list(opt.decomposition_configs)),
             "discipline_groups": opt.discipline_groups,
+            "unrelated_below": opt.unrelated_below,
             "refusals_after_file": opt.refusals_after_file,
             "refusals_after_file_rule": REFUSAL_RULE_TEXT[opt.refusals_after_file],
             "rows": len(self.runs), "configs": self.order, "absent_columns": self.absent,

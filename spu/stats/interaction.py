@@ -33,7 +33,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from spu.stats.additive import additive_residuals, fit_additive
-from spu.stats.named_tests import named_test
+from spu.stats.named_tests import groups_df, named_test
 from spu.stats.paired import holm
 from spu.stats.repeats import TaskSpread, variance_components
 from spu.stats.resampling import (
@@ -714,7 +714,8 @@ def grouping_share(
     permuted = rng.permuted(np.broadcast_to(codes, (draws, n_tasks)), axis=1)
     null = share(permuted)
     p = (1 + int((null >= observed - 1e-12).sum())) / (1 + draws)
-    return named_test(name, observed, p, "4.4", df=n_groups, n=n_tasks, method="monte-carlo")
+    return named_test(name, observed, p, "4.4", df=groups_df(n_groups), n=n_tasks,
+                      method="monte-carlo")
 
 
 def spread_summary(tasks: pd.DataFrame, runs: pd.DataFrame,

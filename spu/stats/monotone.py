@@ -5,13 +5,18 @@ For each comparison group of at least four experiments, every numeric setting of
 submitted order and with the measured values; the largest absolute Spearman correlation
 over those settings is kept. A group is monotone when it reaches 0.95. Submitted orders
 come from the official scored runs of the public tasks.
+
+Where the measured order is nearly unrelated to the settings (its largest absolute
+correlation at most :data:`UNRELATED`), :func:`follow_where_unrelated` gives the share of
+the submitted groups that still follow a setting with an absolute correlation of at least
+:data:`FOLLOWS` (``monotone_unrelated.csv``; paper 4.2: "30% of the submitted groups").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -28,6 +33,35 @@ MIN_SETTING_VALUES = 3
 
 MONOTONE = 0.95
 """Absolute correlation from which a group counts as monotone in a setting."""
+
+FOLLOWS = 0.9
+"""Absolute correlation from which a submitted group still follows a setting (4.2:
+"still follow it with a correlation of at least 0.9")."""
+
+UNRELATED = 0.2
+"""Largest absolute correlation of the measured order with the settings at which it is
+"nearly unrelated" to them (4.2). The paper gives no number (its examples: 0.03); this
+reading is ours, ``--unrelated-below`` sets another."""
+
+UNRELATED_COLUMNS = ("config", "n_tasks", "n_groups", "n_submitted", "n_follow", "share")
+"""Columns of ``monotone_unrelated.csv``."""
+
+
+def unrelated_rule(unrelated: float = UNRELATED, follows: float = FOLLOWS) -> str:
+    """The rule behind ``monotone_unrelated.csv``, as the manifest names it.
+
+    Examples
+    --------
+    >>> unrelated_rule().split(";")[0]
+    '4.2, E.7: groups of at least 4 items with a numeric setting of at least 3 values'
+    """
+    return (f"4.2, E.7: groups of at least {MIN_ITEMS} items with a numeric setting of at "
+            f"least {MIN_SETTING_VALUES} values; the measured order nearly unrelated to the "
+            f"settings (its largest absolute Spearman over them at most {unrelated:g}, our "
+            f"reading: the paper gives no number); the share of the official scored "
+            f"submissions of those groups whose largest absolute Spearman with a setting is "
+            f"at least {follows:g}, over all configurations (config 'all') and by "
+            f"configuration")
 
 
 def abs_spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -86,11 +120,15 @@ class MonotoneResult:
     """``monotone.csv``: one row per configuration."""
     summary: list[dict[str, object]]
     """Rows for ``summary.csv``."""
+    unrelated: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=list(UNRELATED_COLUMNS)))
+    """``monotone_unrelated.csv``: submitted groups that follow a setting the measured
+    order is nearly unrelated to, over all configurations and by configuration."""
 
 
 def monotone_prior(
     runs: pd.DataFrame, orders: Mapping[str, Orders], tasks: Mapping[str, TaskInfo],
-    order: list[str],
+    order: list[str], unrelated: float = UNRELATED,
 ) -> MonotoneResult:
     """Correlation of submitted and measured orders with the experiments' numeric settings.
 
@@ -104,10 +142,22 @@ def monotone_prior(
         Task packages with answer keys, by id.
     order
         Configurations in table order.
+    unrelated
+        Largest absolute correlation of a measured order with the settings at which it is
+        nearly unrelated to them (:data:`UNRELATED`).
+
+    Returns
+    -------
+    MonotoneResult
+        ``monotone_groups.csv`` (with ``measured_unrelated`` and ``submitted_follows``),
+        ``monotone.csv``, ``monotone_unrelated.csv`` (:func:`follow_where_unrelated`) and
+        the ``summary.csv`` rows.
 
     References
     ----------
-    Paper section 4.2 ("The monotone prior"), Figure 16c-d and appendix E.7.
+    Paper section 4.2 ("The monotone prior"; "Where the measured order is nearly unrelated
+    to the condition, 30% of the submitted groups still follow it with a correlation of at
+    least 0.9"), Figure 16c-d and appendix E.7.
     """
     rows = []
     for task_id, group in runs.groupby("task_id"):
@@ -137,9 +187,12 @@ def monotone_prior(
                              "measured_abs_rho": measured,
                              "measured_monotone": bool(measured >= MONOTONE),
                              "config": r.config, "submitted_abs_rho": value,
-                             "submitted_monotone": bool(value >= MONOTONE)})
+                             "submitted_monotone": bool(value >= MONOTONE),
+                             "measured_unrelated": bool(measured <= unrelated),
+                             "submitted_follows": bool(value >= FOLLOWS)})
     columns = ["task_id", "group_id", "n_items", "n_settings", "measured_abs_rho",
-               "measured_monotone", "config", "submitted_abs_rho", "submitted_monotone"]
+               "measured_monotone", "config", "submitted_abs_rho", "submitted_monotone",
+               "measured_unrelated", "submitted_follows"]
     groups = pd.DataFrame(rows, columns=columns)
 
     config_rows = []
@@ -176,4 +229,59 @@ def monotone_prior(
             {"analysis": "monotone", "statistic": "wilcoxon_p_over_tasks", "value": p,
              "n": int(per_task.notna().sum())},
         ]
-    return MonotoneResult(groups, configs, summary)
+    unrelated_table = follow_where_unrelated(groups, order)
+    if len(unrelated_table):
+        everything = unrelated_table.iloc[0]
+        summary.append({"analysis": "monotone",
+                        "statistic": "submitted_follow_share_where_measured_unrelated",
+                        "value": everything["share"], "n": int(everything["n_submitted"])})
+    return MonotoneResult(groups, configs, summary, unrelated_table)
+
+
+def follow_where_unrelated(groups: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    """``monotone_unrelated.csv``: submitted groups following a setting the truth does not.
+
+    Where the measured order is nearly unrelated to the settings, the share of the
+    submitted groups that still follow one (paper 4.2).
+
+    Parameters
+    ----------
+    groups
+        ``monotone_groups.csv``'s rows (one per group and submitting run), with
+        ``measured_unrelated`` and ``submitted_follows``.
+    order
+        Configurations in table order.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`UNRELATED_COLUMNS`: config ``all`` first, then each configuration with such
+        a submission; ``n_groups`` the distinct groups whose measured order is nearly
+        unrelated, ``n_submitted`` the submissions of them, ``n_follow`` those at
+        :data:`FOLLOWS` or above and ``share`` their share.
+
+    Examples
+    --------
+    Two unrelated groups submitted by A (one follows) and B (both follow), and a related
+    group left out:
+
+    >>> g = pd.DataFrame({"task_id": ["t", "t", "t", "t", "t"],
+    ...     "group_id": ["G", "H", "G", "H", "K"], "config": ["A", "A", "B", "B", "B"],
+    ...     "measured_unrelated": [True, True, True, True, False],
+    ...     "submitted_follows": [True, False, True, True, True]})
+    >>> follow_where_unrelated(g, ["A", "B"])[["config", "n_groups", "n_follow", "share"]
+    ...     ].values.tolist()
+    [['all', 2, 3, 0.75], ['A', 2, 1, 0.5], ['B', 2, 2, 1.0]]
+    """
+    eligible = groups[groups["measured_unrelated"].astype(bool)] if len(groups) else groups
+    rows = []
+    for config in ["all", *order]:
+        own = eligible if config == "all" else eligible[eligible["config"] == config]
+        if not len(own) and config != "all":
+            continue
+        follows = own["submitted_follows"].astype(bool)
+        rows.append({"config": config, "n_tasks": int(own["task_id"].nunique()),
+                     "n_groups": int(len(own.drop_duplicates(["task_id", "group_id"]))),
+                     "n_submitted": int(len(own)), "n_follow": int(follows.sum()),
+                     "share": float(follows.mean()) if len(own) else math.nan})
+    return pd.DataFrame(rows, columns=list(UNRELATED_COLUMNS))

@@ -400,11 +400,17 @@ def repeat_task_table(runs: pd.DataFrame) -> pd.DataFrame:
         One row per configuration and task with repeats: ``n_repeats``, ``n_scored``,
         ``repeat_mean``, ``repeat_sd`` (SD over the scored repeats), ``official`` (the
         official score where scored), ``n_stops`` (repeats with outcome ``policy_stop``),
-        ``official_above_all`` (the official score exceeds every scored repeat).
+        ``official_above_all`` (the official score exceeds every scored repeat);
+        ``within_ss`` (the scored repeats' squared deviations from their mean, tasks with
+        two or more), ``ss_share`` (its share of the configuration's within-task sum of
+        squares) and ``unstable`` (``repeat_sd`` above :data:`UNSTABLE_SD`): the unstable
+        tasks' ``ss_share`` adds up to ``unstable_ss_share`` of ``summary.csv``.
 
     References
     ----------
-    Paper 3.6 (Figure 12a-b: "exceeds every repeat on one of the 29 tasks"), Figure 26a.
+    Paper 3.6 (Figure 12a-b: "exceeds every repeat on one of the 29 tasks"; "the four tasks
+    with a standard deviation above 0.2 account for 71% of the within-task sum of
+    squares"), Figure 26a.
 
     Examples
     --------
@@ -432,10 +438,25 @@ def repeat_task_table(runs: pd.DataFrame) -> pd.DataFrame:
             "n_stops": int((group["outcome"] == "policy_stop").sum()),
             "official_above_all": bool(scores.size and np.isfinite(off)
                                        and off > scores.max()),
+            "within_ss": float(((scores - scores.mean()) ** 2).sum())
+            if scores.size >= 2 else np.nan,
         })
-    return pd.DataFrame(rows, columns=["config", "task_id", "discipline", "n_repeats",
-                                       "n_scored", "repeat_mean", "repeat_sd", "official",
-                                       "n_stops", "official_above_all"])
+    table = pd.DataFrame(rows, columns=["config", "task_id", "discipline", "n_repeats",
+                                        "n_scored", "repeat_mean", "repeat_sd", "official",
+                                        "n_stops", "official_above_all", "within_ss"])
+    total = table.groupby("config")["within_ss"].transform("sum")
+    table["ss_share"] = (table["within_ss"] / total.where(total > 0)).astype(float)
+    table["unstable"] = table["repeat_sd"] > UNSTABLE_SD
+    return table
+
+
+REPEAT_TASKS_RULE = (
+    "3.6: per configuration and task, the scored repeated runs (repeat >= 1); repeat_sd "
+    "their SD (ddof 1); within_ss their sum of squares about their mean and ss_share its "
+    "share of the configuration's within-task sum of squares, over tasks with two or more "
+    f"scored repeats; unstable: repeat_sd above {UNSTABLE_SD} (summary.csv's "
+    "unstable_tasks and unstable_ss_share: the unstable tasks and their share)")
+"""The paper's rule behind ``repeats_tasks.csv`` (the manifest's ``rule``)."""
 
 
 def _clusters(stopped: np.ndarray, task_index: np.ndarray, n_tasks: int,

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from spu.stats.named_tests import named_test
+from spu.stats.named_tests import groups_df, named_test
 from spu.stats.submissions import TaskInfo
 
 TASK_COLUMNS: tuple[str, ...] = (
@@ -162,10 +162,10 @@ def kruskal_wallis_disciplines(tasks: pd.DataFrame) -> dict[str, Any]:
     samples = [s for s in samples if s.size]
     if len(samples) < 2 or sum(s.size for s in samples) <= len(samples):
         return named_test("kruskal_wallis_task_means", math.nan, math.nan, "3.3",
-                        df=len(samples) - 1 if samples else None, n=len(public))
+                        df=groups_df(len(samples)), n=len(public))
     result = sps.kruskal(*samples)
     return named_test("kruskal_wallis_task_means", float(result.statistic),
-                    float(result.pvalue), "3.3", df=len(samples) - 1, n=len(public),
+                    float(result.pvalue), "3.3", df=groups_df(len(samples)), n=len(public),
                     method="asymptotic")
 
 

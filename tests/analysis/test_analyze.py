@@ -55,6 +55,12 @@ def test_calls_are_labelled_and_timed(analysis) -> None:
     for activity, cls in zip(calls["activity"], calls["activity_class"], strict=True):
         assert ACTIVITY_CLASSES[Activity(activity)] == cls
     assert calls["t_norm"].between(0, 1).all() and (calls["time_s"] >= 0).all()
+    # each call spans its step to the next step (E.7), ending before the next call starts
+    assert (calls["t_end_norm"] >= calls["t_norm"]).all()
+    for _, run in calls.groupby("run_key"):
+        starts = run.groupby("step")["t_norm"].first().to_numpy()
+        ends = run.groupby("step")["t_end_norm"].first().to_numpy()
+        assert (ends[:-1] <= starts[1:]).all() and (ends[:-1] > starts[:-1]).any()
     # both CLIs' vocabularies were read: Claude Code's Bash and MCP, Codex's exec_command
     assert {"Bash", "exec_command", "mcp__spu__search", "spu__fetch"} <= set(calls["tool"])
 

@@ -290,6 +290,7 @@ def test_the_built_in_analyses_come_in_paper_order() -> None:
 def test_spu_analyze_runs_an_outside_table(tmp_path) -> None:
     """A table registered in ``spu analyze``'s registry is written, and the manifest names it."""
     from spu.analysis.trajectory_analysis import (
+        ACTIVITY_TIME_RULE,
         TRAJECTORY_ANALYSES,
         AnalyzeOptions,
         TrajectoryInputs,
@@ -320,4 +321,5 @@ def test_spu_analyze_runs_an_outside_table(tmp_path) -> None:
     assert outputs["calls_per_run.csv"]["analysis"] == "calls_per_run"
     assert outputs["activity_time.csv"] == {"analysis": "activity_times",
                                             "source": "spu.analysis.builtin:activity_times",
-                                            "section": "Figure 14a"}
+                                            "section": "Figure 14a",
+                                            "rule": ACTIVITY_TIME_RULE}

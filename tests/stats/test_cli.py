@@ -204,6 +204,19 @@ def test_writes_the_spec_section_9_files_on_a_simulated_study(tmp_path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["sections"]["variance.csv"].startswith("Figure 26c")
     assert manifest["sections"]["repeats_orders.csv"].startswith("Figure 19a")
+    # issue 26: one df across the discipline tests, the 3.6 and 4.2 shares, E.3's log
+    by_test = tests.set_index("test")
+    for name in ("kruskal_wallis_task_means", "interaction_by_discipline",
+                 "discipline_order_stability", "discipline_gap_range"):
+        assert str(by_test.loc[name, "df"]) == "3", name
+    unrelated = pd.read_csv(out / "monotone_unrelated.csv").set_index("config")
+    assert unrelated.loc["all", "n_submitted"] > 0
+    assert 0 <= unrelated.loc["all", "share"] <= 1
+    for name in ("monotone_unrelated.csv", "repeats_tasks.csv", "effort_correlations.csv"):
+        assert manifest["outputs"][name]["written"] and manifest["outputs"][name]["rule"], name
+    correlations = pd.read_csv(out / "effort_correlations.csv")
+    adjusted = correlations[correlations["config"].str.startswith("(")].set_index("measure")
+    assert adjusted.loc["runtime_s", "transform"] == "log"
 
 
 def test_stats_on_deterministic_repeats_warns_nothing(tmp_path) -> None:
