@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -143,7 +144,9 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     but cache reads, which providers leave out of their limits), requests without usage
     (refused ones, the 429 itself) by their body's size (:func:`_tokens_per_byte`). Under
     that rule an agent cannot spend its organisation's limit after a file it dislikes to
-    have its run retried. Without a stated limit a 429 stays the provider's (the paper
+    have its run retried. Under every per-minute limit, a 429 is still the run's own doing
+    when its own requests came in a burst the provider's shorter intervals refuse
+    (:func:`request_burst`). Without a stated limit a 429 stays the provider's (the paper
     reruns API errors, 3.1).
 
     Examples
@@ -200,7 +203,145 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
             found[k] = (f"a 429 counted as the run's own doing: its {kind} in the minute "
                         f"before it (about {spent[kind]}; requests without usage {how}) reach "
                         f"the provider's stated limit of {stated[kind]} {kind} per minute")
+        elif "requests" in stated and (burst := request_burst(
+                [(then - at, then - at + b.latency_s if b.status >= 400 else None)
+                 for b in entries if b is not entry and b.endpoint in GENERATIONS
+                 and _reached_upstream(b) and (then := _seconds(b.time)) is not None],
+                entry.latency_s, stated["requests"])) is not None:
+            n, window = burst
+            over = max(window, 1.0)
+            allowed = BURST_FLOOR + stated["requests"] * over / RATE_WINDOW_S
+            found[k] = (f"a 429 counted as the run's own doing: {n} of its requests (the 429 "
+                        f"among them) came within {window:.3f} s by the time the provider "
+                        f"answered it, past {allowed:.2f}: the {BURST_FLOOR} a provider is "
+                        f"taken to admit at once plus its stated limit of {stated['requests']} "
+                        f"requests per minute over {over:.3f} s (a second at least): a burst")
     return found
+
+
+BURST_FLOOR = 4
+"""Requests a provider is taken to admit at once beyond its stated rate, whatever its
+limit: the bucket of a per-minute requests limit enforced over shorter intervals
+(:func:`request_burst`).
+
+Four is what honest CLIs send together: Claude Code's main loop with a side request
+(such as a title, pinned to the run's model) and two subagents, or the three subagents
+one answer starts and a side request (token counts are no generations and do not count).
+At a limit of 60 a minute five at once pass (a second's share more); more at once is a
+burst an agent shapes (round seven's finding fires eight in a second). A floor of one or
+two would take an honest fan-out for a burst; one as high as a CLI's widest fan-out would
+let that burst of eight through at any low limit."""
+
+
+def request_burst(others: Sequence[tuple[float, float | None]], latency_s: float,
+                  limit: int) -> tuple[int, float] | None:
+    """The burst of a run's requests that passes a per-minute limit enforced over seconds.
+
+    Providers enforce a minute's limit over shorter intervals (Anthropic: a token bucket;
+    60 requests a minute may be enforced as one a second), so a 429 under the minute's
+    limit can still be the run's own. It is, here, when some window of ``w`` seconds that
+    holds the 429 holds more of the run's requests than :data:`BURST_FLOOR` plus
+    ``limit * max(w, 1 s) / 60``: more than a bucket of :data:`BURST_FLOOR` requests,
+    refilled at the stated rate, admits, with no interval counted as shorter than a second
+    (none is known to be enforced so). The window starts at most a minute before the 429
+    and ends by its answer (``latency_s`` after it): a request that came while the 429 was
+    on its way was sent before the agent could see it, and the provider may have counted
+    it first (the gateway forwards requests at once in no fixed order).
+
+    The requests a window holds are the 429, those the provider took (no error answer)
+    and those it refused that the run sent before any refusal of the window had come
+    back: a burst sent at once counts whole, however the provider answered it. A refused
+    request sent after a refusal of the window came back is a retry the provider's answers
+    paced, and a provider's bucket keeps no refused request: an honest CLI's retries of
+    the organisation's 429s (Claude Code's subagents retrying together) do not add up to
+    a burst. A run at the stated rate or under it never passes (its ``w`` seconds hold
+    at most ``limit * w / 60 + 1``), nor do :data:`BURST_FLOOR` requests at once, whatever
+    the limit.
+
+    Args:
+        others: The run's other requests, each as its arrival in seconds after the 429's
+            and, for one the provider refused (an error answer), when that answer came;
+            those outside the minute before the 429 and its answer are left out.
+        latency_s: Seconds from the 429's arrival to its answer.
+        limit: The provider's stated limit of requests per minute.
+
+    Returns:
+        The requests in the window and its length in seconds (whole microseconds, as
+        the record has them), for the window passing the bound by the most (the
+        shortest of equals); None when none passes.
+
+    Examples
+    --------
+    >>> taken = [(-0.75 + k * 0.1, None) for k in range(7)]
+    >>> request_burst(taken, 0.2, 60)  # 8 within 0.75 s: past 4 + 1
+    (8, 0.75)
+    >>> request_burst([(k * 0.01, k * 0.01 + 0.2) for k in range(1, 6)], 0.2, 60)
+    (6, 0.05)
+    >>> request_burst([(-0.2, None), (-0.1, None), (0.0, None), (0.1, 0.3)], 0.2, 60) is None
+    True
+    >>> request_burst([(-1.0 + k * 0.25, None) for k in range(4)], 0.2, 60) is None
+    True
+    >>> retries = [(-1.0 * k, -1.0 * k + 0.2) for k in range(1, 30)]  # one a second
+    >>> request_burst(retries + retries, 0.2, 60) is None  # two subagents retrying
+    True
+    """
+    end = round(max(latency_s, 0.0) * _US)
+    taken: list[int] = []
+    refused: list[tuple[int, int]] = []  # (arrival, answer)
+    for arrival, answer in others:
+        t = round(arrival * _US)
+        if -_MINUTE_US <= t <= end:
+            if answer is None:
+                taken.append(t)
+            else:
+                refused.append((t, round(answer * _US)))
+    taken.sort()
+    refused.sort()
+    arrivals = sorted([0, *taken, *(t for t, _ in refused)])
+    if not _may_pass(arrivals, limit):
+        return None
+    refused_at = [t for t, _ in refused]
+    stops = sorted({0, *(t for t in arrivals if t > 0)})
+    best: tuple[int, int, int, int] | None = None  # (excess, -w, n, w)
+    back = end  # the first refusal of the window to come back: the 429's, or earlier
+    later = len(refused)
+    for start in sorted({t for t in arrivals if t <= 0}, reverse=True):
+        while later and refused[later - 1][0] >= start:
+            later -= 1
+            back = min(back, refused[later][1])
+        first_taken = bisect_left(taken, start)
+        first_refused = bisect_left(refused_at, start)
+        for stop in stops:
+            # The 429, the requests taken, the refused ones sent before a refusal came back.
+            n = 1 + bisect_right(taken, stop) - first_taken \
+                + max(0, bisect_right(refused_at, min(stop, back)) - first_refused)
+            excess = (n - BURST_FLOOR) * _MINUTE_US - limit * max(stop - start, _US)
+            key = (excess, start - stop, n, stop - start)
+            if excess > 0 and (best is None or key > best):
+                best = key
+    return None if best is None else (best[2], best[3] / _US)
+
+
+_US = 1_000_000
+_MINUTE_US = int(RATE_WINDOW_S) * _US
+
+
+def _may_pass(arrivals: Sequence[int], limit: int) -> bool:
+    """Whether some window of ``arrivals`` could pass :func:`request_burst`'s bound.
+
+    ``arrivals`` are sorted microseconds, the 429 at 0. An upper bound, in one pass: every
+    request counted and no window held to a second, ``n * M - limit * (t_j - t_i)`` for
+    ``n = j - i + 1`` splits into a part of ``j`` and one of ``i``.
+    """
+    lowest = None
+    for k, t in enumerate(arrivals):
+        if t <= 0:
+            here = k * _MINUTE_US - limit * t
+            lowest = here if lowest is None else min(lowest, here)
+        if t >= 0 and lowest is not None \
+                and (k + 1) * _MINUTE_US - limit * t - lowest > BURST_FLOOR * _MINUTE_US:
+            return True
+    return False
 
 
 def _prompt_tokens(entry: GatewayRequest, ratio: float, cached: int = 0) -> int:
@@ -298,7 +439,8 @@ class GatewayVerdict:
     agent_caused: tuple[str, ...] = ()
     """Failures counted as the agent's doing, not the provider's, each with its rule:
     an unstreamed generation past the read window, a stream cut after the agent stopped
-    reading it, a 429 the run's own tokens brought on (:func:`own_rate_limits`)."""
+    reading it, a 429 the run's own requests or tokens brought on, a burst of its requests
+    included (:func:`own_rate_limits`)."""
 
 
 def gateway_verdict(entries: Sequence[GatewayRequest]) -> GatewayVerdict:
