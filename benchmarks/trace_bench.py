@@ -9,10 +9,14 @@ this one process, run by run in turn: with ``tracking.traces.enabled=false`` (th
 reference), and with traces and ``transcript.html``. Prints seconds per 1,000 tool calls
 and store growth (database and artifacts) per 1,000 tool calls for each, and the ratio of
 tracking times (issue 25's goal: traces add at most 20%, a ratio of at most 1.2).
-``--spans store`` writes the spans as rows of the span table instead of ``traces.json``.
+``--spans store`` writes the spans as rows of the span table instead of ``traces.json``;
+``--sqlite wal`` opens both stores in WAL mode with ``synchronous=NORMAL`` (commits that do
+not wait for the disk), to see what cheaper commits do to the ratio.
 It also prints where the traced store's extra time went, per 1,000 calls: the trace's one
 store transaction (MLflow's ``start_trace``), building the spans, writing ``traces.json``,
-the transcript, and the rest (reading the run folder, opening the artifact stores).
+the transcript, and the rest (reading the run folder, opening the artifact stores), the
+untraced run's own MLflow calls beside the trace's ``start_trace``, and the floor: the
+ratio were everything but MLflow's store calls for the trace free.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def _target(out: Path, traces: bool, spans: str = "artifact") -> TrackingTarget:
                           traces=TracesConfig(enabled=traces, spans=SpansStore(spans)))
 
 
-PARTS = {
+PARTS: dict[str, tuple[str, str | None, str]] = {
     "store transaction (start_trace)": ("mlflow.tracing.client", "TracingClient", "start_trace"),
     "span table rows (log_spans)": ("mlflow.tracing.client", "TracingClient", "log_spans"),
     "spans built (turns, tool calls)": ("spu.tracking.traces", None, "_step_spans"),
@@ -56,10 +60,20 @@ PARTS = {
 }
 """The parts of a traced run's logging timed apart: (module, class or None, function)."""
 
+RUN_CALLS: dict[str, tuple[str, str | None, str]] = {
+    "create_run": ("mlflow.tracking.client", "MlflowClient", "create_run"),
+    "log_batch": ("mlflow.tracking.client", "MlflowClient", "log_batch"),
+    "set_terminated": ("mlflow.tracking.client", "MlflowClient", "set_terminated"),
+}
+"""The untraced run's own MLflow store calls, timed in the untraced store (to set beside
+the trace's one ``start_trace``: each is a write transaction or more, as it is)."""
+
 
 @contextmanager
-def timed_parts() -> Iterator[dict[str, float]]:
-    """Seconds spent in each of :data:`PARTS` while the block runs (wrapped, then restored).
+def timed_parts(parts: dict[str, tuple[str, str | None, str]] | None = None,
+                when: Callable[[], bool] = lambda: True) -> Iterator[dict[str, float]]:
+    """Seconds spent in each of ``parts`` (:data:`PARTS`) while the block runs (wrapped, then
+    restored), counted only while ``when()`` is true.
 
     ``put_artifact`` also writes ``transcript.html``: its time is counted as the
     transcript's, not the trace's.
@@ -68,7 +82,7 @@ def timed_parts() -> Iterator[dict[str, float]]:
 
     spent: dict[str, float] = collections.defaultdict(float)
     restore = []
-    for label, (module, cls, name) in PARTS.items():
+    for label, (module, cls, name) in (PARTS if parts is None else parts).items():
         owner: Any = importlib.import_module(module)
         owner = getattr(owner, cls) if cls else owner
         original = getattr(owner, name, None)
@@ -77,6 +91,8 @@ def timed_parts() -> Iterator[dict[str, float]]:
 
         def wrapper(*args: Any, _f: Callable[..., Any] = original, _label: str = label,
                     **kwargs: Any) -> Any:
+            if not when():
+                return _f(*args, **kwargs)
             start = time.perf_counter()
             try:
                 return _f(*args, **kwargs)
@@ -96,7 +112,8 @@ def timed_parts() -> Iterator[dict[str, float]]:
 
 
 def record_all(folders: list[Path], root: Path, spans: str = "artifact",
-               parts: dict[str, float] | None = None) -> tuple[float, int, float, int]:
+               parts: dict[str, float] | None = None,
+               run_calls: dict[str, float] | None = None) -> tuple[float, int, float, int]:
     """Record every run into two fresh stores under ``root``, without and with traces.
 
     The two are interleaved run by run (which goes first alternating), so a machine whose
@@ -104,23 +121,46 @@ def record_all(folders: list[Path], root: Path, spans: str = "artifact",
 
     Returns:
         (seconds, bytes) without traces, then (seconds, bytes) with traces. ``parts``, when
-        given, is filled with the seconds of each of :data:`PARTS` in the traced store.
+        given, is filled with the seconds of each of :data:`PARTS` in the traced store;
+        ``run_calls`` with those of :data:`RUN_CALLS` in the untraced store.
     """
     plain, traced = _target(root / "plain", False), _target(root / "traced", True, spans)
     records = [RunRecord.model_validate_json((f / "run.json").read_text()) for f in folders]
     for target in (plain, traced):  # opens the stores: schema creation not timed
         log_run(records[0], folders[0], target)
     seconds = {plain.uri: 0.0, traced.uri: 0.0}
-    with timed_parts() as spent:
+    current = [plain]
+    with timed_parts() as spent, \
+            timed_parts(RUN_CALLS, when=lambda: current[0] is plain) as own:
         for n, (record, folder) in enumerate(zip(records[1:], folders[1:], strict=True)):
             for target in (plain, traced) if n % 2 == 0 else (traced, plain):
+                current[0] = target
                 start = time.perf_counter()
                 log_run(record, folder, target)
                 seconds[target.uri] += time.perf_counter() - start
     if parts is not None:
         parts.update(spent)
+    if run_calls is not None:
+        run_calls.update(own)
     return (seconds[plain.uri], _size(root / "plain"), seconds[traced.uri],
             _size(root / "traced"))
+
+
+def _wal_normal() -> None:
+    """Open every SQLite connection of this process in WAL mode with ``synchronous=NORMAL``.
+
+    Commits then write the log without waiting for the disk (safe against a crash of the
+    process, not of the machine); both stores alike. For this benchmark only.
+    """
+    import sqlalchemy
+    from sqlalchemy import event
+
+    def pragmas(dbapi_connection: Any, _record: Any) -> None:
+        if type(dbapi_connection).__module__.startswith("sqlite3"):
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+    event.listen(sqlalchemy.engine.Engine, "connect", pragmas)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--total-calls", type=int, default=None)
     p.add_argument("--spans", choices=[s.value for s in SpansStore], default="artifact",
                    help="tracking.traces.spans of the traced store")
+    p.add_argument("--sqlite", choices=["as-is", "wal"], default="as-is",
+                   help="both stores as MLflow opens them (rollback journal, synchronous="
+                        "FULL), or in WAL mode with synchronous=NORMAL (an experiment: what "
+                        "cheaper commits do to the ratio)")
     args = p.parse_args(argv)
+    if args.sqlite == "wal":
+        _wal_normal()
     with tempfile.TemporaryDirectory(prefix="spu-trace-bench-") as tmp:
         root = Path(tmp)
         folders = make_corpus(root / "corpus", args.runs, REPO / "tasks", args.calls, seed=0,
@@ -139,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         calls = sum(RunRecord.model_validate_json((f / "run.json").read_text()).tool_calls
                     for f in folders[1:])
         parts: dict[str, float] = {}
-        plain_s, plain_b, traced_s, traced_b = record_all(folders, root, args.spans, parts)
+        own: dict[str, float] = {}
+        plain_s, plain_b, traced_s, traced_b = record_all(folders, root, args.spans, parts,
+                                                          own)
     per = 1000 / max(calls, 1)
     print(f"{len(folders) - 1} runs timed, {calls} tool calls")
     print(f"without traces: {plain_s * per:8.2f} s per 1,000 calls, "
@@ -157,6 +205,15 @@ def main(argv: list[str] | None = None) -> int:
               f"({spent / plain_s:4.0%} of the untraced time)")
     print(f"  {'the rest of the trace':32s} {(total - sum(parts.values())) * per:6.3f} s per "
           f"1,000 calls (the run folder read, the other spans, the stores opened)")
+    runs = max(len(folders) - 1, 1)
+    store = parts.get("store transaction (start_trace)", 0.0) + parts.get(
+        "span table rows (log_spans)", 0.0)
+    print("the untraced run's own MLflow calls, ms per run: " + ", ".join(
+        f"{name} {own.get(name, 0.0) / runs * 1e3:.1f}" for name in RUN_CALLS)
+        + f"; the trace's: {store / runs * 1e3:.1f} (start_trace"
+        + (", log_spans" if args.spans == "store" else "") + ")")
+    print(f"floor: the trace's MLflow store calls alone give a ratio of "
+          f"{(plain_s + store) / plain_s:.2f}, were all else free")
     return 0
 
 
