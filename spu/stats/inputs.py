@@ -77,6 +77,11 @@ class StatsOptions:
     decomposition_configs: tuple[str, ...] | None = None
     """Configurations of the variance decomposition (``--decomposition-configs``);
     ``None``: the largest complete block (:func:`~spu.stats.interaction.largest_common_block`)."""
+    spread_ratio: str = "ms"
+    """4.4's ratio of the configurations' spread to the repeats' (``--spread-ratio``):
+    ``ms``, the paper's comparison (E.9: residual mean square over the repeats' mean
+    square, the F of ``interaction_tasks.csv``), or ``sd`` (the standard deviations);
+    :data:`~spu.stats.interaction.SPREAD_RATIOS`."""
     refusals_after_file: str = "exclude"
     """Refusals that left a valid or recoverable file (``--refusals-after-file``):
     ``exclude`` (the paper's rule, 3.1) or ``score`` (their file's grade counts);
@@ -274,6 +279,7 @@ class StatsInputs:
             "decomposition_configs": (None if opt.decomposition_configs is None
                                       else list(opt.decomposition_configs)),
             "discipline_groups": opt.discipline_groups,
+            "spread_ratio": opt.spread_ratio,
             "refusals_after_file": opt.refusals_after_file,
             "refusals_after_file_rule": REFUSAL_RULE_TEXT[opt.refusals_after_file],
             "rows": len(self.runs), "configs": self.order, "absent_columns": self.absent,
