@@ -15,6 +15,8 @@ from spu.analysis.trajectory_analysis import (
     AUDITED_RULE,
     GPU_RULE,
     REPEAT_METHODS_RULE,
+    REVISION_RULE,
+    SELF_ASSESSMENT_RULE,
     TRAJECTORY_ANALYSES,
     TrajectoryInputs,
     activity_time,
@@ -95,15 +97,14 @@ def ranking_revisions(inputs: TrajectoryInputs) -> AnalysisResult:
         "revisions.csv": table,
         "revision_intervals.csv": revision_intervals(table, inputs.options.seed,
                                                      inputs.options.resamples)},
-        rules={"revision_intervals.csv": "17c: the runs whose submission differs from the "
-               "first draft; 24e: the runs with flipped pairs; 95% percentile intervals from "
-               "resampling tasks (4.3)"})
+        rules=dict.fromkeys(("revisions.csv", "revision_intervals.csv"), REVISION_RULE))
 
 
 @analysis(files=("self_assessment.csv",), section="Figure 17b", registry=TRAJECTORY_ANALYSES)
 def self_assessments(inputs: TrajectoryInputs) -> AnalysisResult:
     """Stated expected correlation against the score."""
-    return _one("self_assessment.csv", self_assessment(inputs.scored))
+    return AnalysisResult(tables={"self_assessment.csv": self_assessment(inputs.scored)},
+                          rules={"self_assessment.csv": SELF_ASSESSMENT_RULE})
 
 
 @analysis(files=("gpu.csv", "gpu_errors.csv", "gpu_workloads.csv", "gpu_within_config.csv"),

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from spu.analysis.trajectory_analysis import GPU_LEVELS
+from spu.analysis.trajectory_analysis import GPU_LEVELS, revised_runs
 from spu.report.figures import _figure, _styled, save_figure
 from spu.report.page import CAPTIONS as PAGE_CAPTIONS
 
@@ -670,17 +670,19 @@ def _revision_figures(t: Tables, need: _Need) -> None:
                                   "Expected Spearman stated in the report", "Score",
                                   "Self-assessment"))
     rev = t.get("revisions.csv", pd.DataFrame())
-    changed = rev[rev["change"].notna() & (rev["revisions"] > 0)] if not rev.empty else rev
+    changed = revised_runs(rev)
     ri = t.get("revision_intervals.csv", pd.DataFrame())
     has_change = not ri.empty and bool(
         ri.loc[ri["quantity"] == REVISION_CHANGE, "mean"].notna().any())
-    need("fig17c_revisions", not changed.empty, "needs revised first drafts and answer keys "
-         "(--tasks)",
+    why = ("needs a submission that differs from its first draft, and answer keys (--tasks)"
+           if rev.empty or "submission_differs" in rev else
+           "revisions.csv has no submission_differs column (written by an older spu analyze; "
+           "run it again)")
+    need("fig17c_revisions", not changed.empty, why,
          (lambda: revisions_figure(changed, ri)) if has_change else
          lambda: by_config_points(changed, "change", "Submission minus first draft (score)",
                                   "Revisions"))
-    need("fig21b_draft_vs_submission", not changed.empty, "needs revised first drafts and "
-         "answer keys (--tasks)",
+    need("fig21b_draft_vs_submission", not changed.empty, why,
          lambda: scatter_equality(changed, "first_draft_score", "score",
                                   "Score of the first complete ranking",
                                   "Score of the submission", "Draft and submission",

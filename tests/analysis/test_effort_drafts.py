@@ -36,12 +36,14 @@ def test_revision_intervals_resample_tasks() -> None:
     from spu.analysis.trajectory_analysis import revision_intervals, task_bootstrap_mean
 
     rev = pd.DataFrame({"config": ["A", "A", "A", "B"], "task_id": ["t1", "t1", "t2", "t2"],
+                        "submission_differs": [True, False, True, True],
                         "change": [0.1, 0.0, 0.3, -0.2],
                         "flipped_into_measured": [0.5, np.nan, 1.0, 0.0],
                         "flipped_expected_share": [0.5, np.nan, 0.5, 0.25]})
     t = revision_intervals(rev, seed=0, resamples=2000).set_index(["config", "quantity"])
     a = t.loc[("A", "submission minus first draft")]
-    assert a["n_runs"] == 2 and a["mean"] == pytest.approx(0.2)  # the 0.0 run is no change
+    # the 0.0 run submitted its draft: not a revision
+    assert a["n_runs"] == 2 and a["mean"] == pytest.approx(0.2)
     # two tasks, one run each: the resampled means are 0.1, 0.2 or 0.3
     assert a["ci_low"] == pytest.approx(0.1) and a["ci_high"] == pytest.approx(0.3)
     excess = t.loc[("all", "into the measured order minus expected")]
