@@ -80,6 +80,10 @@ class AnalyzeOptions:
     """Trees of the configuration classifier."""
     official_only: bool = True
     """Analyse official runs (repeat 0) only, as the paper's section 4 does."""
+    public_only: bool = True
+    """Analyse the runs on public tasks only, as the paper's section 4 does ("We analyze
+    the 1,155 scored official runs on the public tasks"); a run whose ``run.json`` names
+    no visibility is kept (``--include-private`` reads the private ones too)."""
     jobs: int = 2
     """Worker processes reading the run folders, then fitting the classifier's folds (1:
     all in this process). The results do not depend on it."""
@@ -178,7 +182,7 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
     notes: list[str] = []
     keys = grading_keys(opt, notes) if opt.task_roots else {}
     readings: list[RunReading] = []
-    skipped = 0
+    skipped = private = 0
     started = time.perf_counter()
     folders = run_folders(runs_dir)
     for reading in _read_all(folders, keys, opt.jobs):
@@ -188,13 +192,20 @@ def analyze_runs(runs_dir: Path, options: AnalyzeOptions | None = None) -> Analy
             continue
         if opt.official_only and reading.features["repeat"] != 0:
             continue
+        if opt.public_only and reading.features.get("visibility") == "private":
+            private += 1
+            continue
         readings.append(reading)
         notes += reading.notes
     read_s = time.perf_counter() - started
     result = build_tables(readings, opt)
     result.manifest["seconds"] = {"read": round(read_s, 2), **result.manifest["seconds"]}
+    if private:
+        notes.append(f"{private} run(s) on private tasks left out (section 4 analyses the "
+                     "public tasks; --include-private reads them)")
     result.notes = notes + result.notes
     result.manifest.update(runs_dir=str(runs_dir), skipped_folders=skipped,
+                           public_only=opt.public_only, private_runs_left_out=private,
                            task_roots=[str(p) for p in opt.task_roots],
                            grading_keys=len(keys))
     return result

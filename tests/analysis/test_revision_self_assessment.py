@@ -222,3 +222,30 @@ def test_the_paper_rules_are_the_defaults_and_the_manifest_says_them() -> None:
     assert sa.rules["self_assessment.csv"] == SELF_ASSESSMENT_RULE
     assert "Wilcoxon" in SELF_ASSESSMENT_RULE and "Spearman" in SELF_ASSESSMENT_RULE
     assert len(sa.tables["self_assessment.csv"]) == 20
+
+
+def test_section_4_reads_the_public_tasks_by_default(tmp_path) -> None:
+    """4: "We analyze the 1,155 scored official runs on the public tasks": a run on a
+    private task is left out (and said so) unless --include-private."""
+    import json
+    import shutil
+
+    from spu.analysis.trajectory_analysis import analyze_runs
+
+    steps = [step(0, "start"), step(1, f"Draft:\n{ranking(DRAFT)}"),
+             step(2, None, [bash("python3 final.py > /output/rankings.json")]), step(3)]
+    root = tmp_path / "out" / "runs"
+    for key, visibility in (("pub", "public"), ("priv", "private")):
+        run = make_run(tmp_path / key, steps, FINAL)
+        record = json.loads((run / "run.json").read_text())
+        record.update(run_key=key, visibility=visibility, repeat=0)
+        (run / "run.json").write_text(json.dumps(record))
+        shutil.copytree(run, root / key)
+    options = AnalyzeOptions(resamples=20, trees=5, jobs=1)
+    result = analyze_runs(tmp_path / "out", options)
+    assert result.tables["runs_features.csv"]["run_key"].tolist() == ["pub"]
+    assert result.manifest["private_runs_left_out"] == 1 and result.manifest["public_only"]
+    assert any("private tasks left out" in n for n in result.notes)
+    both = analyze_runs(tmp_path / "out", AnalyzeOptions(resamples=20, trees=5, jobs=1,
+                                                         public_only=False))
+    assert sorted(both.tables["runs_features.csv"]["run_key"]) == ["priv", "pub"]
