@@ -34,6 +34,7 @@ from spu.analysis.trajectory_analysis import (
     profiles,
     repeat_methods,
     revision_intervals,
+    revision_rule,
     revisions,
     self_assessment,
     task_runs,
@@ -96,8 +97,10 @@ def ranking_revisions(inputs: TrajectoryInputs) -> AnalysisResult:
     return AnalysisResult(tables={
         "revisions.csv": table,
         "revision_intervals.csv": revision_intervals(table, inputs.options.seed,
-                                                     inputs.options.resamples)},
-        rules=dict.fromkeys(("revisions.csv", "revision_intervals.csv"), REVISION_RULE))
+                                                     inputs.options.resamples,
+                                                     inputs.options.flip_share)},
+        rules={"revisions.csv": REVISION_RULE,
+               "revision_intervals.csv": revision_rule(inputs.options.flip_share)})
 
 
 @analysis(files=("self_assessment.csv",), section="Figure 17b", registry=TRAJECTORY_ANALYSES)

@@ -514,7 +514,8 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
                       reading: RunReading,
                       presented: dict[str, list[str]] | None = None) -> None:
     for name in ("first_complete_step", "first_complete_t", "first_draft_score",
-                 "submission_differs", "flipped_into_measured", "flipped_expected_share"):
+                 "submission_differs", "flipped_into_measured", "flipped_expected_share",
+                 "flips_scored", "flips_into_measured"):
         features[name] = math.nan
     features.update(first_complete_source=None, revisions=0, pairs_flipped=0)
     if tracker is None or contract is None:
@@ -545,6 +546,9 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
         if complete_file and submitted is not None and submitted != draft:
             measured = {g.group_id: _measured(g) for g in key.groups}
             shares = flip_shares(draft, submitted, measured)
+            # The counts pool the flipped pairs over runs (Figure 24e, 21b's numbers).
+            features["flips_scored"] = shares.flipped
+            features["flips_into_measured"] = shares.into_measured
             if shares.flipped:
                 features["flipped_into_measured"] = shares.into_measured / shares.flipped
                 features["flipped_expected_share"] = shares.expected_share

@@ -80,6 +80,9 @@ class AnalyzeOptions:
     """Trees of the configuration classifier."""
     official_only: bool = True
     """Analyse official runs (repeat 0) only, as the paper's section 4 does."""
+    flip_share: str = "pairs"
+    """Figure 24e's shares (``--flip-share``): of the flipped pairs pooled over runs
+    (``pairs``, the default) or each run's share averaged (``runs``); :data:`FLIP_SHARES`."""
     public_only: bool = True
     """Analyse the runs on public tasks only, as the paper's section 4 does ("We analyze
     the 1,155 scored official runs on the public tasks"); a run whose ``run.json`` names
@@ -315,6 +318,7 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     tables["summary.csv"] = pd.DataFrame(summary, columns=["statistic", "value", "n"])
     manifest = {"spu_version": spu.__version__, "seed": opt.seed, "resamples": opt.resamples,
                 "trees": opt.trees, "official_only": opt.official_only,
+                "flip_share": opt.flip_share,
                 "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls),
                 "seconds": seconds, "outputs": _outputs(tables, rules)}
     return AnalysisResult(tables, manifest, notes)
@@ -556,10 +560,14 @@ def revisions(features: pd.DataFrame) -> pd.DataFrame:
     """
     columns = ["run_key", "config", "task_id", "first_complete_source", "first_complete_t",
                "first_draft_score", "score", "change", "submission_differs", "revisions",
-               "pairs_flipped", "flipped_into_measured", "flipped_expected_share"]
+               "pairs_flipped", "flipped_into_measured", "flipped_expected_share",
+               "flips_scored", "flips_into_measured"]
     if features.empty or "first_complete_source" not in features:
         return pd.DataFrame(columns=columns)
     f = features[features["first_complete_source"].notna()].copy()
+    for column in ("flips_scored", "flips_into_measured"):
+        if column not in f:
+            f[column] = math.nan
     f["change"] = f["score"] - f["first_draft_score"]
     if "submission_differs" not in f:
         f["submission_differs"] = False
@@ -571,9 +579,30 @@ REVISION_RULE = ("4.3, Figure 17c: the runs whose submitted orders differ from t
                  "draft (submission_differs), with a score for both; change = submission "
                  "minus draft, mean with a 95% percentile interval from resampling tasks; "
                  "sign test: two-sided binomial test of gains against losses, ties (no "
-                 "change in score) left out; 24e: the runs with flipped pairs scored against "
-                 "the measured values")
-"""The manifest's rule for ``revisions.csv`` and ``revision_intervals.csv``."""
+                 "change in score) left out")
+"""The manifest's rule for ``revisions.csv`` and 17c's rows of ``revision_intervals.csv``."""
+
+FLIP_SHARES = {
+    "pairs": ("24e: the item pairs flipped after the draft whose measured values differ, "
+              "pooled over the runs: the share of them that moved into the measured order "
+              "and the share expected from random flips at the same distance in their "
+              "draft, each pair counting once"),
+    "runs": ("24e: each run's share of its flipped pairs that moved into the measured order "
+             "and its expected share, averaged over the runs with such a pair "
+             "(--flip-share runs)"),
+}
+"""Figure 24e's shares (``--flip-share``): ``pairs``, the default, reads "Share of the item
+pairs flipped after the draft" as a share of the pairs; ``runs`` averages each run's
+share. Either way with 95% percentile intervals from resampling tasks."""
+
+
+def revision_rule(flip_share: str = "pairs") -> str:
+    """The manifest's rule for ``revision_intervals.csv``: 17c's and 24e's.
+
+    >>> "pooled" in revision_rule() and "averaged" in revision_rule("runs")
+    True
+    """
+    return f"{REVISION_RULE}; {FLIP_SHARES[flip_share]}"
 
 
 def revised_runs(rev: pd.DataFrame) -> pd.DataFrame:
@@ -594,6 +623,38 @@ def revised_runs(rev: pd.DataFrame) -> pd.DataFrame:
     if rev.empty or "submission_differs" not in rev:
         return rev.iloc[0:0]
     return rev[rev["submission_differs"].eq(True) & rev["change"].notna()]
+
+
+def task_bootstrap_ratio(numerators: np.ndarray, denominators: np.ndarray, tasks: np.ndarray,
+                         rng: np.random.Generator, resamples: int
+                         ) -> tuple[float, float, float]:
+    """``sum(numerators) / sum(denominators)`` and its 95% interval from resampling tasks.
+
+    A task drawn ``k`` times enters with its runs' sums weighted ``k``; with unit
+    denominators this is :func:`task_bootstrap_mean`.
+
+    Examples
+    --------
+    Two flipped pairs of three into the measured order on one task, one of one on the
+    other: pooled 3 of 4; the resamples give 2/3, 3/4 or 1.
+
+    >>> r = task_bootstrap_ratio(np.array([2.0, 1.0]), np.array([3.0, 1.0]),
+    ...                          np.array(["a", "b"]), np.random.default_rng(0), 2000)
+    >>> r[0], round(r[1], 4), r[2]
+    (0.75, 0.6667, 1.0)
+    """
+    from spu.stats.resampling import percentile_interval, resample_counts
+
+    if numerators.size == 0 or not denominators.sum() > 0:
+        return math.nan, math.nan, math.nan
+    codes, index = np.unique(tasks, return_inverse=True)
+    top = np.bincount(index, weights=numerators, minlength=codes.size)
+    bottom = np.bincount(index, weights=denominators, minlength=codes.size)
+    counts = resample_counts(codes.size, resamples, rng).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        draws = (counts @ top) / (counts @ bottom)
+    low, high = percentile_interval(draws)
+    return float(numerators.sum() / denominators.sum()), float(low), float(high)
 
 
 def task_bootstrap_mean(values: np.ndarray, tasks: np.ndarray, rng: np.random.Generator,
@@ -624,20 +685,23 @@ def task_bootstrap_mean(values: np.ndarray, tasks: np.ndarray, rng: np.random.Ge
     return float(values.mean()), float(low), float(high)
 
 
-def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_000
-                       ) -> pd.DataFrame:
+def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_000,
+                       flip_share: str = "pairs") -> pd.DataFrame:
     """Figure 17c's and 24e's means with 95% intervals from resampling tasks.
 
     Per configuration and over all runs (``config`` ``all``): of the runs whose
     submission differs from the first draft (:func:`revised_runs`), the mean change
-    (submission minus draft, 17c); of the runs with flipped pairs scored against the
-    measured values, the mean share of flips into the measured order, the share expected
-    from random flips at the same distance and their difference (24e).
+    (submission minus draft, 17c); of the item pairs flipped after the draft whose
+    measured values differ, the share that moved into the measured order, the share
+    expected from random flips at the same distance and their difference (24e), pooled
+    over the pairs (``flip_share`` ``pairs``: ``n_runs`` the runs holding them) or
+    averaged over the runs' own shares (``runs``; :data:`FLIP_SHARES`).
 
     Args:
         revised: ``revisions.csv`` (:func:`revisions`).
         seed: Seed of the resampling.
         resamples: Bootstrap resamples of tasks.
+        flip_share: ``pairs`` (the default) or ``runs``.
     """
     columns = ["config", "quantity", "n_runs", "n_tasks", "mean", "ci_low", "ci_high"]
     if revised.empty:
@@ -649,14 +713,31 @@ def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_
                   "flip_excess": "into the measured order minus expected"}
     r = revised.assign(flip_excess=revised["flipped_into_measured"]
                        - revised["flipped_expected_share"])
+    pooled = flip_share == "pairs"
+    if pooled:
+        n = r["flips_scored"].astype(float) if "flips_scored" in r else pd.Series(
+            math.nan, index=r.index)
+        into = (r["flips_into_measured"].astype(float) if "flips_into_measured" in r
+                else pd.Series(math.nan, index=r.index))
+        expected = r["flipped_expected_share"].fillna(0.0) * n
+        tops = {"flipped_into_measured": into, "flipped_expected_share": expected,
+                "flip_excess": into - expected}
     changed = pd.Series(r.index.isin(revised_runs(r).index), index=r.index)
     for config, part in [("all", r), *r.groupby("config", sort=True)]:
         for column, name in quantities.items():
-            keep = part[changed.loc[part.index]] if column == "change" else part
-            keep = keep[keep[column].notna()]
-            mean, low, high = task_bootstrap_mean(
-                keep[column].to_numpy(float), keep["task_id"].astype(str).to_numpy(),
-                rng_for(seed, "revision intervals", str(config), column), resamples)
+            rng = rng_for(seed, "revision intervals", str(config), column)
+            if column == "change" or not pooled:
+                keep = part[changed.loc[part.index]] if column == "change" else part
+                keep = keep[keep[column].notna()]
+                mean, low, high = task_bootstrap_mean(
+                    keep[column].to_numpy(float), keep["task_id"].astype(str).to_numpy(),
+                    rng, resamples)
+            else:
+                keep = part[n.loc[part.index] > 0]
+                mean, low, high = task_bootstrap_ratio(
+                    tops[column].loc[keep.index].to_numpy(float),
+                    n.loc[keep.index].to_numpy(float),
+                    keep["task_id"].astype(str).to_numpy(), rng, resamples)
             rows.append({"config": config, "quantity": name, "n_runs": len(keep),
                          "n_tasks": int(keep["task_id"].nunique()), "mean": mean,
                          "ci_low": low, "ci_high": high})

@@ -657,6 +657,18 @@ def _process_figures(t: Tables, need: _Need) -> None:
          lambda: first_complete_figure(scored))
 
 
+def _flips_into_measured(changed: pd.DataFrame) -> pd.Series:
+    """Figure 21b's numbers: the flipped pairs that moved into the measured order.
+
+    The count ``spu analyze`` writes (``flips_into_measured``); a table written before it
+    existed gives the flipped pairs times their share, rounded.
+    """
+    if "flips_into_measured" in changed:
+        return changed["flips_into_measured"].fillna(0).astype(int)
+    return (changed["pairs_flipped"] * changed["flipped_into_measured"].fillna(0)).round() \
+        .astype(int)
+
+
 def _revision_figures(t: Tables, need: _Need) -> None:
     """Figures 17, 21b and 24e: associations, self-assessment, revisions and flips."""
     assoc = t.get("associations.csv", pd.DataFrame())
@@ -686,9 +698,7 @@ def _revision_figures(t: Tables, need: _Need) -> None:
          lambda: scatter_equality(changed, "first_draft_score", "score",
                                   "Score of the first complete ranking",
                                   "Score of the submission", "Draft and submission",
-                                  labels=(changed["pairs_flipped"] *
-                                          changed["flipped_into_measured"].fillna(0)).round()
-                                  .astype(int)))
+                                  labels=_flips_into_measured(changed)))
     has_flips = not ri.empty and all(
         ri.loc[ri["quantity"] == q, "mean"].notna().any() for q in FLIP_QUANTITIES)
     need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),

@@ -23,6 +23,7 @@ from spu.analysis.trajectory_analysis import (
     AnalyzeOptions,
     TrajectoryInputs,
     revision_intervals,
+    revision_rule,
     revision_tests,
     revisions,
     self_assessment,
@@ -211,7 +212,8 @@ def test_the_paper_rules_are_the_defaults_and_the_manifest_says_them() -> None:
                               options=AnalyzeOptions())
     result = ranking_revisions(inputs)
     assert result.rules["revisions.csv"] == REVISION_RULE
-    assert result.rules["revision_intervals.csv"] == REVISION_RULE
+    assert result.rules["revision_intervals.csv"] == revision_rule("pairs")
+    assert AnalyzeOptions().flip_share == "pairs" and "pooled" in revision_rule()
     for words in ("differ from their first draft", "resampling tasks", "two-sided",
                   "ties"):
         assert words in REVISION_RULE
@@ -249,3 +251,15 @@ def test_section_4_reads_the_public_tasks_by_default(tmp_path) -> None:
     both = analyze_runs(tmp_path / "out", AnalyzeOptions(resamples=20, trees=5, jobs=1,
                                                          public_only=False))
     assert sorted(both.tables["runs_features.csv"]["run_key"]) == ["priv", "pub"]
+
+
+def test_the_flip_counts_are_written_per_run(tmp_path) -> None:
+    """24e pools the flipped pairs: read_run writes their count and how many moved into
+    the measured order (one flip, into it: see test_rankings)."""
+    steps = [step(0, "start"), step(1, f"Draft:\n{ranking(DRAFT)}"),
+             step(2, None, [bash("python3 final.py > /output/rankings.json")]), step(3)]
+    f = read_run(make_run(tmp_path, steps, FINAL),
+                 {"t": GradingKey.build(CONTRACT, ANSWERS)}).features
+    assert (f["flips_scored"], f["flips_into_measured"]) == (1, 1)
+    rev = revisions(pd.DataFrame([f]))
+    assert rev[["flips_scored", "flips_into_measured"]].iloc[0].tolist() == [1, 1]
