@@ -16,6 +16,8 @@ from spu.analysis.trajectory_analysis import (
     AUDITED_RULE,
     GPU_RULE,
     REPEAT_METHODS_RULE,
+    REVISION_RULE,
+    SELF_ASSESSMENT_RULE,
     TRAJECTORY_ANALYSES,
     TrajectoryInputs,
     activity_time,
@@ -33,6 +35,7 @@ from spu.analysis.trajectory_analysis import (
     profiles,
     repeat_methods,
     revision_intervals,
+    revision_rule,
     revisions,
     self_assessment,
     task_runs,
@@ -97,16 +100,17 @@ def ranking_revisions(inputs: TrajectoryInputs) -> AnalysisResult:
     return AnalysisResult(tables={
         "revisions.csv": table,
         "revision_intervals.csv": revision_intervals(table, inputs.options.seed,
-                                                     inputs.options.resamples)},
-        rules={"revision_intervals.csv": "17c: the runs whose submission differs from the "
-               "first draft; 24e: the runs with flipped pairs; 95% percentile intervals from "
-               "resampling tasks (4.3)"})
+                                                     inputs.options.resamples,
+                                                     inputs.options.flip_share)},
+        rules={"revisions.csv": REVISION_RULE,
+               "revision_intervals.csv": revision_rule(inputs.options.flip_share)})
 
 
 @analysis(files=("self_assessment.csv",), section="Figure 17b", registry=TRAJECTORY_ANALYSES)
 def self_assessments(inputs: TrajectoryInputs) -> AnalysisResult:
     """Stated expected correlation against the score."""
-    return _one("self_assessment.csv", self_assessment(inputs.scored))
+    return AnalysisResult(tables={"self_assessment.csv": self_assessment(inputs.scored)},
+                          rules={"self_assessment.csv": SELF_ASSESSMENT_RULE})
 
 
 @analysis(files=("gpu.csv", "gpu_errors.csv", "gpu_workloads.csv", "gpu_within_config.csv"),

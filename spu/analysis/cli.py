@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 USAGE = """spu analyze RUNS_DIR --out DIR [--tasks TASK_ROOT] [--answers-root DIR] [--seed S]
-                   [--resamples N] [--trees N] [--jobs N] [--all-repeats] [--no-figures]
+                   [--resamples N] [--trees N] [--jobs N] [--all-repeats]
+                   [--include-private] [--flip-share pairs|runs] [--task ID]
+                   [--no-figures]
        spu analyze sample RUNS_DIR [--n 60] [--seed S] [--out FILE]
        spu analyze audit FILE [--out DIR]"""
 
@@ -54,6 +56,13 @@ def _analyze_parser() -> argparse.ArgumentParser:
                         "folds (default 2; the results do not depend on it)")
     p.add_argument("--all-repeats", action="store_true",
                    help="analyse repeated runs too (default: official runs, repeat 0)")
+    p.add_argument("--flip-share", choices=("pairs", "runs"), default="pairs",
+                   help="Figure 24e's share of flipped pairs that moved into the measured "
+                        "order: of the pairs pooled over the runs (default, 'share of the "
+                        "item pairs') or each run's share averaged; manifest.json names it")
+    p.add_argument("--include-private", action="store_true",
+                   help="analyse runs on private tasks too (default: the public tasks, as the "
+                        "paper's section 4)")
     p.add_argument("--task", action="append", default=[], metavar="ID", dest="detail_tasks",
                    help="a task examined in detail: task_runs.csv holds every scored run "
                         "on it, by discipline (Figure 21a); with --tasks, task_settings.csv "
@@ -105,7 +114,9 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     options = AnalyzeOptions(task_roots=tuple(args.tasks), answers_root=args.answers_root,
                              seed=args.seed, resamples=args.resamples, trees=args.trees,
-                             official_only=not args.all_repeats, jobs=args.jobs,
+                             official_only=not args.all_repeats,
+                             public_only=not args.include_private,
+                             flip_share=args.flip_share, jobs=args.jobs,
                              detail_tasks=tuple(args.detail_tasks))
     try:
         result = analyze_runs(args.runs_dir, options)

@@ -147,6 +147,36 @@ def is_complete_ranking(orders: Mapping[str, Sequence[str]], contract: Contract,
     return differs
 
 
+def differs_from_draft(submitted: Orders | None, draft: Orders, contract: Contract) -> bool:
+    """Whether the submitted orders differ from the first draft on any group (paper 4.3).
+
+    The submission is compared as submitted, complete or not: one that went back to the
+    input order, or dropped an item, differs from the draft too. A draft revised and
+    then restored is not a different submission, however often it changed between.
+
+    References
+    ----------
+    Paper 4.3 ("Of the 772 runs whose trajectory contains a complete ranking before the
+    submission, 317 submitted a different one") and Figure 17c ("for the 317 runs whose
+    submission differs from it").
+
+    Examples
+    --------
+    >>> from spu.schema import ComparisonGroup
+    >>> c = Contract(task_id="t", task_version="1", groups=[
+    ...     ComparisonGroup(group_id="G", endpoint="y", weight=1.0, items=["a", "b", "c"])])
+    >>> draft = {"G": ["b", "a", "c"]}
+    >>> differs_from_draft({"G": ["b", "a", "c"]}, draft, c)
+    False
+    >>> differs_from_draft({"G": ["a", "b", "c"]}, draft, c), differs_from_draft(None, draft, c)
+    (True, False)
+    """
+    if submitted is None:
+        return False
+    return any(list(submitted.get(g.group_id, [])) != list(draft.get(g.group_id, []))
+               for g in contract.groups)
+
+
 def flipped_pairs(draft: Sequence[str], final: Sequence[str]) -> list[tuple[str, str]]:
     """Item pairs whose relative order differs between two complete orders of a group.
 

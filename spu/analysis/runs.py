@@ -36,7 +36,13 @@ from spu.activities import (
     split_tool_name,
 )
 from spu.analysis.detectors import discloses_recollection, typed_table
-from spu.analysis.rankings import SOURCES, RankingTracker, flip_shares, is_complete_ranking
+from spu.analysis.rankings import (
+    SOURCES,
+    RankingTracker,
+    differs_from_draft,
+    flip_shares,
+    is_complete_ranking,
+)
 from spu.analysis.sources import search_operators, source_class
 from spu.grading.rules import GradingKey
 from spu.grading.submission import read_submission, read_submission_file
@@ -514,7 +520,8 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
                       reading: RunReading,
                       presented: dict[str, list[str]] | None = None) -> None:
     for name in ("first_complete_step", "first_complete_t", "first_draft_score",
-                 "submission_differs", "flipped_into_measured", "flipped_expected_share"):
+                 "submission_differs", "flipped_into_measured", "flipped_expected_share",
+                 "flips_scored", "flips_into_measured"):
         features[name] = math.nan
     features.update(first_complete_source=None, revisions=0, pairs_flipped=0)
     if tracker is None or contract is None:
@@ -528,6 +535,7 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
         # Only in the file: a program wrote it and nothing printed it (paper 4.2).
         draft = submitted
         features["first_complete_source"] = "file_only"
+        features["submission_differs"] = False
         if first_write is not None:
             features["first_complete_step"] = first_write[0]
             features["first_complete_t"] = min(first_write[1] / span, 1.0)
@@ -537,13 +545,16 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
         features["first_complete_t"] = min((found.first_t or 0.0) / span, 1.0)
         features["revisions"] = found.revisions
         features["pairs_flipped"] = found.pairs_flipped
-        features["submission_differs"] = bool(complete_file and submitted != draft)
+        features["submission_differs"] = differs_from_draft(submitted, draft, contract)
     key = (answers or {}).get(contract.task_id)
     if draft is not None and key is not None:
         features["first_draft_score"] = key.score_orders(draft)
         if complete_file and submitted is not None and submitted != draft:
             measured = {g.group_id: _measured(g) for g in key.groups}
             shares = flip_shares(draft, submitted, measured)
+            # The counts pool the flipped pairs over runs (Figure 24e, 21b's numbers).
+            features["flips_scored"] = shares.flipped
+            features["flips_into_measured"] = shares.into_measured
             if shares.flipped:
                 features["flipped_into_measured"] = shares.into_measured / shares.flipped
                 features["flipped_expected_share"] = shares.expected_share

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from spu.analysis.trajectory_analysis import GPU_LEVELS
+from spu.analysis.trajectory_analysis import GPU_LEVELS, revised_runs
 from spu.report.figures import _figure, _styled, save_figure
 from spu.report.page import CAPTIONS as PAGE_CAPTIONS
 
@@ -657,6 +657,18 @@ def _process_figures(t: Tables, need: _Need) -> None:
          lambda: first_complete_figure(scored))
 
 
+def _flips_into_measured(changed: pd.DataFrame) -> pd.Series:
+    """Figure 21b's numbers: the flipped pairs that moved into the measured order.
+
+    The count ``spu analyze`` writes (``flips_into_measured``); a table written before it
+    existed gives the flipped pairs times their share, rounded.
+    """
+    if "flips_into_measured" in changed:
+        return changed["flips_into_measured"].fillna(0).astype(int)
+    return (changed["pairs_flipped"] * changed["flipped_into_measured"].fillna(0)).round() \
+        .astype(int)
+
+
 def _revision_figures(t: Tables, need: _Need) -> None:
     """Figures 17, 21b and 24e: associations, self-assessment, revisions and flips."""
     assoc = t.get("associations.csv", pd.DataFrame())
@@ -670,23 +682,23 @@ def _revision_figures(t: Tables, need: _Need) -> None:
                                   "Expected Spearman stated in the report", "Score",
                                   "Self-assessment"))
     rev = t.get("revisions.csv", pd.DataFrame())
-    changed = rev[rev["change"].notna() & (rev["revisions"] > 0)] if not rev.empty else rev
+    changed = revised_runs(rev)
     ri = t.get("revision_intervals.csv", pd.DataFrame())
     has_change = not ri.empty and bool(
         ri.loc[ri["quantity"] == REVISION_CHANGE, "mean"].notna().any())
-    need("fig17c_revisions", not changed.empty, "needs revised first drafts and answer keys "
-         "(--tasks)",
+    why = ("needs a submission that differs from its first draft, and answer keys (--tasks)"
+           if rev.empty or "submission_differs" in rev else
+           "revisions.csv has no submission_differs column (written by an older spu analyze; "
+           "run it again)")
+    need("fig17c_revisions", not changed.empty, why,
          (lambda: revisions_figure(changed, ri)) if has_change else
          lambda: by_config_points(changed, "change", "Submission minus first draft (score)",
                                   "Revisions"))
-    need("fig21b_draft_vs_submission", not changed.empty, "needs revised first drafts and "
-         "answer keys (--tasks)",
+    need("fig21b_draft_vs_submission", not changed.empty, why,
          lambda: scatter_equality(changed, "first_draft_score", "score",
                                   "Score of the first complete ranking",
                                   "Score of the submission", "Draft and submission",
-                                  labels=(changed["pairs_flipped"] *
-                                          changed["flipped_into_measured"].fillna(0)).round()
-                                  .astype(int)))
+                                  labels=_flips_into_measured(changed)))
     has_flips = not ri.empty and all(
         ri.loc[ri["quantity"] == q, "mean"].notna().any() for q in FLIP_QUANTITIES)
     need("fig24e_flips", not rev.empty and rev["flipped_into_measured"].notna().any(),

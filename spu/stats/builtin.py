@@ -51,10 +51,12 @@ from spu.stats.freshness import FRESHNESS_RULE, freshness_table
 from spu.stats.inputs import StatsInputs
 from spu.stats.interaction import (
     MIN_REPEATS,
+    SPREAD_RATIOS,
     WIDE_COVERAGE,
     grouping_share,
     interaction_tasks,
     largest_common_block,
+    repeat_spread_summary,
     simulated_nulls,
     spread_summary,
     variance_decomposition,
@@ -402,20 +404,16 @@ def variance(inputs: StatsInputs) -> AnalysisResult:
 def interaction(inputs: StatsInputs) -> AnalysisResult:
     """Spread between configurations against spread between repeats, per task."""
     table, rows = interaction_tasks(inputs.public_all, inputs.order)
-    summary = []
-    for config, own in table.groupby("config", sort=False):
-        ratio = own["F"].to_numpy(dtype=float)
-        # 4.4: "the spread between configurations exceeds the spread between repeats of
-        # one configuration on 25 tasks, by a median ratio of 6.4" (mean squares, F).
-        summary += [summary_row("interaction", f"tasks_configs_exceed_repeats {config}",
-                                int((ratio > 1).sum()), len(own)),
-                    summary_row("interaction", f"median_spread_ratio {config}",
-                                float(np.median(ratio)) if ratio.size else None, len(own))]
+    ratio = inputs.options.spread_ratio
+    column, words = SPREAD_RATIOS[ratio]
+    rule = (f"tasks with at least {MIN_REPEATS} scored repeats; F = mean square of the "
+            "additive-fit residuals of the configurations over that of the repeats, Holm over "
+            f"the tasks; 4.4's ratio (--spread-ratio {ratio}, column {column}): {words}; "
+            "configurations exceed repeats where it is above 1, its median over all those "
+            "tasks (median_spread_ratio in summary.csv)")
     return AnalysisResult(tables={"interaction_tasks.csv": table}, tests=rows,
-                          summary=summary, rules={"interaction_tasks.csv": (
-                              f"tasks with at least {MIN_REPEATS} scored repeats; F = mean "
-                              "square of the additive-fit residuals of the configurations "
-                              "over that of the repeats, Holm over the tasks")})
+                          summary=repeat_spread_summary(table, ratio),
+                          rules={"interaction_tasks.csv": rule})
 
 
 @analysis(files=("pair_correlations.csv",), section="Figure 18d (4.4, E.9)")

@@ -63,6 +63,13 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    help="largest absolute Spearman of a measured order with a group's "
                         "numeric settings at which it counts as nearly unrelated to them, "
                         "for monotone_unrelated.csv (4.2 gives no number; default 0.2)")
+    p.add_argument("--spread-ratio", choices=("ms", "sd"), default="ms",
+                   help="4.4's ratio of the configurations' spread on a task to the repeats': "
+                        "ms, the paper's comparison (E.9: mean square of the additive-fit "
+                        "residuals over the repeats' mean square, the F of "
+                        "interaction_tasks.csv; default), or sd (standard deviation of the "
+                        "configurations' scores over that of the repeats); manifest.json "
+                        "names the rule")
     p.add_argument("--design-difference", type=float, action="append", default=None,
                    metavar="D", dest="design_differences",
                    help="difference in mean score for the study-design table design.csv "
@@ -145,6 +152,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         top_group_size=args.top_group, run_sd=args.run_sd, design_differences=differences,
         decomposition_configs=chosen, discipline_groups=args.discipline_groups,
         unrelated_below=unrelated,
+        spread_ratio=args.spread_ratio,
         refusals_after_file=args.refusals_after_file, gpu_rule=args.gpu_rule,
         gpu_reader=executed_gpu_use,
     )

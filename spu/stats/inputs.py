@@ -82,6 +82,11 @@ class StatsOptions:
     """Largest absolute Spearman of a measured order with the numeric settings at which it
     is "nearly unrelated" to them (``--unrelated-below``; 4.2 gives no number, the default
     :data:`~spu.stats.monotone.UNRELATED` is our reading)."""
+    spread_ratio: str = "ms"
+    """4.4's ratio of the configurations' spread to the repeats' (``--spread-ratio``):
+    ``ms``, the paper's comparison (E.9: residual mean square over the repeats' mean
+    square, the F of ``interaction_tasks.csv``), or ``sd`` (the standard deviations);
+    :data:`~spu.stats.interaction.SPREAD_RATIOS`."""
     refusals_after_file: str = "exclude"
     """Refusals that left a valid or recoverable file (``--refusals-after-file``):
     ``exclude`` (the paper's rule, 3.1) or ``score`` (their file's grade counts);
@@ -280,6 +285,7 @@ class StatsInputs:
                                       else list(opt.decomposition_configs)),
             "discipline_groups": opt.discipline_groups,
             "unrelated_below": opt.unrelated_below,
+            "spread_ratio": opt.spread_ratio,
             "refusals_after_file": opt.refusals_after_file,
             "refusals_after_file_rule": REFUSAL_RULE_TEXT[opt.refusals_after_file],
             "rows": len(self.runs), "configs": self.order, "absent_columns": self.absent,

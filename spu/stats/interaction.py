@@ -362,11 +362,18 @@ def interaction_tasks(
     configurations has ``(n_t - 1)(N - T - C + 1)/(N - T)`` of them. ``F`` is the ratio of
     the two mean squares, tested one-sided with Holm over the tasks.
 
+    ``config_sd`` is the task's spread as E.9 defines it (the standard deviation of the
+    configurations' scores on it) and ``sd_ratio`` that over ``repeat_sd``, the
+    alternative reading of 4.4's ratio (:func:`repeat_spread_summary`). Where the
+    repeats agree exactly a ratio is infinite, and undefined (NaN) when its numerator is
+    zero too.
+
     Returns
     -------
     tuple
         The table (``config, task_id, n_configs, config_sd, ms_configs, df_configs,
-        n_repeats, repeat_sd, ms_repeats, F, p_value, p_holm``) and ``tests.csv`` rows.
+        n_repeats, repeat_sd, ms_repeats, F, sd_ratio, p_value, p_holm``) and
+        ``tests.csv`` rows.
 
     References
     ----------
@@ -406,23 +413,99 @@ def interaction_tasks(
             continue
         df1 = (n_t - 1) * df_resid / (n_obs - n_tasks)
         ms_configs = float((resid[on_task] ** 2).sum() / df1)
-        ms_repeats = float(scores.var(ddof=1))
-        f = ms_configs / ms_repeats if ms_repeats > 0 else np.inf
-        p = float(sps.f.sf(f, df1, scores.size - 1)) if np.isfinite(f) else 0.0
+        # Equal scores (repeats that submitted one ranking) spread by exactly zero, not
+        # by the rounding of their mean.
+        ms_repeats = 0.0 if np.ptp(scores) == 0 else float(scores.var(ddof=1))
+        config_sd = 0.0 if np.ptp(y[on_task]) == 0 else float(y[on_task].std(ddof=1))
+        f = _ratio(ms_configs, ms_repeats)
+        p = float(sps.f.sf(f, df1, scores.size - 1)) if np.isfinite(f) else (
+            0.0 if f == np.inf else math.nan)
         rows.append({"config": config, "task_id": task_id, "n_configs": n_t,
-                     "config_sd": float(y[on_task].std(ddof=1)), "ms_configs": ms_configs,
+                     "config_sd": config_sd, "ms_configs": ms_configs,
                      "df_configs": df1, "n_repeats": int(scores.size),
                      "repeat_sd": float(np.sqrt(ms_repeats)), "ms_repeats": ms_repeats,
-                     "F": f, "p_value": p})
+                     "F": f, "sd_ratio": _ratio(config_sd, float(np.sqrt(ms_repeats))),
+                     "p_value": p})
     table = pd.DataFrame(rows, columns=["config", "task_id", "n_configs", "config_sd",
                                         "ms_configs", "df_configs", "n_repeats", "repeat_sd",
-                                        "ms_repeats", "F", "p_value"])
+                                        "ms_repeats", "F", "sd_ratio", "p_value"])
     table["p_holm"] = holm(table["p_value"].to_numpy(dtype=float))
     tests = [named_test(f"interaction_F {r.config} {r.task_id}", r.F, r.p_value, "E.9",
                         df=f"{r.df_configs:.2f},{r.n_repeats - 1}", n=r.n_configs,
                         method="asymptotic", p_holm=r.p_holm)
              for r in table.itertuples(index=False)]
     return table, tests
+
+
+def _ratio(top: float, bottom: float) -> float:
+    """``top / bottom``; infinite over zero, NaN for zero over zero."""
+    if bottom > 0:
+        return top / bottom
+    return np.inf if top > 0 else math.nan
+
+
+SPREAD_RATIOS = {
+    "ms": ("F", "the mean square of the additive-fit residuals of the configurations on "
+                "the task over the mean square of the repeats about their mean (E.9)"),
+    "sd": ("sd_ratio", "the standard deviation of the configurations' scores on the task "
+                       "(E.9's spread) over that of the repeats"),
+}
+"""``--spread-ratio``: the column of ``interaction_tasks.csv`` that 4.4's "median ratio"
+reads, and the rule in words. ``ms``, the default, is the comparison E.9 describes and
+tests; ``sd`` reads "spread" as E.9's standard deviation of the scores."""
+
+
+def repeat_spread_summary(table: pd.DataFrame, ratio: str = "ms") -> list[dict[str, Any]]:
+    """4.4's count of tasks where configurations spread more than repeats, and the ratio.
+
+    Per configuration with repeats, over its tasks of :func:`interaction_tasks` (those
+    with at least :data:`MIN_REPEATS` scored repeats): the tasks whose ratio
+    (:data:`SPREAD_RATIOS`) exceeds 1, the median ratio over all those tasks (4.4's
+    "median ratio"; an infinite ratio counts, an undefined one is left out), the median
+    over the exceeding tasks only, and the tasks whose F test passes Holm at 0.05.
+
+    Returns
+    -------
+    list
+        ``summary.csv`` rows (``analysis`` ``interaction``): ``repeat_tasks``,
+        ``tasks_configs_exceed_repeats``, ``median_spread_ratio``,
+        ``median_spread_ratio_exceeding`` and ``tasks_configs_exceed_repeats_holm``, each
+        followed by the configuration; ``n`` the tasks each is over.
+
+    References
+    ----------
+    Paper 4.4 ("Across the 28 repeated-run tasks with at least three scored repeats, the
+    spread between configurations exceeds the spread between repeats of one
+    configuration on 25 tasks, by a median ratio of 6.4") and E.9 ("comparing their mean
+    square on a task with the mean square of the repeated Astra Max scores about their
+    own mean").
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"config": "A", "F": [6.0, 4.0, 0.5, np.inf], "sd_ratio": 1.0,
+    ...                   "p_holm": [0.01, 0.2, 1.0, 0.0]})
+    >>> {r["statistic"]: r["value"] for r in repeat_spread_summary(t)}[
+    ...     "median_spread_ratio A"]
+    5.0
+    """
+    column = SPREAD_RATIOS[ratio][0]
+    rows: list[dict[str, Any]] = []
+    for config, own in table.groupby("config", sort=False):
+        values = own[column].to_numpy(dtype=float)
+        defined = values[~np.isnan(values)]
+        exceeding = defined[defined > 1]
+        passed = int((own["p_holm"].to_numpy(dtype=float) < 0.05).sum())
+        for statistic, value, n in (
+                ("repeat_tasks", len(own), len(own)),
+                ("tasks_configs_exceed_repeats", int(exceeding.size), int(defined.size)),
+                ("median_spread_ratio",
+                 float(np.median(defined)) if defined.size else None, int(defined.size)),
+                ("median_spread_ratio_exceeding",
+                 float(np.median(exceeding)) if exceeding.size else None, int(exceeding.size)),
+                ("tasks_configs_exceed_repeats_holm", passed, len(own))):
+            rows.append({"analysis": "interaction", "statistic": f"{statistic} {config}",
+                         "value": value, "ci_low": None, "ci_high": None, "n": n})
+    return rows
 
 
 def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -74,6 +74,13 @@ def test_features_follow_the_corpus(analysis, corpus) -> None:
     # the score of the submission is the run's; the draft is graded by the same key
     revised = f[f["revisions"] > 0]
     assert (revised["pairs_flipped"] > 0).all()
+    # 4.3: the revisions are the runs whose submission differs from the draft
+    rev = pd.read_csv(analysis / "revisions.csv")
+    assert rev["submission_differs"].dtype == bool and rev["submission_differs"].any()
+    summary = pd.read_csv(analysis / "summary.csv").set_index("statistic")["value"]
+    assert float(summary["revision_runs_differing"]) == rev["submission_differs"].sum()
+    outputs = json.loads((analysis / "manifest.json").read_text())["outputs"]
+    assert "differ from their first draft" in outputs["revision_intervals.csv"]["rule"]
 
 
 def test_the_corpus_exercises_the_paper_26_outputs(analysis) -> None:

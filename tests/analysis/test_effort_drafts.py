@@ -36,16 +36,34 @@ def test_revision_intervals_resample_tasks() -> None:
     from spu.analysis.trajectory_analysis import revision_intervals, task_bootstrap_mean
 
     rev = pd.DataFrame({"config": ["A", "A", "A", "B"], "task_id": ["t1", "t1", "t2", "t2"],
+                        "submission_differs": [True, False, True, True],
                         "change": [0.1, 0.0, 0.3, -0.2],
                         "flipped_into_measured": [0.5, np.nan, 1.0, 0.0],
-                        "flipped_expected_share": [0.5, np.nan, 0.5, 0.25]})
+                        "flipped_expected_share": [0.5, np.nan, 0.5, 0.25],
+                        "flips_scored": [2, np.nan, 1, 4],
+                        "flips_into_measured": [1, np.nan, 1, 0]})
     t = revision_intervals(rev, seed=0, resamples=2000).set_index(["config", "quantity"])
     a = t.loc[("A", "submission minus first draft")]
-    assert a["n_runs"] == 2 and a["mean"] == pytest.approx(0.2)  # the 0.0 run is no change
+    # the 0.0 run submitted its draft: not a revision
+    assert a["n_runs"] == 2 and a["mean"] == pytest.approx(0.2)
     # two tasks, one run each: the resampled means are 0.1, 0.2 or 0.3
     assert a["ci_low"] == pytest.approx(0.1) and a["ci_high"] == pytest.approx(0.3)
+    # 24e by default pools the pairs: 1 + 1 + 0 of 2 + 1 + 4 moved into the measured order,
+    # against 0.5 * 2 + 0.5 * 1 + 0.25 * 4 = 2.5 of 7 expected
+    into = t.loc[("all", "share of flips into the measured order")]
+    assert into["mean"] == pytest.approx(2 / 7) and into["n_runs"] == 3
+    # tasks t1 (1 of 2) and t2 (1 of 5): the resamples give 2/4, 2/7 or 2/10
+    assert into["ci_low"] == pytest.approx(0.2) and into["ci_high"] == pytest.approx(0.5)
+    assert t.loc[("all", "share expected from random flips"), "mean"] == pytest.approx(2.5 / 7)
     excess = t.loc[("all", "into the measured order minus expected")]
-    assert excess["mean"] == pytest.approx((0.0 + 0.5 - 0.25) / 3)
+    assert excess["mean"] == pytest.approx(-0.5 / 7)
+    # --flip-share runs: each run's share, averaged
+    runs = revision_intervals(rev, seed=0, resamples=200, flip_share="runs").set_index(
+        ["config", "quantity"])
+    assert runs.loc[("all", "into the measured order minus expected"), "mean"] == pytest.approx(
+        (0.0 + 0.5 - 0.25) / 3)
+    assert runs.loc[("all", "share of flips into the measured order"), "mean"] == pytest.approx(
+        0.5)
     # a task with two runs weighs twice when drawn: the exact weighted mean per resample
     mean, low, high = task_bootstrap_mean(np.array([0.0, 1.0, 2.0]),
                                           np.array(["x", "x", "y"]),

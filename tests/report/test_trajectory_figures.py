@@ -29,6 +29,7 @@ def _intervals() -> pd.DataFrame:
 def _revisions() -> pd.DataFrame:
     return pd.DataFrame({"run_key": ["a1", "a2", "b1", "b2"], "config": ["A", "A", "B", "B"],
                          "change": [0.1, 0.3, -0.2, 0.0], "revisions": 1,
+                         "submission_differs": True,
                          "first_draft_score": 0.3, "score": [0.4, 0.6, 0.1, 0.3],
                          "pairs_flipped": 4, "flipped_into_measured": [0.5, 0.75, 0.5, 0.5],
                          "flipped_expected_share": 0.45})
@@ -79,6 +80,21 @@ def test_the_intervals_are_the_tables(tmp_path) -> None:
     assert _diamonds(fig) == [(pytest.approx(np.mean([0.0, 0.1, 0.2, 0.1])), 0.0)]
     heat = fig.axes[0].images[0].get_array()
     assert heat.tolist() == [[1.0, 2.0, 3.0, 4.0]]
+
+
+def test_17c_and_21b_draw_the_runs_whose_submission_differs() -> None:
+    """A run that went back to its draft is no point of 17c or 21b; a table written before
+    ``submission_differs`` existed draws neither and says to run spu analyze again."""
+    tables = _tables()
+    tables["revisions.csv"].loc[0, "submission_differs"] = False
+    draw, _ = trajectory_figures(tables)
+    fig = draw["fig21b_draft_vs_submission"]()
+    points = [line for ax in fig.axes for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [len(line.get_xdata()) for line in points] == [3]
+    tables["revisions.csv"] = tables["revisions.csv"].drop(columns="submission_differs")
+    draw, missing = trajectory_figures(tables)
+    assert "fig17c_revisions" not in draw and "fig21b_draft_vs_submission" not in draw
+    assert "run it again" in missing["fig17c_revisions"]
 
 
 def test_without_varying_families_19c_says_what_it_needs() -> None:

@@ -342,6 +342,90 @@ def test_repeat_spread_counts_and_the_three_repeat_rule(paper_runs) -> None:
     assert after[key]["n"] == before[key]["n"] - 5
 
 
+def _spread_table() -> pd.DataFrame:
+    """Three configurations on three tasks, and repeats of A (hand-worked below).
+
+    Official scores (tasks t, u, v by configurations A, B, C)::
+
+        t: 0.8 0.2 0.5    u: 0.3 0.5 0.7    v: 0.4 0.2 0.0
+
+    Task means 0.5, 0.5, 0.2; configuration means 0.5, 0.3, 0.4; grand mean 0.4. The
+    additive fit of a complete table is the double centring, so the residuals are
+    t: 0.2 -0.2 0.0, u: -0.3 0.1 0.2, v: 0.1 0.1 -0.2 (sums of squares 0.08, 0.14, 0.06).
+    Residual df 9 - 3 - 3 + 1 = 4, each task's share (3 - 1) * 4 / 6 = 4/3: mean squares
+    0.06, 0.105, 0.045. Repeats of A: t 0.5 0.6 0.7 (variance 0.01), u 0.25 0.4 0.55
+    (0.0225), v 0.1 0.5 0.9 plus one unscored (0.16), so F = 6, 4.667, 0.28125. The
+    configurations' SDs are 0.3, 0.2, 0.2 and the repeats' 0.1, 0.15, 0.4: SD ratios 3,
+    1.333, 0.5. B has two repeats on t: below three, not a repeated task.
+    """
+    official = {"t": (0.8, 0.2, 0.5), "u": (0.3, 0.5, 0.7), "v": (0.4, 0.2, 0.0)}
+    rows = [run_row(c, t, s) for t, scores in official.items()
+            for c, s in zip("ABC", scores, strict=True)]
+    repeats = {"t": (0.5, 0.6, 0.7), "u": (0.25, 0.4, 0.55), "v": (0.1, 0.5, 0.9, None)}
+    rows += [run_row("A", t, s, repeat=i + 1) for t, scores in repeats.items()
+             for i, s in enumerate(scores)]
+    rows += [run_row("B", "t", s, repeat=i + 1) for i, s in enumerate((0.1, 0.3))]
+    return check_runs_table(pd.DataFrame(rows))
+
+
+def test_repeat_spread_ratio_by_hand_and_the_mean_square_reading_is_the_default() -> None:
+    """4.4's "25 tasks, by a median ratio of 6.4" read as E.9's comparison: tasks with at
+    least three scored repeats, F = residual mean square over the repeats' mean square,
+    exceeding where F > 1, median over all those tasks (hand-worked in _spread_table)."""
+    from scipy import stats as sps
+
+    from spu.stats.builtin import interaction
+
+    default = interaction(StatsInputs(_spread_table(), StatsOptions()))
+    table = default.tables["interaction_tasks.csv"].set_index("task_id")
+    assert list(table.index) == ["t", "u", "v"] and set(table["config"]) == {"A"}
+    assert table["ms_configs"].tolist() == pytest.approx([0.06, 0.105, 0.045], abs=1e-12)
+    assert table["ms_repeats"].tolist() == pytest.approx([0.01, 0.0225, 0.16], abs=1e-12)
+    assert table["F"].tolist() == pytest.approx([6.0, 0.105 / 0.0225, 0.28125], rel=1e-9)
+    assert table["sd_ratio"].tolist() == pytest.approx([3.0, 0.2 / 0.15, 0.5], rel=1e-9)
+    assert table.loc["t", "p_value"] == pytest.approx(sps.f.sf(6.0, 4 / 3, 2), rel=1e-9)
+    rows = {r["statistic"]: r for r in default.summary}
+    assert rows["repeat_tasks A"]["value"] == 3
+    assert (rows["tasks_configs_exceed_repeats A"]["value"],
+            rows["tasks_configs_exceed_repeats A"]["n"]) == (2, 3)
+    assert rows["median_spread_ratio A"]["value"] == pytest.approx(0.105 / 0.0225)
+    assert rows["median_spread_ratio_exceeding A"]["value"] == pytest.approx(
+        (6.0 + 0.105 / 0.0225) / 2)
+    assert not any(r.endswith(" B") for r in rows)
+    assert "--spread-ratio ms" in default.rules["interaction_tasks.csv"]
+    assert StatsOptions().spread_ratio == "ms"
+
+    sd = interaction(StatsInputs(_spread_table(), StatsOptions(spread_ratio="sd")))
+    rows = {r["statistic"]: r["value"] for r in sd.summary}
+    assert rows["tasks_configs_exceed_repeats A"] == 2
+    assert rows["median_spread_ratio A"] == pytest.approx(0.2 / 0.15)
+    assert rows["median_spread_ratio_exceeding A"] == pytest.approx((3.0 + 0.2 / 0.15) / 2)
+    assert "--spread-ratio sd" in sd.rules["interaction_tasks.csv"]
+
+
+def test_repeats_that_agree_exactly_give_an_infinite_ratio_that_counts() -> None:
+    """Identical repeats: F is infinite (p 0) and counts as exceeding; zero over zero is
+    undefined and leaves the count and the median."""
+    from spu.stats.interaction import repeat_spread_summary
+
+    runs = _spread_table()
+    same = (runs["config"] == "A") & (runs["repeat"] >= 1) & (runs["task_id"] == "u")
+    runs.loc[same, ["score_recovered", "score_strict"]] = 0.4
+    from spu.stats.builtin import interaction
+
+    result = interaction(StatsInputs(runs, StatsOptions()))
+    table = result.tables["interaction_tasks.csv"].set_index("task_id")
+    assert table.loc["u", "F"] == np.inf and table.loc["u", "p_value"] == 0.0
+    rows = {r["statistic"]: r["value"] for r in result.summary}
+    assert rows["tasks_configs_exceed_repeats A"] == 2
+    assert rows["median_spread_ratio A"] == pytest.approx(6.0)
+    undefined = pd.DataFrame({"config": "A", "F": [np.nan, 2.0, 0.5], "sd_ratio": 1.0,
+                              "p_holm": np.nan})
+    got = {r["statistic"]: r for r in repeat_spread_summary(undefined)}
+    assert got["median_spread_ratio A"]["value"] == pytest.approx(1.25)
+    assert got["median_spread_ratio A"]["n"] == 2
+
+
 def test_share_of_within_task_ss_from_tasks_with_sd_above_0_2() -> None:
     """3.6, hand-worked: t1 repeats 0.1, 0.4, 0.25 (SD 0.15, SS 0.045), t2 0.0, 0.6 (SD
     0.424, SS 0.18), t3 0.4, 0.5 (SS 0.005): one task above 0.2, 0.18 / 0.23."""
