@@ -435,11 +435,12 @@ class ModelGateway:
         import uvicorn
 
         _quiet_dropped_streams()
-        # No log configuration of uvicorn's own: it would reset the process's loggers.
+        # No log configuration of uvicorn's own: it would reset the process's loggers. No
+        # proxy headers: an agent's X-Forwarded-For means nothing here (and costs a layer).
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=0, log_config=None,
                                 log_level=None, access_log=False, lifespan="on",
                                 http=_protocol_class(self.cfg.request_timeout_s),
-                                date_header=False)
+                                date_header=False, proxy_headers=False)
         self._server = _server_class()(config)
         self._server.pumps = self._pumps
         self._thread = threading.Thread(target=self._server.run, name="spu-model-gateway",
