@@ -13,20 +13,19 @@ finding check both sides of it).
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
 
-from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import gateway_verdict, own_rate_limits, read_requests
 from spu.schema import GatewayRequest, Usage
+from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, stand_in
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -215,72 +214,54 @@ def test_a_burst_under_the_token_limits_alone_stays_the_providers() -> None:
     _is_the_providers(entries)
 
 
-class _OneASecond(BaseHTTPRequestHandler):
+class _OneASecond(JsonProvider):
     """A provider that states 60 requests a minute and enforces them as one a second."""
 
     protocol_version = "HTTP/1.1"
-    admitted: list[float] = []
-    lock = threading.Lock()
+    admitted: ClassVar[list[float]] = []
+    lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        self.rfile.read(int(self.headers.get("content-length") or 0))
+    def reply(self, body: bytes) -> None:
         time.sleep(0.5)  # a provider's answer takes its time, a 429 too
         with self.lock:
             now = time.monotonic()
             ok = not [t for t in self.admitted if now - t < 1.0]
             if ok:
                 self.admitted.append(now)
-        body = ({"id": "m1", "type": "message", "role": "assistant", "model": "m",
-                 "content": [{"type": "text", "text": "Ranked."}], "stop_reason": "end_turn",
-                 "usage": {"input_tokens": 5, "output_tokens": 2}} if ok else
-                {"type": "error", "error": {"type": "rate_limit_error",
-                                            "message": "rate limit exceeded"}})
-        data = json.dumps(body).encode()
-        self.send_response(200 if ok else 429)
-        self.send_header("content-type", "application/json")
-        self.send_header("anthropic-ratelimit-requests-limit", "60")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        return
+        stated = {"anthropic-ratelimit-requests-limit": "60"}
+        if ok:
+            self.send_json(ANSWER, headers=stated)
+        else:
+            self.send_json({"type": "error", "error": {"type": "rate_limit_error",
+                                                       "message": "rate limit exceeded"}},
+                           429, headers=stated)
 
 
 def _through_the_gateway(tmp_path: Path, at_once: int) -> list[GatewayRequest]:
     provider = type("OneASecond", (_OneASecond,), {"admitted": [], "lock": threading.Lock()})
-    upstream = ThreadingHTTPServer(("127.0.0.1", 0), provider)
-    upstream.daemon_threads = True
-    threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    gateway = ModelGateway(
-        tmp_path / "model", upstream=f"http://127.0.0.1:{upstream.server_address[1]}",
-        api="anthropic", api_model="m", api_key="sk-provider-rt7").start()
     ask = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
-    try:
-        with httpx.Client(trust_env=False, timeout=20) as client:
-            headers = {"x-api-key": gateway.token}
+    with stand_in(provider) as upstream, \
+            gateway_before(tmp_path / "model", upstream) as gateway, \
+            httpx.Client(trust_env=False, timeout=20) as client:
+        headers = {"x-api-key": gateway.token}
+        client.post(gateway.url() + "/v1/messages", headers=headers, json=ask)
+        time.sleep(1.1)  # the bucket full again
+        start = threading.Barrier(at_once)
+
+        def fire() -> None:
+            start.wait()
             client.post(gateway.url() + "/v1/messages", headers=headers, json=ask)
-            time.sleep(1.1)  # the bucket full again
-            start = threading.Barrier(at_once)
 
-            def fire() -> None:
-                start.wait()
-                client.post(gateway.url() + "/v1/messages", headers=headers, json=ask)
-
-            threads = [threading.Thread(target=fire) for _ in range(at_once)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+        threads = [threading.Thread(target=fire) for _ in range(at_once)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         deadline = time.monotonic() + 20
         while len(read_requests(gateway.requests_path)) < 1 + at_once \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
-    finally:
-        gateway.stop()
-        upstream.shutdown()
-        upstream.server_close()
-    return read_requests(gateway.requests_path)
+        return read_requests(gateway.requests_path)
 
 
 def test_eight_at_once_against_a_provider_enforcing_a_second_are_the_agents_doing(
