@@ -261,14 +261,14 @@ def request_burst(others: Sequence[tuple[float, float | None]], latency_s: float
     it first (the gateway forwards requests at once in no fixed order).
 
     The requests a window holds are the 429, those the provider took (answered, or
-    answered with a 4xx to the agent's own body) and those it refused that the run sent before any refusal of the window had come
-    back: a burst sent at once counts whole, however the provider answered it. A refused
-    request sent after a refusal of the window came back is a retry the provider's answers
-    paced, and a provider's bucket keeps no refused request: an honest CLI's retries of
-    the organisation's 429s (Claude Code's subagents retrying together) do not add up to
-    a burst. A run at the stated rate or under it never passes (its ``w`` seconds hold
-    at most ``limit * w / 60 + 1``), nor do :data:`BURST_FLOOR` requests at once, whatever
-    the limit.
+    answered with a 4xx to the agent's own body) and those it refused that the run sent
+    before any refusal of the window had come back: a burst sent at once counts whole,
+    however the provider answered it. A refused request sent after a refusal of the
+    window came back is a retry the provider's answers paced, and a provider's bucket
+    keeps no refused request: an honest CLI's retries of the organisation's 429s (Claude
+    Code's subagents retrying together) do not add up to a burst. A run at the stated
+    rate or under it never passes (its ``w`` seconds hold at most ``limit * w / 60 + 1``),
+    nor do :data:`BURST_FLOOR` requests at once, whatever the limit.
 
     Args:
         others: The run's other requests, each as its arrival in seconds after the 429's

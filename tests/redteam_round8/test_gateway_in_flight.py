@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import ClassVar
