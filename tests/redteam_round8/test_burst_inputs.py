@@ -256,18 +256,64 @@ def test_an_honest_400_beside_a_429_leaves_it_the_providers() -> None:
 @pytest.mark.xfail(strict=True, reason=(
     "BROKEN (medium, at Anthropic's tier 1, 50 requests a minute; none at 1,000 and "
     "more): Claude Code's four subagents and a side request pinned to the run's model, "
-    "five at once, are past 4 + 50/60; every 429 of the organisation's, retried together "
-    "at the provider's retry-after (the SDK honours it exactly), sends the five again "
-    "before any refusal of theirs came back, so the last 429 is the agent's and the "
-    "honest run keeps its failed outcome. The residual round seven states for six at 60 "
-    "a minute, reached at five by a tier-1 limit. Suggested: a floor of five (or "
-    "max(4, ...) + one for a limit under 60), weighed against the eight at once of round "
-    "seven; no rule tells a lockstep retry from an agent's second burst without the "
-    "record keeping which request retries which"))
+    "five at once, are past 4 + 50/60; each 429 of the organisation's, retried together "
+    "at the provider's retry-after (the SDK honours it exactly) the SDK's default twice, "
+    "sends the five again before any refusal of theirs came back, so the last 429 is a "
+    "burst and the honest run keeps its failed outcome. Round seven's residual for six at "
+    "60 a minute, reached at five by a tier-1 limit. Suggested: a floor of five at limits "
+    "under 60 a minute (still under round seven's eight at once); no rule tells a "
+    "lockstep retry from an agent's second burst while the record does not say which "
+    "request retries which"))
 def test_claude_codes_five_at_once_retried_at_retry_after_under_tier_one_stay_the_providers(
 ) -> None:
     entries = [_answer(0, **FIFTY), _answer(20, latency=6.0, **FIFTY)]
-    for attempt in range(11):
+    for attempt in range(3):
         entries += [_busy(26 + attempt * 1.1 + 0.01 * k, latency=0.08, **FIFTY)
                     for k in range(5)]
+    verdict = gateway_verdict(_sorted(entries))
+    assert all("a burst" in said for said in verdict.agent_caused)  # not the minute's rule
+    _is_the_providers(entries)
+
+
+def test_six_subagents_retrying_the_organisations_429s_with_the_sdks_backoff_stay_infra_error(
+) -> None:
+    """Honest: six subagents whose every request meets the organisation's 429, each
+    retried ten times (Claude Code's count) with the Anthropic SDK's backoff (0.5 s
+    doubling to 8 s, not Claude Code's 32 s cap of round seven)."""
+    rng = random.Random(11)
+    entries = [_answer(5.0 * k, latency=4.0, **SIXTY) for k in range(6)]
+    for agent in range(6):
+        at = 30.0 + agent * 0.3
+        for attempt in range(11):
+            entries.append(_busy(at, latency=0.08, **SIXTY))
+            at += 0.08 + _anthropic_backoff(attempt, rng)
+    verdict = gateway_verdict(_sorted(entries))
+    assert verdict.infra_error is not None and "HTTP 429" in verdict.infra_error
+    # Residual (low): the minute's rule counts every refused request, so the later
+    # retries (66 within 60 s) are noted as the run's own doing, though its earlier 429s
+    # keep the run infra_error. Were one retry answered after the 72nd second, every
+    # failure after it would be noted so, and a run ending there keep its outcome.
+    assert any("in the minute before it" in said for said in verdict.agent_caused)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BROKEN (medium, at tier-1 limits; none at 1,000 a minute and more): after a 40 s "
+    "answer of the main loop, three subagents make quick tool calls, one request each "
+    "2.5 s for 20 s: 26 requests in the minute, half the stated 50, but 25 within 20 s "
+    "pass 4 + 50 x 20/60, so the organisation's 429 is called a burst and the honest run "
+    "keeps its failed outcome. The sustained part of the rule takes the provider's bucket "
+    "for four requests refilled at the stated rate; Anthropic documents a bucket refilled "
+    "continuously up to the minute's limit, which admits these. Round seven's "
+    "test_a_run_sustained_past_the_stated_rate_for_seconds_is_its_own_doing asks the "
+    "opposite for 2 a second at 60: a policy choice for the lead. Suggested: weigh windows "
+    "of more than a few seconds only at a provider configured as enforcing seconds "
+    "(model_gateway), leaving the minute's rule for the rest"))
+def test_three_subagents_making_quick_calls_under_half_a_tier_one_minute_stay_the_providers(
+) -> None:
+    entries = [_answer(0, latency=40.0, **FIFTY)]
+    for agent in range(3):
+        entries += [_answer(40.3 + agent * 0.8 + 2.5 * k, latency=2.3, **FIFTY)
+                    for k in range(8)]
+    entries.append(_busy(60.1, **FIFTY))
+    assert len(entries) == 26
     _is_the_providers(entries)
