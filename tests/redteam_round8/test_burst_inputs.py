@@ -72,7 +72,8 @@ class _Bucket:
 
     def __init__(self, capacity: float, per_minute: int) -> None:
         self.capacity, self.rate = capacity, per_minute / 60
-        self.left, self.then = capacity, None
+        self.left: float = capacity
+        self.then: float | None = None
 
     def take(self, s: float) -> bool:
         if self.then is not None:
