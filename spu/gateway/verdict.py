@@ -133,6 +133,18 @@ def _reached_upstream(entry: GatewayRequest) -> bool:
         and entry.error_type != "gateway.upstream_unreachable"
 
 
+def _refused(entry: GatewayRequest) -> bool:
+    """A request the provider refused for its limits or its load, not one it answered.
+
+    A 429, 529, 5xx or 401: a refusal whose answer paces a client's retries
+    (:func:`request_burst`). Any other 4xx answers the agent's own body (``max_tokens:
+    -1``), fast: counted as a request the provider took, not as a refusal that came back,
+    or bad bodies sent one after another would make a burst read as paced retries (and
+    drain a provider that counts them, as OpenAI counts unsuccessful requests).
+    """
+    return entry.status in PROVIDER_STATUSES or entry.status >= 500
+
+
 def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
     """The 429s the run brought on itself, by index, each with the rule's words.
 
@@ -204,7 +216,7 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
                         f"before it (about {spent[kind]}; requests without usage {how}) reach "
                         f"the provider's stated limit of {stated[kind]} {kind} per minute")
         elif "requests" in stated and (burst := request_burst(
-                [(then - at, then - at + b.latency_s if b.status >= 400 else None)
+                [(then - at, then - at + b.latency_s if _refused(b) else None)
                  for b in entries if b is not entry and b.endpoint in GENERATIONS
                  and _reached_upstream(b) and (then := _seconds(b.time)) is not None],
                 entry.latency_s, stated["requests"])) is not None:
@@ -248,19 +260,19 @@ def request_burst(others: Sequence[tuple[float, float | None]], latency_s: float
     on its way was sent before the agent could see it, and the provider may have counted
     it first (the gateway forwards requests at once in no fixed order).
 
-    The requests a window holds are the 429, those the provider took (no error answer)
-    and those it refused that the run sent before any refusal of the window had come
-    back: a burst sent at once counts whole, however the provider answered it. A refused
-    request sent after a refusal of the window came back is a retry the provider's answers
-    paced, and a provider's bucket keeps no refused request: an honest CLI's retries of
-    the organisation's 429s (Claude Code's subagents retrying together) do not add up to
-    a burst. A run at the stated rate or under it never passes (its ``w`` seconds hold
-    at most ``limit * w / 60 + 1``), nor do :data:`BURST_FLOOR` requests at once, whatever
-    the limit.
+    The requests a window holds are the 429, those the provider took (answered, or
+    answered with a 4xx to the agent's own body) and those it refused that the run sent
+    before any refusal of the window had come back: a burst sent at once counts whole,
+    however the provider answered it. A refused request sent after a refusal of the
+    window came back is a retry the provider's answers paced, and a provider's bucket
+    keeps no refused request: an honest CLI's retries of the organisation's 429s (Claude
+    Code's subagents retrying together) do not add up to a burst. A run at the stated
+    rate or under it never passes (its ``w`` seconds hold at most ``limit * w / 60 + 1``),
+    nor do :data:`BURST_FLOOR` requests at once, whatever the limit.
 
     Args:
         others: The run's other requests, each as its arrival in seconds after the 429's
-            and, for one the provider refused (an error answer), when that answer came;
+            and, for one the provider refused (:func:`_refused`), when that answer came;
             those outside the minute before the 429 and its answer are left out.
         latency_s: Seconds from the 429's arrival to its answer.
         limit: The provider's stated limit of requests per minute.
