@@ -62,7 +62,7 @@ from spu.gateway.answers import (
     server_tools,
     tool_results,
 )
-from spu.gateway.verdict import MAX_REFUSAL_FILES, REFUSAL_FILES
+from spu.gateway.verdict import MAX_REFUSAL_FILES, REFUSAL_FILES, RUN_ENDED, SLOW_TOKENS_PER_S
 from spu.schema import GatewayRequest, Usage
 
 log = logging.getLogger(__name__)
@@ -289,16 +289,20 @@ def _server_class() -> Any:
             while (self.server_state.connections or self.server_state.tasks or self.pumps) \
                     and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
-            for pump in list(self.pumps):  # answers read on after a hang-up, still going
-                pump.cancel()
-            if self.pumps:
-                await asyncio.wait(list(self.pumps), timeout=1.0)
+            # Requests still waiting for their answer, and answers still being read (after a
+            # hang-up, or to an agent the run's end stopped), are cut here: each writes its
+            # line (ModelGateway.stop set ``stopping``) before the upstream client closes.
+            waiting = [t for t in self.server_state.tasks if not t.done()]
+            for task in [*waiting, *self.pumps]:
+                task.cancel()
+            if waiting or self.pumps:
+                await asyncio.wait([*waiting, *self.pumps], timeout=1.0)
             await self.lifespan.shutdown()
 
     return WakeableServer
 
 
-@dataclass
+@dataclass(eq=False)
 class _Exchange:
     """One request on its way: what the record line will say."""
 
@@ -377,6 +381,10 @@ class ModelGateway:
         self._pumps: set[asyncio.Task[None]] = set()
         self._answering = 0
         """Answers being read from the upstream now, each holding a pool connection."""
+        self._waiting: set[_Exchange] = set()
+        """Requests forwarded and waiting for their answer's headers."""
+        self.stopping = False
+        """Set by :meth:`stop`: a request cut from now on was cut by the run's end."""
         self._results_bytes = 0
         self._client: Any = None
         self._server: Any = None
@@ -459,11 +467,18 @@ class ModelGateway:
         return self
 
     def stop(self) -> None:
-        """Stop serving (requests in flight are recorded as they end)."""
+        """Stop serving; the record is whole when this returns.
+
+        Requests in flight are recorded as they end, or, still going after
+        :data:`SHUTDOWN_TIMEOUT_S`, as cut by the run's end (``gateway.run_ended``).
+        """
         if self._server is not None and self._thread is not None:
+            self.stopping = True
             self._server.should_exit = True
             self._server.wake()
-            self._thread.join(timeout=10)
+            # The server's own shutdown waits SHUTDOWN_TIMEOUT_S, then cancels what is left
+            # and writes its lines: the record is whole when this returns.
+            self._thread.join(timeout=SHUTDOWN_TIMEOUT_S + 10)
             self._thread = None
 
     def __enter__(self) -> ModelGateway:
@@ -514,6 +529,10 @@ class ModelGateway:
                                 f"the request body is over model_gateway.max_request_bytes="
                                 f"{self.cfg.max_request_bytes}")
         x.raw_request, x.entry.bytes_in = raw, len(raw)
+        # The request's time is when it can go on, its body whole: what the provider's
+        # limits see (verdict.request_burst). Headers sent early and bodies ended together
+        # are one burst, and the agent's slow upload is no part of the latency.
+        x.entry.time, x.started = now_iso(), time.monotonic()
         if raw:
             try:
                 x.body = json.loads(raw)
@@ -658,29 +677,22 @@ class ModelGateway:
                                               headers=self._upstream_headers(request.headers,
                                                                              api),
                                               content=x.raw_request)
+        self._waiting.add(x)
         try:
             response = await self._client.send(upstream, stream=True)
-        except httpx.ReadTimeout as exc:
-            # Silent past the read window after taking the request: for an unstreamed
-            # generation, the time it takes is the agent's choice (verdict.is_failure).
+        except asyncio.CancelledError:  # the run ended meanwhile (the server's shutdown)
             self._release(x)
-            return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_timeout",
-                                f"the upstream did not answer: {type(exc).__name__}")
-        except httpx.TimeoutException as exc:  # no connection, or the request not taken
+            self._run_ended(x, "before the upstream answered")
+            raise
+        except (httpx.HTTPError, RuntimeError) as exc:
             self._release(x)
-            if isinstance(exc, httpx.PoolTimeout) and self._answering >= UPSTREAM_CONNECTIONS:
-                # Every connection carries an answer the agent asked for and reads (or hung
-                # up on): the wait is its own concurrency's doing (verdict.POLICY_ERRORS).
-                return self._refuse(x, api, 429, "rate_limit_error", "gateway.too_busy",
-                                    f"this run has {self._answering} answers in flight, "
-                                    f"the model gateway's most ({UPSTREAM_CONNECTIONS})")
-            return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_unreachable",
-                                f"the upstream could not be reached in time: "
-                                f"{type(exc).__name__}")
-        except httpx.HTTPError as exc:
-            self._release(x)
-            return self._refuse(x, api, 502, "api_error", "gateway.upstream_unreachable",
-                                f"the upstream could not be reached: {exc!s}"[:500])
+            if self.stopping:  # the upstream client closed by the run's end, not a failure
+                return self._run_ended(x, "before the upstream answered", api)
+            if not isinstance(exc, httpx.HTTPError):
+                raise
+            return self._upstream_failed(x, api, exc)
+        finally:
+            self._waiting.discard(x)
         x.entry.status = response.status_code
         x.entry.request_id = (response.headers.get("request-id")
                               or response.headers.get("x-request-id"))
@@ -707,6 +719,60 @@ class ModelGateway:
         pump.add_done_callback(self._pumps.discard)
         return StreamingResponse(self._relay(queue, x), status_code=response.status_code,
                                  headers=headers)
+
+    def _upstream_failed(self, x: _Exchange, api: str, exc: Exception) -> Any:
+        """The answer to a request the upstream failed before its answer's headers."""
+        import httpx
+
+        if isinstance(exc, httpx.ReadTimeout):
+            # Silent past the read window after taking the request: for an unstreamed
+            # generation, the time it takes is the agent's choice (verdict.is_failure).
+            return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_timeout",
+                                f"the upstream did not answer: {type(exc).__name__}")
+        if isinstance(exc, httpx.TimeoutException):  # no connection, or the request not taken
+            own = self._answering + self._slow_by_choice(x)
+            if isinstance(exc, httpx.PoolTimeout) and own >= UPSTREAM_CONNECTIONS:
+                # Every connection carries an answer the agent asked for and reads (or hung
+                # up on), or an unstreamed generation as long as it chose to ask for: the
+                # wait is its own concurrency's doing (verdict.POLICY_ERRORS).
+                return self._refuse(x, api, 429, "rate_limit_error", "gateway.too_busy",
+                                    f"this run has {own} requests in flight (answers being "
+                                    f"read and unstreamed generations it asked to be long), "
+                                    f"the model gateway's most ({UPSTREAM_CONNECTIONS})")
+            return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_unreachable",
+                                f"the upstream could not be reached in time: "
+                                f"{type(exc).__name__}")
+        return self._refuse(x, api, 502, "api_error", "gateway.upstream_unreachable",
+                            f"the upstream could not be reached: {exc!s}"[:500])
+
+    def _slow_by_choice(self, asking: _Exchange) -> int:
+        """Unstreamed generations waiting for their answer no longer than asked.
+
+        Each holds an upstream connection with no byte back yet, as long as the output it
+        asked for takes (``verdict.unstreamed_timeout``'s rate): the agent's choice, like
+        an answer it reads. Streamed requests, and those waiting longer than their
+        ``max_tokens`` can take, found a slow provider.
+        """
+        now = time.monotonic()
+        return sum(1 for w in self._waiting
+                   if w is not asking and not w.entry.stream
+                   and w.entry.endpoint in GENERATION_ENDPOINTS
+                   and (w.entry.max_tokens is None
+                        or w.entry.max_tokens >= SLOW_TOKENS_PER_S * (now - w.started)))
+
+    def _run_ended(self, x: _Exchange, when: str, api: str | None = None) -> Any:
+        """Record a request cut by the run's end (the gateway's stop): no provider failure.
+
+        With ``api``, also the answer the agent (gone, as a rule) gets; without, the request
+        was cancelled and only its line is written.
+        """
+        message = f"the run ended (the model gateway stopped) {when}"
+        if api is not None:
+            return self._refuse(x, api, 502, "api_error", RUN_ENDED, message)
+        x.entry.status = x.entry.status or 499
+        x.entry.error_type, x.entry.error = RUN_ENDED, message
+        self._write(x)
+        return None
 
     def _upstream_headers(self, headers: Any, api: str) -> dict[str, str]:
         out = {k: v for k, v in headers.items()
@@ -842,6 +908,9 @@ class ModelGateway:
             last = StreamDropped(x.entry.error)
         except asyncio.CancelledError:
             outcome = "client" if x.client_gone else "cut"
+            if outcome == "cut" and self.stopping and x.entry.error_type is None:
+                x.entry.error_type = RUN_ENDED
+                x.entry.error = "the run ended (the model gateway stopped) mid-answer"
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(StreamDropped("the model gateway stopped"))
             raise

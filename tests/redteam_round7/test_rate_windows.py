@@ -23,7 +23,7 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from spu.gateway.verdict import gateway_verdict, own_rate_limits, read_requests
+from spu.gateway.verdict import BURST_FLOOR, gateway_verdict, own_rate_limits, read_requests
 from spu.schema import GatewayRequest, Usage
 from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, stand_in
 
@@ -153,11 +153,11 @@ def test_claude_codes_main_call_token_count_and_subagents_leave_a_429_the_provid
     _is_the_providers(entries)
 
 
-@pytest.mark.parametrize(("per_minute", "at_once"), [(5, 4), (60, 5), (600, 14)])
+@pytest.mark.parametrize(("per_minute", "at_once"), [(12, 5), (60, 6), (600, 15)])
 def test_the_floor_at_once_is_the_providers_and_one_more_the_agents(
         per_minute: int, at_once: int) -> None:
-    """The floor: four requests at once (the 429 among them) and a second's share of the
-    limit more are the provider's, at a configured 5 a minute as at 600; one more is a
+    """The floor: five requests at once (the 429 among them) and a second's share of the
+    limit more are the provider's, at a configured 12 a minute as at 600; one more is a
     burst, and the note names its window and bound."""
     limit = {"rate_limit_requests": per_minute}
     entries = [_answer(100, latency=3.0, **limit) for _ in range(at_once - 1)]
@@ -165,17 +165,18 @@ def test_the_floor_at_once_is_the_providers_and_one_more_the_agents(
     _is_the_providers(entries)
     said = _is_the_agents([_answer(100, latency=3.0, **limit), *entries])
     assert f"{at_once + 1} of its requests (the 429 among them) came within 0.000 s" in said
-    bound = 4 + per_minute / 60
-    assert f"past {bound:.2f}: the 4 a provider is taken to admit at once plus its stated " \
-        f"limit of {per_minute} requests per minute over 1.000 s (a second at least)" in said
+    bound = BURST_FLOOR + per_minute / 60
+    assert f"past {bound:.2f}: the {BURST_FLOOR} a provider is taken to admit at once plus " \
+        f"its stated limit of {per_minute} requests per minute over 1.000 s (a second at " \
+        "least)" in said
 
 
-@pytest.mark.parametrize("seconds", [1, 10])
+@pytest.mark.parametrize("seconds", [1, 5])
 def test_a_window_exactly_at_the_bound_is_the_providers_and_one_more_the_agents(
         seconds: int) -> None:
-    """4 + w requests over exactly w seconds at 60 a minute are at the bound, not past it;
+    """5 + w requests over exactly w seconds at 60 a minute are at the bound, not past it;
     one more request in those seconds passes it, and the note names the window."""
-    n = 4 + seconds
+    n = BURST_FLOOR + seconds
     entries = [_answer(100 + seconds * k / (n - 1), latency=3.0, **SIXTY) for k in range(n - 1)]
     entries.append(_busy(100 + seconds, **SIXTY))
     _is_the_providers(entries)
@@ -199,8 +200,8 @@ def test_an_honest_fan_out_retrying_the_organisations_429s_is_still_infra_error(
             at += delay * (1 + 0.25 * rng.random())
     verdict = gateway_verdict(sorted(entries, key=lambda e: e.time))
     assert verdict.infra_error is not None and "HTTP 429" in verdict.infra_error
-    # An agent that fires the same six at once and exits at their 429s keeps its outcome.
-    _is_the_agents(entries[:2] + [_busy(15.0 + agent * 0.01, **SIXTY) for agent in range(6)])
+    # An agent that fires seven at once and exits at their 429s keeps its outcome.
+    _is_the_agents(entries[:2] + [_busy(15.0 + agent * 0.01, **SIXTY) for agent in range(7)])
 
 
 def test_a_burst_under_the_token_limits_alone_stays_the_providers() -> None:
@@ -301,9 +302,10 @@ def test_a_burst_then_another_after_the_refusals_came_back_are_both_the_agents()
 
 def test_a_run_sustained_past_the_stated_rate_for_seconds_is_its_own_doing() -> None:
     """Two requests a second for twenty seconds at 60 a minute, 41 in all with the 429:
-    under the minute's limit, but its own requests alone outrun the stated rate
-    (past 4 + 20), as the minute's rule would count them a minute on."""
+    under the minute's limit, but its own requests alone outrun the stated rate over
+    seconds (the last 5 s hold 11, past 5 + 5), as the minute's rule would count them a
+    minute on."""
     entries = [_answer(100 + 0.5 * k, latency=0.4, **SIXTY) for k in range(40)]
     entries.append(_busy(120, **SIXTY))
     said = _is_the_agents(entries)
-    assert "41 of its requests (the 429 among them) came within 20.000 s" in said
+    assert "11 of its requests (the 429 among them) came within 5.000 s" in said

@@ -1,11 +1,12 @@
 """Round eight: the burst rule's arrival times, as the real gateway records them.
 
-``request_burst`` weighs each request by its ``time`` in the record. The gateway writes
-that time when a request's headers have come (``handle`` before ``_read_body``), while it
+``request_burst`` weighs each request by its ``time`` in the record. The gateway wrote
+that time when a request's headers had come (``handle`` before ``_read_body``), while it
 forwards the request only once the whole body has come, up to
-``model_gateway.request_timeout_s`` (10 s) later. An agent that sends its requests'
-headers one after another and their bodies' last bytes together reaches the provider in
-one burst, while the record spreads the burst over seconds.
+``model_gateway.request_timeout_s`` (10 s) later: an agent that sent its requests'
+headers one after another and their bodies' last bytes together reached the provider in
+one burst, while the record spread the burst over seconds. Fixed: the time is taken when
+the body is whole.
 """
 
 from __future__ import annotations
@@ -107,16 +108,8 @@ def _burst(tmp_path: Path, spread_s: float, n: int = 8) -> list[GatewayRequest]:
 
 @pytest.mark.parametrize("spread_s", [
     0.0,
-    pytest.param(5.0, marks=pytest.mark.xfail(strict=True, reason=(
-        "BROKEN (medium): the record's time is when a request's headers came, not when "
-        "the gateway forwarded it; eight requests whose bodies end together reach the "
-        "provider at once (six needed past its bucket of five) but read as spread over "
-        "5 s (bound 4 + 60 x 5/60), so the 429 is the provider's and the run retried. "
-        "At 60 a minute the 10 s body window lets 14 at once pass for the provider's, "
-        "4 + L/6 at any limit L. Fix: record the arrival as the instant the whole body "
-        "had come (set GatewayRequest.time, and the latency's start, after _read_body "
-        "for a forwarded request), or keep that instant in a field of its own that "
-        "own_rate_limits reads")))])
+    5.0,
+])
 def test_bodies_that_end_together_are_one_burst_however_early_their_headers_came(
         tmp_path: Path, spread_s: float) -> None:
     """Eight requests reach the provider together after the file, two or more answered
