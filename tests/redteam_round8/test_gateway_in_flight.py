@@ -38,7 +38,7 @@ from spu.config import ModelGatewayConfig
 from spu.gateway.server import UPSTREAM_CONNECTIONS
 from spu.gateway.verdict import gateway_verdict, read_requests
 from spu.schema import GatewayRequest
-from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before
+from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, post_stream
 from tests.redteam_round8.test_gateway_arrivals import _stand_in
 
 
@@ -120,3 +120,86 @@ def test_a_pool_held_by_the_agents_long_unstreamed_generations_is_its_doing(
     verdict = gateway_verdict(entries)
     assert verdict.infra_error is None, (verdict.infra_error,
                                          [(e.status, e.error_type) for e in entries])
+
+
+class _Hung(JsonProvider):
+    """Takes a request and answers nothing for a long time; with ``first``, sends the
+    answer's headers and first event, then nothing."""
+
+    first: ClassVar[bool] = False
+
+    def reply(self, body: bytes) -> None:
+        if self.first:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b'event: message_start\ndata: {"type": "message_start", '
+                             b'"message": {"id": "m1", "usage": {"input_tokens": 3}}}\n\n')
+            self.wfile.flush()
+        time.sleep(30)
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_an_honest_run_ended_on_a_provider_that_hung_is_still_the_providers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: bool) -> None:
+    """Honest (round eight's fix must not blame it): the provider takes a streamed request
+    and goes silent, before its answer or mid-answer; the CLI gives up after its own wait
+    and the run ends with the request still open. Silent past ``HUNG_AFTER_S`` (here 1 s
+    for 180 s) it is the provider's failure (``upstream_timeout``, ``stream_dropped``),
+    not ``run_ended``: the run is ``infra_error``, retried."""
+    from spu.gateway import server
+
+    monkeypatch.setattr(server, "HUNG_AFTER_S", 1.0)
+    monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.5)
+    provider = type("Hung", (_Hung,), {"first": first})
+    with _stand_in(provider) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+        agent = _send_unstreamed(gw.port, gw.token)  # its body says nothing of a stream...
+        time.sleep(1.3)  # the CLI's own wait for a byte, past HUNG_AFTER_S
+        agent.close()  # ...it gave up; the run ends
+    (entry,) = read_requests(gw.requests_path)
+    assert entry.error_type == ("gateway.stream_dropped" if first
+                                else "gateway.upstream_timeout"), entry
+    streamed = entry.model_copy(update={"stream": True})
+    assert gateway_verdict([streamed]).infra_error is not None
+
+
+def test_a_request_cut_by_the_runs_end_before_the_hang_window_is_no_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same silent provider, the run ending before ``HUNG_AFTER_S``: the run's end cut
+    it (``run_ended``), whatever the request asked; a short request too."""
+    from spu.gateway import server
+
+    monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.0)
+    with _stand_in(_Hung) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+        agent = _send_unstreamed(gw.port, gw.token)
+        time.sleep(0.3)
+        agent.close()
+    (entry,) = read_requests(gw.requests_path)
+    assert entry.error_type == "gateway.run_ended"
+    assert gateway_verdict([entry.model_copy(update={"stream": True, "max_tokens": 16})]
+                           ).infra_error is None
+
+
+def test_an_agent_that_stops_reading_then_hangs_up_is_no_provider_silence(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tried against the fix above: the agent leaves a long streamed answer unread past
+    ``HUNG_AFTER_S``, then hangs up. The gateway was waiting on the agent, not on the
+    upstream, so the silence is not the provider's: no ``stream_dropped``."""
+    from spu.gateway import server
+    from spu.testing import Script, ScriptedModelServer, ScriptedTurn
+
+    monkeypatch.setattr(server, "HUNG_AFTER_S", 1.0)
+    monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.0)
+    long = Script(name="long", turns=(ScriptedTurn(text="word " * 2_000_000, delta_chars=64,
+                                                   as_generated=True),))
+    body = {"model": "m", "stream": True, "max_tokens": 100,
+            "messages": [{"role": "user", "content": "Rank."}],
+            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
+    with ScriptedModelServer(long) as provider, \
+            gateway_before(tmp_path / "model", provider.url) as gw:
+        agent = post_stream(gw, body)
+        time.sleep(1.5)  # reads nothing: the gateway's queue and the buffers fill
+        agent.close()
+    (entry,) = read_requests(gw.requests_path)
+    assert entry.error_type in ("gateway.client_disconnected", "gateway.client_stalled"), entry
+    assert gateway_verdict([entry]).infra_error is None
