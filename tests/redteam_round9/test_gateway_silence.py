@@ -116,9 +116,15 @@ def test_a_request_waiting_at_the_spend_cap_when_the_run_ends_has_its_line(
 
 class _Reasoning(JsonProvider):
     """An OpenAI Responses stream of a reasoning model: ``response.created``, then
-    nothing while it reasons (no summary asked, so no event), as OpenAI's stream does."""
+    nothing while it reasons (no summary asked, so no event), as OpenAI's stream does;
+    with ``late``, nothing at all, headers included, until it has reasoned (as a Chat
+    Completions stream, which has no reasoning events, may)."""
+
+    late: ClassVar[bool] = False
 
     def reply(self, body: bytes) -> None:
+        if self.late:
+            time.sleep(30)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.end_headers()
@@ -133,19 +139,22 @@ class _Reasoning(JsonProvider):
     "request asked, but a streamed reasoning model sends nothing while it reasons (OpenAI "
     "Responses without a reasoning summary; minutes at effort high): the agent asks "
     "max_output_tokens 100000 and effort high, hangs up (or exits) after 180 s, and the "
-    "record says stream_dropped: infra_error, retried. Fix: as unstreamed_timeout, a "
+    "record says stream_dropped (upstream_timeout when the headers wait on the reasoning too): infra_error, retried. Fix: as unstreamed_timeout, a "
     "mid-answer silence within what the asked output (max_tokens, reasoning included) takes "
-    "at SLOW_TOKENS_PER_S since the answer began is the agent's (keep the silence in the "
+    "at SLOW_TOKENS_PER_S since the request was forwarded is the agent's, streamed or not (keep the silence in the "
     "record, e.g. silent_s, and judge it in verdict)"))
+@pytest.mark.parametrize("late", [False, True])
 def test_a_streamed_reasoning_silence_the_agent_asked_for_is_its_own(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, late: bool) -> None:
     """Agent: a streamed Responses request asking a long reasoning; the provider is silent
-    past ``HUNG_AFTER_S`` (1 s here) as it reasons; the agent hangs up."""
+    past ``HUNG_AFTER_S`` (1 s here) as it reasons, mid-answer or before its headers; the
+    agent hangs up and exits (the run ends)."""
     from spu.gateway import server
 
     monkeypatch.setattr(server, "HUNG_AFTER_S", 1.0)
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.4)
-    with _stand_in(_Reasoning) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    provider = type("Reasoning", (_Reasoning,), {"late": late})
+    with _stand_in(provider) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agent = _raw_post(gw.port, gw.token, "/v1/responses", {
             "model": "m", "stream": True, "max_output_tokens": 100_000,
             "reasoning": {"effort": "high"}, "input": "Rank the methods."})
