@@ -139,9 +139,10 @@ class _Reasoning(JsonProvider):
     "request asked, but a streamed reasoning model sends nothing while it reasons (OpenAI "
     "Responses without a reasoning summary; minutes at effort high): the agent asks "
     "max_output_tokens 100000 and effort high, hangs up (or exits) after 180 s, and the "
-    "record says stream_dropped (upstream_timeout when the headers wait on the reasoning too): infra_error, retried. Fix: as unstreamed_timeout, a "
-    "mid-answer silence within what the asked output (max_tokens, reasoning included) takes "
-    "at SLOW_TOKENS_PER_S since the request was forwarded is the agent's, streamed or not (keep the silence in the "
+    "record says stream_dropped (upstream_timeout when the headers wait on the reasoning "
+    "too): infra_error, retried. Fix: as unstreamed_timeout, a silence within what the "
+    "asked output (max_tokens, reasoning included) takes at SLOW_TOKENS_PER_S since the "
+    "request was forwarded is the agent's, streamed or not (keep the silence in the "
     "record, e.g. silent_s, and judge it in verdict)"))
 @pytest.mark.parametrize("late", [False, True])
 def test_a_streamed_reasoning_silence_the_agent_asked_for_is_its_own(
