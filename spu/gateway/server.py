@@ -70,10 +70,6 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
 SHUTDOWN_TIMEOUT_S = 10.0
 """Seconds :meth:`ModelGateway.stop` waits for answers in flight to end."""
-HUNG_AFTER_S = 180.0
-"""An upstream silent this long when the run ends had hung, rather than the run's end
-cutting it: past a provider's first byte for the longest prompt, short of the CLIs' own
-waits before they give up (Codex: 300 s without a byte; Claude Code: 600 s)."""
 MAX_JSON_BYTES = 32 * 1024 * 1024
 """A non-streamed answer longer than this is passed through but not read."""
 
@@ -306,11 +302,6 @@ def _server_class() -> Any:
     return WakeableServer
 
 
-def _silent_for(x: _Exchange) -> float:
-    """Seconds the pump of ``x`` has been waiting for the upstream (0 while it is not)."""
-    return 0.0 if x.asked_at is None else time.monotonic() - x.asked_at
-
-
 @dataclass(eq=False)
 class _Exchange:
     """One request on its way: what the record line will say."""
@@ -331,11 +322,6 @@ class _Exchange:
     """... and when it ended (``time.monotonic``)."""
     submission: bytes | None = None
     """``output/rankings.json`` as it stood when the request arrived (a generation's)."""
-    asked_at: float | None = None
-    """Since when the pump has been waiting for the upstream's next chunk (None while it
-    handles one, or waits on the agent to take one)."""
-    silent_at_hangup: float = 0.0
-    """Seconds the upstream had been silent mid-answer when the agent hung up."""
 
 
 class ModelGateway:
@@ -561,9 +547,18 @@ class ModelGateway:
             x.entry.max_tokens = asked_output_tokens(x.body)
         refusal = self._policy(endpoint, x)
         if refusal is None:
-            refusal = await self._reserve(endpoint, x)
+            try:
+                refusal = await self._reserve(endpoint, x)
+            except asyncio.CancelledError:  # the run ended while it waited at the cap
+                self._release(x)
+                self._run_ended(x, "before the request was forwarded (at the spend cap)")
+                raise
         if refusal is not None:
             return refusal
+        if x.reserved_usd > 0:
+            # Its wait at the spend cap is no part of the provider's time (nor the time
+            # the provider's limits see it at): the request is forwarded now.
+            x.entry.time, x.started = now_iso(), time.monotonic()
         try:  # the bound held on the spend cap is given back whatever fails
             self._keep_tool_results(endpoint, x.body)
             if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
@@ -708,7 +703,6 @@ class ModelGateway:
         finally:
             self._waiting.discard(x)
         x.entry.status = response.status_code
-        x.asked_at = time.monotonic()
         x.entry.request_id = (response.headers.get("request-id")
                               or response.headers.get("x-request-id"))
         # The limits the answer states; where it states none, the configured ones.
@@ -776,26 +770,20 @@ class ModelGateway:
                         or w.entry.max_tokens >= SLOW_TOKENS_PER_S * (now - w.started)))
 
     def _run_ended(self, x: _Exchange, when: str, api: str | None = None) -> Any:
-        """Record a request cut by the run's end (the gateway's stop) before its answer.
+        """Record a request cut by the run's end (the gateway's stop): ``gateway.run_ended``.
 
-        ``gateway.run_ended``, no provider failure, unless the upstream had been silent
-        :data:`HUNG_AFTER_S` or more: then it is ``gateway.upstream_timeout``, a provider
-        that hung (the agent's CLI gives up on such a wait and may end the run for it),
-        judged as any read timeout (an unstreamed generation's wait within its
-        ``max_tokens`` is still the agent's, ``verdict.unstreamed_timeout``). With
-        ``api``, also the answer the agent (gone, as a rule) gets; without, the request
-        was cancelled and only its line is written.
+        No provider failure, however long the upstream had been silent: a silence the
+        agent asked for (a long generation, a long reasoning, streamed or not) cannot be
+        told here from a provider that hung, which the gateway's own read timeout
+        (``model_gateway.read_timeout_s``) finds while the run goes on. With ``api``, also
+        the answer the agent (gone, as a rule) gets; without, the request was cancelled
+        and only its line is written.
         """
-        waited = time.monotonic() - x.started
-        kind, message = RUN_ENDED, f"the run ended (the model gateway stopped) {when}"
-        if waited >= HUNG_AFTER_S:
-            kind = "gateway.upstream_timeout"
-            message = f"the upstream had not answered in {waited:.0f} s when the run ended"
+        message = f"the run ended (the model gateway stopped) {when}"
         if api is not None:
-            return self._refuse(x, api, 502 if kind == RUN_ENDED else 504, "api_error",
-                                kind, message)
-        x.entry.status = x.entry.status or (499 if kind == RUN_ENDED else 504)
-        x.entry.error_type, x.entry.error = kind, message
+            return self._refuse(x, api, 502, "api_error", RUN_ENDED, message)
+        x.entry.status = x.entry.status or 499
+        x.entry.error_type, x.entry.error = RUN_ENDED, message
         self._write(x)
         return None
 
@@ -851,8 +839,6 @@ class ModelGateway:
                     size += len(more)
                 yield parts[0] if len(parts) == 1 else b"".join(parts)
         finally:
-            if not x.client_gone:
-                x.silent_at_hangup = _silent_for(x)
             x.client_gone = True
             while not queue.empty():
                 queue.get_nowait()
@@ -869,7 +855,6 @@ class ModelGateway:
         last: StreamDropped | None = None
         try:
             async for chunk in response.aiter_bytes():
-                x.asked_at = None
                 if x.entry.ttfb_s is None:
                     x.entry.ttfb_s = round(time.monotonic() - x.started, 6)
                 x.entry.bytes_out += len(chunk)
@@ -880,7 +865,6 @@ class ModelGateway:
                 if not x.client_gone:
                     try:  # the common case, with room in the queue: no timer per chunk
                         queue.put_nowait(chunk)
-                        x.asked_at = time.monotonic()
                         continue
                     except asyncio.QueueFull:
                         pass
@@ -888,7 +872,6 @@ class ModelGateway:
                     try:
                         async with asyncio.timeout(self.cfg.read_timeout_s):
                             await queue.put(chunk)
-                        x.asked_at = time.monotonic()
                         continue
                     except TimeoutError:  # never read: the agent is gone
                         x.client_gone = True
@@ -908,7 +891,6 @@ class ModelGateway:
                 if drained > DRAIN_AFTER_HANGUP_BYTES \
                         or time.monotonic() - hung_up_at > DRAIN_AFTER_HANGUP_S:
                     break
-                x.asked_at = time.monotonic()
             else:
                 # Read to its end: the provider's answer is whole, whenever the agent
                 # hung up (after its last byte, or mid-answer and drained: said below).
@@ -940,14 +922,8 @@ class ModelGateway:
         except asyncio.CancelledError:
             outcome = "client" if x.client_gone else "cut"
             if outcome == "cut" and self.stopping and x.entry.error_type is None:
-                silent = _silent_for(x)
-                if silent >= HUNG_AFTER_S:  # a stream the provider left hanging
-                    x.entry.error_type = "gateway.stream_dropped"
-                    x.entry.error = (f"the upstream had sent nothing for {silent:.0f} s "
-                                     f"mid-answer when the run ended")
-                else:
-                    x.entry.error_type = RUN_ENDED
-                    x.entry.error = "the run ended (the model gateway stopped) mid-answer"
+                x.entry.error_type = RUN_ENDED
+                x.entry.error = "the run ended (the model gateway stopped) mid-answer"
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(StreamDropped("the model gateway stopped"))
             raise
@@ -984,13 +960,7 @@ class ModelGateway:
         e.final = reading.final and e.complete and e.status < 400
         if e.error_type is None and reading.error_type is not None:
             e.error_type, e.error = reading.error_type, reading.error
-        if outcome == "client" and e.error_type is None \
-                and x.silent_at_hangup >= HUNG_AFTER_S:
-            # It gave up on a provider that had gone silent mid-answer: the provider's.
-            e.error_type = "gateway.stream_dropped"
-            e.error = (f"the agent hung up after the upstream had sent nothing for "
-                       f"{x.silent_at_hangup:.0f} s mid-answer")
-        elif outcome == "client" and e.error_type is None:
+        if outcome == "client" and e.error_type is None:
             e.error_type = "gateway.client_disconnected"
             e.error = "the agent closed the connection before the answer ended"
         elif outcome == "ended" and x.entry.stream and not e.complete and e.error_type is None \

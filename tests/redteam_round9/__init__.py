@@ -1,1 +1,1 @@
-"""Round nine: attacks on round eight's fixes (run_ended, HUNG_AFTER_S, too_busy)."""
+"""Round nine: attacks on round eight's fixes (run_ended, a silence rule since removed)."""
