@@ -241,16 +241,23 @@ def _kill_grading_processes(count: int, stop: threading.Event, killed: list[int]
 @pytest.mark.slow
 @pytest.mark.parametrize("kills", [1, 2])
 def test_a_grading_process_killed_from_outside_is_graded_again_once(
-        kills: int, contract, answers) -> None:
+        kills: int, contract, answers, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed once (the host's OOM killer under memory pressure), the grade still comes: the
     job folder is graded by a second process. Killed twice, the error says so."""
+    from spu.grading import isolated
+
     try:
         available_isolation("bwrap")
     except GraderIsolationError as exc:
         pytest.skip(str(exc))
+    # Each grading process lives a second before it grades, so that the killer finds it
+    # however loaded the machine (CI once saw the second one end before it was found).
+    run = isolated.run_isolated
+    monkeypatch.setattr(isolated, "run_isolated", lambda job, mode: run(
+        job, mode, "import time; time.sleep(1.0); " + isolated.WORKER_CODE))
     data = as_bytes({"task": "spu-hand", "rankings": {"G1": ["b", "a", "c", "d"],
                                                       "G2": ["p", "q", "r"]}})
-    stop, killed = threading.Event(), []
+    stop, killed = threading.Event(), list[int]()
     killer = threading.Thread(target=_kill_grading_processes, args=(kills, stop, killed))
     killer.start()
     try:
