@@ -159,6 +159,21 @@ def monotone_prior(
     to the condition, 30% of the submitted groups still follow it with a correlation of at
     least 0.9"), Figure 16c-d and appendix E.7.
     """
+    groups = _group_rows(runs, orders, tasks, unrelated)
+    unrelated_table = follow_where_unrelated(groups, order)
+    return MonotoneResult(groups, _config_table(groups, order),
+                          _summary_rows(groups, unrelated_table), unrelated_table)
+
+
+GROUP_COLUMNS = ["task_id", "group_id", "n_items", "n_settings", "measured_abs_rho",
+                 "measured_monotone", "config", "submitted_abs_rho", "submitted_monotone",
+                 "measured_unrelated", "submitted_follows"]
+"""The columns of ``monotone_groups.csv``."""
+
+
+def _group_rows(runs: pd.DataFrame, orders: Mapping[str, Orders],
+                tasks: Mapping[str, TaskInfo], unrelated: float) -> pd.DataFrame:
+    """``monotone_groups.csv``: one row per run and group with numeric settings."""
     rows = []
     for task_id, group in runs.groupby("task_id"):
         info = tasks.get(str(task_id))
@@ -190,11 +205,11 @@ def monotone_prior(
                              "submitted_monotone": bool(value >= MONOTONE),
                              "measured_unrelated": bool(measured <= unrelated),
                              "submitted_follows": bool(value >= FOLLOWS)})
-    columns = ["task_id", "group_id", "n_items", "n_settings", "measured_abs_rho",
-               "measured_monotone", "config", "submitted_abs_rho", "submitted_monotone",
-               "measured_unrelated", "submitted_follows"]
-    groups = pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
+
+def _config_table(groups: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    """``monotone.csv``: the submitted and measured correlations by configuration."""
     config_rows = []
     for c in order:
         own = groups[groups["config"] == c]
@@ -205,10 +220,14 @@ def monotone_prior(
                 "measured_mean_abs_rho": own["measured_abs_rho"].mean(),
                 "submitted_monotone_share": own["submitted_monotone"].mean(),
                 "measured_monotone_share": own["measured_monotone"].mean()})
-    configs = pd.DataFrame(config_rows, columns=[
+    return pd.DataFrame(config_rows, columns=[
         "config", "n_groups", "submitted_mean_abs_rho", "measured_mean_abs_rho",
         "submitted_monotone_share", "measured_monotone_share"])
 
+
+def _summary_rows(groups: pd.DataFrame,
+                  unrelated_table: pd.DataFrame) -> list[dict[str, object]]:
+    """The ``summary.csv`` rows: measured groups counted once, submitted ones per run."""
     summary: list[dict[str, object]] = []
     if len(groups):
         distinct = groups.drop_duplicates(["task_id", "group_id"])
@@ -229,13 +248,12 @@ def monotone_prior(
             {"analysis": "monotone", "statistic": "wilcoxon_p_over_tasks", "value": p,
              "n": int(per_task.notna().sum())},
         ]
-    unrelated_table = follow_where_unrelated(groups, order)
     if len(unrelated_table):
         everything = unrelated_table.iloc[0]
         summary.append({"analysis": "monotone",
                         "statistic": "submitted_follow_share_where_measured_unrelated",
                         "value": everything["share"], "n": int(everything["n_submitted"])})
-    return MonotoneResult(groups, configs, summary, unrelated_table)
+    return summary
 
 
 def follow_where_unrelated(groups: pd.DataFrame, order: list[str]) -> pd.DataFrame:
