@@ -13,13 +13,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
 from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import read_requests
-from spu.schema import GatewayRequest
+from spu.schema import GatewayRequest, Usage
 
 ANSWER: dict[str, Any] = {
     "id": "m1", "type": "message", "role": "assistant", "model": "m",
@@ -56,14 +57,28 @@ class JsonProvider(BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    def start_stream(self, first_event: bytes) -> None:
+        """Send a streamed answer's headers and ``first_event`` (whole SSE lines), at once."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(first_event)
+        self.wfile.flush()
+
     def log_message(self, *args: object) -> None:  # noqa: D102 - quiet
         return
 
 
 @contextlib.contextmanager
-def stand_in(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """A provider served by ``handler`` on loopback, for the ``with`` block; its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def stand_in(handler: type[BaseHTTPRequestHandler], backlog: int = 5) -> Iterator[str]:
+    """A provider served by ``handler`` on loopback, for the ``with`` block; its URL.
+
+    ``backlog``: connections it queues before accepting (more for many at once).
+    """
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+    server.request_queue_size = backlog
+    server.server_bind()
+    server.server_activate()
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -115,3 +130,30 @@ def wait_for_record(gateway: ModelGateway, timeout_s: float = 30) -> list[Gatewa
     while not read_requests(gateway.requests_path) and time.monotonic() < deadline:
         time.sleep(0.2)
     return read_requests(gateway.requests_path)
+
+
+# ---------------------------------------------------------------- record lines, as written
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+"""The instant the built record lines count their seconds from."""
+
+
+def at(s: float) -> str:
+    """The record's ``time`` of ``s`` seconds after :data:`T0`."""
+    return (T0 + timedelta(seconds=s)).isoformat()
+
+
+def answered(s: float, latency: float = 3.0, **update: object) -> GatewayRequest:
+    """A streamed generation the provider answered whole (a tool call), at ``s``."""
+    base = GatewayRequest(time=at(s), endpoint="messages", status=200, complete=True,
+                          stream=True, bytes_in=4_000, max_tokens=32_000, latency_s=latency,
+                          usage=Usage(input=1_000, output=400), stop_reason="tool_use")
+    return base.model_copy(update=update)
+
+
+def rate_limited(s: float, latency: float = 0.1, **update: object) -> GatewayRequest:
+    """A generation the provider answered 429, at ``s``."""
+    base = GatewayRequest(time=at(s), endpoint="messages", status=429, bytes_in=4_000,
+                          stream=True, max_tokens=32_000, latency_s=latency,
+                          error_type="rate_limit_error", error="rate limit exceeded")
+    return base.model_copy(update=update)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,28 +24,26 @@ import pytest
 
 from spu.gateway.verdict import BURST_FLOOR, gateway_verdict, own_rate_limits, read_requests
 from spu.schema import GatewayRequest, Usage
-from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, stand_in
+from tests.gateway_doubles import (
+    ANSWER,
+    JsonProvider,
+    answered,
+    at,
+    gateway_before,
+    rate_limited,
+    stand_in,
+)
 
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-def _at(s: float) -> str:
-    return (T0 + timedelta(seconds=s)).isoformat()
+_at = at
 
 
 def _answer(s: float, latency: float = 5.0, **update: object) -> GatewayRequest:
-    base = GatewayRequest(time=_at(s), endpoint="messages", status=200, complete=True,
-                          stream=True, bytes_in=4_000, max_tokens=32_000, latency_s=latency,
-                          usage=Usage(input=1_000, output=400), stop_reason="tool_use")
-    return base.model_copy(update=update)
+    return answered(s, latency, **update)
 
 
 def _busy(s: float, **update: object) -> GatewayRequest:
     """A 429 the organisation's other runs brought on (the run's own use far below)."""
-    base = GatewayRequest(time=_at(s), endpoint="messages", status=429, bytes_in=4_000,
-                          stream=True, max_tokens=32_000, latency_s=0.2,
-                          error_type="rate_limit_error", error="rate limit exceeded")
-    return base.model_copy(update=update)
+    return rate_limited(s, 0.2, **update)
 
 
 def test_two_subagents_asking_32k_under_an_80k_output_limit_leave_a_429_the_providers(

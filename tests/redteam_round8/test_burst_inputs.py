@@ -15,32 +15,14 @@ sequence as a token bucket of ``capacity`` refilled at ``per_minute / 60`` a sec
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from spu.gateway.verdict import BURST_FLOOR, gateway_verdict, own_rate_limits
-from spu.schema import GatewayRequest, Usage
+from spu.schema import GatewayRequest
+from tests.gateway_doubles import answered, at, rate_limited
 
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-def _at(s: float) -> str:
-    return (T0 + timedelta(seconds=s)).isoformat()
-
-
-def _answer(s: float, latency: float = 3.0, **update: object) -> GatewayRequest:
-    base = GatewayRequest(time=_at(s), endpoint="messages", status=200, complete=True,
-                          stream=True, bytes_in=4_000, max_tokens=32_000, latency_s=latency,
-                          usage=Usage(input=1_000, output=400), stop_reason="tool_use")
-    return base.model_copy(update=update)
-
-
-def _busy(s: float, latency: float = 0.1, **update: object) -> GatewayRequest:
-    base = GatewayRequest(time=_at(s), endpoint="messages", status=429, bytes_in=4_000,
-                          stream=True, max_tokens=32_000, latency_s=latency,
-                          error_type="rate_limit_error", error="rate limit exceeded")
-    return base.model_copy(update=update)
+_at, _answer, _busy = at, answered, rate_limited
 
 
 def _invalid(s: float, **update: object) -> GatewayRequest:

@@ -11,13 +11,10 @@ the body is whole.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,7 +22,7 @@ import pytest
 
 from spu.gateway.verdict import gateway_verdict, read_requests
 from spu.schema import GatewayRequest
-from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before
+from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, stand_in
 
 ERROR = {"type": "error", "error": {"type": "rate_limit_error", "message": "rate limit"}}
 
@@ -47,22 +44,6 @@ class _BucketOfFive(JsonProvider):
         time.sleep(0.05 if ok else 0.5)  # the 429s' lines come last: the run ends on one
         self.send_json(ANSWER if ok else ERROR, 200 if ok else 429,
                        {"anthropic-ratelimit-requests-limit": "60"})
-
-
-class _Backlog(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64  # eight connections at once: none waits on the backlog
-
-
-@contextlib.contextmanager
-def _stand_in(handler: type[JsonProvider]) -> Iterator[str]:
-    server = _Backlog(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _raw_request(port: int, token: str, body: bytes, head_at: float, rest_at: float,
@@ -91,7 +72,8 @@ def _burst(tmp_path: Path, spread_s: float, n: int = 8) -> list[GatewayRequest]:
                                                  "lock": threading.Lock()})
     body = json.dumps({"model": "m", "max_tokens": 16,
                        "messages": [{"role": "user", "content": "Rank."}]}).encode()
-    with _stand_in(provider) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(provider, backlog=64) as upstream, \
+            gateway_before(tmp_path / "model", upstream) as gw:
         t0 = time.monotonic()
         last = spread_s + 0.2
         agents = [threading.Thread(target=_raw_request, args=(

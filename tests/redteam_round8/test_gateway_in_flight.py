@@ -38,8 +38,7 @@ from spu.config import ModelGatewayConfig
 from spu.gateway.server import UPSTREAM_CONNECTIONS
 from spu.gateway.verdict import gateway_verdict, read_requests
 from spu.schema import GatewayRequest
-from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, post_stream
-from tests.redteam_round8.test_gateway_arrivals import _stand_in
+from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, post_stream, stand_in
 
 
 class _LongUnstreamed(JsonProvider):
@@ -71,7 +70,7 @@ def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_f
     """Fixed: each request the gateway's stop cut (its answer not begun) has its line,
     ``gateway.run_ended``, no provider failure; the record is whole when stop returns."""
     ask = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
-    with _stand_in(_LongUnstreamed) as upstream, gateway_before(tmp_path / "model",
+    with stand_in(_LongUnstreamed, backlog=128) as upstream, gateway_before(tmp_path / "model",
                                                                 upstream) as gw:
         with httpx.Client(trust_env=False, timeout=10) as client:
             assert client.post(gw.url() + "/v1/messages", headers={"x-api-key": gw.token},
@@ -91,7 +90,7 @@ def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_f
 def _hold_the_pool(tmp_path: Path) -> tuple[int, list[GatewayRequest]]:
     ask = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
     held: list[socket.socket] = []
-    with _stand_in(_LongUnstreamed) as upstream, gateway_before(
+    with stand_in(_LongUnstreamed, backlog=128) as upstream, gateway_before(
             tmp_path / "model", upstream,
             cfg=ModelGatewayConfig(connect_timeout_s=1.0, read_timeout_s=60.0)) as gw:
         with httpx.Client(trust_env=False, timeout=10) as client:
@@ -130,12 +129,8 @@ class _Hung(JsonProvider):
 
     def reply(self, body: bytes) -> None:
         if self.first:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.end_headers()
-            self.wfile.write(b'event: message_start\ndata: {"type": "message_start", '
-                             b'"message": {"id": "m1", "usage": {"input_tokens": 3}}}\n\n')
-            self.wfile.flush()
+            self.start_stream(b'event: message_start\ndata: {"type": "message_start", '
+                              b'"message": {"id": "m1", "usage": {"input_tokens": 3}}}\n\n')
         time.sleep(30)
 
 
@@ -149,7 +144,7 @@ def test_an_honest_run_on_a_provider_that_hung_is_still_the_providers(
     (Round nine: a silence found only at the run's end is ``run_ended``, whatever its
     length, since the agent may have asked for it.)"""
     provider = type("Hung", (_Hung,), {"first": first})
-    with _stand_in(provider) as upstream, gateway_before(
+    with stand_in(provider) as upstream, gateway_before(
             tmp_path / "model", upstream, cfg=ModelGatewayConfig(read_timeout_s=1.0)) as gw:
         agent = _send_unstreamed(gw.port, gw.token)
         time.sleep(1.6)
@@ -168,7 +163,7 @@ def test_a_request_cut_by_the_runs_end_is_no_failure(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.0)
-    with _stand_in(_Hung) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(_Hung) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agent = _send_unstreamed(gw.port, gw.token)
         time.sleep(0.3)
         agent.close()

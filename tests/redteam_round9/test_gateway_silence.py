@@ -25,8 +25,7 @@ import pytest
 
 from spu.gateway.verdict import gateway_verdict, read_requests
 from tests.gateway.conftest import SCRIPTED_PRICES
-from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before
-from tests.redteam_round8.test_gateway_arrivals import _stand_in
+from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, stand_in
 
 
 class _FirstHoldsTheCap(JsonProvider):
@@ -65,7 +64,7 @@ def test_a_wait_at_the_spend_cap_is_no_upstream_silence(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.4)
-    with _stand_in(_FirstHoldsTheCap) as upstream, gateway_before(
+    with stand_in(_FirstHoldsTheCap) as upstream, gateway_before(
             tmp_path / "model", upstream, prices=SCRIPTED_PRICES, max_cost_usd=1.0) as gw:
         first = threading.Thread(target=_hold_the_cap, args=(gw.port, gw.token))
         first.start()
@@ -91,7 +90,7 @@ def test_a_request_waiting_at_the_spend_cap_when_the_run_ends_has_its_line(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.4)
-    with _stand_in(_SlowFirst) as upstream, gateway_before(
+    with stand_in(_SlowFirst) as upstream, gateway_before(
             tmp_path / "model", upstream, prices=SCRIPTED_PRICES, max_cost_usd=1.0) as gw:
         first = _raw_post(gw.port, gw.token, "/v1/messages", {
             "model": "m", "messages": [{"role": "user", "content": "Rank."}]})
@@ -116,12 +115,8 @@ class _Reasoning(JsonProvider):
     def reply(self, body: bytes) -> None:
         if self.late:
             time.sleep(30)
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.end_headers()
-        self.wfile.write(b'event: response.created\ndata: {"type": "response.created", '
-                         b'"response": {"id": "resp_1", "status": "in_progress"}}\n\n')
-        self.wfile.flush()
+        self.start_stream(b'event: response.created\ndata: {"type": "response.created", '
+                          b'"response": {"id": "resp_1", "status": "in_progress"}}\n\n')
         time.sleep(30)
 
 
@@ -135,7 +130,7 @@ def test_a_streamed_reasoning_silence_the_agent_asked_for_is_its_own(
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.4)
     provider = type("Reasoning", (_Reasoning,), {"late": late})
-    with _stand_in(provider) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(provider) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agent = _raw_post(gw.port, gw.token, "/v1/responses", {
             "model": "m", "stream": True, "max_output_tokens": 100_000,
             "reasoning": {"effort": "high"}, "input": "Rank the methods."})
@@ -152,11 +147,8 @@ class _PingsOnly(JsonProvider):
     event, then Anthropic's ``ping`` every 0.2 s and nothing else."""
 
     def reply(self, body: bytes) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.end_headers()
-        self.wfile.write(b'event: message_start\ndata: {"type": "message_start", '
-                         b'"message": {"id": "m1", "usage": {"input_tokens": 3}}}\n\n')
+        self.start_stream(b'event: message_start\ndata: {"type": "message_start", '
+                          b'"message": {"id": "m1", "usage": {"input_tokens": 3}}}\n\n')
         for _ in range(150):
             self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
             self.wfile.flush()
@@ -176,7 +168,7 @@ def test_a_provider_hung_mid_answer_that_only_pings_is_still_the_providers(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.4)
-    with _stand_in(_PingsOnly) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(_PingsOnly) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agent = _raw_post(gw.port, gw.token, "/v1/messages", {
             "model": "m", "stream": True, "max_tokens": 1024,
             "messages": [{"role": "user", "content": "Rank."}]})
@@ -201,7 +193,7 @@ def test_a_request_sent_on_a_kept_alive_connection_during_the_stop_is_not_lost(
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.0)
     body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]}
-    with _stand_in(_Quick) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(_Quick) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         with httpx.Client(trust_env=False, timeout=5) as client:
             url = f"http://127.0.0.1:{gw.port}/v1/messages"
             assert client.post(url, headers={"x-api-key": gw.token}, json=body).status_code \
@@ -242,7 +234,7 @@ def test_a_body_naming_max_tokens_twice_is_not_forwarded_as_sent(tmp_path: Path)
     raw = (b'{"model": "m", "max_tokens": 64000, "messages": [{"role": "user", '
            b'"content": "Write 40,000 words."}], "max_tokens": 16}')
     _Keeps.bodies = []
-    with _stand_in(_Keeps) as upstream, gateway_before(tmp_path / "model", upstream) as gw, \
+    with stand_in(_Keeps) as upstream, gateway_before(tmp_path / "model", upstream) as gw, \
             httpx.Client(trust_env=False, timeout=10) as client:
         client.post(f"http://127.0.0.1:{gw.port}/v1/messages", content=raw,
                     headers={"x-api-key": gw.token, "content-type": "application/json"})
@@ -285,7 +277,7 @@ def test_a_pool_held_by_the_agents_long_streamed_prompts_is_its_doing(
     short = {"model": "m", "stream": True, "max_tokens": 16,
              "messages": [{"role": "user", "content": "Rank."}]}
     held: list[socket.socket] = []
-    with _stand_in(_Prefill) as upstream, gateway_before(
+    with stand_in(_Prefill) as upstream, gateway_before(
             tmp_path / "model", upstream,
             cfg=ModelGatewayConfig(connect_timeout_s=1.0, read_timeout_s=60.0)) as gw:
         held += [_raw_post(gw.port, gw.token, "/v1/messages", long)
