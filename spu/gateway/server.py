@@ -529,10 +529,6 @@ class ModelGateway:
                                 f"the request body is over model_gateway.max_request_bytes="
                                 f"{self.cfg.max_request_bytes}")
         x.raw_request, x.entry.bytes_in = raw, len(raw)
-        # The request's time is when it can go on, its body whole: what the provider's
-        # limits see (verdict.request_burst). Headers sent early and bodies ended together
-        # are one burst, and the agent's slow upload is no part of the latency.
-        x.entry.time, x.started = now_iso(), time.monotonic()
         if raw:
             try:
                 x.body = json.loads(raw)
@@ -555,10 +551,11 @@ class ModelGateway:
                 raise
         if refusal is not None:
             return refusal
-        if x.reserved_usd > 0:
-            # Its wait at the spend cap is no part of the provider's time (nor the time
-            # the provider's limits see it at): the request is forwarded now.
-            x.entry.time, x.started = now_iso(), time.monotonic()
+        # A forwarded request's time is when it goes on, its body whole and past any wait
+        # at the spend cap: what the provider's limits see (verdict.request_burst; headers
+        # sent early and bodies ended together are one burst), and the latency is the
+        # provider's alone (no slow upload, no wait at the cap).
+        x.entry.time, x.started = now_iso(), time.monotonic()
         try:  # the bound held on the spend cap is given back whatever fails
             self._keep_tool_results(endpoint, x.body)
             if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
@@ -693,13 +690,16 @@ class ModelGateway:
             self._release(x)
             self._run_ended(x, "before the upstream answered")
             raise
-        except (httpx.HTTPError, RuntimeError) as exc:
+        except httpx.HTTPError as exc:
             self._release(x)
             if self.stopping:  # the upstream client closed by the run's end, not a failure
                 return self._run_ended(x, "before the upstream answered", api)
-            if not isinstance(exc, httpx.HTTPError):
-                raise
             return self._upstream_failed(x, api, exc)
+        except RuntimeError:  # httpx's "the client has been closed"
+            if not self.stopping:
+                raise
+            self._release(x)
+            return self._run_ended(x, "before the upstream answered", api)
         finally:
             self._waiting.discard(x)
         x.entry.status = response.status_code
@@ -890,6 +890,7 @@ class ModelGateway:
                 drained += len(chunk)
                 if drained > DRAIN_AFTER_HANGUP_BYTES \
                         or time.monotonic() - hung_up_at > DRAIN_AFTER_HANGUP_S:
+                    outcome = "client"  # hung up, and drained as long as allowed
                     break
             else:
                 # Read to its end: the provider's answer is whole, whenever the agent
@@ -899,8 +900,6 @@ class ModelGateway:
                     x.entry.error_type = x.entry.error_type or "gateway.client_disconnected"
                     x.entry.error = x.entry.error or (
                         "the agent closed the connection before the answer ended")
-            if outcome != "ended":
-                outcome = "client" if x.client_gone else "ended"
         except httpx.HTTPError as exc:
             cut = f"{type(exc).__name__}: {exc!s}"
             if isinstance(exc, httpx.ReadTimeout) and not x.entry.stream:
