@@ -10,7 +10,8 @@
 A container SIGKILLed from outside (exit 137, not out of memory) or one the engine failed to
 start (runc's "OCI runtime create failed") is the engine's doing, never the verifier's:
 CI saw both once, back to back, while every other test passed. Such an attempt is tried
-once more, and a warning names what the engine said of it (its state and events).
+once more, on an engine that answers (started again if it stopped), and a warning names
+what the engine said of it (its state and events, dockerd's process id before and after).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import json
 import time
 import uuid
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +37,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 TASK = TASKS / "spu-bhpt"
 
 
+@dataclass
+class Engine:
+    """The engine's client and agent image, and a way to have it answer again."""
+
+    client: Any
+    image: str
+    revive: Callable[[], object]
+
+
 @pytest.fixture
 def engine(request):
     docker_engine = live_engine(request)
@@ -41,8 +54,16 @@ def engine(request):
     from spu.sandbox.docker import docker_client
 
     client = docker_client()
-    yield client, docker_engine.image
+    yield Engine(client, docker_engine.image, lambda: live_engine(request))
     client.close()
+
+
+def _engine_pid() -> str:
+    """The running dockerd's process id (its pid file), to tell a restart between tries."""
+    try:
+        return Path("/var/run/docker.pid").read_text().strip()
+    except OSError as exc:
+        return f"none ({exc.strerror})"
 
 
 ENGINE_FAILURE = "OCI runtime create failed"
@@ -66,9 +87,10 @@ def _engine_story(client, container_id: str, since: float) -> tuple[bool, str]:
     return bool(state.get("OOMKilled")), f"state {({k: state.get(k) for k in keys})}, events {said}"
 
 
-def _run(client, image: str, command: list[str], volumes: dict[str, dict[str, str]],
+def _run(engine: Engine, image: str, command: list[str], volumes: dict[str, dict[str, str]],
          workdir: str | None = None) -> str:
     options = {"working_dir": workdir} if workdir else {}
+    client = engine.client
     for attempt in (1, 2):
         since = time.time()
         name = f"spu-test-harbor-{uuid.uuid4().hex[:10]}"
@@ -82,24 +104,29 @@ def _run(client, image: str, command: list[str], volumes: dict[str, dict[str, st
             container.remove(force=True)
         if status["StatusCode"] != 137 or out_of_memory or attempt == 2:
             break
-        warnings.warn(f"{name} was SIGKILLed from outside; tried again: {story}", stacklevel=2)
+        pid = _engine_pid()
+        engine.revive()
+        warnings.warn(f"{name} was SIGKILLed from outside; tried again (dockerd {pid}, then "
+                      f"{_engine_pid()}): {story}", stacklevel=2)
     assert status["StatusCode"] == 0, f"{logs}\n{story}"
     return logs
 
 
-def _build(client, path: Path, tag: str) -> None:
+def _build(engine: Engine, path: Path, tag: str) -> None:
     import docker
 
     for attempt in (1, 2):
         try:
-            client.images.build(path=str(path), tag=tag, network_mode="none", rm=True,
+            engine.client.images.build(path=str(path), tag=tag, network_mode="none", rm=True,
                                 forcerm=True)
             return
         except docker.errors.BuildError as exc:
             if ENGINE_FAILURE not in str(exc) or attempt == 2:
                 raise
-            warnings.warn(f"the engine failed to start the build's container; tried again: "
-                          f"{exc}", stacklevel=2)
+            pid = _engine_pid()
+            engine.revive()
+            warnings.warn(f"the engine failed to start the build's container; tried again "
+                          f"(dockerd {pid}, then {_engine_pid()}): {exc}", stacklevel=2)
 
 
 def _spu_grade(task: Path, submission: Path) -> float:
@@ -109,7 +136,6 @@ def _spu_grade(task: Path, submission: Path) -> float:
 
 
 def test_plain_test_sh_in_the_agent_image_writes_the_spu_grade(engine, tmp_path) -> None:
-    client, image = engine
     harbor = export_harbor(TASK, tmp_path / "spu-bhpt").path
     names = ["measured", "reversed", "presented", "shuffle-1", "shuffle-2", "group-absent",
              "misses-one", "wrong-task", "keyed-by-group", "not-json", "over-1-mib"]
@@ -119,7 +145,7 @@ def test_plain_test_sh_in_the_agent_image_writes_the_spu_grade(engine, tmp_path)
         output.mkdir(parents=True)
         logs.mkdir()
         (output / "rankings.json").write_bytes(fixtures[name] or b"")
-        _run(client, image, ["bash", "tests/test.sh"], workdir="/harbor/spu-bhpt", volumes={
+        _run(engine, engine.image, ["bash", "tests/test.sh"], workdir="/harbor/spu-bhpt", volumes={
             str(harbor): {"bind": "/harbor/spu-bhpt", "mode": "ro"},
             str(output): {"bind": "/output", "mode": "ro"},
             str(logs): {"bind": "/logs/verifier", "mode": "rw"}})
@@ -130,12 +156,11 @@ def test_plain_test_sh_in_the_agent_image_writes_the_spu_grade(engine, tmp_path)
 
 
 def test_exported_environment_builds_and_grades_as_harbor_does(engine, tmp_path) -> None:
-    client, image = engine
-    harbor = export_harbor(TASK, tmp_path / "spu-bhpt", base_image=image).path
+    harbor = export_harbor(TASK, tmp_path / "spu-bhpt", base_image=engine.image).path
     tag = f"spu-test-harbor-env:{uuid.uuid4().hex[:10]}"
-    _build(client, harbor / "environment", tag)
+    _build(engine, harbor / "environment", tag)
     try:
-        listing = _run(client, tag, ["sh", "-c", "find /task -type f | sort && "
+        listing = _run(engine, tag, ["sh", "-c", "find /task -type f | sort && "
                                      "echo SPU_OUTPUT_DIR=$SPU_OUTPUT_DIR && pwd"], volumes={})
         files = {line.removeprefix("/task/") for line in listing.split()
                  if line.startswith("/task/")}
@@ -147,11 +172,11 @@ def test_exported_environment_builds_and_grades_as_harbor_does(engine, tmp_path)
         output.mkdir()
         logs.mkdir()
         (output / "rankings.json").write_bytes(fixture_submissions(TASK)["shuffle-3"] or b"")
-        _run(client, tag, ["bash", "/tests/test.sh"], volumes={
+        _run(engine, tag, ["bash", "/tests/test.sh"], volumes={
             str(harbor / "tests"): {"bind": "/tests", "mode": "ro"},
             str(output): {"bind": "/output", "mode": "ro"},
             str(logs): {"bind": "/logs/verifier", "mode": "rw"}})
         assert float((logs / "reward.txt").read_text()) == \
             _spu_grade(TASK, output / "rankings.json")
     finally:
-        client.images.remove(tag, force=True)
+        engine.client.images.remove(tag, force=True)
