@@ -35,6 +35,7 @@ class _SlowStreams(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.server.taken()
         if self.hang:
             time.sleep(self.hold)
         self.send_response(200)
@@ -64,6 +65,22 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # 64 connections at once: none waits on the backlog
 
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.arrived = 0
+        self._lock = threading.Lock()
+
+    def taken(self) -> None:
+        """A request's body was read: it holds one of the gateway's connections."""
+        with self._lock:
+            self.arrived += 1
+
+    def wait_for(self, count: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.arrived < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.arrived >= count
+
 
 def _crowded_run(tmp_path: Path, handler: type) -> tuple[int, list]:
     upstream = _Server(("127.0.0.1", 0), handler)
@@ -91,7 +108,10 @@ def _crowded_run(tmp_path: Path, handler: type) -> tuple[int, list]:
             threading.Thread(target=hold_one, args=(answering,), daemon=True).start()
             if not handler.hang:
                 assert answering.wait(10)
-        time.sleep(2.0 if handler.hang else 0.5)
+        # Every connection of the pool holds a request (however loaded the machine: the
+        # hung ones were sent without waiting for an answer), then the one more.
+        assert upstream.wait_for(UPSTREAM_CONNECTIONS, 60), upstream.arrived
+        time.sleep(0.5)
         with httpx.Client(trust_env=False, timeout=30) as client:
             status = client.post(gateway.url() + "/v1/messages", headers=headers,
                                  json=ask).status_code
