@@ -5,7 +5,7 @@ grader's own rules against a placeholder key), and calls it in the gateway's eve
 as the refused answer ends, on whatever ``output/rankings.json`` held. A file built to
 crash the grader (deep nesting, huge numbers, broken UTF-8, a recoverable file at the
 1 MiB limit) would, if it raised, lose the refusal's record line; if slow, stall every
-other answer of the run. These check it returns a plain answer at once, and that the
+other answer of the run. These check it returns a plain answer, never hanging, and that the
 real gateway still records the refusal.
 """
 
@@ -44,12 +44,15 @@ HOSTILE = {
 }
 
 
-def test_hostile_files_are_judged_at_once_without_raising() -> None:
+def test_hostile_files_are_judged_without_raising_or_hanging() -> None:
+    """Each is judged in some tens of milliseconds on a quiet machine (the slowest, one
+    group 20,000 times, 23 ms); the bound only catches a hang or a blow-up (a timed bound
+    of 1 s failed once in CI on a starved machine: 2.3 s)."""
     for name, data in HOSTILE.items():
         started = time.monotonic()
         counts = counts_without_key(CONTRACT, data)
         assert isinstance(counts, bool), name
-        assert time.monotonic() - started < 1.0, name  # the gateway's loop is not held
+        assert time.monotonic() - started < 30, name  # no hang of the gateway's loop
 
 
 class _Refuses(JsonProvider):
