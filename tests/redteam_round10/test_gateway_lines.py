@@ -1,0 +1,139 @@
+"""Round ten: record lines an agent can keep from being written.
+
+The gateway writes one line per request it read, whatever befell it (round nine's "no
+request read is left without a line"). Here the agent's own bytes (a header, a body) or
+its model's own output (a tool call's input, which an agent with a shell asks for on
+its own requests) raise where no handler waits: the line is never written. The real
+gateway in front of stand-in providers on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import ClassVar
+
+import httpx
+import pytest
+
+from spu.gateway.verdict import read_requests
+from tests.gateway.conftest import SCRIPTED_PRICES
+from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
+
+HI = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]}
+
+
+class _Counts(JsonProvider):
+    """Answers at once and counts the requests it was sent (what it bills)."""
+
+    seen: ClassVar[list[bytes]] = []
+
+    def reply(self, body: bytes) -> None:
+        self.seen.append(body)
+        super().reply(body)
+
+
+def _send(port: int, head: bytes, body: bytes) -> bytes:
+    """Send one raw request; the status line of the answer (empty if none)."""
+    agent = socket.create_connection(("127.0.0.1", port), timeout=10)
+    agent.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  + head + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    try:
+        return agent.recv(4096).split(b"\r\n", 1)[0]
+    except OSError:
+        return b""
+    finally:
+        agent.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BROKEN (low: nothing is forwarded, so nothing is billed): a request header the agent "
+    "sends with a byte past ASCII (h11 allows obs-text; x-stainless-lang: caf\\xe9) is passed "
+    "by the allowlist and makes httpx's build_request raise UnicodeEncodeError, outside "
+    "any handler: uvicorn answers a bare 500, logs a traceback (one per request: the host "
+    "log is the agent's to fill) and the request has no line. Fix: build the upstream "
+    "request inside _forward's try and pass header values as the bytes sent "
+    "(request.headers.raw), or refuse such a header with a recorded 400"))
+def test_a_header_past_ascii_still_leaves_its_line(tmp_path: Path) -> None:
+    """Agent: a generation with a header value httpx cannot encode."""
+    _Counts.seen = []
+    with stand_in(_Counts) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+        status = _send(gw.port, f"x-api-key: {gw.token}\r\n".encode()
+                       + b"x-stainless-lang: caf\xe9\r\n", json.dumps(HI).encode())
+    assert not _Counts.seen  # never forwarded: nothing billed whatever the record says
+    assert len(read_requests(gw.requests_path)) == 1, status
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BROKEN (low: nothing is forwarded): a body json.loads cannot read for a reason other "
+    "than a syntax error (an integer of 5000 digits: ValueError, the int limit; nesting "
+    "2000 deep: RecursionError) passes `except (JSONDecodeError, UnicodeDecodeError)` in "
+    "handle: a bare 500, no line. Fix: catch ValueError and RecursionError there (the body "
+    "then is no JSON object: forwarded as sent, or refused with a recorded 400)"))
+@pytest.mark.parametrize("body", [
+    b'{"model": "m", "max_tokens": ' + b"1" * 5000 + b', "messages": []}',
+    b'{"model": "m", "max_tokens": 16, "metadata": ' + b"[" * 2000 + b"]" * 2000 + b"}"],
+    ids=["long_integer", "deep_nesting"])
+def test_a_body_json_cannot_read_still_leaves_its_line(tmp_path: Path, body: bytes) -> None:
+    """Agent: a body that is JSON, but not one Python's ``json`` reads."""
+    with stand_in(_Counts) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+        status = _send(gw.port, f"x-api-key: {gw.token}\r\n".encode(), body)
+    assert len(read_requests(gw.requests_path)) == 1, status
+
+
+class _DeepToolInput(JsonProvider):
+    """An unstreamed Messages answer whose tool call's input is what the model wrote:
+    ``depth`` objects one in another, or an integer of 5000 digits (``depth`` 0); billed
+    30,000 input and 4,000 output tokens."""
+
+    depth: ClassVar[int] = 2000
+
+    def reply(self, body: bytes) -> None:
+        tool_input = ('{"a": ' * self.depth + "1" + "}" * self.depth if self.depth
+                      else '{"n": ' + "7" * 5000 + "}")
+        data = ('{"id": "m1", "type": "message", "role": "assistant", "model": "m", '
+                '"content": [{"type": "tool_use", "id": "t1", "name": "Rank", "input": '
+                + tool_input + '}], "stop_reason": "tool_use", '
+                '"usage": {"input_tokens": 30000, "output_tokens": 4000}}').encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BROKEN (medium: where the provider returns the nesting, or the integer, its model "
+    "wrote): an unstreamed answer whose tool_use input nests past Python's recursion limit "
+    "(~1000 levels, a few thousand output tokens the agent asks its model for with a tool "
+    "schema of its own, on a request of its own) or holds an integer past 4300 digits makes "
+    "_finish's json.loads raise RecursionError/ValueError (only JSONDecodeError and "
+    "UnicodeDecodeError are caught), in the pump's finally: the line is never written, its "
+    "usage never counted (the provider billed it; spent_usd stays 0, so the spend cap "
+    "does not see it), its bound on the cap is never given back, and the agent has the "
+    "whole answer (its stream never ends, but every byte arrived). Fix: catch ValueError "
+    "and RecursionError at every json.loads of a body or an event (_finish, "
+    "AnswerReader._event, handle), and write the line and release the bound in a finally "
+    "of their own, whatever the reading raised (a gateway.unreadable_answer at worst)"))
+@pytest.mark.parametrize("depth", [2000, 0], ids=["deep_nesting", "long_integer"])
+def test_an_answer_json_cannot_read_still_has_its_line_and_cost(
+        tmp_path: Path, depth: int) -> None:
+    """Agent: an unstreamed request of its own whose answer's tool input it shaped."""
+    provider = type("Deep", (_DeepToolInput,), {"depth": depth})
+    got = b""
+    with stand_in(provider) as upstream, gateway_before(
+            tmp_path / "model", upstream, prices=SCRIPTED_PRICES, max_cost_usd=100.0) as gw:
+        try:
+            with httpx.Client(trust_env=False, timeout=3) as client, client.stream(
+                    "POST", gw.url() + "/v1/messages", headers={"x-api-key": gw.token},
+                    json={**HI, "max_tokens": 4096}) as answer:
+                for chunk in answer.iter_bytes():
+                    got += chunk
+        except httpx.HTTPError:
+            pass  # its answer does not end; all its bytes came
+        spent = gw.spent_usd
+    assert got.endswith(b'"output_tokens": 4000}}')  # the agent has its whole answer
+    entries = read_requests(gw.requests_path)
+    assert [e.usage.output for e in entries] == [4000], entries
+    assert spent > 0
