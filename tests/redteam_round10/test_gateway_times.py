@@ -124,10 +124,11 @@ def _refusals(path: Path, n: int, timeout_s: float = 30) -> None:
         "connect_timeout_s, 30 s) are recorded as they came, not as they went on. The agent "
         "holds the pool, sends its burst 0.5 s apart into the wait, then hangs the holders "
         "up: the pool sends the whole burst at once, the provider's bucket answers 429, and "
-        "the record shows 8 requests over 3.5 s (within 5 + 60 x 3.5 / 60): the provider's, "
-        "the run retried. The same burst sent at once is the agent's. Fix: set the time "
-        "and latency's start when the request's headers go out (httpcore's trace "
-        "extension, 'http11.send_request_headers.started'), or hold a semaphore of "
+        "the record shows 8 requests over 3.5 s (within 5 + 60 x 3.5 / 60): no burst, the "
+        "429s the provider's, and the run retried where a 429 is its last line (most tries "
+        "here). The same burst sent at once is the agent's. Fix: set the time and the "
+        "latency's start when the request's headers go out (httpcore's trace extension, "
+        "'http11.send_request_headers.started'), or hold a semaphore of "
         "UPSTREAM_CONNECTIONS slots of the gateway's own and set them once a slot is had")))],
     ids=["at_once", "through_the_pool"])
 def test_a_burst_released_at_once_by_the_upstream_pool_is_the_agents(
@@ -159,7 +160,9 @@ def test_a_burst_released_at_once_by_the_upstream_pool_is_the_agents(
     entries = read_requests(gw.requests_path)
     assert sum(e.status == 429 for e in entries) == BURST - 5, entries
     verdict = gateway_verdict(entries)
-    assert verdict.infra_error is None, verdict.infra_error
+    # The rule's finding itself (the record's line order, which the agent also shapes,
+    # decides whether its retry follows: the run's 429 last, no answer after it).
+    assert any("burst" in said for said in verdict.agent_caused), verdict.infra_error
 
 
 def test_a_burst_released_at_once_at_the_spend_cap_is_the_agents(
