@@ -44,6 +44,70 @@ NOT_FINAL_STOPS = frozenset({"tool_use", "pause_turn", "tool_calls", "function_c
 """Stop reasons after which the conversation goes on."""
 
 
+MAX_DEPTH = 64
+"""Nesting kept by :func:`loads` when Python's parser cannot read a document whole."""
+
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+"""A JSON string (skipped whole, escapes and all) or a bracket."""
+
+
+def _safe_int(digits: str) -> int | float:
+    """An integer as Python reads it, or infinity past its digit limit (4,300)."""
+    try:
+        return int(digits)
+    except ValueError:
+        return float("inf") if not digits.startswith("-") else float("-inf")
+
+
+def _pruned(data: bytes, max_depth: int = MAX_DEPTH) -> bytes:
+    """``data`` with every array or object nested past ``max_depth`` replaced by null."""
+    out: list[bytes] = []
+    depth, kept_to, cut_at = 0, 0, 0
+    for token in _JSON_TOKEN.finditer(data):
+        bracket = data[token.start()]
+        if bracket == 34:  # a string, brackets and all
+            continue
+        if bracket in (91, 123):  # [ {
+            depth += 1
+            if depth == max_depth + 1 and not cut_at:
+                out += [data[kept_to:token.start()], b"null"]
+                cut_at = depth
+        else:
+            if cut_at and depth == cut_at:
+                kept_to, cut_at = token.end(), 0
+            depth -= 1
+    out.append(data[kept_to:] if not cut_at else b"")
+    return b"".join(out)
+
+
+def loads(data: bytes) -> Any:
+    """``data`` decoded as JSON, or None where it is none.
+
+    Where Python's parser gives up on a document that is JSON (nesting past its recursion
+    limit, an integer past its 4,300 digits), the document is read with its parts nested
+    past :data:`MAX_DEPTH` as null and such integers as infinite: what a record line needs
+    (model, stream, usage, stop reason) lies near the top. Neither may cost a request its
+    record line: an agent chooses its tool schemas, and its model what it writes.
+
+    Examples
+    --------
+    >>> deep = b'{"usage": {"output_tokens": 7}, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    >>> loads(deep)["usage"], str(loads(deep)["x"]).count("["), loads(b"[[1]]")
+    ({'output_tokens': 7}, 63, [[1]])
+    >>> loads(b'{"n": ' + b"9" * 5000 + b"}"), loads(b"{nope"), loads(bytes([255]))
+    ({'n': inf}, None, None)
+    """
+    try:
+        return json.loads(data)
+    except (RecursionError, ValueError) as exc:  # a syntax error is a ValueError too
+        if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+            return None
+    try:
+        return json.loads(_pruned(data), parse_int=_safe_int)
+    except (RecursionError, ValueError):
+        return None
+
+
 POST_ENDPOINTS = {"messages": "messages", "messages/count_tokens": "count_tokens",
                   "responses": "responses", "chat/completions": "chat_completions"}
 """The POST paths forwarded (after an optional ``v1/``) and the endpoint each names."""
@@ -286,10 +350,7 @@ class AnswerReader:
         if text.strip() == b"[DONE]":
             self.done()
             return
-        try:
-            payload = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return
+        payload = loads(text)
         if isinstance(payload, dict):
             self.event(name or str(payload.get("type") or ""), payload)
 

@@ -58,6 +58,7 @@ from spu.gateway.answers import (
     api_of_endpoint,
     endpoint_of,
     error_body,
+    loads,
     reader_for,
     server_tools,
     tool_results,
@@ -315,6 +316,8 @@ class _Exchange:
     reserved_usd: float = 0.0
     """The bound on this generation's cost held against the spend cap while it runs."""
     client_gone: bool = False
+    stopped: bool = False
+    """The relay ended because the run did (the gateway stopping), not the agent."""
     last_stall_s: float = 0.0
     """The last wait of :data:`CLIENT_STALL_S` or more on the agent's full queue (nothing
     is read from the upstream meanwhile)..."""
@@ -530,10 +533,7 @@ class ModelGateway:
                                 f"{self.cfg.max_request_bytes}")
         x.raw_request, x.entry.bytes_in = raw, len(raw)
         if raw:
-            try:
-                x.body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                x.body = None
+            x.body = loads(raw)
         if isinstance(x.body, dict):
             x.entry.model = (well_formed(str(x.body["model"]))
                              if x.body.get("model") is not None else None)
@@ -678,11 +678,19 @@ class ModelGateway:
 
         # A model list belongs to no one API: it is asked in the run's own API style.
         api = self.api if x.entry.endpoint == "models" else api_of_endpoint(x.entry.endpoint)
-        url = self.upstream + path + (f"?{request.url.query}" if request.url.query else "")
-        upstream = self._client.build_request(request.method, url,
-                                              headers=self._upstream_headers(request.headers,
-                                                                             api),
-                                              content=x.raw_request)
+        query = request.scope.get("query_string") or b""
+        url = self.upstream + path + (f"?{query.decode('latin-1')}" if query else "")
+        # Header values go on as the bytes that came (a byte past ASCII is the agent's to
+        # send; httpx would not encode it as text).
+        sent = [(k.encode("latin-1"), v.encode("latin-1"))
+                for k, v in self._upstream_headers(request.headers, api).items()]
+        try:
+            upstream = self._client.build_request(request.method, url, headers=sent,
+                                                  content=x.raw_request)
+        except (httpx.InvalidURL, ValueError) as exc:
+            self._release(x)
+            return self._refuse(x, api, 400, "invalid_request_error", "gateway.bad_request",
+                                f"the request cannot be forwarded: {exc}"[:500])
         self._waiting.add(x)
         try:
             response = await self._client.send(upstream, stream=True)
@@ -839,6 +847,9 @@ class ModelGateway:
                     size += len(more)
                 yield parts[0] if len(parts) == 1 else b"".join(parts)
         finally:
+            # Ended by the gateway's stop (its shutdown cancels the request tasks before
+            # the pumps), not by an agent that hung up: the answer is cut by the run's end.
+            x.stopped = x.stopped or (self.stopping and not x.client_gone)
             x.client_gone = True
             while not queue.empty():
                 queue.get_nowait()
@@ -896,7 +907,7 @@ class ModelGateway:
                 # Read to its end: the provider's answer is whole, whenever the agent
                 # hung up (after its last byte, or mid-answer and drained: said below).
                 outcome = "ended"
-                if hung_up_at is not None:
+                if hung_up_at is not None and not x.stopped:
                     x.entry.error_type = x.entry.error_type or "gateway.client_disconnected"
                     x.entry.error = x.entry.error or (
                         "the agent closed the connection before the answer ended")
@@ -919,7 +930,7 @@ class ModelGateway:
                 x.entry.error = f"the upstream cut the answer: {cut}"[:500]
             last = StreamDropped(x.entry.error)
         except asyncio.CancelledError:
-            outcome = "client" if x.client_gone else "cut"
+            outcome = "client" if x.client_gone and not x.stopped else "cut"
             if outcome == "cut" and self.stopping and x.entry.error_type is None:
                 x.entry.error_type = RUN_ENDED
                 x.entry.error = "the run ended (the model gateway stopped) mid-answer"
@@ -947,10 +958,9 @@ class ModelGateway:
             if x.entry.stream:
                 r.finish()
             elif x.answer:
-                try:
-                    r.read_body(json.loads(bytes(x.answer)))
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    pass
+                body = loads(bytes(x.answer))
+                if body is not None:
+                    r.read_body(body)
         reading = r.reading
         e = x.entry
         e.usage, e.stop_reason = reading.usage, reading.stop_reason
@@ -991,6 +1001,12 @@ class ModelGateway:
     def _write(self, x: _Exchange) -> None:
         e = x.entry
         e.latency_s = round(time.monotonic() - x.started, 6)
+        # Every text the provider or the agent sent (an error message echoing the agent's
+        # bytes, a label, an id) is written well formed: a lone surrogate, which JSON
+        # allows and UTF-8 does not, would cost the request its line.
+        for name, value in e:
+            if isinstance(value, str):
+                setattr(e, name, well_formed(value))
         with self._lock:
             self._count += 1
             n = self._count
@@ -1011,7 +1027,8 @@ class ModelGateway:
         answer = bytes(x.answer).decode("utf-8", "replace")
         path.write_text(json.dumps({"request": x.body if x.body is not None
                                     else x.raw_request.decode("utf-8", "replace"),
-                                    "answer": answer}, ensure_ascii=False))
+                                    "answer": answer}, ensure_ascii=False),
+                        encoding="utf-8", errors="replace")
         return name
 
     def _keep_tool_results(self, endpoint: str, body: Any) -> None:

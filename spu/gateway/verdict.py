@@ -28,7 +28,7 @@ after the stop. The provider had taken it: it counts against the run's limits.""
 POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gateway.cost_limit",
                            "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
                            "gateway.server_tool_refused", "gateway.client_stalled",
-                           "gateway.too_busy", RUN_ENDED})
+                           "gateway.too_busy", "gateway.bad_request", RUN_ENDED})
 """Answers of the gateway's own policy, a cut the agent caused by not reading its stream
 (``gateway.client_stalled``), a request that found every upstream connection carrying
 the agent's own answers (``gateway.too_busy``) and a request cut by the run's end

@@ -111,18 +111,20 @@ def test_requests_cut_by_the_run_end_anywhere_have_one_line_each_and_no_failure(
     assert waiting.error_type == RUN_ENDED, waiting
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low: the label only; both are no failure and count as taken): an answer the "
-    "agent is still reading when the run ends is recorded gateway.client_disconnected "
-    "('the agent closed the connection'), not run_ended: the server's shutdown cancels the "
-    "request tasks before the pumps, so the relay's finally sets client_gone first and the "
-    "pump's CancelledError takes outcome 'client'; the 'mid-answer' run_ended branch is "
-    "reached only when the relay is already gone. Fix: in the pump's CancelledError, "
-    "decide by self.stopping (and whether client_gone was set before the stop) rather "
-    "than client_gone alone, or cancel the pumps before the request tasks"))
 def test_an_answer_being_read_when_the_run_ends_is_run_ended(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Agent (honest too): the run's end cuts an answer the agent is reading."""
+    """Agent (honest too): the run's end cuts an answer the agent is reading.
+
+    Fixed (round ten): was (low: the label only; both are no failure and count as
+    taken): an answer the agent is still reading when the run ends is recorded
+    gateway.client_disconnected ('the agent closed the connection'), not run_ended: the
+    server's shutdown cancels the request tasks before the pumps, so the relay's finally
+    sets client_gone first and the pump's CancelledError takes outcome 'client'; the
+    'mid-answer' run_ended branch is reached only when the relay is already gone. Fix:
+    in the pump's CancelledError, decide by self.stopping (and whether client_gone was
+    set before the stop) rather than client_gone alone, or cancel the pumps before the
+    request tasks
+    """
     entries = _cut_at_the_run_end(tmp_path, monkeypatch)
     read = next(e for e in entries if e.status == 200)
     assert read.error_type == RUN_ENDED, read

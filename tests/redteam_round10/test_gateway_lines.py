@@ -47,36 +47,50 @@ def _send(port: int, head: bytes, body: bytes) -> bytes:
         agent.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low: nothing is forwarded, so nothing is billed): a request header the agent "
-    "sends with a byte past ASCII (h11 allows obs-text; x-stainless-lang: caf\\xe9) is passed "
-    "by the allowlist and makes httpx's build_request raise UnicodeEncodeError, outside "
-    "any handler: uvicorn answers a bare 500, logs a traceback (one per request: the host "
-    "log is the agent's to fill) and the request has no line. Fix: build the upstream "
-    "request inside _forward's try and pass header values as the bytes sent "
-    "(request.headers.raw), or refuse such a header with a recorded 400"))
+class _Headers(JsonProvider):
+    """Answers at once and keeps the ``x-stainless-lang`` header of each request."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def reply(self, body: bytes) -> None:
+        self.seen.append(self.headers.get("x-stainless-lang"))
+        super().reply(body)
+
+
 def test_a_header_past_ascii_still_leaves_its_line(tmp_path: Path) -> None:
-    """Agent: a generation with a header value httpx cannot encode."""
-    _Counts.seen = []
-    with stand_in(_Counts) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    """Agent: a generation with a header value httpx cannot encode as text.
+
+    Fixed (round ten): was (low): a header value with a byte past ASCII (h11 allows
+    obs-text; ``x-stainless-lang: caf\\xe9``) passed the allowlist and made httpx's
+    ``build_request`` raise UnicodeEncodeError outside any handler: a bare 500, a
+    traceback in the host's log, no line. Header values now go on as the bytes sent
+    (what a client sent is the provider's to judge), and a request httpx cannot build is
+    a recorded 400 (``gateway.bad_request``).
+    """
+    _Headers.seen = []
+    with stand_in(_Headers) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         status = _send(gw.port, f"x-api-key: {gw.token}\r\n".encode()
                        + b"x-stainless-lang: caf\xe9\r\n", json.dumps(HI).encode())
-    assert not _Counts.seen  # never forwarded: nothing billed whatever the record says
-    assert len(read_requests(gw.requests_path)) == 1, status
+    assert status.startswith(b"HTTP/1.1 200"), status
+    assert _Headers.seen == ["caf\xe9"]  # the byte as sent (http.server reads latin-1)
+    (entry,) = read_requests(gw.requests_path)
+    assert entry.status == 200 and entry.error_type is None, entry
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low: nothing is forwarded): a body json.loads cannot read for a reason other "
-    "than a syntax error (an integer of 5000 digits: ValueError, the int limit; nesting "
-    "2000 deep: RecursionError) passes `except (JSONDecodeError, UnicodeDecodeError)` in "
-    "handle: a bare 500, no line. Fix: catch ValueError and RecursionError there (the body "
-    "then is no JSON object: forwarded as sent, or refused with a recorded 400)"))
 @pytest.mark.parametrize("body", [
     b'{"model": "m", "max_tokens": ' + b"1" * 5000 + b', "messages": []}',
     b'{"model": "m", "max_tokens": 16, "metadata": ' + b"[" * 2000 + b"]" * 2000 + b"}"],
     ids=["long_integer", "deep_nesting"])
 def test_a_body_json_cannot_read_still_leaves_its_line(tmp_path: Path, body: bytes) -> None:
-    """Agent: a body that is JSON, but not one Python's ``json`` reads."""
+    """Agent: a body that is JSON, but not one Python's ``json`` reads.
+
+    Fixed (round ten): was (low: nothing is forwarded): a body json.loads cannot read
+    for a reason other than a syntax error (an integer of 5000 digits: ValueError, the
+    int limit; nesting 2000 deep: RecursionError) passes `except (JSONDecodeError,
+    UnicodeDecodeError)` in handle: a bare 500, no line. Fix: catch ValueError and
+    RecursionError there (the body then is no JSON object: forwarded as sent, or refused
+    with a recorded 400)
+    """
     with stand_in(_Counts) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         status = _send(gw.port, f"x-api-key: {gw.token}\r\n".encode(), body)
     assert len(read_requests(gw.requests_path)) == 1, status
@@ -103,23 +117,25 @@ class _DeepToolInput(JsonProvider):
         self.wfile.write(data)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium: where the provider returns the nesting, or the integer, its model "
-    "wrote): an unstreamed answer whose tool_use input nests past Python's recursion limit "
-    "(~1000 levels, a few thousand output tokens the agent asks its model for with a tool "
-    "schema of its own, on a request of its own) or holds an integer past 4300 digits makes "
-    "_finish's json.loads raise RecursionError/ValueError (only JSONDecodeError and "
-    "UnicodeDecodeError are caught), in the pump's finally: the line is never written, its "
-    "usage never counted (the provider billed it; spent_usd stays 0, so the spend cap "
-    "does not see it), its bound on the cap is never given back, and the agent has the "
-    "whole answer (its stream never ends, but every byte arrived). Fix: catch ValueError "
-    "and RecursionError at every json.loads of a body or an event (_finish, "
-    "AnswerReader._event, handle), and write the line and release the bound in a finally "
-    "of their own, whatever the reading raised (a gateway.unreadable_answer at worst)"))
 @pytest.mark.parametrize("depth", [2000, 0], ids=["deep_nesting", "long_integer"])
 def test_an_answer_json_cannot_read_still_has_its_line_and_cost(
         tmp_path: Path, depth: int) -> None:
-    """Agent: an unstreamed request of its own whose answer's tool input it shaped."""
+    """Agent: an unstreamed request of its own whose answer's tool input it shaped.
+
+    Fixed (round ten): was (medium: where the provider returns the nesting, or the
+    integer, its model wrote): an unstreamed answer whose tool_use input nests past
+    Python's recursion limit (~1000 levels, a few thousand output tokens the agent asks
+    its model for with a tool schema of its own, on a request of its own) or holds an
+    integer past 4300 digits makes _finish's json.loads raise RecursionError/ValueError
+    (only JSONDecodeError and UnicodeDecodeError are caught), in the pump's finally: the
+    line is never written, its usage never counted (the provider billed it; spent_usd
+    stays 0, so the spend cap does not see it), its bound on the cap is never given
+    back, and the agent has the whole answer (its stream never ends, but every byte
+    arrived). Fix: catch ValueError and RecursionError at every json.loads of a body or
+    an event (_finish, AnswerReader._event, handle), and write the line and release the
+    bound in a finally of their own, whatever the reading raised (a
+    gateway.unreadable_answer at worst)
+    """
     provider = type("Deep", (_DeepToolInput,), {"depth": depth})
     got = b""
     with stand_in(provider) as upstream, gateway_before(
@@ -162,18 +178,19 @@ class _EchoesTools(JsonProvider):
             pass
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium: where the provider echoes the agent's nesting, as OpenAI's response "
-    "object echoes the request's tools): a response.completed event that Python's json "
-    "cannot read (a tool schema of the agent's, 2000 deep, echoed) makes the reader's "
-    "json.loads raise RecursionError in the pump (AnswerReader._event catches only "
-    "JSONDecodeError and UnicodeDecodeError): the line is written from what was read "
-    "before, usage 0 (the provider billed 30,000 in and 4,000 out), no error, so neither "
-    "an answer nor a failure, and the agent's stream never ends. Fix: catch ValueError and "
-    "RecursionError in _event (and wherever json.loads reads a body), and end the pump's "
-    "reading in a handler that records an unreadable answer"))
 def test_a_streamed_event_json_cannot_read_still_counts_its_usage(tmp_path: Path) -> None:
-    """Agent: a streamed Responses request of its own with a deeply nested tool schema."""
+    """Agent: a streamed Responses request of its own with a deeply nested tool schema.
+
+    Fixed (round ten): was (medium: where the provider echoes the agent's nesting, as
+    OpenAI's response object echoes the request's tools): a response.completed event
+    that Python's json cannot read (a tool schema of the agent's, 2000 deep, echoed)
+    makes the reader's json.loads raise RecursionError in the pump (AnswerReader._event
+    catches only JSONDecodeError and UnicodeDecodeError): the line is written from what
+    was read before, usage 0 (the provider billed 30,000 in and 4,000 out), no error, so
+    neither an answer nor a failure, and the agent's stream never ends. Fix: catch
+    ValueError and RecursionError in _event (and wherever json.loads reads a body), and
+    end the pump's reading in a handler that records an unreadable answer
+    """
     with stand_in(_EchoesTools) as upstream, gateway_before(
             tmp_path / "model", upstream) as gw:
         try:
@@ -199,17 +216,19 @@ class _EchoesTag(JsonProvider):
                        f"match any of the expected tags"}}, status=400)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low: a 400 bills nothing and is no failure): a provider's error message that "
-    "echoes a lone surrogate the agent sent (JSON allows \\ud800; Python's json writes it "
-    "escaped) lands in entry.error as is, and _write's model_dump_json raises "
-    "PydanticSerializationError (surrogates not allowed): the line is never written, the "
-    "pump dies before the cap's bound is given back, and the agent's answer never ends. "
-    "Fix: pass every string the provider sends through well_formed before it is recorded "
-    "(error, error_type, stop_reason, refusal_label, request_id), as the model name is"))
 def test_a_provider_message_echoing_a_lone_surrogate_still_leaves_its_line(
         tmp_path: Path) -> None:
-    """Agent: a content block whose type is a lone surrogate, echoed in the 400."""
+    """Agent: a content block whose type is a lone surrogate, echoed in the 400.
+
+    Fixed (round ten): was (low: a 400 bills nothing and is no failure): a provider's
+    error message that echoes a lone surrogate the agent sent (JSON allows \ud800;
+    Python's json writes it escaped) lands in entry.error as is, and _write's
+    model_dump_json raises PydanticSerializationError (surrogates not allowed): the line
+    is never written, the pump dies before the cap's bound is given back, and the
+    agent's answer never ends. Fix: pass every string the provider sends through
+    well_formed before it is recorded (error, error_type, stop_reason, refusal_label,
+    request_id), as the model name is
+    """
     body = {**HI, "messages": [{"role": "user", "content": [{"type": "\ud800",
                                                               "text": "Hi."}]}]}
     with stand_in(_EchoesTag) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
