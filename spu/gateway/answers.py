@@ -293,11 +293,22 @@ class AnswerReader:
     #: ``event:`` line prefixes that find every wanted event and few others (the
     #: frequent delta events never match one).
     markers: tuple[bytes, ...] = ()
+    #: What each output delta event holds once (at least a token each): counted while an
+    #: answer streams, so that one cut before its final usage still counts what was
+    #: generated (None: no count, as for Chat Completions, whose chunks are not all output).
+    delta_markers: tuple[bytes, ...] = ()
 
     def __init__(self) -> None:
         self.reading = AnswerReading()
         self._buffer = bytearray()
         self._scan = 0
+
+    def deltas_in(self, chunk: bytes) -> int:
+        """The output delta events ``chunk`` holds whole.
+
+        One split between two chunks is not counted: the count is a lower bound.
+        """
+        return sum(chunk.count(marker) for marker in self.delta_markers)
 
     def feed(self, chunk: bytes) -> None:
         """Read the complete events of ``chunk`` (the rest waits for the next chunk)."""
@@ -374,6 +385,7 @@ class AnthropicReader(AnswerReader):
     wanted = frozenset({"message_start", "message_delta", "message_stop", "error",
                         "content_block_start"})
     markers = (b"event: message_", b"event: error", b"event: content_block_start")
+    delta_markers = (b"event: content_block_delta",)
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
@@ -431,6 +443,7 @@ class ResponsesReader(AnswerReader):
                         "response.failed", "error", "response.refusal.done"})
     markers = (b"event: response.c", b"event: response.in", b"event: response.fa",
                b"event: error", b"event: response.refusal.do")
+    delta_markers = (b".delta\n", b".delta\r\n")  # response.output_text.delta and the like
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading

@@ -316,6 +316,8 @@ class _Exchange:
     reserved_usd: float = 0.0
     """The bound on this generation's cost held against the spend cap while it runs."""
     client_gone: bool = False
+    deltas: int = 0
+    """Output delta events read (streamed answers): the output's lower bound."""
     stopped: bool = False
     """The relay ended because the run did (the gateway stopping), not the agent."""
     last_stall_s: float = 0.0
@@ -552,9 +554,10 @@ class ModelGateway:
         if refusal is not None:
             return refusal
         # A forwarded request's time is when it goes on, its body whole and past any wait
-        # at the spend cap: what the provider's limits see (verdict.request_burst; headers
-        # sent early and bodies ended together are one burst), and the latency is the
-        # provider's alone (no slow upload, no wait at the cap).
+        # at the spend cap (and, in _forward, for a connection of the pool): what the
+        # provider's limits see (verdict.request_burst; headers sent early and bodies ended
+        # together are one burst), and the latency is the provider's alone (no slow upload,
+        # no wait at the cap or the pool).
         x.entry.time, x.started = now_iso(), time.monotonic()
         try:  # the bound held on the spend cap is given back whatever fails
             self._keep_tool_results(endpoint, x.body)
@@ -684,9 +687,17 @@ class ModelGateway:
         # send; httpx would not encode it as text).
         sent = [(k.encode("latin-1"), v.encode("latin-1"))
                 for k, v in self._upstream_headers(request.headers, api).items()]
+        async def went_on(event: str, info: Any) -> None:
+            # When its headers go out: a request that waited for a connection of the pool
+            # (held by answers the agent leaves unread) went on then, with those sent
+            # meanwhile, and the provider's latency starts then.
+            if event == "http11.send_request_headers.started":
+                x.entry.time, x.started = now_iso(), time.monotonic()
+
         try:
             upstream = self._client.build_request(request.method, url, headers=sent,
-                                                  content=x.raw_request)
+                                                  content=x.raw_request,
+                                                  extensions={"trace": went_on})
         except (httpx.InvalidURL, ValueError) as exc:
             self._release(x)
             return self._refuse(x, api, 400, "invalid_request_error", "gateway.bad_request",
@@ -871,6 +882,7 @@ class ModelGateway:
                 x.entry.bytes_out += len(chunk)
                 if x.entry.stream:
                     x.reader.feed(chunk)
+                    x.deltas += x.reader.deltas_in(chunk)
                 if keep or (not x.entry.stream and len(x.answer) < MAX_JSON_BYTES):
                     x.answer += chunk
                 if not x.client_gone:
@@ -976,6 +988,13 @@ class ModelGateway:
                 and e.status < 400 and e.endpoint != "models":
             e.error_type = "gateway.stream_dropped"
             e.error = "the answer's stream ended before its final event"
+        if e.stream and not reading.complete and x.deltas > e.usage.output:
+            # Cut before its final usage (hung up on and drained to the bound, dropped, cut
+            # by the run's end): the provider bills what it generated, at least a token a
+            # delta read; the record, the run's cost and the spend cap count that.
+            e.usage = e.usage.model_copy(update={"output": x.deltas})
+            counted = f"output counted from the {x.deltas} deltas read (no final usage came)"
+            e.error = f"{e.error}; {counted}" if e.error else counted
         e.request_id = e.request_id or reading.response_id
         if e.refusal and x.submission:
             self._keep_at_refusal(x.submission)

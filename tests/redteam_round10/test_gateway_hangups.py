@@ -41,20 +41,22 @@ class _Generates(JsonProvider):
             pass
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium: cost recorded lower than billed, past the spend cap): an agent that "
-    "asks for a streamed answer longer than DRAIN_AFTER_HANGUP_S (300 s: 128k tokens take "
-    "half an hour) and hangs up at once leaves the gateway to read it for 300 s and then "
-    "close it (outcome 'client'): the provider bills the tokens it generated meanwhile "
-    "(about 18k at 60 tokens/s), the record counts the message_start's usage only (output "
-    "1), so spent_usd, the spend cap and the run's cost miss them. 64 at a time, again "
-    "every 300 s. Fix: where an answer ends without its final usage (drained to the "
-    "bound, cut, run_ended), count its output as read (the output deltas, at least a "
-    "token each) or, for the cap, at its max_tokens; or keep reading past the drain's "
-    "bounds for a generation the agent hung up on (up to its max_tokens)"))
 def test_an_answer_hung_up_on_past_the_drain_still_counts_what_was_generated(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Agent: a long streamed generation, hung up on at once."""
+    """Agent: a long streamed generation, hung up on at once.
+
+    Fixed (round ten): was (medium: cost recorded lower than billed, past the spend
+    cap): an agent that asks for a streamed answer longer than DRAIN_AFTER_HANGUP_S (300
+    s: 128k tokens take half an hour) and hangs up at once leaves the gateway to read it
+    for 300 s and then close it (outcome 'client'): the provider bills the tokens it
+    generated meanwhile (about 18k at 60 tokens/s), the record counts the
+    message_start's usage only (output 1), so spent_usd, the spend cap and the run's
+    cost miss them. 64 at a time, again every 300 s. Fix: where an answer ends without
+    its final usage (drained to the bound, cut, run_ended), count its output as read
+    (the output deltas, at least a token each) or, for the cap, at its max_tokens; or
+    keep reading past the drain's bounds for a generation the agent hung up on (up to
+    its max_tokens)
+    """
     from spu.gateway import server
 
     monkeypatch.setattr(server, "DRAIN_AFTER_HANGUP_S", 1.0)

@@ -114,28 +114,21 @@ def _refusals(path: Path, n: int, timeout_s: float = 30) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("pooled", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-        "BROKEN (low: it takes every upstream connection held by answers the agent leaves "
-        "unread, 64 of them at once in a run, under a stated limit of 80 a minute or more "
-        "that the provider enforces over a shorter bucket): a request's time is set before "
-        "httpx's pool gives it a connection, so requests that wait there (up to "
-        "connect_timeout_s, 30 s) are recorded as they came, not as they went on. The agent "
-        "holds the pool, sends its burst 0.5 s apart into the wait, then hangs the holders "
-        "up: the pool sends the whole burst at once, the provider's bucket answers 429, and "
-        "the record shows 8 requests over 3.5 s (within 5 + 60 x 3.5 / 60): no burst, the "
-        "429s the provider's, and the run retried where a 429 is its last line (most tries "
-        "here). The same burst sent at once is the agent's. Fix: set the time and the "
-        "latency's start when the request's headers go out (httpcore's trace extension, "
-        "'http11.send_request_headers.started'), or hold a semaphore of "
-        "UPSTREAM_CONNECTIONS slots of the gateway's own and set them once a slot is had")))],
-    ids=["at_once", "through_the_pool"])
+@pytest.mark.parametrize("pooled", [False, True], ids=["at_once", "through_the_pool"])
 def test_a_burst_released_at_once_by_the_upstream_pool_is_the_agents(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool) -> None:
     """Agent: a burst the provider sees at once, sent at once, or sent 0.5 s apart into
     a pool the agent holds and then releases (eight connections here, 64 in a run),
-    then exit on the 429s."""
+    then exit on the 429s.
+
+    Fixed (round ten, ``through_the_pool`` a strict xfail before): a request's time was
+    set before httpx's pool gave it a connection, so requests that waited there (up to
+    ``connect_timeout_s``) were recorded as they came: the agent held the pool with
+    answers it left unread, sent its burst 0.5 s apart into the wait and hung the holders
+    up; the pool sent the burst at once and the record showed 8 requests over 3.5 s, no
+    burst. The time (and the latency's start) is now when the request's headers go out
+    (httpcore's trace extension).
+    """
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
