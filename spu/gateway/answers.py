@@ -47,8 +47,13 @@ NOT_FINAL_STOPS = frozenset({"tool_use", "pause_turn", "tool_calls", "function_c
 MAX_DEPTH = 64
 """Nesting kept by :func:`loads` when Python's parser cannot read a document whole."""
 
-_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-"""A JSON string (skipped whole, escapes and all) or a bracket."""
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[\[\]{}]')
+"""A JSON string (skipped whole, escapes and all; one never closed runs to the end, so that
+no quote inside it starts a scan of its own: linear time) or a bracket."""
+
+MAX_PRUNED_BYTES = 2 * 1024 * 1024
+"""The largest document :func:`loads` reads again with its deep parts cut (about 0.3 s a
+MiB, on the gateway's event loop): a larger one Python's parser gives up on is none."""
 
 
 def _safe_int(digits: str) -> int | float:
@@ -84,8 +89,9 @@ def loads(data: bytes) -> Any:
     """``data`` decoded as JSON, or None where it is none.
 
     Where Python's parser gives up on a document that is JSON (nesting past its recursion
-    limit, an integer past its 4,300 digits), the document is read with its parts nested
-    past :data:`MAX_DEPTH` as null and such integers as infinite: what a record line needs
+    limit, an integer past its 4,300 digits), the document (up to :data:`MAX_PRUNED_BYTES`)
+    is read with its parts nested past :data:`MAX_DEPTH` as null and such integers as
+    infinite: what a record line needs
     (model, stream, usage, stop reason) lies near the top. Neither may cost a request its
     record line: an agent chooses its tool schemas, and its model what it writes.
 
@@ -102,6 +108,8 @@ def loads(data: bytes) -> Any:
     except (RecursionError, ValueError) as exc:  # a syntax error is a ValueError too
         if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
             return None
+    if len(data) > MAX_PRUNED_BYTES:
+        return None
     try:
         return json.loads(_pruned(data), parse_int=_safe_int)
     except (RecursionError, ValueError):
@@ -293,22 +301,52 @@ class AnswerReader:
     #: ``event:`` line prefixes that find every wanted event and few others (the
     #: frequent delta events never match one).
     markers: tuple[bytes, ...] = ()
-    #: What each output delta event holds once (at least a token each): counted while an
-    #: answer streams, so that one cut before its final usage still counts what was
-    #: generated (None: no count, as for Chat Completions, whose chunks are not all output).
-    delta_markers: tuple[bytes, ...] = ()
+    #: The line an output delta event starts with: counted while an answer streams, so that
+    #: one cut before its final usage still counts what was generated.
+    delta_marker: bytes = b""
+    #: The bytes of such an event that are not its output (names, type, index, ids).
+    delta_envelope: int = 100
+
+    def is_delta(self, event: bytes) -> bool:
+        """Whether ``event`` (from its marker on) is an output delta event."""
+        return True
 
     def __init__(self) -> None:
         self.reading = AnswerReading()
         self._buffer = bytearray()
         self._scan = 0
 
-    def deltas_in(self, chunk: bytes) -> int:
-        """The output delta events ``chunk`` holds whole.
+    def deltas_in(self, chunk: bytes) -> tuple[int, int]:
+        r"""The output delta events that start in ``chunk``, and the tokens they hold.
 
-        One split between two chunks is not counted: the count is a lower bound.
+        An event counts where its marker starts a line. Its tokens: one for each 4 bytes
+        past the event's envelope, at least one a delta (an estimate; the provider's final
+        usage, when it comes, wins).
+
+        Examples
+        --------
+        >>> event = (b'event: content_block_delta\ndata: {"type": "content_block_delta", '
+        ...          b'"index": 0, "delta": {"type": "text_delta", "text": "' + b"x" * 400
+        ...          + b'"}}\n\n')
+        >>> AnthropicReader().deltas_in(event * 3)
+        (3, 300)
+        >>> AnthropicReader().deltas_in(b'data: {"text": "event: content_block_delta"}\n\n')
+        (0, 0)
         """
-        return sum(chunk.count(marker) for marker in self.delta_markers)
+        marker = self.delta_marker
+        if not marker:
+            return 0, 0
+        count = tokens = 0
+        at = chunk.find(marker)
+        while at >= 0:
+            if at == 0 or chunk[at - 1] == 10:  # at a line's start
+                end = chunk.find(b"\n\n", at)
+                event = chunk[at:end if end >= 0 else len(chunk)]
+                if self.is_delta(event):
+                    count += 1
+                    tokens += max(1, (len(event) - self.delta_envelope) // 4)
+            at = chunk.find(marker, at + len(marker))
+        return count, tokens
 
     def feed(self, chunk: bytes) -> None:
         """Read the complete events of ``chunk`` (the rest waits for the next chunk)."""
@@ -385,7 +423,8 @@ class AnthropicReader(AnswerReader):
     wanted = frozenset({"message_start", "message_delta", "message_stop", "error",
                         "content_block_start"})
     markers = (b"event: message_", b"event: error", b"event: content_block_start")
-    delta_markers = (b"event: content_block_delta",)
+    delta_marker = b"event: content_block_delta"
+    delta_envelope = 120
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
@@ -443,7 +482,12 @@ class ResponsesReader(AnswerReader):
                         "response.failed", "error", "response.refusal.done"})
     markers = (b"event: response.c", b"event: response.in", b"event: response.fa",
                b"event: error", b"event: response.refusal.do")
-    delta_markers = (b".delta\n", b".delta\r\n")  # response.output_text.delta and the like
+    delta_marker = b"event: response."
+    delta_envelope = 160
+
+    def is_delta(self, event: bytes) -> bool:  # noqa: D102
+        line = event.split(b"\n", 1)[0].rstrip(b"\r")
+        return line.endswith(b".delta")
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
@@ -494,6 +538,12 @@ class ResponsesReader(AnswerReader):
 
 class ChatReader(AnswerReader):
     """OpenAI Chat Completions answers (and the compatible APIs of other providers)."""
+
+    delta_marker = b"data: {"
+    delta_envelope = 150
+
+    def is_delta(self, event: bytes) -> bool:  # noqa: D102
+        return b'"delta":' in event and b'"content":' in event
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading

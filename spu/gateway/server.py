@@ -135,6 +135,8 @@ def asked_output_tokens(body: dict[str, Any]) -> int | None:
     (32000, 64)
     >>> asked_output_tokens({"max_tokens": 1.5}), asked_output_tokens({"max_tokens": True})
     (None, None)
+    >>> asked_output_tokens({"max_tokens": 10**400}) is None
+    True
     """
     for name in OUTPUT_BOUNDS:
         value = body.get(name)
@@ -145,7 +147,8 @@ def asked_output_tokens(body: dict[str, Any]) -> int | None:
         if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
             return int(value.strip())
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            # Past 2**63 no provider reads a bound (and the arithmetic on it would overflow).
+            return value if abs(value) < 2**63 else None
     return None
 
 
@@ -317,7 +320,9 @@ class _Exchange:
     """The bound on this generation's cost held against the spend cap while it runs."""
     client_gone: bool = False
     deltas: int = 0
-    """Output delta events read (streamed answers): the output's lower bound."""
+    """Output delta events read (streamed answers)."""
+    delta_tokens: int = 0
+    """The output tokens those deltas hold, estimated from their bytes."""
     stopped: bool = False
     """The relay ended because the run did (the gateway stopping), not the agent."""
     last_stall_s: float = 0.0
@@ -543,7 +548,7 @@ class ModelGateway:
             # not make an unstreamed wait the provider's (verdict.unstreamed_timeout).
             x.entry.stream = x.body.get("stream") is True
             x.entry.max_tokens = asked_output_tokens(x.body)
-        refusal = self._policy(endpoint, x)
+        refusal = self._policy(endpoint, x) or self._usage_asked(endpoint, api, x)
         if refusal is None:
             try:
                 refusal = await self._reserve(endpoint, x)
@@ -600,6 +605,34 @@ class ModelGateway:
                                 f"({', '.join(offered)}); use the run's own tools")
         return None
 
+    def _usage_asked(self, endpoint: str, api: str, x: _Exchange) -> Any:
+        """A streamed Chat Completions request made to report its usage, or refused.
+
+        Chat Completions streams carry no usage unless ``stream_options.include_usage`` is
+        true: without it the record would count nothing the provider bills. The body is
+        forwarded with it set (the same JSON otherwise); one that cannot be read whole is
+        refused (a recorded 400, the agent's).
+        """
+        chat_stream = endpoint == "chat_completions" and x.entry.stream
+        if not chat_stream or not isinstance(x.body, dict):
+            return None
+        options = x.body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            return None
+        try:
+            whole = json.loads(x.raw_request)
+        except (RecursionError, ValueError):
+            whole = None
+        if not isinstance(whole, dict):
+            return self._refuse(x, api, 400, "invalid_request_error", "gateway.bad_request",
+                                "a streamed chat request must be plain JSON for the gateway "
+                                "to ask its usage (stream_options.include_usage)")
+        kept = whole.get("stream_options")
+        whole["stream_options"] = {**(kept if isinstance(kept, dict) else {}),
+                                   "include_usage": True}
+        x.raw_request = json.dumps(whole).encode()
+        return None
+
     async def _reserve(self, endpoint: str, x: _Exchange) -> Any:
         """Hold a bound on a generation's cost under the spend cap, or refuse it.
 
@@ -640,12 +673,15 @@ class ModelGateway:
         limit = next((body[k] for k in ("max_tokens", "max_output_tokens",
                                         "max_completion_tokens") if body.get(k) is not None),
                      None)
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit < 2**63:
             return self.max_cost_usd
         from spu.cost.prices import request_cost
 
         usage = Usage(cache_write=len(x.raw_request), output=limit)
-        return request_cost(self.prices, usage, cache_write_rate="five_minute").total
+        try:
+            return request_cost(self.prices, usage, cache_write_rate="five_minute").total
+        except OverflowError:
+            return self.max_cost_usd
 
     def _release(self, x: _Exchange) -> None:
         """Give back a generation's bound on the spend cap (once its cost is counted)."""
@@ -882,7 +918,9 @@ class ModelGateway:
                 x.entry.bytes_out += len(chunk)
                 if x.entry.stream:
                     x.reader.feed(chunk)
-                    x.deltas += x.reader.deltas_in(chunk)
+                    deltas, tokens = x.reader.deltas_in(chunk)
+                    x.deltas += deltas
+                    x.delta_tokens += tokens
                 if keep or (not x.entry.stream and len(x.answer) < MAX_JSON_BYTES):
                     x.answer += chunk
                 if not x.client_gone:
@@ -988,12 +1026,14 @@ class ModelGateway:
                 and e.status < 400 and e.endpoint != "models":
             e.error_type = "gateway.stream_dropped"
             e.error = "the answer's stream ended before its final event"
-        if e.stream and not reading.complete and x.deltas > e.usage.output:
+        if e.stream and not reading.complete and x.delta_tokens > e.usage.output:
             # Cut before its final usage (hung up on and drained to the bound, dropped, cut
-            # by the run's end): the provider bills what it generated, at least a token a
-            # delta read; the record, the run's cost and the spend cap count that.
-            e.usage = e.usage.model_copy(update={"output": x.deltas})
-            counted = f"output counted from the {x.deltas} deltas read (no final usage came)"
+            # by the run's end): the provider bills what it generated; the record, the run's
+            # cost and the spend cap count it as estimated from the deltas read.
+            e.usage = e.usage.model_copy(update={"output": x.delta_tokens})
+            counted = (f"output estimated from the {x.deltas} deltas read, {x.delta_tokens} "
+                       f"tokens (about 4 bytes a token past each event's envelope; no final "
+                       f"usage came)")
             e.error = f"{e.error}; {counted}" if e.error else counted
         e.request_id = e.request_id or reading.response_id
         if e.refusal and x.submission:

@@ -16,7 +16,6 @@ import textwrap
 from pathlib import Path
 
 import httpx
-import pytest
 
 from spu.gateway.answers import loads
 from spu.gateway.verdict import read_requests
@@ -79,18 +78,19 @@ def _plain_request_beside_an_unclosed_string(tmp_path: Path) -> None:
     assert "STATUS 200" in out, out[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (high): _pruned's string regex is quadratic on a string never closed (each "
-    "escaped quote restarts a scan to the end); loads runs it on the event loop for any "
-    "body json stops on with a RecursionError or the int-digit ValueError, so a 512 KiB "
-    "body (cap 32 MiB) holds the whole gateway for hours, in C with the GIL held: the "
-    "run's other requests and every thread of the host process (its clocks, its stop) "
-    "wait, one CPU burns. Fix: only re-read a body that is JSON "
-    "(tokenize linearly: one pass with a state machine, or match strings only from a "
-    "position the previous token ended at, failing the whole read on an unclosed string), "
-    "and run the parse off the loop (asyncio.to_thread) with a size bound."))
 def test_the_gateway_answers_while_it_reads_an_unclosed_string(tmp_path: Path) -> None:
-    """The finding above, through the real gateway: a plain request beside it stalls."""
+    """The finding above, through the real gateway: a plain request beside it stalls.
+
+    Fixed (round ten): was (high): _pruned's string regex is quadratic on a string never
+    closed (each escaped quote restarts a scan to the end); loads runs it on the event
+    loop for any body json stops on with a RecursionError or the int-digit ValueError,
+    so a 512 KiB body (cap 32 MiB) holds the whole gateway for hours, in C with the GIL
+    held: the run's other requests and every thread of the host process (its clocks, its
+    stop) wait, one CPU burns. Fix: only re-read a body that is JSON (tokenize linearly:
+    one pass with a state machine, or match strings only from a position the previous
+    token ended at, failing the whole read on an unclosed string), and run the parse off
+    the loop (asyncio.to_thread) with a size bound.
+    """
     _plain_request_beside_an_unclosed_string(tmp_path)
 
 
@@ -147,15 +147,17 @@ def _send(port: int, token: str, body: bytes) -> bytes:
         agent.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (medium): a max_tokens of 400 digits (JSON Python reads whole, under the "
-    "4,300-digit limit) is an int, so _cost_bound prices it: request_cost multiplies it "
-    "into a float and raises OverflowError in _reserve, outside any handler: a bare 500, "
-    "no record line for a request the agent sent (and its spend-cap wait skipped). Fix: "
-    "in _cost_bound (and asked_output_tokens) treat an int past 2**63 as no bound (the "
-    "whole cap), as asked_output_tokens does for floats; catch OverflowError there."))
 def test_a_huge_max_tokens_under_a_spend_cap_leaves_its_line(tmp_path: Path) -> None:
-    """Agent: ``max_tokens`` of 10**400 in a run with a spend cap."""
+    """Agent: ``max_tokens`` of 10**400 in a run with a spend cap.
+
+    Fixed (round ten): was (medium): a max_tokens of 400 digits (JSON Python reads
+    whole, under the 4,300-digit limit) is an int, so _cost_bound prices it:
+    request_cost multiplies it into a float and raises OverflowError in _reserve,
+    outside any handler: a bare 500, no record line for a request the agent sent (and
+    its spend-cap wait skipped). Fix: in _cost_bound (and asked_output_tokens) treat an
+    int past 2**63 as no bound (the whole cap), as asked_output_tokens does for floats;
+    catch OverflowError there.
+    """
     body = json.dumps({**HI, "max_tokens": 10**400}).encode()
     with stand_in(JsonProvider) as upstream, \
             gateway_before(tmp_path / "model", upstream, prices=SCRIPTED_PRICES,
