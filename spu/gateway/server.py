@@ -957,7 +957,7 @@ class ModelGateway:
                 # Read to its end: the provider's answer is whole, whenever the agent
                 # hung up (after its last byte, or mid-answer and drained: said below).
                 outcome = "ended"
-                if hung_up_at is not None and not x.stopped:
+                if hung_up_at is not None:
                     x.entry.error_type = x.entry.error_type or "gateway.client_disconnected"
                     x.entry.error = x.entry.error or (
                         "the agent closed the connection before the answer ended")
