@@ -144,6 +144,89 @@ def opening_calls(recorded: Trajectory | None) -> int:
     return (sum(len(s.tool_calls) for s in recorded.steps[:2]) if recorded else 0) + 4
 
 
+def _draft_and_final(task: TaskPackage, rng: np.random.Generator,
+                     submitted: dict[str, list[str]] | None
+                     ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """A run's first draft and its submitted orders.
+
+    Drawn from the presented order; or, given ``submitted``, the draft one to three swaps
+    from it (or it), half the time each.
+    """
+    if submitted is None:
+        presented = {g.group_id: list(g.items) for g in task.contract.groups}
+        draft = _shuffle(rng, presented, 3 + int(rng.integers(6)))
+        final = _shuffle(rng, draft, int(rng.integers(0, 4))) if rng.random() < 0.5 else draft
+    else:
+        final = {g: list(o) for g, o in submitted.items()}
+        draft = _shuffle(rng, final, 1 + int(rng.integers(3))) if rng.random() < 0.5 else final
+    return draft, final
+
+
+def _write_draft(b: _Builder, where: str, text: str) -> None:
+    """The first complete ranking, in the model's text, a file it writes, or a tool's output."""
+    if where == "model_text":
+        b.step(f"My first complete ranking:\n{text}")
+    elif where == "tool_call":
+        b.step(None, [b.write("/workspace/draft.json", text)])
+    else:
+        b.step(None, [b.shell("python3 rank.py", text)])
+
+
+def _work_step(b: _Builder, rng: np.random.Generator, r: float, room: int,
+               families: list[str], use_gpu: bool, notes: str, blob: str) -> None:
+    """One working step, chosen by the draw ``r``.
+
+    A search, a fetch, a method script, GPU work, an install, notes, a look at data, a
+    wait, or a thought; ``room`` is the calls left, so that a two-call step fits.
+    """
+    if r < 0.15:
+        q = QUERIES[int(rng.integers(len(QUERIES)))]
+        b.step(None, [b.mcp("search", {"query": q}, "[{\"url\": \"...\"}]")])
+    elif r < 0.27:
+        url = URLS[int(rng.integers(len(URLS)))]
+        b.step(None, [b.mcp("fetch", {"url": url}, "page text " + blob)])
+    elif r < 0.47 and families and room >= 2:
+        family = families[int(rng.integers(len(families)))]
+        name = f"/workspace/{family}.py"
+        b.step(None, [b.write(name, SCRIPTS[family])])
+        b.step(None, [b.shell(f"cd /workspace && python3 {name}", "done " + blob)])
+    elif r < 0.52 and use_gpu and room >= 2:
+        b.step(None, [b.write("/workspace/gpu.py", GPU_SCRIPT)])
+        failed = rng.random() < 0.3
+        b.step(None, [b.shell("python3 /workspace/gpu.py",
+                              "OSError: libcudart.so.12: cannot open shared object file"
+                              if failed else "cuda:0")])
+    elif r < 0.57:
+        b.step(None, [b.shell("pip install rdkit", "Successfully installed rdkit")])
+    elif r < 0.67:
+        b.step(None, [b.write("/workspace/notes.md", notes)])
+    elif r < 0.77:
+        b.step(None, [b.shell("python3 -c 'import pandas as pd; "
+                              "print(pd.read_csv(\"/workspace/x.csv\").describe())'",
+                              "count 12 " + blob)])
+    elif r < 0.85:
+        b.step(None, [b.shell("ls -la /workspace && head -5 /workspace/x.csv", "a b c")])
+    elif r < 0.9:
+        b.step(None, [b.shell("sleep 30; tail -5 /workspace/job.log", "step 400")])
+    else:
+        b.step("Thinking about the proxy.", reasoning="The endpoint is governed by ...")
+
+
+def _submit(b: _Builder, rng: np.random.Generator, rankings: str, recalls: bool) -> str:
+    """The closing steps (the submission, the report, the last word); the report's text.
+
+    The report's stated expectation is drawn; ``recalls`` adds a recollection.
+    """
+    b.step(None, [b.shell(f"cat > /output/rankings.json <<'EOF'\n{rankings}\nEOF", "")])
+    stated = round(float(rng.uniform(0.2, 0.8)), 2) if rng.random() < 0.3 else None
+    report = "# Report\n\nRanked by a proxy.\n" + (
+        f"Expected Spearman correlation: {stated}\n" if stated is not None else "") + (
+        RECOLLECTION if recalls else "")
+    b.step(None, [b.write("/output/report.md", report)])
+    b.step("Submitted.")
+    return report
+
+
 def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str, str],
               calls: int, rng: np.random.Generator, start: datetime,
               recorded: Trajectory | None = None, output_blob: int = 0,
@@ -179,13 +262,7 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
     families = [f for f in SCRIPTS if rng.random() < 0.35]
     drawn_gpu = rng.random() < 0.25
     use_gpu = drawn_gpu if use_gpu is None else use_gpu
-    if submitted is None:
-        presented = {g.group_id: list(g.items) for g in task.contract.groups}
-        draft = _shuffle(rng, presented, 3 + int(rng.integers(6)))
-        final = _shuffle(rng, draft, int(rng.integers(0, 4))) if rng.random() < 0.5 else draft
-    else:
-        final = {g: list(o) for g, o in submitted.items()}
-        draft = _shuffle(rng, final, 1 + int(rng.integers(3))) if rng.random() < 0.5 else final
+    draft, final = _draft_and_final(task, rng, submitted)
     draft_at = int(rng.integers(calls // 4, max(calls // 4 + 1, calls - 3)))
     where = rng.choice(["model_text", "tool_call", "tool_output"])
     blob = "x" * output_blob
@@ -198,54 +275,12 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
         due = k == draft_at if budget is None else not drafted and (k >= draft_at or room <= 1)
         if due:
             drafted = True
-            text = _ranking_json(task.id, draft)
-            if where == "model_text":
-                b.step(f"My first complete ranking:\n{text}")
-            elif where == "tool_call":
-                b.step(None, [b.write("/workspace/draft.json", text)])
-            else:
-                b.step(None, [b.shell("python3 rank.py", text)])
-        elif r < 0.15:
-            q = QUERIES[int(rng.integers(len(QUERIES)))]
-            b.step(None, [b.mcp("search", {"query": q}, "[{\"url\": \"...\"}]")])
-        elif r < 0.27:
-            url = URLS[int(rng.integers(len(URLS)))]
-            b.step(None, [b.mcp("fetch", {"url": url}, "page text " + blob)])
-        elif r < 0.47 and families and room >= 2:
-            family = families[int(rng.integers(len(families)))]
-            name = f"/workspace/{family}.py"
-            b.step(None, [b.write(name, SCRIPTS[family])])
-            b.step(None, [b.shell(f"cd /workspace && python3 {name}", "done " + blob)])
-        elif r < 0.52 and use_gpu and room >= 2:
-            b.step(None, [b.write("/workspace/gpu.py", GPU_SCRIPT)])
-            failed = rng.random() < 0.3
-            b.step(None, [b.shell("python3 /workspace/gpu.py",
-                                  "OSError: libcudart.so.12: cannot open shared object file"
-                                  if failed else "cuda:0")])
-        elif r < 0.57:
-            b.step(None, [b.shell("pip install rdkit", "Successfully installed rdkit")])
-        elif r < 0.67:
-            b.step(None, [b.write("/workspace/notes.md", TYPED_TABLE if typed else
-                                  "notes on the mechanism")])
-        elif r < 0.77:
-            b.step(None, [b.shell("python3 -c 'import pandas as pd; "
-                                  "print(pd.read_csv(\"/workspace/x.csv\").describe())'",
-                                  "count 12 " + blob)])
-        elif r < 0.85:
-            b.step(None, [b.shell("ls -la /workspace && head -5 /workspace/x.csv", "a b c")])
-        elif r < 0.9:
-            b.step(None, [b.shell("sleep 30; tail -5 /workspace/job.log", "step 400")])
+            _write_draft(b, where, _ranking_json(task.id, draft))
         else:
-            b.step("Thinking about the proxy.", reasoning="The endpoint is governed by ...")
+            _work_step(b, rng, r, room, families, use_gpu, TYPED_TABLE if typed else
+                       "notes on the mechanism", blob)
         k += 1
-    b.step(None, [b.shell(f"cat > /output/rankings.json <<'EOF'\n"
-                          f"{_ranking_json(task.id, final)}\nEOF", "")])
-    stated = round(float(rng.uniform(0.2, 0.8)), 2) if rng.random() < 0.3 else None
-    report = "# Report\n\nRanked by a proxy.\n" + (
-        f"Expected Spearman correlation: {stated}\n" if stated is not None else "") + (
-        RECOLLECTION if recalls else "")
-    b.step(None, [b.write("/output/report.md", report)])
-    b.step("Submitted.")
+    report = _submit(b, rng, _ranking_json(task.id, final), recalls)
     trajectory = Trajectory(harness=harness, cli_version="corpus", steps=b.steps)
     return trajectory, final, b.audit, report
 
