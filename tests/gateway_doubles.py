@@ -69,6 +69,47 @@ class JsonProvider(BaseHTTPRequestHandler):
         return
 
 
+MESSAGE_START = (b'event: message_start\ndata: {"type": "message_start", "message": {"id": '
+                 b'"m1", "usage": {"input_tokens": 3, "output_tokens": 1}}}\n\n')
+"""An Anthropic stream's first event: input 3, output 1 (all the usage it states)."""
+TOKEN_DELTA = (b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+               b'"delta": {"type": "text_delta", "text": " word"}}\n\n')
+"""One output token of an Anthropic stream (the provider bills each it generated)."""
+
+
+class Generates(JsonProvider):
+    """A long streamed generation, billed as it goes: :attr:`start`, then :attr:`delta`
+    every 20 ms for up to 30 s (a 128k-token answer takes half an hour)."""
+
+    start: ClassVar[bytes] = MESSAGE_START
+    delta: ClassVar[bytes] = TOKEN_DELTA
+
+    def reply(self, body: bytes) -> None:  # noqa: D102
+        try:
+            self.start_stream(self.start)
+            for _ in range(1500):
+                self.wfile.write(self.delta)
+                self.wfile.flush()
+                time.sleep(0.02)
+        except OSError:
+            pass
+
+
+def send_raw(port: int, head: bytes, body: bytes, target: bytes = b"/v1/messages") -> bytes:
+    """POST ``body`` to ``target`` on the gateway as raw bytes, ``head`` holding header
+    lines of the caller's; the status line of the answer (empty if none)."""
+    agent = socket.create_connection(("127.0.0.1", port), timeout=10)
+    agent.sendall(b"POST " + target + b" HTTP/1.1\r\nhost: x\r\n"
+                  b"content-type: application/json\r\n" + head
+                  + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    try:
+        return agent.recv(4096).split(b"\r\n", 1)[0]
+    except OSError:
+        return b""
+    finally:
+        agent.close()
+
+
 @contextlib.contextmanager
 def stand_in(handler: type[BaseHTTPRequestHandler], backlog: int = 5) -> Iterator[str]:
     """A provider served by ``handler`` on loopback, for the ``with`` block; its URL.

@@ -17,28 +17,16 @@ import pytest
 
 from spu.gateway.verdict import RUN_ENDED, gateway_verdict, read_requests
 from spu.schema import GatewayRequest
-from tests.gateway_doubles import JsonProvider, gateway_before, post_stream, stand_in
+from tests.gateway_doubles import (
+    MESSAGE_START,
+    TOKEN_DELTA,
+    Generates,
+    gateway_before,
+    post_stream,
+    stand_in,
+)
 
-START = (b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1", '
-         b'"usage": {"input_tokens": 3, "output_tokens": 1}}}\n\n')
-DELTA = (b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
-         b'"delta": {"type": "text_delta", "text": " word"}}\n\n')
-"""One output token of the answer (the provider bills each it generated)."""
-
-
-class _Generates(JsonProvider):
-    """A long streamed generation: one token every 20 ms for up to 30 s (a 128k-token
-    answer takes half an hour), billed as it goes."""
-
-    def reply(self, body: bytes) -> None:
-        try:
-            self.start_stream(START)
-            for _ in range(1500):
-                self.wfile.write(DELTA)
-                self.wfile.flush()
-                time.sleep(0.02)
-        except OSError:
-            pass
+START, DELTA = MESSAGE_START, TOKEN_DELTA
 
 
 def test_an_answer_hung_up_on_past_the_drain_still_counts_what_was_generated(
@@ -60,7 +48,7 @@ def test_an_answer_hung_up_on_past_the_drain_still_counts_what_was_generated(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "DRAIN_AFTER_HANGUP_S", 1.0)
-    with stand_in(_Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agent = post_stream(gw, {"model": "m", "stream": True, "max_tokens": 128_000,
                                  "messages": [{"role": "user", "content": "Write."}]})
         time.sleep(0.3)
@@ -85,7 +73,7 @@ def _cut_at_the_run_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list
     body = {"model": "m", "stream": True, "max_tokens": 1024,
             "messages": [{"role": "user", "content": "Write."}]}
     agents: list[socket.socket] = []
-    with stand_in(_Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agents.append(post_stream(gw, body))
         time.sleep(0.5)
         agents.append(post_stream(gw, body))  # waits in the pool

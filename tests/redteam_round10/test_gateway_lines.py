@@ -10,7 +10,6 @@ gateway in front of stand-in providers on loopback.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,7 +18,7 @@ import pytest
 
 from spu.gateway.verdict import read_requests
 from tests.gateway.conftest import SCRIPTED_PRICES
-from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
+from tests.gateway_doubles import JsonProvider, gateway_before, send_raw, stand_in
 
 HI = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]}
 
@@ -33,18 +32,6 @@ class _Counts(JsonProvider):
         self.seen.append(body)
         super().reply(body)
 
-
-def _send(port: int, head: bytes, body: bytes) -> bytes:
-    """Send one raw request; the status line of the answer (empty if none)."""
-    agent = socket.create_connection(("127.0.0.1", port), timeout=10)
-    agent.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                  + head + f"content-length: {len(body)}\r\n\r\n".encode() + body)
-    try:
-        return agent.recv(4096).split(b"\r\n", 1)[0]
-    except OSError:
-        return b""
-    finally:
-        agent.close()
 
 
 class _Headers(JsonProvider):
@@ -69,7 +56,7 @@ def test_a_header_past_ascii_still_leaves_its_line(tmp_path: Path) -> None:
     """
     _Headers.seen = []
     with stand_in(_Headers) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
-        status = _send(gw.port, f"x-api-key: {gw.token}\r\n".encode()
+        status = send_raw(gw.port, f"x-api-key: {gw.token}\r\n".encode()
                        + b"x-stainless-lang: caf\xe9\r\n", json.dumps(HI).encode())
     assert status.startswith(b"HTTP/1.1 200"), status
     assert _Headers.seen == ["caf\xe9"]  # the byte as sent (http.server reads latin-1)
@@ -92,7 +79,7 @@ def test_a_body_json_cannot_read_still_leaves_its_line(tmp_path: Path, body: byt
     with a recorded 400)
     """
     with stand_in(_Counts) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
-        status = _send(gw.port, f"x-api-key: {gw.token}\r\n".encode(), body)
+        status = send_raw(gw.port, f"x-api-key: {gw.token}\r\n".encode(), body)
     assert len(read_requests(gw.requests_path)) == 1, status
 
 

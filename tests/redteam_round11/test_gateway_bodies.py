@@ -9,7 +9,6 @@ whole body; the real gateway in front of stand-in providers on loopback.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ import httpx
 from spu.gateway.answers import loads
 from spu.gateway.verdict import read_requests
 from tests.gateway.conftest import SCRIPTED_PRICES
-from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
+from tests.gateway_doubles import JsonProvider, gateway_before, send_raw, stand_in
 
 HI = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]}
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +28,7 @@ _HOLDS_THE_LOOP = textwrap.dedent("""
     import json, socket, sys, time
     from pathlib import Path
     import httpx
-    from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
+    from tests.gateway_doubles import JsonProvider, gateway_before, send_raw, stand_in
     HI = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]}
     # A body Python's json stops on (an integer past 4,300 digits) whose tail is a string
     # opened and never closed, full of escaped quotes: each quote the regex meets starts
@@ -134,18 +133,6 @@ def test_a_hidden_server_tool_in_a_deep_body_is_still_refused(tmp_path: Path) ->
     assert entry.error_type == "gateway.server_tool_refused", entry
 
 
-def _send(port: int, token: str, body: bytes) -> bytes:
-    agent = socket.create_connection(("127.0.0.1", port), timeout=10)
-    agent.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                  + f"x-api-key: {token}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
-                  + body)
-    try:
-        return agent.recv(4096).split(b"\r\n", 1)[0]
-    except OSError:
-        return b""
-    finally:
-        agent.close()
-
 
 def test_a_huge_max_tokens_under_a_spend_cap_leaves_its_line(tmp_path: Path) -> None:
     """Agent: ``max_tokens`` of 10**400 in a run with a spend cap.
@@ -162,5 +149,5 @@ def test_a_huge_max_tokens_under_a_spend_cap_leaves_its_line(tmp_path: Path) -> 
     with stand_in(JsonProvider) as upstream, \
             gateway_before(tmp_path / "model", upstream, prices=SCRIPTED_PRICES,
                            max_cost_usd=5.0) as gw:
-        status = _send(gw.port, gw.token, body)
+        status = send_raw(gw.port, f"x-api-key: {gw.token}\r\n".encode(), body)
     assert read_requests(gw.requests_path), status

@@ -16,10 +16,16 @@ import pytest
 
 from spu.gateway.answers import AnthropicReader, ResponsesReader
 from spu.gateway.verdict import read_requests
-from tests.gateway_doubles import JsonProvider, gateway_before, post_stream, stand_in
+from tests.gateway_doubles import (
+    MESSAGE_START,
+    Generates,
+    JsonProvider,
+    gateway_before,
+    post_stream,
+    stand_in,
+)
 
-START = (b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1", '
-         b'"usage": {"input_tokens": 3, "output_tokens": 1}}}\n\n')
+START = MESSAGE_START
 TOKENS_PER_DELTA = 40
 """What one delta of a tool call's input holds (real streams send many tokens a delta)."""
 DELTA = (b'event: content_block_delta\ndata: ' + json.dumps(
@@ -28,19 +34,11 @@ DELTA = (b'event: content_block_delta\ndata: ' + json.dumps(
                "partial_json": " word" * TOKENS_PER_DELTA}}).encode() + b"\n\n")
 
 
-class _GeneratesMany(JsonProvider):
+class _GeneratesMany(Generates):
     """A long streamed tool call, 40 tokens a delta, a delta every 20 ms, billed as it
     goes."""
 
-    def reply(self, body: bytes) -> None:
-        try:
-            self.start_stream(START)
-            for _ in range(1500):
-                self.wfile.write(DELTA)
-                self.wfile.flush()
-                time.sleep(0.02)
-        except OSError:
-            pass
+    delta = DELTA
 
 
 def test_a_cut_answer_counts_the_tokens_its_deltas_held(

@@ -17,7 +17,16 @@ import httpx
 import pytest
 
 from spu.gateway.verdict import RUN_ENDED, gateway_verdict, read_requests
-from tests.gateway_doubles import JsonProvider, gateway_before, post_stream, stand_in
+from tests.gateway_doubles import (
+    MESSAGE_START,
+    TOKEN_DELTA,
+    Generates,
+    JsonProvider,
+    gateway_before,
+    post_stream,
+    send_raw,
+    stand_in,
+)
 
 HI = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]}
 
@@ -33,16 +42,7 @@ class _Sees(JsonProvider):
 
 
 def _raw(port: int, target: bytes, head: bytes, body: bytes) -> bytes:
-    agent = socket.create_connection(("127.0.0.1", port), timeout=10)
-    agent.sendall(b"POST " + target + b" HTTP/1.1\r\nhost: x\r\n"
-                  b"content-type: application/json\r\n" + head
-                  + f"content-length: {len(body)}\r\n\r\n".encode() + body)
-    try:
-        return agent.recv(4096).split(b"\r\n", 1)[0]
-    except OSError:
-        return b""
-    finally:
-        agent.close()
+    return send_raw(port, head, body, target)
 
 
 @pytest.mark.parametrize("query", [b"a=1#/../files", b"x=@evil.example/", b"%2e%2e=/v1/files",
@@ -141,25 +141,6 @@ def test_requests_on_stale_keep_alive_connections_each_have_a_line(tmp_path: Pat
     assert times == sorted(times) and all(e.latency_s >= 0 for e in entries), entries
 
 
-START = (b'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1", '
-         b'"usage": {"input_tokens": 3, "output_tokens": 1}}}\n\n')
-DELTA = (b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
-         b'"delta": {"type": "text_delta", "text": " word"}}\n\n')
-
-
-class _Generates(JsonProvider):
-    """A long streamed generation, one token every 20 ms."""
-
-    def reply(self, body: bytes) -> None:
-        try:
-            self.start_stream(START)
-            for _ in range(1500):
-                self.wfile.write(DELTA)
-                self.wfile.flush()
-                time.sleep(0.02)
-        except OSError:
-            pass
-
 
 def test_a_hang_up_before_the_stop_is_not_relabelled_run_ended(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,7 +153,7 @@ def test_a_hang_up_before_the_stop_is_not_relabelled_run_ended(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
-    with stand_in(_Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agent = post_stream(gw, {"model": "m", "stream": True, "max_tokens": 128_000,
                                  "messages": [{"role": "user", "content": "Write."}]})
         time.sleep(0.5)
@@ -181,4 +162,5 @@ def test_a_hang_up_before_the_stop_is_not_relabelled_run_ended(
     (entry,) = read_requests(gw.requests_path)
     assert entry.error_type == "gateway.client_disconnected", entry
     assert entry.error_type != RUN_ENDED and gateway_verdict([entry]).infra_error is None
-    assert entry.usage.output >= (entry.bytes_out - len(START)) // len(DELTA) > 0, entry
+    tokens_read = (entry.bytes_out - len(MESSAGE_START)) // len(TOKEN_DELTA)
+    assert entry.usage.output >= tokens_read > 0, entry
