@@ -301,15 +301,12 @@ class AnswerReader:
     #: ``event:`` line prefixes that find every wanted event and few others (the
     #: frequent delta events never match one).
     markers: tuple[bytes, ...] = ()
-    #: The line an output delta event starts with: counted while an answer streams, so that
-    #: one cut before its final usage still counts what was generated.
-    delta_marker: bytes = b""
+    #: Byte strings each output delta event holds once, where the model's own text cannot
+    #: (a newline of the stream's own before or after them): counted while an answer
+    #: streams, so that one cut before its final usage still counts what was generated.
+    delta_markers: tuple[bytes, ...] = ()
     #: The bytes of such an event that are not its output (names, type, index, ids).
     delta_envelope: int = 100
-
-    def is_delta(self, event: bytes) -> bool:
-        """Whether ``event`` (from its marker on) is an output delta event."""
-        return True
 
     def __init__(self) -> None:
         self.reading = AnswerReading()
@@ -317,11 +314,11 @@ class AnswerReader:
         self._scan = 0
 
     def deltas_in(self, chunk: bytes) -> tuple[int, int]:
-        r"""The output delta events that start in ``chunk``, and the tokens they hold.
+        r"""The output delta events in ``chunk``, and the tokens they hold.
 
-        An event counts where its marker starts a line. Its tokens: one for each 4 bytes
-        past the event's envelope, at least one a delta (an estimate; the provider's final
-        usage, when it comes, wins).
+        Counted at C speed (this runs on every chunk of a stream): the tokens are one for
+        each 4 bytes of the chunk past the events' envelopes, at least one a delta (an
+        estimate; the provider's final usage, when it comes, wins).
 
         Examples
         --------
@@ -329,24 +326,17 @@ class AnswerReader:
         ...          b'"index": 0, "delta": {"type": "text_delta", "text": "' + b"x" * 400
         ...          + b'"}}\n\n')
         >>> AnthropicReader().deltas_in(event * 3)
-        (3, 300)
+        (3, 302)
         >>> AnthropicReader().deltas_in(b'data: {"text": "event: content_block_delta"}\n\n')
         (0, 0)
         """
-        marker = self.delta_marker
-        if not marker:
+        count = sum(chunk.count(marker) for marker in self.delta_markers)
+        first = self.delta_markers[0] if self.delta_markers else b""
+        if first.startswith(b"\n") and chunk.startswith(first[1:]):
+            count += 1  # an event at the chunk's start
+        if not count:
             return 0, 0
-        count = tokens = 0
-        at = chunk.find(marker)
-        while at >= 0:
-            if at == 0 or chunk[at - 1] == 10:  # at a line's start
-                end = chunk.find(b"\n\n", at)
-                event = chunk[at:end if end >= 0 else len(chunk)]
-                if self.is_delta(event):
-                    count += 1
-                    tokens += max(1, (len(event) - self.delta_envelope) // 4)
-            at = chunk.find(marker, at + len(marker))
-        return count, tokens
+        return count, max(count, (len(chunk) - self.delta_envelope * count) // 4)
 
     def feed(self, chunk: bytes) -> None:
         """Read the complete events of ``chunk`` (the rest waits for the next chunk)."""
@@ -423,7 +413,7 @@ class AnthropicReader(AnswerReader):
     wanted = frozenset({"message_start", "message_delta", "message_stop", "error",
                         "content_block_start"})
     markers = (b"event: message_", b"event: error", b"event: content_block_start")
-    delta_marker = b"event: content_block_delta"
+    delta_markers = (b"\nevent: content_block_delta",)
     delta_envelope = 120
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
@@ -482,12 +472,8 @@ class ResponsesReader(AnswerReader):
                         "response.failed", "error", "response.refusal.done"})
     markers = (b"event: response.c", b"event: response.in", b"event: response.fa",
                b"event: error", b"event: response.refusal.do")
-    delta_marker = b"event: response."
+    delta_markers = (b".delta\n", b".delta\r\n")  # the event line's end: in no JSON string
     delta_envelope = 160
-
-    def is_delta(self, event: bytes) -> bool:  # noqa: D102
-        line = event.split(b"\n", 1)[0].rstrip(b"\r")
-        return line.endswith(b".delta")
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
@@ -539,11 +525,8 @@ class ResponsesReader(AnswerReader):
 class ChatReader(AnswerReader):
     """OpenAI Chat Completions answers (and the compatible APIs of other providers)."""
 
-    delta_marker = b"data: {"
+    delta_markers = (b'"delta":',)
     delta_envelope = 150
-
-    def is_delta(self, event: bytes) -> bool:  # noqa: D102
-        return b'"delta":' in event and b'"content":' in event
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
