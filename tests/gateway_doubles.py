@@ -165,6 +165,16 @@ def read_to_end(agent: socket.socket, timeout_s: float = 30) -> None:
             pass
 
 
+def hang_up_on_a_long_answer(gateway: ModelGateway, after_s: float = 0.3,
+                             content: str = "Write.") -> None:
+    """Ask for a long streamed generation (128k tokens), read nothing, and hang up after
+    ``after_s`` seconds."""
+    agent = post_stream(gateway, {"model": "m", "stream": True, "max_tokens": 128_000,
+                                  "messages": [{"role": "user", "content": content}]})
+    time.sleep(after_s)
+    agent.close()
+
+
 def wait_for_record(gateway: ModelGateway, timeout_s: float = 30) -> list[GatewayRequest]:
     """The gateway's record once it holds a line (or after ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s

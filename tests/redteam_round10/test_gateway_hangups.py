@@ -22,8 +22,10 @@ from tests.gateway_doubles import (
     TOKEN_DELTA,
     Generates,
     gateway_before,
+    hang_up_on_a_long_answer,
     post_stream,
     stand_in,
+    wait_for_record,
 )
 
 START, DELTA = MESSAGE_START, TOKEN_DELTA
@@ -49,14 +51,8 @@ def test_an_answer_hung_up_on_past_the_drain_still_counts_what_was_generated(
 
     monkeypatch.setattr(server, "DRAIN_AFTER_HANGUP_S", 1.0)
     with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
-        agent = post_stream(gw, {"model": "m", "stream": True, "max_tokens": 128_000,
-                                 "messages": [{"role": "user", "content": "Write."}]})
-        time.sleep(0.3)
-        agent.close()
-        deadline = time.monotonic() + 20
-        while not read_requests(gw.requests_path) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    (entry,) = read_requests(gw.requests_path)
+        hang_up_on_a_long_answer(gw)
+        (entry,) = wait_for_record(gw, 20)
     assert entry.error_type == "gateway.client_disconnected", entry  # the agent's: held
     generated = (entry.bytes_out - len(START)) // len(DELTA)
     assert generated > 10, entry

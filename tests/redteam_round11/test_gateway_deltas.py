@@ -9,7 +9,6 @@ front of stand-in providers on loopback, the drain's bound patched to a second.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,9 @@ from tests.gateway_doubles import (
     Generates,
     JsonProvider,
     gateway_before,
-    post_stream,
+    hang_up_on_a_long_answer,
     stand_in,
+    wait_for_record,
 )
 
 START = MESSAGE_START
@@ -59,14 +59,8 @@ def test_a_cut_answer_counts_the_tokens_its_deltas_held(
     monkeypatch.setattr(server, "DRAIN_AFTER_HANGUP_S", 1.0)
     with stand_in(_GeneratesMany) as upstream, \
             gateway_before(tmp_path / "model", upstream) as gw:
-        agent = post_stream(gw, {"model": "m", "stream": True, "max_tokens": 128_000,
-                                 "messages": [{"role": "user", "content": "Call."}]})
-        time.sleep(0.3)
-        agent.close()
-        deadline = time.monotonic() + 20
-        while not read_requests(gw.requests_path) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    (entry,) = read_requests(gw.requests_path)
+        hang_up_on_a_long_answer(gw, content="Call.")
+        (entry,) = wait_for_record(gw, 20)
     deltas = (entry.bytes_out - len(START)) // len(DELTA)
     assert deltas > 10, entry
     assert entry.usage.output >= deltas * TOKENS_PER_DELTA, (entry.usage, deltas)

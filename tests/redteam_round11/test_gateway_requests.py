@@ -23,7 +23,7 @@ from tests.gateway_doubles import (
     Generates,
     JsonProvider,
     gateway_before,
-    post_stream,
+    hang_up_on_a_long_answer,
     send_raw,
     stand_in,
 )
@@ -154,10 +154,7 @@ def test_a_hang_up_before_the_stop_is_not_relabelled_run_ended(
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
     with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
-        agent = post_stream(gw, {"model": "m", "stream": True, "max_tokens": 128_000,
-                                 "messages": [{"role": "user", "content": "Write."}]})
-        time.sleep(0.5)
-        agent.close()
+        hang_up_on_a_long_answer(gw, after_s=0.5)
         time.sleep(0.5)  # draining when the run ends
     (entry,) = read_requests(gw.requests_path)
     assert entry.error_type == "gateway.client_disconnected", entry
