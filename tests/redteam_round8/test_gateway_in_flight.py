@@ -38,7 +38,8 @@ from spu.config import ModelGatewayConfig
 from spu.gateway.server import UPSTREAM_CONNECTIONS
 from spu.gateway.verdict import gateway_verdict, read_requests
 from spu.schema import GatewayRequest
-from tests.gateway_doubles import ANSWER, JsonProvider, gateway_before, post_stream, stand_in
+from tests.gateway_doubles import (ANSWER, JsonProvider, gateway_before, post_stream, stand_in,
+                                   wait_for_record)
 
 
 class _LongUnstreamed(JsonProvider):
@@ -191,6 +192,8 @@ def test_an_agent_that_stops_reading_then_hangs_up_is_no_provider_silence(
         agent = post_stream(gw, body)
         time.sleep(1.5)  # reads nothing: the gateway's queue and the buffers fill
         agent.close()
-    (entry,) = read_requests(gw.requests_path)
+        # The gateway tells the hang-up at its next write, not before the run's end on a
+        # busy machine: the record is awaited while the run goes on.
+        (entry,) = wait_for_record(gw)
     assert entry.error_type in ("gateway.client_disconnected", "gateway.client_stalled"), entry
     assert gateway_verdict([entry]).infra_error is None

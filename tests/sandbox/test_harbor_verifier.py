@@ -7,15 +7,20 @@
    offline, shows the public files at ``/task`` and no answer key, and ``/tests/test.sh``
    grades ``/output/rankings.json`` into ``/logs/verifier/reward.txt``.
 
-A container SIGKILLed from outside (exit 137, not out of memory) or one the engine failed to
-start (runc's "OCI runtime create failed") is the engine's doing, never the verifier's:
-CI saw both once, back to back, while every other test passed. Such an attempt is tried
-once more, on an engine that answers (started again if it stopped), and a warning names
-what the engine said of it (its state and events, dockerd's process id before and after).
+A container SIGKILLed from outside (exit 137, not out of memory), one that died between
+its creation and its start ("cannot start a stopped process") or one the engine failed to
+start (runc's "OCI runtime create failed") is the engine's doing or a killer's, never the
+verifier's: CI saw all three, twice, in this file alone while every other test passed.
+Such an attempt is tried again (three tries in all, a pause between), on an engine that
+answers (started again if it stopped), and a warning names what the engine said of it (its
+state and events, dockerd's process id before and after) and who sent SIGKILL meanwhile
+(:mod:`tests.sandbox.kill_witness`, where the kernel's tracing is at hand): the next time
+says who ends them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -29,6 +34,7 @@ import pytest
 
 from spu.tasks.harbor import export_harbor
 from tests.conftest import TASKS, run_module
+from tests.sandbox import kill_witness
 from tests.sandbox.conftest import live_engine
 from tests.tasks.submissions import fixture_submissions
 
@@ -39,22 +45,39 @@ TASK = TASKS / "spu-bhpt"
 
 @dataclass
 class Engine:
-    """The engine's client and agent image, and a way to have it answer again."""
+    """The engine's client and agent image, a way to have it answer again, and the witness
+    of the machine's SIGKILLs (None where there is none: ``no_witness`` says why)."""
 
     client: Any
     image: str
     revive: Callable[[], object]
+    witness: kill_witness.KillWitness | None
+    no_witness: str
+
+    def kills_since(self, since: float) -> str:
+        """Who sent SIGKILL since ``since``, in words."""
+        if self.witness is None:
+            return f"no witness of SIGKILLs ({self.no_witness})"
+        return self.witness.said_since(since)
+
+
+@pytest.fixture(scope="module")
+def witness():
+    found, why = kill_witness.start()
+    yield found, why
+    if found is not None:
+        found.close()
 
 
 @pytest.fixture
-def engine(request):
+def engine(request, witness):
     docker_engine = live_engine(request)
     if docker_engine.skip_reason:
         pytest.skip(f"Docker unavailable: {docker_engine.skip_reason}")
     from spu.sandbox.docker import docker_client
 
     client = docker_client()
-    yield Engine(client, docker_engine.image, lambda: live_engine(request))
+    yield Engine(client, docker_engine.image, lambda: live_engine(request), *witness)
     client.close()
 
 
@@ -66,8 +89,15 @@ def _engine_pid() -> str:
         return f"none ({exc.strerror})"
 
 
-ENGINE_FAILURE = "OCI runtime create failed"
-"""What runc says when the engine could not start a container (the build's, here)."""
+ENGINE_FAILURES = ("OCI runtime create failed", "cannot start a stopped process")
+"""What the engine says when it could not start a container, or its process died before."""
+ATTEMPTS = 3
+PAUSE_S = (2.0, 5.0)
+"""The pause before the second and the third try."""
+
+
+def _engine_failed(exc: Exception) -> bool:
+    return any(said in str(exc) for said in ENGINE_FAILURES)
 
 
 def _engine_story(client, container_id: str, since: float) -> tuple[bool, str]:
@@ -87,46 +117,65 @@ def _engine_story(client, container_id: str, since: float) -> tuple[bool, str]:
     return bool(state.get("OOMKilled")), f"state {({k: state.get(k) for k in keys})}, events {said}"
 
 
+def _again(engine: Engine, attempt: int, what: str, since: float) -> None:
+    """Warn of an attempt the engine (or a killer) ended, and wait for the next one."""
+    pid = _engine_pid()
+    time.sleep(PAUSE_S[attempt - 1])
+    engine.revive()
+    warnings.warn(f"{what}; tried again (dockerd {pid}, then {_engine_pid()}); "
+                  f"{engine.kills_since(since)}", stacklevel=3)
+
+
 def _run(engine: Engine, image: str, command: list[str], volumes: dict[str, dict[str, str]],
          workdir: str | None = None) -> str:
+    import docker
+
     options = {"working_dir": workdir} if workdir else {}
     client = engine.client
-    for attempt in (1, 2):
+    for attempt in range(1, ATTEMPTS + 1):
         since = time.time()
         name = f"spu-test-harbor-{uuid.uuid4().hex[:10]}"
-        container = client.containers.run(image, command, name=name, volumes=volumes,
-                                          network_mode="none", detach=True, **options)
+        try:
+            container = client.containers.run(image, command, name=name, volumes=volumes,
+                                              network_mode="none", detach=True, **options)
+        except docker.errors.APIError as exc:
+            with contextlib.suppress(docker.errors.DockerException):
+                client.api.remove_container(name, force=True)
+            if not _engine_failed(exc):
+                raise
+            if attempt == ATTEMPTS:
+                pytest.fail(f"{name}: {exc}; {engine.kills_since(since)}")
+            _again(engine, attempt, f"{name} did not start ({exc})", since)
+            continue
         try:
             status = container.wait(timeout=120)
             logs = container.logs().decode(errors="replace")
             out_of_memory, story = _engine_story(client, container.id, since)
         finally:
             container.remove(force=True)
-        if status["StatusCode"] != 137 or out_of_memory or attempt == 2:
+        if status["StatusCode"] != 137 or out_of_memory or attempt == ATTEMPTS:
             break
-        pid = _engine_pid()
-        engine.revive()
-        warnings.warn(f"{name} was SIGKILLed from outside; tried again (dockerd {pid}, then "
-                      f"{_engine_pid()}): {story}", stacklevel=2)
-    assert status["StatusCode"] == 0, f"{logs}\n{story}"
+        _again(engine, attempt, f"{name} was SIGKILLed from outside: {story}", since)
+    assert status["StatusCode"] == 0, f"{logs}\n{story}\n{engine.kills_since(since)}"
     return logs
 
 
 def _build(engine: Engine, path: Path, tag: str) -> None:
     import docker
 
-    for attempt in (1, 2):
+    for attempt in range(1, ATTEMPTS + 1):
+        since = time.time()
         try:
             engine.client.images.build(path=str(path), tag=tag, network_mode="none", rm=True,
-                                forcerm=True)
+                                       forcerm=True)
             return
         except docker.errors.BuildError as exc:
-            if ENGINE_FAILURE not in str(exc) or attempt == 2:
+            if not _engine_failed(exc):
                 raise
-            pid = _engine_pid()
-            engine.revive()
-            warnings.warn(f"the engine failed to start the build's container; tried again "
-                          f"(dockerd {pid}, then {_engine_pid()}): {exc}", stacklevel=2)
+            if attempt == ATTEMPTS:
+                pytest.fail(f"the build of {tag}: {exc}; {engine.kills_since(since)}")
+            _again(engine, attempt, f"the engine failed to start the build's container ({exc})",
+                   since)
 
 
 def _spu_grade(task: Path, submission: Path) -> float:
