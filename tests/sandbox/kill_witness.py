@@ -26,6 +26,8 @@ from pathlib import Path
 
 TRACING = Path("/sys/kernel/tracing")
 EVENT = Path("events/signal/signal_generate")
+PREFIX = "spu-tests-kills-"
+"""The witnesses' tracing instances, each named after the test process that made it."""
 ENGINE = ("runc", "docker-init", "containerd", "dockerd")
 """The engine's own processes: as senders, the engine stopping its containers (its events
 say so already); as targets, the engine stopped (said whoever sent it)."""
@@ -126,7 +128,13 @@ def start() -> tuple[KillWitness | None, str]:
                        capture_output=True, check=False)
     if not (TRACING / "instances").is_dir() or not (TRACING / EVENT).is_dir():
         return None, f"no tracefs with the signal:signal_generate event at {TRACING}"
-    folder = TRACING / "instances" / f"spu-tests-kills-{os.getpid()}"
+    for stale in (TRACING / "instances").glob(f"{PREFIX}*"):  # of a test process killed
+        owner = stale.name.removeprefix(PREFIX)
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            with contextlib.suppress(OSError):
+                (stale / EVENT / "enable").write_text("0")
+                stale.rmdir()
+    folder = TRACING / "instances" / f"{PREFIX}{os.getpid()}"
     try:
         folder.mkdir(exist_ok=True)
         (folder / EVENT / "filter").write_text("sig == 9 || sig == 15")
