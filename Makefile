@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/plugins/spu_example_plugin/pyproject.toml | sha1sum | cut -c1-12)
-PYTEST_ARGS ?= -n 2 --dist loadfile --durations=40
+PYTEST_ARGS ?= -n 2 --dist loadfile --durations=40 -rfEs
 # The newest published agent CLIs the tests also run (npm view <package> version); the
 # paper's versions are the defaults pinned in conf/harness/.
 NEWEST_CLAUDE_CODE ?= 2.1.332
