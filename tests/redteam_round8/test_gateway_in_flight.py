@@ -38,8 +38,14 @@ from spu.config import ModelGatewayConfig
 from spu.gateway.server import UPSTREAM_CONNECTIONS
 from spu.gateway.verdict import gateway_verdict, read_requests
 from spu.schema import GatewayRequest
-from tests.gateway_doubles import (ANSWER, JsonProvider, gateway_before, post_stream, stand_in,
-                                   wait_for_record)
+from tests.gateway_doubles import (
+    ANSWER,
+    JsonProvider,
+    gateway_before,
+    post_stream,
+    stand_in,
+    wait_for_record,
+)
 
 
 class _LongUnstreamed(JsonProvider):

@@ -80,6 +80,8 @@ USERS = Path("/tmp/spu-test-dockerd.users")
 """Held shared by every test session that uses the engine, so that the last one stops it."""
 PID_FILE = Path("/tmp/spu-test-dockerd.pid")
 """The dockerd that test sessions started (never an engine that was already running)."""
+ENGINE_LOG = Path("/tmp/spu-test-dockerd.log")
+"""Its log (each start appends), for a test that has to say what the engine said."""
 
 
 @contextlib.contextmanager
@@ -110,7 +112,7 @@ def _stop_test_dockerd() -> None:
     PID_FILE.unlink(missing_ok=True)
 
 
-def _prepare_engine(logs: Path) -> DockerEngine:
+def _prepare_engine() -> DockerEngine:
     """Start dockerd where needed and build the image where missing (under LOCK)."""
     if not _engine_answers():
         if shutil.which("dockerd") is None:
@@ -120,7 +122,7 @@ def _prepare_engine(logs: Path) -> DockerEngine:
             return DockerEngine(None, "dockerd is installed but not running, and only root "
                                       "can start it")
         data_root = os.environ.get("SPU_TEST_DOCKER_DATA_ROOT", "/var/lib/docker")
-        with open(logs / "dockerd.log", "wb") as log:
+        with open(ENGINE_LOG, "ab") as log:
             proc = subprocess.Popen(["dockerd", "--data-root", data_root], stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
@@ -131,7 +133,7 @@ def _prepare_engine(logs: Path) -> DockerEngine:
             time.sleep(0.5)
         if not _engine_answers():
             _stop_test_dockerd()
-            tail = (logs / "dockerd.log").read_text(errors="replace")[-800:]
+            tail = ENGINE_LOG.read_text(errors="replace")[-800:]
             return DockerEngine(None, f"dockerd did not start: {tail}")
     build = subprocess.run([str(REPO / "docker" / "build-base-image.sh"), DEFAULT_IMAGE],
                            capture_output=True, text=True, timeout=1200)
@@ -142,7 +144,7 @@ def _prepare_engine(logs: Path) -> DockerEngine:
 
 
 @pytest.fixture(scope="session")
-def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
+def docker_engine() -> Iterator[DockerEngine]:
     """A running engine with the agent image; starts dockerd where needed.
 
     Concurrent test sessions share the engine: the last session that used it stops the
@@ -156,7 +158,7 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEn
     with open(USERS, "a") as users:
         fcntl.flock(users, fcntl.LOCK_SH)
         with _locked(LOCK):
-            engine = _prepare_engine(tmp_path_factory.mktemp("dockerd"))
+            engine = _prepare_engine()
         try:
             yield engine
         finally:
@@ -181,7 +183,7 @@ def live_engine(request: pytest.FixtureRequest) -> DockerEngine:
         return engine
     with _locked(LOCK):
         _wait_for_engine_exit()
-        return _prepare_engine(request.getfixturevalue("tmp_path_factory").mktemp("dockerd"))
+        return _prepare_engine()
 
 
 def _wait_for_engine_exit(timeout_s: float = 60) -> None:

@@ -37,7 +37,7 @@ import pytest
 from spu.tasks.harbor import export_harbor
 from tests.conftest import TASKS, run_module
 from tests.sandbox import kill_witness
-from tests.sandbox.conftest import live_engine
+from tests.sandbox.conftest import ENGINE_LOG, live_engine
 from tests.tasks.submissions import fixture_submissions
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -91,8 +91,10 @@ def _engine_pid() -> str:
         return f"none ({exc.strerror})"
 
 
-ENGINE_FAILURES = ("OCI runtime create failed", "cannot start a stopped process")
-"""What the engine says when it could not start a container, or its process died before."""
+ENGINE_FAILURES = ("OCI runtime create failed", "OCI runtime start failed",
+                   "cannot start a stopped process")
+"""What the engine says when it could not start a container, or its process died before
+(runc: "container process is already dead", "cannot start a container that has stopped")."""
 ATTEMPTS = 3
 PAUSE_S = (5.0, 20.0)
 """The pause before the second and the third try."""
@@ -131,8 +133,19 @@ def _again(engine: Engine, attempt: int, what: str, since: float) -> None:
 def _engine_gave_up(engine: Engine, what: str, since: float) -> NoReturn:
     """The engine failed every try: Docker cannot run this test here and now (skipped, with
     what it said and who sent SIGKILL). A verifier that fails is a failure, never this."""
+    errors = [line for line in _engine_log().splitlines() if "level=error" in line][-3:]
     pytest.skip(f"the Docker engine failed {ATTEMPTS} tries: {what}; "
-                f"{engine.kills_since(since)}")
+                f"{engine.kills_since(since)}; dockerd's last errors: {errors}")
+
+
+def _engine_log() -> str:
+    """The end of the log of the dockerd the tests started (empty for the machine's own)."""
+    try:
+        with open(ENGINE_LOG, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 200_000))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _run(engine: Engine, image: str, command: list[str], volumes: dict[str, dict[str, str]],
