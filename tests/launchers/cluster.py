@@ -80,23 +80,38 @@ class Node:
     """Fake GPUs offered (a ``GPU`` resource count; Ray hands out their ids)."""
     namespace: str | None = None
     """The node's own mount namespace (``mnt:[...]``), once it runs Ray."""
+    _namespace_fd: int | None = None
+    """Held open from then until the node is killed: a namespace lives while a file refers
+    to it, so its inode number (which the kernel hands to the next namespace made once this
+    one is gone: a Docker container's, say) stays the node's while :meth:`kill` looks."""
 
     def note_namespace(self) -> None:
         """Remember the node's mount namespace (its first process has entered it by now)."""
         if self.private and self.namespace is None and self.proc.poll() is None:
-            self.namespace = os.readlink(f"/proc/{self.proc.pid}/ns/mnt")
+            path = f"/proc/{self.proc.pid}/ns/mnt"
+            self._namespace_fd = os.open(path, os.O_RDONLY)
+            self.namespace = os.readlink(path)
+
+    def _in_namespace(self, pid: int) -> bool:
+        if self._namespace_fd is None:
+            return False
+        mine, theirs = os.fstat(self._namespace_fd), os.stat(f"/proc/{pid}/ns/mnt")
+        return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
     def pids(self) -> list[int]:
-        """Every process of the node: in its process group or its mount namespace."""
+        """Every process of the node: in its process group or its mount namespace.
+
+        The group only while the node's first process is unreaped (its id, and so the
+        group's, cannot be taken by another process until then).
+        """
+        group = self.proc.pid if self.proc.returncode is None else None
         found = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             pid = int(entry)
             try:
-                if os.getpgid(pid) == self.proc.pid or (
-                        self.namespace is not None
-                        and os.readlink(f"/proc/{pid}/ns/mnt") == self.namespace):
+                if os.getpgid(pid) == group or self._in_namespace(pid):
                     found.append(pid)
             except OSError:
                 continue
@@ -116,6 +131,9 @@ class Node:
                     pass
             time.sleep(0.2)
         self.proc.wait(timeout=30)
+        if self._namespace_fd is not None:
+            os.close(self._namespace_fd)
+            self._namespace_fd = None
 
     def search(self, needles: list[str], roots: tuple[str, ...] = SEARCHED_ON_AGENT_NODES,
                names: tuple[str, ...] = ("answers.json", "hidden")) -> list[str]:

@@ -11,6 +11,9 @@ A container SIGKILLed from outside (exit 137, not out of memory), one that died 
 its creation and its start ("cannot start a stopped process") or one the engine failed to
 start (runc's "OCI runtime create failed") is the engine's doing or a killer's, never the
 verifier's: CI saw all three, twice, in this file alone while every other test passed.
+The killer, found by the witness below: the Ray cluster tests' node kill, run by the other
+worker, matched processes by a mount namespace number the kernel had given to a container
+of this file meanwhile (fixed in :mod:`tests.launchers.cluster`; ``test_node_kill``).
 Such an attempt is tried again (three tries in all, pauses of 5 and 20 s), on an engine
 that answers (started again if it stopped), and a warning names what the engine said of it
 (its state and events, dockerd's process id before and after) and who sent SIGKILL
