@@ -215,6 +215,24 @@ def read_experiment_table(path: str | Path, experiment: str | None = None
 def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> pd.DataFrame:
     """Check and type a runs table already in memory (see :func:`read_runs_table`)."""
     path = Path(path)
+    frame = _official_rows(path, frame)
+    _text_columns(path, frame)
+    _categories(path, frame)
+    _numbers(path, frame)
+    absent = _optional_columns(path, frame)
+    _one_row_a_run(path, frame)
+    frame = frame.drop(columns=[ROW])
+    frame.attrs["absent_columns"] = absent
+    return frame
+
+
+def _first(bad: pd.Series) -> int | None:
+    """The first row where ``bad`` holds, or None."""
+    return int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else None
+
+
+def _official_rows(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
+    """The required columns checked, the official attempts kept, rows numbered."""
     frame = frame.reset_index(drop=True).copy()
     frame[ROW] = np.arange(len(frame))
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
@@ -226,29 +244,31 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
     if "official" in frame.columns:
         # ``spu runs export --all-attempts`` keeps superseded attempts, marked not official.
         frame = frame[_as_bool(path, frame, "official").to_numpy()].reset_index(drop=True)
+    return frame
+
+
+def _text_columns(path: Path, frame: pd.DataFrame) -> None:
+    """Text columns stripped; a required one never empty."""
     for column in ("run_id", "config", "task_id", "discipline", "visibility", "outcome",
                    *[c for c in OPTIONAL_TEXT if c in frame.columns]):
         frame[column] = frame[column].astype(object)
         empty = frame[column].isna() | (frame[column].astype(str).str.strip() == "")
-        if empty.any() and column not in OPTIONAL_TEXT:
-            i = int(np.flatnonzero(empty.to_numpy())[0])
+        if column not in OPTIONAL_TEXT and (i := _first(empty)) is not None:
             raise RunsTableError(f"{path}: column {column!r}, {_where(path, frame, i)}: empty")
         frame[column] = frame[column].where(~empty, "").astype(str).str.strip()
 
+
+def _categories(path: Path, frame: pd.DataFrame) -> None:
+    """Outcome, visibility and freshness among their values (freshness spelled one way)."""
     for column, allowed in (("outcome", OUTCOMES), ("visibility", VISIBILITIES)):
-        bad = ~frame[column].isin(allowed)
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
+        if (i := _first(~frame[column].isin(allowed))) is not None:
             raise RunsTableError(
                 f"{path}: column {column!r}, {_where(path, frame, i)}: "
                 f"{frame.at[i, column]!r} is not one of {', '.join(sorted(allowed))}"
             )
-
     if "published_before_cutoff" in frame.columns:
         fresh = frame["published_before_cutoff"].str.lower()
-        bad = ~fresh.isin(FRESHNESS_VALUES)
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
+        if (i := _first(~fresh.isin(FRESHNESS_VALUES))) is not None:
             raise RunsTableError(
                 f"{path}: column 'published_before_cutoff', {_where(path, frame, i)}: "
                 f"{frame.at[i, 'published_before_cutoff']!r} is not true, false or unknown")
@@ -256,10 +276,11 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
             {"1": "true", "1.0": "true", "yes": "true", "0": "false", "0.0": "false",
              "no": "false"})
 
+
+def _numbers(path: Path, frame: pd.DataFrame) -> None:
+    """The repeat a whole number, the scores within [-1, 1], a scored run with a score."""
     repeat = _as_float(path, frame, "repeat")
-    bad = repeat.isna() | (repeat < 0) | (repeat != np.floor(repeat))
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
+    if (i := _first(repeat.isna() | (repeat < 0) | (repeat != np.floor(repeat)))) is not None:
         raise RunsTableError(f"{path}: column 'repeat', {_where(path, frame, i)}: "
                              f"{frame.at[i, 'repeat']!r} is not a whole number >= 0")
     frame["repeat"] = repeat.astype(int)
@@ -268,16 +289,20 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
         frame[column] = _as_float(path, frame, column)
     for column in ("score_strict", "score_recovered"):
         values = frame[column]
-        bad = values.notna() & ((values < -1 - 1e-9) | (values > 1 + 1e-9))
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
+        outside = values.notna() & ((values < -1 - 1e-9) | (values > 1 + 1e-9))
+        if (i := _first(outside)) is not None:
             raise RunsTableError(f"{path}: column {column!r}, {_where(path, frame, i)}: "
                                  f"{values.iloc[i]} is outside [-1, 1]")
-    unscored = frame["scored"] & ~np.isfinite(frame["score_recovered"])
-    if unscored.any():
-        i = int(np.flatnonzero(unscored.to_numpy())[0])
+    if (i := _first(frame["scored"] & ~np.isfinite(frame["score_recovered"]))) is not None:
         raise RunsTableError(f"{path}: column 'score_recovered', {_where(path, frame, i)}: "
                              "a scored run needs a score")
+
+
+def _optional_columns(path: Path, frame: pd.DataFrame) -> list[str]:
+    """Usage, flags and counts typed (NaN or false where absent); the columns absent.
+
+    The cost is the paper's five-minute cache price where the table has it.
+    """
     absent = [c for c in (*USAGE_COLUMNS, *OPTIONAL_BOOL, *OPTIONAL_NUMBER)
               if c not in frame.columns]
     for column in (*USAGE_COLUMNS, *OPTIONAL_NUMBER):
@@ -297,7 +322,11 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
         frame["cost_usd"] = five.where(five.notna(), frame["cost_usd"])
     if "n_items" in frame.columns:
         frame["n_items"] = _as_float(path, frame, "n_items")
+    return absent
 
+
+def _one_row_a_run(path: Path, frame: pd.DataFrame) -> None:
+    """No two rows of one configuration, task and repeat."""
     key = ["config", "task_id", "repeat"]
     dup = frame.duplicated(key, keep=False)
     if dup.any():
@@ -309,9 +338,6 @@ def check_runs_table(frame: pd.DataFrame, path: str | Path = "<runs table>") -> 
             f"are both config {first['config']!r}, task {first['task_id']!r}, "
             f"repeat {first['repeat']}"
         )
-    frame = frame.drop(columns=[ROW])
-    frame.attrs["absent_columns"] = absent
-    return frame
 
 
 def official(frame: pd.DataFrame, visibility: str = "public") -> pd.DataFrame:
