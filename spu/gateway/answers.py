@@ -85,7 +85,7 @@ def _pruned(data: bytes, max_depth: int = MAX_DEPTH) -> bytes:
     return b"".join(out)
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes, object_pairs_hook: Any = None) -> Any:
     """``data`` decoded as JSON, or None where it is none.
 
     Where Python's parser gives up on a document that is JSON (nesting past its recursion
@@ -104,16 +104,61 @@ def loads(data: bytes) -> Any:
     ({'n': inf}, None, None)
     """
     try:
-        return json.loads(data)
+        return json.loads(data, object_pairs_hook=object_pairs_hook)
     except (RecursionError, ValueError) as exc:  # a syntax error is a ValueError too
         if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
             return None
     if len(data) > MAX_PRUNED_BYTES:
         return None
     try:
-        return json.loads(_pruned(data), parse_int=_safe_int)
+        return json.loads(_pruned(data), parse_int=_safe_int,
+                          object_pairs_hook=object_pairs_hook)
     except (RecursionError, ValueError):
         return None
+
+
+class _FirstDuplicate:
+    """An ``object_pairs_hook`` that notes the first key an object names twice.
+
+    Each object is built as ``json`` builds it (a key named twice keeps its last value).
+    """
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        built = dict(pairs)
+        if len(built) != len(pairs) and self.key is None:
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    self.key = key
+                    break
+                seen.add(key)
+        return built
+
+
+def loads_request(data: bytes) -> tuple[Any, str | None]:
+    """A request body as :func:`loads` reads it, and the first key named twice in one object.
+
+    The key is None where no object names one twice.
+
+    Python keeps a duplicate key's last value; a provider's parser may keep its first. A
+    body naming ``max_tokens``, ``stream`` or a tool's ``type`` twice would be read one way
+    by the gateway's record and policy and another by the provider, so the gateway refuses
+    it (``gateway.bad_request``). Reading the pairs costs about twice a plain parse.
+
+    Examples
+    --------
+    >>> loads_request(b'{"max_tokens": 64000, "m": [{"a": 1}], "max_tokens": 16}')
+    ({'max_tokens': 16, 'm': [{'a': 1}]}, 'max_tokens')
+    >>> loads_request(b'{"tools": [{"type": "custom", "type": "web_search"}]}')[1]
+    'type'
+    >>> loads_request(b'{"a": {"b": 1}, "b": 2}')
+    ({'a': {'b': 1}, 'b': 2}, None)
+    """
+    hook = _FirstDuplicate()
+    return loads(data, object_pairs_hook=hook), hook.key
 
 
 POST_ENDPOINTS = {"messages": "messages", "messages/count_tokens": "count_tokens",

@@ -59,12 +59,14 @@ from spu.gateway.answers import (
     endpoint_of,
     error_body,
     loads,
+    loads_request,
     reader_for,
     server_tools,
     tool_results,
 )
 from spu.gateway.verdict import MAX_REFUSAL_FILES, REFUSAL_FILES, RUN_ENDED, SLOW_TOKENS_PER_S
 from spu.schema import GatewayRequest, Usage
+from spu.strict_json import shown
 
 log = logging.getLogger(__name__)
 
@@ -539,8 +541,9 @@ class ModelGateway:
                                 f"the request body is over model_gateway.max_request_bytes="
                                 f"{self.cfg.max_request_bytes}")
         x.raw_request, x.entry.bytes_in = raw, len(raw)
+        duplicate = None
         if raw:
-            x.body = loads(raw)
+            x.body, duplicate = loads_request(raw)
         if isinstance(x.body, dict):
             x.entry.model = (well_formed(str(x.body["model"]))
                              if x.body.get("model") is not None else None)
@@ -548,6 +551,10 @@ class ModelGateway:
             # not make an unstreamed wait the provider's (verdict.unstreamed_timeout).
             x.entry.stream = x.body.get("stream") is True
             x.entry.max_tokens = asked_output_tokens(x.body)
+        if duplicate is not None:  # the provider's parser may keep the first value
+            return self._refuse(x, api, 400, "invalid_request_error", "gateway.bad_request",
+                                f"the request body names {shown(well_formed(duplicate))} twice in "
+                                f"one object; send each key once")
         refusal = self._policy(endpoint, x) or self._usage_asked(endpoint, api, x)
         if refusal is None:
             try:

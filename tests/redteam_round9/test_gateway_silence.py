@@ -221,26 +221,34 @@ class _Keeps(JsonProvider):
         self.send_json(ANSWER)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low, depends on the provider's JSON parser): a body naming max_tokens (or stream) "
-    "twice is forwarded as sent, and the record keeps the last value (Python's json); a "
-    "provider whose parser keeps the first runs a long unstreamed generation recorded as "
-    "max_tokens 16, so its read timeout reads as a hung provider (unstreamed_timeout spares "
-    "it). Fix: refuse a body with a duplicate "
-    "key (json.loads(..., object_pairs_hook=...)) with a recorded 400, or forward the body "
-    "as the gateway parsed it"))
-def test_a_body_naming_max_tokens_twice_is_not_forwarded_as_sent(tmp_path: Path) -> None:
-    """Agent: the record and the provider must read one ``max_tokens``."""
-    raw = (b'{"model": "m", "max_tokens": 64000, "messages": [{"role": "user", '
-           b'"content": "Write 40,000 words."}], "max_tokens": 16}')
+@pytest.mark.parametrize("raw", [
+    b'{"model": "m", "max_tokens": 64000, "messages": [{"role": "user", '
+    b'"content": "Write 40,000 words."}], "max_tokens": 16}',
+    # Python keeps "custom" (allowed), a first-keeping provider the server-side search
+    b'{"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}], '
+    b'"tools": [{"type": "web_search_20250305", "name": "web_search", "type": "custom", '
+    b'"input_schema": {"type": "object"}}]}',
+], ids=["max_tokens", "tool_type"])
+def test_a_body_naming_a_key_twice_is_not_forwarded(tmp_path: Path, raw: bytes) -> None:
+    """Agent: a body naming ``max_tokens`` (or a tool's ``type``) twice, which the record
+    and a provider whose parser keeps the first value would read differently.
+
+    Fixed (a strict xfail before): such a body was forwarded as sent, the record keeping
+    the last value. Now it is a recorded 400 (``gateway.bad_request``, the agent's), never
+    forwarded.
+    """
     _Keeps.bodies = []
     with stand_in(_Keeps) as upstream, gateway_before(tmp_path / "model", upstream) as gw, \
             httpx.Client(trust_env=False, timeout=10) as client:
-        client.post(f"http://127.0.0.1:{gw.port}/v1/messages", content=raw,
-                    headers={"x-api-key": gw.token, "content-type": "application/json"})
+        answer = client.post(f"http://127.0.0.1:{gw.port}/v1/messages", content=raw,
+                             headers={"x-api-key": gw.token, "content-type": "application/json"})
     (entry,) = read_requests(gw.requests_path)
+    assert (answer.status_code, entry.status, entry.error_type) == (
+        400, 400, "gateway.bad_request"), entry
+    assert "twice" in answer.json()["error"]["message"]
     assert entry.max_tokens == 16
-    assert all(body.count(b'"max_tokens"') <= 1 for body in _Keeps.bodies), _Keeps.bodies
+    assert _Keeps.bodies == []
+    assert gateway_verdict([entry]).infra_error is None
 
 
 class _Prefill(JsonProvider):

@@ -91,6 +91,16 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: gone, or a zombie its parent has not reaped yet
+    (a dockerd that another test session started, whose parent has not waited for it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
 def _stop_test_dockerd() -> None:
     """Stop the dockerd recorded in PID_FILE, if it is still that dockerd."""
     try:
@@ -104,7 +114,7 @@ def _stop_test_dockerd() -> None:
         for _ in range(600):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)  # reap it when this session started it
-            if not Path(f"/proc/{pid}").exists():
+            if not _alive(pid):
                 break
             time.sleep(0.1)
         else:
@@ -197,12 +207,10 @@ def _wait_for_engine_exit(timeout_s: float = 60) -> None:
     while time.monotonic() < deadline:
         alive = []
         for pid in pids:
-            with contextlib.suppress(OSError):
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)  # reap it when this session started it
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    alive.append(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # reap it when this session started it
+            if _alive(pid):
+                alive.append(pid)
         if not alive:
             return
         time.sleep(0.5)
