@@ -782,8 +782,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         score_limits=not spec.retry_limits_with_file)
     if verdict.refusal_after_file:
         notes.append(REFUSAL_AFTER_FILE_NOTE.format(status=grades.recovered.status.value))
-    if (verdict.outcome in LIMIT_OUTCOMES and spec.retry_limits_with_file
-            and is_scored(verdict.outcome, grades.recovered)):
+    excluded_for_rerun = (verdict.outcome in LIMIT_OUTCOMES and spec.retry_limits_with_file
+                          and is_scored(verdict.outcome, grades.recovered))
+    if excluded_for_rerun:
         notes.append(RERUN_NOTE.format(outcome=verdict.outcome.value))
     # The gateway's record, where there is one, is the run's usage (SPEC 11).
     usage = (result.usage if result.model_requests is not None or result.trajectory is None
@@ -812,6 +813,7 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
         outcome=verdict.outcome,
         scored=verdict.scored,
         refusal_after_file=verdict.refusal_after_file,
+        excluded_for_rerun=excluded_for_rerun,
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
         grade=None if grades.sealed else grades.recovered,

@@ -954,6 +954,11 @@ class RunRecord(VersionedRecord):
     ``refusal`` and ``scored`` false (the paper's rule, 3.1), ``score_strict`` and
     ``score_recovered`` are the file's grade; ``spu stats --refusals-after-file=score``
     scores it."""
+    excluded_for_rerun: bool = False
+    """The run hit ``memory_limit`` or ``disk_limit`` after leaving a valid or recoverable
+    file and was excluded to be rerun (``sweep.retry_limits_with_file=true``, the paper's
+    rule, 3.1): ``scored`` is false, and a regrade keeps it so. False where such a file was
+    scored as a timeout's is (the default rule)."""
     refusal_label: str | None = None
     """The provider's refusal label, e.g. ``[bio]``."""
     sandbox: SandboxInfo

@@ -153,6 +153,15 @@ def _contract_for(task: TaskPackage, record: RunRecord, accept_version_change: b
     return task.contract.model_copy(update={"task_version": record.task_version})
 
 
+def excluded_for_rerun(record: RunRecord, outcome: Outcome) -> bool:
+    """Whether the run was excluded to be rerun past a resource limit, and stays so.
+
+    ``run.json``'s ``excluded_for_rerun``; a record written before that field says it in
+    its notes only (:data:`~spu.grading.outcome.RERUN_NOTE`).
+    """
+    return record.excluded_for_rerun or RERUN_NOTE.format(outcome=outcome.value) in record.notes
+
+
 def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
                 submitted: bool, past: PastGrade, task_version: str,
                 published: str | None = None) -> RunRecord:
@@ -169,8 +178,9 @@ def _new_record(record: RunRecord, grades: IsolatedGrades, threshold: float,
                      f"key (the run saw version {record.task_version})")
     return record.model_copy(update={
         "outcome": outcome,
-        "scored": is_scored(outcome, grades.recovered, score_limits=RERUN_NOTE.format(
-            outcome=outcome.value) not in record.notes),
+        "scored": is_scored(outcome, grades.recovered,
+                            score_limits=not excluded_for_rerun(record, outcome)),
+        "excluded_for_rerun": excluded_for_rerun(record, outcome),
         "refusal_after_file": refused_after_file(outcome, grades.recovered),
         "score_strict": grades.strict.score,
         "score_recovered": grades.recovered.score,

@@ -129,6 +129,7 @@ def test_a_file_written_before_the_disk_limit_is_scored_and_not_retried(
     assert paper.record.outcome is Outcome.disk_limit and not paper.record.scored
     assert paper.retries == 1 and paper.record.attempt == 2
     assert any("retry_limits_with_file=true" in n for n in paper.record.notes)
+    assert paper.record.excluded_for_rerun and not done.record.excluded_for_rerun
 
 
 @pytest.mark.slow

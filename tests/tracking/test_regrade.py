@@ -141,6 +141,32 @@ def test_outcomes_not_decided_by_the_file_survive(tmp_path, task_root) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("marked_by", ["field", "older_note", "scored_rule"])
+def test_a_run_excluded_for_rerun_past_a_limit_stays_excluded(tmp_path, task_root,
+                                                                marked_by) -> None:
+    """A ``disk_limit`` run with a valid file: excluded under the paper's rule
+    (``excluded_for_rerun``, or only its note in a record written before that field) stays
+    unscored after a regrade; under the default rule (scored as a timeout's) it stays scored."""
+    from spu.grading.outcome import RERUN_NOTE
+
+    record = finished_run(tmp_path, task_root, CANONICAL, f"agent-{marked_by}")
+    run_dir = tmp_path / "outputs" / "runs" / record.run_key
+    update: dict[str, object] = {"outcome": Outcome.disk_limit, "scored": marked_by ==
+                                 "scored_rule"}
+    if marked_by == "field":
+        update["excluded_for_rerun"] = True
+    if marked_by == "older_note":
+        update["notes"] = [*record.notes, RERUN_NOTE.format(outcome="disk_limit")]
+    (run_dir / "run.json").write_text(record.model_copy(update=update).model_dump_json())
+    [result] = regrade_runs(tmp_path / "outputs", task_root, answers_root=fixed_key_root(tmp_path))
+    assert (result.status, result.new_outcome) == ("regraded", "disk_limit")
+    after, _ = load(tmp_path, record)
+    assert after.score_recovered == pytest.approx(FIXED, abs=1e-12)
+    assert after.scored is (marked_by == "scored_rule")
+    assert after.excluded_for_rerun is (marked_by != "scored_rule")
+
+
+@pytest.mark.slow
 def test_task_version_change_needs_consent_and_failures_do_not_stop_others(
         tmp_path, task_root, capsys) -> None:
     ok = finished_run(tmp_path, task_root, CANONICAL, "agent-d")
