@@ -163,7 +163,7 @@ def loads_request(data: bytes) -> tuple[Any, str | None]:
 
 READ_FIELDS = ("model", "stream", "stream_options", "max_tokens", "max_output_tokens",
                "max_completion_tokens", "tools", "mcp_servers", "web_search_options",
-               "messages", "input")
+               "prompt", "background", "messages", "input")
 """The top-level fields of a request body the gateway's record and policy read."""
 
 
@@ -248,7 +248,8 @@ def endpoint_of(method: str, path: str) -> str:
     return POST_ENDPOINTS.get("/".join(parts), "other") if method == "POST" else "other"
 
 
-SERVER_TOOL_TYPES = ("web_search", "web_fetch", "mcp", "code_interpreter", "code_execution")
+SERVER_TOOL_TYPES = ("web_search", "web_fetch", "mcp", "code_interpreter", "code_execution",
+                     "file_search", "image_generation")
 """Tool types run by the provider itself (and their dated versions, ``web_search_20250305``):
 the provider reaches the web or runs code for the agent, outside the run's sandbox."""
 
@@ -258,8 +259,9 @@ def server_tools(body: Any) -> list[str]:
 
     Anthropic's typed server tools (``web_search_*``, ``web_fetch_*``,
     ``code_execution_*``) and ``mcp_servers``; OpenAI's ``web_search`` and
-    ``web_search_preview`` tools, remote ``mcp`` and ``code_interpreter`` tools, and Chat
-    Completions' ``web_search_options``.
+    ``web_search_preview`` tools, remote ``mcp``, ``code_interpreter``, ``file_search`` and
+    ``image_generation`` tools, a stored ``prompt`` (made on the provider's side, it may
+    carry any of them), and Chat Completions' ``web_search_options``.
 
     Examples
     --------
@@ -278,7 +280,7 @@ def server_tools(body: Any) -> list[str]:
         if isinstance(kind, str) and any(kind == t or kind.startswith(t + "_")
                                          for t in SERVER_TOOL_TYPES):
             found.append(kind)
-    for key in ("mcp_servers", "web_search_options"):
+    for key in ("mcp_servers", "web_search_options", "prompt"):
         if body.get(key):
             found.append(key)
     return found

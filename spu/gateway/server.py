@@ -673,6 +673,13 @@ class ModelGateway:
             return self._refuse(x, api, 403, "permission_error", "gateway.model_refused",
                                 f"model {x.entry.model!r} is not allowed in this run (only "
                                 f"{self.api_model!r})")
+        if endpoint == "responses" and isinstance(x.body, dict) and \
+                x.body.get("background") not in (None, False):
+            # the answer would be fetched later (GET responses/<id>, not forwarded): its
+            # usage would never reach the record or the spend cap
+            return self._refuse(x, api, 400, "invalid_request_error", "gateway.not_allowed",
+                                "background responses are not allowed in this run (their "
+                                "usage would never reach the run's record)")
         offered = server_tools(x.body) if asks else []
         if offered:
             return self._refuse(x, api, 403, "permission_error", "gateway.server_tool_refused",
