@@ -161,6 +161,48 @@ def loads_request(data: bytes) -> tuple[Any, str | None]:
     return loads(data, object_pairs_hook=hook), hook.key
 
 
+READ_FIELDS = ("model", "stream", "stream_options", "max_tokens", "max_output_tokens",
+               "max_completion_tokens", "tools", "mcp_servers", "web_search_options",
+               "prompt", "background", "messages", "input")
+"""The top-level fields of a request body the gateway's record and policy read."""
+
+
+def case_variant(body: Any) -> tuple[str, str] | None:
+    """A key naming a field the gateway reads in other letters, and that field; or None.
+
+    Looked for at the top level, in each ``tools`` item (``type``) and in
+    ``stream_options`` (``include_usage``). Go's ``encoding/json`` (routers in front of a
+    provider) matches a field's name whatever its case, Unicode folds included (``ſ`` is
+    ``s``, the Kelvin sign ``k``): ``"MAX_TOKENS"`` or ``"Tools"`` would be read there as
+    the field the gateway found absent, or read with another value.
+
+    Examples
+    --------
+    >>> case_variant({"model": "m", "Model": "big"}), case_variant({"ſtream": True})
+    (('Model', 'model'), ('ſtream', 'stream'))
+    >>> case_variant({"tools": [{"Type": "web_search_20250305", "name": "s"}]})
+    ('Type', 'type')
+    >>> case_variant({"model": "m", "tools": [{"input_schema": {"Type": "object"}}]}) is None
+    True
+    """
+    if not isinstance(body, dict):
+        return None
+    objects: list[tuple[dict[str, Any], tuple[str, ...]]] = [(body, READ_FIELDS)]
+    tools = body.get("tools")
+    objects += [(tool, ("type",)) for tool in (tools if isinstance(tools, list) else [])
+                if isinstance(tool, dict)]
+    options = body.get("stream_options")
+    if isinstance(options, dict):
+        objects.append((options, ("include_usage",)))
+    for found, fields in objects:
+        folded = {name.casefold(): name for name in fields}
+        for key in found:
+            name = folded.get(key.casefold())
+            if name is not None and key != name:
+                return key, name
+    return None
+
+
 POST_ENDPOINTS = {"messages": "messages", "messages/count_tokens": "count_tokens",
                   "responses": "responses", "chat/completions": "chat_completions"}
 """The POST paths forwarded (after an optional ``v1/``) and the endpoint each names."""
@@ -206,7 +248,8 @@ def endpoint_of(method: str, path: str) -> str:
     return POST_ENDPOINTS.get("/".join(parts), "other") if method == "POST" else "other"
 
 
-SERVER_TOOL_TYPES = ("web_search", "web_fetch", "mcp", "code_interpreter", "code_execution")
+SERVER_TOOL_TYPES = ("web_search", "web_fetch", "mcp", "code_interpreter", "code_execution",
+                     "file_search", "image_generation")
 """Tool types run by the provider itself (and their dated versions, ``web_search_20250305``):
 the provider reaches the web or runs code for the agent, outside the run's sandbox."""
 
@@ -216,8 +259,9 @@ def server_tools(body: Any) -> list[str]:
 
     Anthropic's typed server tools (``web_search_*``, ``web_fetch_*``,
     ``code_execution_*``) and ``mcp_servers``; OpenAI's ``web_search`` and
-    ``web_search_preview`` tools, remote ``mcp`` and ``code_interpreter`` tools, and Chat
-    Completions' ``web_search_options``.
+    ``web_search_preview`` tools, remote ``mcp``, ``code_interpreter``, ``file_search`` and
+    ``image_generation`` tools, a stored ``prompt`` (made on the provider's side, it may
+    carry any of them), and Chat Completions' ``web_search_options``.
 
     Examples
     --------
@@ -236,7 +280,7 @@ def server_tools(body: Any) -> list[str]:
         if isinstance(kind, str) and any(kind == t or kind.startswith(t + "_")
                                          for t in SERVER_TOOL_TYPES):
             found.append(kind)
-    for key in ("mcp_servers", "web_search_options"):
+    for key in ("mcp_servers", "web_search_options", "prompt"):
         if body.get(key):
             found.append(key)
     return found

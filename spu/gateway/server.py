@@ -56,6 +56,7 @@ from spu.gateway.answers import (
     GENERATION_ENDPOINTS,
     AnswerReader,
     api_of_endpoint,
+    case_variant,
     endpoint_of,
     error_body,
     loads,
@@ -124,10 +125,33 @@ TOTAL_LIMIT_HEADERS = ("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-l
 
 OUTPUT_BOUNDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
 """Where a request asks its most output tokens: Messages, Responses, Chat Completions."""
+OUTPUT_BOUNDS_OF = {"messages": ("max_tokens",), "count_tokens": ("max_tokens",),
+                    "responses": ("max_output_tokens",),
+                    "chat_completions": ("max_tokens", "max_completion_tokens")}
+"""The bounds each endpoint's API reads (Chat Completions: both, a provider may read
+either: vLLM takes ``max_completion_tokens`` where set)."""
 
 
-def asked_output_tokens(body: dict[str, Any]) -> int | None:
+def _output_bound(value: Any) -> int | None:
+    """One bound field's value as the integer a lax provider reads, or None."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        # 32000.0 and "32000" are the integer a lax provider reads: counted so, not as
+        # no bound (a strict one answers 400, and the count only weighs the run more).
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool):
+        # Past 2**63 no provider reads a bound (and the arithmetic on it would overflow).
+        return value if abs(value) < 2**63 else None
+    return None
+
+
+def asked_output_tokens(body: dict[str, Any], endpoint: str | None = None) -> int | None:
     """The most output tokens a request body asks for, or None where it sets no bound.
+
+    Only the fields ``endpoint``'s API reads count (:data:`OUTPUT_BOUNDS_OF`; every one of
+    :data:`OUTPUT_BOUNDS` for another endpoint), the largest where it reads two: a body
+    asking ``max_tokens`` 16 and ``max_completion_tokens`` 100,000 can run to 100,000.
 
     Examples
     --------
@@ -139,19 +163,13 @@ def asked_output_tokens(body: dict[str, Any]) -> int | None:
     (None, None)
     >>> asked_output_tokens({"max_tokens": 10**400}) is None
     True
+    >>> both = {"max_tokens": 16, "max_completion_tokens": 100_000}
+    >>> asked_output_tokens(both, "chat_completions"), asked_output_tokens(both, "responses")
+    (100000, None)
     """
-    for name in OUTPUT_BOUNDS:
-        value = body.get(name)
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-            # 32000.0 and "32000" are the integer a lax provider reads: counted so, not as
-            # no bound (a strict one answers 400, and the count only weighs the run more).
-            return int(value)
-        if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
-            return int(value.strip())
-        if isinstance(value, int) and not isinstance(value, bool):
-            # Past 2**63 no provider reads a bound (and the arithmetic on it would overflow).
-            return value if abs(value) < 2**63 else None
-    return None
+    bounds = [b for name in OUTPUT_BOUNDS_OF.get(endpoint or "", OUTPUT_BOUNDS)
+              if (b := _output_bound(body.get(name))) is not None]
+    return max(bounds) if bounds else None
 
 
 REQUEST_LIMIT_HEADERS = ("anthropic-ratelimit-requests-limit", "x-ratelimit-limit-requests")
@@ -173,6 +191,21 @@ def stated_rate_limit(headers: Any, names: tuple[str, ...] = RATE_LIMIT_HEADERS)
         if value is not None and str(value).strip().isdigit():
             return int(str(value).strip())
     return None
+
+
+def _json_media_type(value: str) -> bool:
+    """Whether a ``content-type`` value is ``application/json``, its charset UTF-8 if any.
+
+    Examples
+    --------
+    >>> _json_media_type("application/json"), _json_media_type("Application/JSON; charset=UTF-8")
+    (True, True)
+    >>> _json_media_type("application/json; charset=utf-7"), _json_media_type("text/plain")
+    (False, False)
+    """
+    media, *params = value.split(";")
+    return media.strip().lower() == "application/json" and all(
+        p.strip().lower().replace('"', "") in ("", "charset=utf-8") for p in params)
 
 
 def well_formed(text: str) -> str:
@@ -550,11 +583,11 @@ class ModelGateway:
             # Only JSON true streams: "false" (a string a lax provider reads as false) does
             # not make an unstreamed wait the provider's (verdict.unstreamed_timeout).
             x.entry.stream = x.body.get("stream") is True
-            x.entry.max_tokens = asked_output_tokens(x.body)
-        if duplicate is not None:  # the provider's parser may keep the first value
+            x.entry.max_tokens = asked_output_tokens(x.body, endpoint)
+        unread = self._read_otherwise(request, x, duplicate)
+        if unread is not None:
             return self._refuse(x, api, 400, "invalid_request_error", "gateway.bad_request",
-                                f"the request body names {shown(well_formed(duplicate))} twice in "
-                                f"one object; send each key once")
+                                unread)
         refusal = self._policy(endpoint, x) or self._usage_asked(endpoint, api, x)
         if refusal is None:
             try:
@@ -579,6 +612,41 @@ class ModelGateway:
         except BaseException:
             self._release(x)
             raise
+
+    @staticmethod
+    def _read_otherwise(request: Any, x: _Exchange, duplicate: str | None) -> str | None:
+        """Why a provider's parser may read the body otherwise than the gateway, or None.
+
+        A body the gateway reads as one thing (its record, its policy, its spend cap) goes
+        on only where every parser reads it so:
+
+        - a POST's ``content-type`` is one ``application/json`` (with ``charset=utf-8`` at
+          most): a provider that decodes by the charset (Node's ``body-parser`` takes
+          ``utf-7``) would read other JSON from the same bytes;
+        - no object names a key twice (a parser may keep the first value, Python keeps
+          the last);
+        - no field the gateway reads is named in other letters (:func:`case_variant`: Go
+          matches ``"Tools"`` to ``tools``);
+        - ``stream`` is a JSON boolean (or null): a lax provider streams on ``1`` or
+          ``"true"``, which the gateway takes for no stream (and then asks no usage of a
+          chat stream).
+        """
+        if x.entry.endpoint != "models":
+            types = request.headers.getlist("content-type")
+            if len(types) != 1 or not _json_media_type(types[0]):
+                return (f"the request's content-type must be application/json (charset utf-8 "
+                        f"at most), once; it is {shown([well_formed(t) for t in types])}")
+        if duplicate is not None:
+            return (f"the request body names {shown(well_formed(duplicate))} twice in one "
+                    f"object; send each key once")
+        variant = case_variant(x.body)
+        if variant is not None:
+            return (f"the request body names {shown(well_formed(variant[0]))} for the field "
+                    f"{variant[1]!r}; send the field by its own name")
+        stream = x.body.get("stream") if isinstance(x.body, dict) else None
+        if not (stream is None or isinstance(stream, bool)):
+            return f"the request's stream must be true or false, not {shown(stream)}"
+        return None
 
     async def _read_body(self, request: Any) -> bytes | None:
         """The request body, or None when it is longer than ``max_request_bytes``."""
@@ -605,6 +673,13 @@ class ModelGateway:
             return self._refuse(x, api, 403, "permission_error", "gateway.model_refused",
                                 f"model {x.entry.model!r} is not allowed in this run (only "
                                 f"{self.api_model!r})")
+        if endpoint == "responses" and isinstance(x.body, dict) and \
+                x.body.get("background") not in (None, False):
+            # the answer would be fetched later (GET responses/<id>, not forwarded): its
+            # usage would never reach the record or the spend cap
+            return self._refuse(x, api, 400, "invalid_request_error", "gateway.not_allowed",
+                                "background responses are not allowed in this run (their "
+                                "usage would never reach the run's record)")
         offered = server_tools(x.body) if asks else []
         if offered:
             return self._refuse(x, api, 403, "permission_error", "gateway.server_tool_refused",
@@ -672,15 +747,13 @@ class ModelGateway:
         """At most what a generation can cost, for the spend cap.
 
         Every body byte counted an input token (at the cache-write price), the output at
-        its ``max_tokens``; without one, the whole cap (it then runs alone).
+        its ``max_tokens`` (:func:`asked_output_tokens`); without one, the whole cap (it
+        then runs alone).
         """
         if self.prices is None or self.max_cost_usd is None:
             return 0.0
-        body = x.body if isinstance(x.body, dict) else {}
-        limit = next((body[k] for k in ("max_tokens", "max_output_tokens",
-                                        "max_completion_tokens") if body.get(k) is not None),
-                     None)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit < 2**63:
+        limit = x.entry.max_tokens  # asked_output_tokens: the endpoint's largest bound
+        if limit is None or not 0 < limit < 2**63:
             return self.max_cost_usd
         from spu.cost.prices import request_cost
 

@@ -72,12 +72,14 @@ def test_a_stream_field_a_lax_provider_reads_as_false_is_no_provider_hang(
     """Attack: after the file, an unstreamed request asking 128k tokens with
     ``"stream": "false"``; the gateway read ``bool("false")``, a stream, so its wait past
     the read window was the provider's (infra_error, retried). Fixed (server.py): only a
-    JSON ``true`` streams; the wait is the agent's (``unstreamed_timeout``)."""
+    JSON ``true`` streams; the wait is the agent's (``unstreamed_timeout``). Round twelve:
+    a ``stream`` that is no JSON boolean is a recorded 400 (``gateway.bad_request``, the
+    agent's), never forwarded: a lax provider streams on ``"true"`` or ``1``."""
     entries = _run(tmp_path, {**ASK, "max_tokens": 128_000, "stream": "false"})
-    assert [e.error_type for e in entries] == [None, "gateway.upstream_timeout"]
-    assert entries[1].stream is False
+    assert [e.error_type for e in entries] == [None, "gateway.bad_request"]
+    assert entries[1].stream is False and entries[1].status == 400
     verdict = gateway_verdict(entries)
-    assert verdict.infra_error is None and verdict.agent_caused
+    assert verdict.infra_error is None
 
 
 def test_a_float_max_tokens_is_counted_at_its_value(tmp_path: Path) -> None:

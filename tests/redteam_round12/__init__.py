@@ -1,0 +1,1 @@
+"""Red-team round twelve: parser differentials at the model gateway."""
