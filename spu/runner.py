@@ -56,6 +56,7 @@ from spu.grading.outcome import (
     REFUSAL_AFTER_FILE_NOTE,
     RERUN_NOTE,
     RunEvidence,
+    Verdict,
     counts_as_file,
     counts_without_key,
     is_scored,
@@ -762,10 +763,19 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     return hits
 
 
-def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost,
-           exposure: list[ExposureHit]) -> RunRecord:
-    """Step 8: decide the outcome and write ``grade.json``, the trajectory and ``run.json``."""
-    spec, task, result, run_dir = run.spec, run.task, phase.result, run.run_dir
+@dataclass(frozen=True)
+class _Judgement:
+    """How the run ended, as its record says it: the verdict, the evidence and the notes."""
+
+    verdict: Verdict
+    evidence: ProcessEvidence
+    notes: list[str]
+    excluded_for_rerun: bool
+
+
+def _judged(run: PreparedRun, phase: AgentPhase, grades: RunGrades) -> _Judgement:
+    """The outcome decided from the agent's end, the gateway's verdict and the grade."""
+    spec, result = run.spec, phase.result
     evidence = phase.evidence
     if grades.error:
         evidence = evidence.model_copy(update={"error": grades.error})
@@ -786,80 +796,97 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
                           and is_scored(verdict.outcome, grades.recovered))
     if excluded_for_rerun:
         notes.append(RERUN_NOTE.format(outcome=verdict.outcome.value))
+    return _Judgement(verdict, evidence, notes, excluded_for_rerun)
+
+
+def _what_ran(run: PreparedRun) -> dict[str, Any]:
+    """The record's fields of what ran: the run's identity, the task, the configuration."""
+    spec, task = run.spec, run.task
+    published = task_published(run.answers)
+    return {
+        "run_key": run.key, "identity": run.identity,
+        "settings": settings_for(spec.limits, spec.sandbox.name, spec.launcher),
+        "task_id": task.id, "task_version": task.version,
+        "discipline": task.meta.discipline.value, "subfield": task.meta.subfield,
+        "visibility": task.meta.visibility.value,
+        "model": spec.model.name, "harness": spec.harness.name, "effort": spec.effort.name,
+        "repeat": spec.repeat, "config": spec_config_label(spec),
+        "threshold": task_threshold(task, run.answers), "n_items": task.n_items,
+        "training_cutoff": spec.model.training_cutoff, "task_published": published,
+        "published_before_cutoff": published_before_cutoff(published,
+                                                           spec.model.training_cutoff),
+        "attempt": spec.attempt, "retried_from": spec.retried_from,
+    }
+
+
+def _what_it_cost(result: AgentResult, cost: RunCost) -> dict[str, Any]:
+    """The record's fields of usage and cost."""
     # The gateway's record, where there is one, is the run's usage (SPEC 11).
     usage = (result.usage if result.model_requests is not None or result.trajectory is None
              else result.trajectory.usage)
+    return {
+        "usage": usage, "cost_usd": cost.estimate.total,
+        "cache_write_rate": cost.cache_write_rate,
+        "cost_by_cache_write_rate": cost.by_cache_write_rate,
+        "cli_cost_usd": result.cli_cost_usd, "cost_disagreement": cost.disagreement,
+        "cost_full_input_usd": cost.full_input_price.total,
+        "long_context_requests": cost.estimate.long_context_requests,
+    }
+
+
+def _what_it_reached(phase: AgentPhase, exposure: list[ExposureHit]) -> dict[str, Any]:
+    """The record's fields of what the agent reached: tools, exposure, the web, GPUs."""
+    result, tools, gpu = phase.result, phase.tools, phase.gpu
+    return {
+        "flagged_exposure": bool(exposure), "exposure_hits": exposure,
+        "audited_calls": tools.audited_calls if tools is not None else None,
+        "policy_stopped": result.policy_stop,
+        "policy_stop": tools.policy_stop if tools is not None else None,
+        "requests_outside_tools": tools.requests_outside_tools if tools is not None else None,
+        "outside_destinations": tools.outside_destinations if tools is not None else [],
+        "shell_downloads": (shell_downloads(result.trajectory.steps)
+                            if result.trajectory is not None else None),
+        "tool_calls": result.tool_calls, "web_fetches": result.web_fetches,
+        "used_gpu": result.used_gpu or bool(gpu and gpu.used_gpu),
+        "gpu_seconds": gpu.gpu_seconds if gpu is not None else None, "gpu_usage": gpu,
+    }
+
+
+def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost,
+           exposure: list[ExposureHit]) -> RunRecord:
+    """Step 8: decide the outcome and write ``grade.json``, the trajectory and ``run.json``."""
+    result, run_dir = phase.result, run.run_dir
+    judged = _judged(run, phase, grades)
     (run_dir / "grade.json").write_text(
         json.dumps({"strict": grades.strict.model_dump(mode="json"),
                     "recovered": grades.recovered.model_dump(mode="json")}, indent=1)
     )
     if result.trajectory is not None:
         write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
-    published = task_published(run.answers)
     run_record = RunRecord(
-        run_key=run.key,
-        identity=run.identity,
-        settings=settings_for(spec.limits, spec.sandbox.name, spec.launcher),
-        task_id=task.id,
-        task_version=task.version,
-        discipline=task.meta.discipline.value,
-        subfield=task.meta.subfield,
-        visibility=task.meta.visibility.value,
-        model=spec.model.name,
-        harness=spec.harness.name,
-        effort=spec.effort.name,
-        repeat=spec.repeat,
-        config=spec_config_label(spec),
-        outcome=verdict.outcome,
-        scored=verdict.scored,
-        refusal_after_file=verdict.refusal_after_file,
-        excluded_for_rerun=excluded_for_rerun,
+        **_what_ran(run),
+        outcome=judged.verdict.outcome,
+        scored=judged.verdict.scored,
+        refusal_after_file=judged.verdict.refusal_after_file,
+        excluded_for_rerun=judged.excluded_for_rerun,
         score_strict=grades.strict.score,
         score_recovered=grades.recovered.score,
         grade=None if grades.sealed else grades.recovered,
-        threshold=task_threshold(task, run.answers),
-        n_items=task.n_items,
-        usage=usage,
-        cost_usd=cost.estimate.total,
-        cache_write_rate=cost.cache_write_rate,
-        cost_by_cache_write_rate=cost.by_cache_write_rate,
-        cli_cost_usd=result.cli_cost_usd,
-        cost_disagreement=cost.disagreement,
-        cost_full_input_usd=cost.full_input_price.total,
-        long_context_requests=cost.estimate.long_context_requests,
+        **_what_it_cost(result, cost),
+        **_what_it_reached(phase, exposure),
         cli_version=result.cli_version
         or (result.trajectory.cli_version if result.trajectory is not None else None),
-        flagged_exposure=bool(exposure),
-        training_cutoff=spec.model.training_cutoff,
-        task_published=published,
-        published_before_cutoff=published_before_cutoff(published, spec.model.training_cutoff),
-        exposure_hits=exposure,
-        audited_calls=phase.tools.audited_calls if phase.tools is not None else None,
-        policy_stopped=result.policy_stop,
-        policy_stop=phase.tools.policy_stop if phase.tools is not None else None,
-        requests_outside_tools=(phase.tools.requests_outside_tools
-                                if phase.tools is not None else None),
-        outside_destinations=phase.tools.outside_destinations if phase.tools is not None else [],
-        shell_downloads=(shell_downloads(result.trajectory.steps)
-                         if result.trajectory is not None else None),
-        runtime_s=evidence.duration_s,
-        tool_calls=result.tool_calls,
-        web_fetches=result.web_fetches,
-        used_gpu=result.used_gpu or bool(phase.gpu and phase.gpu.used_gpu),
-        gpu_seconds=phase.gpu.gpu_seconds if phase.gpu is not None else None,
-        gpu_usage=phase.gpu,
         refusal_label=result.refusal_label,
         sandbox=phase.sandbox_info,
-        process=evidence,
+        process=judged.evidence,
+        runtime_s=judged.evidence.duration_s,
         started_at=phase.started,
         finished_at=_now(),
-        attempt=spec.attempt,
-        retried_from=spec.retried_from,
         node=phase.node,
         gpu=phase.placement,
         evidence_disagreement=result.evidence_disagreement,
         gateway=phase.gateway,
-        notes=notes + list(phase.sandbox_info.warnings) + list(cost.notes),
+        notes=judged.notes + list(phase.sandbox_info.warnings) + list(cost.notes),
     )
     write_run_record(run_dir, run_record)
     seal(run, run_record)

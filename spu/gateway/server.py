@@ -580,8 +580,7 @@ class ModelGateway:
         if isinstance(x.body, dict):
             x.entry.model = (well_formed(str(x.body["model"]))
                              if x.body.get("model") is not None else None)
-            # Only JSON true streams: "false" (a string a lax provider reads as false) does
-            # not make an unstreamed wait the provider's (verdict.unstreamed_timeout).
+            # Only JSON true streams (a stream that is no boolean is refused below).
             x.entry.stream = x.body.get("stream") is True
             x.entry.max_tokens = asked_output_tokens(x.body, endpoint)
         unread = self._read_otherwise(request, x, duplicate)
