@@ -22,7 +22,6 @@ literal or through another name.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import socket
@@ -33,7 +32,7 @@ from proxy.common.flag import flags
 from proxy.http.exception import HttpRequestRejected
 from proxy.http.proxy import HttpProxyBasePlugin
 
-from spu.tools.addresses import normal_address
+from spu.tools.addresses import normal_address, public_address
 
 flags.add_argument("--spu-egress-log", type=str, default="",
                    help="SPU: JSON Lines file recording the destination of every connection.")
@@ -58,28 +57,8 @@ def _text(value: Any) -> str | None:
 
 
 def _local(address: str) -> bool:
-    """A loopback, private, link-local or multicast address, or one of this host's own.
-
-    A host with a public address answers on it too (services bound to every interface):
-    an address that this process can bind to is the host's own, whatever its range.
-    """
-    ip = ipaddress.ip_address(normal_address(address))  # NAT64 and mapped IPv6 as IPv4
-    return not ip.is_global or ip.is_multicast or own_address(str(ip))
-
-
-def own_address(address: str) -> bool:
-    """Whether ``address`` is assigned to an interface of this host (it can be bound).
-
-    >>> own_address("127.0.0.1"), own_address("198.51.100.254")
-    (True, False)
-    """
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((address, 0))
-    except OSError:
-        return False
-    return True
+    """Not a public address: :func:`spu.tools.addresses.public_address` says which are."""
+    return not public_address(address)
 
 
 def resolve(host: str, port: int) -> list[str]:

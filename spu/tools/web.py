@@ -29,7 +29,6 @@ Traps handled here:
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import time
@@ -38,6 +37,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from spu.config import SearchApi, ToolsConfig
+from spu.tools.addresses import public_address
 from spu.tools.extract import ExtractWorker
 from spu.tools.providers import (
     FetchResult,
@@ -54,13 +54,6 @@ USER_AGENT = "spu-audited-fetch/1"
 DECODED_ENCODINGS = ("gzip", "x-gzip", "deflate")
 """Content encodings decoded (one layer); any other, or a second layer, stays as it came."""
 NOT_DECODED = "content encoding"
-
-
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
 
 
 def resolve_checked(host: str, port: int, allow_local: bool) -> str:
@@ -84,7 +77,7 @@ def resolve_checked(host: str, port: int, allow_local: bool) -> str:
     addresses = [str(info[4][0]) for info in infos]
     if not addresses:
         raise ProviderError(f"cannot resolve {host}")
-    if not allow_local and not all(_public(a) for a in addresses):
+    if not allow_local and not all(public_address(a) for a in addresses):
         raise ProviderError(f"fetch refused: {host} is a local or private address")
     return addresses[0]
 

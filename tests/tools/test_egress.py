@@ -129,7 +129,8 @@ def test_every_address_of_the_hosts_own_interfaces_counts_as_local() -> None:
     own interfaces as local, whatever its range; an address of no interface is not."""
     import subprocess
 
-    from spu.tools.egress_plugin import _local, own_address
+    from spu.tools.addresses import own_address
+    from spu.tools.egress_plugin import _local
 
     found = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False)
     addresses = found.stdout.split() + ["127.0.0.1"]

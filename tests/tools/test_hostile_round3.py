@@ -239,3 +239,25 @@ def test_a_providers_api_reached_by_its_address_is_refused(tmp_path: Path) -> No
     for host in ("api.provider.test", "93.184.216.34", "::ffff:93.184.216.34", "alias.test"):
         assert refused.get(host) == MODEL_API_REFUSED, (host, found["egress"])
     assert refused.get("other.test") is None, found["egress"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("ip") is None,
+                    reason="bubblewrap or iproute2 is not installed")
+def test_the_hosts_own_public_address_is_refused_by_the_fetch_and_the_proxy(
+        tmp_path: Path) -> None:
+    """A host with a public address answers on it, services bound to every interface too:
+    the audited fetch refused loopback and private addresses but fetched this one (the
+    canary below answered it before the change), and took an IPv6 address embedding
+    127.0.0.1 (IPv4-compatible, 6to4, local-use NAT64, Teredo) for a public one."""
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\n")
+    probe = subprocess.run(
+        [*_in_namespace(resolv)[:-1], "--cap-add", "CAP_NET_ADMIN", "--",
+         sys.executable, "-m", "tests.tools.netns_own_address_probe"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert found["asked"] == [], found  # the canary on the host's own address never answered
+    assert found["fetch"].startswith("fetch refused: 93.184.216.40 is a local or private"), found
+    assert all(found["proxy_local"].values()), found["proxy_local"]
