@@ -49,7 +49,7 @@ from spu.gateway import MODEL_DIR
 from spu.gateway.session import GatewayConfigError, GatewaySession
 from spu.gateway.verdict import files_at_refusals, key_rejected, model_input_steps, read_requests
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
-from spu.grading.isolated import GraderIsolationError, available_isolation, grade_isolated
+from spu.grading.isolated import GraderIsolationError, available_isolation, grade_shared
 from spu.grading.outcome import (
     KEPT_AT_REFUSAL_NOTE,
     LIMIT_OUTCOMES,
@@ -668,6 +668,8 @@ def collect(run_dir: Path) -> bytes | None:
 def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
     """Step 5: grade the submission strictly and with recovery, in an isolated process.
 
+    The process is this process's grading service, shared by the runs of a sweep.
+
     Without a trustworthy grade the run cannot count: a grading failure gives the
     strict grade of no file and an error, so the run is recorded and retried. Without
     an answer key nothing is graded: the run is ``sealed`` (SPEC 13).
@@ -678,8 +680,8 @@ def grade(run: PreparedRun, submission: bytes | None) -> RunGrades:
                         grader_version=GRADER_VERSION)
         return RunGrades(pending, pending, sealed=True)
     try:
-        grades = grade_isolated(run.task.contract, run.answers, submission,
-                                isolation=run.spec.sandbox.grader_isolation)
+        grades = grade_shared(run.task.contract, run.answers, submission,
+                              isolation=run.spec.sandbox.grader_isolation)
     except (RuntimeError, OSError) as exc:
         log.error("grading of run %s failed: %s", run.key, exc)
         strict = grade_submission(run.task.contract, run.answers, None)

@@ -15,6 +15,7 @@ network access"):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import spu
 from spu.config import GraderIsolation
@@ -45,6 +47,10 @@ _PLAIN_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
 
 class GraderIsolationError(RuntimeError):
     """The requested isolation is not available, or the grading process failed."""
+
+
+class GradingProcessDied(GraderIsolationError):
+    """A grading service's process ended before it answered (killed from outside)."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +269,25 @@ def grade_isolated(
 SERVE_CODE = "import sys; from spu.grading.worker import serve; sys.exit(serve())"
 """What a grading service runs: requests on stdin, grades on stdout, no file in view."""
 
+_SPAWNER: tuple[int, Any] | None = None
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start a grading service's process from a thread that lives as long as this process.
+
+    bubblewrap's ``--die-with-parent`` ends the process with the *thread* that started it:
+    a service first used by a run's short-lived thread would die after that run.
+    """
+    global _SPAWNER
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _SPAWNER is None or _SPAWNER[0] != os.getpid():  # none yet, or a fork's copy
+        _SPAWNER = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="spu-grader"))
+    started = _SPAWNER[1].submit(
+        subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, env=_PLAIN_ENV)
+    return started.result(timeout=60)
+
 
 class GradingService:
     """One isolated grading process that grades many submissions (a sweep's grader).
@@ -290,10 +315,7 @@ class GradingService:
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen(
-                isolated_command(Path(self._empty), self.mode, SERVE_CODE),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                env=_PLAIN_ENV)
+            self._proc = _spawn(isolated_command(Path(self._empty), self.mode, SERVE_CODE))
             self._sent = set()
         return self._proc
 
@@ -316,16 +338,26 @@ class GradingService:
                 request["contract"] = contract.model_dump(mode="json")
                 request["answers"] = answers.model_dump(mode="json")
             assert proc.stdin is not None and proc.stdout is not None
+            ended = False  # the pipe closed (or broke): the process is ending
             try:
                 proc.stdin.write(json.dumps(request).encode() + b"\n")
                 proc.stdin.flush()
                 ready, _, _ = select.select([proc.stdout], [], [], self.timeout_s)
                 line = proc.stdout.readline() if ready else b""
+                ended = bool(ready) and not line
             except OSError as exc:
-                line = b""
+                line, ended = b"", True
                 log.error("grading service (isolation %s): %s", self.mode, exc)
             if not line:
+                died = proc.poll()
+                if ended and died is None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        died = proc.wait(timeout=10)
                 self._stop_locked()
+                if died is not None:
+                    raise GradingProcessDied(
+                        f"grading service (isolation {self.mode}) ended (exit {died}) "
+                        "before its grade")
                 raise GraderIsolationError(
                     f"grading service (isolation {self.mode}) gave no grade within "
                     f"{self.timeout_s:g} s")
@@ -364,3 +396,66 @@ class GradingService:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SHARED: dict[str, GradingService] = {}
+_SHARED_PID = os.getpid()
+
+
+def shared_service(isolation: str = "auto") -> GradingService:
+    """This process's grading service for ``isolation``, started on first use.
+
+    A sweep's runs in one process (the basic launcher's jobs, a regrade of a store)
+    share it, as the Ray driver shares one: an interpreter start is most of a grade's
+    time. A forked child starts its own. Closed when the interpreter exits.
+    """
+    global _SHARED_PID
+    if os.getpid() != _SHARED_PID:  # a fork: the parent's pipes are not this process's
+        _SHARED.clear()
+        _SHARED_PID = os.getpid()
+    mode = available_isolation(isolation)
+    if mode not in _SHARED:
+        if not _SHARED:
+            import atexit
+
+            atexit.register(close_shared_services)
+        _SHARED[mode] = GradingService(mode)
+    return _SHARED[mode]
+
+
+def close_shared_services() -> None:
+    """Stop this process's grading services (they start again when next used)."""
+    while _SHARED:
+        _SHARED.popitem()[1].close()
+
+
+def grade_shared(contract: Contract, answers: AnswerKey, submission: bytes | None,
+                 isolation: str = "auto") -> IsolatedGrades:
+    """:func:`grade_isolated`'s grades, from this process's grading service.
+
+    The service's process sees no file (contract, key and submission come through its
+    stdin) and is isolated as :func:`grade_isolated`'s. Killed from outside (the OOM
+    killer), it is started again and asked once more, as :func:`grade_isolated` grades
+    again once.
+
+    Raises:
+        GraderIsolationError: the isolation is unavailable, the process died twice, or
+            it gave no grade in time.
+    """
+    import hashlib
+
+    service = shared_service(isolation)
+    # Named by what it grades with: two keys of one task id never share a cached key.
+    name = hashlib.sha256(contract.model_dump_json().encode() + b"\0"
+                          + answers.model_dump_json().encode()).hexdigest()
+    try:
+        grades = service.grade(name, contract, answers, submission)
+    except GradingProcessDied as exc:
+        log.warning("%s; grading again", exc)
+        try:
+            grades = service.grade(name, contract, answers, submission)
+        except GradingProcessDied as again:
+            raise GradingProcessDied(f"{again} (killed, twice)") from None
+    if grades.warning:
+        log.warning(grades.warning)
+    return grades

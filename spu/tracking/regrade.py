@@ -26,7 +26,7 @@ from typing import Any
 from spu.gateway import MODEL_DIR
 from spu.gateway.verdict import files_at_refusals
 from spu.grading.chance import chance_threshold
-from spu.grading.isolated import IsolatedGrades, grade_isolated
+from spu.grading.isolated import IsolatedGrades, grade_shared
 from spu.grading.outcome import (
     FILE_OUTCOMES,
     RERUN_NOTE,
@@ -250,11 +250,11 @@ def regrade_run(
     contract = _contract_for(task, record, accept_version_change, run_dir)
     submission = read_submission(run_dir / "output")
     try:
-        grades = grade_isolated(contract, answers, submission, isolation=isolation)
+        grades = grade_shared(contract, answers, submission, isolation=isolation)
         if record.outcome is Outcome.refusal and not counts_as_file(grades.recovered):
             # As the run was graded: on the file a refused request arrived with, if any.
             for kept in files_at_refusals(run_dir / MODEL_DIR):
-                at_refusal = grade_isolated(contract, answers, kept, isolation=isolation)
+                at_refusal = grade_shared(contract, answers, kept, isolation=isolation)
                 if counts_as_file(at_refusal.recovered):
                     grades = at_refusal
                     break

@@ -290,3 +290,94 @@ def test_a_grading_process_killed_from_outside_is_graded_again_once(
         stop.set()
         killer.join(timeout=10)
     assert len(killed) == kills
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bwrap", "netns", "none"])
+def test_a_shared_grading_service_gives_the_per_run_grades(mode, contract, answers) -> None:
+    """A sweep's runs share one grading process (the basic launcher, a regrade): each grade
+    is the one a process of its own gives, and two answer keys of one task id are never
+    confused (the service caches each key by what it holds, not by the task's name)."""
+    from spu.grading.isolated import close_shared_services, grade_shared, shared_service
+
+    try:
+        available_isolation(mode)
+    except GraderIsolationError as exc:
+        pytest.skip(str(exc))
+    close_shared_services()
+    other = answers.model_copy(update={"groups": {"G1": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0},
+                                                  "G2": answers.groups["G2"]}})
+    submissions = [as_bytes({"task": "spu-hand", "rankings": {"G1": ["b", "a", "c", "d"],
+                                                              "G2": ["p", "q", "r"]}}),
+                   None, b"{not json", as_bytes({"task": "spu-hand", "rankings": {}})]
+    try:
+        for key in (answers, other, answers):
+            for data in submissions:
+                shared = grade_shared(contract, key, data, isolation=mode)
+                alone = grade_isolated(contract, key, data, isolation=mode)
+                assert (shared.strict, shared.recovered, shared.isolation) == \
+                    (alone.strict, alone.recovered, alone.isolation)
+        first = grade_shared(contract, answers, submissions[0], isolation=mode).recovered.score
+        second = grade_shared(contract, other, submissions[0], isolation=mode).recovered.score
+        assert first != second  # the reversed key scores the same order otherwise
+        assert shared_service(mode) is shared_service(mode)  # one process for all of them
+    finally:
+        close_shared_services()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_shared_grading_process_killed_from_outside_grades_again_once(
+        kills: int, contract, answers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a process of its own: killed once, the service starts again and the grade comes;
+    killed twice, the error says so."""
+    from spu.grading import isolated
+
+    try:
+        available_isolation("bwrap")
+    except GraderIsolationError as exc:
+        pytest.skip(str(exc))
+    isolated.close_shared_services()
+    monkeypatch.setattr(isolated, "SERVE_CODE", "import time; time.sleep(1.0); "
+                        + isolated.SERVE_CODE)
+    data = as_bytes({"task": "spu-hand", "rankings": {"G1": ["b", "a", "c", "d"],
+                                                      "G2": ["p", "q", "r"]}})
+    stop, killed = threading.Event(), list[int]()
+    killer = threading.Thread(target=_kill_grading_processes, args=(kills, stop, killed))
+    killer.start()
+    try:
+        if kills == 1:
+            grades = isolated.grade_shared(contract, answers, data, isolation="bwrap")
+            assert grades.recovered.model_copy(update={"isolation": None}) == \
+                grade_submission(contract, answers, data, recover=True)
+        else:
+            with pytest.raises(isolated.GradingProcessDied, match="killed, twice"):
+                isolated.grade_shared(contract, answers, data, isolation="bwrap")
+    finally:
+        stop.set()
+        killer.join(timeout=10)
+        isolated.close_shared_services()
+    assert len(killed) == kills
+
+
+def test_a_shared_service_first_used_by_a_thread_outlives_that_thread(
+        contract, answers) -> None:
+    """bubblewrap's --die-with-parent ends a process with the thread that started it: the
+    service a run's short-lived thread started must still grade the next run."""
+    from spu.grading.isolated import close_shared_services, grade_shared, shared_service
+
+    try:
+        available_isolation("bwrap")
+    except GraderIsolationError as exc:
+        pytest.skip(str(exc))
+    close_shared_services()
+    try:
+        worker = threading.Thread(target=grade_shared, args=(contract, answers, None, "bwrap"))
+        worker.start()
+        worker.join(timeout=120)
+        proc = shared_service("bwrap")._proc
+        assert proc is not None
+        grade_shared(contract, answers, None, "bwrap")
+        assert shared_service("bwrap")._proc is proc and proc.poll() is None
+    finally:
+        close_shared_services()
