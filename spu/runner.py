@@ -637,26 +637,26 @@ def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:
 def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
     """The monitor of step 3: status file and lines, API errors, a rejected key.
 
-    When the agent's output shows the key rejected and the provider confirms it, the
-    sandbox stops the agent and the run ends as ``infra_error`` with the provider's
-    message; a rejection the provider does not confirm stops nothing.
+    When the gateway's record shows the provider rejecting the key twice in a row, or the
+    agent's output shows it and the provider confirms it, the sandbox stops the agent
+    and the run ends as ``infra_error`` with the provider's message; a rejection the
+    provider does not confirm stops nothing.
     """
     label = f"{run.task.id} · " + spec_config_label(run.spec)
 
     def rejected(seen: str) -> str | None:
         # Ask the provider (through the run's gateway) before stopping anything: the
         # agent's output is the agent's to write.
-        reason = run.harness.rejected_key_reason(seen) or key_rejected(
+        return run.harness.rejected_key_reason(seen) or key_rejected(
             read_requests(run.run_dir / "model" / "requests.jsonl"))
-        if reason is not None:
-            sandbox.request_stop()
-        return reason
 
     return AgentMonitor(run.run_dir, stdout,
                         RunStatus(run_key=run.key, label=label, started=time.time(),
                                   updated=time.time()),
                         parse=run.harness.live_event, on_rejected_key=rejected,
-                        every_s=run.spec.status_every_s)
+                        every_s=run.spec.status_every_s,
+                        record=run.run_dir / "model" / "requests.jsonl",
+                        on_stop=sandbox.request_stop)
 
 
 def collect(run_dir: Path) -> bytes | None:

@@ -13,7 +13,10 @@ event and counts API errors by HTTP status, and:
   and say so only in their own logs;
 - when the provider rejects the key (401 or 403, twice), asks the sandbox to stop the
   agent and keeps the reason, so the run ends as ``infra_error`` with the provider's
-  message instead of after the CLI's ten retries.
+  message instead of after the CLI's ten retries. With a model gateway, its record
+  (``model/requests.jsonl``, the provider's answers as the host saw them) says so as the
+  second rejection is answered: Claude Code writes its retry events to stdout only
+  minutes later, after its last retry.
 
 The traps of the two formats, each pinned by a doctest below:
 
@@ -244,18 +247,21 @@ class AgentMonitor:
     def __init__(self, run_dir: Path, stdout: Path, status: RunStatus,
                  parse: Callable[[dict[str, Any]], LiveEvent | None] | None = None,
                  on_rejected_key: Callable[[str], str | None] | None = None,
-                 every_s: float = 30.0) -> None:
+                 every_s: float = 30.0, record: Path | None = None,
+                 on_stop: Callable[[], None] | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.stdout = Path(stdout)
         self.status = status
         self.parse = parse
         self.on_rejected_key = on_rejected_key
         self.every_s = every_s
+        self.on_stop = on_stop
         self.rejected: str | None = None
         """Why the run was stopped for a rejected key (None: it was not)."""
         self._key_confirmed = False
-        self._offset = 0
-        self._partial = b""
+        self._out = _Tail(self.stdout)
+        self._record = None if record is None else _Tail(Path(record))
+        self._refused_in_a_row = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_line = time.monotonic()
@@ -284,12 +290,14 @@ class AgentMonitor:
 
     def poll(self) -> None:
         """Read what the agent wrote since the last poll; write status and lines."""
-        for entry in self._new_lines():
+        for entry in self._out.entries():
             if self.parse is None:
                 continue
             event = self.parse(entry)
             if event is not None:
                 self._event(event)
+        for answer in self._record.entries() if self._record is not None else ():
+            self._answered(answer)
         now = time.monotonic()
         if self.every_s and now - self._last_line >= self.every_s:
             self._last_line = now
@@ -297,25 +305,33 @@ class AgentMonitor:
         if self._dirty:
             self._write()
 
-    def _new_lines(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.stdout, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except OSError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        *lines, self._partial = data.split(b"\n")
-        entries = []
-        for raw in lines:
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                continue  # warnings the CLI prints on stdout
-            if isinstance(entry, dict):
-                entries.append(entry)
-        return entries
+    def _answered(self, entry: dict[str, Any]) -> None:
+        """One line of the gateway's record: the provider's answer to a generation."""
+        from spu.gateway.verdict import GENERATIONS, POLICY_ERRORS
+
+        status = entry.get("status")
+        if (entry.get("endpoint") not in GENERATIONS or entry.get("error_type") in POLICY_ERRORS
+                or not isinstance(status, int) or status <= 0):
+            return  # not a generation, or the gateway's own answer (a bad token, a policy)
+        if status not in REJECTED_KEY_STATUSES:
+            self._refused_in_a_row = 0
+            return
+        self._refused_in_a_row += 1
+        words = f"{entry.get('error_type')}: {entry.get('error')}"
+        if self._refused_in_a_row >= REJECTED_KEY_REPEATS and self.rejected is None:
+            log.warning("run %s (%s): API error %d, %d times so far (the gateway's record): %s",
+                        self.status.run_key, self.status.label, status, self._refused_in_a_row,
+                        words)
+            self._stop_for(f"the provider rejected the API key (HTTP {status}): {words}")
+
+    def _stop_for(self, reason: str) -> None:
+        self.rejected = reason
+        self.status.stopping = reason
+        self._dirty = True
+        log.error("run %s (%s): %s; stopping the agent", self.status.run_key,
+                  self.status.label, reason)
+        if self.on_stop is not None:
+            self.on_stop()
 
     def _event(self, event: LiveEvent) -> None:
         self.status.last_event = event.text
@@ -346,10 +362,7 @@ class AgentMonitor:
                             "the provider does not confirm; not stopping",
                             self.status.run_key, self.status.label)
                 return
-            self.rejected = reason
-            self.status.stopping = reason
-            log.error("run %s (%s): %s; stopping the agent", self.status.run_key,
-                      self.status.label, reason)
+            self._stop_for(reason)
 
     def _write(self) -> None:
         self._dirty = False
@@ -360,3 +373,32 @@ class AgentMonitor:
             os.replace(partial, path)
         except OSError as exc:
             log.debug("status file not written: %s", exc)
+
+
+class _Tail:
+    """The JSON objects appended to a file since the last read (a torn last line waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def entries(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        entries = []
+        for raw in lines:
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue  # warnings the CLI prints on stdout
+            if isinstance(entry, dict):
+                entries.append(entry)
+        return entries

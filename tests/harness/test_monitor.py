@@ -124,3 +124,40 @@ def test_the_live_line_shows_each_running_run_and_says_repeated_errors_once() ->
     assert "running: spu-bhpt · opus5-max · 0:01:1" in text and "Bash: python fit.py" in text
     assert "running: spu-a9sx · astra-max · 0:00:0" in text
     assert text.count("API error 429, 3 times so far") == 1
+
+
+def _answer(status: int, error_type: str | None = None, endpoint: str = "messages") -> dict:
+    return {"time": "2026-12-03T10:08:48.070+00:00", "endpoint": endpoint, "status": status,
+            "error_type": error_type, "error": "invalid x-api-key" if error_type else None}
+
+
+def test_the_gateways_record_stops_the_agent_at_the_second_rejection_in_a_row(tmp_path) -> None:
+    """Claude Code writes its retry events to stdout only after its last retry (about
+    100 s): the gateway's record says it as the provider answers. Only the provider's own
+    401/403s to generations count, two in a row; the gateway's answer to a wrong token
+    (the agent can send one) and a rejected models listing stop nothing."""
+    record = tmp_path / "model" / "requests.jsonl"
+    record.parent.mkdir()
+    stops: list[bool] = []
+    mon, _ = monitor(tmp_path, record=record, on_stop=lambda: stops.append(True))
+    mon.poll()  # no record yet: nothing
+    append(record, _answer(200), _answer(401, "gateway.bad_token"),
+           _answer(401, "gateway.bad_token"), _answer(401, "gateway.bad_token"),
+           _answer(401, "authentication_error", endpoint="models"),
+           _answer(401, "authentication_error"), _answer(200),
+           _answer(401, "authentication_error"))
+    mon.poll()
+    assert mon.rejected is None and stops == []
+    with open(record, "a") as f:  # the second rejection in a row, its line torn mid-write
+        line = json.dumps(_answer(401, "authentication_error"))
+        f.write(line[:20])
+    mon.poll()
+    assert mon.rejected is None
+    append(record, line[20:])
+    mon.poll()
+    assert mon.rejected == ("the provider rejected the API key (HTTP 401): "
+                            "authentication_error: invalid x-api-key")
+    assert stops == [True] and read_status(tmp_path).stopping == mon.rejected
+    append(record, _answer(401, "authentication_error"))
+    mon.poll()
+    assert stops == [True]  # stopped once
