@@ -258,10 +258,12 @@ def _kill_grading_processes(count: int, stop: threading.Event, killed: list[int]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kills", [1, 2])
+@pytest.mark.parametrize("grader", ["a process per grade", "the shared service"])
 def test_a_grading_process_killed_from_outside_is_graded_again_once(
-        kills: int, contract, answers, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Killed once (the host's OOM killer under memory pressure), the grade still comes: the
-    job folder is graded by a second process. Killed twice, the error says so."""
+        grader: str, kills: int, contract, answers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed once (the host's OOM killer under memory pressure), the grade still comes:
+    the job is graded by a second process (a shared service starts again and is asked
+    once more). Killed twice, the error says so."""
     from spu.grading import isolated
 
     try:
@@ -270,9 +272,16 @@ def test_a_grading_process_killed_from_outside_is_graded_again_once(
         pytest.skip(str(exc))
     # Each grading process lives a second before it grades, so that the killer finds it
     # however loaded the machine (CI once saw the second one end before it was found).
-    run = isolated.run_isolated
-    monkeypatch.setattr(isolated, "run_isolated", lambda job, mode: run(
-        job, mode, "import time; time.sleep(1.0); " + isolated.WORKER_CODE))
+    pause = "import time; time.sleep(1.0); "
+    if grader == "the shared service":
+        isolated.close_shared_services()
+        monkeypatch.setattr(isolated, "SERVE_CODE", pause + isolated.SERVE_CODE)
+        grade, twice = isolated.grade_shared, "killed, twice"
+    else:
+        run = isolated.run_isolated
+        monkeypatch.setattr(isolated, "run_isolated", lambda job, mode: run(
+            job, mode, pause + isolated.WORKER_CODE))
+        grade, twice = grade_isolated, "killed by a signal, twice"
     data = as_bytes({"task": "spu-hand", "rankings": {"G1": ["b", "a", "c", "d"],
                                                       "G2": ["p", "q", "r"]}})
     stop, killed = threading.Event(), list[int]()
@@ -280,15 +289,16 @@ def test_a_grading_process_killed_from_outside_is_graded_again_once(
     killer.start()
     try:
         if kills == 1:
-            grades = grade_isolated(contract, answers, data, isolation="bwrap")
+            grades = grade(contract, answers, data, isolation="bwrap")
             assert grades.recovered.model_copy(update={"isolation": None}) == \
                 grade_submission(contract, answers, data, recover=True)
         else:
-            with pytest.raises(GraderIsolationError, match="killed by a signal, twice"):
-                grade_isolated(contract, answers, data, isolation="bwrap")
+            with pytest.raises(GraderIsolationError, match=twice):
+                grade(contract, answers, data, isolation="bwrap")
     finally:
         stop.set()
         killer.join(timeout=10)
+        isolated.close_shared_services()
     assert len(killed) == kills
 
 
@@ -323,41 +333,6 @@ def test_a_shared_grading_service_gives_the_per_run_grades(mode, contract, answe
         assert shared_service(mode) is shared_service(mode)  # one process for all of them
     finally:
         close_shared_services()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kills", [1, 2])
-def test_a_shared_grading_process_killed_from_outside_grades_again_once(
-        kills: int, contract, answers, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As a process of its own: killed once, the service starts again and the grade comes;
-    killed twice, the error says so."""
-    from spu.grading import isolated
-
-    try:
-        available_isolation("bwrap")
-    except GraderIsolationError as exc:
-        pytest.skip(str(exc))
-    isolated.close_shared_services()
-    monkeypatch.setattr(isolated, "SERVE_CODE", "import time; time.sleep(1.0); "
-                        + isolated.SERVE_CODE)
-    data = as_bytes({"task": "spu-hand", "rankings": {"G1": ["b", "a", "c", "d"],
-                                                      "G2": ["p", "q", "r"]}})
-    stop, killed = threading.Event(), list[int]()
-    killer = threading.Thread(target=_kill_grading_processes, args=(kills, stop, killed))
-    killer.start()
-    try:
-        if kills == 1:
-            grades = isolated.grade_shared(contract, answers, data, isolation="bwrap")
-            assert grades.recovered.model_copy(update={"isolation": None}) == \
-                grade_submission(contract, answers, data, recover=True)
-        else:
-            with pytest.raises(isolated.GradingProcessDied, match="killed, twice"):
-                isolated.grade_shared(contract, answers, data, isolation="bwrap")
-    finally:
-        stop.set()
-        killer.join(timeout=10)
-        isolated.close_shared_services()
-    assert len(killed) == kills
 
 
 def test_a_shared_service_first_used_by_a_thread_outlives_that_thread(
