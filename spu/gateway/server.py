@@ -11,7 +11,8 @@ Traps handled here:
 
 - the agent holds :attr:`ModelGateway.token`, never the key: a request without it
   (``x-api-key`` or ``Authorization: Bearer``) gets a 401 in the API's own shape and
-  is recorded; the real key goes on the upstream request in the header the client used;
+  is recorded; the real key goes on the upstream request in the header the provider
+  takes (``key_as_bearer``), never the one the agent chose;
 - only the configured model is forwarded: a request for another one gets a 403 in the
   API's error shape, recorded, and nothing reaches the upstream;
 - only an exact list of model endpoint paths is forwarded (messages, count_tokens,
@@ -90,9 +91,10 @@ REQUEST_HEADERS_KEPT = frozenset({
 """Request headers passed to the upstream (with those starting ``x-stainless-``, the SDKs'
 own); any other (``OpenAI-Organization``, ``OpenAI-Project``, a credential) is dropped."""
 BETAS_DROPPED = ("mcp-client-", "web-fetch-", "web-search-", "code-execution-", "files-api-",
-                 "skills-")
+                 "skills-", "oauth-")
 """``anthropic-beta`` values not passed on: features by which the provider reaches out
-(remote MCP servers, web fetch and search, code execution with files) for the agent."""
+(remote MCP servers, web fetch and search, code execution with files) for the agent, and
+OAuth's, which asks the provider to read the key as an OAuth token (a 401 for an API key)."""
 DRAIN_AFTER_HANGUP_S = 300.0
 """Seconds an answer is still read for its usage after the agent hung up."""
 DRAIN_AFTER_HANGUP_BYTES = 64 * 1024 * 1024
@@ -394,6 +396,7 @@ class ModelGateway:
 
     def __init__(self, folder: Path, *, upstream: str, api: str = API_ANTHROPIC,
                  api_model: str | None = None, api_key: str | None = None,
+                 key_as_bearer: bool | None = None,
                  cfg: ModelGatewayConfig | None = None, prices: PriceConfig | None = None,
                  max_cost_usd: float | None = None,
                  cache_write_rate: str = "five_minute",
@@ -418,6 +421,7 @@ class ModelGateway:
         self.requests_path = self.folder / "requests.jsonl"
         self.tool_results_path = self.folder / "tool_results.jsonl"
         self._api_key = api_key
+        self._key_as_bearer = bool(key_as_bearer)
         self._lock = threading.Lock()
         self._count = 0
         self._seen_results: set[str] = set()
@@ -932,11 +936,11 @@ class ModelGateway:
                 out["anthropic-beta"] = ",".join(kept)
         out["accept-encoding"] = "identity"
         if self._api_key:
-            bearer = "authorization" in headers and "x-api-key" not in headers
-            if api == API_ANTHROPIC and not bearer:
-                out["x-api-key"] = self._api_key
-            else:
+            # In the provider's header, whichever the agent used for the run's token.
+            if api != API_ANTHROPIC or self._key_as_bearer:
                 out["authorization"] = f"Bearer {self._api_key}"
+            else:
+                out["x-api-key"] = self._api_key
         return out
 
     async def _relay(self, queue: asyncio.Queue[bytes | BaseException | None],

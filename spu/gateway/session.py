@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCRIPTED = "scripted"
+KEY_AS_API_KEY = frozenset({"anthropic", SCRIPTED})
+"""Providers whose Messages API takes the key as ``x-api-key``; the others'
+Anthropic-compatible endpoints document a bearer token (``ANTHROPIC_AUTH_TOKEN``)."""
 DEFAULT_SCRIPT = "spu_agent"
 """The script ``model=scripted`` plays when ``model.api_model`` names none."""
 
@@ -81,7 +84,22 @@ def check_upstream(model: ModelConfig) -> None:
 
 SCRIPTED_KEY = "scripted-model-key"
 """The key the gateway puts on requests to the scripted model server: a stand-in, so that
-the header the client chose (``x-api-key`` or a bearer token) travels as to a provider."""
+it travels in the provider's header (:func:`key_as_bearer`) as to a provider."""
+
+
+def key_as_bearer(model: ModelConfig, api: str) -> bool:
+    """Whether the provider takes the key as ``Authorization: Bearer`` (else ``x-api-key``).
+
+    The model's configuration decides, never the agent's request: an agent choosing the
+    header could make the provider refuse the key (Anthropic answers 401 to its API key
+    sent as a bearer token) and end its run as a rejected key, retried free.
+
+    >>> key_as_bearer(ModelConfig(name="m", provider="anthropic"), "anthropic")
+    False
+    >>> key_as_bearer(ModelConfig(name="m", provider="deepseek"), "anthropic")
+    True
+    """
+    return api != API_ANTHROPIC or model.provider not in KEY_AS_API_KEY
 
 
 def provider_key(model: ModelConfig) -> str | None:
@@ -152,7 +170,8 @@ class GatewaySession:
         try:
             self.gateway = ModelGateway(
                 self.run_dir / "model", upstream=upstream, api=self.api,
-                api_model=self.api_model, api_key=provider_key(self.model), cfg=self.cfg,
+                api_model=self.api_model, api_key=provider_key(self.model),
+                key_as_bearer=key_as_bearer(self.model, self.api), cfg=self.cfg,
                 prices=self.model.prices, max_cost_usd=self.max_cost_usd,
                 cache_write_rate=self.cache_write_rate,
                 read_submission=self.read_submission,

@@ -22,16 +22,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from spu.gateway.session import KEY_AS_API_KEY
 from spu.harness.base import AgentCommand, AgentContext
-from spu.harness.cli_agent import SCRIPTED, CLIAgentHarness
+from spu.harness.cli_agent import CLIAgentHarness
 from spu.harness.monitor import LiveEvent, claude_code_event
 from spu.harness.trajectory import SessionReading
 from spu.harness.trajectory.claude_code import read_claude_code_sessions
 from spu.sandbox import Sandbox
-
-KEY_AS_API_KEY = frozenset({"anthropic", SCRIPTED})
-"""Providers whose key goes in ``ANTHROPIC_API_KEY`` (``x-api-key``); the others'
-Anthropic-compatible endpoints document ``ANTHROPIC_AUTH_TOKEN`` (a bearer token)."""
 
 MODEL_TIER_VARIABLES = (
     "ANTHROPIC_MODEL",

@@ -190,22 +190,32 @@ class _KeyEcho(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def test_the_real_key_goes_upstream_in_the_header_the_client_used(tmp_path: Path) -> None:
-    """The agent's token is swapped for the provider key; the token never goes upstream."""
+def test_the_real_key_goes_upstream_in_the_providers_header_whatever_the_client_used(
+        tmp_path: Path) -> None:
+    """The agent's token is swapped for the provider key, in the header the provider takes
+    (the model's configuration says which), never the one the agent chose: Anthropic
+    answers 401 to its API key sent as a bearer token, and two such answers ended the run
+    as a rejected key (an ``infra_error``, retried free). The token never goes upstream."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _KeyEcho)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    seen = {}
     try:
         upstream = f"http://127.0.0.1:{httpd.server_address[1]}"
-        with ModelGateway(tmp_path / "model", upstream=upstream, api_model="spu_agent",
-                          api_key="sk-real-key") as gateway:
-            anthropic = _post(gateway, "/v1/messages", anthropic_body(0)).json()
-            bearer = _post(gateway, "/v1/messages", anthropic_body(0), bearer=True).json()
-            openai = _post(gateway, "/responses", responses_body(0), bearer=True).json()
+        for provider_bearer in (False, True):
+            with ModelGateway(tmp_path / f"model-{provider_bearer}", upstream=upstream,
+                              api_model="spu_agent", api_key="sk-real-key",
+                              key_as_bearer=provider_bearer) as gateway:
+                seen[provider_bearer] = [
+                    _post(gateway, "/v1/messages", anthropic_body(0)).json(),
+                    _post(gateway, "/v1/messages", anthropic_body(0), bearer=True).json(),
+                    _post(gateway, "/responses", responses_body(0), bearer=True).json()]
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert anthropic == {"x-api-key": "sk-real-key", "authorization": None}
-    assert bearer == openai == {"x-api-key": None, "authorization": "Bearer sk-real-key"}
+    as_api_key = {"x-api-key": "sk-real-key", "authorization": None}
+    as_bearer = {"x-api-key": None, "authorization": "Bearer sk-real-key"}
+    assert seen[False] == [as_api_key, as_api_key, as_bearer]  # Anthropic's Messages API
+    assert seen[True] == [as_bearer, as_bearer, as_bearer]  # a provider's compatible endpoint
 
 
 # ---------------------------------------------------------------------- faults

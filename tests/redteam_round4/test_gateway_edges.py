@@ -252,7 +252,8 @@ def test_the_agent_cannot_choose_the_billed_project(
 
 def test_openai_server_tools_and_reaching_betas_are_held_back(
         recorded_gateway: tuple[Recorder, ModelGateway]) -> None:
-    """A Responses request with ``web_search`` is a recorded 403; betas that reach out go."""
+    """A Responses request with ``web_search`` is a recorded 403; betas that reach out go,
+    and OAuth's (the key read as an OAuth token: a 401 the agent would have caused)."""
     upstream, gateway = recorded_gateway
     auth = {"authorization": f"Bearer {gateway.token}"}
     with _client() as client:
@@ -261,7 +262,8 @@ def test_openai_server_tools_and_reaching_betas_are_held_back(
         assert refused.status_code == 403
         client.post(gateway.url() + "/v1/responses", json={"model": "gpt-rt4", "input": "x"},
                     headers={**auth, "anthropic-beta": "mcp-client-2025-04-04, "
-                             "interleaved-thinking-2025-05-14", "x-stainless-lang": "js"})
+                             "interleaved-thinking-2025-05-14, oauth-2025-04-20",
+                             "x-stainless-lang": "js"})
     assert len(upstream.seen) == 1
     sent = json.loads(upstream.seen[0]["headers"])
     assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14"
