@@ -553,6 +553,12 @@ def _agent_caused(entries: Sequence[GatewayRequest], own_limits: dict[int, str])
     return list(dict.fromkeys(said))
 
 
+def provider_answered(entry: GatewayRequest) -> bool:
+    """A generation the provider answered (not the gateway's own answer, not a lost one)."""
+    return entry.endpoint in GENERATIONS and entry.error_type not in POLICY_ERRORS \
+        and entry.status > 0
+
+
 def key_rejected(entries: Sequence[GatewayRequest]) -> str | None:
     """The provider's words when its last answer to a generation refused the key, or None.
 
@@ -568,8 +574,7 @@ def key_rejected(entries: Sequence[GatewayRequest]) -> str | None:
     >>> key_rejected([]) is None
     True
     """
-    answered = [e for e in entries if e.endpoint in GENERATIONS
-                and e.error_type not in POLICY_ERRORS and e.status > 0]
+    answered = [e for e in entries if provider_answered(e)]
     if not answered or answered[-1].status not in (401, 403):
         return None
     last = answered[-1]

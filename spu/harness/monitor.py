@@ -307,22 +307,23 @@ class AgentMonitor:
 
     def _answered(self, entry: dict[str, Any]) -> None:
         """One line of the gateway's record: the provider's answer to a generation."""
-        from spu.gateway.verdict import GENERATIONS, POLICY_ERRORS
+        from spu.gateway.verdict import key_rejected, provider_answered
+        from spu.schema import GatewayRequest
 
-        status = entry.get("status")
-        if (entry.get("endpoint") not in GENERATIONS or entry.get("error_type") in POLICY_ERRORS
-                or not isinstance(status, int) or status <= 0):
-            return  # not a generation, or the gateway's own answer (a bad token, a policy)
-        if status not in REJECTED_KEY_STATUSES:
-            self._refused_in_a_row = 0
+        try:
+            answer = GatewayRequest.model_validate(entry)
+        except ValueError:
             return
-        self._refused_in_a_row += 1
-        words = f"{entry.get('error_type')}: {entry.get('error')}"
-        if self._refused_in_a_row >= REJECTED_KEY_REPEATS and self.rejected is None:
-            log.warning("run %s (%s): API error %d, %d times so far (the gateway's record): %s",
-                        self.status.run_key, self.status.label, status, self._refused_in_a_row,
-                        words)
-            self._stop_for(f"the provider rejected the API key (HTTP {status}): {words}")
+        if not provider_answered(answer):
+            return  # not a generation, or the gateway's own answer (a bad token, a policy)
+        reason = key_rejected([answer])
+        self._refused_in_a_row = 0 if reason is None else self._refused_in_a_row + 1
+        if reason is not None and self._refused_in_a_row >= REJECTED_KEY_REPEATS \
+                and self.rejected is None:
+            log.warning("run %s (%s): API error %d, %d times so far (the gateway's record)",
+                        self.status.run_key, self.status.label, answer.status,
+                        self._refused_in_a_row)
+            self._stop_for(reason)
 
     def _stop_for(self, reason: str) -> None:
         self.rejected = reason
