@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -53,11 +54,27 @@ class _LongUnstreamed(JsonProvider):
     unstreamed generation), a short one at once."""
 
     hold: ClassVar[float] = 14.0
+    generating: ClassVar[threading.Semaphore] = threading.Semaphore(0)  # one per long ask
 
     def reply(self, body: bytes) -> None:
         if (json.loads(body).get("max_tokens") or 0) > 1_000:
+            self.generating.release()
             time.sleep(self.hold)
         self.send_json(ANSWER)
+
+    @classmethod
+    def reset(cls) -> type[_LongUnstreamed]:
+        """This provider with no long ask counted yet (for a new ``stand_in``)."""
+        cls.generating = threading.Semaphore(0)
+        return cls
+
+    @classmethod
+    def wait_generating(cls, count: int, timeout: float = 30.0) -> None:
+        """Return once ``count`` long asks have reached the provider (fail after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        for _ in range(count):
+            assert cls.generating.acquire(timeout=max(0.0, deadline - time.monotonic())), (
+                "the long asks did not all reach the provider")
 
 
 LONG_ASK = json.dumps({"model": "m", "max_tokens": 4_096, "messages": [
@@ -77,13 +94,13 @@ def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_f
     """Fixed: each request the gateway's stop cut (its answer not begun) has its line,
     ``gateway.run_ended``, no provider failure; the record is whole when stop returns."""
     ask = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
-    with stand_in(_LongUnstreamed, backlog=128) as upstream, gateway_before(tmp_path / "model",
-                                                                upstream) as gw:
+    with stand_in(_LongUnstreamed.reset(), backlog=128) as upstream, gateway_before(
+            tmp_path / "model", upstream) as gw:
         with httpx.Client(trust_env=False, timeout=10) as client:
             assert client.post(gw.url() + "/v1/messages", headers={"x-api-key": gw.token},
                                json=ask).status_code == 200  # the file's answer
         held = [_send_unstreamed(gw.port, gw.token) for _ in range(2)]
-        time.sleep(0.5)  # both with the provider, generating
+        _LongUnstreamed.wait_generating(2)  # both with the provider, generating
         for agent in held:  # the agent exits; the runner stops the gateway
             agent.close()
     entries = read_requests(gw.requests_path)
@@ -97,7 +114,7 @@ def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_f
 def _hold_the_pool(tmp_path: Path) -> tuple[int, list[GatewayRequest]]:
     ask = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
     held: list[socket.socket] = []
-    with stand_in(_LongUnstreamed, backlog=128) as upstream, gateway_before(
+    with stand_in(_LongUnstreamed.reset(), backlog=128) as upstream, gateway_before(
             tmp_path / "model", upstream,
             cfg=ModelGatewayConfig(connect_timeout_s=1.0, read_timeout_s=60.0)) as gw:
         with httpx.Client(trust_env=False, timeout=10) as client:
@@ -105,7 +122,7 @@ def _hold_the_pool(tmp_path: Path) -> tuple[int, list[GatewayRequest]]:
             assert client.post(gw.url() + "/v1/messages", headers=headers,
                                json=ask).status_code == 200  # the file's answer
             held += [_send_unstreamed(gw.port, gw.token) for _ in range(UPSTREAM_CONNECTIONS)]
-            time.sleep(1.0)  # all 64 with the provider, generating
+            _LongUnstreamed.wait_generating(UPSTREAM_CONNECTIONS)  # all 64 with the provider
             status = client.post(gw.url() + "/v1/messages", headers=headers,
                                  json=ask).status_code
         for agent in held:  # the agent exits
