@@ -33,10 +33,32 @@ class JsonProvider(BaseHTTPRequestHandler):
     """Answers every POST with :attr:`answer` as JSON; subclasses set it or :meth:`reply`."""
 
     answer: ClassVar[dict[str, Any]] = ANSWER
+    arrivals: ClassVar[threading.Semaphore | None] = None
+    """Released once per request taken, in a class made by :meth:`counted`."""
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.arrivals is not None:
+            self.arrivals.release()
         self.reply(body)
+
+    @classmethod
+    def counted(cls, **attributes: Any) -> Any:
+        """This provider as a new class (with ``attributes`` set) that counts the requests
+        it takes, for :meth:`wait_arrivals`: a test waits for the provider to hold its
+        requests instead of sleeping for a time a loaded machine may not keep."""
+        return type(cls.__name__, (cls,), {**attributes, "arrivals": threading.Semaphore(0)})
+
+    @classmethod
+    def wait_arrivals(cls, count: int, timeout_s: float = 30.0) -> None:
+        """Return once ``count`` more requests have reached the provider since the last
+        wait (fails after ``timeout_s``); only for a class made by :meth:`counted`."""
+        assert cls.arrivals is not None, "wait_arrivals needs a provider made by counted()"
+        deadline = time.monotonic() + timeout_s
+        for _ in range(count):
+            left = max(0.0, deadline - time.monotonic())
+            assert cls.arrivals.acquire(timeout=left), (
+                f"{count} requests did not reach the provider in {timeout_s:g} s")
 
     def reply(self, body: bytes) -> None:
         """Answer the request whose body is ``body`` (here: :attr:`answer`, 200)."""

@@ -6,12 +6,15 @@ The real gateway in front of stand-in providers on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -153,9 +156,21 @@ def test_a_hang_up_before_the_stop_is_not_relabelled_run_ended(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
+    relayed = threading.Event()  # the relay's finally has run: the hang-up is seen
+    relay = server.ModelGateway._relay
+
+    async def seen_relay(self: server.ModelGateway, *args: Any) -> AsyncIterator[bytes]:
+        try:
+            async with contextlib.aclosing(relay(self, *args)) as parts:
+                async for part in parts:
+                    yield part
+        finally:
+            relayed.set()
+
+    monkeypatch.setattr(server.ModelGateway, "_relay", seen_relay)
     with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         hang_up_on_a_long_answer(gw, after_s=0.5)
-        time.sleep(0.5)  # draining when the run ends
+        assert relayed.wait(30)  # draining when the run ends
     (entry,) = read_requests(gw.requests_path)
     assert entry.error_type == "gateway.client_disconnected", entry
     assert entry.error_type != RUN_ENDED and gateway_verdict([entry]).infra_error is None

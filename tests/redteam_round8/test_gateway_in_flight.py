@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -54,27 +53,11 @@ class _LongUnstreamed(JsonProvider):
     unstreamed generation), a short one at once."""
 
     hold: ClassVar[float] = 14.0
-    generating: ClassVar[threading.Semaphore] = threading.Semaphore(0)  # one per long ask
 
     def reply(self, body: bytes) -> None:
         if (json.loads(body).get("max_tokens") or 0) > 1_000:
-            self.generating.release()
             time.sleep(self.hold)
         self.send_json(ANSWER)
-
-    @classmethod
-    def reset(cls) -> type[_LongUnstreamed]:
-        """This provider with no long ask counted yet (for a new ``stand_in``)."""
-        cls.generating = threading.Semaphore(0)
-        return cls
-
-    @classmethod
-    def wait_generating(cls, count: int, timeout: float = 30.0) -> None:
-        """Return once ``count`` long asks have reached the provider (fail after ``timeout``)."""
-        deadline = time.monotonic() + timeout
-        for _ in range(count):
-            assert cls.generating.acquire(timeout=max(0.0, deadline - time.monotonic())), (
-                "the long asks did not all reach the provider")
 
 
 LONG_ASK = json.dumps({"model": "m", "max_tokens": 4_096, "messages": [
@@ -94,13 +77,14 @@ def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_f
     """Fixed: each request the gateway's stop cut (its answer not begun) has its line,
     ``gateway.run_ended``, no provider failure; the record is whole when stop returns."""
     ask = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
-    with stand_in(_LongUnstreamed.reset(), backlog=128) as upstream, gateway_before(
+    provider = _LongUnstreamed.counted()
+    with stand_in(provider, backlog=128) as upstream, gateway_before(
             tmp_path / "model", upstream) as gw:
         with httpx.Client(trust_env=False, timeout=10) as client:
             assert client.post(gw.url() + "/v1/messages", headers={"x-api-key": gw.token},
                                json=ask).status_code == 200  # the file's answer
         held = [_send_unstreamed(gw.port, gw.token) for _ in range(2)]
-        _LongUnstreamed.wait_generating(2)  # both with the provider, generating
+        provider.wait_arrivals(1 + 2)  # the file's answer; both with the provider, generating
         for agent in held:  # the agent exits; the runner stops the gateway
             agent.close()
     entries = read_requests(gw.requests_path)
@@ -114,7 +98,8 @@ def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_f
 def _hold_the_pool(tmp_path: Path) -> tuple[int, list[GatewayRequest]]:
     ask = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Rank."}]}
     held: list[socket.socket] = []
-    with stand_in(_LongUnstreamed.reset(), backlog=128) as upstream, gateway_before(
+    provider = _LongUnstreamed.counted()
+    with stand_in(provider, backlog=128) as upstream, gateway_before(
             tmp_path / "model", upstream,
             cfg=ModelGatewayConfig(connect_timeout_s=1.0, read_timeout_s=60.0)) as gw:
         with httpx.Client(trust_env=False, timeout=10) as client:
@@ -122,7 +107,7 @@ def _hold_the_pool(tmp_path: Path) -> tuple[int, list[GatewayRequest]]:
             assert client.post(gw.url() + "/v1/messages", headers=headers,
                                json=ask).status_code == 200  # the file's answer
             held += [_send_unstreamed(gw.port, gw.token) for _ in range(UPSTREAM_CONNECTIONS)]
-            _LongUnstreamed.wait_generating(UPSTREAM_CONNECTIONS)  # all 64 with the provider
+            provider.wait_arrivals(1 + UPSTREAM_CONNECTIONS)  # and all 64 with the provider
             status = client.post(gw.url() + "/v1/messages", headers=headers,
                                  json=ask).status_code
         for agent in held:  # the agent exits
@@ -171,7 +156,7 @@ def test_an_honest_run_on_a_provider_that_hung_is_still_the_providers(
     with stand_in(provider) as upstream, gateway_before(
             tmp_path / "model", upstream, cfg=ModelGatewayConfig(read_timeout_s=1.0)) as gw:
         agent = _send_unstreamed(gw.port, gw.token)
-        time.sleep(1.6)
+        wait_for_record(gw, 30)  # the read timeout's line, written while the run goes on
         agent.close()
     (entry,) = read_requests(gw.requests_path)
     assert entry.error_type == ("gateway.stream_dropped" if first
@@ -187,9 +172,10 @@ def test_a_request_cut_by_the_runs_end_is_no_failure(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.0)
-    with stand_in(_Hung) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
+    provider = _Hung.counted()
+    with stand_in(provider) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         agent = _send_unstreamed(gw.port, gw.token)
-        time.sleep(0.3)
+        provider.wait_arrivals(1)  # the provider holds it, silent
         agent.close()
     (entry,) = read_requests(gw.requests_path)
     assert entry.error_type == "gateway.run_ended"

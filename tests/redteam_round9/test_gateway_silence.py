@@ -64,11 +64,12 @@ def test_a_wait_at_the_spend_cap_is_no_upstream_silence(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.4)
-    with stand_in(_FirstHoldsTheCap) as upstream, gateway_before(
+    provider = _FirstHoldsTheCap.counted()
+    with stand_in(provider) as upstream, gateway_before(
             tmp_path / "model", upstream, prices=SCRIPTED_PRICES, max_cost_usd=1.0) as gw:
         first = threading.Thread(target=_hold_the_cap, args=(gw.port, gw.token))
         first.start()
-        time.sleep(0.5)  # the first holds the cap (under load its thread starts late)
+        provider.wait_arrivals(1)  # the first holds the cap (it was reserved before it went)
         short = _raw_post(gw.port, gw.token, "/v1/messages", {
             "model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]})
         first.join()
@@ -90,11 +91,12 @@ def test_a_request_waiting_at_the_spend_cap_when_the_run_ends_has_its_line(
     from spu.gateway import server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.4)
-    with stand_in(_SlowFirst) as upstream, gateway_before(
+    provider = _SlowFirst.counted()
+    with stand_in(provider) as upstream, gateway_before(
             tmp_path / "model", upstream, prices=SCRIPTED_PRICES, max_cost_usd=1.0) as gw:
         first = _raw_post(gw.port, gw.token, "/v1/messages", {
             "model": "m", "messages": [{"role": "user", "content": "Rank."}]})
-        time.sleep(0.1)
+        provider.wait_arrivals(1)  # the first holds the cap
         second = _raw_post(gw.port, gw.token, "/v1/messages", {
             "model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]})
         time.sleep(0.2)
