@@ -58,7 +58,8 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
         paths = save_figure(figure, out / "figures", name)
         written += paths
         pngs[name] = paths[0]
-        svgs[name] = inline_svg(figure, name)
+        svg = out / "figures" / f"{name}.svg"
+        svgs[name] = inline_svg(svg.read_text(encoding="utf-8"), name)
     # Which paper figure each drawn figure reproduces, and what the others need.
     index = paper_figure_index(pngs, missing)
     tables.append(index)

@@ -46,7 +46,7 @@ EXCLUDED = "#b3b3b3"
 
 STYLE: dict[RcKeyType, Any] = {"font.size": 9, "axes.spines.top": False,
                                 "axes.spines.right": False, "svg.hashsalt": "spu-report",
-                                "svg.fonttype": "none"}
+                                "svg.fonttype": "path"}
 """rcParams of the report's figures, applied only while one is drawn or saved."""
 
 _P = ParamSpec("_P")
@@ -353,21 +353,14 @@ def report_figures(result: StatsResult) -> dict[str, Callable[[], Figure]]:
     return figures
 
 
-def inline_svg(fig: Figure, name: str) -> str:
-    """The figure as an ``<svg>`` element for the HTML page.
+def inline_svg(svg: str, name: str) -> str:
+    """The SVG document ``svg`` (a saved figure's) as an ``<svg>`` element for the HTML page.
 
-    Text is drawn as glyph outlines (``svg.fonttype: path``), so the page shows exactly
-    the layout matplotlib computed whatever fonts the reader's browser has; element ids
-    are prefixed with ``<name>--`` so that several figures share one page.
+    Element ids are prefixed with ``<name>--`` so that several figures share one page.
     """
-    import io
     import re
 
-    buffer = io.StringIO()
-    with matplotlib.rc_context({**STYLE, "svg.fonttype": "path"}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
-    text = buffer.getvalue()
-    text = text[text.index("<svg"):]
+    text = svg[svg.index("<svg"):]
     prefix = f"{name}--"
     text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', text)
     text = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}\1"', text)
@@ -376,7 +369,12 @@ def inline_svg(fig: Figure, name: str) -> str:
 
 
 def save_figure(fig: Figure, folder: Path, name: str) -> list[Path]:
-    """Save as PNG and SVG (deterministic metadata, in :data:`STYLE`)."""
+    """Save as PNG and SVG (deterministic metadata, in :data:`STYLE`).
+
+    The SVG draws text as glyph outlines (``svg.fonttype: path``), so it shows exactly the
+    layout matplotlib computed whatever fonts the reader has; the report's page inlines
+    the same file (:func:`inline_svg`), so each figure is drawn twice, not three times.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     with matplotlib.rc_context(STYLE):
