@@ -66,6 +66,16 @@ def free_port() -> int:
     return free()
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is not a zombie (dead, waiting for its parent to reap it: a signal
+    does nothing to it, so :meth:`Node.kill` need not wait for it to go)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split(" ", 1)[0] != "Z"
+
+
 @dataclass
 class Node:
     """One Ray node of the cluster."""
@@ -99,7 +109,8 @@ class Node:
         return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
     def pids(self) -> list[int]:
-        """Every process of the node: in its process group or its mount namespace.
+        """Every running process of the node (zombies left out): in its process group or
+        its mount namespace.
 
         The group only while the node's first process is unreaped (its id, and so the
         group's, cannot be taken by another process until then).
@@ -111,7 +122,7 @@ class Node:
                 continue
             pid = int(entry)
             try:
-                if os.getpgid(pid) == group or self._in_namespace(pid):
+                if (os.getpgid(pid) == group or self._in_namespace(pid)) and _running(pid):
                     found.append(pid)
             except OSError:
                 continue
