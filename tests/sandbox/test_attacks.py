@@ -23,6 +23,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -206,15 +207,14 @@ def test_port_scan_in_a_parallel_sweep_reaches_the_internet_and_its_own_port_onl
         assert record.outcome is Outcome.no_file and record.process.error is None
 
 
-@needs_root
-@pytest.mark.parametrize("backend", ISOLATING)
-def test_ray_head_on_this_machine_cannot_be_joined(backend, request, compose,
-                                                   tmp_path) -> None:
-    """Invariant: no port of a Ray head on this machine answers the agent (no escape to root)."""
-    require_backend(request, backend)
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A Ray head on this machine (its process and port), shared by the backends' probes."""
     ray = str(Path(sys.executable).parent / "ray")
     if not os.path.exists(ray):
         pytest.skip("ray is not installed")
+    import socket
+
     from spu.launch.server import free_port
 
     port = free_port()
@@ -225,24 +225,34 @@ def test_ray_head_on_this_machine_cannot_be_joined(backend, request, compose,
          f"--temp-dir={temp}", "--block"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        import socket
-
         for _ in range(600):
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
                 break
             if head.poll() is not None:
                 pytest.skip("the Ray head did not start here")
             time.sleep(0.2)
-        spec = _spec(compose, backend, AGENTS / "net_probe.py")
-        targets = {f"ray@{a}": f"{a}:{port}" for a in host_addresses()}
-        record = run_one(_with_args(spec, _scan_args(targets)))
-        assert head.poll() is None, "the Ray head still runs"
+        yield head, port
     finally:
-        os.killpg(head.pid, 15)
+        # SIGKILL: ``ray start --block`` takes more than 30 s to end on SIGTERM.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             head.wait(timeout=30)
         _kill_processes_mentioning(str(temp))
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@needs_root
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_ray_head_on_this_machine_cannot_be_joined(backend, request, compose, ray_head,
+                                                   tmp_path) -> None:
+    """Invariant: no port of a Ray head on this machine answers the agent (no escape to root)."""
+    require_backend(request, backend)
+    head, port = ray_head
+    spec = _spec(compose, backend, AGENTS / "net_probe.py")
+    targets = {f"ray@{a}": f"{a}:{port}" for a in host_addresses()}
+    record = run_one(_with_args(spec, _scan_args(targets)))
+    assert head.poll() is None, "the Ray head still runs"
     report = read_json(_run_dir(spec, record) / "output" / "net.json")
     assert all(v is None for v in report["targets"].values()), report["targets"]
     # Only the run's own services (its audited tools and egress proxy) answer.
