@@ -179,7 +179,7 @@ def test_killed_actor_records_the_lost_attempt_reruns_it_elsewhere_and_relaunch_
                 for pid in agent_pids(node):
                     worker = ray_worker_of(pid)
                     if worker is not None:
-                        time.sleep(3)
+                        time.sleep(6)  # its spending reports (every 0.5 s) reach the driver
                         os.kill(worker, signal.SIGKILL)
                         killed.append(worker)
                         return

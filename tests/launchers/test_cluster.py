@@ -159,7 +159,7 @@ def test_node_loss_records_the_lost_attempts_and_reruns_them_elsewhere(
     """Invariant: a node lost mid-run costs a recorded attempt, never a run or a duplicate.
 
     Each attempt reports 100,000 input tokens at once (Opus 5 lists $5 per million:
-    $0.50), then takes 20 s. The node running the first agent seen is killed 3 s later,
+    $0.50), then takes 20 s. The node running the first agent seen is killed 6 s later,
     after the spending report (every 0.5 s) has reached the driver.
     """
     import threading
@@ -176,7 +176,7 @@ def test_node_loss_records_the_lost_attempts_and_reruns_them_elsewhere(
         while time.monotonic() < deadline and not killed:
             for node in cluster.nodes:
                 if node.private and node.proc.poll() is None and agent_running_on(node):
-                    time.sleep(3)
+                    time.sleep(6)  # its spending reports (every 0.5 s) reach the driver
                     node.kill()
                     killed.append(node)
                     return
