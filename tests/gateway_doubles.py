@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import read_requests
@@ -43,11 +43,11 @@ class JsonProvider(BaseHTTPRequestHandler):
         self.reply(body)
 
     @classmethod
-    def counted(cls, **attributes: Any) -> Any:
-        """This provider as a new class (with ``attributes`` set) that counts the requests
-        it takes, for :meth:`wait_arrivals`: a test waits for the provider to hold its
-        requests instead of sleeping for a time a loaded machine may not keep."""
-        return type(cls.__name__, (cls,), {**attributes, "arrivals": threading.Semaphore(0)})
+    def counted(cls) -> type[Self]:
+        """This provider as a new class that counts the requests it takes, for
+        :meth:`wait_arrivals`: a test waits for the provider to hold its requests instead
+        of sleeping for a time a loaded machine may not keep."""
+        return type(cls.__name__, (cls,), {"arrivals": threading.Semaphore(0)})
 
     @classmethod
     def wait_arrivals(cls, count: int, timeout_s: float = 30.0) -> None:

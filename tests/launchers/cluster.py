@@ -69,11 +69,12 @@ def free_port() -> int:
 def _running(pid: int) -> bool:
     """Whether ``pid`` is not a zombie (dead, waiting for its parent to reap it: a signal
     does nothing to it, so :meth:`Node.kill` need not wait for it to go)."""
+    import psutil
+
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return stat[stat.rindex(")") + 2:].split(" ", 1)[0] != "Z"
 
 
 @dataclass
