@@ -202,11 +202,13 @@ class EgressProxy:
         self.stop()
         raise EgressProxyError(f"the egress proxy did not listen within {START_TIMEOUT_S:g} s")
 
-    def stop(self) -> None:
-        """Stop the proxy and every process it started."""
+    def stop(self) -> int | None:
+        """Stop the proxy and every process it started; its exit status (None: not running).
+
+        0 when it stopped on the SIGTERM, as asked; negative: killed by that signal.
+        """
         pid, self.pid = self.pid, None
-        if pid is not None:
-            ProxyForker.shared().stop(pid)
+        return ProxyForker.shared().stop(pid) if pid is not None else None
 
     def __enter__(self) -> EgressProxy:
         return self.start()
@@ -403,12 +405,28 @@ def _fork_proxy(argv: list[str], output: str, confinement: dict[str, Any] | None
         sys.argv = ["proxy", *argv]
         entry_point()
         os._exit(0)
+    except SystemExit as exc:  # proxy.py's own way out (its SIGTERM handler): no traceback
+        os._exit(_exit_code(exc))
     except BaseException:  # noqa: BLE001 - the child must never return to the loop
         import traceback
 
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The status ``sys.exit(code)`` gives a process, its message (if any) on stderr.
+
+    Examples
+    --------
+    >>> [_exit_code(SystemExit(c)) for c in (None, 0, 3)]
+    [0, 0, 3]
+    """
+    if exc.code is None or isinstance(exc.code, int):
+        return int(exc.code or 0)
+    print(exc.code, file=sys.stderr, flush=True)
+    return 1
 
 
 def _reap(pid: int) -> int:

@@ -90,6 +90,17 @@ def test_the_proxy_refuses_the_hosts_own_services_and_logs_the_attempt(tmp_path:
 
 
 @pytest.mark.slow
+def test_a_proxy_stopped_as_asked_exits_0_and_its_log_holds_no_traceback(
+        tmp_path: Path) -> None:
+    """proxy.py leaves on SIGTERM by ``sys.exit(0)``: that is its normal end, not a crash
+    (the log is one of every run's artifacts: a traceback there reads as a failure)."""
+    proxy = EgressProxy(tmp_path).start()
+    assert proxy.stop() == 0
+    assert proxy.stop() is None  # stopped already
+    log = (tmp_path / "egress.proxy.log").read_text()
+    assert "Traceback" not in log and "SystemExit" not in log, log
+
+
 def test_no_proxy_outlives_a_runner_killed_with_sigkill(tmp_path: Path) -> None:
     """The proxy runs in its own session; a ``kill -9`` of the runner must still end it."""
     import os
