@@ -4,9 +4,12 @@ Run: ``.venv/bin/python benchmarks/trace_bench.py [--runs 20] [--calls 40]``
 (the paper-sized corpus: ``--runs 1155 --total-calls 227103``, about an hour).
 
 Builds the corpus with :func:`spu.testing.corpus.make_corpus` (runs from the recorded
-Claude Code and Codex sessions), then records every run twice into two SQLite stores in
-this one process, run by run in turn: with ``tracking.traces.enabled=false`` (the
-reference), and with traces and ``transcript.html``. Prints seconds per 1,000 tool calls
+Claude Code and Codex sessions), each folder with what a run folder holds beside the
+trajectory (the CLI's output, the model gateway's record, the tools' answers:
+``run_files``; ``--bare`` leaves them out, as this benchmark did before), then records
+every run twice into two SQLite stores in this one process, run by run in turn: with
+``tracking.traces.enabled=false`` (the reference), and with traces and
+``transcript.html``. Prints seconds per 1,000 tool calls
 and store growth (database and artifacts) per 1,000 tool calls for each, and the ratio of
 tracking times (issue 25's goal: traces add at most 20%, a ratio of at most 1.2).
 ``--spans store`` writes the spans as rows of the span table instead of ``traces.json``;
@@ -175,13 +178,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="both stores as MLflow opens them (rollback journal, synchronous="
                         "FULL), or in WAL mode with synchronous=NORMAL (an experiment: what "
                         "cheaper commits do to the ratio)")
+    p.add_argument("--bare", action="store_true",
+                   help="run folders without the CLI's output, the gateway's record and the "
+                        "tools' answers (only what the trace is made from)")
     args = p.parse_args(argv)
     if args.sqlite == "wal":
         _wal_normal()
     with tempfile.TemporaryDirectory(prefix="spu-trace-bench-") as tmp:
         root = Path(tmp)
         folders = make_corpus(root / "corpus", args.runs, REPO / "tasks", args.calls, seed=0,
-                              total_calls=args.total_calls)
+                              total_calls=args.total_calls, run_files=not args.bare)
         calls = sum(RunRecord.model_validate_json((f / "run.json").read_text()).tool_calls
                     for f in folders[1:])
         parts: dict[str, float] = {}
@@ -189,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         plain_s, plain_b, traced_s, traced_b = record_all(folders, root, args.spans, parts,
                                                           own)
     per = 1000 / max(calls, 1)
-    print(f"{len(folders) - 1} runs timed, {calls} tool calls")
+    print(f"{len(folders) - 1} runs timed, {calls} tool calls, run folders "
+          + ("bare (the trajectory, audit log and submission)" if args.bare else
+             "as run_one leaves them (with logs/, model/, tools/calls/, grade.json)"))
     print(f"without traces: {plain_s * per:8.2f} s per 1,000 calls, "
           f"store {plain_b * per / 1e6:8.2f} MB per 1,000 calls")
     print(f"with traces:    {traced_s * per:8.2f} s per 1,000 calls, "

@@ -667,7 +667,7 @@ def _write_trajectory(folder: Path, r: pd.Series, task_dir: Path, orders: dict[s
 
     task = load_task(task_dir)
     config = (str(r["model"]), str(r["effort"]), str(r["harness"]))
-    trajectory, _, audit, report = build_run(
+    trajectory, _, audit, report, _ = build_run(
         task, None, config, max(6, int(rng.poisson(TRAJECTORY_STEPS))), rng,
         STUDY_START + timedelta(hours=index), submitted=orders, use_gpu=bool(r["used_gpu"]))
     (folder / "task").mkdir(exist_ok=True)

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,6 +81,8 @@ class _Builder:
         self.harness, self.rng, self.now = harness, rng, start
         self.steps: list[TrajectoryStep] = []
         self.audit: list[dict[str, Any]] = []
+        self.answers: list[str] = []
+        """The answer of each audited call (``audit``'s), as the tools service gave it."""
         self.n_calls = 0
 
     def step(self, text: str | None = None, calls: Sequence[ToolCall] = (),
@@ -116,6 +118,7 @@ class _Builder:
         self.audit.append({"time": self.now.isoformat(), "tool": tool, "args": args,
                            "status": "error" if failed else "ok", "latency_s": 0.4,
                            "text_sha256": "0" * 64, "chars": len(output)})
+        self.answers.append(output)
         return ToolCall(name=name, arguments=args, output=output)
 
 
@@ -227,13 +230,27 @@ def _submit(b: _Builder, rng: np.random.Generator, rankings: str, recalls: bool)
     return report
 
 
+class BuiltRun(NamedTuple):
+    """What :func:`build_run` makes of one run."""
+
+    trajectory: Trajectory
+    final: dict[str, list[str]]
+    """The submitted orders, group by group."""
+    audit: list[dict[str, Any]]
+    """The audit lines of its search and fetch calls (``tools/audit.jsonl``)."""
+    report: str
+    """``output/report.md``."""
+    answers: list[str]
+    """The answer of each audited call, in ``audit``'s order."""
+
+
 def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str, str],
               calls: int, rng: np.random.Generator, start: datetime,
               recorded: Trajectory | None = None, output_blob: int = 0,
               exact: bool = False, *, submitted: dict[str, list[str]] | None = None,
               use_gpu: bool | None = None
-              ) -> tuple[Trajectory, dict[str, list[str]], list[dict[str, Any]], str]:
-    """One synthetic trajectory, its submitted orders, audit lines and report text.
+              ) -> BuiltRun:
+    """One synthetic trajectory, its submitted orders, audit lines, report text and answers.
 
     ``calls`` working steps; with ``exact``, working steps until the trajectory holds
     exactly ``calls`` tool calls in all (at least :func:`opening_calls`). ``submitted``
@@ -282,7 +299,7 @@ def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str,
         k += 1
     report = _submit(b, rng, _ranking_json(task.id, final), recalls)
     trajectory = Trajectory(harness=harness, cli_version="corpus", steps=b.steps)
-    return trajectory, final, b.audit, report
+    return BuiltRun(trajectory, final, b.audit, report, b.answers)
 
 
 def _recorded(harness: str) -> Trajectory | None:
@@ -322,15 +339,112 @@ def call_targets(rng: np.random.Generator, n_runs: int, total: int, minimum: int
     return n
 
 
+STREAM_API = {"claude_code": ("anthropic", "messages"), "codex": ("openai", "responses")}
+"""Each CLI's provider API and the gateway endpoint its turns go to."""
+
+
+def _stream_events(harness: str, step: TrajectoryStep) -> list[dict[str, Any]]:
+    """A step as the CLI's own standard output streams it (``stream-json``, ``--json``).
+
+    Shaped like the real events, with the step's texts, arguments and outputs: what
+    matters here is what a run folder holds and how much, not every field of a CLI.
+    """
+    if harness == "codex":
+        items: list[dict[str, Any]] = []
+        if step.reasoning:
+            items.append({"type": "reasoning", "text": step.reasoning})
+        if step.text:
+            items.append({"type": "agent_message", "text": step.text})
+        items += [{"type": "command_execution", "command": c.arguments,
+                   "aggregated_output": c.output, "exit_code": 1 if c.is_error else 0,
+                   "name": c.name, "id": c.id} for c in step.tool_calls]
+        return [{"type": "item.completed", "item": {"id": f"item_{step.index}_{n}", **item}}
+                for n, item in enumerate(items)]
+    content: list[dict[str, Any]] = []
+    if step.reasoning:
+        content.append({"type": "thinking", "thinking": step.reasoning})
+    if step.text:
+        content.append({"type": "text", "text": step.text})
+    content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                for c in step.tool_calls]
+    usage = step.usage.model_dump() if step.usage is not None else None
+    events = [{"type": step.role if step.role in ("assistant", "user") else "system",
+               "message": {"role": step.role, "content": content, "usage": usage}}]
+    if step.tool_calls:
+        events.append({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": c.id, "content": c.output,
+             "is_error": c.is_error} for c in step.tool_calls]}})
+    return events
+
+
+def write_run_files(folder: Path, run: BuiltRun, config: tuple[str, str, str],
+                    key: GradingKey | None, submission: str) -> None:
+    """Give a corpus folder what ``run_one`` also leaves in a run folder.
+
+    The CLI's standard output (``logs/agent.stdout``), the model gateway's record of each
+    turn (``model/requests.jsonl``, ``model/gateway.json``), the tools service's audit log
+    with the full answer of each call (``tools/calls/``, written by the service's own
+    :class:`~spu.tools.audit.AuditLog`), its egress files and ``grade.json`` (graded by
+    the task's key). Every value is derived from the run, none drawn: a corpus is the
+    same with these files or without them.
+    """
+    from spu.schema import GatewayRequest
+    from spu.tools.audit import AuditLog
+
+    api, endpoint = STREAM_API[config[2]]
+    (folder / "logs").mkdir(exist_ok=True)
+    (folder / "model").mkdir(exist_ok=True)
+    with open(folder / "logs" / "agent.stdout", "w", encoding="utf-8") as out:
+        for step in run.trajectory.steps:
+            out.writelines(json.dumps(event) + "\n" for event in _stream_events(config[2], step))
+    (folder / "logs" / "agent.stderr").write_text("")
+    requests, context = [], 0
+    for step in run.trajectory.steps:
+        if step.role != "assistant" or step.usage is None:
+            continue
+        latency = 1.0 + step.usage.output / 60  # the answer streams at about 60 tokens/s
+        asked = datetime.fromisoformat(step.timestamp or "") - timedelta(seconds=latency)
+        answered = sum(len(c.output or "") for c in step.tool_calls)
+        context += 4 * (step.usage.output + step.usage.input) + answered
+        requests.append(GatewayRequest(
+            time=asked.isoformat(timespec="milliseconds"), endpoint=endpoint,
+            model=config[0], status=200, latency_s=round(latency, 3), ttfb_s=0.8,
+            usage=step.usage, stop_reason="tool_use" if step.tool_calls else "end_turn",
+            bytes_in=20_000 + context, bytes_out=400 + 4 * step.usage.output, stream=True))
+    (folder / "model" / "requests.jsonl").write_text(
+        "".join(r.model_dump_json() + "\n" for r in requests))
+    (folder / "model" / "gateway.json").write_text(json.dumps(
+        {"port": 0, "api": api, "upstream": "http://127.0.0.1:0", "api_model": config[0],
+         "max_cost_usd": None}, indent=1))
+    tools = folder / "tools"
+    (tools / "audit.jsonl").write_text("")  # the service's own lines instead
+    audit = AuditLog(tools)
+    for entry, answer in zip(run.audit, run.answers, strict=True):
+        audit.write(audit.next_call(), entry["tool"], entry["args"], entry["status"],
+                    entry["latency_s"], answer, started=entry["time"])
+    for name, value in (("egress.allow.json", ["127.0.0.1:0"]),
+                        ("egress.deny.json", ["127.0.0.1"]),
+                        ("egress.deny_addresses.json", ["127.0.0.1"]),
+                        ("endpoints.json", {"policy": "record", "provider": "offline"})):
+        (tools / name).write_text(json.dumps(value))
+    (tools / "egress.jsonl").write_text("")
+    if key is not None:
+        data = submission.encode()
+        (folder / "grade.json").write_text(json.dumps(
+            {"strict": key.grade(data).model_dump(mode="json"),
+             "recovered": key.grade(data, recover=True).model_dump(mode="json")}, indent=1))
+
+
 def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: int = 40,
                 seed: int = 0, output_blob: int = 0, repeats: int = 0,
-                total_calls: int | None = None) -> list[Path]:
+                total_calls: int | None = None, run_files: bool = False) -> list[Path]:
     """Write ``n_runs`` run folders under ``out/runs`` (configurations x tasks, cycled).
 
     ``calls`` is the mean number of working steps per run; ``total_calls`` instead fixes
     the corpus's tool calls exactly (the paper's 1,155 runs hold 227,103); ``output_blob``
     pads some tool outputs with that many characters (for memory tests); ``repeats``
-    adds repeated runs.
+    adds repeated runs; ``run_files`` adds what a run folder holds beside
+    (:func:`write_run_files`: the CLI's output, the gateway's record, the tools' answers).
     """
     rng = np.random.default_rng(seed)
     tasks = [load_task(p) for p in discover_tasks(task_root)]
@@ -353,9 +467,9 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
         task = tasks[(i // len(CONFIGS)) % len(tasks)]
         repeat = 0 if i < n_runs - repeats else 1 + i % 5
         n_calls = max(6, int(rng.poisson(calls))) if targets is None else int(targets[i])
-        trajectory, final, audit, report = build_run(
-            task, keys[task.id], config, n_calls, rng, start, recorded[config[2]], output_blob,
-            exact=targets is not None)
+        built = build_run(task, keys[task.id], config, n_calls, rng, start,
+                          recorded[config[2]], output_blob, exact=targets is not None)
+        trajectory, final, audit, report, _ = built
         run_key = f"{i:05d}-{task.id}-{config[0]}-{config[1]}-{repeat}"
         folder = out / "runs" / run_key
         if folder.exists():
@@ -384,6 +498,8 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
             runtime_s=span, tool_calls=sum(len(s.tool_calls) for s in trajectory.steps),
             sandbox=SandboxInfo(backend="local"), usage=Usage(output=1000))
         (folder / "run.json").write_text(record.model_dump_json(indent=1))
+        if run_files:
+            write_run_files(folder, built, config, key, submission)
         folders.append(folder)
         start += timedelta(hours=1)
     return folders
@@ -399,9 +515,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="tool calls of the whole corpus, exactly (the paper: 227103)")
     p.add_argument("--tasks", type=Path, default=Path("tasks"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-files", action="store_true",
+                   help="also write what a run folder holds beside: the CLI's output "
+                        "(logs/), the gateway's record (model/), the tools' answers")
     args = p.parse_args(argv)
     folders = make_corpus(args.out, args.runs, args.tasks, args.calls, args.seed,
-                          total_calls=args.total_calls)
+                          total_calls=args.total_calls, run_files=args.run_files)
     print(f"wrote {len(folders)} run folders under {args.out / 'runs'}")
     return 0
 

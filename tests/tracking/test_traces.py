@@ -209,6 +209,46 @@ def test_a_gateway_record_gives_the_usage_of_each_model_request(tmp_path, target
     assert trace.info.token_usage["input_tokens"] == 10 + 2000 + 300 + 5 + 2300
 
 
+def test_a_corpus_with_run_files_is_the_same_corpus_with_what_run_one_leaves_beside(
+        tmp_path, target) -> None:
+    """``make_corpus(run_files=True)`` (what trace_bench records) adds the CLI's output, the
+    gateway's record (a SPEC 11 line per model turn, with the turn's usage), the tools'
+    answers (hashed as their audit lines say) and ``grade.json`` (the score of
+    ``run.json``), and changes nothing else: its trace has an LLM span per request."""
+    import gzip
+    import hashlib
+
+    from spu.schema import AuditEntry
+
+    bare = make_corpus(tmp_path / "bare", 7, task_root=REPO / "tasks", calls=12, seed=3)
+    full = make_corpus(tmp_path / "full", 7, task_root=REPO / "tasks", calls=12, seed=3,
+                       run_files=True)
+    for b, f in zip(bare, full, strict=True):
+        for name in ("run.json", "output/rankings.json", "output/report.md"):
+            assert (b / name).read_bytes() == (f / name).read_bytes()
+        assert gzip.decompress((b / "trajectory.jsonl.gz").read_bytes()) == \
+            gzip.decompress((f / "trajectory.jsonl.gz").read_bytes())
+    folder = max(full, key=lambda f: len((f / "tools" / "audit.jsonl").read_text()))
+    record = _record(folder)
+    turns = [s for s in iter_steps(folder / "trajectory.jsonl.gz")
+             if s.role == "assistant" and s.usage is not None]
+    requests = [GatewayRequest.model_validate_json(line) for line in
+                (folder / "model" / "requests.jsonl").read_text().splitlines()]
+    assert [r.usage for r in requests] == [s.usage for s in turns] and len(turns) > 5
+    assert (folder / "logs" / "agent.stdout").stat().st_size > 0
+    audits = [AuditEntry.model_validate_json(line) for line in
+              (folder / "tools" / "audit.jsonl").read_text().splitlines()]
+    assert audits and [a.call for a in audits] == list(range(len(audits)))
+    for a in audits:
+        data = (folder / "tools" / (a.text_file or "")).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == a.text_sha256
+    grade = json.loads((folder / "grade.json").read_text())
+    assert grade["strict"]["score"] == pytest.approx(record.score_strict)
+    run_id = log_run(record, folder, target)
+    (trace,) = _traces(target, run_id)
+    assert sum(s.span_type == "LLM" for s in trace.data.spans) == len(requests)
+
+
 def test_long_texts_and_many_spans_are_cut_with_a_note(tmp_path, target) -> None:
     """Each span's text stops at ``max_chars`` with a note; spans past ``max_spans`` are
     counted on the root span."""
