@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.processes import running
 
 HIDDEN_ON_AGENT_NODES = ("/tmp", "/dev/shm", "/var/tmp", str(REPO / "tasks"))
 """Folders an agent node sees as empty file systems of its own."""
@@ -64,17 +65,6 @@ def free_port() -> int:
     from spu.launch.server import free_port as free
 
     return free()
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is not a zombie (dead, waiting for its parent to reap it: a signal
-    does nothing to it, so :meth:`Node.kill` need not wait for it to go)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @dataclass
@@ -123,7 +113,7 @@ class Node:
                 continue
             pid = int(entry)
             try:
-                if (os.getpgid(pid) == group or self._in_namespace(pid)) and _running(pid):
+                if (os.getpgid(pid) == group or self._in_namespace(pid)) and running(pid):
                     found.append(pid)
             except OSError:
                 continue

@@ -159,18 +159,18 @@ def processes_mentioning(text: str) -> list[int]:
     The environment counts: the sweep's tracking server gets its store there, not on
     its command line.
     """
+    import psutil
+
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for proc in psutil.process_iter(["cmdline", "environ", "status"]):
+        info = proc.info  # None where a process was gone or unreadable
+        if proc.pid == os.getpid() or info["status"] in (None, psutil.STATUS_ZOMBIE):
             continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if text.encode() in cmdline + environ and state != "Z":
-            found.append(int(entry))
+        environ = info["environ"] or {}
+        seen = " ".join(info["cmdline"] or []) + "\0".join(f"{k}={v}" for k, v in
+                                                           environ.items())
+        if text in seen:
+            found.append(proc.pid)
     return found
 
 

@@ -141,13 +141,15 @@ def test_unhealthy_device_retires_its_actor_after_its_run_and_the_rest_finish(
 
 def ray_worker_of(pid: int) -> int | None:
     """The Ray worker process above ``pid`` (its title starts with ``ray::``)."""
-    while pid > 1:
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
-                return pid
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        for above in (process, *process.parents()):
+            if " ".join(above.cmdline()).startswith("ray::"):
+                return above.pid
+    except psutil.Error:
+        return None
     return None
 
 

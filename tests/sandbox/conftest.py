@@ -35,6 +35,7 @@ from spu.schema import ProcessEvidence
 from spu.tasks import load_task
 from spu.tasks.package import stage_public_files
 from tests.conftest import EXAMPLE_TASK, REPO
+from tests.processes import running
 
 AGENTS = Path(__file__).parent / "agents"
 collect_ignore = ["agents"]  # scripts run inside sandboxes, not test modules
@@ -91,16 +92,6 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs: gone, or a zombie its parent has not reaped yet
-    (a dockerd that another test session started, whose parent has not waited for it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
 def _stop_test_dockerd() -> None:
     """Stop the dockerd recorded in PID_FILE, if it is still that dockerd."""
     try:
@@ -114,7 +105,7 @@ def _stop_test_dockerd() -> None:
         for _ in range(600):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)  # reap it when this session started it
-            if not _alive(pid):
+            if not running(pid):
                 break
             time.sleep(0.1)
         else:
@@ -209,7 +200,7 @@ def _wait_for_engine_exit(timeout_s: float = 60) -> None:
         for pid in pids:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)  # reap it when this session started it
-            if _alive(pid):
+            if running(pid):
                 alive.append(pid)
         if not alive:
             return

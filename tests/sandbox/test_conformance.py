@@ -19,6 +19,7 @@ from spu.sandbox.limits import GIB
 from spu.sandbox.subprocess import WARNING as NO_SANDBOX
 from spu.tasks.package import PUBLIC_PATHS
 from tests.conftest import EXAMPLE_TASK
+from tests.processes import running
 from tests.sandbox.conftest import BACKENDS, ISOLATING, Opened, read_json, run_agent
 
 pytestmark = pytest.mark.slow
@@ -209,12 +210,6 @@ def test_cleanup_leaves_no_process_cgroup_or_container(backend, open_sandbox, tm
         assert not any(p.exists() for p in cgroups)
     if backend == "subprocess":
         pid = int(box.output("daemon.pid").read_text())
-        assert not _alive(pid), "the daemon survived its run"
+        assert not running(pid), "the daemon survived its run"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -23,6 +23,7 @@ from spu.sandbox.network import (
 )
 from spu.sandbox.process import start_placed
 from tests.conftest import REPO
+from tests.processes import running
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,14 +85,6 @@ box.exec(["sh", "-c", "echo kept > /output/before-the-kill.txt; sleep 600"],
 """
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _pids_in(cgroup: Path) -> list[int]:
     try:
         return [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
@@ -138,10 +131,10 @@ def test_a_driver_killed_mid_run_leaves_nothing_the_next_run_keeps(tmp_path) -> 
     assert f"spu-{ident}" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                 text=True).stdout
     for _ in range(100):  # killed; its new parent (PID 1) reaps it in its own time
-        if not any(_running(pid) for pid in pasta):
+        if not any(running(pid) for pid in pasta):
             break
         time.sleep(0.05)
-    assert not any(_running(pid) for pid in pasta)
+    assert not any(running(pid) for pid in pasta)
     assert str(run) not in Path("/proc/self/mountinfo").read_text()
     assert (run / "output" / "before-the-kill.txt").read_text() == "kept\n"
     assert not list(run.glob(".spu-disk*"))

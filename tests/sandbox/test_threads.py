@@ -20,6 +20,7 @@ import pytest
 
 from spu.sandbox import RunLimits
 from spu.schema import ProcessEvidence
+from tests.processes import running
 from tests.sandbox.conftest import Opened
 
 RUNS = 3
@@ -173,13 +174,6 @@ def test_a_program_that_cannot_be_run_fails_to_start(tmp_path) -> None:
             start_placed(argv, {"PATH": "/usr/bin:/bin"}, lambda _pid: None)
 
 
-def _gone_or_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def test_a_child_behind_the_death_wrapper_ends_with_its_parent() -> None:
     """Invariant: a server started through :func:`dying_with_parent` gets SIGTERM when the
     process that started it is killed (no ``preexec_fn`` asked for it)."""
@@ -202,6 +196,6 @@ def test_a_child_behind_the_death_wrapper_ends_with_its_parent() -> None:
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + BOUND_S
-    while not _gone_or_zombie(child) and time.monotonic() < deadline:
+    while running(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone_or_zombie(child), "the child ended with its parent"
+    assert not running(child), "the child ended with its parent"
