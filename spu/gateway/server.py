@@ -66,7 +66,12 @@ from spu.gateway.answers import (
     server_tools,
     tool_results,
 )
-from spu.gateway.verdict import MAX_REFUSAL_FILES, REFUSAL_FILES, RUN_ENDED, SLOW_TOKENS_PER_S
+from spu.gateway.verdict import (
+    MAX_REFUSAL_FILES,
+    REFUSAL_FILES,
+    RUN_ENDED,
+    waiting_by_choice,
+)
 from spu.schema import GatewayRequest, Usage
 from spu.strict_json import shown
 
@@ -893,19 +898,17 @@ class ModelGateway:
                             f"the upstream could not be reached: {exc!s}"[:500])
 
     def _slow_by_choice(self, asking: _Exchange) -> int:
-        """Unstreamed generations waiting for their answer no longer than asked.
+        """Generations waiting for their answer's headers no longer than the agent chose.
 
-        Each holds an upstream connection with no byte back yet, as long as the output it
-        asked for takes (``verdict.unstreamed_timeout``'s rate): the agent's choice, like
-        an answer it reads. Streamed requests, and those waiting longer than their
-        ``max_tokens`` can take, found a slow provider.
+        Each holds an upstream connection with no byte back yet, as long as its prompt
+        takes to read or, unstreamed, the output it asked for takes to write
+        (:func:`~spu.gateway.verdict.waiting_by_choice`): the agent's choice, like an
+        answer it reads. Short requests waiting longer found a slow provider.
         """
         now = time.monotonic()
         return sum(1 for w in self._waiting
-                   if w is not asking and not w.entry.stream
-                   and w.entry.endpoint in GENERATION_ENDPOINTS
-                   and (w.entry.max_tokens is None
-                        or w.entry.max_tokens >= SLOW_TOKENS_PER_S * (now - w.started)))
+                   if w is not asking and w.entry.endpoint in GENERATION_ENDPOINTS
+                   and waiting_by_choice(w.entry, now - w.started))
 
     def _run_ended(self, x: _Exchange, when: str, api: str | None = None) -> Any:
         """Record a request cut by the run's end (the gateway's stop): ``gateway.run_ended``.

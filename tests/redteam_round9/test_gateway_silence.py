@@ -257,7 +257,7 @@ class _Prefill(JsonProvider):
     """Sends a streamed answer's headers only after ``prefill_s`` for a long prompt (the
     provider reading it before the first token); answers a short one at once."""
 
-    prefill_s: ClassVar[float] = 4.0
+    prefill_s: ClassVar[float] = 8.0
 
     def reply(self, body: bytes) -> None:
         if len(body) > 100_000:
@@ -266,17 +266,18 @@ class _Prefill(JsonProvider):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "BROKEN (low: 64 long prompts at once meet the provider's input-token limits first): "
-    "at a PoolTimeout only answers being read and unstreamed generations within their "
-    "max_tokens count as the agent's own; 64 streamed requests with prompts long enough to "
-    "hold their headers back past the pool timeout (the prompt's length is the agent's "
-    "choice) make the 65th gateway.upstream_unreachable: the provider's, retried. Fix: count "
-    "too requests waiting for their headers within what their prompt takes to read (bytes_in "
-    "at a slow prefill rate), streamed or not"))
 def test_a_pool_held_by_the_agents_long_streamed_prompts_is_its_doing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Agent: 64 streamed requests with 200 KB prompts, then a 65th, then exit."""
+    """Agent: 64 streamed requests with 200 KB prompts, then a 65th, then exit.
+
+    Fixed (a strict xfail before; low: 64 long prompts at once meet the provider's
+    input-token limits first): at a PoolTimeout only answers being read and unstreamed
+    generations within their ``max_tokens`` counted as the agent's own, so 64 streamed
+    requests whose prompts hold their headers back past the pool timeout (the prompt's
+    length is the agent's choice) made the 65th ``gateway.upstream_unreachable``: the
+    provider's, retried. A generation waiting for its headers within what its body takes
+    to read at ``verdict.SLOW_PREFILL_BYTES_PER_S`` now counts too, streamed or not.
+    """
     from spu.config import ModelGatewayConfig
     from spu.gateway import server
     from spu.gateway.server import UPSTREAM_CONNECTIONS
@@ -287,12 +288,13 @@ def test_a_pool_held_by_the_agents_long_streamed_prompts_is_its_doing(
     short = {"model": "m", "stream": True, "max_tokens": 16,
              "messages": [{"role": "user", "content": "Rank."}]}
     held: list[socket.socket] = []
-    with stand_in(_Prefill) as upstream, gateway_before(
+    provider = _Prefill.counted()
+    with stand_in(provider, backlog=2 * UPSTREAM_CONNECTIONS) as upstream, gateway_before(
             tmp_path / "model", upstream,
             cfg=ModelGatewayConfig(connect_timeout_s=1.0, read_timeout_s=60.0)) as gw:
         held += [_raw_post(gw.port, gw.token, "/v1/messages", long)
                  for _ in range(UPSTREAM_CONNECTIONS)]
-        time.sleep(0.8)  # all 64 with the provider, reading their prompts
+        provider.wait_arrivals(UPSTREAM_CONNECTIONS)  # all 64 with it, reading their prompts
         with httpx.Client(trust_env=False, timeout=10) as client:
             status = client.post(gw.url() + "/v1/messages", headers={"x-api-key": gw.token},
                                  json=short).status_code
