@@ -361,6 +361,8 @@ class _Exchange:
     reserved_usd: float = 0.0
     """The bound on this generation's cost held against the spend cap while it runs."""
     client_gone: bool = False
+    sent: bool = False
+    """Its headers went out to the upstream: it holds a connection of the pool."""
     deltas: int = 0
     """Output delta events read (streamed answers)."""
     delta_tokens: int = 0
@@ -816,7 +818,7 @@ class ModelGateway:
             # (held by answers the agent leaves unread) went on then, with those sent
             # meanwhile, and the provider's latency starts then.
             if event == "http11.send_request_headers.started":
-                x.entry.time, x.started = now_iso(), time.monotonic()
+                x.entry.time, x.started, x.sent = now_iso(), time.monotonic(), True
 
         try:
             upstream = self._client.build_request(request.method, url, headers=sent,
@@ -889,8 +891,9 @@ class ModelGateway:
                 # wait is its own concurrency's doing (verdict.POLICY_ERRORS).
                 return self._refuse(x, api, 429, "rate_limit_error", "gateway.too_busy",
                                     f"this run has {own} requests in flight (answers being "
-                                    f"read and unstreamed generations it asked to be long), "
-                                    f"the model gateway's most ({UPSTREAM_CONNECTIONS})")
+                                    f"read, prompts being read and unstreamed generations it "
+                                    f"asked to be long), the model gateway's most "
+                                    f"({UPSTREAM_CONNECTIONS})")
             return self._refuse(x, api, 504, "timeout_error", "gateway.upstream_unreachable",
                                 f"the upstream could not be reached in time: "
                                 f"{type(exc).__name__}")
@@ -898,17 +901,18 @@ class ModelGateway:
                             f"the upstream could not be reached: {exc!s}"[:500])
 
     def _slow_by_choice(self, asking: _Exchange) -> int:
-        """Generations waiting for their answer's headers no longer than the agent chose.
+        """Requests holding a connection, waiting for their headers as long as chosen.
 
-        Each holds an upstream connection with no byte back yet, as long as its prompt
-        takes to read or, unstreamed, the output it asked for takes to write
+        Each has been sent (its headers went out on a connection of the pool) with no
+        byte back yet, as long as its prompt takes to read or, an unstreamed generation,
+        the output it asked for takes to write
         (:func:`~spu.gateway.verdict.waiting_by_choice`): the agent's choice, like an
-        answer it reads. Short requests waiting longer found a slow provider.
+        answer it reads. Requests still queued for a connection hold none; short ones
+        waiting longer found a slow provider.
         """
         now = time.monotonic()
         return sum(1 for w in self._waiting
-                   if w is not asking and w.entry.endpoint in GENERATION_ENDPOINTS
-                   and waiting_by_choice(w.entry, now - w.started))
+                   if w is not asking and w.sent and waiting_by_choice(w.entry, now - w.started))
 
     def _run_ended(self, x: _Exchange, when: str, api: str | None = None) -> Any:
         """Record a request cut by the run's end (the gateway's stop): ``gateway.run_ended``.

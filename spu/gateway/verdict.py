@@ -95,37 +95,45 @@ SLOW_TOKENS_PER_S = 20.0
 """A provider's slowest usual generation rate: an unstreamed request whose asked output
 takes its wait at this rate could be that slow by the agent's choice."""
 
-SLOW_PREFILL_BYTES_PER_S = 10_000.0
-"""A provider's slowest usual rate of reading a prompt before the first byte of its answer
-(about 2,500 tokens a second): a generation, streamed or not, that has waited for its
-answer's headers no longer than its request body takes at this rate could be waiting by
-the agent's choice (the prompt's length is its)."""
+SLOW_PREFILL_BYTES_PER_S = 2_500.0
+"""A provider's slowest usual rate of reading a prompt before the first byte of its answer:
+2,500 tokens a second, at one token a byte (the densest text, digits or random
+characters). A request to a model, streamed or not, a token count too, that has waited for
+its answer's headers no longer than its body takes at this rate could be waiting by the
+agent's choice (the prompt's length and content are its)."""
+
+READ_ENDPOINTS = GENERATIONS | {"count_tokens"}
+"""Endpoints whose requests the provider reads as prompts (tokenised before any answer)."""
 
 
 def waiting_by_choice(entry: GatewayRequest, waited_s: float) -> bool:
-    """Whether a generation waiting ``waited_s`` for its answer's headers waits by choice.
+    """Whether a request waiting ``waited_s`` for its answer's headers waits by choice.
 
     The agent's choice while the prompt it sent is still being read
-    (:data:`SLOW_PREFILL_BYTES_PER_S`) or, unstreamed, the output it asked for still being
-    written (:data:`SLOW_TOKENS_PER_S`; no ``max_tokens``: the model's most).
+    (:data:`SLOW_PREFILL_BYTES_PER_S`; a generation or a token count) or, for an unstreamed
+    generation, the output it asked for still being written (:data:`SLOW_TOKENS_PER_S`; no
+    ``max_tokens``: the model's most).
 
     Examples
     --------
     >>> long = GatewayRequest(time="t", endpoint="messages", status=0, stream=True,
     ...                       bytes_in=200_000, max_tokens=16)
-    >>> waiting_by_choice(long, 5.0), waiting_by_choice(long, 30.0)
+    >>> waiting_by_choice(long, 60.0), waiting_by_choice(long, 100.0)  # 80 s to read
     (True, False)
     >>> short = long.model_copy(update={"bytes_in": 200})
     >>> waiting_by_choice(short, 5.0), waiting_by_choice(
     ...     short.model_copy(update={"stream": False, "max_tokens": 4096}), 5.0)
     (False, True)
+    >>> count = long.model_copy(update={"endpoint": "count_tokens", "stream": False})
+    >>> waiting_by_choice(count, 5.0), waiting_by_choice(count, 100.0)
+    (True, False)
     """
-    if entry.endpoint not in GENERATIONS:
+    if entry.endpoint not in READ_ENDPOINTS:
         return False
     if entry.bytes_in >= SLOW_PREFILL_BYTES_PER_S * waited_s:
         return True
-    return not entry.stream and (entry.max_tokens is None
-                                 or entry.max_tokens >= SLOW_TOKENS_PER_S * waited_s)
+    return entry.endpoint in GENERATIONS and not entry.stream and (
+        entry.max_tokens is None or entry.max_tokens >= SLOW_TOKENS_PER_S * waited_s)
 
 
 def unstreamed_timeout(entry: GatewayRequest) -> bool:

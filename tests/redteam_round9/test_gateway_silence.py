@@ -303,3 +303,56 @@ def test_a_pool_held_by_the_agents_long_streamed_prompts_is_its_doing(
     entries = read_requests(gw.requests_path)
     assert gateway_verdict(entries).infra_error is None, gateway_verdict(entries).infra_error
     assert status == 429, [(e.status, e.error_type) for e in entries]
+
+
+class _SlowCount(JsonProvider):
+    """A healthy provider whose token count of a long body takes ``count_s`` (tokenising
+    it); a generation it answers at once."""
+
+    count_s: ClassVar[float] = 8.0
+
+    def reply(self, body: bytes) -> None:
+        if self.path.endswith("count_tokens") and len(body) > 100_000:
+            time.sleep(self.count_s)
+            self.send_json({"input_tokens": len(body) // 4})
+            return
+        self.send_json(ANSWER)
+
+
+@pytest.mark.slow
+def test_a_pool_held_by_the_agents_token_counts_of_long_bodies_is_its_doing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agent: an answer, then 64 token counts of a 200 KB body (free, outside the spend
+    cap), then a streamed generation, then exit.
+
+    Found in review of the fix above (a red-team helper): token counts were left out of the
+    pool's count of the agent's own requests, so the generation was
+    ``gateway.upstream_unreachable`` and the run ``infra_error``, retried. A token count is
+    a prompt the provider reads, too (``verdict.READ_ENDPOINTS``).
+    """
+    from spu.config import ModelGatewayConfig
+    from spu.gateway import server
+    from spu.gateway.server import UPSTREAM_CONNECTIONS
+
+    monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
+    long = {"model": "m", "messages": [{"role": "user", "content": "x " * 100_000}]}
+    short = {"model": "m", "stream": True, "max_tokens": 16,
+             "messages": [{"role": "user", "content": "Rank."}]}
+    provider = _SlowCount.counted()
+    with stand_in(provider, backlog=2 * UPSTREAM_CONNECTIONS) as upstream, gateway_before(
+            tmp_path / "model", upstream,
+            cfg=ModelGatewayConfig(connect_timeout_s=1.0, read_timeout_s=60.0)) as gw, \
+            httpx.Client(trust_env=False, timeout=30) as client:
+        url, headers = gw.url() + "/v1/messages", {"x-api-key": gw.token}
+        assert client.post(url, headers=headers, json={**short, "stream": False}
+                           ).status_code == 200
+        provider.wait_arrivals(1)
+        held = [_raw_post(gw.port, gw.token, "/v1/messages/count_tokens", long)
+                for _ in range(UPSTREAM_CONNECTIONS)]
+        provider.wait_arrivals(UPSTREAM_CONNECTIONS)  # all 64 with it, being counted
+        status = client.post(url, headers=headers, json=short).status_code
+        for agent in held:
+            agent.close()
+    entries = read_requests(gw.requests_path)
+    assert gateway_verdict(entries).infra_error is None, gateway_verdict(entries).infra_error
+    assert status == 429, [(e.endpoint, e.status, e.error_type) for e in entries]
