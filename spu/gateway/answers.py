@@ -286,6 +286,58 @@ def server_tools(body: Any) -> list[str]:
     return found
 
 
+URL_KEYS = ("image_url", "file_url")
+"""OpenAI's keys of content the provider reads from where they point (a ``data:`` URL is
+inline; any other it fetches)."""
+
+
+def url_sources(body: Any, most: int = 3) -> list[str]:
+    """The URLs a request body asks the provider to fetch content from (the first ``most``).
+
+    Anthropic's image and document blocks with a ``url`` source, OpenAI's ``input_image``
+    and ``image_url`` parts and ``input_file`` parts with a URL other than ``data:``: the
+    provider reaches the web for the agent, outside the run's audited tools and its egress
+    record, as its own web fetch would. A ``data:`` URL, base64 and text sources and an
+    uploaded file's id are inline; the tools' definitions are not read.
+
+    Examples
+    --------
+    >>> url_sources({"messages": [{"role": "user", "content": [{"type": "document",
+    ...     "source": {"type": "url", "url": "https://example.org/paper.pdf"}}]}]})
+    ['https://example.org/paper.pdf']
+    >>> url_sources({"input": [{"role": "user", "content": [
+    ...     {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+    ...     {"type": "input_file", "file_url": "https://example.org/a.pdf"}]}]})
+    ['https://example.org/a.pdf']
+    >>> url_sources({"messages": [{"role": "user", "content": [{"type": "image_url",
+    ...     "image_url": {"url": "http://example.org/x.png"}}]}]})
+    ['http://example.org/x.png']
+    >>> url_sources({"tools": [{"name": "see", "input_schema": {"properties": {
+    ...     "image_url": "https://example.org/schema-default.png"}}}], "messages": []})
+    []
+    """
+    found: list[str] = []
+    # the tools' definitions are schemas (a property may be named ``image_url``), no content
+    stack = [v for k, v in body.items() if k != "tools"] if isinstance(body, dict) else [body]
+    while stack and len(found) < most:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(reversed(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        source = node.get("source")
+        if isinstance(source, dict) and source.get("type") == "url":
+            found.append(str(source.get("url"))[:200])
+        for key in URL_KEYS:
+            value = node.get(key)
+            url = value.get("url") if isinstance(value, dict) else value
+            if isinstance(url, str) and not url.strip().lower().startswith("data:"):
+                found.append(url[:200])
+        stack.extend(v for v in reversed(node.values()) if isinstance(v, (dict, list)))
+    return found[:most]
+
+
 def api_of_endpoint(endpoint: str) -> str:
     """The API style whose error shape answers a request to ``endpoint``."""
     if endpoint in ("messages", "count_tokens"):

@@ -65,6 +65,7 @@ from spu.gateway.answers import (
     reader_for,
     server_tools,
     tool_results,
+    url_sources,
 )
 from spu.gateway.verdict import (
     MAX_REFUSAL_FILES,
@@ -695,6 +696,12 @@ class ModelGateway:
             return self._refuse(x, api, 403, "permission_error", "gateway.server_tool_refused",
                                 f"provider-side tools are not allowed in this run "
                                 f"({', '.join(offered)}); use the run's own tools")
+        fetched = url_sources(x.body) if asks else []
+        if fetched:
+            return self._refuse(x, api, 403, "permission_error", "gateway.url_source_refused",
+                                f"content the provider would fetch from a URL is not allowed "
+                                f"in this run ({', '.join(fetched)}); fetch it with the run's "
+                                f"own tools and send it inline")
         return None
 
     def _usage_asked(self, endpoint: str, api: str, x: _Exchange) -> Any:

@@ -1,0 +1,81 @@
+"""Content the provider fetches from a URL (found by the helper that attacked the pool's
+rule): an image or a document given by URL is read by the provider from the web for the
+agent, outside the run's audited tools and its egress record, as the provider's own web
+fetch (a server tool, refused since round four) would. The real gateway in front of a
+stand-in provider on loopback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spu.gateway.verdict import gateway_verdict, read_requests
+from tests.gateway_doubles import gateway_before, stand_in
+from tests.redteam_round12._parsers import Keeps, dumps, folder, post, refused_unforwarded
+
+PAPER = "https://example.org/paper.pdf"
+
+
+def _anthropic(block: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": [block, {"type": "text", "text": "Rank."}]}]}
+
+
+def _responses(part: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "max_output_tokens": 16, "input": [
+        {"role": "user", "content": [part, {"type": "input_text", "text": "Rank."}]}]}
+
+
+def _chat(part: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": [part, {"type": "text", "text": "Rank."}]}]}
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/messages", _anthropic({"type": "document",
+                                 "source": {"type": "url", "url": PAPER}})),
+    ("/v1/messages", _anthropic({"type": "image", "source": {
+        "type": "url", "url": "https://example.org/figure.png"}})),
+    ("/v1/messages/count_tokens", _anthropic({"type": "document",
+                                              "source": {"type": "url", "url": PAPER}})),
+    ("/v1/responses", _responses({"type": "input_file", "file_url": PAPER})),
+    ("/v1/responses", _responses({"type": "input_image",
+                                  "image_url": "https://example.org/figure.png"})),
+    ("/v1/chat/completions", _chat({"type": "image_url",
+                                    "image_url": {"url": "http://example.org/figure.png"}})),
+], ids=["document", "image", "count_tokens", "input_file", "input_image", "chat_image_url"])
+def test_content_the_provider_would_fetch_from_a_url_is_refused(
+        tmp_path: Path, path: str, body: dict[str, Any]) -> None:
+    """Agent: a paper or a figure given by its URL, for the provider to read.
+
+    Fixed: such a request went on, and the provider read the page for the agent. Now it is
+    a recorded refusal (403, ``gateway.url_source_refused``, the agent's doing), never
+    forwarded; the answer names the URL."""
+    Keeps.seen = []
+    with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
+        answer = post(gw, dumps(body), path=path)
+    entries = read_requests(gw.requests_path)
+    refused_unforwarded(answer, entries, error_type="gateway.url_source_refused", status=403)
+    assert "example.org" in answer.text
+    assert gateway_verdict(entries).infra_error is None
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/messages", _anthropic({"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}})),
+    ("/v1/messages", _anthropic({"type": "document", "source": {
+        "type": "text", "media_type": "text/plain", "data": f"notes from {PAPER}"}})),
+    ("/v1/responses", _responses({"type": "input_image",
+                                  "image_url": "data:image/png;base64,iVBORw0KGgo="})),
+], ids=["base64_image", "text_document", "data_url_image"])
+def test_inline_content_still_goes_on(tmp_path: Path, path: str, body: dict[str, Any]) -> None:
+    """Honest: an image the CLI read from a file (base64, a ``data:`` URL), a text document
+    naming a URL: forwarded as sent."""
+    Keeps.seen = []
+    with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
+        answer = post(gw, dumps(body), path=path)
+    assert answer.status_code == 200, answer.text
+    assert [sent for _, sent in Keeps.seen] == [dumps(body)]
