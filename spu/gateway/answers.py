@@ -291,6 +291,11 @@ URL_KEYS = ("image_url", "file_url")
 inline; any other it fetches)."""
 
 
+def _folded(node: dict[str, Any], name: str) -> Any:
+    """The value of ``node``'s key ``name`` in any letters (:func:`case_variant`), or None."""
+    return next((v for k, v in node.items() if k.casefold() == name), None)
+
+
 def url_sources(body: Any, most: int = 3) -> list[str]:
     """The URLs a request body asks the provider to fetch content from (the first ``most``).
 
@@ -298,7 +303,8 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
     and ``image_url`` parts and ``input_file`` parts with a URL other than ``data:``: the
     provider reaches the web for the agent, outside the run's audited tools and its egress
     record, as its own web fetch would. A ``data:`` URL, base64 and text sources and an
-    uploaded file's id are inline; the tools' definitions are not read.
+    uploaded file's id are inline; the tools' definitions are not read. Keys and the
+    source's type are read whatever their letters, as a router may (:func:`case_variant`).
 
     Examples
     --------
@@ -310,15 +316,18 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
     ...     {"type": "input_file", "file_url": "https://example.org/a.pdf"}]}]})
     ['https://example.org/a.pdf']
     >>> url_sources({"messages": [{"role": "user", "content": [{"type": "image_url",
-    ...     "image_url": {"url": "http://example.org/x.png"}}]}]})
+    ...     "Image_URL": {"URL": "http://example.org/x.png"}}]}]})
     ['http://example.org/x.png']
+    >>> url_sources({"messages": [{"content": [{"ſource": {"Type": "URL", "url": "u"}}]}]})
+    ['u']
     >>> url_sources({"tools": [{"name": "see", "input_schema": {"properties": {
     ...     "image_url": "https://example.org/schema-default.png"}}}], "messages": []})
     []
     """
     found: list[str] = []
     # the tools' definitions are schemas (a property may be named ``image_url``), no content
-    stack = [v for k, v in body.items() if k != "tools"] if isinstance(body, dict) else [body]
+    stack = ([v for k, v in body.items() if k.casefold() != "tools"]
+             if isinstance(body, dict) else [body])
     while stack and len(found) < most:
         node = stack.pop()
         if isinstance(node, list):
@@ -326,14 +335,15 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
             continue
         if not isinstance(node, dict):
             continue
-        source = node.get("source")
-        if isinstance(source, dict) and source.get("type") == "url":
-            found.append(str(source.get("url"))[:200])
-        for key in URL_KEYS:
-            value = node.get(key)
-            url = value.get("url") if isinstance(value, dict) else value
-            if isinstance(url, str) and not url.strip().lower().startswith("data:"):
-                found.append(url[:200])
+        for key, value in node.items():
+            name = key.casefold()
+            if name == "source" and isinstance(value, dict) and \
+                    str(_folded(value, "type")).casefold() == "url":
+                found.append(str(_folded(value, "url"))[:200])
+            elif name in URL_KEYS:
+                url = _folded(value, "url") if isinstance(value, dict) else value
+                if isinstance(url, str) and not url.strip().lower().startswith("data:"):
+                    found.append(url[:200])
         stack.extend(v for v in reversed(node.values()) if isinstance(v, (dict, list)))
     return found[:most]
 

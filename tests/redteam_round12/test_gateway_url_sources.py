@@ -46,7 +46,10 @@ def _chat(part: dict[str, Any]) -> dict[str, Any]:
                                   "image_url": "https://example.org/figure.png"})),
     ("/v1/chat/completions", _chat({"type": "image_url",
                                     "image_url": {"url": "http://example.org/figure.png"}})),
-], ids=["document", "image", "count_tokens", "input_file", "input_image", "chat_image_url"])
+    ("/v1/messages", _anthropic({"type": "document",
+                                 "Source": {"Type": "URL", "url": PAPER}})),
+], ids=["document", "image", "count_tokens", "input_file", "input_image", "chat_image_url",
+        "other_letters"])
 def test_content_the_provider_would_fetch_from_a_url_is_refused(
         tmp_path: Path, path: str, body: dict[str, Any]) -> None:
     """Agent: a paper or a figure given by its URL, for the provider to read.
