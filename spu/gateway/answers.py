@@ -163,7 +163,7 @@ def loads_request(data: bytes) -> tuple[Any, str | None]:
 
 READ_FIELDS = ("model", "stream", "stream_options", "max_tokens", "max_output_tokens",
                "max_completion_tokens", "tools", "mcp_servers", "web_search_options",
-               "prompt", "background", "messages", "input")
+               "prompt", "background", "messages", "input", "plugins", "models")
 """The top-level fields of a request body the gateway's record and policy read."""
 
 
@@ -261,7 +261,8 @@ def server_tools(body: Any) -> list[str]:
     ``code_execution_*``) and ``mcp_servers``; OpenAI's ``web_search`` and
     ``web_search_preview`` tools, remote ``mcp``, ``code_interpreter``, ``file_search`` and
     ``image_generation`` tools, a stored ``prompt`` (made on the provider's side, it may
-    carry any of them), and Chat Completions' ``web_search_options``.
+    carry any of them), Chat Completions' ``web_search_options`` and a router's ``plugins``
+    (OpenRouter's ``web`` plugin searches the web).
 
     Examples
     --------
@@ -280,31 +281,53 @@ def server_tools(body: Any) -> list[str]:
         if isinstance(kind, str) and any(kind == t or kind.startswith(t + "_")
                                          for t in SERVER_TOOL_TYPES):
             found.append(kind)
-    for key in ("mcp_servers", "web_search_options", "prompt"):
+    for key in ("mcp_servers", "web_search_options", "prompt", "plugins"):
         if body.get(key):
             found.append(key)
     return found
 
 
-URL_KEYS = ("image_url", "file_url")
-"""OpenAI's keys of content the provider reads from where they point (a ``data:`` URL is
-inline; any other it fetches)."""
+URL_KEYS = ("image_url", "file_url", "file_data", "file_id", "file_uri")
+"""Keys of content the provider reads from where they point: OpenAI's ``image_url`` and
+``file_url``, and the file fields a router reads a URL in (OpenRouter fetches a PDF given
+by URL as ``file_data``). A ``data:`` URL, base64 and a file id that is no URL are inline."""
+
+NOT_CONTENT = ("tools", "functions", "response_format", "output_format", "text")
+"""Top-level fields holding definitions and schemas (a property or an example may be named
+``image_url``), not content the provider reads."""
+
+_SCHEME = re.compile(r"\s*[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
-def _folded(node: dict[str, Any], name: str) -> Any:
-    """The value of ``node``'s key ``name`` in any letters (:func:`case_variant`), or None."""
-    return next((v for k, v in node.items() if k.casefold() == name), None)
+def _all_folded(node: dict[str, Any], name: str) -> list[Any]:
+    """The values of ``node``'s keys ``name`` in any letters (:func:`case_variant`).
+
+    Every spelling: a router keeping the last of two reads one the first would hide.
+    """
+    return [v for k, v in node.items() if k.casefold() == name]
+
+
+def _fetched(value: Any) -> str | None:
+    """The URL a content field points the provider to, or None (inline content)."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.lower().startswith("data:") or not (_SCHEME.match(text) or text.startswith("//")):
+        return None
+    return text[:200]
 
 
 def url_sources(body: Any, most: int = 3) -> list[str]:
     """The URLs a request body asks the provider to fetch content from (the first ``most``).
 
     Anthropic's image and document blocks with a ``url`` source, OpenAI's ``input_image``
-    and ``image_url`` parts and ``input_file`` parts with a URL other than ``data:``: the
-    provider reaches the web for the agent, outside the run's audited tools and its egress
-    record, as its own web fetch would. A ``data:`` URL, base64 and text sources and an
-    uploaded file's id are inline; the tools' definitions are not read. Keys and the
-    source's type are read whatever their letters, as a router may (:func:`case_variant`).
+    and ``image_url`` parts and ``input_file`` parts with a URL (:data:`URL_KEYS`) other
+    than ``data:``: the provider reaches the web for the agent, outside the run's audited
+    tools and its egress record, as its own web fetch would. A ``data:`` URL, base64 and
+    text sources and an uploaded file's id are inline; definitions and schemas
+    (:data:`NOT_CONTENT`) and a tool call's own arguments (``tool_use.input``, the model's
+    words, which the provider does not fetch) are not read. Keys and the source's type are
+    read whatever their letters, every spelling of one (:func:`case_variant`).
 
     Examples
     --------
@@ -320,13 +343,20 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
     ['http://example.org/x.png']
     >>> url_sources({"messages": [{"content": [{"ſource": {"Type": "URL", "url": "u"}}]}]})
     ['u']
-    >>> url_sources({"tools": [{"name": "see", "input_schema": {"properties": {
-    ...     "image_url": "https://example.org/schema-default.png"}}}], "messages": []})
+    >>> url_sources({"messages": [{"content": [{"type": "image", "source": {
+    ...     "type": "base64", "data": "iVBO", "Type": "url", "URL": "https://e.org/x"}}]}]})
+    ['https://e.org/x']
+    >>> url_sources({"messages": [{"content": [{"type": "file", "file": {
+    ...     "filename": "p.pdf", "file_data": "https://e.org/p.pdf"}}]}]})
+    ['https://e.org/p.pdf']
+    >>> url_sources({"tools": [{"input_schema": {"properties": {"image_url": {}}}}],
+    ...     "text": {"format": {"schema": {"examples": [{"image_url": "https://e.org"}]}}},
+    ...     "messages": [{"content": [{"type": "tool_use", "name": "fetch",
+    ...                                "input": {"image_url": "https://e.org/y"}}]}]})
     []
     """
     found: list[str] = []
-    # the tools' definitions are schemas (a property may be named ``image_url``), no content
-    stack = ([v for k, v in body.items() if k.casefold() != "tools"]
+    stack = ([v for k, v in body.items() if k.casefold() not in NOT_CONTENT]
              if isinstance(body, dict) else [body])
     while stack and len(found) < most:
         node = stack.pop()
@@ -335,16 +365,18 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
             continue
         if not isinstance(node, dict):
             continue
-        for key, value in node.items():
-            name = key.casefold()
-            if name == "source" and isinstance(value, dict) and \
-                    str(_folded(value, "type")).casefold() == "url":
-                found.append(str(_folded(value, "url"))[:200])
-            elif name in URL_KEYS:
-                url = _folded(value, "url") if isinstance(value, dict) else value
-                if isinstance(url, str) and not url.strip().lower().startswith("data:"):
-                    found.append(url[:200])
-        stack.extend(v for v in reversed(node.values()) if isinstance(v, (dict, list)))
+        for source in _all_folded(node, "source"):
+            if isinstance(source, dict) and any(
+                    str(t).casefold() == "url" for t in _all_folded(source, "type")):
+                found += [str(u)[:200] for u in _all_folded(source, "url")] or ["(a url source)"]
+        for key in URL_KEYS:
+            for value in _all_folded(node, key):
+                urls = _all_folded(value, "url") if isinstance(value, dict) else [value]
+                found += [u for u in map(_fetched, urls) if u is not None]
+        kind = str(next(iter(_all_folded(node, "type")), "")).casefold()
+        call = kind in ("tool_use", "server_tool_use")
+        stack.extend(v for k, v in reversed(node.items()) if isinstance(v, (dict, list))
+                     and not (call and k.casefold() == "input"))
     return found[:most]
 
 

@@ -684,6 +684,13 @@ class ModelGateway:
             return self._refuse(x, api, 403, "permission_error", "gateway.model_refused",
                                 f"model {x.entry.model!r} is not allowed in this run (only "
                                 f"{self.api_model!r})")
+        fallbacks = x.body.get("models") if asks and isinstance(x.body, dict) else None
+        if fallbacks is not None and self.api_model is not None and (
+                not isinstance(fallbacks, list) or any(m != self.api_model for m in fallbacks)):
+            # a router's fallback list (OpenRouter): the answer could come from any of them
+            return self._refuse(x, api, 403, "permission_error", "gateway.model_refused",
+                                f"models {str(fallbacks)[:200]} are not allowed in this run "
+                                f"(only {self.api_model!r})")
         if endpoint == "responses" and isinstance(x.body, dict) and \
                 x.body.get("background") not in (None, False):
             # the answer would be fetched later (GET responses/<id>, not forwarded): its
