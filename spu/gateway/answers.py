@@ -365,18 +365,20 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
             continue
         if not isinstance(node, dict):
             continue
-        for source in _all_folded(node, "source"):
-            if isinstance(source, dict) and any(
-                    str(t).casefold() == "url" for t in _all_folded(source, "type")):
-                found += [str(u)[:200] for u in _all_folded(source, "url")] or ["(a url source)"]
-        for key in URL_KEYS:
-            for value in _all_folded(node, key):
+        call, inner = False, []  # one pass over the keys: this runs on every request
+        for key, value in node.items():
+            name = key.casefold()
+            if name == "source" and isinstance(value, dict) and any(
+                    str(t).casefold() == "url" for t in _all_folded(value, "type")):
+                found += [str(u)[:200] for u in _all_folded(value, "url")] or ["(a url source)"]
+            elif name in URL_KEYS:
                 urls = _all_folded(value, "url") if isinstance(value, dict) else [value]
                 found += [u for u in map(_fetched, urls) if u is not None]
-        kind = str(next(iter(_all_folded(node, "type")), "")).casefold()
-        call = kind in ("tool_use", "server_tool_use")
-        stack.extend(v for k, v in reversed(node.items()) if isinstance(v, (dict, list))
-                     and not (call and k.casefold() == "input"))
+            elif name == "type":
+                call = call or str(value).casefold() in ("tool_use", "server_tool_use")
+            if isinstance(value, (dict, list)):
+                inner.append((name, value))
+        stack.extend(v for name, v in reversed(inner) if not (call and name == "input"))
     return found[:most]
 
 
