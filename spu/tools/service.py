@@ -92,6 +92,11 @@ _AUDITED: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
     "spu_tools_audited", default=None)
 
 
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""The largest request body the MCP endpoint reads (the SDK's default); a longer one is a
+413, audited unread."""
+
+
 @dataclass
 class PolicyState:
     """The information-policy state of a run's service."""
@@ -163,8 +168,37 @@ class ToolsService:
         # The secret path is the access control; no browser is in the loop, and the
         # sandbox reaches the host under an address that is not known in advance.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        return server.streamable_http_app(streamable_http_path=self.path, stateless_http=True,
-                                          json_response=True, transport_security=security)
+        return self._audit_too_large(server.streamable_http_app(
+            streamable_http_path=self.path, stateless_http=True, json_response=True,
+            transport_security=security, max_request_body_size=MAX_REQUEST_BYTES))
+
+    def _audit_too_large(self, app: Any) -> Any:
+        """``app``, with an audit line for each POST the SDK refuses unread as too large.
+
+        The SDK answers a body over :data:`MAX_REQUEST_BYTES` with a 413 before it reads a
+        message, so :meth:`_audit_rejected` never sees it: the line says so, tool
+        ``unknown``, the size the request declared.
+        """
+        async def audited(scope: Any, receive: Any, send: Any) -> None:
+            if scope.get("type") != "http" or scope.get("method") != "POST" \
+                    or scope.get("path") != self.path:
+                await app(scope, receive, send)
+                return
+            t0, started = time.monotonic(), now_iso()
+
+            async def watched(message: Any) -> None:
+                if message.get("type") == "http.response.start" and message.get("status") == 413:
+                    headers = dict(scope.get("headers") or [])
+                    declared = headers.get(b"content-length", b"").decode("latin-1")[:20]
+                    self._audit_error(
+                        {"arguments": {"bytes": declared or "not declared"}}, started, t0,
+                        f"rejected unread: the request body is over the tools service's "
+                        f"{MAX_REQUEST_BYTES} bytes (HTTP 413)")
+                await send(message)
+
+            await app(scope, receive, watched)
+
+        return audited
 
     def start(self) -> ToolsService:
         """Serve on ``127.0.0.1`` and a free port, in a daemon thread."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -138,3 +139,32 @@ def test_a_long_text_is_cut_for_the_agent_and_kept_whole_in_the_audit(
     assert not error and len(page["text"]) < 1200 and "[cut: the first 1000 of" in page["text"]
     (entry,) = read_audit(tmp_path / "tools" / AUDIT_FILE)
     assert entry.chars > 250_000
+
+
+def _declared_post(port: int, path: str, size: int) -> bytes:
+    """A POST declaring ``size`` bytes of body, of which only the start is sent: the
+    status line of the answer (the server answers before it reads the body)."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"accept: application/json, text/event-stream\r\ncontent-length: {size}\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(head.encode() + b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", ')
+        return conn.recv(65536).split(b"\r\n", 1)[0]
+
+
+def test_a_call_too_large_for_the_sdk_is_audited_unread(start_service, corpus: Path,
+                                                        tmp_path: Path) -> None:
+    """Agent: a ``tools/call`` of 5 MiB, which the SDK answers 413 before any message is
+    read. It is in the audit log too (tool ``unknown``, the size it declared), between the
+    calls before and after it; only POSTs to the endpoint are audited."""
+    from spu.tools.service import MAX_REQUEST_BYTES
+
+    service = start_service(ToolsConfig(corpus=str(corpus)), tmp_path / "tools")
+    assert not call_tool(service.url(), "search", {"query": "amine"})[0]
+    assert b" 413 " in _declared_post(service.port, service.path, 5 << 20)
+    assert b" 404 " in _declared_post(service.port, "/mcp", 5 << 20)
+    assert not call_tool(service.url(), "search", {"query": "cement"})[0]
+    entries = list(read_audit(tmp_path / "tools" / AUDIT_FILE))
+    assert [(e.call, e.tool, e.status) for e in entries] == [
+        (0, "search", "ok"), (1, "unknown", "error"), (2, "search", "ok")]
+    assert entries[1].args == {"bytes": str(5 << 20)}
+    assert "413" in str(entries[1].error) and str(MAX_REQUEST_BYTES) in str(entries[1].error)
