@@ -163,7 +163,8 @@ def loads_request(data: bytes) -> tuple[Any, str | None]:
 
 READ_FIELDS = ("model", "stream", "stream_options", "max_tokens", "max_output_tokens",
                "max_completion_tokens", "tools", "mcp_servers", "web_search_options",
-               "prompt", "background", "messages", "input", "plugins", "models")
+               "prompt", "background", "messages", "input", "plugins", "models",
+               "previous_response_id", "conversation", "container")
 """The top-level fields of a request body the gateway's record and policy read."""
 
 
@@ -290,7 +291,8 @@ def server_tools(body: Any) -> list[str]:
 URL_KEYS = ("image_url", "file_url", "file_data", "file_id", "file_uri")
 """Keys of content the provider reads from where they point: OpenAI's ``image_url`` and
 ``file_url``, and the file fields a router reads a URL in (OpenRouter fetches a PDF given
-by URL as ``file_data``). A ``data:`` URL, base64 and a file id that is no URL are inline."""
+by URL as ``file_data``). A ``data:`` URL and base64 are inline; a ``file_id`` that is no
+URL names a file stored at the provider (:func:`content_sources`)."""
 
 NOT_CONTENT = ("tools", "functions", "response_format", "output_format", "text")
 """Top-level fields holding definitions and schemas (a property or an example may be named
@@ -324,10 +326,10 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
     and ``image_url`` parts and ``input_file`` parts with a URL (:data:`URL_KEYS`) other
     than ``data:``: the provider reaches the web for the agent, outside the run's audited
     tools and its egress record, as its own web fetch would. A ``data:`` URL, base64 and
-    text sources and an uploaded file's id are inline; definitions and schemas
-    (:data:`NOT_CONTENT`) and a tool call's own arguments (``tool_use.input``, the model's
-    words, which the provider does not fetch) are not read. Keys and the source's type are
-    read whatever their letters, every spelling of one (:func:`case_variant`).
+    text sources are inline; definitions and schemas (:data:`NOT_CONTENT`) and a tool
+    call's own arguments (``tool_use.input``, the model's words, which the provider does not
+    fetch) are not read. Keys and the source's type are read whatever their letters, every
+    spelling of one (:func:`case_variant`). :func:`content_sources` gives the file ids too.
 
     Examples
     --------
@@ -355,10 +357,33 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
     ...                                "input": {"image_url": "https://e.org/y"}}]}]})
     []
     """
-    found: list[str] = []
+    return content_sources(body, most)[0]
+
+
+def content_sources(body: Any, most: int = 3) -> tuple[list[str], list[str]]:
+    """The URLs and the stored files a body asks the provider to read (``most`` of each).
+
+    One pass over the body: the URLs of :func:`url_sources`, and the files.
+
+    A stored file is a ``file_id`` that is no URL (Anthropic's ``source.type: "file"``
+    and ``container_upload``, OpenAI's ``input_file`` and ``input_image``, Chat's ``file``):
+    a file uploaded to the provider's account, never in this run (no endpoint that uploads
+    one is forwarded), so someone else's, as a previous run's document could be.
+
+    Examples
+    --------
+    >>> content_sources({"messages": [{"content": [{"type": "document", "source": {
+    ...     "type": "file", "file_id": "file_011CN"}}]}]})
+    ([], ['file_011CN'])
+    >>> content_sources({"input": [{"content": [{"type": "input_file",
+    ...     "File_Id": "file-abc"}, {"type": "input_file", "file_id": "https://e.org/a"}]}]})
+    (['https://e.org/a'], ['file-abc'])
+    """
+    urls: list[str] = []
+    files: list[str] = []
     stack = ([v for k, v in body.items() if k.casefold() not in NOT_CONTENT]
              if isinstance(body, dict) else [body])
-    while stack and len(found) < most:
+    while stack and len(urls) < most and len(files) < most:
         node = stack.pop()
         if isinstance(node, list):
             stack.extend(reversed(node))
@@ -370,15 +395,73 @@ def url_sources(body: Any, most: int = 3) -> list[str]:
             name = key.casefold()
             if name == "source" and isinstance(value, dict) and any(
                     str(t).casefold() == "url" for t in _all_folded(value, "type")):
-                found += [str(u)[:200] for u in _all_folded(value, "url")] or ["(a url source)"]
+                urls += [str(u)[:200] for u in _all_folded(value, "url")] or ["(a url source)"]
             elif name in URL_KEYS:
-                urls = _all_folded(value, "url") if isinstance(value, dict) else [value]
-                found += [u for u in map(_fetched, urls) if u is not None]
+                found = _all_folded(value, "url") if isinstance(value, dict) else [value]
+                fetched = [u for u in map(_fetched, found) if u is not None]
+                urls += fetched
+                if name == "file_id" and not fetched and value not in (None, ""):
+                    files.append(str(value)[:200])
             elif name == "type":
                 call = call or str(value).casefold() in ("tool_use", "server_tool_use")
             if isinstance(value, (dict, list)):
                 inner.append((name, value))
         stack.extend(v for name, v in reversed(inner) if not (call and name == "input"))
+    return urls[:most], files[:most]
+
+
+OWN_REFERENCES = ("previous_response_id", "item_reference", "reasoning")
+"""References a run may make to what the provider stored of its own answers: the answer
+itself, an output item of it, its reasoning (by id, without the inline
+``encrypted_content``). Any other stored reference (:func:`stored_references`) names
+what no request of the run could have made."""
+
+
+def stored_references(body: Any, most: int = 3) -> list[tuple[str, str]]:
+    """The references a body makes to context stored at the provider, as ``(kind, id)``.
+
+    The first ``most`` of them:
+
+    ``previous_response_id`` (an answer the provider stored, with all that came before
+    it), ``conversation`` (an OpenAI conversation: no endpoint that makes one is forwarded),
+    Anthropic's ``container`` (a code container and its files), and the Responses API's
+    input items that carry no content of their own: an ``item_reference`` and a
+    ``reasoning`` item without its ``encrypted_content``, each by id. Keys and an item's
+    type are read whatever their letters. An item sent whole (a message, a tool call or
+    its output, a reasoning item with its ``encrypted_content``) is inline, whatever its
+    id: Codex names the items it makes itself.
+
+    Examples
+    --------
+    >>> stored_references({"previous_response_id": "resp_1", "conversation": {"id": "c"}})
+    [('previous_response_id', 'resp_1'), ('conversation', 'c')]
+    >>> stored_references({"input": [{"type": "message", "id": "msg_9", "content": "x"},
+    ...     {"Type": "item_reference", "id": "rs_2"}, {"type": "reasoning", "id": "rs_3"},
+    ...     {"type": "reasoning", "id": "rs_4", "encrypted_content": "gAAA"}]})
+    [('item_reference', 'rs_2'), ('reasoning', 'rs_3')]
+    >>> stored_references({"input": "Rank.", "container": None, "previous_response_id": ""})
+    []
+    """
+    if not isinstance(body, dict):
+        return []
+    found: list[tuple[str, str]] = []
+    for key, value in body.items():
+        name = key.casefold()
+        if name in ("previous_response_id", "conversation", "container") \
+                and value not in (None, "", {}):
+            ref = value.get("id", value) if isinstance(value, dict) else value
+            found.append((name, str(ref)[:200]))
+    items = [v for k, v in body.items() if k.casefold() == "input"]
+    for item in (i for group in items if isinstance(group, list) for i in group):
+        if not isinstance(item, dict):
+            continue
+        kinds = {str(t).casefold() for t in _all_folded(item, "type")}
+        inline = any(v not in (None, "") for v in _all_folded(item, "encrypted_content"))
+        for kind in ("item_reference", "reasoning"):
+            if kind in kinds and not (kind == "reasoning" and inline):
+                found += [(kind, str(i)[:200]) for i in _all_folded(item, "id")] or [
+                    (kind, "(no id)")]
+                break
     return found[:most]
 
 
@@ -460,6 +543,8 @@ class AnswerReading:
     calls_tool: bool = False
     """The answer asks the client to run a tool."""
     response_id: str | None = None
+    item_ids: list[str] = field(default_factory=list)
+    """The ids of the answer's output items (Responses), which a later request may name."""
 
     @property
     def final(self) -> bool:
@@ -701,6 +786,8 @@ class ResponsesReader(AnswerReader):
         for item in body.get("output") or []:
             if not isinstance(item, dict):
                 continue
+            if isinstance(item.get("id"), str):
+                r.item_ids.append(item["id"])
             r.calls_tool = r.calls_tool or item.get("type") in RESPONSES_CALL_ITEMS
             for part in item.get("content") or []:
                 if isinstance(part, dict) and part.get("type") == "refusal":

@@ -55,17 +55,19 @@ from spu.gateway.answers import (
     API_ANTHROPIC,
     APIS,
     GENERATION_ENDPOINTS,
+    OWN_REFERENCES,
     AnswerReader,
     api_of_endpoint,
     case_variant,
+    content_sources,
     endpoint_of,
     error_body,
     loads,
     loads_request,
     reader_for,
     server_tools,
+    stored_references,
     tool_results,
-    url_sources,
 )
 from spu.gateway.verdict import (
     MAX_REFUSAL_FILES,
@@ -433,6 +435,8 @@ class ModelGateway:
         self._lock = threading.Lock()
         self._count = 0
         self._seen_results: set[str] = set()
+        self._answered_ids: set[str] = set()
+        """Ids of this run's Responses answers and their output items (OWN_REFERENCES)."""
         self._reserved_usd = 0.0
         self._spend = asyncio.Condition()
         self._pumps: set[asyncio.Task[None]] = set()
@@ -703,12 +707,21 @@ class ModelGateway:
             return self._refuse(x, api, 403, "permission_error", "gateway.server_tool_refused",
                                 f"provider-side tools are not allowed in this run "
                                 f"({', '.join(offered)}); use the run's own tools")
-        fetched = url_sources(x.body) if asks else []
+        fetched, files = content_sources(x.body) if asks else ([], [])
         if fetched:
             return self._refuse(x, api, 403, "permission_error", "gateway.url_source_refused",
                                 f"content the provider would fetch from a URL is not allowed "
                                 f"in this run ({', '.join(fetched)}); fetch it with the run's "
                                 f"own tools and send it inline")
+        stored = [f"file_id {f!r}" for f in files] + [
+            f"{kind} {ref!r}" for kind, ref in (stored_references(x.body) if asks else [])
+            if not (kind in OWN_REFERENCES and ref in self._answered_ids)]
+        if stored:
+            return self._refuse(x, api, 403, "permission_error",
+                                "gateway.stored_content_refused",
+                                f"content stored at the provider that this run's answers "
+                                f"did not make is not allowed ({', '.join(stored[:3])}); "
+                                f"send it inline")
         return None
 
     def _usage_asked(self, endpoint: str, api: str, x: _Exchange) -> Any:
@@ -1140,6 +1153,10 @@ class ModelGateway:
                        f"usage came)")
             e.error = f"{e.error}; {counted}" if e.error else counted
         e.request_id = e.request_id or reading.response_id
+        if e.endpoint == "responses" and e.status < 400:
+            # what a later request of this run may name (OWN_REFERENCES)
+            self._answered_ids.update(i for i in (reading.response_id, *reading.item_ids)
+                                      if isinstance(i, str) and i)
         if e.refusal and x.submission:
             self._keep_at_refusal(x.submission)
         self._write(x)

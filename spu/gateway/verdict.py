@@ -28,7 +28,7 @@ after the stop. The provider had taken it: it counts against the run's limits.""
 POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gateway.cost_limit",
                            "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
                            "gateway.server_tool_refused", "gateway.url_source_refused",
-                           "gateway.client_stalled",
+                           "gateway.stored_content_refused", "gateway.client_stalled",
                            "gateway.too_busy", "gateway.bad_request", RUN_ENDED})
 """Answers of the gateway's own policy, a cut the agent caused by not reading its stream
 (``gateway.client_stalled``), a request that found every upstream connection carrying

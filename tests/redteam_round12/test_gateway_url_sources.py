@@ -90,15 +90,14 @@ def test_content_the_provider_would_fetch_from_a_url_is_refused(
     ("/v1/responses", {**_responses({"type": "input_text", "text": "Rank."}), "text": {
         "format": {"type": "json_schema", "name": "r", "schema": {
             "type": "object", "examples": [{"image_url": PAPER}]}}}}),
-    ("/v1/messages/count_tokens", _anthropic({"type": "document", "source": {
-        "type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}})),
 ], ids=["base64_image", "text_document", "data_url_image", "tool_call_arguments",
-        "output_schema", "file_id"])
+        "output_schema"])
 def test_inline_content_still_goes_on(tmp_path: Path, path: str, body: dict[str, Any]) -> None:
     """Honest: an image the CLI read from a file (base64, a ``data:`` URL), a text document
     naming a URL, a tool call's arguments and its result naming one (the model's words and
-    the tool's output: the provider fetches neither), an output schema's example, an
-    uploaded file's id: forwarded as sent."""
+    the tool's output: the provider fetches neither), an output schema's example: forwarded
+    as sent (an uploaded file's id is content stored at the provider:
+    ``test_gateway_stored_content.py``)."""
     Keeps.seen = []
     with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
         answer = post(gw, dumps(body), path=path)
