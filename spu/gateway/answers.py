@@ -164,7 +164,8 @@ def loads_request(data: bytes) -> tuple[Any, str | None]:
 READ_FIELDS = ("model", "stream", "stream_options", "max_tokens", "max_output_tokens",
                "max_completion_tokens", "tools", "mcp_servers", "web_search_options",
                "prompt", "background", "messages", "input", "plugins", "models",
-               "previous_response_id", "conversation", "container")
+               "previous_response_id", "conversation", "container", "preset",
+               "prompt_id", "cached_content", "extra_body", "data_sources")
 """The top-level fields of a request body the gateway's record and policy read."""
 
 
@@ -262,8 +263,10 @@ def server_tools(body: Any) -> list[str]:
     ``code_execution_*``) and ``mcp_servers``; OpenAI's ``web_search`` and
     ``web_search_preview`` tools, remote ``mcp``, ``code_interpreter``, ``file_search`` and
     ``image_generation`` tools, a stored ``prompt`` (made on the provider's side, it may
-    carry any of them), Chat Completions' ``web_search_options`` and a router's ``plugins``
-    (OpenRouter's ``web`` plugin searches the web).
+    carry any of them), Chat Completions' ``web_search_options``, a router's ``plugins``
+    (OpenRouter's ``web`` plugin searches the web), Azure's ``data_sources`` (its indexes,
+    searched for the model), and any tool the provider would run in its own container or
+    with stored files or skills (:func:`_hosted`: OpenAI's ``shell`` tool in a container).
 
     Examples
     --------
@@ -282,10 +285,40 @@ def server_tools(body: Any) -> list[str]:
         if isinstance(kind, str) and any(kind == t or kind.startswith(t + "_")
                                          for t in SERVER_TOOL_TYPES):
             found.append(kind)
-    for key in ("mcp_servers", "web_search_options", "prompt", "plugins"):
+        elif isinstance(tool, dict) and _hosted(tool):
+            found.append(f"{kind} (hosted)")
+    for key in ("mcp_servers", "web_search_options", "prompt", "plugins", "data_sources"):
         if body.get(key):
             found.append(key)
     return found
+
+
+HOSTED_TOOL_FIELDS = ("container", "container_id", "file_ids", "vector_store_ids", "skills",
+                      "skill_id")
+"""Fields of a tool definition by which the provider runs it in its own container, with
+stored files or skills (OpenAI's ``shell`` tool with a ``container_auto`` or
+``container_reference`` environment)."""
+
+
+def _hosted(tool: dict[str, Any]) -> bool:
+    """Whether a tool the client runs by its type is run by the provider by its fields.
+
+    Examples
+    --------
+    >>> _hosted({"type": "shell", "environment": {"type": "container_auto"}})
+    True
+    >>> _hosted({"type": "shell", "environment": {"type": "local"}}), _hosted({"type": "shell"})
+    (False, False)
+    """
+    for key, value in tool.items():
+        name = key.casefold()
+        if name in HOSTED_TOOL_FIELDS and value not in (None, "", [], {}):
+            return True
+        if name == "environment" and value is not None and not (
+                isinstance(value, dict) and all(k.casefold() == "type" for k in value)
+                and all(str(t).casefold() == "local" for t in _all_folded(value, "type"))):
+            return True
+    return False
 
 
 URL_KEYS = ("image_url", "file_url", "file_data", "file_id", "file_uri")
@@ -294,9 +327,10 @@ URL_KEYS = ("image_url", "file_url", "file_data", "file_id", "file_uri")
 by URL as ``file_data``). A ``data:`` URL and base64 are inline; a ``file_id`` that is no
 URL names a file stored at the provider (:func:`content_sources`)."""
 
-NOT_CONTENT = ("tools", "functions", "response_format", "output_format", "text")
-"""Top-level fields holding definitions and schemas (a property or an example may be named
-``image_url``), not content the provider reads."""
+NOT_CONTENT = ("tools", "functions", "response_format", "output_format", "text",
+               "output_config", "metadata")
+"""Top-level fields holding definitions, schemas and labels (a property, an example or a
+metadata key may be named ``image_url`` or ``file_id``), not content the provider reads."""
 
 _SCHEME = re.compile(r"\s*[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
@@ -410,26 +444,45 @@ def content_sources(body: Any, most: int = 3) -> tuple[list[str], list[str]]:
     return urls[:most], files[:most]
 
 
-OWN_REFERENCES = ("previous_response_id", "item_reference", "reasoning")
-"""References a run may make to what the provider stored of its own answers: the answer
-itself, an output item of it, its reasoning (by id, without the inline
-``encrypted_content``). Any other stored reference (:func:`stored_references`) names
-what no request of the run could have made."""
+OWN_REFERENCES = ("previous_response_id", "item_reference")
+"""References a run may make to what the provider stored of its own answers: an answer
+(``previous_response_id``) or an output item of one, by id (:func:`stored_references`).
+Any other stored reference names what no request of the run could have made."""
+
+WHOLE_ITEMS = ("message", "function_call", "function_call_output", "custom_tool_call",
+               "custom_tool_call_output", "local_shell_call", "local_shell_call_output")
+"""Responses input items that carry their content: the provider reads what is sent,
+whatever their id (Codex names the items it makes itself)."""
+
+ENCRYPTED_ITEMS = ("reasoning", "compaction")
+"""Responses input items that carry their content as ``encrypted_content``; without it, the
+provider reads the stored item their id names."""
+
+STORED_FIELDS = ("previous_response_id", "conversation", "container", "preset", "prompt_id",
+                 "cached_content")
+"""Top-level fields naming context stored at the provider: an answer and all before it,
+an OpenAI conversation, an Anthropic code container, a router's stored preset
+(OpenRouter) or prompt (LiteLLM), a context cache (Gemini's OpenAI-compatible API, also
+as ``extra_body.google.cached_content``)."""
+
+
+def _encrypted(item: dict[str, Any]) -> bool:
+    """Whether ``item`` carries its content as ``encrypted_content`` (every spelling a text)."""
+    values = _all_folded(item, "encrypted_content")
+    return "encrypted_content" in item and all(isinstance(v, str) and v.strip()
+                                               for v in values)
 
 
 def stored_references(body: Any, most: int = 3) -> list[tuple[str, str]]:
     """The references a body makes to context stored at the provider, as ``(kind, id)``.
 
-    The first ``most`` of them:
-
-    ``previous_response_id`` (an answer the provider stored, with all that came before
-    it), ``conversation`` (an OpenAI conversation: no endpoint that makes one is forwarded),
-    Anthropic's ``container`` (a code container and its files), and the Responses API's
-    input items that carry no content of their own: an ``item_reference`` and a
-    ``reasoning`` item without its ``encrypted_content``, each by id. Keys and an item's
-    type are read whatever their letters. An item sent whole (a message, a tool call or
-    its output, a reasoning item with its ``encrypted_content``) is inline, whatever its
-    id: Codex names the items it makes itself.
+    The first ``most`` of them: the fields of :data:`STORED_FIELDS`, a Chat message's
+    earlier audio answer by id (``audio.id``), and each Responses input item that is not
+    whole: an item of :data:`WHOLE_ITEMS` or a message by role is; a reasoning or
+    compaction item only with its ``encrypted_content``; any other item with an id (an
+    ``item_reference``, with or without its type, an item of a provider-side tool) is an
+    ``item_reference`` to what the provider stored. Keys and types are read whatever
+    their letters, every spelling of one.
 
     Examples
     --------
@@ -438,30 +491,44 @@ def stored_references(body: Any, most: int = 3) -> list[tuple[str, str]]:
     >>> stored_references({"input": [{"type": "message", "id": "msg_9", "content": "x"},
     ...     {"Type": "item_reference", "id": "rs_2"}, {"type": "reasoning", "id": "rs_3"},
     ...     {"type": "reasoning", "id": "rs_4", "encrypted_content": "gAAA"}]})
-    [('item_reference', 'rs_2'), ('reasoning', 'rs_3')]
+    [('item_reference', 'rs_2'), ('item_reference', 'rs_3')]
+    >>> stored_references({"input": [{"id": "msg_7"}, {"role": "user", "content": "Hi."}]})
+    [('item_reference', 'msg_7')]
     >>> stored_references({"input": "Rank.", "container": None, "previous_response_id": ""})
     []
     """
     if not isinstance(body, dict):
         return []
     found: list[tuple[str, str]] = []
-    for key, value in body.items():
+    extra = [v.get("google") for k, v in body.items()
+             if k.casefold() == "extra_body" and isinstance(v, dict)]
+    for node in [body, *(g for g in extra if isinstance(g, dict))]:
+        for key, value in node.items():
+            name = key.casefold()
+            if name in STORED_FIELDS and value not in (None, "", {}):
+                ref = value.get("id", value) if isinstance(value, dict) else value
+                found.append((name, str(ref)[:200]))
+    for key, group in body.items():
         name = key.casefold()
-        if name in ("previous_response_id", "conversation", "container") \
-                and value not in (None, "", {}):
-            ref = value.get("id", value) if isinstance(value, dict) else value
-            found.append((name, str(ref)[:200]))
-    items = [v for k, v in body.items() if k.casefold() == "input"]
-    for item in (i for group in items if isinstance(group, list) for i in group):
-        if not isinstance(item, dict):
+        if not isinstance(group, list) or name not in ("input", "messages"):
             continue
-        kinds = {str(t).casefold() for t in _all_folded(item, "type")}
-        inline = any(v not in (None, "") for v in _all_folded(item, "encrypted_content"))
-        for kind in ("item_reference", "reasoning"):
-            if kind in kinds and not (kind == "reasoning" and inline):
-                found += [(kind, str(i)[:200]) for i in _all_folded(item, "id")] or [
-                    (kind, "(no id)")]
-                break
+        for item in group:
+            if not isinstance(item, dict):
+                continue
+            if name == "messages":
+                found += [("audio", str(a.get("id", a))[:200]) for a in _all_folded(item, "audio")
+                          if isinstance(a, dict)]
+                continue
+            kinds = {str(t).casefold() for t in _all_folded(item, "type") if t is not None}
+            if (kinds and kinds <= set(WHOLE_ITEMS)) or (
+                    not kinds and _all_folded(item, "role") and _all_folded(item, "content")):
+                continue
+            if kinds and kinds <= set(ENCRYPTED_ITEMS) and _encrypted(item):
+                continue
+            ids = _all_folded(item, "id")
+            if ids or "item_reference" in kinds or kinds & set(ENCRYPTED_ITEMS) or not kinds:
+                found += [("item_reference", str(i)[:200]) for i in ids] or [
+                    ("item_reference", "(no id)")]
     return found[:most]
 
 
@@ -739,9 +806,11 @@ class ResponsesReader(AnswerReader):
     """OpenAI Responses answers."""
 
     wanted = frozenset({"response.created", "response.completed", "response.incomplete",
-                        "response.failed", "error", "response.refusal.done"})
+                        "response.failed", "error", "response.refusal.done",
+                        "response.output_item.added"})
     markers = (b"event: response.c", b"event: response.in", b"event: response.fa",
-               b"event: error", b"event: response.refusal.do")
+               b"event: error", b"event: response.refusal.do",
+               b"event: response.output_item.a")
     delta_markers = (b".delta\n", b".delta\r\n")  # the event line's end: in no JSON string
     delta_envelope = 160
 
@@ -752,6 +821,9 @@ class ResponsesReader(AnswerReader):
         elif name in ("response.completed", "response.incomplete", "response.failed"):
             if isinstance(payload.get("response"), dict):
                 self.read_body(payload["response"])
+        elif name == "response.output_item.added" and isinstance(payload.get("item"), dict):
+            if isinstance(payload["item"].get("id"), str):  # known before a cut, too
+                r.item_ids.append(payload["item"]["id"])
         elif name == "response.refusal.done":
             r.refusal = True
         elif name == "error":

@@ -435,6 +435,8 @@ class ModelGateway:
         self._lock = threading.Lock()
         self._count = 0
         self._seen_results: set[str] = set()
+        self._idempotency_prefix = f"spu-{secrets.token_hex(8)}-"
+        """Put before the agent's ``Idempotency-Key``: keys are this run's alone."""
         self._answered_ids: set[str] = set()
         """Ids of this run's Responses answers and their output items (OWN_REFERENCES)."""
         self._reserved_usd = 0.0
@@ -962,6 +964,10 @@ class ModelGateway:
     def _upstream_headers(self, headers: Any, api: str) -> dict[str, str]:
         out = {k: v for k, v in headers.items()
                if k.lower() in REQUEST_HEADERS_KEPT or k.lower().startswith("x-stainless-")}
+        for key in [k for k in out if k.lower() == "idempotency-key"]:
+            # the run's own: a provider replaying the answer it gave to a key never
+            # replays another run's (a key seen in a log, a run of long ago)
+            out[key] = self._idempotency_prefix + out[key]
         beta = next((k for k in out if k.lower() == "anthropic-beta"), None)
         if beta is not None:
             kept = [b.strip() for b in out.pop(beta).split(",")

@@ -9,10 +9,12 @@ provider on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, ClassVar
 
+import httpx
 import pytest
 
 from spu.gateway.verdict import gateway_verdict, read_requests
@@ -80,16 +82,55 @@ FILE = "file_011CNha8iCJcU1wXNR6q4V8w"
     ("/v1/messages", _anthropic({"type": "container_upload", "file_id": FILE}), FILE),
     ("/v1/messages", _anthropic({"type": "text", "text": "Go on."},
                                 container="container_011CZ"), "container_011CZ"),
+    # found by the helper that attacked the first version of the rule
+    ("/v1/responses", _responses(input=[{"id": "msg_elsewhere"}]), "msg_elsewhere"),
+    ("/v1/responses", _responses(input=[{"type": None, "id": "msg_elsewhere"}]),
+     "msg_elsewhere"),
+    ("/v1/responses", _responses(input=[{"role": "user", "id": "msg_elsewhere"}]),
+     "msg_elsewhere"),
+    ("/v1/responses", _responses(input=[{"type": "reasoning", "id": "rs_elsewhere",
+                                         "summary": [], "Encrypted_Content": "gAAA"}]),
+     "rs_elsewhere"),
+    ("/v1/responses", _responses(input=[{"type": "reasoning", "id": "rs_elsewhere",
+                                         "summary": [], "encrypted_content": []}]),
+     "rs_elsewhere"),
+    ("/v1/responses", _responses(input=[{"type": "reasoning", "id": "rs_elsewhere",
+                                         "summary": [], "encrypted_content": " "}]),
+     "rs_elsewhere"),
+    ("/v1/responses", _responses(input=[{"type": "file_search_call", "id": "fs_elsewhere",
+                                         "status": "completed", "queries": ["contract"]}]),
+     "fs_elsewhere"),
+    ("/v1/responses", _responses(input=[{"type": "compaction", "id": "cmp_elsewhere"}]),
+     "cmp_elsewhere"),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Hi."},
+        {"role": "assistant", "audio": {"id": "audio_elsewhere"}},
+        {"role": "user", "content": "Say it again."}]}, "audio_elsewhere"),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 16, "preset": "maintainers",
+                              "messages": [{"role": "user", "content": "Hi."}]},
+     "maintainers"),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 16, "prompt_id": "grader",
+                              "messages": [{"role": "user", "content": "Hi."}]}, "grader"),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 16, "extra_body": {"google": {
+        "cached_content": "cachedContents/run-41"}},
+        "messages": [{"role": "user", "content": "Hi."}]}, "cachedContents/run-41"),
 ], ids=["previous_response_id", "conversation", "conversation_object", "item_reference",
         "item_reference_other_letters", "stored_reasoning", "input_file_id",
         "input_image_file_id", "chat_file_id", "anthropic_file", "count_tokens_file",
-        "container_upload", "container"])
+        "container_upload", "container", "item_reference_without_type",
+        "item_reference_type_null", "role_without_content", "decoy_encrypted_other_letters",
+        "decoy_encrypted_list", "decoy_encrypted_blank", "server_tool_item_by_id",
+        "compaction_by_id", "chat_audio_by_id", "router_preset", "router_prompt_id",
+        "gemini_cached_content"])
 def test_content_stored_at_the_provider_is_refused(tmp_path: Path, path: str,
                                                    body: dict[str, Any], named: str) -> None:
     """Agent: a stored answer of another run (and the context before it), a conversation,
     an item or a reasoning item of one by id alone, a file uploaded to the organisation's
-    account (by a maintainer, by another project, by a run of long ago), a code container:
-    the provider reads them into the model's context for the agent.
+    account (by a maintainer, by another project, by a run of long ago), a code container;
+    an item reference without its (optional) type, a reasoning item with a decoy
+    ``encrypted_content`` (another spelling, no text), a provider-side tool's item, a Chat
+    audio answer by id, a router's stored preset or prompt, a Gemini context cache: the
+    provider reads them into the model's context for the agent.
 
     Fixed: such a request went on. Now a recorded refusal (403,
     ``gateway.stored_content_refused``, the agent's doing), never forwarded; the answer
@@ -185,3 +226,94 @@ def test_whole_items_go_on_whatever_their_ids(tmp_path: Path) -> None:
         answer = post(gw, dumps(body), path="/v1/responses")
     assert answer.status_code == 200, answer.text
     assert [sent for _, sent in Keeps.seen] == [dumps(body)]
+
+
+@pytest.mark.parametrize("extra", [
+    {"tools": [{"type": "shell", "environment": {"type": "container_reference",
+                                                 "container_id": "cntr_elsewhere"}}]},
+    {"tools": [{"type": "shell", "environment": {
+        "type": "container_auto", "file_ids": ["file-elsewhere"],
+        "skills": [{"type": "skill_reference", "skill_id": "skill_elsewhere"}]}}]},
+    {"data_sources": [{"type": "azure_search", "parameters": {"index_name": "papers"}}]},
+], ids=["shell_in_a_container", "shell_with_files_and_skills", "azure_data_sources"])
+def test_tools_the_provider_runs_with_stored_content_are_refused(
+        tmp_path: Path, extra: dict[str, Any]) -> None:
+    """Agent (found by the helper): OpenAI's ``shell`` tool in a container of the
+    provider's (another run's, by id, or a new one with stored files and skills), Azure's
+    ``data_sources`` (an index searched for the model). Fixed: server tools, a recorded
+    403 (``gateway.server_tool_refused``); a ``shell`` tool the client runs
+    (``environment`` local or none) goes on."""
+    Keeps.seen = []
+    with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
+        answer = post(gw, dumps(_responses(**extra)), path="/v1/responses")
+        local = _responses(tools=[{"type": "shell", "environment": {"type": "local"}}])
+        assert post(gw, dumps(local), path="/v1/responses").status_code == 200
+    entries = read_requests(gw.requests_path)
+    assert (answer.status_code, entries[0].error_type) == (
+        403, "gateway.server_tool_refused"), answer.text
+    assert [sent for _, sent in Keeps.seen] == [dumps(local)]
+
+
+@pytest.mark.parametrize("extra", [
+    {"output_config": {"effort": "high", "format": {"type": "json_schema", "schema": {
+        "type": "object", "properties": {"file_id": {"type": "string"}}}}}},
+    {"metadata": {"file_id": "f1", "image_url": "https://example.org/x.png"}},
+], ids=["output_config_schema", "metadata"])
+def test_schemas_and_metadata_naming_a_file_id_go_on(tmp_path: Path,
+                                                     extra: dict[str, Any]) -> None:
+    """Honest (the helper's false positives): an Anthropic output schema with a property
+    ``file_id`` (Claude Code sends ``output_config``), a metadata key: forwarded as sent."""
+    Keeps.seen = []
+    body = _anthropic({"type": "text", "text": "List the files."}, **extra)
+    with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
+        answer = post(gw, dumps(body))
+    assert answer.status_code == 200, answer.text
+    assert [sent for _, sent in Keeps.seen] == [dumps(body)]
+
+
+class CutAfterItem(JsonProvider):
+    """Streams a Responses answer's first events (its id, its first item's), then cuts."""
+
+    def reply(self, body: bytes) -> None:  # noqa: D102
+        created = {"type": "response.created", "response": {"id": "resp_cut_1",
+                                                            "status": "in_progress"}}
+        added = {"type": "response.output_item.added", "output_index": 0, "item": {
+            "type": "reasoning", "id": "rs_cut_1", "summary": []}}
+        self.start_stream(
+            f"event: response.created\ndata: {json.dumps(created)}\n\n"
+            f"event: response.output_item.added\ndata: {json.dumps(added)}\n\n".encode())
+
+
+def test_the_items_of_a_cut_stream_are_the_runs_own(tmp_path: Path) -> None:
+    """Honest (the helper's third false positive): a stream cut before its final event
+    named its answer and its first item (``response.output_item.added``); a later request
+    naming them goes on (to a provider that answers it)."""
+    later = _responses(previous_response_id="resp_cut_1",
+                       input=[{"type": "reasoning", "id": "rs_cut_1", "summary": []}])
+    with stand_in(CutAfterItem) as first_upstream, \
+            gateway_before(folder(tmp_path), first_upstream) as gw:
+        with contextlib.suppress(httpx.HTTPError):
+            post(gw, dumps(_responses(stream=True)), path="/v1/responses")
+        assert gw._answered_ids == {"resp_cut_1", "rs_cut_1"}
+        answer = post(gw, dumps(later), path="/v1/responses")
+    entries = read_requests(gw.requests_path)
+    assert entries[-1].error_type != "gateway.stored_content_refused", answer.text
+
+
+def test_idempotency_keys_are_the_runs_own(tmp_path: Path) -> None:
+    """Agent (the helper's note): an ``Idempotency-Key`` seen in another run's log, sent
+    again, for a provider that replays the answer it gave to a key. The gateway puts its
+    run's own prefix before every key: the same key twice in a run is the same key
+    upstream, never another run's."""
+    Keeps.seen = []
+    sent = [("content-type", "application/json"), ("idempotency-key", "stainless-retry-1")]
+    keys = []
+    with stand_in(Keeps) as upstream:
+        for run in ("one", "two"):
+            with gateway_before(folder(tmp_path / run), upstream) as gw:
+                for _ in range(2):
+                    assert post(gw, dumps(_anthropic({"type": "text", "text": "Hi."})),
+                                headers=sent).status_code == 200
+    keys = [headers["idempotency-key"] for headers, _ in Keeps.seen]
+    assert all(k.endswith("-stainless-retry-1") for k in keys), keys
+    assert keys[0] == keys[1] != keys[2] == keys[3], keys
