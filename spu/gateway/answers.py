@@ -21,8 +21,11 @@ providers' documentation:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,6 +164,27 @@ def loads_request(data: bytes) -> tuple[Any, str | None]:
     return loads(data, object_pairs_hook=hook), hook.key
 
 
+@functools.lru_cache(maxsize=8192)
+def fold_key(key: str) -> str:
+    """``key`` as the most lenient parser before a provider matches it to a field.
+
+    Case folded (``ſ`` is ``s``), decomposed with its marks dropped (``İ`` is ``i``, as
+    ``strings.ToLower`` makes it), ``_`` and ``-`` left out (Go's json v2 ignores them,
+    protobuf's JSON takes ``cachedContent`` for ``cached_content``).
+
+    Examples
+    --------
+    >>> fold_key("Previous_Response_ID"), fold_key("fİle_id"), fold_key("cachedContent")
+    ('previousresponseid', 'fileid', 'cachedcontent')
+    """
+    text = unicodedata.normalize("NFKD", key.casefold())
+    return "".join(c for c in text if c not in "_-" and not unicodedata.combining(c))
+
+
+def _folded(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(map(fold_key, names))
+
+
 READ_FIELDS = ("model", "stream", "stream_options", "max_tokens", "max_output_tokens",
                "max_completion_tokens", "tools", "mcp_servers", "web_search_options",
                "prompt", "background", "messages", "input", "plugins", "models",
@@ -175,13 +199,17 @@ def case_variant(body: Any) -> tuple[str, str] | None:
     Looked for at the top level, in each ``tools`` item (``type``) and in
     ``stream_options`` (``include_usage``). Go's ``encoding/json`` (routers in front of a
     provider) matches a field's name whatever its case, Unicode folds included (``ſ`` is
-    ``s``, the Kelvin sign ``k``): ``"MAX_TOKENS"`` or ``"Tools"`` would be read there as
-    the field the gateway found absent, or read with another value.
+    ``s``, the Kelvin sign ``k``), a JSON library lowering keys by ``strings.ToLower``
+    reads ``İ`` as ``i``, and Go's json v2 and protobuf's JSON ignore ``_`` and ``-`` (or
+    take camelCase): ``"MAX_TOKENS"``, ``"Tools"`` or ``"maxTokens"`` would be read there
+    as the field the gateway found absent, or read with another value (:func:`fold_key`).
 
     Examples
     --------
     >>> case_variant({"model": "m", "Model": "big"}), case_variant({"ſtream": True})
     (('Model', 'model'), ('ſtream', 'stream'))
+    >>> case_variant({"İnput": []}), case_variant({"previousResponseId": "r"})
+    (('İnput', 'input'), ('previousResponseId', 'previous_response_id'))
     >>> case_variant({"tools": [{"Type": "web_search_20250305", "name": "s"}]})
     ('Type', 'type')
     >>> case_variant({"model": "m", "tools": [{"input_schema": {"Type": "object"}}]}) is None
@@ -197,9 +225,9 @@ def case_variant(body: Any) -> tuple[str, str] | None:
     if isinstance(options, dict):
         objects.append((options, ("include_usage",)))
     for found, fields in objects:
-        folded = {name.casefold(): name for name in fields}
+        folded = {fold_key(name): name for name in fields}
         for key in found:
-            name = folded.get(key.casefold())
+            name = folded.get(fold_key(key))
             if name is not None and key != name:
                 return key, name
     return None
@@ -298,6 +326,7 @@ HOSTED_TOOL_FIELDS = ("container", "container_id", "file_ids", "vector_store_ids
 """Fields of a tool definition by which the provider runs it in its own container, with
 stored files or skills (OpenAI's ``shell`` tool with a ``container_auto`` or
 ``container_reference`` environment)."""
+_HOSTED = frozenset(fold_key(k) for k in HOSTED_TOOL_FIELDS)
 
 
 def _hosted(tool: dict[str, Any]) -> bool:
@@ -311,11 +340,11 @@ def _hosted(tool: dict[str, Any]) -> bool:
     (False, False)
     """
     for key, value in tool.items():
-        name = key.casefold()
-        if name in HOSTED_TOOL_FIELDS and value not in (None, "", [], {}):
+        name = fold_key(key)
+        if name in _HOSTED and value not in (None, "", [], {}):
             return True
         if name == "environment" and value is not None and not (
-                isinstance(value, dict) and all(k.casefold() == "type" for k in value)
+                isinstance(value, dict) and all(fold_key(k) == "type" for k in value)
                 and all(str(t).casefold() == "local" for t in _all_folded(value, "type"))):
             return True
     return False
@@ -331,16 +360,18 @@ NOT_CONTENT = ("tools", "functions", "response_format", "output_format", "text",
                "output_config", "metadata")
 """Top-level fields holding definitions, schemas and labels (a property, an example or a
 metadata key may be named ``image_url`` or ``file_id``), not content the provider reads."""
+_NOT_CONTENT, _URL_KEYS = _folded(NOT_CONTENT), _folded(URL_KEYS)
 
 _SCHEME = re.compile(r"\s*[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
 def _all_folded(node: dict[str, Any], name: str) -> list[Any]:
-    """The values of ``node``'s keys ``name`` in any letters (:func:`case_variant`).
+    """The values of ``node``'s keys ``name`` in any spelling (:func:`fold_key`).
 
     Every spelling: a router keeping the last of two reads one the first would hide.
     """
-    return [v for k, v in node.items() if k.casefold() == name]
+    target = fold_key(name)
+    return [v for k, v in node.items() if fold_key(k) == target]
 
 
 def _fetched(value: Any) -> str | None:
@@ -415,7 +446,7 @@ def content_sources(body: Any, most: int = 3) -> tuple[list[str], list[str]]:
     """
     urls: list[str] = []
     files: list[str] = []
-    stack = ([v for k, v in body.items() if k.casefold() not in NOT_CONTENT]
+    stack = ([v for k, v in body.items() if fold_key(k) not in _NOT_CONTENT]
              if isinstance(body, dict) else [body])
     while stack and len(urls) < most and len(files) < most:
         node = stack.pop()
@@ -426,22 +457,29 @@ def content_sources(body: Any, most: int = 3) -> tuple[list[str], list[str]]:
             continue
         call, inner = False, []  # one pass over the keys: this runs on every request
         for key, value in node.items():
-            name = key.casefold()
+            name = fold_key(key)
             if name == "source" and isinstance(value, dict) and any(
                     str(t).casefold() == "url" for t in _all_folded(value, "type")):
                 urls += [str(u)[:200] for u in _all_folded(value, "url")] or ["(a url source)"]
-            elif name in URL_KEYS:
+            elif name in _URL_KEYS:
                 found = _all_folded(value, "url") if isinstance(value, dict) else [value]
                 fetched = [u for u in map(_fetched, found) if u is not None]
                 urls += fetched
-                if name == "file_id" and not fetched and value not in (None, ""):
+                if name == "fileid" and not fetched and value not in (None, ""):
                     files.append(str(value)[:200])
             elif name == "type":
                 call = call or str(value).casefold() in ("tool_use", "server_tool_use")
-            if isinstance(value, (dict, list)):
+            if isinstance(value, (dict, list)) and name not in _NOT_CONTENT_INSIDE:
                 inner.append((name, value))
         stack.extend(v for name, v in reversed(inner) if not (call and name == "input"))
     return urls[:most], files[:most]
+
+
+NOT_CONTENT_INSIDE = ("tools", "parameters", "input_schema", "action", "arguments")
+"""Fields within the content holding definitions (a tool search's output lists tools and
+their schemas) or the model's own words (a shell call's ``action``, a call's
+``arguments``), as ``tool_use.input`` is: not content the provider reads."""
+_NOT_CONTENT_INSIDE = _folded(NOT_CONTENT_INSIDE)
 
 
 OWN_REFERENCES = ("previous_response_id", "item_reference")
@@ -464,6 +502,8 @@ STORED_FIELDS = ("previous_response_id", "conversation", "container", "preset", 
 an OpenAI conversation, an Anthropic code container, a router's stored preset
 (OpenRouter) or prompt (LiteLLM), a context cache (Gemini's OpenAI-compatible API, also
 as ``extra_body.google.cached_content``)."""
+_STORED_FIELDS = {fold_key(f): f for f in STORED_FIELDS}
+_WHOLE, _ENCRYPTED = frozenset(WHOLE_ITEMS), frozenset(ENCRYPTED_ITEMS)
 
 
 def _encrypted(item: dict[str, Any]) -> bool:
@@ -473,16 +513,29 @@ def _encrypted(item: dict[str, Any]) -> bool:
                                                for v in values)
 
 
-def stored_references(body: Any, most: int = 3) -> list[tuple[str, str]]:
+def _items(value: Any, depth: int = 0) -> Iterator[dict[str, Any]]:
+    """The objects of an ``input`` (or ``instructions``): one, or a list of them.
+
+    Lists within the list are read through (a lenient parser may flatten them).
+    """
+    if isinstance(value, dict):
+        yield value
+    elif isinstance(value, list) and depth < MAX_DEPTH:
+        for v in value:
+            yield from _items(v, depth + 1)
+
+
+def stored_references(body: Any, most: int | None = None) -> list[tuple[str, str]]:
     """The references a body makes to context stored at the provider, as ``(kind, id)``.
 
-    The first ``most`` of them: the fields of :data:`STORED_FIELDS`, a Chat message's
-    earlier audio answer by id (``audio.id``), and each Responses input item that is not
-    whole: an item of :data:`WHOLE_ITEMS` or a message by role is; a reasoning or
+    All of them (the first ``most``): the fields of :data:`STORED_FIELDS` (also within
+    ``extra_body.google``), a Chat message's earlier audio answer by id (``audio.id``),
+    and each Responses item (of ``input`` or ``instructions``) that is not whole: an item
+    of :data:`WHOLE_ITEMS` or a message by role with content is; a reasoning or
     compaction item only with its ``encrypted_content``; any other item with an id (an
     ``item_reference``, with or without its type, an item of a provider-side tool) is an
-    ``item_reference`` to what the provider stored. Keys and types are read whatever
-    their letters, every spelling of one.
+    ``item_reference`` to what the provider stored. An item with no id names nothing
+    stored. Keys are read in every spelling (:func:`fold_key`), types in any letters.
 
     Examples
     --------
@@ -492,43 +545,39 @@ def stored_references(body: Any, most: int = 3) -> list[tuple[str, str]]:
     ...     {"Type": "item_reference", "id": "rs_2"}, {"type": "reasoning", "id": "rs_3"},
     ...     {"type": "reasoning", "id": "rs_4", "encrypted_content": "gAAA"}]})
     [('item_reference', 'rs_2'), ('item_reference', 'rs_3')]
-    >>> stored_references({"input": [{"id": "msg_7"}, {"role": "user", "content": "Hi."}]})
-    [('item_reference', 'msg_7')]
-    >>> stored_references({"input": "Rank.", "container": None, "previous_response_id": ""})
+    >>> stored_references({"input": {"id": "msg_7"}, "instructions": [[{"id": "msg_8"}]]})
+    [('item_reference', 'msg_7'), ('item_reference', 'msg_8')]
+    >>> stored_references({"input": [{"type": "reasoning", "encrypted_content": None,
+    ...     "content": [{"type": "reasoning_text", "text": "..."}]}], "container": None})
     []
     """
     if not isinstance(body, dict):
         return []
     found: list[tuple[str, str]] = []
-    extra = [v.get("google") for k, v in body.items()
-             if k.casefold() == "extra_body" and isinstance(v, dict)]
-    for node in [body, *(g for g in extra if isinstance(g, dict))]:
+    google = [g for e in _all_folded(body, "extra_body") if isinstance(e, dict)
+              for g in _all_folded(e, "google") if isinstance(g, dict)]
+    for node in [body, *google]:
         for key, value in node.items():
-            name = key.casefold()
-            if name in STORED_FIELDS and value not in (None, "", {}):
+            name = fold_key(key)
+            if name in _STORED_FIELDS and value not in (None, "", {}):
                 ref = value.get("id", value) if isinstance(value, dict) else value
-                found.append((name, str(ref)[:200]))
+                found.append((_STORED_FIELDS[name], str(ref)[:200]))
     for key, group in body.items():
-        name = key.casefold()
-        if not isinstance(group, list) or name not in ("input", "messages"):
+        name = fold_key(key)
+        if name == "messages":
+            found += [("audio", str(a.get("id", a))[:200]) for item in _items(group)
+                      for a in _all_folded(item, "audio") if isinstance(a, dict)]
+        if name not in ("input", "instructions"):
             continue
-        for item in group:
-            if not isinstance(item, dict):
-                continue
-            if name == "messages":
-                found += [("audio", str(a.get("id", a))[:200]) for a in _all_folded(item, "audio")
-                          if isinstance(a, dict)]
-                continue
+        for item in _items(group):
             kinds = {str(t).casefold() for t in _all_folded(item, "type") if t is not None}
-            if (kinds and kinds <= set(WHOLE_ITEMS)) or (
-                    not kinds and _all_folded(item, "role") and _all_folded(item, "content")):
+            if (kinds and kinds <= _WHOLE) or (
+                    not kinds and _all_folded(item, "role")
+                    and any(c is not None for c in _all_folded(item, "content"))):
                 continue
-            if kinds and kinds <= set(ENCRYPTED_ITEMS) and _encrypted(item):
+            if kinds and kinds <= _ENCRYPTED and _encrypted(item):
                 continue
-            ids = _all_folded(item, "id")
-            if ids or "item_reference" in kinds or kinds & set(ENCRYPTED_ITEMS) or not kinds:
-                found += [("item_reference", str(i)[:200]) for i in ids] or [
-                    ("item_reference", "(no id)")]
+            found += [("item_reference", str(i)[:200]) for i in _all_folded(item, "id")]
     return found[:most]
 
 

@@ -646,7 +646,10 @@ class ModelGateway:
           matches ``"Tools"`` to ``tools``);
         - ``stream`` is a JSON boolean (or null): a lax provider streams on ``1`` or
           ``"true"``, which the gateway takes for no stream (and then asks no usage of a
-          chat stream).
+          chat stream);
+        - ``extra_body`` holds ``google`` at most (Gemini's OpenAI-compatible API reads
+          it): a proxy that passes ``extra_body`` to an SDK sends its fields as the
+          body's own, which the policy would not have read.
         """
         if x.entry.endpoint != "models":
             types = request.headers.getlist("content-type")
@@ -663,6 +666,12 @@ class ModelGateway:
         stream = x.body.get("stream") if isinstance(x.body, dict) else None
         if not (stream is None or isinstance(stream, bool)):
             return f"the request's stream must be true or false, not {shown(stream)}"
+        extra = x.body.get("extra_body") if isinstance(x.body, dict) else None
+        if extra is not None and not (isinstance(extra, dict) and set(extra) <= {"google"}):
+            # a proxy sends extra_body's fields as the body's own: unread by the policy
+            return (f"the request's extra_body may hold only 'google', not "
+                    f"{shown(sorted(extra) if isinstance(extra, dict) else extra)}; send "
+                    f"the fields as the body's own")
         return None
 
     async def _read_body(self, request: Any) -> bytes | None:

@@ -317,3 +317,98 @@ def test_idempotency_keys_are_the_runs_own(tmp_path: Path) -> None:
     keys = [headers["idempotency-key"] for headers, _ in Keeps.seen]
     assert all(k.endswith("-stainless-retry-1") for k in keys), keys
     assert keys[0] == keys[1] != keys[2] == keys[3], keys
+
+
+# ---------------------------------------------- the second helper's round, on the fix
+
+def test_the_runs_own_references_hide_no_foreign_one(tmp_path: Path) -> None:
+    """Agent: three references the run may make (its own answer, items of it), then a
+    foreign one. Fixed: the rule named only the first three references, and dropped the
+    run's own after that cut, so the foreign one went on. Every reference is read now."""
+    later = _responses(previous_response_id="resp_own_1", input=[
+        {"type": "item_reference", "id": "msg_own_1"}, {"id": "rs_own_1"},
+        {"type": "item_reference", "id": "msg_own_1"},
+        {"type": "item_reference", "id": "msg_elsewhere"}])
+    KeepsResponses.seen = []
+    with stand_in(KeepsResponses) as upstream, \
+            gateway_before(folder(tmp_path), upstream) as gw:
+        assert post(gw, dumps(_responses()), path="/v1/responses").status_code == 200
+        answer = post(gw, dumps(later), path="/v1/responses")
+    assert answer.status_code == 403 and "msg_elsewhere" in answer.text, answer.text
+    assert "msg_own_1" not in answer.text
+    assert len(KeepsResponses.seen) == 1
+
+
+@pytest.mark.parametrize(("path", "body", "error_type"), [
+    ("/v1/responses", _responses(**{"prev\u0130ous_response_id": "resp_elsewhere"}),
+     "gateway.bad_request"),
+    ("/v1/responses", {"model": "m", "max_output_tokens": 16,
+                       "\u0130nput": [{"type": "item_reference", "id": "msg_elsewhere"}]},
+     "gateway.bad_request"),
+    ("/v1/responses", _responses(previousResponseId="resp_elsewhere"), "gateway.bad_request"),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 16, "cachedContent": "cc/1",
+                              "messages": [{"role": "user", "content": "Hi."}]},
+     "gateway.bad_request"),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 16, "extra_body": {"google": {
+        "cachedContent": "cachedContents/run-41"}},
+        "messages": [{"role": "user", "content": "Hi."}]}, "gateway.stored_content_refused"),
+    ("/v1/messages", _anthropic({"type": "document", "source": {
+        "type": "file", "f\u0130le_id": FILE}}), "gateway.stored_content_refused"),
+    ("/v1/responses", _responses(extra_body={"previous_response_id": "resp_elsewhere"}),
+     "gateway.bad_request"),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 16, "extra_body": {
+        "tools": [{"type": "web_search"}]}, "messages": [{"role": "user", "content": "Hi."}]},
+     "gateway.bad_request"),
+    ("/v1/responses", _responses(instructions=[{"type": "item_reference",
+                                                "id": "msg_elsewhere"}]),
+     "gateway.stored_content_refused"),
+    ("/v1/responses", _responses(input={"type": "item_reference", "id": "msg_elsewhere"}),
+     "gateway.stored_content_refused"),
+    ("/v1/responses", _responses(input=[[{"type": "item_reference", "id": "msg_elsewhere"}]]),
+     "gateway.stored_content_refused"),
+    ("/v1/responses", _responses(input=[{"role": "user", "content": None,
+                                         "id": "msg_elsewhere"}]),
+     "gateway.stored_content_refused"),
+], ids=["dotted_capital_i_field", "dotted_capital_i_input", "camel_case_field",
+        "camel_case_cache", "camel_case_cache_in_extra_body", "dotted_capital_i_file_id",
+        "extra_body_fields", "extra_body_tools", "instructions_items", "input_object",
+        "input_nested_list", "message_without_content"])
+def test_other_spellings_and_places_of_a_reference_are_refused(
+        tmp_path: Path, path: str, body: dict[str, Any], error_type: str) -> None:
+    """Agent: a key with ``İ`` (a router lowering keys by Go's ``strings.ToLower`` reads
+    it as ``i``; Python's casefold does not), in camelCase (protobuf's JSON, Go's json v2),
+    inside ``extra_body`` (a proxy sends its fields as the body's own), items in
+    ``instructions``, an ``input`` object or nested list, a message without content (a
+    lenient parser falls back to an item reference). Fixed: each went on; now a recorded
+    400 (a field the gateway reads in another spelling, an ``extra_body`` beyond
+    ``google``) or 403, never forwarded."""
+    Keeps.seen = []
+    with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
+        answer = post(gw, dumps(body), path=path)
+    refused_unforwarded(answer, read_requests(gw.requests_path), error_type=error_type,
+                        status=400 if error_type == "gateway.bad_request" else 403)
+
+
+@pytest.mark.parametrize("item", [
+    {"type": "reasoning", "summary": [], "encrypted_content": None,
+     "content": [{"type": "reasoning_text", "text": "Think."}]},
+    {"type": "tool_search_output", "call_id": "ts_1", "status": "completed",
+     "execution": "client", "tools": [{"type": "function", "name": "drive__get_file",
+                                       "parameters": {"type": "object", "properties": {
+                                           "file_id": {"type": "string"}}}}]},
+    {"type": "local_shell_call", "call_id": "c1", "status": "completed", "action": {
+        "type": "exec", "command": ["python", "fetch.py"], "env": {"FILE_ID": "report-3"}}},
+], ids=["reasoning_without_id", "tool_search_output_schema", "local_shell_env"])
+def test_items_naming_nothing_stored_go_on(tmp_path: Path, item: dict[str, Any]) -> None:
+    """Honest (the second helper's false positives): Codex's reasoning item with no id and
+    no ``encrypted_content`` (an open-weight model's raw reasoning), a tool search's
+    output listing a tool whose parameter is ``file_id``, a shell call's own
+    environment: nothing stored is named; forwarded as sent."""
+    Keeps.seen = []
+    body = _responses(store=False, input=[
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]},
+        item])
+    with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
+        answer = post(gw, dumps(body), path="/v1/responses")
+    assert answer.status_code == 200, answer.text
+    assert [sent for _, sent in Keeps.seen] == [dumps(body)]
