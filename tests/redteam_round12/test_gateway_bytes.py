@@ -66,6 +66,7 @@ def test_a_body_of_another_content_type_is_refused(tmp_path: Path,
     with stand_in(_ByCharset) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
         answer = post(gw, POLYGLOT, headers=headers)
     refused_unforwarded(answer, read_requests(gw.requests_path))
+    assert _ByCharset.seen == [], _ByCharset.seen
     assert "content-type" in answer.json()["error"]["message"]
 
 
