@@ -210,13 +210,21 @@ def experiment_link(config: DictConfig, root: Path) -> str | None:
 
 
 class ResultsTable(Callback):
-    """Reports broken tasks when a sweep starts; prints one row per job when it ends."""
+    """Reports broken tasks when a sweep starts; prints one row per job when it ends.
+
+    A sweep's runs have their traces built beside their records
+    (:mod:`spu.tracking.builder`) from its start to its end.
+    """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Before a sweep: one line per broken task its glob leaves out, recorded as a row."""
         from spu.launch.console import quiet_launch_logs
 
         quiet_launch_logs(bool(config.get("verbose")))
+        if config.tracking.enabled and config.tracking.traces.enabled:
+            from spu.tracking.builder import open_builder
+
+            open_builder()  # the sweep's traces built beside its records (issue 25)
         try:
             record_broken_tasks(config, Path(str(config.hydra.sweep.dir)))
         except OSError as exc:  # an unwritable output_root fails the jobs themselves
@@ -245,6 +253,9 @@ class ResultsTable(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """After a sweep: the table of all its jobs."""
+        from spu.tracking.builder import close_builder
+
+        close_builder()
         self._print(Path(config.hydra.sweep.dir), f"SPU sweep · {config.experiment.name}", config)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:

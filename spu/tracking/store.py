@@ -531,6 +531,11 @@ def log_run(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
 
 
 def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) -> str:
+    from spu.tracking.builder import views_of
+
+    # the trace and transcript are built (in the builder process, where a sweep opened one)
+    # while the run's own record is written below
+    views = views_of(record, run_dir, target.traces)
     client = client_for(target)
     exp = experiment_id(client, target)
     start_ms, _ = agent_times_ms(record)
@@ -558,7 +563,8 @@ def _create_and_log(record: RunRecord, run_dir: Path, target: TrackingTarget) ->
         raise
     from spu.tracking.traces import log_views
 
-    log_views(client, exp, run_id, run.info.artifact_uri, record, run_dir, target)
+    if views is not None:
+        log_views(client, exp, run_id, run.info.artifact_uri, record, run_dir, target, views)
     return run_id
 
 

@@ -354,19 +354,61 @@ def submitted_rankings(run_dir: Path, max_chars: int) -> Any:
         return text
 
 
-def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRecord,
-              run_dir: Path, settings: TracesConfig | None = None) -> str:
-    """Log the trajectory of a recorded run as one trace linked to its MLflow run.
+@dataclass(frozen=True)
+class TraceViews:
+    """A run's trace and ``transcript.html``, built from its folder and ready to write.
 
-    Returns:
-        The trace id.
+    Holds only text and numbers (picklable): :mod:`spu.tracking.builder` builds it in a
+    process of its own while the run's own record is written.
+    """
+
+    trace_id: str
+    transcript: str
+    """``transcript.html``."""
+    spans_json: str
+    """``traces.json``: the spans as MLflow's ``TraceData.to_dict`` gives them."""
+    request_time_ms: int
+    execution_ms: int
+    request_preview: str
+    response_preview: str
+    token_usage: dict[str, int]
+    tags: dict[str, str]
+
+
+def new_trace_id() -> int:
+    """A trace's random 128-bit OpenTelemetry id (its MLflow id is ``tr-<hex>``)."""
+    import secrets
+
+    return secrets.randbits(128) or 1
+
+
+def settings_of(settings: Any) -> TracesConfig:
+    """``tracking.traces`` as a plain :class:`~spu.config.TracesConfig`.
+
+    A composed config gives an OmegaConf node; None gives the defaults.
+    """
+    if settings is None:
+        return TracesConfig()
+    if isinstance(settings, TracesConfig):
+        return settings
+    return TracesConfig(enabled=bool(settings.enabled), max_chars=int(settings.max_chars),
+                        max_spans=int(settings.max_spans), spans=SpansStore(settings.spans))
+
+
+def build_views(record: RunRecord, run_dir: Path, settings: TracesConfig | None = None,
+                otel_id: int | None = None) -> TraceViews:
+    """A recorded run's trace and transcript, read from its folder; nothing is written.
 
     Raises:
         TrajectoryFileError: the trajectory cannot be read.
-        MlflowException: the store refused the trace.
     """
-    settings = settings or TracesConfig()
+    settings = settings_of(settings)
     run_dir = Path(run_dir)
+    from spu.tracking.transcript import render_transcript
+
+    # twice a span's text, and as many steps as a trace has spans: a few MB at most
+    page = render_transcript(record, run_dir, max_chars=2 * int(settings.max_chars),
+                             max_steps=int(settings.max_spans))
     path = find_trajectory(run_dir)
     requests = gateway_requests(run_dir)
     audits = audit_entries(run_dir)
@@ -376,12 +418,7 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
         start = next((t for t in first if t is not None), 0)
     end = _ns(record.finished_at) or start
     max_chars = int(settings.max_chars)
-    import secrets
-
-    from mlflow.entities import TraceInfo, TraceLocation, TraceState
-    from mlflow.tracing.client import TracingClient
-
-    otel_id = secrets.randbits(128) or 1
+    otel_id = otel_id or new_trace_id()
     trace_id = f"tr-{otel_id:032x}"
     w = _Writer(otel_id, trace_id, settings, last_ns=start, labels=RunContext.for_run(run_dir))
     steps = iter_step_views(path) if path is not None else iter(())
@@ -421,31 +458,67 @@ def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRec
         attributes["spu.spans_left_out"] = w.left_out
     finish = max(end, w.last_ns, start)
     w.add(ROOT_SPAN, TRACE_NAME, "AGENT", start, finish, None, inputs, outputs, attributes)
-    preview = json.dumps(inputs, default=str)[:1000]
-    in_store = SpansStore(settings.spans) is SpansStore.store
-    info = TraceInfo(
-        trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment_id),
-        request_time=start // 1_000_000, execution_duration=(finish - start) // 1_000_000,
-        state=TraceState.OK, request_preview=preview,
+    return TraceViews(
+        trace_id=trace_id, transcript=page,
+        # what ``TraceData(spans).to_dict()`` gives, every attribute a JSON string already
+        spans_json=json.dumps({"spans": w.spans}, ensure_ascii=False),
+        request_time_ms=start // 1_000_000, execution_ms=(finish - start) // 1_000_000,
+        request_preview=json.dumps(inputs, default=str)[:1000],
         response_preview=json.dumps(outputs, default=str)[:1000],
+        token_usage=dict(w.usage), tags=trace_tags(record))
+
+
+def write_trace(tracking_uri: str, experiment_id: str, run_id: str, views: TraceViews,
+                settings: TracesConfig | None = None) -> str:
+    """Write a built trace, linked to MLflow run ``run_id``; returns the trace id.
+
+    Raises:
+        MlflowException: the store refused the trace.
+    """
+    from mlflow.entities import TraceInfo, TraceLocation, TraceState
+    from mlflow.tracing.client import TracingClient
+
+    in_store = SpansStore(settings_of(settings).spans) is SpansStore.store
+    info = TraceInfo(
+        trace_id=views.trace_id,
+        trace_location=TraceLocation.from_experiment_id(experiment_id),
+        request_time=views.request_time_ms, execution_duration=views.execution_ms,
+        state=TraceState.OK, request_preview=views.request_preview,
+        response_preview=views.response_preview,
         trace_metadata={"mlflow.sourceRun": run_id, "mlflow.trace_schema.version": "3",
-                        "mlflow.traceInputs": preview,
-                        "mlflow.trace.tokenUsage": json.dumps(w.usage)},
-        tags={**trace_tags(record), "mlflow.traceName": TRACE_NAME,
+                        "mlflow.traceInputs": views.request_preview,
+                        "mlflow.trace.tokenUsage": json.dumps(views.token_usage)},
+        tags={**views.tags, "mlflow.traceName": TRACE_NAME,
               "mlflow.trace.spansLocation": "TRACKING_STORE" if in_store else "ARTIFACT_REPO"})
     tracing = TracingClient(tracking_uri)
     if in_store:
         from mlflow.entities import Span
 
-        tracing.log_spans(experiment_id, [Span.from_dict(d) for d in w.spans])
+        tracing.log_spans(experiment_id, [Span.from_dict(d) for d in
+                                          json.loads(views.spans_json)["spans"]])
         tracing.start_trace(info)
-        return trace_id
-    _write_to_artifacts(tracing, tracking_uri, experiment_id, info, w.spans)
-    return trace_id
+        return views.trace_id
+    _write_to_artifacts(tracing, tracking_uri, experiment_id, info, views.spans_json)
+    return views.trace_id
+
+
+def log_trace(tracking_uri: str, experiment_id: str, run_id: str, record: RunRecord,
+              run_dir: Path, settings: TracesConfig | None = None) -> str:
+    """Log the trajectory of a recorded run as one trace linked to its MLflow run.
+
+    Returns:
+        The trace id.
+
+    Raises:
+        TrajectoryFileError: the trajectory cannot be read.
+        MlflowException: the store refused the trace.
+    """
+    views = build_views(record, run_dir, settings)
+    return write_trace(tracking_uri, experiment_id, run_id, views, settings)
 
 
 def _write_to_artifacts(tracing: Any, tracking_uri: str, experiment_id: str, info: Any,
-                        spans: list[dict[str, Any]]) -> None:
+                        data: str) -> None:
     """The trace in one store transaction, its spans as one ``traces.json`` artifact.
 
     MLflow's own way for a store without a span table, read back by ``search_traces`` and
@@ -463,8 +536,6 @@ def _write_to_artifacts(tracing: Any, tracking_uri: str, experiment_id: str, inf
     try:
         repo = get_artifact_repository(get_artifact_uri_for_trace(logged),
                                        tracking_uri=tracking_uri)
-        # what ``TraceData(spans).to_dict()`` gives, every attribute a JSON string already
-        data = json.dumps({"spans": spans}, ensure_ascii=False)
         if type(repo).upload_trace_data is ArtifactRepository.upload_trace_data:
             put_artifact(repo, TRACE_DATA_FILE_NAME, data)  # what it does, without a copy
         else:  # a store with its own way (Databricks)
@@ -569,24 +640,27 @@ def has_trace(client: MlflowClient, experiment_id: str, run_id: str) -> bool:
 
 
 def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_uri: str,
-              record: RunRecord, run_dir: Path, target: TrackingTarget) -> bool:
+              record: RunRecord, run_dir: Path, target: TrackingTarget,
+              built: Callable[[], TraceViews] | None = None) -> bool:
     """Log a recorded run's trace and ``transcript.html``; a failure is one warning line.
+
+    ``built`` gives the views built already (:func:`spu.tracking.builder.views_of`, where
+    they are built beside the run's own record); None: they are built here.
 
     Returns:
         True when both were logged (or ``tracking.traces.enabled`` is false).
     """
-    settings = target.traces or TracesConfig()
+    settings = settings_of(target.traces)
     if not settings.enabled:
         return True
     try:
         from spu.tracking.store import run_artifacts
-        from spu.tracking.transcript import TRANSCRIPT_FILE, render_transcript
+        from spu.tracking.transcript import TRANSCRIPT_FILE
 
-        # twice a span's text, and as many steps as a trace has spans: a few MB at most
-        page = render_transcript(record, run_dir, max_chars=2 * int(settings.max_chars),
-                                 max_steps=int(settings.max_spans))
-        put_artifact(run_artifacts(artifact_uri, target.uri), TRANSCRIPT_FILE, page)
-        log_trace(target.uri, experiment_id, run_id, record, run_dir, settings)
+        views = built() if built is not None else build_views(record, run_dir, settings)
+        put_artifact(run_artifacts(artifact_uri, target.uri), TRANSCRIPT_FILE,
+                     views.transcript)
+        write_trace(target.uri, experiment_id, run_id, views, settings)
     except Exception as exc:  # noqa: BLE001 (the run is recorded; the trace is extra)
         detail = str(exc).split("\n", 1)[0][:300]
         log.warning("run %s: recorded, but its trace was not logged (%s: %s); "

@@ -1,0 +1,265 @@
+"""A sweep's traces built in the builder process beside each run's record (issue 25).
+
+The real builder process (``python -m spu.tracking.builder``) and the real corpus runs;
+MLflow on SQLite under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spu.config import TracesConfig
+from spu.schema import RunRecord
+from spu.testing.corpus import make_corpus
+from spu.tracking import builder as builder_module
+from spu.tracking.builder import ViewBuilder, building_views
+from spu.tracking.store import TrackingTarget, log_run
+from spu.tracking.traces import build_views
+from tests.conftest import REPO
+from tests.processes import running
+
+
+def _folders(tmp_path: Path, runs: int = 4) -> list[Path]:
+    return make_corpus(tmp_path / "outputs", runs, task_root=REPO / "tasks", calls=12, seed=3,
+                       run_files=True)
+
+
+def _record(folder: Path) -> RunRecord:
+    return RunRecord.model_validate_json((folder / "run.json").read_text())
+
+
+def _trace_of(target: TrackingTarget, run_id: str):  # noqa: ANN202 (an MLflow Trace)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=target.uri)
+    exp = client.get_experiment_by_name(target.experiment).experiment_id
+    (trace,) = client.search_traces(locations=[exp], run_id=run_id)
+    return trace
+
+
+def _started(b: ViewBuilder) -> ViewBuilder:
+    assert b.wait_started(timeout=60), "the builder process did not start in 60 s"
+    return b
+
+
+def test_views_built_aside_are_the_views_built_inline(tmp_path) -> None:
+    """The builder process gives, run by run, exactly what the inline build gives (the
+    trace's spans, tags, previews, token usage and the transcript page)."""
+    settings = TracesConfig()
+    b = ViewBuilder(start_at=1)
+    try:
+        folders = _folders(tmp_path)
+        b.submit(_record(folders[0]), folders[0], settings, 7)  # starts it (built inline)
+        _started(b)
+        for n, folder in enumerate(folders, start=100):
+            record = _record(folder)
+            aside = b.submit(record, folder, settings, n)()
+            assert aside == build_views(record, folder, settings, n)
+        assert b.built == len(folders) and b.cpu_s > 0
+    finally:
+        b.close()
+
+
+def test_a_sweep_records_every_trace_and_builds_from_its_second_run_aside(
+        tmp_path, target) -> None:
+    """In a sweep (a builder open), the first run is built inline and starts nothing; the
+    second starts the process; from then on every run's views come from it, and every
+    run has its trace and transcript."""
+    from mlflow.tracking import MlflowClient
+
+    folders = _folders(tmp_path, 5)
+    with building_views() as b:
+        run_ids = [log_run(_record(folders[0]), folders[0], target)]
+        assert b.pid is None and not b.wait_started(timeout=0)  # one run: no process
+        run_ids.append(log_run(_record(folders[1]), folders[1], target))
+        pid = _started(b).pid
+        run_ids += [log_run(_record(f), f, target) for f in folders[2:]]
+        assert b.built == 3
+    assert pid is not None and not running(pid)  # ended with the sweep
+    client = MlflowClient(tracking_uri=target.uri)
+    for folder, run_id in zip(folders, run_ids, strict=True):
+        trace = _trace_of(target, run_id)
+        assert trace.info.tags["run_key"] == _record(folder).run_key
+        calls = sum(len(s.tool_calls) for s in _steps(folder))
+        assert len([s for s in trace.data.spans if s.span_type == "TOOL"]) == calls
+        assert "transcript.html" in [a.path for a in client.list_artifacts(run_id)]
+
+
+def _steps(folder: Path) -> list:
+    from spu.tracking.trajectories import iter_steps
+
+    return list(iter_steps(folder / "trajectory.jsonl.gz"))
+
+
+def test_a_builder_killed_mid_sweep_leaves_the_traces_built_inline(tmp_path, target,
+                                                                    caplog) -> None:
+    """A builder process killed (out of memory, an operator) is said once, in one line;
+    the sweep's later runs have their traces all the same, built in the driver."""
+    folders = _folders(tmp_path, 4)
+    with building_views(start_at=1) as b:
+        log_run(_record(folders[0]), folders[0], target)
+        pid = _started(b).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with caplog.at_level(logging.WARNING, logger="spu.tracking"):
+            run_ids = [log_run(_record(f), f, target) for f in folders[1:]]
+        assert b.built == 0
+    lines = [r.getMessage() for r in caplog.records if "builder process" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert "built in this process" in lines[0]
+    assert not [r for r in caplog.records if "trace was not logged" in r.getMessage()]
+    for run_id in run_ids:
+        assert any(s.span_type == "TOOL" for s in _trace_of(target, run_id).data.spans)
+
+
+def test_a_run_whose_views_fail_in_the_builder_is_one_line_and_the_builder_goes_on(
+        tmp_path, target, caplog) -> None:
+    """A trajectory cut short fails that run's trace in the builder (the same line as
+    inline: the run recorded, the error named); the next run is built aside as before."""
+    folders = _folders(tmp_path, 3)
+    data = (folders[1] / "trajectory.jsonl.gz").read_bytes()
+    (folders[1] / "trajectory.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with building_views(start_at=1) as b:
+        log_run(_record(folders[0]), folders[0], target)
+        _started(b)
+        with caplog.at_level(logging.WARNING, logger="spu.tracking"):
+            log_run(_record(folders[1]), folders[1], target)
+        (line,) = [r.getMessage() for r in caplog.records if "trace was not logged" in
+                   r.getMessage()]
+        assert _record(folders[1]).run_key in line and "TrajectoryFileError" in line
+        run_id = log_run(_record(folders[2]), folders[2], target)
+        assert b.built == 1 and b.pid is not None
+    assert any(s.span_type == "TOOL" for s in _trace_of(target, run_id).data.spans)
+
+
+def test_a_script_without_a_main_guard_records_a_sweep_with_a_builder(tmp_path) -> None:
+    """The builder process never imports the caller's main module: a user's script with
+    no ``if __name__ == "__main__"`` runs once, and its runs have their traces."""
+    script = tmp_path / "record.py"
+    script.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from spu.schema import RunRecord
+        from spu.testing.corpus import make_corpus
+        from spu.tracking.builder import building_views
+        from spu.tracking.store import TrackingTarget, log_run
+
+        print("script body ran")
+        out = Path({str(tmp_path)!r}) / "outputs"
+        folders = make_corpus(out, 3, task_root=Path({str(REPO / "tasks")!r}), calls=6,
+                              seed=1)
+        target = TrackingTarget(uri=f"sqlite:///{{out / 'mlflow.db'}}",
+                                artifact_root=(out / "mlartifacts").as_uri(),
+                                experiment="script")
+        with building_views(start_at=1) as b:
+            for f in folders:
+                log_run(RunRecord.model_validate_json((f / "run.json").read_text()), f,
+                        target)
+                b.wait_started(timeout=60)
+            print("built aside", b.built)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("script body ran") == 1
+    assert "built aside 2" in done.stdout, done.stdout
+
+
+def test_a_multirun_opens_the_builder_for_its_sweep_and_closes_it(compose) -> None:
+    """The Hydra callback that frames every multirun opens the builder at the sweep's
+    start and closes it at its end; ``tracking.traces.enabled=false`` opens none."""
+    from spu.callbacks import ResultsTable
+
+    callback = ResultsTable()
+    cfg = compose("hydra.sweep.dir=" + str(Path(str(compose().output_root)) / "sweep"),
+                  return_hydra_config=True)
+    callback.on_multirun_start(cfg)
+    try:
+        assert builder_module._current is not None
+    finally:
+        callback.on_multirun_end(cfg)
+    assert builder_module._current is None
+    off = compose("tracking.traces.enabled=false", return_hydra_config=True)
+    callback.on_multirun_start(off)
+    assert builder_module._current is None
+
+
+@pytest.mark.parametrize("answer", [b"\x00" * 8, b"\xff" * 8 + b"junk"],
+                         ids=["empty_message", "oversized_length"])
+def test_a_builder_that_answers_nonsense_is_given_up(answer: bytes, caplog) -> None:
+    """A stream out of step (a foreign message in place of ``ready``) ends the builder:
+    one line, inline builds from then on, nothing hangs."""
+    b = ViewBuilder(start_at=1)
+    b._process = subprocess.Popen([sys.executable, "-c",
+                                   f"import sys; sys.stdout.buffer.write({answer!r}); "
+                                   "sys.stdout.flush(); sys.stdin.read()"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    import threading
+
+    with caplog.at_level(logging.WARNING, logger="spu.tracking"):
+        reader = threading.Thread(target=b._read_answers, args=(b._process,))
+        reader.start()
+        reader.join(timeout=30)
+    assert not reader.is_alive()
+    assert not b.wait_started(timeout=0) and b._broken
+    (line,) = [r.getMessage() for r in caplog.records if "builder process" in r.getMessage()]
+    assert "built in this process" in line
+    b.close()
+
+
+def test_on_one_core_no_builder_process_starts(tmp_path) -> None:
+    """A driver held to one core (``sched_setaffinity``) builds inline: a builder process
+    would only take turns with the record."""
+    folder = _folders(tmp_path, 1)[0]
+    script = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from spu.config import TracesConfig
+        from spu.schema import RunRecord
+        from spu.tracking.builder import ViewBuilder, spare_core
+
+        os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+        folder = Path({str(folder)!r})
+        record = RunRecord.model_validate_json((folder / "run.json").read_text())
+        b = ViewBuilder(start_at=1)
+        views = [b.submit(record, folder, TracesConfig(), n)() for n in (1, 2, 3)]
+        print(spare_core(), b._process is None, b.built, len(views[2].transcript) > 0)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "True", "0", "True"]
+
+
+def test_the_builder_ends_with_a_driver_killed_outright() -> None:
+    """A driver killed by SIGKILL (no cleanup runs) leaves no builder behind: its requests
+    end, and so does it."""
+    import time
+
+    import psutil
+
+    script = textwrap.dedent("""
+        import os, signal
+        from spu.tracking.builder import ViewBuilder
+
+        b = ViewBuilder(start_at=1)
+        b._start()
+        assert b.wait_started(timeout=60)
+        print(b.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(pid), psutil.Process(pid).cmdline()
