@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import sys
 import tempfile
@@ -56,9 +57,8 @@ def _target(out: Path, traces: bool, spans: str = "artifact") -> TrackingTarget:
 PARTS: dict[str, tuple[str, str | None, str]] = {
     "store transaction (start_trace)": ("mlflow.tracing.client", "TracingClient", "start_trace"),
     "span table rows (log_spans)": ("mlflow.tracing.client", "TracingClient", "log_spans"),
-    "spans built (turns, tool calls)": ("spu.tracking.traces", None, "_step_spans"),
+    "views built here (not aside)": ("spu.tracking.traces", None, "build_views"),
     "traces.json written": ("spu.tracking.traces", None, "put_artifact"),
-    "transcript rendered, written": ("spu.tracking.transcript", None, "render_transcript"),
     "trace and transcript in all": ("spu.tracking.traces", None, "log_views"),
 }
 """The parts of a traced run's logging timed apart: (module, class or None, function)."""
@@ -78,8 +78,7 @@ def timed_parts(parts: dict[str, tuple[str, str | None, str]] | None = None,
     """Seconds spent in each of ``parts`` (:data:`PARTS`) while the block runs (wrapped, then
     restored), counted only while ``when()`` is true.
 
-    ``put_artifact`` also writes ``transcript.html``: its time is counted as the
-    transcript's, not the trace's.
+    ``put_artifact`` also writes ``transcript.html``: its time is counted apart.
     """
     import importlib
 
@@ -102,7 +101,7 @@ def timed_parts(parts: dict[str, tuple[str, str | None, str]] | None = None,
             finally:
                 key = _label
                 if _label == "traces.json written" and args[1:2] == ("transcript.html",):
-                    key = "transcript rendered, written"
+                    key = "transcript.html written"
                 spent[key] += time.perf_counter() - start
 
         setattr(owner, name, functools.wraps(original)(wrapper))
@@ -116,37 +115,80 @@ def timed_parts(parts: dict[str, tuple[str, str | None, str]] | None = None,
 
 def record_all(folders: list[Path], root: Path, spans: str = "artifact",
                parts: dict[str, float] | None = None,
-               run_calls: dict[str, float] | None = None) -> tuple[float, int, float, int]:
+               run_calls: dict[str, float] | None = None, aside: bool = True,
+               cpu: dict[str, float] | None = None) -> tuple[float, int, float, int]:
     """Record every run into two fresh stores under ``root``, without and with traces.
 
     The two are interleaved run by run (which goes first alternating), so a machine whose
-    load changes during the benchmark slows both alike.
+    load changes during the benchmark slows both alike. With ``aside`` the runs are
+    recorded as a sweep records them, with a trace builder process open
+    (:mod:`spu.tracking.builder`); without, each run's views are built inline.
 
     Returns:
         (seconds, bytes) without traces, then (seconds, bytes) with traces. ``parts``, when
         given, is filled with the seconds of each of :data:`PARTS` in the traced store;
-        ``run_calls`` with those of :data:`RUN_CALLS` in the untraced store.
+        ``run_calls`` with those of :data:`RUN_CALLS` in the untraced store; ``cpu`` with
+        the CPU seconds of each store's recording (``plain``, ``traced``: this process's)
+        and the builder process's (``builder``).
     """
+    from spu.tracking.builder import building_views
+
+    builder = building_views() if aside else contextlib.nullcontext(None)
+    with builder as b:
+        result = _record_all(folders, root, spans, parts, run_calls, cpu, b is not None)
+        if cpu is not None:  # less the untimed warm-up build
+            cpu["builder"] = b.cpu_s - cpu.pop("warm cpu") if b is not None else 0.0
+            cpu["built aside"] = b.built - 1 if b is not None else 0
+        return result
+
+
+def _record_all(folders: list[Path], root: Path, spans: str,
+                parts: dict[str, float] | None, run_calls: dict[str, float] | None,
+                cpu: dict[str, float] | None, aside: bool) -> tuple[float, int, float, int]:
     plain, traced = _target(root / "plain", False), _target(root / "traced", True, spans)
     records = [RunRecord.model_validate_json((f / "run.json").read_text()) for f in folders]
     for target in (plain, traced):  # opens the stores: schema creation not timed
         log_run(records[0], folders[0], target)
+    if aside:  # a sweep's second run starts the builder; its start is not timed (a store
+        # of its own, so that the two measured stores hold the same runs)
+        warm = _target(root / "warm", True, spans)
+        log_run(records[0], folders[0], warm)
+        _wait_for_builder(records[0], folders[0], warm)
+        if cpu is not None:
+            from spu.tracking import builder
+
+            cpu["warm cpu"] = builder.open_builder().cpu_s
     seconds = {plain.uri: 0.0, traced.uri: 0.0}
+    spent_cpu = {plain.uri: 0.0, traced.uri: 0.0}
     current = [plain]
     with timed_parts() as spent, \
             timed_parts(RUN_CALLS, when=lambda: current[0] is plain) as own:
         for n, (record, folder) in enumerate(zip(records[1:], folders[1:], strict=True)):
             for target in (plain, traced) if n % 2 == 0 else (traced, plain):
                 current[0] = target
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 log_run(record, folder, target)
                 seconds[target.uri] += time.perf_counter() - start
+                spent_cpu[target.uri] += time.process_time() - start_cpu
     if parts is not None:
         parts.update(spent)
     if run_calls is not None:
         run_calls.update(own)
+    if cpu is not None:
+        cpu.update(plain=spent_cpu[plain.uri], traced=spent_cpu[traced.uri])
     return (seconds[plain.uri], _size(root / "plain"), seconds[traced.uri],
             _size(root / "traced"))
+
+
+def _wait_for_builder(record: RunRecord, folder: Path, target: TrackingTarget) -> None:
+    """Until the builder process is up (it starts at a sweep's second run, in the
+    background): the timed runs are those of a sweep under way."""
+    from spu.tracking import builder
+
+    b = builder.open_builder()
+    if not b.wait_started(timeout=60):
+        raise SystemExit("the trace builder process did not start in 60 s")
+    log_run(record, folder, target)  # one build aside, untimed: the process is warm
 
 
 def _wal_normal() -> None:
@@ -178,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="both stores as MLflow opens them (rollback journal, synchronous="
                         "FULL), or in WAL mode with synchronous=NORMAL (an experiment: what "
                         "cheaper commits do to the ratio)")
+    p.add_argument("--inline", action="store_true",
+                   help="build each run's trace and transcript in this process, not in the "
+                        "builder process a sweep opens (spu.tracking.builder)")
     p.add_argument("--bare", action="store_true",
                    help="run folders without the CLI's output, the gateway's record and the "
                         "tools' answers (only what the trace is made from)")
@@ -192,18 +237,26 @@ def main(argv: list[str] | None = None) -> int:
                     for f in folders[1:])
         parts: dict[str, float] = {}
         own: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         plain_s, plain_b, traced_s, traced_b = record_all(folders, root, args.spans, parts,
-                                                          own)
+                                                          own, aside=not args.inline, cpu=cpu)
     per = 1000 / max(calls, 1)
     print(f"{len(folders) - 1} runs timed, {calls} tool calls, run folders "
           + ("bare (the trajectory, audit log and submission)" if args.bare else
-             "as run_one leaves them (with logs/, model/, tools/calls/, grade.json)"))
+             "as run_one leaves them (with logs/, model/, tools/calls/, grade.json)")
+          + (", views built inline" if args.inline else
+             f", views built in the builder process ({cpu['built aside']:.0f} of "
+             f"{len(folders) - 1})"))
     print(f"without traces: {plain_s * per:8.2f} s per 1,000 calls, "
           f"store {plain_b * per / 1e6:8.2f} MB per 1,000 calls")
     print(f"with traces:    {traced_s * per:8.2f} s per 1,000 calls, "
           f"store {traced_b * per / 1e6:8.2f} MB per 1,000 calls")
     print(f"ratio (with / without): time {traced_s / plain_s:.2f}, "
           f"store {traced_b / max(plain_b, 1):.2f} (goal: time at most 1.20)")
+    traced_cpu = cpu["traced"] + cpu["builder"]
+    print(f"CPU (this process and the builder's): without traces {cpu['plain'] * per:.2f} s, "
+          f"with {traced_cpu * per:.2f} s per 1,000 calls (builder {cpu['builder'] * per:.2f}"
+          f"); ratio {traced_cpu / cpu['plain']:.2f}")
     extra = traced_s - plain_s
     print(f"the traced store's extra {extra * per:.2f} s per 1,000 calls "
           f"({extra / plain_s:.0%} of the untraced time), by part:")
@@ -212,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:32s} {spent * per:6.3f} s per 1,000 calls "
               f"({spent / plain_s:4.0%} of the untraced time)")
     print(f"  {'the rest of the trace':32s} {(total - sum(parts.values())) * per:6.3f} s per "
-          f"1,000 calls (the run folder read, the other spans, the stores opened)")
+          f"1,000 calls (waiting for the builder, the stores opened)")
     runs = max(len(folders) - 1, 1)
     store = parts.get("store transaction (start_trace)", 0.0) + parts.get(
         "span table rows (log_spans)", 0.0)
