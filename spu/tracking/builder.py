@@ -12,8 +12,9 @@ multirun); :func:`spu.tracking.store.log_run` asks :func:`views_of` for each run
 as it starts the record and collects them once the record is written. Outside a sweep,
 or until the builder process is up, the views are built inline as before. The process
 starts at a sweep's second recorded run (a one-run sweep never starts it), and only
-where this process has two cores or more; one that dies, stalls or answers nonsense is
-left for inline building, said in one line.
+where this process has two cores or more. One that dies, stalls or answers nonsense
+costs the run it was building its trace (never built again in the driver: its folder may
+be what ended it), is said in one line, and is replaced at the next run, a few times.
 
 The builder process is ``python -m spu.tracking.builder``, not a ``multiprocessing``
 child: it never imports the caller's main module (a script without a ``__main__`` guard
@@ -51,6 +52,9 @@ BUILD_TIMEOUT_S = 300.0
 """Seconds a run's views may take in the builder before they are built inline instead
 (a paper-dense run takes about 0.1 s)."""
 
+MAX_STARTS = 3
+"""Builder processes a sweep starts at most (the first, and two after one has ended)."""
+
 START_AT_RUN = 2
 """The builder process starts when a sweep records its second traced run: a one-run
 sweep does not pay for a process it would not use."""
@@ -63,7 +67,16 @@ MAX_MESSAGE_BYTES = 1 << 30
 
 
 class BuilderGone(RuntimeError):
-    """The builder process ended or answered out of step."""
+    """The builder process ended while it built this run's views.
+
+    Killed, out of memory, stalled and stopped, or out of step: the run is recorded
+    without its trace (``spu runs log-traces`` adds it later), never built again here in
+    the driver.
+    """
+
+
+class _Requeued(Exception):
+    """The builder process ended before it came to this run: build it inline."""
 
 
 def _send(stream: IO[bytes], message: Any) -> None:
@@ -134,10 +147,20 @@ def _portable(exc: Exception) -> Exception:
 
 
 class ViewBuilder:
-    """One builder process, started at the sweep's second traced run."""
+    """One builder process at a time, started at the sweep's second traced run.
 
-    def __init__(self, start_at: int = START_AT_RUN) -> None:
+    A builder that ends (killed, out of memory, stalled past :data:`BUILD_TIMEOUT_S` and
+    stopped, or answering out of step) costs the run it was building its trace, said in
+    that run's one line, and is never tried again in the driver (the run's folder may be
+    what ended it); the runs queued behind it are built inline, and the next run starts a
+    new builder, up to :data:`MAX_STARTS` in all.
+    """
+
+    def __init__(self, start_at: int = START_AT_RUN,
+                 command: list[str] | None = None) -> None:
         self._start_at = start_at
+        self._command = command or [sys.executable, "-m", "spu.tracking.builder"]
+        """The builder process's command line (another for a test's stand-in)."""
         self._lock = threading.Lock()
         self._sending = threading.Lock()
         """Held while a request is written (never with ``_lock``: the reader thread
@@ -145,46 +168,53 @@ class ViewBuilder:
         self._process: subprocess.Popen[bytes] | None = None
         self._ready: Future[int] = Future()
         self._waiting: list[Future[tuple[TraceViews, float]]] = []
-        """Futures of the requests sent and not answered yet, in the order sent."""
+        """Futures of the requests sent to the process and not answered, in order."""
+        self._stopped: dict[int, str] = {}
+        """Why the driver stopped a process, by its id (read by its reader thread)."""
         self._recorded = 0
-        self._broken = False
-        self._said = False
-        self._closing = False
+        self._starts = 0
+        self._closed = False
         self.cpu_s = 0.0
-        """CPU seconds the builder process spent on builds (the benchmark reports them)."""
+        """CPU seconds the builder processes spent on builds (the benchmark reports them)."""
         self.built = 0
-        """Views built in the builder process."""
+        """Views built in a builder process."""
 
     def _start(self) -> None:
+        """Start a builder process (called with ``_lock`` held)."""
         import spu
 
         root = str(Path(spu.__file__).resolve().parents[1])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self._starts += 1
+        self._ready = Future()
+        self._waiting = []
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "spu.tracking.builder"], stdin=subprocess.PIPE,
+            self._command, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, close_fds=True,
             # a session of its own: Ctrl-C is the driver's to handle (no traceback of the
             # builder's on the terminal); it ends when its requests end, the driver
             # closing them or dying
             start_new_session=True)
-        threading.Thread(target=self._read_answers, args=(self._process,),
+        threading.Thread(target=self._read_answers,
+                         args=(self._process, self._ready, self._waiting),
                          name="spu-trace-builder", daemon=True).start()
 
-    def _read_answers(self, process: subprocess.Popen[bytes]) -> None:
-        """The reader thread: each answer settles the oldest request waiting."""
+    def _read_answers(self, process: subprocess.Popen[bytes], ready: Future[int],
+                      waiting: list[Future[tuple[TraceViews, float]]]) -> None:
+        """The reader thread of one process: each answer settles the oldest request."""
         assert process.stdout is not None
         try:
             kind, value = _receive(process.stdout)
             if kind != "ready":
                 raise BuilderGone(f"it first said {kind!r}")
-            self._ready.set_result(int(value))
+            ready.set_result(int(value))
             while True:
                 kind, value = _receive(process.stdout)
                 with self._lock:
-                    if not self._waiting:
+                    if not waiting:
                         raise BuilderGone("an answer to no request")
-                    future = self._waiting.pop(0)
+                    future = waiting.pop(0)
                 if kind == "ok":
                     future.set_result(value)
                 elif kind == "error" and isinstance(value, BaseException):
@@ -192,40 +222,53 @@ class ViewBuilder:
                 else:
                     raise BuilderGone(f"an answer of kind {kind!r}")
         except Exception as exc:  # noqa: BLE001 (EOF, a torn or foreign message)
-            gone = exc if isinstance(exc, BuilderGone) else BuilderGone(
-                f"{type(exc).__name__}: {exc}")
-            with self._lock:
-                waiting, self._waiting = self._waiting, []
-                self._broken = True
-            if not self._ready.done():
-                self._ready.set_exception(gone)
-            for future in waiting:
-                future.set_exception(gone)
-            if not self._closing:
-                self._give_up(f"it ended ({gone})")
+            self._ended(process, ready, waiting, exc)
+
+    def _ended(self, process: subprocess.Popen[bytes], ready: Future[int],
+               waiting: list[Future[tuple[TraceViews, float]]], exc: Exception) -> None:
+        """A process ended: the run it was building fails, those behind it go inline."""
+        _end(process)
+        with self._lock:
+            why = self._stopped.pop(process.pid, None) or (
+                str(exc) if isinstance(exc, BuilderGone) else
+                f"exit status {process.returncode}")
+            pending, waiting[:] = list(waiting), []
+            if self._process is process:
+                self._process = None
+            closed, again = self._closed, self._starts < MAX_STARTS
+        gone = BuilderGone(f"the trace builder process ended building it ({why})")
+        if not ready.done():
+            ready.set_exception(gone)
+        for n, future in enumerate(pending):
+            future.set_exception(gone if n == 0 else _Requeued())
+        if not closed:
+            log.warning("trace builder process ended (%s)%s; %s", why,
+                        ", with a run's views unfinished" if pending else "",
+                        "a new one starts at the next run" if again else
+                        "traces are built in this process from now on")
 
     def _usable(self) -> bool:
-        """Whether builds go to the process now (it is started, warm and well)."""
+        """Whether builds go to a process now (started, warm and well)."""
         with self._lock:
             self._recorded += 1
-            if self._broken:
+            if self._closed:
                 return False
             if self._process is None:
-                if self._recorded >= self._start_at and spare_core():
+                if (self._recorded >= self._start_at and self._starts < MAX_STARTS
+                        and spare_core()):
                     self._start()
                 return False
-        return self._ready.done() and self._ready.exception() is None
+            ready = self._ready
+        return ready.done() and ready.exception() is None
 
-    def _give_up(self, why: str) -> None:
-        """Build inline from now on; said once."""
+    def _stop(self, process: subprocess.Popen[bytes], why: str) -> None:
+        """Kill a stalled process; its reader thread settles what it held."""
         with self._lock:
-            said, self._said, self._broken = self._said, True, True
-            process, self._process = self._process, None
-        if process is not None:
-            _end(process)
-        if not said:
-            log.warning("trace builder process: %s; traces are built in this process "
-                        "from now on", why)
+            self._stopped[process.pid] = why
+        try:
+            process.kill()
+        except OSError:
+            pass
 
     def submit(self, record: RunRecord, run_dir: Path, settings: TracesConfig,
                otel_id: int) -> Callable[[], TraceViews]:
@@ -236,28 +279,30 @@ class ViewBuilder:
         if not self._usable():
             return inline
         future: Future[tuple[TraceViews, float]] = Future()
-        try:
-            with self._sending:
-                with self._lock:  # the futures in the order the requests are sent
-                    process = self._process
-                    if process is None or process.stdin is None or self._broken:
-                        return inline
-                    self._waiting.append(future)
+        with self._sending:
+            with self._lock:  # the futures in the order the requests are sent
+                process = self._process
+                if process is None or process.stdin is None:
+                    return inline
+                self._waiting.append(future)
+            try:
                 _send(process.stdin, (record, str(run_dir), settings, otel_id))
-        except (OSError, ValueError) as exc:  # the process has ended (a closed pipe)
-            self._give_up(f"it took no request ({type(exc).__name__}: {exc})")
-            return inline
+            except (OSError, ValueError):  # it has ended: its reader thread says so
+                with self._lock:
+                    if future in self._waiting:
+                        self._waiting.remove(future)
+                return inline
 
         def collect() -> TraceViews:
             from concurrent.futures import TimeoutError as FutureTimeout
 
             try:
-                views, cpu = future.result(timeout=BUILD_TIMEOUT_S)
-            except BuilderGone as exc:
-                self._give_up(f"it ended ({exc})")
-                return inline()
-            except FutureTimeout:
-                self._give_up(f"a run's views took over {BUILD_TIMEOUT_S:.0f} s")
+                try:
+                    views, cpu = future.result(timeout=BUILD_TIMEOUT_S)
+                except FutureTimeout:
+                    self._stop(process, f"a run's views took over {BUILD_TIMEOUT_S:g} s")
+                    views, cpu = future.result(timeout=60)
+            except _Requeued:
                 return inline()
             with self._lock:
                 self.cpu_s += cpu
@@ -270,22 +315,26 @@ class ViewBuilder:
         """Wait until the builder process is up and warm (or failed); whether it is up."""
         from concurrent.futures import wait
 
-        if self._process is None:
-            return False
-        wait([self._ready], timeout=timeout)
-        return self._ready.done() and self._ready.exception() is None
+        with self._lock:
+            if self._process is None:
+                return False
+            ready = self._ready
+        wait([ready], timeout=timeout)
+        return ready.done() and ready.exception() is None
 
     @property
     def pid(self) -> int | None:
         """The builder process's id, once it is up."""
-        ready = self._ready
-        return ready.result() if ready.done() and ready.exception() is None else None
+        with self._lock:
+            ready = self._ready if self._process is not None else None
+        if ready is None or not ready.done() or ready.exception() is not None:
+            return None
+        return ready.result()
 
     def close(self) -> None:
         """End the builder process (builds not collected are dropped)."""
         with self._lock:
-            process, self._process, self._broken = self._process, None, True
-            self._closing = True
+            process, self._process, self._closed = self._process, None, True
         if process is not None:
             _end(process)
 
@@ -335,14 +384,15 @@ def building_views(start_at: int = START_AT_RUN) -> Iterator[ViewBuilder]:
         close_builder()
 
 
-def open_builder(start_at: int = START_AT_RUN) -> ViewBuilder:
+def open_builder(start_at: int = START_AT_RUN,
+                 command: list[str] | None = None) -> ViewBuilder:
     """Open a builder until :func:`close_builder` (for callbacks that frame a sweep).
 
     Returns the one open already, if any.
     """
     global _current
     if _current is None:
-        _current = ViewBuilder(start_at)
+        _current = ViewBuilder(start_at, command)
     return _current
 
 
@@ -372,5 +422,17 @@ def views_of(record: RunRecord, run_dir: Path,
     return builder.submit(record, Path(run_dir), plain, otel_id)
 
 
+def main() -> int:
+    """``python -m spu.tracking.builder``: serve on standard input and output.
+
+    The answers go out on a copy of the standard output taken first; the standard output
+    itself then writes to the standard error, so nothing printed while a run is built (a
+    library's message, the text of a run) can fall between two answers.
+    """
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    return serve(sys.stdin.buffer, answers)
+
+
 if __name__ == "__main__":
-    sys.exit(serve(sys.stdin.buffer, sys.stdout.buffer))
+    sys.exit(main())

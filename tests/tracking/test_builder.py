@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -99,25 +100,112 @@ def _steps(folder: Path) -> list:
     return list(iter_steps(folder / "trajectory.jsonl.gz"))
 
 
-def test_a_builder_killed_mid_sweep_leaves_the_traces_built_inline(tmp_path, target,
-                                                                    caplog) -> None:
-    """A builder process killed (out of memory, an operator) is said once, in one line;
-    the sweep's later runs have their traces all the same, built in the driver."""
+def test_a_builder_killed_mid_sweep_is_said_once_and_replaced(tmp_path, target,
+                                                               caplog) -> None:
+    """A builder process killed between runs (out of memory, an operator) is said in one
+    line; the next run is built inline and starts a new builder, which builds the runs
+    after it. Every run has its trace."""
     folders = _folders(tmp_path, 4)
     with building_views(start_at=1) as b:
         log_run(_record(folders[0]), folders[0], target)
-        pid = _started(b).pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
+        first = _started(b).pid
+        assert first is not None
         with caplog.at_level(logging.WARNING, logger="spu.tracking"):
-            run_ids = [log_run(_record(f), f, target) for f in folders[1:]]
-        assert b.built == 0
-    lines = [r.getMessage() for r in caplog.records if "builder process" in r.getMessage()]
-    assert len(lines) == 1 and "\n" not in lines[0], lines
-    assert "built in this process" in lines[0]
+            os.kill(first, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while b.pid is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            run_ids = [log_run(_record(folders[1]), folders[1], target)]  # inline; starts one
+            second = _started(b).pid
+            run_ids += [log_run(_record(f), f, target) for f in folders[2:]]
+        assert second not in (None, first) and b.built == 2
+    (line,) = [r.getMessage() for r in caplog.records if "builder process" in r.getMessage()]
+    assert "\n" not in line and "a new one starts at the next run" in line, line
     assert not [r for r in caplog.records if "trace was not logged" in r.getMessage()]
     for run_id in run_ids:
         assert any(s.span_type == "TOOL" for s in _trace_of(target, run_id).data.spans)
+
+
+STALLS_ONCE = """
+import os, runpy, sys, time
+from pathlib import Path
+from spu.tracking.builder import _receive, _send
+
+marker = Path(sys.argv[1])
+if marker.exists():  # the second builder: the real one
+    sys.argv = sys.argv[:1]
+    runpy.run_module("spu.tracking.builder", run_name="__main__")
+else:  # the first: up, takes a request, never answers
+    marker.touch()
+    _send(sys.stdout.buffer, ("ready", os.getpid()))
+    _receive(sys.stdin.buffer)
+    time.sleep(600)
+"""
+"""A builder process that stalls on its first run, then (started again) the real one."""
+
+
+def test_a_run_that_stalls_the_builder_loses_its_trace_not_the_sweep(
+        tmp_path, target, caplog, monkeypatch) -> None:
+    """A builder that never answers a run is stopped after ``BUILD_TIMEOUT_S``: that run
+    is recorded without its trace, in one line, and not built again in the driver (its
+    folder may be what stalled it); a new builder builds the runs after."""
+    monkeypatch.setattr(builder_module, "BUILD_TIMEOUT_S", 3.0)
+    folders = _folders(tmp_path, 4)
+    script = tmp_path / "stalls_once.py"
+    script.write_text(STALLS_ONCE)
+    command = [sys.executable, str(script), str(tmp_path / "stalled-once")]
+    b = builder_module.open_builder(start_at=1, command=command)
+    try:
+        log_run(_record(folders[0]), folders[0], target)  # starts the stand-in
+        first = _started(b).pid
+        with caplog.at_level(logging.WARNING, logger="spu.tracking"):
+            started = time.monotonic()
+            run_id = log_run(_record(folders[1]), folders[1], target)
+            waited = time.monotonic() - started
+            later = [log_run(_record(folders[2]), folders[2], target)]  # inline; starts one
+            second = _started(b).pid
+            later.append(log_run(_record(folders[3]), folders[3], target))
+        assert second not in (None, first) and b.built == 1
+    finally:
+        builder_module.close_builder()
+    assert waited >= 3.0
+    (failed,) = [r.getMessage() for r in caplog.records if "trace was not logged" in
+                 r.getMessage()]
+    assert _record(folders[1]).run_key in failed and "took over 3 s" in failed
+    assert "BuilderGone" in failed and "\n" not in failed
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=target.uri)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    exp = client.get_experiment_by_name(target.experiment).experiment_id
+    assert client.search_traces(locations=[exp], run_id=run_id) == []
+    for later_id in later:
+        assert any(s.span_type == "TOOL" for s in _trace_of(target, later_id).data.spans)
+
+
+def test_runs_queued_behind_a_stalled_run_are_built_inline(tmp_path, monkeypatch) -> None:
+    """Settling threads queue several runs at one builder: when it is stopped for the run
+    it stalls on, that run fails and the runs behind it are built inline, none lost."""
+    monkeypatch.setattr(builder_module, "BUILD_TIMEOUT_S", 3.0)
+    folders = _folders(tmp_path, 3)
+    script = tmp_path / "stalls_once.py"
+    script.write_text(STALLS_ONCE)
+    b = ViewBuilder(start_at=1, command=[sys.executable, str(script),
+                                         str(tmp_path / "stalled-once")])
+    try:
+        settings = TracesConfig()
+        b.submit(_record(folders[0]), folders[0], settings, 1)()
+        _started(b)
+        stalled, *queued = [b.submit(_record(f), f, settings, n)
+                            for n, f in enumerate(folders, start=10)]
+        with pytest.raises(builder_module.BuilderGone, match="took over 3 s"):
+            stalled()
+        for (n, folder), collect in zip(enumerate(folders[1:], start=11), queued,
+                                        strict=True):
+            assert collect() == build_views(_record(folder), folder, settings, n)
+        assert b.built == 0
+    finally:
+        b.close()
 
 
 def test_a_run_whose_views_fail_in_the_builder_is_one_line_and_the_builder_goes_on(
@@ -193,24 +281,23 @@ def test_a_multirun_opens_the_builder_for_its_sweep_and_closes_it(compose) -> No
 
 @pytest.mark.parametrize("answer", [b"\x00" * 8, b"\xff" * 8 + b"junk"],
                          ids=["empty_message", "oversized_length"])
-def test_a_builder_that_answers_nonsense_is_given_up(answer: bytes, caplog) -> None:
+def test_a_builder_that_answers_nonsense_is_given_up(tmp_path, answer: bytes,
+                                                     caplog) -> None:
     """A stream out of step (a foreign message in place of ``ready``) ends the builder:
     one line, inline builds from then on, nothing hangs."""
-    b = ViewBuilder(start_at=1)
-    b._process = subprocess.Popen([sys.executable, "-c",
-                                   f"import sys; sys.stdout.buffer.write({answer!r}); "
-                                   "sys.stdout.flush(); sys.stdin.read()"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    import threading
-
+    folder = _folders(tmp_path, 1)[0]
+    stand_in = [sys.executable, "-c", f"import sys; sys.stdout.buffer.write({answer!r}); "
+                "sys.stdout.flush(); sys.stdin.read()"]
+    b = ViewBuilder(start_at=1, command=stand_in)
     with caplog.at_level(logging.WARNING, logger="spu.tracking"):
-        reader = threading.Thread(target=b._read_answers, args=(b._process,))
-        reader.start()
-        reader.join(timeout=30)
-    assert not reader.is_alive()
-    assert not b.wait_started(timeout=0) and b._broken
+        views = b.submit(_record(folder), folder, TracesConfig(), 1)()  # starts it; inline
+        assert not b.wait_started(timeout=30)
+        deadline = time.monotonic() + 30
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert views.transcript and b.pid is None and b.built == 0
     (line,) = [r.getMessage() for r in caplog.records if "builder process" in r.getMessage()]
-    assert "built in this process" in line
+    assert "trace builder process ended" in line and "\n" not in line, line
     b.close()
 
 
@@ -241,8 +328,6 @@ def test_on_one_core_no_builder_process_starts(tmp_path) -> None:
 def test_the_builder_ends_with_a_driver_killed_outright() -> None:
     """A driver killed by SIGKILL (no cleanup runs) leaves no builder behind: its requests
     end, and so does it."""
-    import time
-
     import psutil
 
     script = textwrap.dedent("""
