@@ -337,6 +337,8 @@ class ViewBuilder:
             process, self._process, self._closed = self._process, None, True
         if process is not None:
             _end(process)
+        log.debug("trace builder: %d of %d traced runs built in its process (%d started)",
+                  self.built, self._recorded, self._starts)
 
 
 def spare_core() -> bool:

@@ -348,3 +348,29 @@ def test_the_builder_ends_with_a_driver_killed_outright() -> None:
     while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running(pid), psutil.Process(pid).cmdline()
+
+
+def test_a_sweep_from_the_command_line_builds_its_traces_in_the_builder(tmp_path) -> None:
+    """``python -m spu.main -m ...``: the sweep's runs all have their trace, and the
+    builder built some of them (its closing line, at DEBUG through ``hydra.verbose``)."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.conftest import EXAMPLE_TASK, EXAMPLE_TWO_GROUPS, run_module
+
+    out = tmp_path / "outputs"
+    done = run_module(["spu.main", "-m", "model=random,presented_order,monotone_prior",
+                       f"task={EXAMPLE_TASK.name},{EXAMPLE_TWO_GROUPS.name}", "repeat=0,1",
+                       f"output_root={out}", "hydra.verbose=spu.tracking.builder"],
+                      timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in (done.stdout + done.stderr).splitlines()
+               if "trace builder:" in line]
+    built, traced = (int(n) for n in line.split("trace builder: ")[1].split()[:3:2])
+    assert traced == 12 and 1 <= built <= 10, line
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 12
+    for run in runs:
+        (trace,) = client.search_traces(locations=[run.info.experiment_id],
+                                        run_id=run.info.run_id)
+        assert trace.info.tags["run_key"] == run.data.tags["run_key"]
