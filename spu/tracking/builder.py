@@ -26,6 +26,7 @@ inline build does, and writes nothing.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import pickle
@@ -62,6 +63,9 @@ sweep does not pay for a process it would not use."""
 _HEADER = struct.Struct(">Q")
 """Each message's length, before its pickle."""
 
+PARENT_VARIABLE = "SPU_TRACE_BUILDER_PARENT"
+"""The driver's process id, given to the builder process (which ends with it)."""
+
 MAX_MESSAGE_BYTES = 1 << 30
 """A longer message is nonsense: the stream is out of step (the builder is given up)."""
 
@@ -79,9 +83,14 @@ class _Requeued(Exception):
     """The builder process ended before it came to this run: build it inline."""
 
 
-def _send(stream: IO[bytes], message: Any) -> None:
+def _frame(message: Any) -> bytes:
+    """``message`` as it goes on the stream: its length, then its pickle."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    return _HEADER.pack(len(data)) + data
+
+
+def _send(stream: IO[bytes], message: Any) -> None:
+    stream.write(_frame(message))
     stream.flush()
 
 
@@ -111,26 +120,48 @@ def _build(record: RunRecord, run_dir: str, settings: TracesConfig,
 def serve(requests: IO[bytes], answers: IO[bytes]) -> int:
     """The builder process: answer each request in order until the requests end.
 
-    Each request is ``(record, run_dir, settings, otel_id)``; each answer ``("ok",
-    (views, cpu_s))`` or ``("error", exception)`` (a run whose views cannot be built, its
-    exception as the inline build raises it). The first answer, ``("ready", pid)``, says
-    that the process has imported what a build needs.
+    Each request is ``(number, record, run_dir, settings, otel_id)``; each answer
+    ``(number, "ok", (views, cpu_s))`` or ``(number, "error", exception)`` (a run whose
+    views cannot be built, its exception as the inline build raises it), the request's
+    number first. The first answer, ``(0, "ready", pid)``, says that the process has
+    imported what a build needs.
     """
     import spu.tracking.traces  # noqa: F401
     import spu.tracking.transcript as transcript
 
     transcript._template()
-    _send(answers, ("ready", os.getpid()))
+    _send(answers, (0, "ready", os.getpid()))
     while True:
         try:
-            record, run_dir, settings, otel_id = _receive(requests)
+            number, record, run_dir, settings, otel_id = _receive(requests)
         except EOFError:
             return 0
         try:
-            answer: tuple[str, Any] = ("ok", _build(record, run_dir, settings, otel_id))
+            answer: tuple[int, str, Any] = (
+                number, "ok", _build(record, run_dir, settings, otel_id))
         except Exception as exc:  # noqa: BLE001 (the caller says it in one line)
-            answer = ("error", _portable(exc))
+            answer = (number, "error", _portable(exc))
         _send(answers, answer)
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this process when the driver that started it ends, even mid-build.
+
+    Linux's ``PR_SET_PDEATHSIG`` (SIGKILL when the thread that started it ends; a sweep's
+    builder is closed before that thread does); a driver gone already ends it now. A
+    watchdog thread would not do: a build holds the interpreter lock for long stretches.
+    """
+    import ctypes
+    import ctypes.util
+    import signal
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: its requests' end still ends it
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _portable(exc: Exception) -> Exception:
@@ -159,7 +190,9 @@ class ViewBuilder:
     def __init__(self, start_at: int = START_AT_RUN,
                  command: list[str] | None = None) -> None:
         self._start_at = start_at
-        self._command = command or [sys.executable, "-m", "spu.tracking.builder"]
+        # -P: no module of the current folder (where the sweep was started) shadows one
+        # of the standard library or SPU's in the builder; spu itself from PYTHONPATH
+        self._command = command or [sys.executable, "-P", "-m", "spu.tracking.builder"]
         """The builder process's command line (another for a test's stand-in)."""
         self._lock = threading.Lock()
         self._sending = threading.Lock()
@@ -167,8 +200,12 @@ class ViewBuilder:
         takes ``_lock`` only, so a full pipe cannot stop it from reading)."""
         self._process: subprocess.Popen[bytes] | None = None
         self._ready: Future[int] = Future()
-        self._waiting: list[Future[tuple[TraceViews, float]]] = []
-        """Futures of the requests sent to the process and not answered, in order."""
+        self._waiting: dict[int, Future[tuple[TraceViews, float]]] = {}
+        """Futures of the requests sent to the process and not answered, by number."""
+        self._sent_at: dict[int, float] = {}
+        """When each waiting request was sent (``time.monotonic``), by number."""
+        self._numbers = itertools.count(1)
+        """Each request's number, which its answer names."""
         self._stopped: dict[int, str] = {}
         """Why the driver stopped a process, by its id (read by its reader thread)."""
         self._recorded = 0
@@ -186,9 +223,10 @@ class ViewBuilder:
         root = str(Path(spu.__file__).resolve().parents[1])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env[PARENT_VARIABLE] = str(os.getpid())
         self._starts += 1
         self._ready = Future()
-        self._waiting = []
+        self._waiting = {}
         self._process = subprocess.Popen(
             self._command, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, close_fds=True,
@@ -201,38 +239,58 @@ class ViewBuilder:
                          name="spu-trace-builder", daemon=True).start()
 
     def _read_answers(self, process: subprocess.Popen[bytes], ready: Future[int],
-                      waiting: list[Future[tuple[TraceViews, float]]]) -> None:
-        """The reader thread of one process: each answer settles the oldest request."""
+                      waiting: dict[int, Future[tuple[TraceViews, float]]]) -> None:
+        """The reader thread of one process: each answer settles the request it names.
+
+        An answer that names no request waiting, or is not one of the two kinds, is the
+        stream out of step: the process is ended (the request it names, if any, fails).
+        """
         assert process.stdout is not None
         try:
-            kind, value = _receive(process.stdout)
-            if kind != "ready":
-                raise BuilderGone(f"it first said {kind!r}")
-            ready.set_result(int(value))
+            answer = _receive(process.stdout)
+            if not (isinstance(answer, tuple) and len(answer) == 3 and answer[:2] == (
+                    0, "ready") and isinstance(answer[2], int)):
+                raise BuilderGone("its first answer was not its ready line")
+            ready.set_result(answer[2])
             while True:
-                kind, value = _receive(process.stdout)
+                answer = _receive(process.stdout)
+                number = answer[0] if isinstance(answer, tuple) and answer else None
                 with self._lock:
-                    if not waiting:
-                        raise BuilderGone("an answer to no request")
-                    future = waiting.pop(0)
-                if kind == "ok":
+                    future = None
+                    if isinstance(number, int):
+                        future = waiting.pop(number, None)
+                        self._sent_at.pop(number, None)
+                if future is None:
+                    raise BuilderGone("an answer to no request waiting")
+                kind, value = answer[1:] if len(answer) == 3 else (None, None)
+                if kind == "ok" and isinstance(value, tuple) and len(value) == 2:
                     future.set_result(value)
-                elif kind == "error" and isinstance(value, BaseException):
+                elif kind == "error" and isinstance(value, Exception):
                     future.set_exception(value)
                 else:
-                    raise BuilderGone(f"an answer of kind {kind!r}")
+                    bad = BuilderGone(f"the trace builder answered out of step ({kind!r})")
+                    future.set_exception(bad)
+                    raise bad
         except Exception as exc:  # noqa: BLE001 (EOF, a torn or foreign message)
             self._ended(process, ready, waiting, exc)
 
     def _ended(self, process: subprocess.Popen[bytes], ready: Future[int],
-               waiting: list[Future[tuple[TraceViews, float]]], exc: Exception) -> None:
-        """A process ended: the run it was building fails, those behind it go inline."""
+               waiting: dict[int, Future[tuple[TraceViews, float]]],
+               exc: Exception) -> None:
+        """A process ended: the run it was building fails, those behind it go inline.
+
+        The builder answers in the order asked, so the run it was building is the
+        lowest-numbered request waiting.
+        """
         _end(process)
         with self._lock:
             why = self._stopped.pop(process.pid, None) or (
                 str(exc) if isinstance(exc, BuilderGone) else
                 f"exit status {process.returncode}")
-            pending, waiting[:] = list(waiting), []
+            pending = [waiting[n] for n in sorted(waiting)]
+            for n in waiting:
+                self._sent_at.pop(n, None)
+            waiting.clear()
             if self._process is process:
                 self._process = None
             closed, again = self._closed, self._starts < MAX_STARTS
@@ -258,11 +316,34 @@ class ViewBuilder:
                         and spare_core()):
                     self._start()
                 return False
-            ready = self._ready
+            ready, process = self._ready, self._process
+            oldest = min(self._sent_at.values(), default=None)
+        if oldest is not None and time.monotonic() - oldest > BUILD_TIMEOUT_S:
+            # a request no one collects (its run failed before it did) stalled the process:
+            # stopped here, before a write could wait on its full pipe for ever
+            self._stop(process, f"a run's views took over {BUILD_TIMEOUT_S:g} s")
+            return False
         return ready.done() and ready.exception() is None
 
-    def _stop(self, process: subprocess.Popen[bytes], why: str) -> None:
+    def _give_up(self, why: str) -> None:
+        """No builder process for the rest of the sweep (one cannot be started).
+
+        Said once.
+        """
+        with self._lock:
+            said = self._closed
+            self._closed = True
+            process, self._process = self._process, None
+        if process is not None:
+            _end(process)
+        if not said:
+            log.warning("trace builder process: %s; traces are built in this process from "
+                        "now on", why)
+
+    def _stop(self, process: subprocess.Popen[bytes] | None, why: str) -> None:
         """Kill a stalled process; its reader thread settles what it held."""
+        if process is None or process.poll() is not None:  # gone: its reader says why
+            return
         with self._lock:
             self._stopped[process.pid] = why
         try:
@@ -276,22 +357,41 @@ class ViewBuilder:
         from spu.tracking.traces import build_views
 
         inline = functools.partial(build_views, record, run_dir, settings, otel_id)
-        if not self._usable():
+        try:
+            if not self._usable():
+                return inline
+        except Exception as exc:  # noqa: BLE001 (no process to be had: the run goes on)
+            self._give_up(f"it did not start ({type(exc).__name__}: {exc})")
+            return inline
+        number = next(self._numbers)
+        try:
+            # pickled before anything is sent or waited for: a request that cannot be
+            # pickled is built inline, and leaves the stream as it was
+            frame = _frame((number, record, str(run_dir), settings, otel_id))
+        except Exception:  # noqa: BLE001
             return inline
         future: Future[tuple[TraceViews, float]] = Future()
         with self._sending:
-            with self._lock:  # the futures in the order the requests are sent
+            with self._lock:
                 process = self._process
                 if process is None or process.stdin is None:
                     return inline
-                self._waiting.append(future)
+                self._waiting[number] = future
+                self._sent_at[number] = time.monotonic()
             try:
-                _send(process.stdin, (record, str(run_dir), settings, otel_id))
-            except (OSError, ValueError):  # it has ended: its reader thread says so
+                process.stdin.write(frame)
+                process.stdin.flush()
+            except BaseException as exc:
+                # part of a request may have gone: the stream is out of step, so this
+                # process is ended (its reader settles the others) and this run inline
                 with self._lock:
-                    if future in self._waiting:
-                        self._waiting.remove(future)
+                    self._waiting.pop(number, None)
+                    self._sent_at.pop(number, None)
+                self._stop(process, f"a request was cut short ({type(exc).__name__})")
+                if not isinstance(exc, Exception):
+                    raise
                 return inline
+        expected = (f"tr-{otel_id:032x}", record.run_key)
 
         def collect() -> TraceViews:
             from concurrent.futures import TimeoutError as FutureTimeout
@@ -301,9 +401,14 @@ class ViewBuilder:
                     views, cpu = future.result(timeout=BUILD_TIMEOUT_S)
                 except FutureTimeout:
                     self._stop(process, f"a run's views took over {BUILD_TIMEOUT_S:g} s")
-                    views, cpu = future.result(timeout=60)
+                    views, cpu = future.result(timeout=10)
             except _Requeued:
                 return inline()
+            except FutureTimeout:  # the process ended, yet its reader never said so
+                raise BuilderGone("the trace builder process was stopped and never "
+                                  "answered") from None
+            if (views.trace_id, views.tags.get("run_key")) != expected:  # never a run's
+                raise BuilderGone("the trace builder answered with another run's views")
             with self._lock:
                 self.cpu_s += cpu
                 self.built += 1
@@ -335,7 +440,10 @@ class ViewBuilder:
         """End the builder process (builds not collected are dropped)."""
         with self._lock:
             process, self._process, self._closed = self._process, None, True
+            busy = bool(self._waiting)
         if process is not None:
+            if busy:  # a thread may be writing to it: ended first, so no write waits
+                process.kill()
             _end(process)
         log.debug("trace builder: %d of %d traced runs built in its process (%d started)",
                   self.built, self._recorded, self._starts)
@@ -431,6 +539,9 @@ def main() -> int:
     itself then writes to the standard error, so nothing printed while a run is built (a
     library's message, the text of a run) can fall between two answers.
     """
+    parent = os.environ.get(PARENT_VARIABLE)
+    if parent is not None and parent.isdigit():
+        _die_with_parent(int(parent))
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     return serve(sys.stdin.buffer, answers)

@@ -37,6 +37,7 @@ import functools
 import io
 import json
 import logging
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -348,10 +349,35 @@ def submitted_rankings(run_dir: Path, max_chars: int) -> Any:
     text = data.decode("utf-8", "replace")
     if len(text) > max_chars:
         return cut(text, max_chars, "output/rankings.json")
+    if _nesting(text) > MAX_RANKINGS_NESTING:  # the agent's file: kept as text
+        return text
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):  # the agent's file: nested past the parser
+    except json.JSONDecodeError:
         return text
+
+
+MAX_RANKINGS_NESTING = 64
+"""Deepest ``rankings.json`` a trace shows parsed (deeper: its text). Parsing and encoding
+nest on the interpreter's stack, so past a fixed depth the result would depend on how deep
+the caller's stack is: the builder process and an inline build must agree."""
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _nesting(text: str) -> int:
+    """How deep the brackets of ``text`` nest.
+
+    Those inside strings are counted too: an upper bound of a JSON value's depth.
+
+    >>> _nesting('{"a": [[1], {"b": 2}]}'), _nesting("[]]]"), _nesting("x")
+    (3, 1, 0)
+    """
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(text):
+        depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
 
 
 @dataclass(frozen=True)

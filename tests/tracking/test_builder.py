@@ -137,7 +137,7 @@ if marker.exists():  # the second builder: the real one
     runpy.run_module("spu.tracking.builder", run_name="__main__")
 else:  # the first: up, takes a request, never answers
     marker.touch()
-    _send(sys.stdout.buffer, ("ready", os.getpid()))
+    _send(sys.stdout.buffer, (0, "ready", os.getpid()))
     _receive(sys.stdin.buffer)
     time.sleep(600)
 """
@@ -374,3 +374,200 @@ def test_a_sweep_from_the_command_line_builds_its_traces_in_the_builder(tmp_path
         (trace,) = client.search_traces(locations=[run.info.experiment_id],
                                         run_id=run.info.run_id)
         assert trace.info.tags["run_key"] == run.data.tags["run_key"]
+
+
+# -- found by a red-team helper against the first version (2026-12-05) -------------------
+
+
+class _Unpicklable(str):
+    """A note that reads as text and cannot be pickled."""
+
+    def __reduce_ex__(self, protocol: object) -> None:  # type: ignore[override]
+        raise TypeError("cannot pickle this")
+
+
+def test_a_request_that_cannot_be_sent_is_built_inline_and_no_run_gets_anothers_views(
+        tmp_path, target) -> None:
+    """Attack (F2): a request whose pickle fails left its answer slot waiting, so each
+    later answer settled the run before it: run B's MLflow run showed run C's trace. Now
+    the request is pickled before it is waited for (that run built inline), answers name
+    their request, and a view is checked to be the run's own before it is written."""
+    folders = _folders(tmp_path, 4)
+    with building_views(start_at=1) as b:
+        log_run(_record(folders[0]), folders[0], target)
+        _started(b)
+        bad = _record(folders[1]).model_copy(update={"notes": [_Unpicklable("note")]})
+        bad_id = log_run(bad, folders[1], target)  # built inline
+        run_ids = {f: log_run(_record(f), f, target) for f in folders[2:]}
+        assert b.built == 2
+    assert _trace_of(target, bad_id).info.tags["run_key"] == bad.run_key
+    for folder, run_id in run_ids.items():
+        trace = _trace_of(target, run_id)
+        assert trace.info.tags["run_key"] == _record(folder).run_key
+
+
+def test_a_builder_that_cannot_start_leaves_the_run_recorded(tmp_path, target,
+                                                             caplog) -> None:
+    """Attack (F3): a builder that could not start (no such program here; out of file
+    descriptors there) raised out of ``log_run`` before the run was created: the run had
+    no record at all. Now one line, and the run and its trace are recorded inline."""
+    from mlflow.tracking import MlflowClient
+
+    folders = _folders(tmp_path, 2)
+    with caplog.at_level(logging.WARNING, logger="spu.tracking"):
+        with building_views(start_at=1) as b:
+            b._command = [str(tmp_path / "no-such-builder")]  # noqa: SLF001
+            run_ids = [log_run(_record(f), f, target) for f in folders]
+    (line,) = [r.getMessage() for r in caplog.records if "builder process" in r.getMessage()]
+    assert "did not start" in line and "built in this process" in line
+    client = MlflowClient(tracking_uri=target.uri)
+    for run_id in run_ids:
+        assert client.get_run(run_id).info.status == "FINISHED"
+        assert _trace_of(target, run_id).info.tags["run_key"]
+
+
+BUSY = """
+import os, sys
+from spu.tracking.builder import _die_with_parent, _send
+
+_die_with_parent(int(os.environ["SPU_TRACE_BUILDER_PARENT"]))
+_send(sys.stdout.buffer, (0, "ready", os.getpid()))
+while True:  # a build that holds the interpreter for ever
+    pass
+"""
+
+
+def test_a_builder_busy_when_the_driver_is_killed_ends_with_it(tmp_path) -> None:
+    """Attack (F4): a builder mid-build when the driver was SIGKILLed ran on, its
+    requests' end unread, reparented to init. Now it dies with the driver (Linux's parent
+    death signal), busy or not."""
+    (tmp_path / "busy.py").write_text(BUSY)
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        from spu.tracking.builder import ViewBuilder
+
+        b = ViewBuilder(start_at=1, command=[sys.executable, {str(tmp_path / 'busy.py')!r}])
+        b._start()
+        assert b.wait_started(timeout=60)
+        print(b.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(pid)
+
+
+def test_a_module_in_the_sweeps_folder_does_not_run_in_the_builder(tmp_path) -> None:
+    """Attack (F5): ``python -m`` put the current folder first on the builder's path, so a
+    ``struct.py`` where the sweep was started ran in the builder. Now ``-P``."""
+    cwd = tmp_path / "started-here"
+    cwd.mkdir()
+    marker = tmp_path / "shadow-ran"
+    (cwd / "struct.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                   "raise ImportError('a shadow')\n")
+    folders = _folders(tmp_path, 2)
+    script = tmp_path / "record.py"
+    script.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        from spu.schema import RunRecord
+        from spu.tracking.builder import building_views
+        from spu.tracking.store import TrackingTarget, log_run
+
+        out = Path({str(tmp_path)!r}) / "store"
+        target = TrackingTarget(uri=f"sqlite:///{{out / 'mlflow.db'}}",
+                                artifact_root=(out / "mlartifacts").as_uri(), experiment="x")
+        with building_views(start_at=1) as b:
+            for f in {[str(f) for f in folders]!r}:
+                log_run(RunRecord.model_validate_json((Path(f) / "run.json").read_text()),
+                        Path(f), target)
+                b.wait_started(timeout=60)
+            print("built aside", b.built)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "built aside 1" in done.stdout and not marker.exists()
+
+
+OUT_OF_STEP = """
+import os, sys
+from spu.tracking.builder import _receive, _send
+
+_send(sys.stdout.buffer, (0, "ready", os.getpid()))
+number = _receive(sys.stdin.buffer)[0]
+_send(sys.stdout.buffer, (number, "bogus", None))
+sys.stdin.buffer.read()
+"""
+
+
+def test_an_answer_out_of_step_fails_its_run_at_once(tmp_path, monkeypatch) -> None:
+    """Attack (F6): an answer of another kind was taken from its run's slot and the run
+    left waiting for ``BUILD_TIMEOUT_S`` and a minute more, then a ``TimeoutError``. Now
+    the run it names fails at once (``BuilderGone``)."""
+    monkeypatch.setattr(builder_module, "BUILD_TIMEOUT_S", 120.0)
+    (tmp_path / "out_of_step.py").write_text(OUT_OF_STEP)
+    folder = _folders(tmp_path, 1)[0]
+    b = ViewBuilder(start_at=1, command=[sys.executable, str(tmp_path / "out_of_step.py")])
+    try:
+        b.submit(_record(folder), folder, TracesConfig(), 1)()
+        _started(b)
+        collect = b.submit(_record(folder), folder, TracesConfig(), 2)
+        started = time.monotonic()
+        with pytest.raises(builder_module.BuilderGone, match="out of step"):
+            collect()
+        assert time.monotonic() - started < 30
+    finally:
+        b.close()
+
+
+def test_a_deeply_nested_submission_is_the_same_trace_at_any_stack_depth(tmp_path) -> None:
+    """Attack (F7): a ``rankings.json`` nested some 900 deep parsed in the builder's
+    shallow stack and fell back to text in a deep one, so the two builds differed. Past
+    ``MAX_RANKINGS_NESTING`` it is text wherever it is built."""
+    from spu.tracking.traces import MAX_RANKINGS_NESTING, submitted_rankings
+
+    folder = _folders(tmp_path, 1)[0]
+    (folder / "output" / "rankings.json").write_text("[" * 900 + "]" * 900)
+
+    def deep(n: int) -> object:
+        return deep(n - 1) if n else submitted_rankings(folder, 4000)
+
+    shallow = submitted_rankings(folder, 4000)
+    assert shallow == deep(sys.getrecursionlimit() - 200) == "[" * 900 + "]" * 900
+    (folder / "output" / "rankings.json").write_text(
+        "[" * MAX_RANKINGS_NESTING + "]" * MAX_RANKINGS_NESTING)
+    assert isinstance(submitted_rankings(folder, 4000), list)
+
+
+def test_a_stalled_request_no_one_collects_is_stopped_at_the_next_run(
+        tmp_path, monkeypatch) -> None:
+    """The helper's note: a builder stalled on a run whose record then failed (so no one
+    waits for its views) would take requests until its pipe was full, and a write would
+    wait for ever. The next run past ``BUILD_TIMEOUT_S`` stops it and is built inline;
+    the run after starts a new builder."""
+    monkeypatch.setattr(builder_module, "BUILD_TIMEOUT_S", 2.0)
+    folders = _folders(tmp_path, 3)
+    script = tmp_path / "stalls_once.py"
+    script.write_text(STALLS_ONCE)
+    b = ViewBuilder(start_at=1, command=[sys.executable, str(script),
+                                         str(tmp_path / "stalled-once")])
+    settings = TracesConfig()
+    try:
+        b.submit(_record(folders[0]), folders[0], settings, 1)()
+        first = _started(b).pid
+        abandoned = b.submit(_record(folders[1]), folders[1], settings, 2)  # never collected
+        time.sleep(2.5)
+        assert b.submit(_record(folders[2]), folders[2], settings, 3)() == build_views(
+            _record(folders[2]), folders[2], settings, 3)
+        with pytest.raises(builder_module.BuilderGone, match="took over 2 s"):
+            abandoned()
+        assert first is not None and not running(first)
+        b.submit(_record(folders[2]), folders[2], settings, 4)  # starts a new one
+        assert _started(b).pid not in (None, first)
+    finally:
+        b.close()
