@@ -183,15 +183,20 @@ def test_a_run_that_stalls_the_builder_loses_its_trace_not_the_sweep(
         assert any(s.span_type == "TOOL" for s in _trace_of(target, later_id).data.spans)
 
 
+def _stalls_once(tmp_path: Path) -> ViewBuilder:
+    """A builder whose process stalls on its second request, once (``STALLS_ONCE``)."""
+    script = tmp_path / "stalls_once.py"
+    script.write_text(STALLS_ONCE)
+    return ViewBuilder(start_at=1, command=[sys.executable, str(script),
+                                            str(tmp_path / "stalled-once")])
+
+
 def test_runs_queued_behind_a_stalled_run_are_built_inline(tmp_path, monkeypatch) -> None:
     """Settling threads queue several runs at one builder: when it is stopped for the run
     it stalls on, that run fails and the runs behind it are built inline, none lost."""
     monkeypatch.setattr(builder_module, "BUILD_TIMEOUT_S", 3.0)
     folders = _folders(tmp_path, 3)
-    script = tmp_path / "stalls_once.py"
-    script.write_text(STALLS_ONCE)
-    b = ViewBuilder(start_at=1, command=[sys.executable, str(script),
-                                         str(tmp_path / "stalled-once")])
+    b = _stalls_once(tmp_path)
     try:
         settings = TracesConfig()
         b.submit(_record(folders[0]), folders[0], settings, 1)()
@@ -325,16 +330,14 @@ def test_on_one_core_no_builder_process_starts(tmp_path) -> None:
     assert done.stdout.split() == ["False", "True", "0", "True"]
 
 
-def test_the_builder_ends_with_a_driver_killed_outright() -> None:
-    """A driver killed by SIGKILL (no cleanup runs) leaves no builder behind: its requests
-    end, and so does it."""
-    import psutil
-
-    script = textwrap.dedent("""
-        import os, signal
+def _kill_driver_with_builder(command: str = "") -> int:
+    """Start a builder (``ViewBuilder(start_at=1{command})``) in a driver that then kills
+    itself with SIGKILL, so no cleanup runs; the builder's pid."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys
         from spu.tracking.builder import ViewBuilder
 
-        b = ViewBuilder(start_at=1)
+        b = ViewBuilder(start_at=1{command})
         b._start()
         assert b.wait_started(timeout=60)
         print(b.pid, flush=True)
@@ -343,11 +346,23 @@ def test_the_builder_ends_with_a_driver_killed_outright() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
-    pid = int(done.stdout.split()[0])
-    deadline = time.monotonic() + 30
+    return int(done.stdout.split()[0])
+
+
+def _ends_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
     while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not running(pid), psutil.Process(pid).cmdline()
+    return not running(pid)
+
+
+def test_the_builder_ends_with_a_driver_killed_outright() -> None:
+    """A driver killed by SIGKILL (no cleanup runs) leaves no builder behind: its requests
+    end, and so does it."""
+    import psutil
+
+    pid = _kill_driver_with_builder()
+    assert _ends_within(pid, 30), psutil.Process(pid).cmdline()
 
 
 def test_a_sweep_from_the_command_line_builds_its_traces_in_the_builder(tmp_path) -> None:
@@ -442,24 +457,9 @@ def test_a_builder_busy_when_the_driver_is_killed_ends_with_it(tmp_path) -> None
     requests' end unread, reparented to init. Now it dies with the driver (Linux's parent
     death signal), busy or not."""
     (tmp_path / "busy.py").write_text(BUSY)
-    script = textwrap.dedent(f"""
-        import os, signal, sys
-        from spu.tracking.builder import ViewBuilder
-
-        b = ViewBuilder(start_at=1, command=[sys.executable, {str(tmp_path / 'busy.py')!r}])
-        b._start()
-        assert b.wait_started(timeout=60)
-        print(b.pid, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
-    pid = int(done.stdout.split()[0])
-    deadline = time.monotonic() + 10
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not running(pid)
+    pid = _kill_driver_with_builder(
+        f", command=[sys.executable, {str(tmp_path / 'busy.py')!r}]")
+    assert _ends_within(pid, 10)
 
 
 def test_a_module_in_the_sweeps_folder_does_not_run_in_the_builder(tmp_path) -> None:
@@ -552,10 +552,7 @@ def test_a_stalled_request_no_one_collects_is_stopped_at_the_next_run(
     the run after starts a new builder."""
     monkeypatch.setattr(builder_module, "BUILD_TIMEOUT_S", 2.0)
     folders = _folders(tmp_path, 3)
-    script = tmp_path / "stalls_once.py"
-    script.write_text(STALLS_ONCE)
-    b = ViewBuilder(start_at=1, command=[sys.executable, str(script),
-                                         str(tmp_path / "stalled-once")])
+    b = _stalls_once(tmp_path)
     settings = TracesConfig()
     try:
         b.submit(_record(folders[0]), folders[0], settings, 1)()
