@@ -41,6 +41,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import re
 import shlex
@@ -49,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from spu.heredoc import cat_to_file, heredocs, without_heredocs
+from spu.patterns import AnyOf, Searcher, Swallowing
 from spu.schema import Activity
 
 PRIORITY: tuple[Activity, ...] = tuple(Activity)
@@ -104,6 +107,7 @@ MODULE_FAMILIES: dict[str, str] = {
     "numpyro": "monte_carlo", "arviz": "monte_carlo",
 }
 """Python module (or its first dotted parts) -> method family."""
+_MOST_MODULE_PARTS = max(name.count(".") + 1 for name in MODULE_FAMILIES)
 
 PROGRAM_FAMILIES: dict[str, str] = {
     "obabel": "cheminformatics", "babel": "cheminformatics",
@@ -130,18 +134,22 @@ PROGRAM_FAMILIES: dict[str, str] = {
 }
 """Executable name -> method family (a program of that family that ran)."""
 
+_DRAWS = (r"normal|uniform|lognormal|dirichlet|choice|permutation|shuffle|beta|gamma|poisson|"
+          r"multivariate_normal|binomial|exponential|standard_normal|gauss|integers|randint|"
+          r"triangular|rand|randn|random|sample")
 # Calls that mark a family inside executed Python, whatever is imported.
-_CALL_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
+_CALL_FAMILIES: tuple[tuple[Searcher, str], ...] = (
     (re.compile(r"\b(?:curve_fit|least_squares|polyfit|lmfit|minimize_scalar|leastsq|"
                 r"odeint|solve_ivp|ode\(|Model\(\w*\)\.fit|nls|fit_kinetics)\s*\("),
      "fitting_rate_equations"),
     (re.compile(r"\b(?:pairwise2|PairwiseAligner|pairwise_alignment|align\.globalxx|"
                 r"align\.localxx|smith_waterman|needleman_wunsch)\b"), "bioinformatics"),
-    (re.compile(r"\b(?:np\.random|numpy\.random|rng|random|default_rng\([^)]*\))\s*\."
-                r"(?:normal|uniform|lognormal|dirichlet|choice|permutation|shuffle|beta|gamma|"
-                r"poisson|multivariate_normal|binomial|exponential|standard_normal|gauss|"
-                r"integers|randint|triangular|rand|randn|random|sample)\s*\(|\.rvs\s*\(|"
-                r"\bmonte[_ ]?carlo\b", re.IGNORECASE), "monte_carlo"),
+    (AnyOf(re.compile(r"\b(?:np\.random|numpy\.random|rng|random)\s*\.(?:" + _DRAWS + r")\s*\(|"
+                      r"\.rvs\s*\(|\bmonte[_ ]?carlo\b", re.IGNORECASE),
+           # ``default_rng(...)`` to its ``)``: a start that fails swallows what the
+           # ``default_rng(`` after it would walk (``default_rng(`` repeated: quadratic)
+           Swallowing(r"\bdefault_rng\((?:[^)]*\)\s*\.(?:" + _DRAWS + r")\s*\(|(?P<skip>[^)]*+))",
+                      re.IGNORECASE)), "monte_carlo"),
 )
 
 _GPU_CODE = re.compile(
@@ -158,11 +166,14 @@ _GPU_NAMED = re.compile(
 _PROBE_CODE = re.compile(
     r"is_available\(\)|device_count\(\)|get_device_name|__version__|sys\.version|"
     r"platform\.|find_spec|importlib|cpu_count|virtual_memory|shutil\.which")
-GPU_ERRORS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("library_load", re.compile(r"lib(?:cud\w*|cublas\w*|cufft\w*|nvrtc\w*|cusparse\w*|"
-                                r"cusolver\w*|nccl\w*)[^\n]{0,60}(?:cannot open|not found|No such)|"
-                                r"(?:cannot open shared object|Could not load library)[^\n]{0,60}"
-                                r"cu", re.IGNORECASE)),
+GPU_ERRORS: tuple[tuple[str, Searcher], ...] = (
+    # ``lib`` + name + ``\w*``: a start that fails swallows its word, whose later starts
+    # would walk the same word to its end (``libcudlibcud...``: quadratic)
+    ("library_load", AnyOf(
+        Swallowing(r"lib(?:cud|cublas|cufft|nvrtc|cusparse|cusolver|nccl)(?:\w*[^\n]{0,60}"
+                   r"(?:cannot open|not found|No such)|(?P<skip>\w*+))", re.IGNORECASE),
+        re.compile(r"(?:cannot open shared object|Could not load library)[^\n]{0,60}cu",
+                   re.IGNORECASE))),
     ("out_of_memory", re.compile(r"CUDA out of memory|OutOfMemoryError|cudaErrorMemoryAllocation|"
                                  r"CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)),
     ("no_device", re.compile(r"no CUDA-capable device|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|"
@@ -175,32 +186,43 @@ GPU_ERRORS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 """Kinds of GPU error named in a program's output (Figure 22c), first match wins."""
 
-_INSTALL = re.compile(
-    r"(?:^|[\s;&|(\"'`!])(?:(?:python3?|uv)\s+-m\s+pip|pip3?|uv\s+pip|uv|conda|mamba|micromamba|"
-    r"apt(?:-get)?|npm|cargo|gem|brew|dnf|yum|apk)\s+(?:-\S+\s+)*(?:install|add)\b|"
-    r"install\.packages\(|pip\.main\(\[['\"]install|['\"]pip3?['\"]\s*,\s*(?:['\"]-\S+['\"]\s*,\s*)*"
-    r"['\"]install['\"]")
+# ``pip [options] install`` and its kin. ``python -m pip``, ``uv -m pip`` and ``uv pip`` are
+# not spelled out: their ``pip`` follows a space, so ``pip`` alone matches there, with the
+# same options after it. The options are possessive (a shorter option or space cannot be
+# followed by another option or the word), and a start that fails swallows its options:
+# a program inside one (``-x;pip``) is followed by the same options, to the same end (an
+# option of ``'pip -'`` repeated made it quadratic). The mark before the program is looked
+# behind at, not taken: a skip may end on it.
+_INSTALL_COMMAND = Swallowing(
+    r"(?:^|(?<=[\s;&|(\"'`!]))(?:pip3?|uv|conda|mamba|micromamba|apt(?:-get)?|npm|cargo|gem|"
+    r"brew|dnf|yum|apk)\s++(?:-\S++\s++)*+(?:(?:install|add)\b|(?P<skip>))")
+# An option in a Python list is a quoted word with no quote inside (``\S+`` there split
+# ``'-x','-y'`` in 2**k ways: exponential).
+_INSTALL = AnyOf(_INSTALL_COMMAND, re.compile(
+    r"install\.packages\(|pip\.main\(\[['\"]install|['\"]pip3?['\"]\s*,\s*"
+    r"(?:['\"]-[^\s'\"]++['\"]\s*,\s*)*+['\"]install['\"]"))
 _DOWNLOAD_PROGRAMS = frozenset({"curl", "wget", "aria2c", "lynx", "w3m", "links"})
 _URL = re.compile(r"\b(?:https?|ftp|file)://[^\s'\"<>)]+", re.IGNORECASE)
 _PY_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import|import[ \t]+([\w., \t]+))",
                         re.MULTILINE)
 _NOT_FOUND_MODULE = re.compile(r"No module named '?([\w.]+)")
 _COMMAND_NOT_FOUND = re.compile(r"(?<![\w.+-])([\w.+-]+): (?:command )?not found")
-_WRITE_OPS = re.compile(r"(?<![<>&])>>?(?![&>])|\btee\b|\bcp\b|\bmv\b|"
-                        r"open\([^)]*['\"][wa]b?\+?['\"]|"
-                        r"\.write\(|json\.dump\(|write_text\(|to_csv\(|to_json\(|savetxt\(|"
-                        r"\bdump\(")
+_WRITE_OPS = AnyOf(
+    re.compile(r"(?<![<>&])>>?(?![&>])|\btee\b|\bcp\b|\bmv\b|"
+               r"\.write\(|json\.dump\(|write_text\(|to_csv\(|to_json\(|savetxt\(|\bdump\("),
+    # ``open(`` to its ``)``: a start that fails swallows what later ``open(`` would walk
+    Swallowing(r"open\((?:[^)]*['\"][wa]b?\+?['\"]|(?P<skip>[^)]*+))"))
 _SUBMISSION_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json|SPU_OUTPUT_DIR|/output\b")
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\s*(?:\n|$)", re.DOTALL)
-_CAT_TO_FILE = re.compile(r"\b(?:cat|tee)\s*(?:-a\s+)?>?\s*>?\s*['\"]?([^\s'\"<>|;&]+)['\"]?\s*"
-                          r"<<-?\s*(['\"]?)(\w+)\2[^\n]*\n(.*?)\n\s*\3\s*(?:\n|$)", re.DOTALL)
 # A job sent to the background: ``cmd &`` (not ``&&``, ``>&``), nohup, setsid, disown, screen,
 # tmux. The ``&`` is matched first and the character before it checked after, so the
 # search looks for the literal instead of trying a lookbehind at every position.
 _BACKGROUND_AMP = re.compile(r"&(?<![&>]&)\s*(?:$|\n|;)")
 _BACKGROUND_WORD = re.compile(r"\bnohup\b|\bsetsid\b|\bdisown\b|\bscreen\s+-d|\btmux\s+new")
 _CUDA_OR_GPU = re.compile(r"cuda|gpu", re.IGNORECASE)
-_WRITES_CODE = re.compile(r">\s*['\"]?[^\s'\"]+\.(?:py|sh|r|jl|c|inp|in)\b")
+# ``> name.py``: a start that fails swallows its word, but not a ``>`` that ends it (from
+# there the name may be the next word)
+_WRITES_CODE = Swallowing(r">\s*['\"]?(?:[^\s'\"]+\.(?:py|sh|r|jl|c|inp|in)\b|"
+                          r"(?P<skip>[^\s'\"]*(?=>(?:[\s'\"]|\Z))|[^\s'\"]*+))")
 _PROBE_COMMAND = re.compile(r"/proc/(?:cpuinfo|meminfo)|--version\b|\bpip (?:list|show|freeze)\b")
 _TAIL_F = re.compile(r"\btail\s+-f\b")
 _OUTPUT_NAMES = re.compile(r"rankings\.json|report\.md|sources\.json")
@@ -336,15 +358,39 @@ def module_family(module: str) -> str | None:
     ('semiempirical_qm', 'dft', None)
     """
     parts = module.split(".")
-    for k in range(len(parts), 0, -1):
+    # no known module has more parts than the longest (an agent's ``a.a.a...`` of 100,000
+    # parts joined every prefix: quadratic)
+    for k in range(min(len(parts), _MOST_MODULE_PARTS), 0, -1):
         family = MODULE_FAMILIES.get(".".join(parts[:k]))
         if family:
             return family
     return None
 
 
+# A comment: a line whose first mark is ``#``, or a ``#`` after a space with no quote after it
+# on its line. Read a line at a time so that an agent's code costs time linear in its
+# length (the one pattern this was, ``^\s*#.*$|\s+#[^'"\n]*$``, retried every space of a
+# run and every line of a blank stretch: quadratic). The lines kept are the same; only the
+# blank space around a removed comment may differ.
+_COMMENT_LINE = re.compile(r"[^\S\n]*#")
+_COMMENT_AFTER = re.compile(r"(?<![^\S\n])[^\S\n]+#")
+
+
 def _strip_comments(code: str) -> str:
-    return re.sub(r"(?m)^\s*#.*$|\s+#[^'\"\n]*$", "", code)
+    if "#" not in code:
+        return code
+    lines = code.split("\n")
+    for k, line in enumerate(lines):
+        if "#" not in line:
+            continue
+        if _COMMENT_LINE.match(line):
+            lines[k] = ""
+            continue
+        after_quotes = max(line.rfind("'"), line.rfind('"')) + 1
+        comment = _COMMENT_AFTER.search(line, after_quotes)
+        if comment:
+            lines[k] = line[:comment.start()]
+    return "\n".join(lines)
 
 
 @dataclass
@@ -494,7 +540,7 @@ def simple_commands(script: str) -> list[list[str]]:
 
 @functools.lru_cache(maxsize=4096)
 def _simple_commands(script: str) -> tuple[tuple[str, ...], ...]:
-    body = _HEREDOC.sub("\n", script) if "<<" in script else script
+    body = without_heredocs(script)
     commands: list[list[str]] = []
     words: list[str] = []
     word: list[str] | None = None
@@ -540,27 +586,28 @@ def _simple_commands(script: str) -> tuple[tuple[str, ...], ...]:
 
 def _unwrap(words: list[str]) -> list[str]:
     """Drop variable assignments and wrappers (``sudo``, ``timeout 60``, ``mpirun -np 4``)."""
-    while words:
-        head = words[0]
+    at = 0  # words[at:] is what is left (a slice a word cost time quadratic in ``sudo`` x n)
+    while at < len(words):
+        head = words[at]
         if re.fullmatch(r"\w+=.*", head):
-            words = words[1:]
+            at += 1
         elif head in ("uv", "conda", "micromamba", "mamba"):
-            if len(words) > 1 and words[1] == "run":
-                words = words[2:]
-                while words and words[0].startswith("-"):
-                    words = words[2:] if words[0] in ("-n", "-p", "--name") else words[1:]
+            if at + 1 < len(words) and words[at + 1] == "run":
+                at += 2
+                while at < len(words) and words[at].startswith("-"):
+                    at += 2 if words[at] in ("-n", "-p", "--name") else 1
             else:
                 break
         elif head in _WRAPPERS:
-            words = words[1:]
+            at += 1
             # the wrapper's own options and arguments: ``-np 4``, ``60``, ``-s KILL``
-            while words and (words[0].startswith("-") or re.fullmatch(r"[\d.]+[smhd]?",
-                                                                       words[0])):
-                takes_value = words[0] in ("-np", "-n", "-s", "--signal", "-k", "-N", "-c")
-                words = words[2:] if takes_value and len(words) > 1 else words[1:]
+            while at < len(words) and (words[at].startswith("-")
+                                       or re.fullmatch(r"[\d.]+[smhd]?", words[at])):
+                takes_value = words[at] in ("-np", "-n", "-s", "--signal", "-k", "-N", "-c")
+                at += 2 if takes_value and at + 1 < len(words) else 1
         else:
             break
-    return words
+    return words[at:]
 
 
 def _program(word: str) -> str:
@@ -579,11 +626,14 @@ class _ShellReading:
 
 def _read_shell(script: str, ctx: RunContext) -> _ShellReading:
     out = _ShellReading()
-    heredocs: dict[str, str] = {}
-    if "<<" in script:  # both patterns need it; most commands have none
-        heredocs = {m.group(2): m.group(3) for m in _HEREDOC.finditer(script)}
-        for m in _CAT_TO_FILE.finditer(script):
-            out.written_files.append((m.group(1), m.group(4)))
+    bodies: dict[str, str] = {}
+    # the signals of each Python that ran, each distinct one once, merged at the end (a
+    # script run n times was merged n times, its modules copied each time)
+    ran: dict[int, ScriptSignals] = {}
+    heredoc_code: str | None = None
+    if "<<" in script:  # most commands have none
+        bodies = {doc.word: doc.body for doc in heredocs(script)}
+        out.written_files += [(doc.file, doc.body) for doc in cat_to_file(script)]
     for words in simple_commands(script):
         prog = _program(words[0])
         out.programs.append(prog)
@@ -602,14 +652,15 @@ def _read_shell(script: str, ctx: RunContext) -> _ShellReading:
             else:
                 files = [w for w in words[1:] if not w.startswith("-")]
                 if files and files[0] != "-":
-                    known = ctx.script(files[0])
-                    out.python = (out.python | known) if (known and out.python) else (
-                        known or out.python)
+                    if (known := ctx.script(files[0])) is not None:
+                        ran.setdefault(id(known), known)
                     continue
                 # ``python3 - <<'PY'`` or ``python3 <<EOF``: the heredoc is the program
-                code = "\n".join(heredocs.values())
+                if heredoc_code is None:
+                    heredoc_code = "\n".join(bodies.values())
+                code = heredoc_code
             signals = python_signals(code or "")
-            out.python = signals if out.python is None else out.python | signals
+            ran.setdefault(id(signals), signals)
         elif prog in _DOWNLOAD_PROGRAMS or (prog == "git" and "clone" in words):
             for word in words[1:]:
                 for url in _URL.findall(word):
@@ -617,6 +668,8 @@ def _read_shell(script: str, ctx: RunContext) -> _ShellReading:
                         out.download_url = out.download_url or url
                     else:
                         out.task_url = True
+    if ran:
+        out.python = functools.reduce(operator.or_, ran.values())
     return out
 
 
@@ -798,7 +851,7 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
         return CallLabel(Activity.software_install, **label)  # type: ignore[arg-type]
     if families or gpu_workload:
         return CallLabel(Activity.scientific_computation, **label)  # type: ignore[arg-type]
-    body = _HEREDOC.sub("\n", command) if "<<" in command else command
+    body = without_heredocs(command)
     writes = bool(_may_match(body, _WRITE_WORDS) and _WRITE_OPS.search(body)) or bool(
         reading.written_files)
     if (ran_python and signals is not None and signals.submission) or (

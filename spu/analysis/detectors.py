@@ -41,8 +41,11 @@ TABLE_CELLS = 8
 
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 _STRING = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
-# ``name =``, ``name: type =``, optionally ``np.array(`` after it: opens a literal
-_ASSIGN = re.compile(r"^\s*[A-Za-z_][\w.\[\]'\"]*\s*(?::\s*[\w\[\], .]+)?=(?!=)\s*"
+# ``name =``, ``name: type =``, optionally ``np.array(`` after it: opens a literal. The type
+# is ``:\s*[\w\[\], .]+`` written so that a space belongs to one part only (both taking
+# it made ``a:`` and a long run of spaces quadratic): the same match end.
+_ASSIGN = re.compile(r"^\s*[A-Za-z_][\w.\[\]'\"]*\s*"
+                     r"(?::(?:\s*+[\w\[\],.][\w\[\], .]*+|\s*+(?<= )))?=(?!=)\s*"
                      r"(?:[A-Za-z_][\w.]*\()?")
 _LABEL = re.compile(r"^\s*[A-Za-z_][\w.-]*(?=\s*[,|;\t])")  # a bare id opening a row
 _KEYWORD = re.compile(r"\b[A-Za-z_]\w*\s*=(?!=)")  # keyword=value, as in dict(a=1, ...)

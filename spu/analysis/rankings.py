@@ -71,6 +71,7 @@ def rankings_in_text(text: str, limit: int = 20) -> list[Orders]:
     """
     found: list[Orders] = []
     start = 0
+    decoded: dict[int, tuple[object, int] | None] = {}  # by brace: each decoded once
     while len(found) < limit:
         at = text.find('"rankings"', start)
         if at < 0:
@@ -82,10 +83,14 @@ def rankings_in_text(text: str, limit: int = 20) -> list[Orders]:
             brace = text.rfind("{", 0, brace)
             if brace < 0:
                 break
-            try:
-                obj, end = _decoder.raw_decode(text, brace)
-            except ValueError:
+            if brace not in decoded:
+                try:
+                    decoded[brace] = _decoder.raw_decode(text, brace)
+                except (ValueError, RecursionError):  # not JSON, or nested past the stack
+                    decoded[brace] = None
+            if (value := decoded[brace]) is None:
                 continue
+            obj, end = value
             if end > at and isinstance(obj, dict) and "rankings" in obj:
                 orders = _orders(obj["rankings"])
                 if orders:

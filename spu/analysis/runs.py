@@ -78,11 +78,69 @@ _ACTIVITY_NAMES = {a: (a.value, ACTIVITY_CLASSES[a]) for a in Activity}
 MAX_AUDIT_LINES = 1_000_000
 """Lines read from one audit log (a bound against a runaway log)."""
 
-_EXPECTED = re.compile(
-    r"expect\w*[^\n.]{0,60}?(?:spearman|\brho\b|ρ|rank correlation)[^\n]{0,40}?"
-    r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?|"
-    r"(?:spearman|\brho\b|ρ)[^\n.]{0,40}?expect\w*[^\n]{0,30}?"
-    r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?", re.IGNORECASE)
+_NUMBER_OR_RANGE = r"(-?\d?\.\d+)(?:\s*(?:-|–|to)\s*(-?\d?\.\d+))?"
+# What a report states of its expected rho was one pattern, ``expect\w*...(spearman|rho|ρ)
+# ...NUMBER`` or ``(spearman|rho|ρ)...expect\w*...NUMBER``: on a report of one long word
+# each ``expect`` (or ``ρ``) in it walked the word to its end, quadratic. The two halves are
+# read apart, each word's end once, and the leftmost wins, as in the alternation.
+_EXPECT = re.compile(r"expect", re.IGNORECASE)
+_REST_OF_WORD = re.compile(r"\w*+")
+_AFTER_EXPECT = re.compile(r"[^\n.]{0,60}?(?:spearman|\brho\b|ρ|rank correlation)[^\n]{0,40}?"
+                           + _NUMBER_OR_RANGE, re.IGNORECASE)
+_RHO_AT = re.compile(r"(?=spearman|\brho\b|ρ)", re.IGNORECASE)
+_RHO = re.compile(r"spearman|\brho\b|ρ", re.IGNORECASE)
+_NUMBER_AFTER = re.compile(r"[^\n]{0,30}?" + _NUMBER_OR_RANGE, re.IGNORECASE)
+_LAST_SPLITS = 120
+r"""How far before its word's end ``expect\w*`` may stop and still reach a number: the
+number's ``.`` is past the word (no ``\w``), so it is at most 2 + 40 + 16 (the longest
+keyword) + 60 characters after the split."""
+
+
+def _word_end(report: str, at: int) -> int:
+    return _REST_OF_WORD.match(report, at).end()  # type: ignore[union-attr]  # \w*+ always matches
+
+
+def _expected_then_rho(report: str) -> tuple[int, re.Match[str]] | None:
+    r"""The leftmost ``expect\w*[^\n.]{0,60}?(spearman|rho|ρ|...)[^\n]{0,40}?NUMBER``.
+
+    Its start and the number's match. ``\w*`` is tried from the word's end back, as the
+    pattern did, but only as far as a number can be reached; a start that fails fails for
+    every later ``expect`` in its word (their choices are a part of its own).
+    """
+    start = _EXPECT.search(report)
+    while start is not None:
+        end = _word_end(report, start.end())
+        for split in range(end, max(start.end(), end - _LAST_SPLITS) - 1, -1):
+            if (number := _AFTER_EXPECT.match(report, split)) is not None:
+                return start.start(), number
+        start = _EXPECT.search(report, end)
+    return None
+
+
+def _rho_then_expected(report: str) -> tuple[int, re.Match[str]] | None:
+    r"""The leftmost ``(spearman|rho|ρ)[^\n.]{0,40}?expect\w*[^\n]{0,30}?NUMBER``.
+
+    Its start and the number's match. ``\w*`` always ends where its word does (a shorter
+    word could only find a number the whole one finds first), so each word end is read
+    once.
+    """
+    numbers: dict[int, re.Match[str] | None] = {}
+    word = (0, 0)  # the last word read, from one of its positions to its end
+    for at in _RHO_AT.finditer(report):
+        rho = _RHO.match(report, at.start())
+        assert rho is not None
+        for expect in range(rho.end(), min(rho.end() + 41, len(report))):
+            if expect > rho.end() and report[expect - 1] in "\n.":
+                break
+            if _EXPECT.match(report, expect):
+                if not word[0] <= expect + 6 <= word[1]:  # each word walked once
+                    word = (expect + 6, _word_end(report, expect + 6))
+                word_end = word[1]
+                if word_end not in numbers:
+                    numbers[word_end] = _NUMBER_AFTER.match(report, word_end)
+                if (number := numbers[word_end]) is not None:
+                    return at.start(), number
+    return None
 
 
 _NO_CODE = frozenset((Activity.web_search, Activity.web_fetch, Activity.subagent))
@@ -103,10 +161,10 @@ def stated_expected_rho(report: str) -> float | None:
     >>> stated_expected_rho("Spearman rho is the metric.") is None
     True
     """
-    m = _EXPECTED.search(report)
-    if not m:
+    found = [m for m in (_expected_then_rho(report), _rho_then_expected(report)) if m]
+    if not found:
         return None
-    low, high = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    low, high = min(found, key=lambda m: m[0])[1].groups()
     value = float(low) if high is None else (float(low) + float(high)) / 2
     return round(value, 6) if -1 <= value <= 1 else None
 

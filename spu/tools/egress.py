@@ -100,6 +100,62 @@ DOWNLOAD_PATTERNS = (
 """Shell commands that download (counted once per occurrence)."""
 
 _DOWNLOAD = re.compile("|".join(f"(?:{p})" for p in DOWNLOAD_PATTERNS))
+# The same alternation with the three ``(?:-\S+\s+)*`` option chains cut after their
+# program: each chain is then walked once (:class:`_Options`), where ``pip -`` repeated
+# made every ``pip`` inside an option walk the chain again (quadratic). At one place at
+# most one alternative can match (their first letters tell them apart), so a program whose
+# options do not end in its word matches nothing there, as in the full pattern.
+_INSTALL_OR_DOWNLOAD = re.compile(r"(?:install|download)\b")
+_CHAINED = {  # the full alternative -> its program, cut before the options
+    r"\bpip[0-9.]*\s+(?:-\S+\s+)*(?:install|download)\b": r"(?P<pip>\bpip[0-9.]*\s++)",
+    r"\bpython[0-9.]*\s+-m\s+pip\s+(?:-\S+\s+)*(?:install|download)\b":
+        r"(?P<python>\bpython[0-9.]*\s+-m\s+pip\s++)",
+    r"\bapt(?:-get)?\s+(?:-\S+\s+)*install\b": r"(?P<apt>\bapt(?:-get)?\s++)",
+}
+_WORD_AFTER = {"pip": _INSTALL_OR_DOWNLOAD, "python": _INSTALL_OR_DOWNLOAD,
+               "apt": re.compile(r"install\b")}
+"""The word each cut program's options must end in."""
+_DOWNLOAD_OR_PROGRAM = re.compile("|".join(
+    _CHAINED.get(p, f"(?:{p})") for p in DOWNLOAD_PATTERNS))
+_OPTION = re.compile(r"-\S++\s++")
+
+
+class _Options:
+    r"""Where the options (``-\S+\s+`` repeated) from a place in a command end.
+
+    Each option is read once, however many programs share it.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.end: dict[int, int] = {}
+
+    def __call__(self, at: int) -> int:
+        walked = []
+        while at not in self.end and (option := _OPTION.match(self.text, at)):
+            walked.append(at)
+            at = option.end()
+        end = self.end.get(at, at)
+        for place in walked:
+            self.end[place] = end
+        return end
+
+
+def _count_downloads(text: str) -> int:
+    """``len(_DOWNLOAD.findall(text))``, in time linear in ``text``."""
+    count, at, options = 0, 0, _Options(text)
+    while (found := _DOWNLOAD_OR_PROGRAM.search(text, at)) is not None:
+        program = found.lastgroup
+        if program not in _WORD_AFTER:
+            count, at = count + 1, found.end()
+            continue
+        end = options(found.end())
+        word = _WORD_AFTER[program].match(text, end)  # type: ignore[index]
+        if word is None:
+            at = found.start() + 1
+        else:
+            count, at = count + 1, word.end()
+    return count
 
 
 class EgressProxyError(RuntimeError):
@@ -281,7 +337,7 @@ def shell_command(arguments: Any) -> str | None:
 
 def count_shell_downloads(commands: Iterable[str]) -> int:
     """Download commands in ``commands`` (each occurrence of :data:`DOWNLOAD_PATTERNS`)."""
-    return sum(len(_DOWNLOAD.findall(c)) for c in commands)
+    return sum(_count_downloads(c) for c in commands)
 
 
 def shell_downloads(steps: Iterable[TrajectoryStep]) -> int:
