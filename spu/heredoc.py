@@ -64,7 +64,6 @@ class _Closings:
         self.newlines = [m.start() for m in _NEWLINE.finditer(text)]
         # word -> (first newline, last newline, match end) of each run before it, in order
         self.by_word: dict[str, list[tuple[int, int, int]]] = {}
-        self.lengths: set[int] = set()
         runs = list(_WHITESPACE.finditer(text))
         for k, run in enumerate(runs):
             first = text.find("\n", run.start(), run.end())
@@ -81,8 +80,7 @@ class _Closings:
                 continue
             last = text.rfind("\n", run.start(), run.end())
             self.by_word.setdefault(token.group(), []).append((first, last, end))
-            self.lengths.add(len(token.group()))
-        self.longest_first = sorted(self.lengths, reverse=True)
+        self.longest_first = sorted({len(word) for word in self.by_word}, reverse=True)
 
     def close(self, word: str, body_start: int) -> tuple[int, int] | None:
         """The first ``(newline, end)`` at or after ``body_start`` where ``word`` closes."""
