@@ -269,6 +269,12 @@ def base64_texts(text: str, rounds: int = BASE64_ROUNDS) -> list[str]:
     return found
 
 
+def readings(text: str) -> tuple[str, list[str]]:
+    """``text`` unescaped and folded, and the texts its base64 decodes to, the same way."""
+    text = folded(unescaped(folded(text)))
+    return text, [folded(unescaped(t)) for t in base64_texts(text)]
+
+
 def reading(text: str) -> str:
     r"""``text`` as the rules read it: unescaped and folded, its base64 decoded beside it.
 
@@ -276,8 +282,7 @@ def reading(text: str) -> str:
         >>> reading("doi%3A 10.1038%2F\u0455\u200b41586 MTAuMTAwMC8xMjM=")
         'doi: 10.1038/s41586 MTAuMTAwMC8xMjM=\n10.1000/123'
     """
-    text = folded(unescaped(folded(text)))
-    extra = [folded(unescaped(t)) for t in base64_texts(text)]
+    text, extra = readings(text)
     return "\n".join([text, *extra]) if extra else text
 
 
@@ -318,10 +323,16 @@ _LOOK_ALIKE = str.maketrans({c: "[0o]" for c in "0o"} | {c: "[1li]" for c in "1l
 """ASCII characters that look alike, each read as any of its kind in a DOI."""
 
 
-def _doi_pattern(doi: str) -> re.Pattern[str]:
-    """The DOI as a whole; an arXiv DOI also as its arXiv id (``arXiv:2304.05332v2``)."""
+def _doi_pattern(doi: str, bounded: bool = True) -> re.Pattern[str]:
+    """The DOI as a whole; an arXiv DOI also as its arXiv id (``arXiv:2304.05332v2``).
+
+    ``bounded=False`` drops the rule that no DOI character precedes it, for text decoded
+    from base64: a run glued to what comes before it decodes that to bytes of its
+    writer's choice, a digit or a letter among them.
+    """
     bare = bare_doi(doi)
-    pattern = r"(?<![0-9a-z.])" + re.escape(bare).translate(_LOOK_ALIKE) + _DOI_END
+    pattern = ((r"(?<![0-9a-z.])" if bounded else "")
+               + re.escape(bare).translate(_LOOK_ALIKE) + _DOI_END)
     arxiv = _ARXIV_DOI.match(bare)
     if arxiv:
         pattern += (r"|(?:arxiv\s*:\s*|arxiv\.org/(?:abs|pdf|html)/)"
@@ -405,22 +416,29 @@ class ExposureDetector:
 
     patterns: tuple[tuple[str, str, re.Pattern[str]], ...]
     titles: tuple[_Title, ...]
+    decoded_patterns: tuple[re.Pattern[str], ...] = ()
+    """The patterns searched in text decoded from base64 (a DOI's without its left edge)."""
 
     @classmethod
     def for_source(cls, source: SourceRecord) -> ExposureDetector:
         """Rules for every identifier ``source`` gives."""
         patterns: list[tuple[str, str, re.Pattern[str]]] = []
+        decoded_patterns: list[re.Pattern[str]] = []
         for kind, value in (("doi", source.doi), ("preprint_doi", source.preprint_doi)):
             if value and bare_doi(value):
                 patterns.append((kind, value, _doi_pattern(value)))
+                decoded_patterns.append(_doi_pattern(value, bounded=False))
         if source.pmid and _digits(source.pmid):
             patterns.append(("pmid", source.pmid, _pmid_pattern(source.pmid)))
+            decoded_patterns.append(patterns[-1][2])
         if source.pmcid and _digits(source.pmcid):
             patterns.append(("pmcid", source.pmcid, _pmcid_pattern(source.pmcid)))
+            decoded_patterns.append(patterns[-1][2])
         titles = [t for t in (_title("title", source.title or ""),
                               _title("preprint_title", source.preprint_title or ""))
                   if t is not None]
-        return cls(patterns=tuple(patterns), titles=tuple(titles))
+        return cls(patterns=tuple(patterns), titles=tuple(titles),
+                   decoded_patterns=tuple(decoded_patterns))
 
     @property
     def empty(self) -> bool:
@@ -429,42 +447,54 @@ class ExposureDetector:
 
     def scan(self, text: str) -> list[Match]:
         """Every source identifier found in ``text`` (one match per kind)."""
+        main, extra = readings(text[:MAX_SCAN_CHARS])
+        found = self._identifiers(main.lower(), "\n".join(extra).lower())
+        if self.titles:
+            found += self._titles(normalize_words(_strip_tags("\n".join([main, *extra]))))
+        return found
+
+    def _identifiers(self, raw: str, decoded_text: str) -> list[Match]:
+        """The DOIs, PMID and PMCID in a text's reading and in what its base64 decodes to."""
+        found: list[Match] = []
+        # PDF text breaks lines inside DOIs; joining them could also glue a DOI that
+        # ends a sentence to the next line's number: both readings are searched.
+        joined = joined_lines(raw)
+        texts = (raw,) if joined == raw else (raw, joined)
+        loose = self.decoded_patterns or tuple(p for _, _, p in self.patterns)
+        for (kind, identifier, pattern), decoded_pattern in zip(self.patterns, loose,
+                                                                strict=True):
+            hit = next((h for h in map(pattern.search, texts) if h), None)
+            if hit is None and decoded_text:
+                hit = decoded_pattern.search(decoded_text)
+            if hit:
+                found.append(Match(kind, identifier, hit.group(0).strip()))
+        return found
+
+    def _titles(self, words: str) -> list[Match]:
+        """The titles, whole or most of them, in a text's normalized words."""
         from rapidfuzz import fuzz
 
-        read = reading(text[:MAX_SCAN_CHARS])
         found: list[Match] = []
-        if self.patterns:
-            raw = read.lower()
-            # PDF text breaks lines inside DOIs; joining them could also glue a DOI that
-            # ends a sentence to the next line's number: both readings are searched.
-            joined = joined_lines(raw)
-            readings = (raw,) if joined == raw else (raw, joined)
-            for kind, identifier, pattern in self.patterns:
-                hit = next((h for h in map(pattern.search, readings) if h), None)
-                if hit:
-                    found.append(Match(kind, identifier, hit.group(0).strip()))
-        if self.titles:
-            words = normalize_words(_strip_tags(read))
-            for title in self.titles:
-                # partial_ratio aligns the shorter string inside the longer one: a text
-                # shorter than what is sought would be found inside the title instead.
-                aligned = (fuzz.partial_ratio_alignment(title.full, words,
-                                                        score_cutoff=TITLE_SIMILARITY)
-                           if len(words) >= len(title.full) else None)
-                if aligned is not None:
-                    found.append(Match(title.kind, title.identifier,
-                                       words[aligned.dest_start:aligned.dest_end]))
+        for title in self.titles:
+            # partial_ratio aligns the shorter string inside the longer one: a text
+            # shorter than what is sought would be found inside the title instead.
+            aligned = (fuzz.partial_ratio_alignment(title.full, words,
+                                                    score_cutoff=TITLE_SIMILARITY)
+                       if len(words) >= len(title.full) else None)
+            if aligned is not None:
+                found.append(Match(title.kind, title.identifier,
+                                   words[aligned.dest_start:aligned.dest_end]))
+                continue
+            for window in title.windows:
+                if len(words) < len(window):
                     continue
-                for window in title.windows:
-                    if len(words) < len(window):
-                        continue
-                    aligned = fuzz.partial_ratio_alignment(window, words,
-                                                           score_cutoff=TITLE_SIMILARITY)
-                    if aligned is not None:
-                        kind = "partial_title" if title.kind == "title" else title.kind
-                        found.append(Match(kind, title.identifier,
-                                           words[aligned.dest_start:aligned.dest_end]))
-                        break
+                aligned = fuzz.partial_ratio_alignment(window, words,
+                                                       score_cutoff=TITLE_SIMILARITY)
+                if aligned is not None:
+                    kind = "partial_title" if title.kind == "title" else title.kind
+                    found.append(Match(kind, title.identifier,
+                                       words[aligned.dest_start:aligned.dest_end]))
+                    break
         return found
 
 
