@@ -42,7 +42,8 @@ DISGUISED = {
     "zero-width spaces": "doi " + "\u200b".join(DOI),
     "soft hyphens": "doi " + "\u00ad".join(DOI),
     "word joiners and variation selectors": "doi 10.1126/\u2060sci\ufe0fence.aar\u180e5169",
-    "Cyrillic and Greek look-alikes": "doi 10.1126/\u0455\u0441i\u0435n\u0441\u0435.\u0430\u0430r5169",
+    "Cyrillic and Greek look-alikes": "doi 10.1126/\u0455\u0441i\u0435n\u0441\u0435."
+                                      "\u0430\u03b1r5169",
     "fullwidth and mathematical digits": "doi \uff11\uff10.\U0001d7cf\U0001d7cf\U0001d7d0\U0001d7d4"
                                          "/science.aar5169",
     "Arabic-Indic digits": "doi \u0661\u0660.\u0661\u0661\u0662\u0666/science.aar5169",
