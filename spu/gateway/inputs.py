@@ -309,11 +309,13 @@ def sent_to_model(endpoint: str, body: Any) -> Sent:
     sent = Sent()
     if endpoint not in GENERATIONS or not isinstance(body, dict):
         return sent
-    {"messages": _anthropic, "responses": _responses, "chat_completions": _chat}[endpoint](
-        body, sent)
+    # Definitions first, as the model reads them: a conversation's texts then follow one
+    # another in the record as they follow one another in the model's context.
     for key, value in body.items():
         if fold_key(key) in DEFINITION_KEYS and value not in (None, "", [], {}):
             _add(sent, KIND_DEFINITION, value)
+    {"messages": _anthropic, "responses": _responses, "chat_completions": _chat}[endpoint](
+        body, sent)
     return sent
 
 
