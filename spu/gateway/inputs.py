@@ -98,20 +98,49 @@ class SentFile:
     call_id: str | None = None
 
 
+@dataclass(frozen=True)
+class ShownCall:
+    """A tool call of the model as a request's conversation shows it (its input unread)."""
+
+    id: str
+    name: str
+    arguments: Any
+
+    def call(self) -> AnswerCall:
+        """The call, its input as text (JSON where it is no text)."""
+        args = self.arguments
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        return AnswerCall(self.id, self.name, text[:MAX_CALL_INPUT])
+
+
 @dataclass
 class Sent:
     """What one request sends the model."""
 
     texts: list[SentText] = field(default_factory=list)
     files: list[SentFile] = field(default_factory=list)
-    calls: list[AnswerCall] = field(default_factory=list)
+    calls: list[ShownCall] = field(default_factory=list)
     """The model's earlier tool calls as the request shows them."""
     deep: bool = False
     """Some content lay past :data:`~spu.gateway.answers.MAX_DEPTH` and was not read."""
 
 
+PLAIN_KEYS = frozenset((
+    "type", "id", "name", "input", "text", "content", "role", "tool_use_id", "source",
+    "media_type", "data", "cache_control", "title", "context", "citations", "is_error",
+    "call_id", "output", "arguments", "action", "status", "tool_calls", "function",
+    "tool_call_id", "filename", "file_data", "file", "image_url", "url", "detail",
+    "encrypted_content", "summary", "signature", "thinking", "format", "input_audio",
+    "annotations", "refusal", "audio", "index", "description", "input_schema",
+    "parameters", "strict", "enabled", "command"))
+"""Keys in the spelling the APIs give them: a node holding only such keys is read by
+them directly; one holding any other key is read in every spelling (:func:`_one`)."""
+
+
 def _one(node: dict[str, Any], name: str) -> Any:
     """The value of ``node``'s key ``name`` in any spelling (the last), or None."""
+    if node.keys() <= PLAIN_KEYS:  # no other spelling of any key: read directly
+        return node.get(name)
     target = fold_key(name)
     found = None
     for key, value in node.items():
@@ -204,9 +233,8 @@ def _call(node: dict[str, Any], sent: Sent) -> None:
     name = _one(node, "name") or ("local_shell" if kind == "localshellcall" else "")
     args = next((v for v in (_one(node, "input"), _one(node, "arguments"),
                              _one(node, "action")) if v is not None), "")
-    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
     if ident is not None:
-        sent.calls.append(AnswerCall(str(ident), str(name), text[:MAX_CALL_INPUT]))
+        sent.calls.append(ShownCall(str(ident), str(name), args))
 
 
 def _anthropic(body: dict[str, Any], sent: Sent) -> None:
@@ -224,15 +252,41 @@ def _anthropic(body: dict[str, Any], sent: Sent) -> None:
                 sent.texts.append(SentText(KIND_USER, content))
             continue
         for block in content if isinstance(content, list) else []:
-            kind = _kind(block) if isinstance(block, dict) else ""
-            if kind in CALL_TYPES:
-                _call(block, sent)
-            elif own:
-                continue
-            elif kind in RESULT_TYPES:
-                _add(sent, KIND_RESULT, block, str(_one(block, "tool_use_id")))
-            else:
-                _add(sent, KIND_DOCUMENT if kind == "document" else KIND_USER, block)
+            if isinstance(block, dict):
+                _anthropic_block(block, own, sent)
+
+
+_PLAIN_TEXT = {"text": (KIND_USER, "text"), "tool_result": (KIND_RESULT, "content")}
+"""The common blocks read without a walk: a text block, a tool result of plain text."""
+
+
+def _anthropic_block(block: dict[str, Any], own: bool, sent: Sent) -> None:
+    """One content block of a Messages conversation (``own``: of an assistant turn)."""
+    if block.keys() <= PLAIN_KEYS:  # this runs for every block of every request
+        plain = _PLAIN_TEXT.get(block.get("type"))  # type: ignore[arg-type]
+        if plain is not None and not own and isinstance(block.get(plain[1]), str) \
+                and not (block.keys() - {"type", "cache_control", "citations", "is_error",
+                                         "tool_use_id", plain[1]}):
+            sent.texts.append(SentText(plain[0], block[plain[1]],
+                                       None if plain[0] == KIND_USER
+                                       else str(block.get("tool_use_id"))))
+            return
+        if block.get("type") == "tool_use" and block.keys() <= _CALL_KEYS:
+            sent.calls.append(ShownCall(str(block.get("id")), str(block.get("name") or ""),
+                                        block.get("input", "")))
+            return
+    kind = _kind(block)
+    if kind in CALL_TYPES:
+        _call(block, sent)
+    elif own:
+        return
+    elif kind in RESULT_TYPES:
+        _add(sent, KIND_RESULT, block, str(_one(block, "tool_use_id")))
+    else:
+        _add(sent, KIND_DOCUMENT if kind == "document" else KIND_USER, block)
+
+
+_CALL_KEYS = frozenset({"type", "id", "name", "input", "cache_control"})
 
 
 def _responses(body: dict[str, Any], sent: Sent) -> None:
@@ -300,7 +354,7 @@ def sent_to_model(endpoint: str, body: Any) -> Sent:
     >>> [(t.kind, t.text, t.call_id) for t in sent.texts][1:]
     [('user', 's\nA title\na finding', None), ('tool_result', 'T\npage', 't1')]
     >>> sent.calls
-    [AnswerCall(id='t1', name='Bash', input='{"command": "ls"}')]
+    [ShownCall(id='t1', name='Bash', arguments={'command': 'ls'})]
     >>> [(t.kind, t.text) for t in sent_to_model("chat_completions", {"messages": [
     ...     {"role": "developer", "content": "rules"},
     ...     {"role": "tool", "tool_call_id": "c1", "content": "done"}]}).texts]
@@ -374,8 +428,8 @@ class InputRecord:
                 lines.append(self._cap_line("depth", f"content nested past {MAX_DEPTH} "
                                                      f"levels in a request was not read"))
             self._append(self.path, [line for line in lines if line])
-            self._append(self.calls_path,
-                         [line for c in sent.calls if (line := self._call_line(c, "request"))])
+            self._append(self.calls_path, [line for c in sent.calls
+                                            if (line := self._call_line(c, "request"))])
 
     def answered(self, endpoint: str, reading: AnswerReading) -> None:
         """Record the tool calls of an answer to a request of ``endpoint``."""
@@ -439,11 +493,12 @@ class InputRecord:
         self._capped.add(cap)
         return json.dumps({"time": _now(), "kind": KIND_CAP, "note": note}) + "\n"
 
-    def _call_line(self, call: AnswerCall, source: str) -> str:
-        key = (call.id, source)
+    def _call_line(self, shown: AnswerCall | ShownCall, source: str) -> str:
+        key = (shown.id, source)
         if key in self._calls_seen or "calls" in self._capped:
             return ""
         self._calls_seen.add(key)
+        call = shown.call() if isinstance(shown, ShownCall) else shown
         line = json.dumps({"time": _now(), "id": call.id, "name": call.name,
                            "input": call.input[:MAX_CALL_INPUT], "from": source},
                           ensure_ascii=False) + "\n"
