@@ -28,6 +28,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from spu.gateway.answers import MAX_DEPTH, AnswerCall, AnswerReading, fold_key
+
+log = logging.getLogger(__name__)
 
 GENERATIONS = frozenset({"messages", "responses", "chat_completions"})
 """Endpoints whose requests reach the model (a token count does not)."""
@@ -469,8 +472,13 @@ class InputRecord:
                            "file": name, "bytes": len(sent.data)}) + "\n"
         if self._bytes + len(sent.data) + len(line) > self.limit_bytes:
             return self._cap_line("bytes", self._cap_note())
-        (self.folder / DOCUMENTS_DIR).mkdir(parents=True, exist_ok=True)
-        (self.folder / name).write_bytes(sent.data)
+        try:
+            (self.folder / DOCUMENTS_DIR).mkdir(parents=True, exist_ok=True)
+            (self.folder / name).write_bytes(sent.data)
+        except OSError as exc:
+            log.error("a PDF sent to the model could not be kept in %s: %s", name, exc)
+            return self._cap_line("written", f"a PDF the model was sent could not be kept "
+                                             f"({exc.strerror or exc})")
         self._documents += 1
         self._bytes += len(sent.data)
         return self._within(line)
@@ -511,9 +519,14 @@ class InputRecord:
 
     @staticmethod
     def _append(path: Path, lines: list[str]) -> None:
-        if lines:
+        """Append ``lines``; a file that cannot be written is logged (the request goes on)."""
+        if not lines:
+            return
+        try:
             with open(path, "a", encoding="utf-8", errors="replace") as f:
                 f.writelines(lines)
+        except OSError as exc:
+            log.error("the model's inputs could not be recorded in %s: %s", path, exc)
 
 
 # --------------------------------------------------------------------------- reading back

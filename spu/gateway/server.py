@@ -1175,8 +1175,8 @@ class ModelGateway:
                                       if isinstance(i, str) and i)
         if e.refusal and x.submission:
             self._keep_at_refusal(x.submission)
-        self.inputs.answered(e.endpoint, reading)
         self._write(x)
+        self.inputs.answered(e.endpoint, reading)
 
     def _keep_at_refusal(self, submission: bytes) -> None:
         """Keep the file a refused request arrived with (distinct ones, the latest few)."""

@@ -8,15 +8,16 @@ DOI = "10.1126/science.aar5169"
 """The source DOI of the shipped task ``spu-aqyk`` (its answer key names it)."""
 
 
-def tiny_pdf(text: str) -> bytes:
-    """A one-page PDF showing ``text`` (Helvetica), as ``pypdf`` reads it back."""
+def tiny_pdf(text: str, pages: int = 1) -> bytes:
+    """A PDF of ``pages`` pages each showing ``text`` (Helvetica), as ``pypdf`` reads it."""
     stream = f"BT /F1 12 Tf 72 712 Td ({text}) Tj ET".encode()
+    kids = " ".join(f"{5 + k} 0 R" for k in range(pages)).encode()
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
                b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
                b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+                b"/Resources << /Font << /F1 4 0 R >> >> >>"] * pages
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for k, body in enumerate(objects, 1):

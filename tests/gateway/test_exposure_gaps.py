@@ -25,7 +25,7 @@ from spu.config import ModelGatewayConfig
 from spu.gateway.inputs import SentReader, read_calls
 from spu.schema import SourceRecord
 from spu.tools.egress import count_shell_downloads
-from tests.gateway.sent_documents import DOI, PDF
+from tests.gateway.sent_documents import DOI, PDF, tiny_pdf
 from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
 
 SOURCE = SourceRecord(doi=DOI, title="Predicting reaction performance in C-N cross-coupling "
@@ -189,6 +189,18 @@ def test_an_unreadable_pdf_is_a_note(tmp_path: Path) -> None:
     hits, notes = replay(tmp_path, [(MESSAGES, anthropic({"type": "document", "source": {
         "type": "base64", "media_type": "application/pdf", "data": broken}}))])
     assert hits == [] and len(notes) == 1 and "PDF" in notes[0], notes
+
+
+def test_a_pdf_past_the_page_cap_is_read_in_part(tmp_path: Path) -> None:
+    """A PDF's pages are read up to a cap (the work a hostile PDF can cause is bounded:
+    bytes, pages, CPU, memory and time); the first pages are still screened."""
+    from spu.tools.extract import MAX_PDF_PAGES
+
+    many = base64.b64encode(tiny_pdf(f"doi {DOI}", pages=MAX_PDF_PAGES + 5)).decode()
+    hits, notes = replay(tmp_path, [(MESSAGES, anthropic(result([{"type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": many}}])))])
+    assert hits == [("doi", "model_input:document")]
+    assert len(notes) == 1 and f"the first {MAX_PDF_PAGES} read" in notes[0], notes
 
 
 TOOL_INPUT = json.dumps({"command": "curl -sO https://downloads.invalid/si.pdf && "
