@@ -322,10 +322,12 @@ class ModelGatewayConfig:
 
     log_bodies: bool = False
     """Keep every request and answer body under ``<run_dir>/model/bodies/``."""
-    tool_result_chars: int = 65536
-    """Characters kept of each tool result the model was sent, for the exposure screen."""
+    tool_result_chars: int = 524288
+    """Characters kept of each text the model was sent, for the exposure screen: a text up to
+    twice as long whole, a longer one as this many from its start and from its end."""
     tool_results_mb: float = 64.0
-    """Cap on ``<run_dir>/model/tool_results.jsonl`` (what the exposure screen reads)."""
+    """Cap on ``<run_dir>/model/tool_results.jsonl`` and ``model/documents/`` (what the
+    exposure screen reads)."""
     connect_timeout_s: float = 30.0
     """Seconds to connect to the upstream API."""
     read_timeout_s: float = 900.0

@@ -30,6 +30,7 @@ from spu.analysis.exposure import (
     ExposureDetector,
     detect_exposure,
     detect_exposure_in_audit,
+    detect_in_sequence,
     detect_recall,
 )
 from spu.config import (
@@ -46,8 +47,9 @@ from spu.config import (
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.gateway import MODEL_DIR
+from spu.gateway.inputs import SentReader, read_calls
 from spu.gateway.session import GatewayConfigError, GatewaySession
-from spu.gateway.verdict import files_at_refusals, key_rejected, model_input_steps, read_requests
+from spu.gateway.verdict import files_at_refusals, key_rejected, read_requests
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
 from spu.grading.isolated import GraderIsolationError, available_isolation, grade_shared
 from spu.grading.outcome import (
@@ -65,7 +67,7 @@ from spu.grading.outcome import (
 from spu.grading.rules import GRADER_VERSION, grade_submission
 from spu.grading.submission import read_submission
 from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
-from spu.harness.evidence import gateway_evidence
+from spu.harness.evidence import gateway_counts, gateway_evidence
 from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.identity import config_label, harness_label, identity_for, run_key, settings_for
@@ -593,6 +595,7 @@ def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
     """
     phase.gateway = gateway.info()
     phase.result = gateway_evidence(phase.result, gateway.summary().verdict)
+    phase.result = gateway_counts(phase.result, read_calls(gateway.run_dir / MODEL_DIR))
 
 
 def open_tools(run: AgentRun) -> ToolsSession | None:
@@ -628,6 +631,7 @@ def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:
     result = phase.result
     if result.trajectory is None and phase.tools.audited_calls:
         result.trajectory = trajectory_from_audit(tools.folder, run.spec.harness.name)
+        result.trajectory_from_audit = True
         result.tool_calls = count_tool_calls(result.trajectory)
         result.web_fetches = count_web_fetches(result.trajectory)
     if phase.tools.policy_stop is not None:
@@ -742,10 +746,13 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     """Step 7: tool outputs that show an identifier of the source study (never scored).
 
     Every tool output of the trajectory (shell output included), the full answers of
-    the audited calls, which a CLI may have shortened in its own record, and the tool
-    results the model gateway saw sent to the model; for a harness that
-    :attr:`~spu.harness.base.Harness.screens_answers` (a recall probe), the model's
-    answers too.
+    the audited calls, which a CLI may have shortened in its own record, and everything
+    the model gateway saw sent to the model (:class:`~spu.gateway.inputs.SentReader`:
+    tool results, user and system text, documents, PDFs as text, each boundary between
+    two texts); for a harness that :attr:`~spu.harness.base.Harness.screens_answers` (a
+    recall probe), the model's answers too. What kept the screen from reading all the
+    model was sent (a cap) goes to ``result.screen_notes`` (``run.json``'s
+    ``screen_incomplete`` and its notes).
     """
     if run.answers is None:  # no key, no source to look for: screened when graded
         return []
@@ -760,8 +767,13 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     # What the model was sent, from the gateway's record: a hit the session files no
     # longer show (the agent deleted them) still flags the run.
     known = {h.kind for h in hits}
-    hits += [h.model_copy(update={"step": -1}) for h in detect_exposure(
-        run.answers.source, model_input_steps(run.run_dir / "model")) if h.kind not in known]
+    sent = SentReader(run.run_dir / MODEL_DIR)
+    try:
+        hits += [h for h in detect_in_sequence(run.answers.source, (
+            (t.label, t.text, t.after_gap) for t in sent.texts())) if h.kind not in known]
+    finally:
+        sent.close()
+    result.screen_notes = sent.notes
     return hits
 
 
@@ -787,6 +799,7 @@ def _judged(run: PreparedRun, phase: AgentPhase, grades: RunGrades) -> _Judgemen
     if result.infra_error:
         notes.append(f"infra error: {result.infra_error}")
     notes += [f"model gateway: {said}" for said in result.agent_caused]
+    notes += [f"exposure screen incomplete: {said}" for said in result.screen_notes]
     verdict = judge(RunEvidence.from_process(
         evidence, submitted=phase.submission is not None, infra_error=result.infra_error,
         refused=result.refused, policy_stop=result.policy_stop, cost_limit=result.cost_limit),
@@ -841,12 +854,14 @@ def _what_it_reached(phase: AgentPhase, exposure: list[ExposureHit]) -> dict[str
     result, tools, gpu = phase.result, phase.tools, phase.gpu
     return {
         "flagged_exposure": bool(exposure), "exposure_hits": exposure,
+        "screen_incomplete": bool(result.screen_notes),
         "audited_calls": tools.audited_calls if tools is not None else None,
         "policy_stopped": result.policy_stop,
         "policy_stop": tools.policy_stop if tools is not None else None,
         "requests_outside_tools": tools.requests_outside_tools if tools is not None else None,
         "outside_destinations": tools.outside_destinations if tools is not None else [],
-        "shell_downloads": (shell_downloads(result.trajectory.steps)
+        "shell_downloads": (result.shell_downloads if result.shell_downloads is not None
+                            else shell_downloads(result.trajectory.steps)
                             if result.trajectory is not None else None),
         "tool_calls": result.tool_calls, "web_fetches": result.web_fetches,
         "used_gpu": result.used_gpu or bool(gpu and gpu.used_gpu),

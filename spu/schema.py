@@ -913,7 +913,8 @@ class RunRecord(VersionedRecord):
     runtime_s: float = 0.0
     """Wall-clock duration of the agent."""
     tool_calls: int = 0
-    """Tool calls in the trajectory."""
+    """Tool calls of the model: from the gateway's record where the run had one (every call
+    its answers made or whose result it was sent), else in the trajectory."""
     web_fetches: int = 0
     """Web search and fetch calls in the trajectory."""
     requests_outside_tools: int | None = None
@@ -923,7 +924,8 @@ class RunRecord(VersionedRecord):
     """The distinct ``host:port`` of those connections, first seen first (at most 100)."""
     shell_downloads: int | None = None
     """Downloads started from the shell (``curl``, ``wget``, ``pip install``, ``git clone``...)
-    seen in the trajectory, counted apart from the egress log."""
+    in the model's shell calls (from the gateway's record where the run had one, else the
+    trajectory), counted apart from the egress log."""
     audited_calls: int | None = None
     """Calls of the audited tools service (None: the run had no service)."""
     policy_stopped: bool = False
@@ -949,6 +951,10 @@ class RunRecord(VersionedRecord):
     (:func:`spu.tasks.freshness.published_before_cutoff`); None: unknown."""
     exposure_hits: list[ExposureHit] = Field(default_factory=list)
     """Where the exposure detector found source identifiers (first hits, capped)."""
+    screen_incomplete: bool = False
+    """True when a cap kept the exposure screen from reading all the model was sent (the
+    gateway's record full, a text kept as its head and tail, a PDF not read); ``notes``
+    says which. False in records written before the field (``docs/tools.md``)."""
     refusal_after_file: bool = False
     """The run refused after writing a valid or recoverable file: ``outcome`` is
     ``refusal`` and ``scored`` false (the paper's rule, 3.1), ``score_strict`` and

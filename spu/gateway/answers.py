@@ -644,6 +644,31 @@ def openai_usage(raw: dict[str, Any]) -> Usage:
                  cache_write=writes, output=output)
 
 
+MAX_CALL_INPUT = 16 << 10
+"""Characters of a tool call's input kept while an answer streams."""
+
+
+@dataclass
+class AnswerCall:
+    """A tool call of an answer: its id, its tool's name and its input (JSON or text)."""
+
+    id: str
+    name: str
+    input: str = ""
+
+    def add_input(self, piece: str) -> None:
+        """Append a streamed piece of the input (up to :data:`MAX_CALL_INPUT`)."""
+        if len(self.input) < MAX_CALL_INPUT:
+            self.input = (self.input + piece)[:MAX_CALL_INPUT]
+
+
+def _call_input(value: Any) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text[:MAX_CALL_INPUT]
+
+
 @dataclass
 class AnswerReading:
     """What one answer said, as far as it arrived."""
@@ -661,6 +686,8 @@ class AnswerReading:
     response_id: str | None = None
     item_ids: list[str] = field(default_factory=list)
     """The ids of the answer's output items (Responses), which a later request may name."""
+    tool_calls: list[AnswerCall] = field(default_factory=list)
+    """The tool calls the answer makes, as far as it arrived."""
 
     @property
     def final(self) -> bool:
@@ -761,7 +788,7 @@ class AnswerReader:
             if part:
                 self._event(part)
 
-    def _event(self, block: bytes) -> None:
+    def _event(self, block: bytes, wanted: bool = True) -> None:
         name = ""
         data: list[bytes] = []
         for line in block.split(b"\n"):
@@ -769,7 +796,8 @@ class AnswerReader:
                 name = line[6:].strip().decode("utf-8", "replace")
             elif line.startswith(b"data:"):
                 data.append(line[5:].removeprefix(b" "))
-        if not data or (self.wanted is not None and name and name not in self.wanted):
+        if not data or (wanted and self.wanted is not None and name
+                        and name not in self.wanted):
             return
         text = b"\n".join(data)
         if text.strip() == b"[DONE]":
@@ -802,6 +830,24 @@ class AnthropicReader(AnswerReader):
     delta_markers = (b"\nevent: content_block_delta",)
     delta_envelope = 120
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[Any, AnswerCall] = {}
+        """The tool calls streaming, by their block's index."""
+
+    def _events(self, block: bytes) -> None:
+        """The wanted events, then a tool call's input pieces (``input_json_delta``).
+
+        The text deltas that make most of an answer stay unread: only a block holding
+        ``input_json_delta`` is split for them.
+        """
+        super()._events(block)
+        if self._open and b'"input_json_delta"' in block:
+            for part in block.split(b"\n\n"):
+                if b'"input_json_delta"' in part and part.startswith(
+                        b"event: content_block_delta"):
+                    self._event(part, wanted=False)
+
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
         if name == "message_start" and isinstance(payload.get("message"), dict):
@@ -817,8 +863,18 @@ class AnthropicReader(AnswerReader):
                 r.usage = anthropic_usage(payload["usage"], into=r.usage)
         elif name == "content_block_start":
             block = payload.get("content_block") or {}
-            r.calls_tool = r.calls_tool or (isinstance(block, dict)
-                                            and block.get("type") == "tool_use")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                r.calls_tool = True
+                call = AnswerCall(str(block.get("id")), str(block.get("name") or ""),
+                                  _call_input(block.get("input") or None))
+                r.tool_calls.append(call)
+                self._open[payload.get("index")] = call
+        elif name == "content_block_delta":
+            delta = payload.get("delta") or {}
+            piece = self._open.get(payload.get("index"))
+            if piece is not None and isinstance(delta, dict) \
+                    and isinstance(delta.get("partial_json"), str):
+                piece.add_input(delta["partial_json"])
         elif name == "message_stop":
             r.complete = True
         elif name == "error":
@@ -847,8 +903,12 @@ class AnthropicReader(AnswerReader):
         if isinstance(body.get("usage"), dict):
             r.usage = anthropic_usage(body["usage"])
         self._stop(body.get("stop_reason"), body.get("stop_details"))
-        r.calls_tool = any(isinstance(b, dict) and b.get("type") == "tool_use"
-                           for b in body.get("content") or [])
+        content = body.get("content")
+        r.tool_calls = [AnswerCall(str(b.get("id")), str(b.get("name") or ""),
+                                   _call_input(b.get("input")))
+                        for b in content if isinstance(b, dict) and b.get("type") == "tool_use"
+                        ] if isinstance(content, list) else []
+        r.calls_tool = bool(r.tool_calls)
 
 
 class ResponsesReader(AnswerReader):
@@ -873,6 +933,7 @@ class ResponsesReader(AnswerReader):
         elif name == "response.output_item.added" and isinstance(payload.get("item"), dict):
             if isinstance(payload["item"].get("id"), str):  # known before a cut, too
                 r.item_ids.append(payload["item"]["id"])
+            self._call(payload["item"])
         elif name == "response.refusal.done":
             r.refusal = True
         elif name == "error":
@@ -910,9 +971,25 @@ class ResponsesReader(AnswerReader):
             if isinstance(item.get("id"), str):
                 r.item_ids.append(item["id"])
             r.calls_tool = r.calls_tool or item.get("type") in RESPONSES_CALL_ITEMS
+            self._call(item)
             for part in item.get("content") or []:
                 if isinstance(part, dict) and part.get("type") == "refusal":
                     r.refusal = True
+
+
+    def _call(self, item: dict[str, Any]) -> None:
+        """Note a call item (or complete the one an ``output_item.added`` began)."""
+        kind = item.get("type")
+        if kind not in RESPONSES_CALL_ITEMS:
+            return
+        ident = str(item.get("call_id") or item.get("id"))
+        name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
+        given = _call_input(item.get("arguments") or item.get("input") or item.get("action"))
+        for call in self.reading.tool_calls:
+            if call.id == ident:
+                call.input = given or call.input
+                return
+        self.reading.tool_calls.append(AnswerCall(ident, name, given))
 
 
 class ChatReader(AnswerReader):
@@ -920,6 +997,11 @@ class ChatReader(AnswerReader):
 
     delta_markers = (b'"delta":',)
     delta_envelope = 150
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls: dict[tuple[Any, Any], AnswerCall] = {}
+        """The tool calls read, by choice and index (a stream sends each in pieces)."""
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
@@ -942,6 +1024,23 @@ class ChatReader(AnswerReader):
         if isinstance(message, dict):
             r.refusal = r.refusal or bool(message.get("refusal"))
             r.calls_tool = r.calls_tool or bool(message.get("tool_calls"))
+            calls = message.get("tool_calls")
+            for k, call in enumerate(calls if isinstance(calls, list) else []):
+                if isinstance(call, dict):
+                    self._call(choice.get("index", 0), call.get("index", k), call)
+
+    def _call(self, choice: Any, index: Any, call: dict[str, Any]) -> None:
+        """A tool call of a message, or a streamed piece of one (its id comes first)."""
+        given = call.get("function")
+        function: dict[str, Any] = given if isinstance(given, dict) else {}
+        key = (choice, index)
+        seen = self._calls.get(key)
+        if seen is None or (call.get("id") and call.get("id") != seen.id):
+            seen = AnswerCall(str(call.get("id")), str(function.get("name") or ""))
+            self._calls[key] = seen
+            self.reading.tool_calls.append(seen)
+        if isinstance(function.get("arguments"), str):
+            seen.add_input(function["arguments"])
 
     def read_body(self, body: Any) -> None:  # noqa: D102
         r = self.reading

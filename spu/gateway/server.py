@@ -67,8 +67,8 @@ from spu.gateway.answers import (
     reader_for,
     server_tools,
     stored_references,
-    tool_results,
 )
+from spu.gateway.inputs import InputRecord
 from spu.gateway.verdict import (
     MAX_REFUSAL_FILES,
     REFUSAL_FILES,
@@ -429,12 +429,14 @@ class ModelGateway:
         self.token = "spu-" + secrets.token_urlsafe(32)
         self.spent_usd = 0.0
         self.requests_path = self.folder / "requests.jsonl"
-        self.tool_results_path = self.folder / "tool_results.jsonl"
+        self.inputs = InputRecord(self.folder, self.cfg.tool_result_chars,
+                                  int(self.cfg.tool_results_mb * 1024 * 1024))
+        """What the model is sent, and its tool calls, for the screen and the counts."""
+        self.tool_results_path = self.inputs.path
         self._api_key = api_key
         self._key_as_bearer = bool(key_as_bearer)
         self._lock = threading.Lock()
         self._count = 0
-        self._seen_results: set[str] = set()
         self._idempotency_prefix = f"spu-{secrets.token_hex(8)}-"
         """Put before the agent's ``Idempotency-Key``: keys are this run's alone."""
         self._answered_ids: set[str] = set()
@@ -448,7 +450,6 @@ class ModelGateway:
         """Requests forwarded and waiting for their answer's headers."""
         self.stopping = False
         """Set by :meth:`stop`: a request cut from now on was cut by the run's end."""
-        self._results_bytes = 0
         self._client: Any = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -622,7 +623,7 @@ class ModelGateway:
         # no wait at the cap or the pool).
         x.entry.time, x.started = now_iso(), time.monotonic()
         try:  # the bound held on the spend cap is given back whatever fails
-            self._keep_tool_results(endpoint, x.body)
+            self.inputs.keep(endpoint, x.body)
             if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
                 x.submission = self.read_submission()
             return await self._forward(request, path, x)
@@ -1175,6 +1176,7 @@ class ModelGateway:
         if e.refusal and x.submission:
             self._keep_at_refusal(x.submission)
         self._write(x)
+        self.inputs.answered(e.endpoint, reading)
 
     def _keep_at_refusal(self, submission: bytes) -> None:
         """Keep the file a refused request arrived with (distinct ones, the latest few)."""
@@ -1225,26 +1227,3 @@ class ModelGateway:
                                     "answer": answer}, ensure_ascii=False),
                         encoding="utf-8", errors="replace")
         return name
-
-    def _keep_tool_results(self, endpoint: str, body: Any) -> None:
-        """Append the tool results the model is sent for the first time, bounded."""
-        cap = self.cfg.tool_result_chars
-        limit = int(self.cfg.tool_results_mb * 1024 * 1024)
-        lines = []
-        with self._lock:
-            for call_id, text in tool_results(endpoint, body):
-                call_id, text = well_formed(call_id), well_formed(text)
-                key = call_id + ":" + hashlib.sha256(text.encode()).hexdigest()[:16]
-                if key in self._seen_results:
-                    continue
-                self._seen_results.add(key)
-                line = json.dumps({"time": now_iso(), "call_id": call_id, "chars": len(text),
-                                   "truncated": len(text) > cap, "text": text[:cap]},
-                                  ensure_ascii=False) + "\n"
-                if self._results_bytes + len(line) > limit:
-                    break
-                self._results_bytes += len(line)
-                lines.append(line)
-            if lines:
-                with open(self.tool_results_path, "a", encoding="utf-8") as f:
-                    f.writelines(lines)

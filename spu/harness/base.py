@@ -137,6 +137,13 @@ class AgentResult:
     agent_caused: tuple[str, ...] = ()
     """Provider-side failures the gateway's record counts as the agent's doing, each with
     its rule (:attr:`spu.gateway.verdict.GatewayVerdict.agent_caused`): notes of the run."""
+    shell_downloads: int | None = None
+    """Download commands among the model's shell calls, counted from the gateway's record
+    (None: counted from the trajectory, :func:`spu.tools.egress.shell_downloads`)."""
+    trajectory_from_audit: bool = False
+    """The trajectory was built from the audit log (the agent left none of its own)."""
+    screen_notes: list[str] = field(default_factory=list)
+    """What kept the exposure screen from reading all the model was sent (empty: nothing)."""
 
 
 class HarnessError(RuntimeError):
