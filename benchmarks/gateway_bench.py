@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from spu.gateway.server import ModelGateway
-from spu.testing import Script, ScriptedModelServer, ScriptedTurn
+from spu.scripted import Script, ScriptedModelServer, ScriptedTurn
 
 SHORT = {"model": "bench", "stream": True, "max_tokens": 100,
          "messages": [{"role": "user", "content": "hi"}],

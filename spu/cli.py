@@ -26,7 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.analysis.show",  # spu show, spu compare
     "spu.report.cli",    # spu report
     "spu.report.leaderboard",  # spu leaderboard
-    "spu.testing.cli",   # spu scripted-server
+    "spu.scripted.cli",  # spu scripted-server
     "spu.listing",       # spu list, spu run
 )
 

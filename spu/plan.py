@@ -204,7 +204,7 @@ def _scripted_usage(conf: Any) -> Any:
     if conf.model.provider != "scripted":
         return None
     from spu.schema import Usage
-    from spu.testing.script import ScriptError, load_script, scripted_usage
+    from spu.scripted.script import ScriptError, load_script, scripted_usage
 
     try:
         script = load_script(conf.model.api_model or "presented_order")
