@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/gateway_bench.py [--requests 200] [--mb 16] [--repeats 5]``
 
-Prints, from one process, against the same scripted model server (``spu.testing``):
+Prints, from one process, against the same scripted model server (``spu.scripted``):
 
 - time to first byte of a short streamed answer, straight to the server and through
   the gateway (median of ``--requests`` requests each, on kept-alive connections,
