@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.report.leaderboard",  # spu leaderboard
     "spu.scripted.cli",  # spu scripted-server
     "spu.listing",       # spu list, spu run
+    "spu.project_init",  # spu init
 )
 
 
@@ -57,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags and ``-m`` anywhere included).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list == ["--version"]:  # without importing every stage's command line
+        print(f"spu {spu.__version__}")
+        return 0
     if args_list[:1] == ["run"]:
         from spu.listing import run_command
 

@@ -243,11 +243,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from spu.launch import interrupt
+    from spu.project import CONFIG_MODULE, CONFIG_NAME
 
     interrupt.install()
     try:
-        run_hydra(run_task, args, config_path="../conf", config_name="config",
-                  version_base="1.3")
+        run_hydra(run_task, args, config_path=f"pkg://{CONFIG_MODULE}",
+                  config_name=CONFIG_NAME, version_base="1.3")
     except KeyboardInterrupt:
         interrupt.exit_interrupted()
     except Exception as exc:

@@ -27,6 +27,9 @@ STAGES: dict[str, int] = {
     "spu.strict_json": 0,
     "spu.registry": 0,
     "spu.internals": 0,
+    # Where config groups are read from (the packaged conf, the project folder's, plugins').
+    "spu.project": 0,
+    "spu.conf": 0,
     # The labelling rules of a tool call (paper E.7), pure functions of the call: tracking
     # puts them on each tool span, the analyses count them.
     "spu.activities": 0,
@@ -89,6 +92,7 @@ STAGES: dict[str, int] = {
     "spu.__main__": 300,
     "spu.listing": 300,
     "spu.plan": 300,
+    "spu.project_init": 300,
 }
 """Module prefix -> stage rank; a module may import only modules of a rank at most its own."""
 
