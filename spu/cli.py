@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.scripted.cli",  # spu scripted-server
     "spu.listing",       # spu list, spu run
     "spu.project_init",  # spu init
+    "spu.datasets.cli",  # spu dataset pack | list | pull | verify
 )
 
 

@@ -213,6 +213,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     set_launcher_policy()
     line = CommandLine.parse(sys.argv[1:] if argv is None else argv)
+    if "dataset" in line.values:  # a pulled dataset is the task root (SPEC 16)
+        from spu.datasets import DatasetError
+        from spu.datasets.store import with_dataset
+
+        try:
+            line = CommandLine.parse(with_dataset(list(line.args)))
+        except DatasetError as exc:
+            print(f"spu: {exc}", file=sys.stderr)
+            sys.exit(2)
     args = list(line.args)
     if line.task_root is not None:
         # For the task config source, which Hydra's search path runs before composing.

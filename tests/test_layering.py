@@ -41,6 +41,8 @@ STAGES: dict[str, int] = {
     # in the sandbox's network and the harness hands it to the agent, so tools sit between
     # the sandbox and the harness.
     "spu.tasks": 10,
+    # Datasets: sets of task packages, packed and pulled (they read tasks, nothing later).
+    "spu.datasets": 15,
     "spu.sandbox": 20,
     "spu.tools": 30,
     # Pricing is a pure function of usage and a price table: the gateway's spend cap uses
