@@ -93,17 +93,21 @@ class PackedTask:
 def packed_tasks(task_dirs: list[Path], withhold: bool) -> list[PackedTask]:
     """Each task folder as it is packed (answers withheld, or included where present).
 
+    Each task goes in the folder of its id, whatever its folder here is named.
+
     Raises:
-        DatasetError: a task with a link or a special file, an invalid ``task.yaml``, a
-            folder not named after its task's id, or one id twice.
+        DatasetError: a task with a link or a special file, an invalid ``task.yaml``, or
+            one id in two folders.
     """
     out: list[PackedTask] = []
+    seen: dict[str, Path] = {}
     for task_dir in task_dirs:
         included = not withhold and has_answers(task_dir)
         entry = task_entry(task_dir, "included" if included else "withheld")
-        if entry.id != task_dir.name:
-            raise DatasetError(f"task folder {task_dir.name} holds task {entry.id!r}; a "
-                               f"dataset keeps each task in the folder of its id")
+        if entry.id in seen:
+            raise DatasetError(f"task {entry.id} is in two folders, {seen[entry.id].name} and "
+                               f"{task_dir.name}")
+        seen[entry.id] = task_dir
         files = [(f"{TASKS}/{entry.id}/{rel}", path)
                  for rel, path in _task_files(task_dir, included)]
         out.append(PackedTask(entry, task_dir, files))

@@ -74,19 +74,19 @@ def test_pack_replaces_its_own_entry_and_keeps_the_others(
 
 @pytest.mark.parametrize(("change", "said"), [
     ("link", "is a link"),
-    ("folder", "holds task"),
+    ("twice", "is in two folders"),
     ("broken", "cannot be packed"),
 ])
 def test_pack_refuses_a_task_it_cannot_carry_whole(tmp_path: Path, task_root: Path, change: str,
                                                    said: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """A link, a folder not named after its task, a broken task: one line, nothing written."""
+    """A link, one task in two folders, a broken task: one line, nothing written."""
     task = task_root / "example-coupling-conditions"
     if change == "link":
         (task / "files").mkdir()
         (task / "files" / "structure.pdb").symlink_to("/etc/passwd")
-    elif change == "folder":
-        task.rename(task_root / "renamed")
+    elif change == "twice":
+        shutil.copytree(task, task_root / "a-copy")
     else:
         (task / "task.yaml").write_text("id: [unclosed\n")
     code, out, err = pack(capsys, task_root, tmp_path / "reg")
@@ -285,3 +285,13 @@ def test_ref_without_a_version_packs_nothing(tmp_path: Path, task_root: Path) ->
 
     with pytest.raises(DatasetError, match="give its version"):
         pack_dataset(task_root, DatasetRef(NAME), tmp_path / "reg")
+
+
+def test_a_task_travels_in_the_folder_of_its_id(tmp_path: Path, task_root: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A task root's folder names are its own: the archive names each task by its id."""
+    (task_root / "example-coupling-conditions").rename(task_root / "local-name")
+    assert pack(capsys, task_root, tmp_path / "reg")[0] == 0
+    with tarfile.open(tmp_path / "reg" / "lab-set-1.0.tar.gz") as tar:
+        folders = {n.split("/")[1] for n in tar.getnames() if n.startswith("tasks/")}
+    assert folders == {"example-coupling-conditions", "example-electrolytes-and-films"}
