@@ -40,7 +40,10 @@ def project_conf(folder: str | Path | None = None) -> Path | None:
 
     None when there is none, or when it is the packaged folder itself (a checkout).
     """
-    conf = Path(folder if folder is not None else os.getcwd()) / PROJECT_CONF
+    try:
+        conf = Path(folder if folder is not None else os.getcwd()) / PROJECT_CONF
+    except OSError:  # the current folder was removed: no project
+        return None
     if not conf.is_dir():
         return None
     if conf.resolve() == PACKAGED_CONF:
