@@ -37,7 +37,7 @@ test-system-deps: system-deps
 # Never fails the caller: without npm or network the CLI tests skip and say why.
 cli-tools: $(STAMP)
 	@scripts/ensure-debian-packages.sh node:nodejs npm:npm
-	-@$(PY) -m spu.harness.npm_tools conf/harness/claude_code.yaml conf/harness/codex.yaml \
+	-@$(PY) -m spu.harness.npm_tools spu/conf/harness/claude_code.yaml spu/conf/harness/codex.yaml \
 		@anthropic-ai/claude-code@$(NEWEST_CLAUDE_CODE) @openai/codex@$(NEWEST_CODEX)
 
 demo: setup

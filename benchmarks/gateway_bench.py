@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/gateway_bench.py [--requests 200] [--mb 16] [--repeats 5]``
 
-Prints, from one process, against the same scripted model server (``spu.testing``):
+Prints, from one process, against the same scripted model server (``spu.scripted``):
 
 - time to first byte of a short streamed answer, straight to the server and through
   the gateway (median of ``--requests`` requests each, on kept-alive connections,
@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from spu.gateway.server import ModelGateway
-from spu.testing import Script, ScriptedModelServer, ScriptedTurn
+from spu.scripted import Script, ScriptedModelServer, ScriptedTurn
 
 SHORT = {"model": "bench", "stream": True, "max_tokens": 100,
          "messages": [{"role": "user", "content": "hi"}],

@@ -26,8 +26,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.analysis.show",  # spu show, spu compare
     "spu.report.cli",    # spu report
     "spu.report.leaderboard",  # spu leaderboard
-    "spu.testing.cli",   # spu scripted-server
+    "spu.scripted.cli",  # spu scripted-server
     "spu.listing",       # spu list, spu run
+    "spu.project_init",  # spu init
+    "spu.datasets.cli",  # spu dataset pack | list | pull | verify
 )
 
 
@@ -57,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags and ``-m`` anywhere included).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list == ["--version"]:  # without importing every stage's command line
+        print(f"spu {spu.__version__}")
+        return 0
     if args_list[:1] == ["run"]:
         from spu.listing import run_command
 

@@ -426,6 +426,9 @@ class SPUConfig:
     """Members of ``model=consensus`` (:mod:`spu.harness.consensus`)."""
     repeat: int = 0
     task_root: str = "tasks"
+    dataset: str | None = None
+    """``NAME@VERSION`` of the pulled dataset that is the task root (``dataset=`` on the
+    command line sets both, SPEC 16); recorded in ``run.json``."""
     output_root: str = "outputs"
     answers_root: str | None = None
     verbose: bool = False

@@ -213,6 +213,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     set_launcher_policy()
     line = CommandLine.parse(sys.argv[1:] if argv is None else argv)
+    if "dataset" in line.values:  # a pulled dataset is the task root (SPEC 16)
+        from spu.datasets import DatasetError
+        from spu.datasets.store import with_dataset
+
+        try:
+            line = CommandLine.parse(with_dataset(list(line.args)))
+        except DatasetError as exc:
+            print(f"spu: {exc}", file=sys.stderr)
+            sys.exit(2)
     args = list(line.args)
     if line.task_root is not None:
         # For the task config source, which Hydra's search path runs before composing.
@@ -243,11 +252,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from spu.launch import interrupt
+    from spu.project import CONFIG_MODULE, CONFIG_NAME
 
     interrupt.install()
     try:
-        run_hydra(run_task, args, config_path="../conf", config_name="config",
-                  version_base="1.3")
+        run_hydra(run_task, args, config_path=f"pkg://{CONFIG_MODULE}",
+                  config_name=CONFIG_NAME, version_base="1.3")
     except KeyboardInterrupt:
         interrupt.exit_interrupted()
     except Exception as exc:

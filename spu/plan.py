@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spu.overrides import CONF_DIR, OverrideError, parse, task_problem
+from spu.overrides import OverrideError, parse, task_problem
+from spu.project import CONFIG_MODULE, CONFIG_NAME
 
 MULTIRUN = "MULTIRUN"
 
@@ -107,7 +108,7 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
     Raises:
         OverrideError: an override names no key or option, or a value no run can use.
     """
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
@@ -120,9 +121,9 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
     base = [o.input_line for o in parsed if not o.is_sweep_override()]
     GlobalHydra.instance().clear()
     plan = SweepPlan()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
-        cfg = compose("config", overrides=base, return_hydra_config=True)
+        cfg = compose(CONFIG_NAME, overrides=base, return_hydra_config=True)
         plan.multirun = multirun or str(cfg.hydra.mode) in (MULTIRUN, "RunMode.MULTIRUN")
         plan.launcher = str(cfg.hydra.runtime.choices.get("hydra/launcher", "basic"))
         plan.budget_usd = cfg.budget.max_cost_usd
@@ -142,7 +143,7 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
                 raise OverrideError(task_problem(task, root, sorted(task_options)))
             shape = tuple(o for o in job if not o.lstrip("+").startswith("task="))
             if shape not in composed:
-                c = compose("config", overrides=[*shape, f"task={task}"])
+                c = compose(CONFIG_NAME, overrides=[*shape, f"task={task}"])
                 conf: SPUConfig = OmegaConf.to_object(c)  # type: ignore[assignment]
                 problems = config_problems(conf)
                 if problems:
@@ -204,7 +205,7 @@ def _scripted_usage(conf: Any) -> Any:
     if conf.model.provider != "scripted":
         return None
     from spu.schema import Usage
-    from spu.testing.script import ScriptError, load_script, scripted_usage
+    from spu.scripted.script import ScriptError, load_script, scripted_usage
 
     try:
         script = load_script(conf.model.api_model or "presented_order")

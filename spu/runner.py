@@ -143,6 +143,9 @@ class RunSpec:
     launcher: str | None = None
     """The Hydra launcher that runs it (``basic``, ``ray_local``...), recorded in the run's
     settings; never part of its identity."""
+    dataset: str | None = None
+    """``NAME@VERSION`` of the dataset the task comes from (``dataset=``), recorded in
+    ``run.json``; never part of its identity (the task's digest is)."""
 
 
 def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
@@ -823,7 +826,7 @@ def _what_ran(run: PreparedRun) -> dict[str, Any]:
         "settings": settings_for(spec.limits, spec.sandbox.name, spec.launcher),
         "task_id": task.id, "task_version": task.version,
         "discipline": task.meta.discipline.value, "subfield": task.meta.subfield,
-        "visibility": task.meta.visibility.value,
+        "visibility": task.meta.visibility.value, "dataset": spec.dataset,
         "model": spec.model.name, "harness": spec.harness.name, "effort": spec.effort.name,
         "repeat": spec.repeat, "config": spec_config_label(spec),
         "threshold": task_threshold(task, run.answers), "n_items": task.n_items,

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     AllowInfNan,
     BaseModel,
     ConfigDict,
@@ -382,6 +383,150 @@ class ReviewRecord(VersionedRecord):
             open_ = [i.issue for i in self.issues if not i.fix.strip()]
             if open_:
                 raise ValueError(f"verdict accept with a blocking issue not fixed: {open_[0]!r}")
+        return self
+
+
+# --------------------------------------------------------------------------- datasets
+
+DATASET_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+"""A dataset name (SPEC 16): lower-case letters, digits, ``.``, ``_`` and ``-``, not starting
+with ``.``, ``_`` or ``-`` (at most 100 characters); it becomes a folder name."""
+
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+"""A SHA-256 digest in lower-case hex."""
+
+
+def check_dataset_name(value: str) -> str:
+    """``value`` when it is a dataset name (:data:`DATASET_NAME_PATTERN`), else ``ValueError``."""
+    if not isinstance(value, str) or not DATASET_NAME_PATTERN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a dataset name (lower-case letters, digits, '.', "
+                         f"'_' and '-', starting with a letter or a digit)")
+    return value
+
+
+def check_dataset_version(value: str) -> str:
+    """``value`` when it is a PEP 440 version in its normal form, else ``ValueError``.
+
+    Examples:
+        >>> check_dataset_version("1.0"), check_dataset_version("2.0rc1")
+        ('1.0', '2.0rc1')
+        >>> check_dataset_version("v1.0")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'v1.0' is not a version in normal form (PEP 440): write 1.0
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        normal = str(Version(value))
+    except (InvalidVersion, TypeError):
+        raise ValueError(f"{value!r} is not a version (PEP 440, e.g. 1.0)") from None
+    if normal != value:
+        raise ValueError(f"{value!r} is not a version in normal form (PEP 440): write {normal}")
+    return value
+
+
+DatasetName = Annotated[str, AfterValidator(check_dataset_name)]
+DatasetVersion = Annotated[str, AfterValidator(check_dataset_version)]
+
+
+class DatasetTask(Record):
+    """One task of a dataset, as ``dataset.json`` lists it (SPEC 16)."""
+
+    id: Annotated[str, AfterValidator(check_task_id)]
+    """The task id; its files are ``tasks/<id>/`` in the archive."""
+    task_version: str
+    """The task's version (``task.yaml``)."""
+    task_digest: Sha256Hex
+    """``task_digest`` of its public files (SPEC 12)."""
+    discipline: str
+    """Its discipline (``task.yaml``)."""
+    visibility: str
+    """``public`` or ``private``."""
+    answers: Literal["included", "withheld"]
+    """``included``: ``tasks/<id>/hidden/answers.json`` is in the archive; ``withheld``: no
+    answer key travels (runs of the task end ``sealed``)."""
+
+
+class DatasetManifest(Record):
+    """``dataset.json`` at the top of a dataset's archive and of its pulled copy (SPEC 16)."""
+
+    name: DatasetName
+    """The dataset's name."""
+    version: DatasetVersion
+    """Its version (PEP 440)."""
+    created: str
+    """ISO-8601 time the archive was packed (UTC)."""
+    spu_version: str
+    """The version of spu that packed it."""
+    description: str = ""
+    """One line about the dataset."""
+    tasks: list[DatasetTask]
+    """Every task of the dataset, by id."""
+
+
+class RegistryEntry(Record):
+    """One archive of a registry (SPEC 16)."""
+
+    name: DatasetName
+    """The dataset's name."""
+    version: DatasetVersion
+    """Its version."""
+    url: Annotated[str, Field(min_length=1, max_length=4096)]
+    """Where the archive is: absolute, or relative to the registry's own location."""
+    sha256: Sha256Hex
+    """SHA-256 of the archive's bytes."""
+    bytes: Annotated[int, Strict(), Field(ge=0)]
+    """The archive's size."""
+    n_tasks: Annotated[int, Strict(), Field(ge=0)]
+    """How many tasks it holds."""
+    description: str = ""
+    """One line about the dataset."""
+
+
+DATASET_PULL_VERSION = "1"
+"""``1``: the first pull record (``pull.json``)."""
+
+
+class DatasetPull(VersionedRecord):
+    """``pull.json`` beside a pulled dataset's ``dataset.json``: its origin and files.
+
+    The SHA-256 of each file lets ``spu dataset verify`` find any file changed since the
+    pull (answer keys included, which ``task_digest`` does not cover).
+    """
+
+    STRICT_SINCE: ClassVar[int] = 1
+
+    schema_version: str = DATASET_PULL_VERSION
+    """Format version of this record."""
+    dataset: str
+    """``NAME@VERSION``."""
+    registry: str | None = None
+    """The registry it was pulled from (None: the built-in dataset, from the package)."""
+    source: str
+    """The archive's URL or path."""
+    archive_sha256: Sha256Hex
+    """SHA-256 of the archive, checked against the registry before anything was kept."""
+    pulled_at: str
+    """ISO-8601 time of the pull (UTC)."""
+    files: dict[str, Sha256Hex]
+    """Every file of the dataset (POSIX path under its folder) -> SHA-256 of its bytes."""
+
+
+class Registry(Record):
+    """A registry of datasets: ``registry.json``, a local file or a URL (SPEC 16)."""
+
+    datasets: list[RegistryEntry] = Field(default_factory=list)
+    """Every archive it lists; one per (name, version)."""
+
+    @model_validator(mode="after")
+    def _one_entry_per_version(self) -> Registry:
+        seen: set[tuple[str, str]] = set()
+        for entry in self.datasets:
+            key = (entry.name, entry.version)
+            if key in seen:
+                raise ValueError(f"{entry.name}@{entry.version} is listed twice")
+            seen.add(key)
         return self
 
 
@@ -869,6 +1014,9 @@ class RunRecord(VersionedRecord):
     """Subfield of the task."""
     visibility: str | None = None
     """``public`` or ``private``."""
+    dataset: str | None = None
+    """The dataset the task came from (``dataset=NAME@VERSION``, SPEC 16); None: a task
+    root of one's own, or a record written before datasets."""
     model: str
     """Model configuration name (``conf/model``)."""
     harness: str

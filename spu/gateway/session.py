@@ -74,7 +74,7 @@ def check_upstream(model: ModelConfig) -> None:
     """
     if model.provider != SCRIPTED:
         return
-    from spu.testing import ScriptError, load_script
+    from spu.scripted import ScriptError, load_script
 
     try:
         load_script(model.api_model or DEFAULT_SCRIPT)
@@ -159,7 +159,7 @@ class GatewaySession:
 
         upstream = self.model.base_url or DEFAULT_UPSTREAMS[self.api]
         if self.model.provider == SCRIPTED:
-            from spu.testing import ScriptedModelServer, load_script
+            from spu.scripted import ScriptedModelServer, load_script
 
             log_dir = self.run_dir / "logs"
             log_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spu.overrides import CONF_DIR
+from spu.project import option_file
 from spu.schema import Outcome
 
 if TYPE_CHECKING:  # pandas only where a table is built: ``spu --help`` stays fast
@@ -41,14 +41,18 @@ MARK = "\u2020"
 training cutoff."""
 
 
-def training_cutoffs(models: set[str], conf_dir: Path = CONF_DIR) -> dict[str, str]:
-    """Each model's ``training_cutoff`` from ``conf/model/<name>.yaml`` (``unknown`` if unset)."""
+def training_cutoffs(models: set[str], conf_dir: Path | None = None) -> dict[str, str]:
+    """Each model's ``training_cutoff`` from ``conf/model/<name>.yaml`` (``unknown`` if unset).
+
+    ``conf_dir`` None: the file composition uses (:func:`spu.project.option_file`).
+    """
     import yaml
 
     found: dict[str, str] = {}
     for name in models:
-        path = conf_dir / "model" / f"{name}.yaml"
-        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+        path = (option_file("model", name) if conf_dir is None
+                else conf_dir / "model" / f"{name}.yaml")
+        data = yaml.safe_load(path.read_text()) if path and path.is_file() else None
         value = data.get("training_cutoff") if isinstance(data, dict) else None
         found[name] = str(value) if value else UNKNOWN
     return found

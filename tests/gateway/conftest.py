@@ -11,7 +11,7 @@ import pytest
 
 from spu.config import ModelGatewayConfig, PriceConfig
 from spu.gateway.server import ModelGateway
-from spu.testing import Script, ScriptedModelServer
+from spu.scripted import Script, ScriptedModelServer
 
 SCRIPTED_PRICES = PriceConfig(input=1.0, cache_read=0.1, cache_write_5m=1.25,
                               cache_write_1h=2.0, output=5.0)

@@ -16,8 +16,8 @@ from spu.gateway import read_requests
 from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import gateway_verdict, summarize
 from spu.schema import Usage
-from spu.testing import Script, ScriptedModelServer, ScriptedTurn, default_script, reported_usage
-from spu.testing.script import refusal_script
+from spu.scripted import Script, ScriptedModelServer, ScriptedTurn, default_script, reported_usage
+from spu.scripted.script import refusal_script
 from tests.gateway.conftest import SCRIPTED_PRICES, anthropic_body, responses_body
 
 

@@ -12,8 +12,8 @@ from spu.gateway import read_requests
 from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome, Usage
-from spu.testing import reported_usage
-from spu.testing.script import WRITE_PRESENTED_ORDER, WRITE_REPORT
+from spu.scripted import reported_usage
+from spu.scripted.script import WRITE_PRESENTED_ORDER, WRITE_REPORT
 from tests.conftest import EXAMPLE_TASK
 from tests.harness.test_cli_runs import PAPER_VERSION, cli_installed, sandbox_ok  # noqa: F401
 from tests.sandbox.conftest import docker_engine, require_backend  # noqa: F401

@@ -19,8 +19,8 @@ import pytest
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.harness.base import HarnessError
 from spu.harness.recall import RecallHarness
-from spu.testing import load_script
-from spu.testing.script import ScriptError
+from spu.scripted import load_script
+from spu.scripted.script import ScriptError
 from tests.conftest import EXAMPLE_TASK, run_module
 from tests.harness.test_cli_runs import sandbox_ok  # noqa: F401
 

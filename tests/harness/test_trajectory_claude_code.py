@@ -9,7 +9,7 @@ from spu.harness.cli_agent import infra_error
 from spu.harness.trajectory import count_tool_calls
 from spu.harness.trajectory.claude_code import read_claude_code_sessions, usage_from_claude
 from spu.schema import ProcessEvidence, Usage
-from spu.testing import scripted_usage
+from spu.scripted import scripted_usage
 from tests.harness.golden import json_lines, scenario, server_usage
 
 PROJECTS = "projects"

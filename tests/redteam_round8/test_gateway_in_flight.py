@@ -188,7 +188,7 @@ def test_an_agent_that_stops_reading_then_hangs_up_is_no_provider_silence(
     """The agent leaves a long streamed answer unread, then hangs up: the gateway was
     waiting on the agent, not on the upstream: no provider failure."""
     from spu.gateway import server
-    from spu.testing import Script, ScriptedModelServer, ScriptedTurn
+    from spu.scripted import Script, ScriptedModelServer, ScriptedTurn
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.0)
     long = Script(name="long", turns=(ScriptedTurn(text="word " * 2_000_000, delta_chars=64,

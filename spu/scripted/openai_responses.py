@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from spu.schema import Usage
-from spu.testing.anthropic_messages import text_pieces
-from spu.testing.script import ScriptedTurn, not_offered, offered_tool
+from spu.scripted.anthropic_messages import text_pieces
+from spu.scripted.script import ScriptedTurn, not_offered, offered_tool
 
 SHELL_TOOLS = ("exec_command", "shell")
 """Codex's shell tools, newest first: the first one the request offers is used."""

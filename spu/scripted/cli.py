@@ -30,8 +30,8 @@ def register(sub: Any) -> None:
 
 def scripted_server_command(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C; exit 2 when the script cannot be read."""
-    from spu.testing.script import ScriptError, load_script
-    from spu.testing.server import ScriptedModelServer
+    from spu.scripted.script import ScriptError, load_script
+    from spu.scripted.server import ScriptedModelServer
 
     try:
         script = load_script(args.script)

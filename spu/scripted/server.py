@@ -4,7 +4,7 @@ It listens on 127.0.0.1 (a free port by default) and speaks the two APIs the age
 CLIs use: the Anthropic Messages API (``POST /v1/messages``, SSE or not, and
 ``/v1/messages/count_tokens``) for Claude Code and the OpenAI Responses API
 (``POST /v1/responses``, SSE) for Codex. Requests of the agent loop get the next turn
-of the :class:`~spu.testing.script.Script`; other requests (titles, summaries) get a
+of the :class:`~spu.scripted.script.Script`; other requests (titles, summaries) get a
 short text. Every answer reports a known usage, and every request is logged as one
 JSON line (with what was answered and the usage reported), so a test can compare the
 usage a harness parsed with what the server actually sent, bucket by bucket.
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from spu.schema import Usage
-from spu.testing import anthropic_messages, openai_responses
-from spu.testing.script import SIDE_USAGE, Script, ScriptedTurn, default_script, scripted_usage
+from spu.scripted import anthropic_messages, openai_responses
+from spu.scripted.script import SIDE_USAGE, Script, ScriptedTurn, default_script, scripted_usage
 
 SSE_CHUNK_BYTES = 16 * 1024
 """An answer sent as generated goes out in chunks of about this many bytes."""
@@ -262,7 +262,7 @@ def _play(server: ScriptedModelServer, index: int | None, subagent: bool = False
           body: Any = None) -> _Play:
     """Turn ``index`` of the script, or a side answer when the request is outside the loop.
 
-    A side answer is the script's :meth:`~spu.testing.script.Script.answer` to the
+    A side answer is the script's :meth:`~spu.scripted.script.Script.answer` to the
     request's text where it has one, else a short text.
     """
     if index is None:

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from spu.schema import Usage
-from spu.testing.script import SUBAGENT_MARKER, ScriptedTurn, not_offered, offered_tool
+from spu.scripted.script import SUBAGENT_MARKER, ScriptedTurn, not_offered, offered_tool
 
 SHELL_TOOL = "Bash"
 AGENT_TOOL = "Agent"
@@ -75,7 +75,7 @@ def content_blocks(turn: ScriptedTurn, tool_use_id: str,
 
     A ``tool`` turn calls the tool under the name the request offers it (``offered``);
     when the request offers no such tool, the turn runs a shell command that says so
-    instead, so that the script goes on (:func:`~spu.testing.script.not_offered`).
+    instead, so that the script goes on (:func:`~spu.scripted.script.not_offered`).
     """
     if turn.refusal is not None:
         return []
