@@ -1,4 +1,8 @@
-"""``spu runs export``: the runs table of SPEC section 5, from MLflow or from run folders."""
+"""``spu runs export`` and ``spu ui``: the runs table, and the MLflow UI on the runs.
+
+``spu runs export`` writes the runs table of SPEC section 5, from MLflow or from run
+folders; ``spu ui`` serves the MLflow UI on an output root's store, opened on the SPU view.
+"""
 
 from __future__ import annotations
 
@@ -50,6 +54,16 @@ def register(sub: Any) -> None:
                         "store's span table (span search, slower)")
     t.set_defaults(handler=log_traces_command)
     runs.set_defaults(handler=lambda args: (runs.print_help(), 2)[1])
+    u = sub.add_parser(
+        "ui", help="open the MLflow UI on the runs of an output root",
+        description="Start the MLflow UI on OUTPUT_ROOT's tracking store (127.0.0.1, a free "
+        "port) and print the address of the latest experiment's runs table in the SPU view "
+        "(configuration, task, repeat, outcome, scores, cost, runtime). Ctrl-C stops it.")
+    u.add_argument("output_root", type=Path, nargs="?", default=Path("outputs"),
+                   metavar="OUTPUT_ROOT", help="output_root of the runs (default: outputs)")
+    u.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: sqlite:///OUTPUT_ROOT/mlflow.db)")
+    u.set_defaults(handler=ui_command)
 
 
 def export_command(args: argparse.Namespace) -> int:
@@ -106,3 +120,104 @@ def log_traces_command(args: argparse.Namespace) -> int:
           + (f"; {done.missing} runs without a run folder" if done.missing else "")
           + (f"; {done.failed} failed (see the warnings)" if done.failed else ""))
     return 1 if done.failed else 0
+
+
+class UIError(RuntimeError):
+    """The UI cannot show anything; the message says what is missing."""
+
+
+def ui_command(args: argparse.Namespace) -> int:
+    """Serve the MLflow UI until Ctrl-C; exit 1 when there is no store or no SPU run."""
+    from spu.launch.server import TrackingServer, TrackingServerError
+    from spu.tracking.ui import view_url
+
+    root = args.output_root.expanduser().resolve()
+    uri = args.tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
+    try:
+        experiment_id = latest_spu_experiment(uri, root)
+    except UIError as exc:
+        print(f"spu ui: {exc}", file=sys.stderr)
+        return 1
+    server = TrackingServer(uri, (root / "mlartifacts").as_uri(), root / "mlflow-ui.log",
+                            token=None)
+    try:
+        base = server.start()
+        print(f"MLflow UI on {uri}: {view_url(base, experiment_id)}", flush=True)
+        print("(the SPU view: configuration, task, repeat, outcome, scores, cost, runtime; "
+              "Ctrl-C stops the UI)", flush=True)
+        return wait_for_interrupt(server)
+    except TrackingServerError as exc:
+        print(f"spu ui: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # while the server was starting
+        return 0
+    finally:
+        server.stop()
+
+
+def wait_for_interrupt(server: Any) -> int:
+    """Wait until Ctrl-C or SIGTERM (exit 0) or until the server exits on its own (exit 1).
+
+    SIGINT is handled even where the shell started this command with it ignored (a
+    background job), and SIGTERM the same way, so the server is always stopped.
+    """
+    import signal
+    import time
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        while server.exit_status() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nspu ui: stopped", flush=True)
+        return 0
+    print(f"spu ui: the MLflow UI exited (status {server.exit_status()}); see "
+          f"{server.log_path}", file=sys.stderr)
+    return 1
+
+
+def latest_spu_experiment(uri: str, root: Path) -> str:
+    """The id of the SPU experiment with the latest run; each gets its kind and SPU view.
+
+    Raises:
+        UIError: no store there, or no SPU experiment with a run in it.
+    """
+    from spu.tracking.store import (
+        EXPERIMENT_PREFIX,
+        TrackingStoreError,
+        client_for,
+        ensure_ui_tags,
+        sqlite_path,
+    )
+
+    db = sqlite_path(uri)
+    if db is not None and not db.is_file():
+        raise UIError(f"no tracking store at {db} (run a sweep first, e.g. python -m spu.main "
+                      f"output_root={root}, or pass the OUTPUT_ROOT that holds mlflow.db)")
+    try:
+        client = client_for(uri)
+        latest: tuple[int, str] | None = None
+        for experiment in client.search_experiments():
+            if not experiment.name.startswith(EXPERIMENT_PREFIX):
+                continue
+            runs = client.search_runs([experiment.experiment_id], max_results=1000,
+                                      order_by=["attributes.start_time DESC"])
+            if not runs:
+                continue
+            ensure_ui_tags(client, experiment, lengths={
+                "name": max(len(r.info.run_name or "") for r in runs),
+                "config": max(len(r.data.params.get("config", "")) for r in runs),
+                "task": max(len(r.data.params.get("task", "")) for r in runs)})
+            started = max(int(r.info.start_time or 0) for r in runs)
+            if latest is None or started > latest[0]:
+                latest = (started, str(experiment.experiment_id))
+    except TrackingStoreError as exc:
+        raise UIError(str(exc)) from None
+    if latest is None:
+        raise UIError(f"no SPU run recorded in {uri} (experiments named "
+                      f"{EXPERIMENT_PREFIX}*); run a sweep first")
+    return latest[1]
