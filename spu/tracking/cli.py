@@ -67,7 +67,10 @@ def register(sub: Any) -> None:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """Write the runs table; exit 2 when the store, a run or the output is unusable."""
+    """Write the runs table; exit 1 when there is no run to export, 2 on a bad input.
+
+    Exit 2: the store, a run or the output is unusable; exit 1: no run (nothing written).
+    """
     from spu.tracking.export import (
         RunsExportError,
         runs_table,
@@ -86,6 +89,10 @@ def export_command(args: argparse.Namespace) -> int:
             uri = args.tracking_uri or f"sqlite:///{(args.output_root / 'mlflow.db').resolve()}"
             df = runs_table(uri, args.experiment, all_attempts=args.all_attempts)
             source = uri + (f" (experiment {args.experiment})" if args.experiment else "")
+        if df.empty:
+            print(f"spu runs export: {no_rows(args, source)}; nothing written to {args.out}",
+                  file=sys.stderr)
+            return 1
         out = write_runs_table(df, args.out)
     except RunsExportError as exc:
         print(f"spu runs export: {exc}", file=sys.stderr)
@@ -96,6 +103,22 @@ def export_command(args: argparse.Namespace) -> int:
           + (f", {earlier} earlier attempts" if earlier else "")
           + f") from {source} to {out}")
     return 0
+
+
+def no_rows(args: argparse.Namespace, source: str) -> str:
+    """What is missing when an export finds no run, and where the runs may be instead.
+
+    ``--runs-dir`` takes the folder of run folders (``OUTPUT_ROOT/runs``); given the
+    output root itself, it finds none, and says so.
+    """
+    if args.runs_dir is None:
+        return f"no recorded run in {source}"
+    runs = Path(args.runs_dir)
+    where = f"no run.json in the folders under {runs}"
+    if any((runs / "runs").glob("*/run.json")):
+        return f"{where} ({runs} looks like an output root: its runs are in " \
+               f"--runs-dir {runs / 'runs'})"
+    return f"{where} (--runs-dir takes OUTPUT_ROOT/runs, the folder of run folders)"
 
 
 def log_traces_command(args: argparse.Namespace) -> int:
