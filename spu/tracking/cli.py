@@ -206,6 +206,9 @@ def wait_for_interrupt(server: Any) -> int:
 def latest_spu_experiment(uri: str, root: Path) -> str:
     """The id of the SPU experiment with the latest run; each gets its kind and SPU view.
 
+    SPU's experiments are ``spu-<name>``, and any that carries the SPU view (one named by
+    ``tracking.experiment``).
+
     Raises:
         UIError: no store there, or no SPU experiment with a run in it.
     """
@@ -216,6 +219,7 @@ def latest_spu_experiment(uri: str, root: Path) -> str:
         ensure_ui_tags,
         sqlite_path,
     )
+    from spu.tracking.ui import SAVED_VIEW_TAG_PREFIX, SPU_VIEW_ID
 
     db = sqlite_path(uri)
     if db is not None and not db.is_file():
@@ -225,8 +229,9 @@ def latest_spu_experiment(uri: str, root: Path) -> str:
         client = client_for(uri)
         latest: tuple[int, str] | None = None
         for experiment in client.search_experiments():
-            if not experiment.name.startswith(EXPERIMENT_PREFIX):
-                continue
+            if not (experiment.name.startswith(EXPERIMENT_PREFIX)
+                    or SAVED_VIEW_TAG_PREFIX + SPU_VIEW_ID in (experiment.tags or {})):
+                continue  # not SPU's (named by tracking.experiment, SPU's carry the view)
             runs = client.search_runs([experiment.experiment_id], max_results=1000,
                                       order_by=["attributes.start_time DESC"])
             if not runs:
