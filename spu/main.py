@@ -200,6 +200,24 @@ def print_plan(argv: Sequence[str]) -> None:
         console.print(line, highlight=False, soft_wrap=True)
 
 
+def single_run_args(line: Any, args: list[str]) -> list[str]:
+    """Hydra's arguments: for a single run, its overrides with its model's default harness.
+
+    A sweep is left as typed (its sweeper applies the same defaults to each job,
+    :mod:`spu.launch.jobs`).
+
+    Raises:
+        NothingToRun: a single run selects no task.
+    """
+    from spu.launch.jobs import prepare_single_run
+
+    if line.flags:
+        return args  # -m: a sweep; Hydra's other flags (--cfg job ...) take values
+    root = line.task_root or Path(os.environ.get("SPU_TASK_ROOT", "tasks")).resolve()
+    prepared = prepare_single_run(args, (), str(root))
+    return args if prepared is None else prepared
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m spu.main`` and ``spu run``.
 
@@ -209,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     Args:
         argv: the command line after the program name (default ``sys.argv[1:]``).
     """
+    from spu.launch.jobs import NothingToRun
     from spu.overrides import CommandLine, OverrideError, check_overrides, explain
 
     set_launcher_policy()
@@ -232,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             if line.dry_run:
                 print_plan(args)
                 return
-        except OverrideError as exc:
+            args = single_run_args(line, args)
+        except (OverrideError, NothingToRun) as exc:
             print(f"spu: {exc}", file=sys.stderr)
             sys.exit(2)
         except Exception as exc:  # Hydra's composition errors, met by the dry run

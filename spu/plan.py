@@ -1,8 +1,9 @@
 """What a command line would run, without running anything: ``dry_run=true``.
 
 ``python -m spu.main <overrides> [-m] dry_run=true`` expands the sweep exactly as
-Hydra's basic sweeper does (the experiment's ``hydra.sweeper.params``, then the command
-line, globs over the config groups), and lists every job: its task, configuration,
+the sweeper does (the experiment's ``hydra.sweeper.params``, then the command line, globs
+over the config groups, then each model's default harness and the experiment's model
+sweep as :mod:`spu.launch.jobs` applies them), and lists every job: its task, configuration,
 repeat, run key, whether it would run or is skipped (finished earlier, read from
 tracking and the run folders without writing to either), and its expected cost
 (:mod:`spu.cost.reference`). No launcher, Ray, tracking server, sandbox or agent starts.
@@ -89,17 +90,13 @@ def _split(argv: Sequence[str]) -> tuple[bool, list[str]]:
 
 
 def job_overrides(cfg: Any, overrides: list[str], loader: Any, multirun: bool) -> list[list[str]]:
-    """The override list of every job, as Hydra's basic sweeper builds them."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from spu.internals import split_sweep_arguments
+    """The override list of every job, as the sweeper builds them (:mod:`spu.launch.jobs`)."""
+    from spu.launch.jobs import single_job, sweep_jobs
 
     if not multirun:
-        return [overrides]
+        return [single_job(overrides, loader)]
     params = cfg.hydra.sweeper.get("params") or {}
-    lines = [f"{k}={v}" for k, v in params.items()] + overrides
-    parsed = OverridesParser.create(config_loader=loader).parse_overrides(lines)
-    return [list(job) for job in split_sweep_arguments(parsed, None)[0]]
+    return [job for batch in sweep_jobs(dict(params), overrides, loader) for job in batch]
 
 
 def plan_command(argv: Sequence[str]) -> SweepPlan:

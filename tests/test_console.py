@@ -40,7 +40,8 @@ def _run_lines(console: str, config: str) -> list[str]:
 def test_a_sweep_prints_one_line_per_run_and_a_summary_per_configuration(one_task_root,
                                                                          tmp_path) -> None:
     """Each run is one line (Hydra's line per job launched is off), and the sweep ends
-    with a row per configuration: runs, scored, mean score, above chance, cost."""
+    with a row per configuration: runs, scored, mean score (its interval over tasks, none
+    for one task), above chance, cost."""
     console = _sweep(one_task_root, tmp_path / "out")
     for config in ("random-none", "presented_order-none"):
         (line,) = _run_lines(console, config)
@@ -53,7 +54,7 @@ def test_a_sweep_prints_one_line_per_run_and_a_summary_per_configuration(one_tas
     row = next(line for line in summary.splitlines() if "presented_order-none" in line)
     # presented order scores 0.619 on this task, its chance threshold exactly: not above it.
     assert [c.strip() for c in row.strip("│┃ ").split("│")][1:] == \
-        ["1", "1", "0.619", "0/1", "$0.00"]
+        ["1", "1", "0.619 (1 task)", "0/1", "$0.00"]
 
 
 def test_a_skipped_run_is_printed_once(one_task_root, tmp_path) -> None:

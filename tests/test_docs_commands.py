@@ -81,6 +81,8 @@ SKIPS: list[tuple[str, str]] = [
     (r"^export \w+=\.\.\.", "sets an API key; the commands that need one run with "
                             "model=scripted instead"),
     (r"^mlflow ui\b", "starts the MLflow UI, which serves until stopped"),
+    (r"^spu ui\b", "starts the MLflow UI, which serves until Ctrl-C (tests/tracking/test_ui.py "
+                   "drives it in headless Chromium)"),
     (r"^mlflow server\b", "starts a tracking server on PostgreSQL, which serves until stopped"),
     (r"^ray start\b", "joins or starts a Ray cluster node"),
     (r"^spu scripted-server\b", "serves the scripted model until stopped"),

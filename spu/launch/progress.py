@@ -144,19 +144,23 @@ class SweepProgress:
 def result_line(result: dict[str, Any]) -> str:
     """One streamed line for a finished job.
 
+    It ends with the run's key, cut to twelve characters (``spu show`` takes any unique
+    prefix of a key).
+
     Examples:
         >>> result_line({"task": "spu-a", "model": "random", "effort": "none", "repeat": 1,
         ...              "config": "random-none", "harness": "baseline",
         ...              "outcome": "valid", "score": 0.25, "cost_usd": 0.0,
-        ...              "runtime_s": 3.04, "attempt": 2})
-        'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
+        ...              "runtime_s": 3.04, "attempt": 2, "run_key": "0123456789abcdef"})
+        'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2 · run 0123456789ab'
 
         A run an earlier launch finished says so, with its stored result:
 
         >>> result_line({"task": "spu-a", "config": "random-none", "repeat": 0,
-        ...              "status": "skipped", "outcome": "valid", "score": 0.25})
-        'spu-a · random-none r0 · skipped · valid · score 0.250'
-    """
+        ...              "status": "skipped", "outcome": "valid", "score": 0.25,
+        ...              "run_key": "0123456789abcdef"})
+        'spu-a · random-none r0 · skipped · valid · score 0.250 · run 0123456789ab'
+    """  # noqa: E501
     from spu.launch.results import config_of, run_status
 
     if result.get("status", "ran") not in ("ran",):
@@ -164,7 +168,7 @@ def result_line(result: dict[str, Any]) -> str:
                            f"{config_of(result)} r{result.get('repeat')}", run_status(result),
                            str(result.get("outcome")),
                            "score -" if result.get("score") is None
-                           else f"score {result['score']:.3f}"])
+                           else f"score {result['score']:.3f}", *_key_part(result)])
     score = result.get("score")
     harness = f" ({result['harness']})" if result.get("harness") else ""
     parts = [str(result.get("task")), f"{config_of(result)}{harness} r{result.get('repeat')}",
@@ -175,7 +179,14 @@ def result_line(result: dict[str, Any]) -> str:
         parts.append(f"{float(result['runtime_s']):.1f} s")
     if int(result.get("attempt") or 1) > 1:
         parts.append(f"attempt {result['attempt']}")
-    return " · ".join(parts)
+    return " · ".join([*parts, *_key_part(result)])
+
+
+def _key_part(result: dict[str, Any]) -> list[str]:
+    from spu.launch.results import RUN_KEY_CHARS
+
+    key = result.get("run_key")
+    return [f"run {str(key)[:RUN_KEY_CHARS]}"] if key else []
 
 
 class ProgressDisplay:

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import spu
 from spu.config import TracesConfig, TrackingConfig
@@ -307,20 +307,57 @@ def experiment_id(client: MlflowClient, target: TrackingTarget) -> str:
 
 
 def _find_or_create_experiment(client: MlflowClient, target: TrackingTarget) -> str:
+    import time
+
     from mlflow.exceptions import MlflowException
+
+    from spu.tracking.ui import experiment_ui_tags
 
     found = client.get_experiment_by_name(target.experiment)
     if found is not None:
+        ensure_ui_tags(client, found)
         return str(found.experiment_id)
     location = f"{target.artifact_root.rstrip('/')}/{target.experiment}"
     try:
-        return str(client.create_experiment(target.experiment, artifact_location=location))
+        return str(client.create_experiment(
+            target.experiment, artifact_location=location,
+            tags=experiment_ui_tags(int(time.time() * 1000))))
     except MlflowException:
         # Another worker created it between the lookup and the create.
         found = client.get_experiment_by_name(target.experiment)
         if found is None:
             raise
         return str(found.experiment_id)
+
+
+def ensure_ui_tags(client: MlflowClient, experiment: Any,
+                   lengths: dict[str, int] | None = None) -> None:
+    """Give an SPU experiment made before them its kind and its SPU view.
+
+    With ``lengths`` (``spu ui``, which knows the runs: the longest ``name``, ``config``
+    and ``task``), the view's columns are made as wide as those texts.
+    """
+    import time
+
+    from spu.tracking.ui import EXPERIMENT_KIND_TAG, RUN_TRACKING_KIND, spu_view_tag
+
+    tags = dict(experiment.tags or {})
+    if tags.get(EXPERIMENT_KIND_TAG) is None:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
+                                  RUN_TRACKING_KIND)
+    now = int(time.time() * 1000)
+    key, value = spu_view_tag(now, lengths)
+    present = tags.get(key)
+    if present is None or (lengths is not None and _view_state(present) != _view_state(value)):
+        client.set_experiment_tag(experiment.experiment_id, key, value)
+
+
+def _view_state(tag_value: str | None) -> str | None:
+    """The ``state`` of a saved view's tag value (None when absent or unreadable)."""
+    try:
+        return str(json.loads(tag_value)["state"]) if tag_value else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def run_params(record: RunRecord) -> dict[str, str]:
@@ -371,20 +408,20 @@ def identity_params(record: RunRecord) -> dict[str, str]:
 
 
 def run_name(record: RunRecord) -> str:
-    """The MLflow run name: task, repeat, then configuration, so a cut name still tells runs apart.
+    """The MLflow run name: ``<config> · <task> · r<repeat>``.
 
-    The UI truncates long names at the end; the task and the repeat are short and come
-    first (``t:spu-a9sx r0 opus5-max``).
+    Sorted by name, a table groups each configuration's runs; the SPU view shows the
+    name uncut (:func:`spu.tracking.ui.spu_view_state`).
 
     Examples:
         >>> from spu.schema import RunRecord
         >>> record = RunRecord.model_construct(task_id="spu-a9sx", repeat=2, config="opus5-max",
         ...                                    model="opus5", effort="max")
         >>> run_name(record)
-        't:spu-a9sx r2 opus5-max'
+        'opus5-max · spu-a9sx · r2'
     """
     config = record.config or f"{record.model}-{record.effort}"
-    return f"t:{record.task_id} r{record.repeat} {config}"
+    return f"{config} · {record.task_id} · r{record.repeat}"
 
 
 def agent_times_ms(record: RunRecord) -> tuple[int | None, int | None]:

@@ -37,6 +37,7 @@ import functools
 import io
 import json
 import logging
+import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator
@@ -574,6 +575,19 @@ def _write_to_artifacts(tracing: Any, tracking_uri: str, experiment_id: str, inf
         raise
 
 
+def write_beside(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in a run folder (``transcript.html`` beside ``run.json``).
+
+    Through a hidden name and a rename: a reader never sees half a page, and a link
+    planted at ``path`` is replaced, never followed.
+    """
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    with open(partial, "x", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(partial, path)
+
+
 def put_artifact(repo: Any, name: str, text: str) -> None:
     """Log ``text`` as the artifact ``name`` at the root of ``repo``.
 
@@ -686,6 +700,7 @@ def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_ur
         views = built() if built is not None else build_views(record, run_dir, settings)
         put_artifact(run_artifacts(artifact_uri, target.uri), TRANSCRIPT_FILE,
                      views.transcript)
+        write_beside(run_dir / TRANSCRIPT_FILE, views.transcript)
         write_trace(target.uri, experiment_id, run_id, views, settings)
     except Exception as exc:  # noqa: BLE001 (the run is recorded; the trace is extra)
         detail = str(exc).split("\n", 1)[0][:300]

@@ -104,7 +104,8 @@ def test_a_remembered_task_is_flagged_and_a_fresh_one_is_not(sandbox_ok,  # noqa
     proc = run_module(["spu.main", "-m", "harness=recall", "harness.probe=source,order",
                        "model=scripted", f"model.api_model={script}", f"task_root={root}",
                        "task=glob(*)", f"output_root={out}", "limits.gpus=0",
-                       "limits.time_s=120"], timeout=600)
+                       "limits.time_s=120", "model.prices.input=1.0",
+                       "model.prices.output=5.0"], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
