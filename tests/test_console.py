@@ -33,8 +33,7 @@ def _sweep(task_root: Path, out: Path, *extra: str) -> str:
 
 def _run_lines(console: str, config: str) -> list[str]:
     """The streamed lines of one configuration's runs (not the table rows)."""
-    return [line for line in console.splitlines()
-            if f" · {config} " in line and EXAMPLE_TASK.name in line]
+    return [line for line in console.splitlines() if f"{EXAMPLE_TASK.name} · {config} " in line]
 
 
 def test_a_sweep_prints_one_line_per_run_and_a_summary_per_configuration(one_task_root,
