@@ -25,8 +25,10 @@ def one_task_root(tmp_path: Path) -> Path:
 
 
 def _sweep(task_root: Path, out: Path, *extra: str) -> str:
+    # The width of a console that is not a terminal (pytest-xdist's workers set COLUMNS=80,
+    # where the summary's headers wrap onto two lines).
     proc = run_module(["spu.main", *BASELINES, f"task_root={task_root}", f"output_root={out}",
-                       *extra])
+                       *extra], env={"COLUMNS": "160"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 
