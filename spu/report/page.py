@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from spu.report.tables import Table
 
@@ -17,6 +17,11 @@ th:first-child, td:first-child { text-align: left; }
 thead th { border-bottom: 2px solid #888; }
 figure { margin: 1.5em 0; } figure svg { max-width: 100%; height: auto; }
 figcaption, p.meta { color: #555; font-size: 0.9em; }
+div.rule { color: #444; font-size: 0.8em; border-left: 3px solid #c8d6e8; margin: 0.3em 0 1em;
+           padding: 0.1em 0.8em; }
+div.rule ul { margin: 0.2em 0; padding-left: 1.2em; }
+span.rule-file { font-family: monospace; }
+span.basis-reading, span.basis-option { color: #8a4b00; font-weight: bold; }
 """
 
 CAPTIONS = {
@@ -35,8 +40,14 @@ CAPTIONS = {
 
 
 def render_page(title: str, meta: Sequence[str], tables: Sequence[Table],
-                figures: dict[str, str], notes: Sequence[str]) -> str:
-    """The HTML text: title, inputs, figures (``<svg>`` elements inline), tables, notes."""
+                figures: dict[str, str], notes: Sequence[str],
+                rules: Mapping[str, str] | None = None) -> str:
+    """The HTML text: title, inputs, figures (``<svg>`` elements inline), tables, notes.
+
+    ``rules``: the rule block (:func:`spu.report.rules.rules_html`) shown under each figure
+    and table, by figure name or table name.
+    """
+    rules = rules or {}
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
              f"<h1>{html.escape(title)}</h1>"]
@@ -44,8 +55,8 @@ def render_page(title: str, meta: Sequence[str], tables: Sequence[Table],
     for name, svg in figures.items():
         caption = html.escape(CAPTIONS.get(name, name))
         parts.append(f'<figure id="fig-{name}">{svg}<figcaption>{caption}</figcaption>'
-                     "</figure>")
-    parts += [t.to_html() for t in tables]
+                     f"{rules.get(name, '')}</figure>")
+    parts += [t.to_html(rules.get(t.name, "")) for t in tables]
     if notes:
         items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
         parts.append(f"<section id=\"notes\"><h2>Notes</h2><ul>{items}</ul></section>")

@@ -827,7 +827,8 @@ def figure_24(result: StatsResult) -> Figure:
     fig = _canvas(13.0, 4.5)
     ax_a, ax_b, ax_c = fig.subplots(1, 3)
     _panel_label(ax_a, "a")
-    d = np.sort(tasks["diff"].to_numpy(dtype=float))
+    d = tasks["diff"].to_numpy(dtype=float)
+    d = np.sort(d[np.isfinite(d)])  # tasks both efforts' official runs scored
     ax_a.bar(np.arange(d.size), d, color=np.where(d > 0, BLUE, RED), width=1.0)
     ax_a.axhline(0, color="black", lw=0.6)
     ax_a.set_xlabel("Tasks, sorted")
@@ -905,7 +906,7 @@ def figure_25(result: StatsResult) -> Figure:
         _panel_label(ax_d, "d")
         low, high = tasks["low_config"].iloc[0], tasks["high_config"].iloc[0]
         d = tasks.loc[tasks["low_config"] == low, "diff"].to_numpy(dtype=float)
-        ax_d.hist(d, bins=20, color=BLUE)
+        ax_d.hist(d[np.isfinite(d)], bins=20, color=BLUE)
         row = effort[(effort["low"] == low) & (effort["way"] == "official")]
         ax_d.axvline(0, color="black", lw=0.6)
         ax_d.set_xlabel(f"{low} minus {high}, per task")
@@ -1255,6 +1256,18 @@ REGISTRY: tuple[PaperFigure, ...] = (
 
 PAPER_CAPTIONS = {f.name: f.caption for f in REGISTRY if f.draw is not None}
 """Captions of the figures drawn here, by file stem."""
+
+PAPER_FIGURE_FILES: dict[str, tuple[str, ...]] = {
+    f.name: tuple(dict.fromkeys(table.split()[0] for _, table, _ in f.panels
+                                if table.split() and table.split()[0].endswith(".csv")))
+    for f in REGISTRY if f.draw is not None}
+PAPER_FIGURE_FILES.update({
+    "figure_5": ("outcomes.csv",), "figure_13": ("tasks.csv", "exposure_indicators.csv",
+                                                  "exposure.csv"),
+    "figure_16": ("monotone_groups.csv", "monotone.csv"),
+    "figure_24": ("effort_tasks.csv", "effort.csv", "effort_ratios.csv"),
+    "figure_25": ("pairs.csv", "effort.csv")})
+"""The ``spu stats`` files each figure drawn here uses (their rules are shown beside it)."""
 
 
 def _has(result: StatsResult, needs: str) -> bool:

@@ -30,6 +30,14 @@ class Table:
     """Column headings."""
     rows: tuple[tuple[str, ...], ...]
     """Formatted cells."""
+    files: tuple[str, ...] | None = None
+    """The output files it shows, whose rules the report prints beside it (default: the
+    ``spu stats`` file of its name, ``configs.csv`` for ``configs``)."""
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """:attr:`files`, or the file of the table's name."""
+        return (f"{self.name}.csv",) if self.files is None else self.files
 
     def frame(self) -> pd.DataFrame:
         """The formatted cells as a DataFrame of strings, one column per heading."""
@@ -44,14 +52,14 @@ class Table:
                                   disable_numparse=True)
         return f"## {self.title}\n\n{self.caption}\n\n{table}\n"
 
-    def to_html(self) -> str:
-        """An HTML section with the heading, caption and table (pandas Styler + jinja2)."""
+    def to_html(self, rule: str = "") -> str:
+        """An HTML section: heading, caption, ``rule`` block, table (pandas Styler + jinja2)."""
         # A fixed uuid keeps the page byte-for-byte reproducible; cells are escaped.
         styler = (self.frame().style.hide(axis="index").format(escape="html")
                   .format_index(escape="html", axis="columns").set_uuid(self.name))
         table = styler.to_html(table_attributes='class="spu-table"')
         return (f'<section id="{self.name}"><h2>{html.escape(self.title)}</h2>'
-                f"<p>{html.escape(self.caption)}</p>{table}</section>")
+                f"<p>{html.escape(self.caption)}</p>{rule}{table}</section>")
 
 
 def missing(value: Any) -> bool:

@@ -31,6 +31,8 @@ from spu.stats.registry import (
 )
 from spu.stats.repeats import RankStability
 from spu.stats.retired import RETIRED_FILE, retirements_of_roots, split_probes, split_retired
+from spu.stats.rules import STATS_RULES
+from spu.stats.rules import entry as rule_entry
 
 __all__ = ["MAX_NOTES", "StatsOptions", "StatsResult", "analyze", "files", "write_stats"]
 
@@ -105,12 +107,13 @@ def _outputs(outcomes: list[_Outcome]) -> dict[str, dict[str, Any]]:
             outputs[name] = {"analysis": entry.name, "source": entry.source,
                              "section": entry.section_of(name), "written": written,
                              "skipped": None if written else reason,
-                             "rule": result.rules.get(name)}
+                             **rule_entry(result.rules.get(name), STATS_RULES.get(name))}
     for name, section in COLLECTED_FILES.items():
         key = "tests" if name == "tests.csv" else "summary"
         outputs[name] = {"analysis": [o.entry.name for o in outcomes
                                       if getattr(o.result, key)],
-                         "section": section, "written": True, "skipped": None}
+                         "section": section, "written": True, "skipped": None,
+                         **rule_entry(None, STATS_RULES[name])}
     return dict(sorted(outputs.items()))
 
 
@@ -177,7 +180,8 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     if RETIRED_FILE in tables:
         manifest["outputs"][RETIRED_FILE] = {"analysis": "retired", "source": "spu",
                                              "section": sections[RETIRED_FILE],
-                                             "written": True, "skipped": None, "rule": None}
+                                             "written": True, "skipped": None,
+                                             **rule_entry(None, STATS_RULES[RETIRED_FILE])}
     stability = next((o.result.values["rank_stability"] for o in outcomes
                       if "rank_stability" in o.result.values), None)
     summary = _summary_frame([row for o in outcomes for row in o.result.summary])

@@ -184,3 +184,25 @@ def test_numbers_read_as_what_they_are() -> None:
         {"analysis": "paired", "statistic": "z", "value": -0.00001, "ci_low": float("nan"),
          "ci_high": float("nan"), "n": 78.0}]))
     assert table.rows[0][2] == "100" and table.rows[1][2:] == ("0.0000", "78")
+
+
+def test_the_rule_that_made_each_table_and_figure_stands_beside_it(report, result) -> None:
+    """Issue 43: report.html shows, under each figure and table drawn from spu stats, the
+    rule of its files (manifest.json: rule, population, the paper's sentence, and whether
+    it is the paper's rule or a reading); report.md says the same."""
+    import html as html_module
+
+    page = (report / "report.html").read_text()
+    outputs = result.manifest["outputs"]
+    for name in [*FIGURES, *(p.stem for p in (report / "figures").glob("figure_*.png"))]:
+        block = re.search(rf'<figure id="fig-{name}">.*?</figure>', page, re.S)
+        assert block and '<div class="rule">' in block.group(0), name
+    for table in ("configs", "outcomes", "costs", "disciplines", "pairs", "summary"):
+        section = re.search(rf'<section id="{table}">.*?</section>', page, re.S)
+        assert section, table
+        assert html_module.escape(outputs[f"{table}.csv"]["rule"]) in section.group(0), table
+        assert "Population" in section.group(0)
+    # the decomposition's block is a reading, said as one beside Figure 26
+    figure_26 = re.search(r'<figure id="fig-figure_26">.*?</figure>', page, re.S)
+    assert figure_26 and "our reading of the paper" in figure_26.group(0)
+    assert "> Rule: configs.csv (" in (report / "report.md").read_text()
