@@ -20,9 +20,11 @@ DESIGN_DIFFERENCES = (0.05, 0.1, 0.15, 0.2)
 """Default differences of ``design.csv`` (:data:`spu.stats.design.DIFFERENCES`)."""
 
 
-def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
+def add_analysis_arguments(p: argparse.ArgumentParser,
+                           runs_help: str = "runs table, CSV or parquet (spu runs export)"
+                           ) -> None:
     """The inputs and options shared by ``spu stats`` and ``spu report``."""
-    p.add_argument("runs", type=Path, help="runs table, CSV or parquet (spu runs export)")
+    p.add_argument("runs", type=Path, help=runs_help)
     p.add_argument("--out", type=Path, required=True, help="folder to write to")
     p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
     p.add_argument("--resamples", type=int, default=10_000,
@@ -139,39 +141,48 @@ def register(sub: Any) -> None:
 
 
 def run_analysis(args: argparse.Namespace, command: str) -> Any:
-    """Read the table and run :func:`spu.stats.analysis.analyze`; ``None`` after an error."""
+    """Read the table and run :func:`spu.stats.analysis.analyze`.
+
+    Returns the result, or the exit code after saying why in one line: 2 when an input
+    cannot be used, 1 when the table has no official run to analyse.
+    """
     from spu.overrides import folder_problem
     from spu.stats.analysis import StatsOptions, analyze
     from spu.stats.registry import AnalysisRegistryError
-    from spu.stats.runs_table import RunsTableError, read_experiment_table
+    from spu.stats.runs_table import (
+        EMPTY_HINT,
+        RunsTableError,
+        nothing_to_analyse,
+        read_experiment_table,
+    )
     from spu.stats.submissions import StatsInputError
 
     problem = folder_problem(args.out)
     if problem:
         print(f"spu {command}: --out {args.out}: {problem}; choose another --out",
               file=sys.stderr)
-        return None
+        return 2
     for name in ("resamples", "simulations", "null_draws"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             print(f"spu {command}: --{name.replace('_', '-')} must be at least 1",
                   file=sys.stderr)
-            return None
+            return 2
     chosen = _names(args.decomposition_configs)
     if chosen is not None and len(set(chosen)) < 2:
         print(f"spu {command}: --decomposition-configs needs at least two configurations",
               file=sys.stderr)
-        return None
+        return 2
     differences = tuple(args.design_differences or DESIGN_DIFFERENCES)
     if any(not d > 0 for d in differences):
         print(f"spu {command}: --design-difference must be above 0", file=sys.stderr)
-        return None
+        return 2
     from spu.stats.monotone import UNRELATED
 
     unrelated = UNRELATED if args.unrelated_below is None else args.unrelated_below
     if not 0 <= unrelated < 1:
         print(f"spu {command}: --unrelated-below must be at least 0 and below 1",
               file=sys.stderr)
-        return None
+        return 2
     from spu.analysis.runs import executed_gpu_use
 
     options = StatsOptions(
@@ -193,19 +204,24 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         result = analyze(runs, options)
     except (RunsTableError, StatsInputError, AnalysisRegistryError) as exc:
         print(f"spu {command}: {exc}", file=sys.stderr)
-        return None
-    result.manifest["runs_table"] = str(args.runs)
+        return 2
+    empty = nothing_to_analyse(result.runs, len(runs) - len(result.runs))
+    if empty is not None:
+        print(f"spu {command}: {getattr(args, 'runs_label', args.runs)}: {empty}; nothing "
+              f"written; {EMPTY_HINT}", file=sys.stderr)
+        return 1
+    result.manifest["runs_table"] = str(getattr(args, "runs_label", args.runs))
     result.manifest["experiment"] = experiment
     return result
 
 
 def stats_command(args: argparse.Namespace) -> int:
-    """Write the statistics; exit 2 when an input cannot be used (nothing is written then)."""
+    """Write the statistics; exit 2 for an unusable input, 1 for no official run."""
     from spu.stats.analysis import write_stats
 
     result = run_analysis(args, "stats")
-    if result is None:
-        return 2
+    if isinstance(result, int):
+        return result
     written = write_stats(result, args.out)
     print(f"spu stats: wrote {len(written)} files to {args.out}")
     for note in result.notes:
