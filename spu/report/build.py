@@ -79,8 +79,12 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
     figures.update(drawable)
     pngs: dict[str, Path] = {}
     svgs: dict[str, str] = {}
+    captions: dict[str, str] = {}
     for name, draw in figures.items():
         figure = draw()
+        said = getattr(figure, "spu_note", "")  # what the figure left out, and why
+        if said:
+            captions[name] = f"{CAPTIONS.get(name, name)} {said}"
         paths = save_figure(figure, out / "figures", name)
         written += paths
         pngs[name] = paths[0]
@@ -99,7 +103,8 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
     shown.update({t.name: shown_rules(t.sources, stats_outputs) for t in tables})
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:
-        markdown.append(f"![{name}](figures/{name}.png)\n\n*{CAPTIONS.get(name, name)}*\n\n"
+        caption = captions.get(name) or CAPTIONS.get(name, name)
+        markdown.append(f"![{name}](figures/{name}.png)\n\n*{caption}*\n\n"
                         f"{rules_markdown(shown[name])}")
     markdown += [t.to_markdown() + (f"\n{rules_markdown(shown[t.name])}"
                                     if shown[t.name] else "") for t in tables]
@@ -111,7 +116,8 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
 
     path = out / "report.html"
     path.write_text(render_page(TITLE, _meta(result), tables, svgs, notes,
-                                {name: rules_html(r) for name, r in shown.items()}),
+                                {name: rules_html(r) for name, r in shown.items()},
+                                captions),
                     encoding="utf-8")
     written.append(path)
     return written

@@ -36,8 +36,14 @@ from spu.stats.rules import entry as rule_entry
 
 __all__ = ["MAX_NOTES", "StatsOptions", "StatsResult", "analyze", "files", "write_stats"]
 
-SUMMARY_COLUMNS = ("analysis", "statistic", "value", "ci_low", "ci_high", "n")
-"""Columns of ``summary.csv``."""
+SUMMARY_COLUMNS = ("analysis", "statistic", "value", "ci_low", "ci_high", "n", "note")
+"""Columns of ``summary.csv``; ``note`` says why a value is not a finite number."""
+
+UNDEFINED_NOTE = ("not defined on these inputs (too few values, or none that vary)")
+"""The ``note`` of a summary row whose value is missing and whose analysis gave no reason."""
+
+INFINITE_NOTE = "infinite: a ratio over a spread of zero"
+"""The ``note`` of a summary row whose value is infinite and whose analysis gave no reason."""
 
 
 def files() -> dict[str, str]:
@@ -122,6 +128,11 @@ def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     # Every value is a number (a flag counts as 1 or 0), so summary.csv reads back as one.
     frame["value"] = pd.to_numeric(frame["value"].map(
         lambda v: float(v) if isinstance(v, (bool, np.bool_)) else v), errors="raise")
+    # A value that is no finite number says why (the analysis' note, else the general one).
+    value = frame["value"].to_numpy(dtype=float)
+    note = frame["note"].astype(object).where(frame["note"].notna(), "").astype(str)
+    frame["note"] = np.where(note != "", note, np.where(
+        np.isnan(value), UNDEFINED_NOTE, np.where(np.isinf(value), INFINITE_NOTE, "")))
     return frame
 
 

@@ -486,10 +486,10 @@ def effort_correlations(
     for row in adjusted_rows:
         summary.append({"analysis": "effort", "statistic": f"adjusted_corr_{row['measure']}",
                         "value": row["rho"], "ci_low": row["ci_low"],
-                        "ci_high": row["ci_high"], "n": row["n"]})
+                        "ci_high": row["ci_high"], "n": row["n"], "note": row["note"]})
     table = pd.DataFrame(rows + adjusted_rows, columns=[
         "config", "measure", "n", "rho", "p_value", "p_holm", "ci_low", "ci_high",
-        "transform"])
+        "transform", "note"])
     return table, summary
 
 
@@ -526,11 +526,36 @@ def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
     point = residual_gram(design, variables)[0]
     boot = residual_gram(design, variables, weights)
     for j, measure in enumerate(names, start=1):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rho = float(point[0, j] / np.sqrt(point[0, 0] * point[j, j]))
-            draws = boot[:, 0, j] / np.sqrt(boot[:, 0, 0] * boot[:, j, j])
-        low, high = percentile_interval(draws)
+        note = _no_residual_variation(variables, point, j, measure)
+        rho = low = high = math.nan
+        if not note:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rho = float(point[0, j] / np.sqrt(point[0, 0] * point[j, j]))
+                draws = boot[:, 0, j] / np.sqrt(boot[:, 0, 0] * boot[:, j, j])
+            low, high = percentile_interval(draws)
         out.append({"config": "(task and configuration effects removed)", "measure": measure,
                     "n": int(y.size), "rho": rho, "p_value": math.nan, "p_holm": math.nan,
-                    "ci_low": low, "ci_high": high, "transform": transforms[j - 1]})
+                    "ci_low": low, "ci_high": high, "transform": transforms[j - 1],
+                    "note": note})
     return out
+
+
+RESIDUAL_TOLERANCE = 1e-12
+"""Residual sum of squares, relative to the total, below which nothing is left to correlate."""
+
+
+def _no_residual_variation(variables: np.ndarray, gram: np.ndarray, j: int, measure: str
+                           ) -> str:
+    """Why the adjusted correlation of ``measure`` is undefined ("" when it is defined).
+
+    Once task and configuration effects are removed, a score or a measure fixed by them
+    (a scripted agent makes the same calls on every task) leaves a residual of float noise;
+    dividing by it gave an infinite "correlation".
+    """
+    for k, what in ((0, "the scores"), (j, measure.replace("_", " "))):
+        centred = variables[k] - variables[k].mean()
+        total = float(centred @ centred)
+        if not gram[k, k] > RESIDUAL_TOLERANCE * max(total, 1e-300):
+            return (f"undefined: {what} do not vary once task and configuration effects are "
+                    "removed")
+    return ""
