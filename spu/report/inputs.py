@@ -100,10 +100,34 @@ def launch_roots(output_root: Path) -> LaunchRoots:
             else:
                 gone.add(f"{key} {path}")
     notes = tuple(f"{what} of a launch no longer exists" for what in sorted(gone))
+    tasks, skipped = _disjoint_roots(tasks)
+    notes += tuple(f"task_root {root} of a launch is not read: its tasks are also under "
+                   f"{other}, read instead" for root, other in skipped)
     if len(answers) > 1:
         notes += (f"launches used {len(answers)} answer roots; the first, {answers[0]}, is "
                   "read (--answers-root chooses)",)
     return LaunchRoots(tuple(tasks), answers[0] if answers else None, notes)
+
+
+def _disjoint_roots(roots: list[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """The roots to read, no task in two of them, and those left out with the root read.
+
+    The largest first; a later root that shares a task with one read is left out. A sweep
+    over one example task and a run over the whole task root name the same task twice; the
+    statistics read each task from one root.
+    """
+    from spu.tasks.package import discover_tasks
+
+    names = {root: {p.name for p in discover_tasks(root)} for root in roots}
+    kept: list[Path] = []
+    skipped: list[tuple[Path, Path]] = []
+    for root in sorted(roots, key=lambda r: -len(names[r])):
+        overlap = next((other for other in kept if names[root] & names[other]), None)
+        if overlap is None:
+            kept.append(root)
+        else:
+            skipped.append((root, overlap))
+    return kept, skipped
 
 
 def export_runs(output_root: Path, out: Path) -> str:

@@ -87,3 +87,26 @@ def test_the_task_roots_of_each_launch_are_found(tmp_path) -> None:
     found = launch_roots(outputs)
     assert found.task_roots == ((tmp_path / "tasks").resolve(),)
     assert found.notes == ("task_root /nowhere/tasks of a launch no longer exists",)
+
+
+def test_two_launches_naming_one_task_read_it_from_one_root(tmp_path) -> None:
+    """README.md's launches: a run over the whole task root, a sweep over a root holding
+    one of its tasks; each task is read once (the statistics refuse a task in two roots),
+    from the larger root, and the other root is said to be left out."""
+    from spu.report.inputs import launch_roots
+
+    outputs = tmp_path / "outputs"
+    for root, tasks in (("all", ("t1", "t2", "t3")), ("small", ("t1",))):
+        for task in tasks:
+            (tmp_path / root / task).mkdir(parents=True)
+            (tmp_path / root / task / "task.yaml").write_text(f"id: {task}\n")
+        job = outputs / "multirun" / root / "0" / ".hydra"
+        job.mkdir(parents=True)
+        (job / "config.yaml").write_text(f"task_root: {root}\n")
+        (job / "hydra.yaml").write_text(json.dumps({"hydra": {"runtime": {
+            "cwd": str(tmp_path)}}}))
+    found = launch_roots(outputs)
+    assert found.task_roots == ((tmp_path / "all").resolve(),)
+    assert found.notes == (f"task_root {(tmp_path / 'small').resolve()} of a launch is not "
+                           f"read: its tasks are also under {(tmp_path / 'all').resolve()}, "
+                           "read instead",)
