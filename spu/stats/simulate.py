@@ -684,7 +684,10 @@ def _write_trajectory(folder: Path, r: pd.Series, task_dir: Path, orders: dict[s
         "score_recovered": float(score), "runtime_s": float(r["runtime_s"]),
         "tool_calls": n_calls, "used_gpu": bool(r["used_gpu"]),
         "gpu_seconds": float(r["runtime_s"]) * 0.2 if bool(r["used_gpu"]) else 0.0,
-        "usage": {"output": int(r["output_tokens"])}}
+        "usage": {"output": int(r["output_tokens"])},
+        # what makes it a full run record, so spu runs export --runs-dir reads it
+        "task_version": str(task.meta.version), "score_strict": float(score),
+        "sandbox": {"backend": "simulated"}, "cost_usd": float(r["cost_usd"])}
     (folder / "run.json").write_text(json.dumps(record), encoding="utf-8")
     return n_calls, report, audit
 

@@ -104,6 +104,25 @@ def test_the_corpus_exercises_the_paper_26_outputs(analysis) -> None:
     assert "16 method" in outputs["associations.csv"]["rule"]
 
 
+def test_every_file_of_spu_analyze_names_its_rule(analysis) -> None:
+    """Issue 43: each output file's manifest entry gives its rule, population, basis (the
+    paper's rule, a reading, an option or the framework's) and the paper's sentence; 4.8's
+    comparison is over the tasks with runs on both sides, as the paper writes."""
+    from spu.stats.rules import BASES
+
+    outputs = json.loads((analysis / "manifest.json").read_text())["outputs"]
+    written = {p.name for p in analysis.glob("*.csv")}
+    assert written <= set(outputs)
+    for name in written:
+        entry = outputs[name]
+        assert entry["rule"] and entry["population"] and entry["sentence"], name
+        assert entry["basis"] in BASES, name
+    assert "both sides" in outputs["gpu_within_config.csv"]["rule"]
+    assert "63 tasks" in outputs["gpu_within_config.csv"]["sentence"]
+    within = pd.read_csv(analysis / "gpu_within_config.csv")
+    assert within["n_tasks"].nunique() == 1
+
+
 def test_figures_written_and_missing_ones_listed(analysis, capsys) -> None:
     pngs = {p.stem for p in (analysis / "figures").glob("*.png")}
     assert {"fig14a_activity_time", "fig15a_families", "fig16a_first_appearance",
