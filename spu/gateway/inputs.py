@@ -69,8 +69,10 @@ KIND_CONTEXT = "context"
 record, keeping each text once, would not show it there (:meth:`InputRecord.keep`)."""
 
 CONTEXT_CHARS = 1024
-"""Characters of a context line (``spu.analysis.exposure.JOIN_CHARS``: what the screen
-joins across a boundary)."""
+"""Characters of a context line at most (``spu.analysis.exposure.JOIN_CHARS``: what the
+screen joins across a boundary)..."""
+CONTEXT_FLOOR = 256
+"""... and at most this many more than the new text it stands beside."""
 MAX_ID_CHARS = 256
 """Characters kept of an id or a tool's name (the agent chooses them in its history)."""
 
@@ -434,25 +436,27 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _around(texts: list[SentText], keys: list[str], seen: set[str], i: int,
-            before: bool) -> str:
-    """What the model reads next to text ``i`` of a request, :data:`CONTEXT_CHARS` long.
+def _context_size(new_text: str) -> int:
+    return min(CONTEXT_CHARS, CONTEXT_FLOOR + len(new_text))
 
-    Before it (``before``): the end of the texts before it, one after another; or from it
-    on, through the texts after it already kept.
+
+def _following(texts: list[SentText], keys: list[str], seen: set[str], i: int,
+               size: int) -> tuple[str, str | None]:
+    """What the model reads from text ``i`` on, through texts already kept (``size`` long).
+
+    Also the key of the last text it holds whole where a new text follows it (the
+    record's context then runs on into that text's line), else None.
     """
     parts: list[str] = []
-    size = 0
-    for k in range(i - 1, -1, -1) if before else range(i, len(texts)):
-        if not before and k > i and keys[k] not in seen:
-            break  # a new text: written with its own context
-        text = texts[k].text
-        parts.append(text[-CONTEXT_CHARS:] if before else text[:CONTEXT_CHARS])
-        size += len(parts[-1])
-        if size >= CONTEXT_CHARS:
+    got = 0
+    for k in range(i, len(texts)):
+        if k > i and keys[k] not in seen:
+            return "".join(parts), keys[k - 1]  # a new text: written next, as it follows
+        parts.append(texts[k].text[:size - got])
+        got += len(parts[-1])
+        if got >= size:
             break
-    joined = "".join(reversed(parts)) if before else "".join(parts)
-    return joined[-CONTEXT_CHARS:] if before else joined[:CONTEXT_CHARS]
+    return "".join(parts), None
 
 
 class InputRecord:
@@ -555,25 +559,30 @@ class InputRecord:
         The record keeps each text once, so a new text may follow, in the record, another
         than the text it follows in the model's context (a request in between, a history
         edited), and a text already kept may follow it in the context: a line of context
-        then holds the :data:`CONTEXT_CHARS` characters before it in the context (or after
-        it), for the screen's joins.
+        then holds what stands before it in the context (or after it), for the screen's
+        joins: :data:`CONTEXT_FLOOR` characters more than the new text, at most
+        :data:`CONTEXT_CHARS` (an identifier across the boundary has at most its own
+        length on the far side; a tiny text must not buy a kilobyte of record).
         """
         keys = [self._key(t) for t in texts]
         lines: list[str] = []
         wrote_previous = False
+        tail = ""  # the request's last CONTEXT_CHARS characters before text i
         for i, (sent, key) in enumerate(zip(texts, keys, strict=True)):
             if key in self._seen:
                 if wrote_previous:  # a kept text right after a new one
-                    lines.append(self._context_line(_around(texts, keys, self._seen, i,
-                                                            before=False), gap=False))
-                    self._last = None
+                    after, self._last = _following(texts, keys, self._seen, i,
+                                                   _context_size(texts[i - 1].text))
+                    lines.append(self._context_line(after, gap=False))
                 wrote_previous = False
-                continue
-            if i and self._last != keys[i - 1]:
-                lines.append(self._context_line(_around(texts, keys, self._seen, i,
-                                                        before=True), gap=True))
-            lines.append(self._text_line(sent, key))
-            self._last, wrote_previous = key, True
+            else:
+                if i and self._last != keys[i - 1]:
+                    lines.append(self._context_line(tail[-_context_size(sent.text):],
+                                                    gap=True))
+                lines.append(self._text_line(sent, key))
+                self._last, wrote_previous = key, True
+            text = sent.text
+            tail = (text if len(text) >= CONTEXT_CHARS else tail + text)[-CONTEXT_CHARS:]
         return lines
 
     def _context_line(self, text: str, gap: bool) -> str:

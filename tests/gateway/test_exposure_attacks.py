@@ -145,6 +145,27 @@ def test_context_is_written_only_where_the_record_parts_neighbours(tmp_path: Pat
     assert len(context) == 1 and len(context[0]["text"]) <= 1024  # inputs.CONTEXT_CHARS
 
 
+def test_tiny_new_texts_buy_little_context(tmp_path: Path) -> None:
+    """Tiny new texts between copies of one kept text each bought two lines of a kilobyte
+    of context (a cheap way to fill the record's cap and blind the screen): a context
+    line now holds 256 characters more than its new text at most (two per new text:
+    the kept text's head after it, the kept text's tail before the next)."""
+    kept = "k" * 3000
+    first = anthropic(result(kept))
+    interleaved = anthropic(*[result(kept if k % 2 else f"n{k}", f"t{k}") for k in range(400)],
+                            results=400)
+    for message in interleaved["messages"][2]["content"]:
+        if message["content"] == kept:
+            message["tool_use_id"] = "t0"  # the same text as first kept
+    replay(tmp_path, [(MESSAGES, first), (MESSAGES, interleaved)])
+    lines = [json.loads(line) for line in
+             (tmp_path / "model" / "tool_results.jsonl").read_text().splitlines()]
+    context = [line for line in lines if line["kind"] == "context"]
+    new = [line for line in lines if line["kind"] == "tool_result" and line["chars"] < 10]
+    assert len(new) == 200 and len(context) <= 2 * len(new)
+    assert max(len(line["text"]) for line in context) <= 256 + 4
+
+
 # ------------------------------------------------------------------------ the counts
 
 
