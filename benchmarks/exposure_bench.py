@@ -5,7 +5,7 @@
 Printed, from one process:
 
 - **per request, at the gateway** (``spu.gateway.inputs.InputRecord.keep``, run on the
-  gateway's event loop before each request is forwarded): a Claude Code-like Messages body
+  gateway's event loop once each answer has ended): a Claude Code-like Messages body
   of ``--turns`` tool calls (a 20 KB system prompt, 30 KB of tool definitions, each tool
   result 3 KB), every text already kept (the steady state of a conversation: each request
   repeats the ones before). Beside it, in the same run: ``json.loads`` of the same body
@@ -105,6 +105,11 @@ CRAFTED: dict[str, Callable[[int], str]] = {
     "JSON escapes": lambda n: "\\u00" * (n // 4),
     "look-alikes and ZWSP": lambda n: "\u0455\u200b" * (n // 2),
     "URL-safe run": lambda n: "-_" * (n // 2),
+    "marks, falling class": lambda n: "a" + "\u0301" * (n // 2) + "\u0316" * (n // 2),
+    "U+FDFA (18 in NFKC)": lambda n: "\ufdfa" * n,
+    "letters spaced apart": lambda n: "a " * (n // 2),
+    "single letters, runs": lambda n: "a b c d e ff " * (n // 13),
+    "markup and '<'": lambda n: "<b>10.1126/</b>" * (n // 15) + "<" * (n // 2),
 }
 
 

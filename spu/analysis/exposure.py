@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from spu.gateway.answers import unmarked
 from spu.schema import (  # noqa: F401  (exposure_kinds: kept importable from here)
     AuditEntry,
     ExposureHit,
@@ -110,14 +111,17 @@ def normalize_words(text: str) -> str:
         >>> normalize_words("Cu-Catalysed <i>Allylic</i> Amination&nbsp;of Alkenes")
         'cu catalysed i allylic i amination of alkenes'
     """
-    text = html.unescape(text)
-    text = unicodedata.normalize("NFKD", text)
+    text = unicodedata.normalize("NFKD", unmarked(html.unescape(text)))
     text = "".join(c for c in text if not unicodedata.combining(c)).lower()
     return " ".join(re.findall(r"[0-9a-z]+", text))
 
 
+_TAG = re.compile(r"<[^<>]{0,500}>")
+"""A markup tag (one ``<`` opens it: a run of ``<`` costs one step each, not 500)."""
+
+
 def _strip_tags(text: str) -> str:
-    return re.sub(r"<[^>]{0,500}>", " ", text)
+    return _TAG.sub(" ", text)
 
 
 IGNORABLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C),
@@ -168,8 +172,27 @@ def _fold_table() -> dict[int, str | None]:
     return table
 
 
+MAX_EXPANSION = 4
+"""Characters NFKC may make of one (``(10)`` of ``⑽``); one that makes more (the Arabic
+ligature U+FDFA makes 18, a squared katakana word 5 or 6) is read as a space, so that a
+text's reading is at most this many times its length."""
+
+
+@functools.cache
+def _long_expansions() -> re.Pattern[str]:
+    """The characters NFKC makes more than :data:`MAX_EXPANSION` of (19 of them)."""
+    return re.compile("[" + "".join(
+        chr(code) for low, high in _ASSIGNED_PLANES for code in range(low, high)
+        if unicodedata.decomposition(chr(code))
+        and len(unicodedata.normalize("NFKC", chr(code))) > MAX_EXPANSION) + "]")
+
+
 def folded(text: str) -> str:
     """``text`` as it looks: NFKC, nothing drawn as nothing, look-alikes read as ASCII.
+
+    Combining marks are dropped before NFKC, not after: Python sorts a run of them by
+    insertion, so a crafted run would cost its length squared (:func:`unmarked`). At most
+    :data:`MAX_EXPANSION` characters are made of one.
 
     Examples:
         >>> folded("10.1038/\u0455\u200b41586\u00ad-023")  # Cyrillic dze, ZWSP, soft hyphen
@@ -179,6 +202,9 @@ def folded(text: str) -> str:
     """
     if text.isascii():
         return text
+    text = unmarked(text)
+    if _long_expansions().search(text):
+        text = _long_expansions().sub(" ", text)
     return unicodedata.normalize("NFKC", text).translate(_fold_table())
 
 
@@ -271,7 +297,10 @@ def base64_texts(text: str, rounds: int = BASE64_ROUNDS) -> list[str]:
 
 def readings(text: str) -> tuple[str, list[str]]:
     """``text`` unescaped and folded, and the texts its base64 decodes to, the same way."""
-    text = folded(unescaped(folded(text)))
+    first = folded(text)
+    text = unescaped(first)
+    if text != first:  # an escape may hide what folding drops or reads otherwise
+        text = folded(text)
     return text, [folded(unescaped(t)) for t in base64_texts(text)]
 
 
@@ -306,6 +335,55 @@ def joined_lines(text: str) -> str:
         'https://doi.org/10.2/x-1'
     """
     return re.sub(r"(?<=[\-/._])[ \t]*\r?\n[ \t]*(?=[0-9a-z])", "", text)
+
+
+_SPACED = re.compile(r"(?<!\S)(?:\S(?:\r\n|\s){1,8}){5,}\S(?!\S)")
+"""Six or more single characters, each after whitespace: a word written letter by letter."""
+_GAP = re.compile(r"\r\n|\s+")
+
+
+def despaced(text: str) -> str:
+    r"""``text`` with each run of single characters spaced apart (``1 0 . 1``) closed up.
+
+    Within such a run a single whitespace character (one space, one line break) is no
+    gap and a longer one is a word's end, so ``P r e d  r e a c`` reads ``Pred reac``.
+    Linear: each run is walked once, and a start that fails walks under six characters.
+
+    Examples:
+        >>> despaced("doi 1 0 . 1 1 2 6 / a b c  d e f here")
+        'doi 10.1126/abc def here'
+        >>> despaced("1\n0\n.\n1\n2\n3"), despaced("a b c d e")
+        ('10.123', 'a b c d e')
+    """
+    if not _SPACED.search(text):
+        return text
+    return _SPACED.sub(lambda m: _GAP.sub(
+        lambda g: "" if len(g.group()) == 1 or g.group() == "\r\n" else " ", m.group()), text)
+
+
+def _rot13(text: str) -> str:
+    return text.translate(_ROT13)
+
+
+_ROT13 = str.maketrans("abcdefghijklmnopqrstuvwxyz", "nopqrstuvwxyzabcdefghijklm")
+_HEX_GAP = r"(?:[\s:,\-]{0,2}(?:\\x|0x)?)"
+"""What may stand between the bytes of a hex dump: ``31 30``, ``31:30``, ``\x31\x30``,
+``0x31, 0x30``."""
+
+
+def _encoded_doi_pattern(doi: str) -> re.Pattern[str]:
+    r"""The DOI written backwards, in hexadecimal, or in ROT13 (lower-case text).
+
+    Examples:
+        >>> p = _encoded_doi_pattern("10.1/ab")
+        >>> [bool(p.search(t)) for t in ("ba/1.01", "31302e312f6162", "10.1/no",
+        ...                              "\\x31\\x30\\x2e\\x31\\x2f\\x61\\x62", "10.1/ab")]
+        [True, True, True, True, False]
+    """
+    bare = bare_doi(doi)
+    backwards = re.escape(bare[::-1]).translate(_LOOK_ALIKE)
+    hexed = _HEX_GAP.join(f"{b:02x}" for b in bare.encode())
+    return re.compile(f"{backwards}|{hexed}|{re.escape(_rot13(bare))}")
 
 
 def bare_doi(doi: str) -> str:
@@ -418,27 +496,33 @@ class ExposureDetector:
     titles: tuple[_Title, ...]
     decoded_patterns: tuple[re.Pattern[str], ...] = ()
     """The patterns searched in text decoded from base64 (a DOI's without its left edge)."""
+    encoded_patterns: tuple[re.Pattern[str] | None, ...] = ()
+    """Beside each pattern, the DOI written backwards, in hex or in ROT13 (None: none)."""
 
     @classmethod
     def for_source(cls, source: SourceRecord) -> ExposureDetector:
         """Rules for every identifier ``source`` gives."""
         patterns: list[tuple[str, str, re.Pattern[str]]] = []
         decoded_patterns: list[re.Pattern[str]] = []
+        encoded: list[re.Pattern[str] | None] = []
         for kind, value in (("doi", source.doi), ("preprint_doi", source.preprint_doi)):
             if value and bare_doi(value):
                 patterns.append((kind, value, _doi_pattern(value)))
                 decoded_patterns.append(_doi_pattern(value, bounded=False))
+                encoded.append(_encoded_doi_pattern(value))
         if source.pmid and _digits(source.pmid):
             patterns.append(("pmid", source.pmid, _pmid_pattern(source.pmid)))
             decoded_patterns.append(patterns[-1][2])
+            encoded.append(None)
         if source.pmcid and _digits(source.pmcid):
             patterns.append(("pmcid", source.pmcid, _pmcid_pattern(source.pmcid)))
             decoded_patterns.append(patterns[-1][2])
+            encoded.append(None)
         titles = [t for t in (_title("title", source.title or ""),
                               _title("preprint_title", source.preprint_title or ""))
                   if t is not None]
         return cls(patterns=tuple(patterns), titles=tuple(titles),
-                   decoded_patterns=tuple(decoded_patterns))
+                   decoded_patterns=tuple(decoded_patterns), encoded_patterns=tuple(encoded))
 
     @property
     def empty(self) -> bool:
@@ -446,26 +530,40 @@ class ExposureDetector:
         return not self.patterns and not self.titles
 
     def scan(self, text: str) -> list[Match]:
-        """Every source identifier found in ``text`` (one match per kind)."""
+        """Every source identifier found in ``text`` (one match per kind).
+
+        Beside the text's reading (:func:`readings`), its letters spaced apart closed up
+        (:func:`despaced`) and, for identifiers, its markup taken out without a space
+        (``10.1126/<em>science</em>.aar5169``, as a search engine highlights a match).
+        """
         main, extra = readings(text[:MAX_SCAN_CHARS])
-        found = self._identifiers(main.lower(), "\n".join(extra).lower())
+        spaced = despaced(main)
+        more = [spaced] if spaced != main else []
+        found = self._identifiers(main.lower(), [m.lower() for m in more],
+                                  "\n".join(extra).lower())
         if self.titles:
-            found += self._titles(normalize_words(_strip_tags("\n".join([main, *extra]))))
+            found += self._titles(normalize_words(_strip_tags("\n".join([main, *more,
+                                                                          *extra]))))
         return found
 
-    def _identifiers(self, raw: str, decoded_text: str) -> list[Match]:
-        """The DOIs, PMID and PMCID in a text's reading and in what its base64 decodes to."""
+    def _identifiers(self, raw: str, more: list[str], decoded_text: str) -> list[Match]:
+        """The DOIs, PMID and PMCID in a text's readings and in what its base64 decodes to."""
         found: list[Match] = []
         # PDF text breaks lines inside DOIs; joining them could also glue a DOI that
         # ends a sentence to the next line's number: both readings are searched.
-        joined = joined_lines(raw)
-        texts = (raw,) if joined == raw else (raw, joined)
+        texts = [raw, *more]
+        for text in (joined_lines(raw), _TAG.sub("", raw) if "<" in raw else raw):
+            if text not in texts:
+                texts.append(text)
         loose = self.decoded_patterns or tuple(p for _, _, p in self.patterns)
-        for (kind, identifier, pattern), decoded_pattern in zip(self.patterns, loose,
-                                                                strict=True):
+        encoded = self.encoded_patterns or (None,) * len(self.patterns)
+        for (kind, identifier, pattern), decoded_pattern, backwards in zip(
+                self.patterns, loose, encoded, strict=True):
             hit = next((h for h in map(pattern.search, texts) if h), None)
             if hit is None and decoded_text:
                 hit = decoded_pattern.search(decoded_text)
+            if hit is None and backwards is not None:
+                hit = backwards.search(raw)
             if hit:
                 found.append(Match(kind, identifier, hit.group(0).strip()))
         return found
@@ -578,6 +676,11 @@ JOIN_CHARS = 1024
 """Characters each side of the boundary between two texts sent one after the other that
 are screened together (:func:`detect_in_sequence`)."""
 
+CONTEXT = "context"
+"""The kind of a text that stood beside another in the model's context but not in the
+gateway's record (:data:`spu.gateway.inputs.KIND_CONTEXT`): joined across that boundary
+only, never screened alone (its own text was, where the record kept it)."""
+
 SENT_TOOL = "model_input"
 """The ``tool`` of hits in what the model was sent (``model_input:<kind>`` for a text
 other than a tool result: ``user``, ``system``, ``document``, ``definition``)."""
@@ -591,7 +694,10 @@ def detect_in_sequence(source: SourceRecord | None,
     :data:`JOIN_CHARS` characters before it, across as many short texts as they span,
     joined to the first ones after it): an identifier split over two tool results, or
     over several short ones, is found. A text marked as not adjacent to the one before
-    (a kept tail after its head) starts afresh. One hit per kind, ``step`` -1; every
+    (a kept tail after its head) starts afresh. A ``context`` text (:data:`CONTEXT`)
+    holds what stood beside a text in the model's context where the record parts them:
+    after a gap, what stood before the next text; else what followed the last one. It is
+    joined across that boundary only. One hit per kind, ``step`` -1; every
     text is read to the end (its reader's notes come from the whole record), but none is
     screened once every identifier has been found.
 
@@ -619,9 +725,13 @@ def detect_in_sequence(source: SourceRecord | None,
     for kind, text, after_gap in texts:
         if after_gap:
             carry = ""
+        if kind == CONTEXT and after_gap:  # what stood before the next text
+            carry = text[-JOIN_CHARS:]
+            continue
         if wanted - {_base_kind(k) for k in found}:
-            tool = SENT_TOOL if kind == "tool_result" else f"{SENT_TOOL}:{kind}"
-            pieces = [text, carry + text[:JOIN_CHARS]] if carry else [text]
+            tool = SENT_TOOL if kind in ("tool_result", CONTEXT) else f"{SENT_TOOL}:{kind}"
+            pieces = [carry + text[:JOIN_CHARS]] if kind == CONTEXT else (
+                [text, carry + text[:JOIN_CHARS]] if carry else [text])
             for piece in pieces:
                 for match in detector.scan(piece):
                     found.setdefault(match.kind, ExposureHit(

@@ -4,18 +4,22 @@ Every request of a generation endpoint (``messages``, ``responses``,
 ``chat_completions``) is read for what reaches the model as input (:func:`sent_to_model`):
 system and developer text (Anthropic ``system``, Responses ``instructions``), user text,
 tool results (their text, whatever the blocks inside: text, documents, search results),
-documents (text, content blocks, a PDF as base64 or a ``data:`` URL), search results
-(title, source, content), and tool definitions. The model's own turns (assistant
-messages, reasoning) are not input: their tool calls are kept apart, for the counts.
-Images and audio are not read (no text to screen). Keys are matched in any spelling
-(:func:`~spu.gateway.answers.fold_key`), as a lenient parser before the provider would.
+documents (text, content blocks, a PDF as a ``base64`` source or as a ``file_data``
+``data:`` URL), search results (title, source, content), and definitions (tools, output
+formats: their keys and numbers too). Any other string is text, read as it is. The
+model's own turns (assistant messages, reasoning) are not input: their tool calls are
+kept apart. Images and audio are not read (no text to screen). Keys are matched in any
+spelling (:func:`~spu.gateway.answers.fold_key`), as a lenient parser before the provider
+would.
 
-:class:`InputRecord` keeps each distinct text once in ``<run_dir>/model/tool_results.jsonl``
-(a text longer than ``model_gateway.tool_result_chars`` as its head and its tail), each
-distinct PDF once under ``model/documents/``, and the model's tool calls (from its answers,
-and as the requests show them) in ``model/tool_calls.jsonl``. Each file has a cap; the
-line where a cap stopped the record says so (``"kind": "cap"``), and the screen then
-says the run's screen is incomplete (``run.json``'s ``screen_incomplete``).
+:class:`InputRecord` keeps, once the provider has answered a request (and not when it
+refused it), each distinct text once in ``<run_dir>/model/tool_results.jsonl`` (a text
+longer than ``model_gateway.tool_result_chars`` as its head and its tail; a ``context``
+line beside a text whose neighbour in the model's context is not its neighbour there),
+each distinct PDF once under ``model/documents/``, and the tool calls of the model's
+answers in ``model/tool_calls.jsonl``. Each file has a cap; the line where a cap stopped
+the record says so (``"kind": "cap"``), and the screen then says the run's screen is
+incomplete (``run.json``'s ``screen_incomplete``).
 
 :class:`SentReader` reads the record back for the screen (PDFs as text, in a child process
 under CPU, memory and time limits: :class:`spu.tools.extract.ExtractWorker`), and
@@ -37,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spu.gateway.answers import MAX_DEPTH, AnswerCall, AnswerReading, fold_key
+from spu.gateway.answers import MAX_DEPTH, AnswerCall, AnswerReading, fold_key, loads
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,17 @@ MAX_DOCUMENTS = 64
 
 KIND_SYSTEM, KIND_USER, KIND_RESULT = "system", "user", "tool_result"
 KIND_DOCUMENT, KIND_DEFINITION, KIND_CAP = "document", "definition", "cap"
+KIND_CONTEXT = "context"
+"""A line of context: what stands next to a new text in the model's context where the
+record, keeping each text once, would not show it there (:meth:`InputRecord.keep`)."""
+
+CONTEXT_CHARS = 1024
+"""Characters of a context line at most (``spu.analysis.exposure.JOIN_CHARS``: what the
+screen joins across a boundary)..."""
+CONTEXT_FLOOR = 256
+"""... and at most this many more than the new text it stands beside."""
+MAX_ID_CHARS = 256
+"""Characters kept of an id or a tool's name (the agent chooses them in its history)."""
 
 
 def _folded(*names: str) -> frozenset[str]:
@@ -80,7 +95,8 @@ RESULT_TYPES = frozenset({"toolresult", "functioncalloutput", "customtoolcallout
                           "localshellcalloutput"})
 """Parts and items (by folded type) that are tool results."""
 SYSTEM_ROLES = frozenset({"system", "developer"})
-DEFINITION_KEYS = _folded("tools", "functions", "response_format", "text")
+DEFINITION_KEYS = _folded("tools", "functions", "response_format", "text", "output_format",
+                          "output_config")
 """Top-level fields of definitions the model reads (tool descriptions, output schemas)."""
 
 
@@ -157,74 +173,104 @@ def _kind(node: dict[str, Any]) -> str:
     return fold_key(value) if isinstance(value, str) else ""
 
 
-def _pdf(text: str) -> bytes | None:
-    """The PDF a string holds as a ``data:`` URL or bare base64, or None."""
-    head = text[:80].lstrip().lower()
-    if head.startswith("data:application/pdf") and "," in text[:200]:
-        text = text.split(",", 1)[1]
-    elif not head.startswith("jvber"):  # "%PDF" in base64
-        return None
+FILE_KEYS = _folded("file_data")
+"""Keys whose string is a file sent inline (a ``data:`` URL, or bare base64), which the
+provider decodes: OpenAI's ``input_file`` and Chat's ``file`` parts. Any other string is
+text the model reads as it is, a ``data:`` URL or base64 in a text block included (the
+screen decodes base64 itself): read as a file, the text around it went unscreened."""
+
+
+def _base64(payload: str) -> bytes | None:
+    """``payload`` decoded as base64 written whole (lines broken anywhere), or None."""
     try:
-        return base64.b64decode(text.strip(), validate=False)
+        return binascii.a2b_base64(payload.replace("\r", "").replace("\n", ""),
+                                   strict_mode=True)
     except (binascii.Error, ValueError):
         return None
 
 
-def _data_url_text(text: str) -> str | None:
-    """The text of a ``data:text/...`` URL (base64 or not); None for any other string."""
-    head = text[:200]
-    if not head.lower().startswith("data:") or "," not in head:
+def _binary(data: bytes) -> bool:
+    """Whether ``data`` is no text (a quarter of its first KiB control bytes or NUL)."""
+    head = data[:1024]
+    return sum(b < 9 or 13 < b < 32 or b == 127 for b in head) * 4 > len(head)
+
+
+def _inline_file(value: str, sent: Sent, call_id: str | None) -> str:
+    """The text of a file sent inline; a PDF goes to ``sent.files`` (no text then).
+
+    A ``data:`` URL's payload (base64 or percent-encoded), or bare base64; a payload that
+    is neither is read as the text it is, and so is one that decodes to text.
+    """
+    meta, payload = "", value
+    if value[:5].lower() == "data:" and "," in value[:256]:
+        meta, payload = value.split(",", 1)
+        meta = meta.lower()
+        if not meta.endswith(";base64"):
+            from urllib.parse import unquote
+
+            return unquote(payload)
+    data = _base64(payload)
+    if data is None:
+        return value
+    if "pdf" in meta or b"%PDF-" in data[:1024]:
+        sent.files.append(SentFile(data, call_id))
+        return ""
+    return "" if _binary(data) else data.decode("utf-8", "replace")
+
+
+def _source_pdf(item: dict[str, Any]) -> bytes | None:
+    """The PDF of a ``base64`` source (the provider decodes it as a PDF or an image)."""
+    data = _one(item, "data")
+    if not isinstance(data, str):
         return None
-    meta, payload = text.split(",", 1)
-    if not meta.lower().startswith("data:text/"):
-        return ""  # an image or other binary: no text
-    if meta.lower().endswith(";base64"):
-        try:
-            return base64.b64decode(payload).decode("utf-8", "replace")
-        except (binascii.Error, ValueError):
-            return ""
-    from urllib.parse import unquote
-
-    return unquote(payload)
+    try:
+        decoded = base64.b64decode(data.split(",", 1)[-1] if data[:5].lower() == "data:"
+                                   else data, validate=False)
+    except (binascii.Error, ValueError):
+        return None
+    pdf = b"%PDF-" in decoded[:1024] or "pdf" in str(_one(item, "media_type")).lower()
+    return decoded if pdf else None
 
 
-def _gather(node: Any, sent: Sent, call_id: str | None) -> str:
-    """The text of one part of a request (its strings, in order), its PDFs into ``sent``."""
+def _gather(node: Any, sent: Sent, call_id: str | None, schema: bool = False) -> str:
+    """The text of one part of a request (its strings, in order), its PDFs into ``sent``.
+
+    ``schema``: a definition (a tool's schema, an output format), whose keys (a
+    property's name) and numbers (an ``enum``, a ``default``) the model reads too.
+    """
     parts: list[str] = []
-    stack: list[tuple[Any, int]] = [(node, 0)]
+    stack: list[tuple[Any, int, bool]] = [(node, 0, False)]
     while stack:
-        item, depth = stack.pop()
+        item, depth, inline = stack.pop()
         if isinstance(item, str):
-            pdf = _pdf(item) if len(item) > 64 else None
-            if pdf is not None:
-                sent.files.append(SentFile(pdf, call_id))
-                continue
-            inline = _data_url_text(item) if item[:5].lower() == "data:" else None
-            parts.append(item if inline is None else inline)
+            parts.append(_inline_file(item, sent, call_id) if inline else item)
         elif depth >= MAX_DEPTH:
             sent.deep = True
         elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in reversed(item))
+            stack.extend((v, depth + 1, False) for v in reversed(item))
         elif isinstance(item, dict):
             kind = _kind(item)
             if kind in NOT_TEXT_PARTS or kind in CALL_TYPES:
                 continue
             if kind == "base64":  # a source: a PDF, or an image (no text)
-                data = _one(item, "data")
-                pdf = _pdf(data) if isinstance(data, str) else None
-                if pdf is None and isinstance(data, str) and "pdf" in str(
-                        _one(item, "media_type")).lower():
-                    pdf = _pdf("data:application/pdf;base64," + data)
+                pdf = _source_pdf(item)
                 if pdf is not None:
                     sent.files.append(SentFile(pdf, call_id))
                 continue
-            stack.extend((v, depth + 1) for k, v in reversed(item.items())
-                         if fold_key(k) not in NOT_TEXT_KEYS)
+            for key, value in reversed(item.items()):
+                name = fold_key(key)
+                if name not in NOT_TEXT_KEYS:
+                    stack.append((value, depth + 1, name in FILE_KEYS))
+                if schema:
+                    stack.append((key, depth + 1, False))
+        elif schema and isinstance(item, int | float) and not isinstance(item, bool):
+            parts.append(str(item))
     return "\n".join(p for p in parts if p)
 
 
-def _add(sent: Sent, kind: str, node: Any, call_id: str | None = None) -> None:
-    text = _gather(node, sent, call_id)
+def _add(sent: Sent, kind: str, node: Any, call_id: str | None = None,
+         schema: bool = False) -> None:
+    text = _gather(node, sent, call_id, schema)
     if text:
         sent.texts.append(SentText(kind, text, call_id))
 
@@ -249,6 +295,8 @@ def _anthropic(body: dict[str, Any], sent: Sent) -> None:
         if not isinstance(message, dict):
             continue
         content = _one(message, "content")
+        if isinstance(content, dict):  # one block, as a lenient parser reads it
+            content = [content]
         own = str(_one(message, "role")).casefold() == "assistant"
         if isinstance(content, str):
             if not own:
@@ -370,10 +418,14 @@ def sent_to_model(endpoint: str, body: Any) -> Sent:
     # another in the record as they follow one another in the model's context.
     for key, value in body.items():
         if fold_key(key) in DEFINITION_KEYS and value not in (None, "", [], {}):
-            _add(sent, KIND_DEFINITION, value)
+            _add(sent, KIND_DEFINITION, value, schema=True)
     {"messages": _anthropic, "responses": _responses, "chat_completions": _chat}[endpoint](
         body, sent)
     return sent
+
+
+def _bounded(ident: str | None) -> str | None:
+    return ident if ident is None else ident[:MAX_ID_CHARS]
 
 
 def _now() -> str:
@@ -382,6 +434,29 @@ def _now() -> str:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _context_size(new_text: str) -> int:
+    return min(CONTEXT_CHARS, CONTEXT_FLOOR + len(new_text))
+
+
+def _following(texts: list[SentText], keys: list[str], seen: set[str], i: int,
+               size: int) -> tuple[str, str | None]:
+    """What the model reads from text ``i`` on, through texts already kept (``size`` long).
+
+    Also the key of the last text it holds whole where a new text follows it (the
+    record's context then runs on into that text's line), else None.
+    """
+    parts: list[str] = []
+    got = 0
+    for k in range(i, len(texts)):
+        if k > i and keys[k] not in seen:
+            return "".join(parts), keys[k - 1]  # a new text: written next, as it follows
+        parts.append(texts[k].text[:size - got])
+        got += len(parts[-1])
+        if got >= size:
+            break
+    return "".join(parts), None
 
 
 class InputRecord:
@@ -413,6 +488,10 @@ class InputRecord:
         self._lock = threading.Lock()
         self._seen: set[str] = set()
         self._calls_seen: set[tuple[str, str]] = set()
+        self._answer_inputs: dict[str, bool] = {}
+        """The ids of the model's calls (from its answers): whether the answer gave an input."""
+        self._last: str | None = None
+        """The key of the text the record's last line holds (None: no text, or a part)."""
         self._bytes = 0
         self._calls_bytes = 0
         self._documents = 0
@@ -425,34 +504,101 @@ class InputRecord:
         if not (sent.texts or sent.files or sent.calls or sent.deep):
             return
         with self._lock:
-            lines = [self._text_line(t) for t in sent.texts]
+            lines = self._text_lines(sent.texts)
             lines += [self._file_line(f) for f in sent.files]
             if sent.deep:
                 lines.append(self._cap_line("depth", f"content nested past {MAX_DEPTH} "
                                                      f"levels in a request was not read"))
             self._append(self.path, [line for line in lines if line])
-            self._append(self.calls_path, [line for c in sent.calls
-                                            if (line := self._call_line(c, "request"))])
+            # A call the history shows is the agent's to write: only the input of a call
+            # the model made, whose answer arrived without one (cut), is taken from it.
+            self._append(self.calls_path, [
+                line for c in sent.calls
+                if self._answer_inputs.get(c.id[:MAX_ID_CHARS]) is False
+                and (line := self._call_line(c, "request"))])
 
-    def answered(self, endpoint: str, reading: AnswerReading) -> None:
-        """Record the tool calls of an answer to a request of ``endpoint``."""
-        if endpoint not in GENERATIONS or not reading.tool_calls:
+    def answered(self, endpoint: str, reading: AnswerReading, body: Any = None,
+                 status: int = 200) -> None:
+        """Record what a request of ``endpoint`` sent the model, and its answer's calls.
+
+        ``body`` (the request) is kept (:meth:`keep`) once the provider has answered it,
+        unless it refused it (``status`` 400 or more): such a request reached no model and
+        was billed nothing, so that an agent could fill the record's cap with texts the
+        provider refused, at no cost, and blind the screen to what came after.
+        """
+        if endpoint not in GENERATIONS:
+            return
+        if body is not None and status < 400:
+            try:
+                self.keep(endpoint, body)
+            except Exception as exc:  # the record line is written; the screen says so
+                log.exception("what a request sent the model could not be read")
+                with self._lock:
+                    self._append(self.path, [self._cap_line("failed", (
+                        f"what a request sent the model could not be recorded "
+                        f"({type(exc).__name__}): later ones may be missing"))])
+        if not reading.tool_calls:
             return
         with self._lock:
+            for call in reading.tool_calls:
+                known = self._answer_inputs.get(call.id[:MAX_ID_CHARS], False)
+                self._answer_inputs[call.id[:MAX_ID_CHARS]] = known or bool(call.input)
             self._append(self.calls_path, [line for call in reading.tool_calls
                                             if (line := self._call_line(call, "answer"))])
 
     # Each line builder runs under the lock and returns "" for a line not to write.
 
-    def _text_line(self, sent: SentText) -> str:
+    @staticmethod
+    def _key(sent: SentText) -> str:
+        raw = sent.text.encode("utf-8", "surrogatepass")
+        return f"{sent.kind}:{_bounded(sent.call_id)}:{_digest(raw)[:24]}"
+
+    def _text_lines(self, texts: list[SentText]) -> list[str]:
+        """The lines of one request's texts: each new one, with context where needed.
+
+        The record keeps each text once, so a new text may follow, in the record, another
+        than the text it follows in the model's context (a request in between, a history
+        edited), and a text already kept may follow it in the context: a line of context
+        then holds what stands before it in the context (or after it), for the screen's
+        joins: :data:`CONTEXT_FLOOR` characters more than the new text, at most
+        :data:`CONTEXT_CHARS` (an identifier across the boundary has at most its own
+        length on the far side; a tiny text must not buy a kilobyte of record).
+        """
+        keys = [self._key(t) for t in texts]
+        lines: list[str] = []
+        wrote_previous = False
+        tail = ""  # the request's last CONTEXT_CHARS characters before text i
+        for i, (sent, key) in enumerate(zip(texts, keys, strict=True)):
+            if key in self._seen:
+                if wrote_previous:  # a kept text right after a new one
+                    after, self._last = _following(texts, keys, self._seen, i,
+                                                   _context_size(texts[i - 1].text))
+                    lines.append(self._context_line(after, gap=False))
+                wrote_previous = False
+            else:
+                if i and self._last != keys[i - 1]:
+                    lines.append(self._context_line(tail[-_context_size(sent.text):],
+                                                    gap=True))
+                lines.append(self._text_line(sent, key))
+                self._last, wrote_previous = key, True
+            text = sent.text
+            tail = (text if len(text) >= CONTEXT_CHARS else tail + text)[-CONTEXT_CHARS:]
+        return lines
+
+    def _context_line(self, text: str, gap: bool) -> str:
+        if not text or "bytes" in self._capped:
+            return ""
+        return self._within(json.dumps({"kind": KIND_CONTEXT, "after_gap": gap, "text": text},
+                                       ensure_ascii=False) + "\n")
+
+    def _text_line(self, sent: SentText, key: str) -> str:
         text = sent.text
-        raw = text.encode("utf-8", "surrogatepass")
-        key = f"{sent.kind}:{sent.call_id}:{_digest(raw)[:24]}"
         if key in self._seen or "bytes" in self._capped:
             return ""
         self._seen.add(key)
         n = self.text_chars
-        line: dict[str, Any] = {"time": _now(), "kind": sent.kind, "call_id": sent.call_id,
+        line: dict[str, Any] = {"time": _now(), "kind": sent.kind,
+                                "call_id": _bounded(sent.call_id),
                                 "chars": len(text), "truncated": len(text) > 2 * n,
                                 "text": text[:n] if len(text) > 2 * n else text}
         if len(text) > 2 * n:
@@ -502,12 +648,13 @@ class InputRecord:
         return json.dumps({"time": _now(), "kind": KIND_CAP, "note": note}) + "\n"
 
     def _call_line(self, shown: AnswerCall | ShownCall, source: str) -> str:
-        key = (shown.id, source)
+        key = (shown.id[:MAX_ID_CHARS], source)
         if key in self._calls_seen or "calls" in self._capped:
             return ""
         self._calls_seen.add(key)
         call = shown.call() if isinstance(shown, ShownCall) else shown
-        line = json.dumps({"time": _now(), "id": call.id, "name": call.name,
+        line = json.dumps({"time": _now(), "id": call.id[:MAX_ID_CHARS],
+                           "name": call.name[:MAX_ID_CHARS],
                            "input": call.input[:MAX_CALL_INPUT], "from": source},
                           ensure_ascii=False) + "\n"
         size = len(line.encode("utf-8", "replace"))
@@ -545,7 +692,9 @@ class ScreenedText:
     """A text for the screen, in the order the model was sent it."""
 
     label: str
-    """What it was: ``tool_result``, ``user``, ``system``, ``document``, ``definition``."""
+    """What it was: ``tool_result``, ``user``, ``system``, ``document``, ``definition``;
+    or ``context``: what stood beside the next text (or the last) in the model's context,
+    screened only across that boundary (its own text was screened where it was kept)."""
     text: str
     after_gap: bool = False
     """Not adjacent to the text before it (a kept tail after its head)."""
@@ -559,7 +708,7 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
         for line in f:
             try:
                 value = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # a decode error is a ValueError
                 continue
             if isinstance(value, dict):
                 yield value
@@ -593,6 +742,9 @@ class SentReader:
             kind = str(line.get("kind") or KIND_RESULT)
             if kind == KIND_CAP:
                 self._notes.append(str(line.get("note") or "a cap of the gateway's record"))
+            elif kind == KIND_CONTEXT:
+                yield ScreenedText(KIND_CONTEXT, str(line.get("text") or ""),
+                                   after_gap=bool(line.get("after_gap")))
             elif kind == KIND_DOCUMENT and line.get("file"):
                 yield from self._document(str(line["file"]))
             else:
@@ -647,7 +799,7 @@ class GatewayCalls:
     """The model's tool calls as the gateway's record shows them."""
 
     ids: tuple[str, ...]
-    """Call ids: every call of the model's answers and every tool result it was sent."""
+    """Call ids: every call of the model's answers."""
     shell_commands: tuple[str, ...]
     """The command lines of the shell tools' calls among them."""
     complete: bool
@@ -657,10 +809,12 @@ class GatewayCalls:
 def read_calls(folder: str | Path) -> GatewayCalls | None:
     """The tool calls the gateway saw (None: no record of them, an older run).
 
-    A call counts when the model's answer made it or a tool result answering it was sent
-    to the model; a call only the conversation shows (an agent may write its history as
-    it likes) does not, though its input is read where the answer's was not (a streamed
-    answer's input arrives in pieces).
+    A call counts when the model's answer made it. A call only the conversation shows,
+    or a tool result only, does not (the agent writes its history as it likes: forged
+    pairs of a call and its result would count calls the model never made); the
+    history's input of a call is read only where the model's answer arrived without one
+    (cut before it). An input that is no JSON (or JSON Python cannot read: nested past
+    its stack, an integer past 4,300 digits) is read as the command line it is.
     """
     from spu.tools.egress import SHELL_TOOLS, shell_command
 
@@ -670,30 +824,23 @@ def read_calls(folder: str | Path) -> GatewayCalls | None:
     complete = True
     names: dict[str, str] = {}
     inputs: dict[str, str] = {}
-    answered: dict[str, None] = {}
     for line in _lines(folder / CALLS_FILE):
         if line.get("kind") == KIND_CAP:
             complete = False
             continue
-        ident = str(line.get("id"))
-        names.setdefault(ident, str(line.get("name") or ""))
-        if line.get("input") and (line.get("from") == "answer" or ident not in inputs):
-            inputs[ident] = str(line["input"])
+        ident, given = str(line.get("id")), line.get("input")
         if line.get("from") == "answer":
-            answered[ident] = None
-    for line in _lines(folder / TEXTS_FILE):
-        if line.get("kind") == KIND_CAP:
-            complete = False
-        elif line.get("kind", KIND_RESULT) == KIND_RESULT and line.get("call_id"):
-            answered.setdefault(str(line["call_id"]), None)
+            names.setdefault(ident, str(line.get("name") or ""))
+            if given:
+                inputs[ident] = str(given)
+        elif given and ident not in inputs:
+            inputs[ident] = str(given)
     commands = []
-    for ident in answered:
-        if names.get(ident) in SHELL_TOOLS:
-            try:
-                arguments = json.loads(inputs.get(ident, ""))
-            except json.JSONDecodeError:
-                arguments = inputs.get(ident)
-            command = shell_command(arguments)
+    for ident, name in names.items():
+        if name in SHELL_TOOLS:
+            text = inputs.get(ident, "")
+            arguments = loads(text.encode("utf-8", "surrogatepass"))
+            command = shell_command(text if arguments is None else arguments)
             if command:
                 commands.append(command)
-    return GatewayCalls(tuple(answered), tuple(commands), complete)
+    return GatewayCalls(tuple(names), tuple(commands), complete)

@@ -623,7 +623,6 @@ class ModelGateway:
         # no wait at the cap or the pool).
         x.entry.time, x.started = now_iso(), time.monotonic()
         try:  # the bound held on the spend cap is given back whatever fails
-            self.inputs.keep(endpoint, x.body)
             if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
                 x.submission = self.read_submission()
             return await self._forward(request, path, x)
@@ -1176,7 +1175,7 @@ class ModelGateway:
         if e.refusal and x.submission:
             self._keep_at_refusal(x.submission)
         self._write(x)
-        self.inputs.answered(e.endpoint, reading)
+        self.inputs.answered(e.endpoint, reading, x.body, e.status)
 
     def _keep_at_refusal(self, submission: bytes) -> None:
         """Keep the file a refused request arrived with (distinct ones, the latest few)."""

@@ -62,11 +62,13 @@ def gateway_evidence(result: AgentResult, verdict: GatewayVerdict) -> AgentResul
 def gateway_counts(result: AgentResult, calls: GatewayCalls | None) -> AgentResult:
     r"""``result`` with ``tool_calls`` and ``shell_downloads`` counted from the gateway's record.
 
-    The gateway saw every tool call the model's answers made and every tool result the
-    model was sent (:func:`spu.gateway.inputs.read_calls`); an agent that deletes or edits
-    its session lines changes neither. Where the session files (the harness's trajectory,
-    not one built from the audit log) count otherwise, ``evidence_disagreement`` says so,
-    with both counts. ``calls`` None (no such record: an older gateway) leaves ``result``.
+    The gateway saw every tool call the model's answers made
+    (:func:`spu.gateway.inputs.read_calls`); an agent that deletes or edits its session
+    lines changes none, nor does one that writes calls and results into the history it
+    sends. Where the session files (the harness's trajectory, not one built from the audit
+    log) count otherwise, ``evidence_disagreement`` says so, with both counts; where a cap
+    of the record stopped it (the counts are of the calls before it), it says that too.
+    ``calls`` None (no such record: an older gateway) leaves ``result``.
 
     Examples
     --------
@@ -88,6 +90,10 @@ def gateway_counts(result: AgentResult, calls: GatewayCalls | None) -> AgentResu
 
     downloads = count_shell_downloads(calls.shell_commands)
     claims = [result.evidence_disagreement] if result.evidence_disagreement else []
+    if not calls.complete:
+        claims.append(f"the gateway's record of the model's tool calls reached its cap: "
+                      f"{len(calls.ids)} tool calls and {downloads} shell downloads are "
+                      f"those before it")
     if result.trajectory is not None and not result.trajectory_from_audit:
         shown = shell_downloads(result.trajectory.steps)
         for what, session, record in (("tool calls", result.tool_calls, len(calls.ids)),

@@ -127,12 +127,15 @@ def _screen(folder: Path) -> tuple[list[tuple[str, str | None]], list[str]]:
 
 
 def replay(tmp_path: Path, requests: list[tuple[str, dict[str, Any]]],
-           provider: type[JsonProvider] = JsonProvider,
+           provider: type[JsonProvider] = JsonProvider, expect: tuple[int, ...] | None = None,
            **options: Any) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """Send ``requests`` through a run's gateway (each answered with the status of
+    ``expect``, 200 by default), then screen its record."""
     folder = tmp_path / "model"
+    statuses = expect or (200,) * len(requests)
     with stand_in(provider) as upstream, gateway_before(folder, upstream, **options) as gw:
-        for path, body in requests:
-            assert post(gw, path, body).status_code == 200, (path, body)
+        for (path, body), status in zip(requests, statuses, strict=True):
+            assert post(gw, path, body).status_code == status, (path, body)
     return _screen(folder)
 
 
@@ -264,11 +267,12 @@ def test_tool_calls_and_downloads_are_counted_from_the_record(tmp_path: Path,
 
 def test_a_conversation_the_agent_writes_counts_no_call(tmp_path: Path) -> None:
     """Tool calls shown only in the history the agent sends are not the model's: no count
-    (a forged history inflates nothing); a tool result it was sent counts its call."""
+    (a forged history inflates nothing), nor does a tool result answering one (the agent
+    writes both; only the model's answers make calls)."""
     body = anthropic(result("ok"))
     body["messages"][1]["content"].append({"type": "tool_use", "id": "forged", "name": "Bash",
                                            "input": {"command": "wget https://x.invalid"}})
     replay(tmp_path, [(MESSAGES, body)])
     calls = read_calls(tmp_path / "model")
-    assert calls is not None and calls.ids == ("t0",)
+    assert calls is not None and calls.ids == ()
     assert count_shell_downloads(calls.shell_commands) == 0
