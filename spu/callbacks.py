@@ -44,8 +44,9 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     Runs skipped because an earlier launch finished them show their stored outcome and
     score, marked ``skipped``; the caption counts each kind.
     """
-    from rich.markup import escape
     from rich.table import Table
+
+    from spu.printable import printable_markup
 
     statuses = [str(r.get("status", "ran")) for r in results]
     counts = {s: statuses.count(s)
@@ -69,8 +70,9 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
         cells = (r["task"], config_of(r), str(r.get("harness") or "-"), str(r["repeat"]),
                  r["outcome"], _fmt(r["score"]), _fmt(r.get("threshold")),
                  _fmt(r.get("runtime_s"), 1), run_status(r))
-        # Task names come from folder names: never read as rich markup ("[/x]" would raise).
-        table.add_row(*(escape(str(c)) for c in cells))
+        # Task names come from folder names, notes from what failed: never read as rich
+        # markup ("[/x]" would raise), never a terminal's control sequence.
+        table.add_row(*(printable_markup(str(c), newlines=False) for c in cells))
     return table
 
 
@@ -80,18 +82,19 @@ def summary_table(results: list[dict[str, Any]]) -> Any:
     Above chance counts scored runs whose score exceeds the task's chance threshold
     (SPEC 6), out of the scored runs whose task has one.
     """
-    from rich.markup import escape
     from rich.table import Table
 
     from spu.launch.results import config_summaries
+    from spu.printable import printable_markup
 
     table = Table(title="per configuration")
     for name in ("config", "runs", "scored", "mean score", "above chance", "cost"):
         table.add_column(name, justify="left" if name == "config" else "right",
                          no_wrap=name == "config")
     for s in config_summaries(results):
-        table.add_row(escape(s.config), str(s.runs), str(s.scored), _fmt(s.mean_score),
-                      f"{s.above_chance}/{s.with_threshold}", f"${s.cost_usd:.2f}")
+        table.add_row(printable_markup(s.config, newlines=False), str(s.runs), str(s.scored),
+                      _fmt(s.mean_score), f"{s.above_chance}/{s.with_threshold}",
+                      f"${s.cost_usd:.2f}")
     return table
 
 
