@@ -68,6 +68,18 @@ def run_module(args: list[str], cwd: Path = REPO, env: dict[str, str] | None = N
                           capture_output=True, text=True, timeout=timeout)
 
 
+def nesting(value: object) -> int:
+    """How deep the arrays and objects of ``value`` nest (walked without recursion)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            pending += [(c, depth + 1) for c in (item.values() if isinstance(item, dict)
+                                                 else item)]
+    return deepest
+
+
 def have_bwrap() -> bool:
     return shutil.which("bwrap") is not None
 
