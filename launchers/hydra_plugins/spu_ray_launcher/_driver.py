@@ -453,11 +453,12 @@ class Driver:
 
     def submit(self, job: SweepJob, number: int, last: int, retried_from: str | None) -> None:
         """Stage attempt ``number`` of ``job`` here and hand its agent side to Ray."""
-        from spu.runner import prepare_run, stage
+        from spu.runner import prepare_run, record_interrupted_attempt, stage
 
         spec = replace(job.spec, attempt=number, retried_from=retried_from)
         try:
-            run = prepare_run(spec, check=False)
+            run = record_interrupted_attempt(prepare_run(spec, check=False))
+            spec, number = run.spec, run.spec.attempt  # after an interrupted attempt
             staged = stage(run)
         except Exception as exc:  # noqa: BLE001 - a job that cannot start fails alone
             self.display.say(f"[red]job #{job.idx} cannot start: {type(exc).__name__}: "
