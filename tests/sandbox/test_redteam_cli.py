@@ -192,3 +192,43 @@ def test_a_run_killed_after_it_saw_the_source_keeps_its_attempt(
     verified = subprocess.run([sys.executable, "-m", "spu", "seal", "verify", str(out)],
                               capture_output=True, text=True, timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+WRITE_RANKINGS_WITH_ESCAPES = r"""python3 - <<'PY'
+import json, os
+seq = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b]8;;http://127.0.0.1:9/x\x1b\\link\x1b]8;;\x1b\\"
+contract = json.load(open(os.path.join(os.environ.get("SPU_TASK_DIR", "/task"), "contract.json")))
+rankings = [{"group_id": g["group_id"], "order": g["items"]} for g in contract["groups"]]
+rankings.append({"group_id": "G" + seq, "order": ["E1" + seq]})
+json.dump({"task_id": contract["task_id"], "task_version": contract["task_version"],
+           "rankings": rankings}, open(os.path.join(os.environ.get("SPU_OUTPUT_DIR", "/output"),
+                                                    "rankings.json"), "w"))
+print("ranked" + seq)
+PY"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spu_show_and_compare_print_a_real_runs_escape_sequences_as_text(
+        backend, request, compose, tmp_path) -> None:
+    """V2 replayed: the model says, and the agent's shell prints, sequences that clear the
+    pane, set the window title, write "rm -rf ~" to the clipboard (OSC 52) and print a
+    hidden link; its ``rankings.json`` puts them in a group id and an item. ``spu show``
+    and ``spu compare`` of the recorded run print them escaped: no control character
+    reaches the terminal."""
+    seq = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;cm0gLXJmIH4=\x07"
+    script = tmp_path / "escapes.json"
+    script.write_text(json.dumps({"name": "escapes", "turns": [
+        {"text": "Ranking" + seq, "command": WRITE_RANKINGS_WITH_ESCAPES},
+        {"text": "Done" + seq}]}))
+    record = run_one(spec_from_config(compose(*_overrides(backend, request, script))))
+    run_dir = tmp_path / "outputs" / "runs" / record.run_key
+    assert "\\u001b]52;" in (run_dir / "output" / "rankings.json").read_text()  # it ran
+    out = str(tmp_path / "outputs")
+    for args in (["show", record.run_key], ["compare", record.run_key, record.run_key]):
+        done = subprocess.run([sys.executable, "-m", "spu", *args, "--output-root", out],
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = done.stdout.decode("utf-8")
+        assert not [c for c in text if ord(c) < 0x20 and c not in "\n\t" or
+                    0x7f <= ord(c) <= 0x9f], f"spu {args[0]} printed control characters"
+        assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in text, text[-2000:]
