@@ -52,8 +52,9 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     Runs skipped because an earlier launch finished them show their stored outcome and
     score, marked ``skipped``; the caption counts each kind.
     """
-    from rich.markup import escape
     from rich.table import Table
+
+    from spu.printable import printable_markup
 
     statuses = [str(r.get("status", "ran")) for r in results]
     counts = {s: statuses.count(s)
@@ -79,8 +80,9 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
                  r["outcome"], _fmt(r["score"]), _fmt(r.get("threshold")),
                  _fmt(r.get("runtime_s"), 1), run_status(r),
                  str(r.get("run_key") or "-")[:RUN_KEY_CHARS])
-        # Task names come from folder names: never read as rich markup ("[/x]" would raise).
-        table.add_row(*(escape(str(c)) for c in cells))
+        # Task names come from folder names, notes from what failed: never read as rich
+        # markup ("[/x]" would raise), never a terminal's control sequence.
+        table.add_row(*(printable_markup(str(c), newlines=False) for c in cells))
     return table
 
 
@@ -92,10 +94,10 @@ def summary_table(results: list[dict[str, Any]]) -> Any:
     Above chance counts scored runs whose score exceeds the task's chance threshold
     (SPEC 6), out of the scored runs whose task has one.
     """
-    from rich.markup import escape
     from rich.table import Table
 
     from spu.launch.results import config_summaries
+    from spu.printable import printable_markup
 
     table = Table(title="per configuration",
                   caption="mean score over tasks [95% bootstrap interval over tasks, seeded]")
@@ -103,8 +105,9 @@ def summary_table(results: list[dict[str, Any]]) -> Any:
         table.add_column(name, justify="left" if name == "config" else "right",
                          no_wrap=name in ("config", "mean score [95% CI]"))
     for s in config_summaries(results):
-        table.add_row(escape(s.config), str(s.runs), str(s.scored), mean_with_interval(s),
-                      f"{s.above_chance}/{s.with_threshold}", usd(s.cost_usd))
+        table.add_row(printable_markup(s.config, newlines=False), str(s.runs), str(s.scored),
+                      mean_with_interval(s), f"{s.above_chance}/{s.with_threshold}",
+                      usd(s.cost_usd))
     return table
 
 
@@ -192,16 +195,19 @@ def run_warnings(results: list[dict[str, Any]], root: Path) -> list[tuple[str, i
             for s in ordered]
 
 
-def printable(text: str, limit: int = 400) -> str:
+def one_line(text: str, limit: int = 400) -> str:
     r"""``text`` on one line, control characters written as escapes, cut at ``limit``.
 
-    A note may quote what an agent or a provider sent: never a terminal control sequence.
+    A note may quote what an agent or a provider sent: never a terminal control sequence
+    (:func:`spu.printable.printable`).
 
     Examples:
-        >>> printable("evil\x1b[2J\nline")
-        'evil\\x1b[2J\\nline'
+        >>> one_line("evil\x1b[2J\nline")
+        'evil\\x1b[2J\\x0aline'
     """
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    from spu.printable import printable
+
+    shown = printable(text, newlines=False)
     return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
@@ -222,7 +228,7 @@ def warning_lines(warnings: list[tuple[str, int]], runs: int) -> list[str]:
         return []
     lines = ["warnings of the runs (each run.json's notes):"]
     for text, count in warnings[:MAX_WARNINGS]:
-        lines.append(f"  {count} of {runs} run{'s' * (runs != 1)}: {printable(text)}")
+        lines.append(f"  {count} of {runs} run{'s' * (runs != 1)}: {one_line(text)}")
     if len(warnings) > MAX_WARNINGS:
         lines.append(f"  ... and {len(warnings) - MAX_WARNINGS} more (see each run.json)")
     return lines

@@ -49,7 +49,12 @@ from spu.cost.prices import RunCost
 from spu.gateway import MODEL_DIR
 from spu.gateway.inputs import SentReader, read_calls
 from spu.gateway.session import GatewayConfigError, GatewaySession
-from spu.gateway.verdict import files_at_refusals, key_rejected, read_requests
+from spu.gateway.verdict import (
+    files_at_refusals,
+    gateway_verdict,
+    key_rejected,
+    read_requests,
+)
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
 from spu.grading.isolated import GraderIsolationError, available_isolation, grade_shared
 from spu.grading.outcome import (
@@ -102,7 +107,7 @@ from spu.tools.audit import AUDIT_FILE, TOOLS_DIR, read_audit
 from spu.tools.egress import EgressProxyError, shell_downloads
 from spu.tools.providers import Provider, ProviderConfigError
 from spu.tools.session import ToolsSession, ToolsSummary, make_provider, trajectory_from_audit
-from spu.tracking.trajectories import TRAJECTORY_FILE, write_trajectory
+from spu.tracking.trajectories import TRAJECTORY_FILE, record_json, write_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -169,21 +174,53 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def holds_evidence(run_dir: Path) -> bool:
+    """True when a run folder holds more than its staged task and its archived attempts.
+
+    Anything more (the gateway's record ``model/requests.jsonl``, the tools' log, the
+    agent's files and logs) is the evidence of an attempt that ran: what it cost, what
+    the model was sent, what the agent saw.
+    """
+    try:
+        with os.scandir(run_dir) as entries:
+            return any(e.name not in ("task", "attempts") for e in entries)
+    except OSError:
+        return False
+
+
 def _archive_previous_attempt(run_dir: Path) -> None:
-    if not (run_dir / "run.json").exists():
-        if run_dir.exists():
-            remove_tree(run_dir)  # an agent's tree may be deeper than shutil.rmtree goes
-        return
-    attempts = run_dir / "attempts"
-    n = 1 + sum(1 for _ in attempts.iterdir()) if attempts.exists() else 1
+    """Move the run folder's earlier attempt under ``attempts/<n>/``; never delete evidence.
+
+    A recorded attempt (``run.json``) is archived, and so is a folder without a record
+    that :func:`holds_evidence` (an attempt whose process stopped before its record:
+    :func:`record_interrupted_attempt` records it first where the run is started again).
+    A folder holding only the staged task is cleared, its ``attempts/`` kept. An archive
+    a killed process left half done (the ``.previous`` folder) is finished first.
+    """
     holding = run_dir.with_name(run_dir.name + ".previous")
     if holding.exists():
-        remove_tree(holding)
+        _into_attempts(run_dir, holding)
+    if not run_dir.exists():
+        return
+    if not (run_dir / "run.json").exists() and not holds_evidence(run_dir):
+        for entry in list(run_dir.iterdir()):
+            if entry.name != "attempts":
+                remove_tree(entry)  # rm -rf: a tree may be deeper than shutil.rmtree goes
+        return
     run_dir.rename(holding)
-    run_dir.mkdir(parents=True)
-    if (holding / "attempts").exists():
+    _into_attempts(run_dir, holding)
+
+
+def _into_attempts(run_dir: Path, holding: Path) -> None:
+    """Make ``holding`` (a run folder moved aside) attempt ``n`` under ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attempts = run_dir / "attempts"
+    if (holding / "attempts").exists() and not attempts.exists():
         (holding / "attempts").rename(attempts)
     attempts.mkdir(exist_ok=True)
+    n = 1 + sum(1 for _ in attempts.iterdir())
+    while (attempts / str(n)).exists():
+        n += 1
     holding.rename(attempts / str(n))
 
 
@@ -874,7 +911,11 @@ def _what_it_reached(phase: AgentPhase, exposure: list[ExposureHit]) -> dict[str
 
 def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost,
            exposure: list[ExposureHit]) -> RunRecord:
-    """Step 8: decide the outcome and write ``grade.json``, the trajectory and ``run.json``."""
+    """Step 8: decide the outcome and write ``grade.json``, the trajectory and ``run.json``.
+
+    A trajectory that cannot be written costs the run its trajectory file, never its
+    record: the record says why in a note (the session files stay in the run folder).
+    """
     result, run_dir = phase.result, run.run_dir
     judged = _judged(run, phase, grades)
     (run_dir / "grade.json").write_text(
@@ -882,7 +923,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
                     "recovered": grades.recovered.model_dump(mode="json")}, indent=1)
     )
     if result.trajectory is not None:
-        write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
+        written = _write_trajectory(run, result)
+        if written is not None:
+            judged.notes.append(written)
     run_record = RunRecord(
         **_what_ran(run),
         outcome=judged.verdict.outcome,
@@ -911,6 +954,23 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     write_run_record(run_dir, run_record)
     seal(run, run_record)
     return run_record
+
+
+TRAJECTORY_NOT_WRITTEN = ("trajectory not written ({error}); the agent's session files "
+                          "are in the run folder")
+"""The note of a run whose trajectory could not be written."""
+
+
+def _write_trajectory(run: AgentRun, result: AgentResult) -> str | None:
+    """Write the run's trajectory; the note to record when it cannot be written (else None)."""
+    assert result.trajectory is not None
+    try:
+        write_trajectory(run.run_dir / TRAJECTORY_FILE, result.trajectory)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the run keeps its record
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        log.error("run %s: %s", run.key, TRAJECTORY_NOT_WRITTEN.format(error=error))
+        return TRAJECTORY_NOT_WRITTEN.format(error=error)
+    return None
 
 
 def task_published(answers: AnswerKey | None) -> str | None:
@@ -951,11 +1011,91 @@ def run_one(spec: RunSpec) -> RunRecord:
     spu.tasks.TaskLoadError
         When the task package or its answer key cannot be read.
     """
-    run = prepare_run(spec)
-    phase = run_agent(run, stage(run))
+    run = record_interrupted_attempt(prepare_run(spec))
+    staged = stage(run)
+    try:
+        phase = run_agent(run, staged)
+    except Exception as exc:  # noqa: BLE001 - the agent's side failed: still a record
+        phase = failed_agent_phase(run, staged, exc)
+    if run.spec.attempt > spec.attempt:
+        phase.notes.append(INTERRUPTED_BEFORE_NOTE.format(attempt=spec.attempt))
     phase.submission = collect(run.run_dir)
     grades = grade_kept_at_refusal(run, phase, grade(run, phase.submission))
     return record(run, phase, grades, price(run, phase.result), screen(run, phase.result))
+
+
+INTERRUPTED_NOTE = ("attempt {attempt} ended without its record (the process running it "
+                    "stopped); recorded when its run was started again, from what its folder "
+                    "holds: the gateway's record (usage, cost, what the model was sent) and "
+                    "the audited tools' log")
+"""The note (and process error) of an attempt :func:`record_interrupted_attempt` recorded."""
+
+INTERRUPTED_BEFORE_NOTE = ("attempt {attempt} ended without its record before this one; it "
+                           "is recorded under attempts/ (infra_error, with its cost and "
+                           "exposure)")
+"""The note of the attempt that follows an interrupted one."""
+
+
+def gateway_record_evidence(run: AgentRun) -> AgentResult:
+    """What the run folder's gateway record (``model/requests.jsonl``) says, as a result.
+
+    For an attempt whose agent phase left no result of its own: usage, per-request usage
+    (its cost), refusal and infra error as the provider side saw them.
+    """
+    path = run.run_dir / MODEL_DIR / "requests.jsonl"
+    if not path.is_file():
+        return AgentResult()
+    return gateway_evidence(AgentResult(), gateway_verdict(read_requests(path)))
+
+
+def failed_agent_phase(run: AgentRun, staged: Path, exc: Exception) -> AgentPhase:
+    """The agent phase of a run whose agent's side raised: an error, the gateway's record.
+
+    :func:`run_agent` records what it expects to fail (a sandbox or harness that cannot
+    start); anything else (a session file shaped to break its reader) ends here, so the
+    run is recorded as ``infra_error`` with the error and what its gateway recorded.
+    """
+    error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500] if str(exc) else ''}"
+    log.error("run %s: the agent's side failed: %s", run.key, error)
+    return AgentPhase(staged=staged, started=_now(), result=gateway_record_evidence(run),
+                      evidence=ProcessEvidence(error=f"the agent's side failed: {error}"),
+                      sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
+
+
+def record_interrupted_attempt(run: PreparedRun) -> PreparedRun:
+    """Record the attempt a stopped process left in the run folder; the run to start next.
+
+    A run folder without ``run.json`` that :func:`holds_evidence` is an attempt whose
+    process stopped before its record (killed, or a launch that exited). Its gateway's
+    record counts toward its cost and its exposure (SPEC 11), so it is recorded now as
+    ``infra_error`` (sealed, in the ledger), its usage and cost from that record and its
+    exposure screened from what the model was sent and the audited tools answered; then
+    staging archives it like any recorded attempt. The returned run is the attempt after
+    it; ``run`` itself when there is no such folder.
+    """
+    run_dir = run.run_dir
+    if (run_dir / "run.json").exists() or not run_dir.is_dir() or not holds_evidence(run_dir):
+        return run
+    release_stale_disk(run_dir)  # a disk left mounted holds the attempt's files
+    result = gateway_record_evidence(run)
+    note = INTERRUPTED_NOTE.format(attempt=run.spec.attempt)
+    phase = AgentPhase(staged=run_dir / "task", started=_folder_time(run_dir), result=result,
+                       evidence=ProcessEvidence(error=note),
+                       sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
+    lost = record(run, phase, grade(run, None), price(run, result), screen(run, result))
+    log.warning("run %s: attempt %d ended without its record; recorded now (%s, cost %s, "
+                "exposure %s); this run is attempt %d", run.key, lost.attempt,
+                lost.outcome.value, lost.cost_usd, lost.flagged_exposure, lost.attempt + 1)
+    return replace(run, spec=replace(run.spec, attempt=lost.attempt + 1, retried_from=None))
+
+
+def _folder_time(run_dir: Path) -> str:
+    """When the staged task of ``run_dir`` was put there (ISO-8601, UTC): the run's start."""
+    try:
+        stamp = (run_dir / "task").stat().st_mtime
+    except OSError:
+        return _now()
+    return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds")
 
 
 def write_run_record(run_dir: Path, record: RunRecord) -> Path:
@@ -966,7 +1106,7 @@ def write_run_record(run_dir: Path, record: RunRecord) -> Path:
     path = run_dir / "run.json"
     partial = path.with_name("run.json.partial")
     try:
-        partial.write_text(record.model_dump_json(indent=1))
+        partial.write_bytes(record_json(record, indent=1))  # any text the agent chose
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)  # a full disk: no truncated record left behind

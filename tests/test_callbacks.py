@@ -135,3 +135,21 @@ def test_a_sweep_ends_with_keys_intervals_where_the_runs_are_and_its_warnings(tm
     assert all((out / "runs" / k / "transcript.html").is_file() for k in keys)
     shown = run_module(["spu", "show", keys[0][:12], "--output-root", str(out)])
     assert shown.returncode == 0 and f"run {keys[0]}:" in shown.stdout
+
+
+def test_a_row_carries_no_control_sequence_and_no_markup() -> None:
+    """Invariant (issue 41, V3): a cell of the results table (a task folder's name, a
+    note of why a run failed) prints as text: control characters escaped, markup shown."""
+    from spu.callbacks import summary_table
+
+    row = _row("baseline", "cfg[link=http://127.0.0.1:8765/x]")
+    row.update(task="t\x1b[2J\x1b]0;pwned\x07", status="not_launched",
+               note="lost: \x1b[32mvalid · score 0.991\x9b2J")
+    console = Console(width=400, record=True, force_terminal=True)
+    console.print(results_table([row], "run"))
+    console.print(summary_table([row]))
+    styled = console.export_text(styles=True, clear=False)
+    assert "\x1b[2J" not in styled and "\x1b]" not in styled and "\x9b" not in styled
+    text = console.export_text()
+    assert "t\\x1b[2J\\x1b]0;pwned\\x07" in text and "\\x1b[32mvalid" in text
+    assert "cfg[link=http://127.0.0.1:8765/x]" in text

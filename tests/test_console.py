@@ -94,3 +94,34 @@ def test_library_info_logs_only_with_verbose(one_task_root, tmp_path) -> None:
     loud = run_module([*args, f"output_root={tmp_path / 'loud'}", "verbose=true"], timeout=600)
     assert loud.returncode == 0, loud.stderr[-3000:]
     assert "HTTP Request:" in loud.stdout + loud.stderr
+
+
+def test_every_log_line_reaches_the_console_as_text() -> None:
+    """Invariant (issue 41, V3): a log line that carries what an agent chose (its CLI's
+    error line, a session file's name, an exception's message) reaches each handler of the
+    root logger with its control characters escaped: message, arguments and traceback."""
+    import io
+    import logging
+
+    from spu.launch.console import quiet_library_logs
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        quiet_library_logs(verbose=False)
+        quiet_library_logs(verbose=False)  # once per handler, however often it is called
+        assert len(handler.filters) == 1
+        log = logging.getLogger("spu.test.console")
+        log.warning("session files: %s", "name\x1b]0;pwned\x07.jsonl\x1b[2J")
+        try:
+            raise ValueError("\x1b]52;c;cm0gLXJmIH4=\x07")
+        except ValueError:
+            log.exception("the agent's side failed")
+    finally:
+        root.removeHandler(handler)
+    text = stream.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "name\\x1b]0;pwned\\x07.jsonl\\x1b[2J" in text
+    assert "ValueError: \\x1b]52;c;cm0gLXJmIH4=\\x07" in text and "Traceback" in text

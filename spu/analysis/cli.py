@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spu.printable import printable
+
 USAGE = """spu analyze RUNS_DIR --out DIR [--tasks TASK_ROOT] [--answers-root DIR] [--seed S]
                    [--resamples N] [--trees N] [--jobs N] [--all-repeats]
                    [--include-private] [--flip-share pairs|runs]
@@ -156,7 +158,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     print(f"spu analyze: {m['runs']} runs ({m['scored_runs']} scored), {m['calls']:,} tool "
           f"calls; wrote {len(written)} files to {args.out}")
     for note in result.notes[:20]:
-        print(f"  note: {note}")
+        print(printable(f"  note: {note}"))
     if len(result.notes) > 20:
         print(f"  ... {len(result.notes) - 20} more notes in {args.out / 'manifest.json'}")
     return 0
@@ -171,7 +173,7 @@ def sample_command(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         print(f"spu analyze sample: {exc}", file=sys.stderr)
         return 2
-    print(format_sample(sample))
+    print(printable(format_sample(sample)))  # the agents' commands and outputs
     write_sample(sample, args.out)
     print(f"\nspu analyze sample: {len(sample)} calls; set \"correct\" (and "
           f"\"correct_activity\" where wrong) in {args.out}, then: spu analyze audit {args.out}")

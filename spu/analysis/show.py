@@ -6,6 +6,10 @@ steps, each model message and tool call (long texts cut with a note), optionally
 runs of one task side by side: each group's submitted order and rho, the scores, usage
 and cost, and each run's activity time shares (paper appendix E.7). Both read the run
 folders (``OUTPUT_ROOT/runs/<run_key>/``), never the tracking store.
+
+Every line goes through :func:`spu.printable.printable` on its way to the terminal: the
+steps, group ids and items are the agent's, and a control sequence in them would act on
+the operator's terminal (clear it, set its title, write its clipboard, hide a link).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from spu.printable import printable
 
 if TYPE_CHECKING:  # ``spu --help`` registers this module: its imports wait for a command
     from spu.schema import RunRecord
@@ -275,9 +281,9 @@ def show_command(args: argparse.Namespace) -> int:
     try:
         record, run_dir = load_run(args.output_root, args.run_key)
         for line in show_lines(record, run_dir, args.step, args.grep):
-            print(line)
+            print(printable(line))
     except (ShowError, TrajectoryFileError) as exc:
-        print(f"spu show: {exc}", file=sys.stderr)
+        print(printable(f"spu show: {exc}"), file=sys.stderr)
         return 2
     return 0
 
@@ -289,8 +295,8 @@ def compare_command(args: argparse.Namespace) -> int:
     try:
         a, b = (load_run(args.output_root, key) for key in args.run_keys)
         for line in compare_lines(a, b):
-            print(line)
+            print(printable(line))
     except (ShowError, TrajectoryFileError) as exc:
-        print(f"spu compare: {exc}", file=sys.stderr)
+        print(printable(f"spu compare: {exc}"), file=sys.stderr)
         return 2
     return 0

@@ -67,10 +67,13 @@ def _safe_int(digits: str) -> int | float:
         return float("inf") if not digits.startswith("-") else float("-inf")
 
 
-def _pruned(data: bytes, max_depth: int = MAX_DEPTH) -> bytes:
-    """``data`` with every array or object nested past ``max_depth`` replaced by null."""
+def _pruned(data: bytes, max_depth: int = MAX_DEPTH, as_text: bool = False) -> bytes:
+    """``data`` with every array or object nested past ``max_depth`` replaced.
+
+    Each is replaced by null, or with ``as_text`` by a string holding its JSON text.
+    """
     out: list[bytes] = []
-    depth, kept_to, cut_at = 0, 0, 0
+    depth, kept_to, cut_at, cut_from = 0, 0, 0, 0
     for token in _JSON_TOKEN.finditer(data):
         bracket = data[token.start()]
         if bracket == 34:  # a string, brackets and all
@@ -78,17 +81,39 @@ def _pruned(data: bytes, max_depth: int = MAX_DEPTH) -> bytes:
         if bracket in (91, 123):  # [ {
             depth += 1
             if depth == max_depth + 1 and not cut_at:
-                out += [data[kept_to:token.start()], b"null"]
-                cut_at = depth
+                out += [data[kept_to:token.start()], b"" if as_text else b"null"]
+                cut_at, cut_from = depth, token.start()
         else:
             if cut_at and depth == cut_at:
+                if as_text:
+                    text = data[cut_from:token.end()].decode("utf-8", "replace")
+                    out.append(json.dumps(text).encode())
                 kept_to, cut_at = token.end(), 0
             depth -= 1
     out.append(data[kept_to:] if not cut_at else b"")
     return b"".join(out)
 
 
-def loads(data: bytes, object_pairs_hook: Any = None) -> Any:
+def nested_within(value: Any, max_depth: int = MAX_DEPTH) -> bool:
+    """True when no array or object of ``value`` (itself at depth 1) nests past ``max_depth``.
+
+    Examples
+    --------
+    >>> nested_within([[1], {"a": [2]}], 3), nested_within([[[1]]], 2), nested_within("x", 0)
+    (True, False, True)
+    """
+    pending = [(value, 1)] if isinstance(value, dict | list) else []
+    while pending:
+        item, depth = pending.pop()
+        if depth > max_depth:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        pending += [(c, depth + 1) for c in children if isinstance(c, dict | list)]
+    return True
+
+
+def loads(data: bytes | str, object_pairs_hook: Any = None, *,
+          deep_as_text: bool = False) -> Any:
     """``data`` decoded as JSON, or None where it is none.
 
     Where Python's parser gives up on a document that is JSON (nesting past its recursion
@@ -98,6 +123,12 @@ def loads(data: bytes, object_pairs_hook: Any = None) -> Any:
     (model, stream, usage, stop reason) lies near the top. Neither may cost a request its
     record line: an agent chooses its tool schemas, and its model what it writes.
 
+    With ``deep_as_text``, every part nested past :data:`MAX_DEPTH` is read as a string
+    holding its JSON text, whether or not Python's parser could read it whole: what a
+    reader of an agent's session files needs, whose values must stay within what the
+    trajectory's JSON can be written and read back with (pydantic's limits are far below
+    Python's), and whose deep parts are still the agent's words.
+
     Examples
     --------
     >>> deep = b'{"usage": {"output_tokens": 7}, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
@@ -105,16 +136,26 @@ def loads(data: bytes, object_pairs_hook: Any = None) -> Any:
     ({'output_tokens': 7}, 63, [[1]])
     >>> loads(b'{"n": ' + b"9" * 5000 + b"}"), loads(b"{nope"), loads(bytes([255]))
     ({'n': inf}, None, None)
+    >>> cut = loads(b'{"input": ' + b'[' * 300 + b'"doi"' + b']' * 300 + b'}', deep_as_text=True)
+    >>> inner = cut["input"]
+    >>> while isinstance(inner, list):
+    ...     inner = inner[0]
+    >>> inner.count("["), inner.strip("[]")
+    (237, '"doi"')
     """
     try:
-        return json.loads(data, object_pairs_hook=object_pairs_hook)
+        value = json.loads(data, object_pairs_hook=object_pairs_hook)
     except (RecursionError, ValueError) as exc:  # a syntax error is a ValueError too
         if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
             return None
-    if len(data) > MAX_PRUNED_BYTES:
+    else:
+        if not deep_as_text or nested_within(value):
+            return value
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if len(raw) > MAX_PRUNED_BYTES:
         return None
     try:
-        return json.loads(_pruned(data), parse_int=_safe_int,
+        return json.loads(_pruned(raw, as_text=deep_as_text), parse_int=_safe_int,
                           object_pairs_hook=object_pairs_hook)
     except (RecursionError, ValueError):
         return None

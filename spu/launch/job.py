@@ -236,6 +236,7 @@ def run_attempts(spec: Any, plan: RunPlan, target: TrackingTarget | None) -> Att
     while True:
         with run_in_flight():
             record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
+        attempt = record.attempt  # one more where run_one recorded an interrupted attempt
         run_dir = spec.output_root / "runs" / record.run_key
         TALLY.recorded += 1
         tracking_id = log_run(record, run_dir, target) if target is not None else None

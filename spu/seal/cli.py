@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spu.printable import printable
+
 
 def register(sub: Any) -> None:
     """Add ``seal verify``, ``seal export`` and ``grade-bundle`` to the ``spu`` parser."""
@@ -59,7 +61,8 @@ def verify_command(args: argparse.Namespace) -> int:
     faults = result.faults
     if faults:
         more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
-        print(f"spu seal verify: {args.path}: {faults[0]}{more}", file=sys.stderr)
+        # a fault names a run's files, whose names the agent chose
+        print(printable(f"spu seal verify: {args.path}: {faults[0]}{more}"), file=sys.stderr)
         return 1
     print(f"{args.path}: {len(result.runs)} sealed runs hold; ledger head {result.head}")
     return 0
@@ -94,6 +97,6 @@ def grade_bundle_command(args: argparse.Namespace) -> int:
         return 1
     for run in graded.runs:
         score = "-" if run.score is None else f"{run.score:.3f}"
-        print(f"{run.run_key}  {run.outcome:<12} {score:>7}  {run.note}".rstrip())
+        print(printable(f"{run.run_key}  {run.outcome:<12} {score:>7}  {run.note}".rstrip()))
     print(f"{graded.root}: {len(graded.runs)} runs; ledger head {graded.head}")
     return 0

@@ -400,6 +400,12 @@ def test_odd_outputs_are_recorded_and_logged_without_being_followed(
     from spu.tracking import store
     from spu.tracking.store import TrackingTarget, log_run
 
+    # The 1,500-deep tree goes with the test, passed or failed: pytest's own clean-up of
+    # old temporary roots (shutil.rmtree) could not remove it in a later session.
+    runs = tmp_path / "outputs" / "runs"
+    request.addfinalizer(lambda: [remove_tree(deep) for pattern in
+                                  ("*/output/deep", "*/attempts/*/output/deep")
+                                  for deep in runs.glob(pattern)])
     run = _attack(request, compose, backend,
                   ["specials", "link-submission:/etc/passwd", "sparse:20", "sparse-files:4,60",
                    "deep:1500", "many:2000", "forge"])

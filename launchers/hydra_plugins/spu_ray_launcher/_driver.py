@@ -73,6 +73,7 @@ from spu.launch.resources import (
 )
 from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_recorded, plan_run
 from spu.launch.server import TrackingServer, redact_uri
+from spu.printable import printable_markup
 from spu.tracking.query import recorded_run_from_record
 from spu.tracking.store import TrackingTarget, client_for, experiment_id, log_run, sqlite_path
 
@@ -452,15 +453,16 @@ class Driver:
 
     def submit(self, job: SweepJob, number: int, last: int, retried_from: str | None) -> None:
         """Stage attempt ``number`` of ``job`` here and hand its agent side to Ray."""
-        from spu.runner import prepare_run, stage
+        from spu.runner import prepare_run, record_interrupted_attempt, stage
 
         spec = replace(job.spec, attempt=number, retried_from=retried_from)
         try:
-            run = prepare_run(spec, check=False)
+            run = record_interrupted_attempt(prepare_run(spec, check=False))
+            spec, number = run.spec, run.spec.attempt  # after an interrupted attempt
             staged = stage(run)
         except Exception as exc:  # noqa: BLE001 - a job that cannot start fails alone
             self.display.say(f"[red]job #{job.idx} cannot start: {type(exc).__name__}: "
-                             f"{exc}[/red]")
+                             f"{printable_markup(str(exc))}[/red]")
             self.progress.launched()
             self.progress.finished(None)
             self.returns[job.idx] = job_return(job, exc, failed=True)
@@ -517,7 +519,7 @@ class Driver:
         except RayTaskError as exc:
             self.progress.finished(None)
             self.display.say(f"[red]job #{att.job.idx} failed on its agent node: "
-                             f"{exc}[/red]")
+                             f"{printable_markup(str(exc))}[/red]")
             self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
         except (RayError, TimeoutError) as exc:
@@ -549,7 +551,7 @@ class Driver:
         except Exception as exc:  # noqa: BLE001 - recording one run must not end the sweep
             self.progress.finished(None)
             self.display.say(f"[red]job #{att.job.idx}: recording failed: "
-                             f"{type(exc).__name__}: {exc}[/red]")
+                             f"{type(exc).__name__}: {printable_markup(str(exc))}[/red]")
             self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
         TALLY.recorded += 1
@@ -586,7 +588,8 @@ class Driver:
         if att.number < att.last:
             self.ledger.spend(record.cost_usd)
             self.progress.lost(record.cost_usd)
-            self.display.say(f"[yellow]job #{att.job.idx}: worker lost ({reason}); "
+            self.display.say(f"[yellow]job #{att.job.idx}: worker lost "
+                             f"({printable_markup(reason)}); "
                              f"launching it again[/yellow]")
             self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
             return
