@@ -1021,7 +1021,35 @@ def run_one(spec: RunSpec) -> RunRecord:
         phase.notes.append(INTERRUPTED_BEFORE_NOTE.format(attempt=spec.attempt))
     phase.submission = collect(run.run_dir)
     grades = grade_kept_at_refusal(run, phase, grade(run, phase.submission))
-    return record(run, phase, grades, price(run, phase.result), screen(run, phase.result))
+    exposure = screen(run, phase.result) + earlier_exposure(run.run_dir)
+    return record(run, phase, grades, price(run, phase.result), exposure)
+
+
+def earlier_exposure(run_dir: Path) -> list[ExposureHit]:
+    """The exposure hits of the run key's earlier attempts, each labelled with its attempt.
+
+    An attempt that saw the source study counts toward the exposure of its run (SPEC 11:
+    its gateway record stays with the run), so a retry or a relaunch after an interrupted
+    attempt cannot leave the run reading ``flagged_exposure: false``. The hits come from
+    each archived attempt's own record (``attempts/<n>/run.json``, written by the host);
+    a record that cannot be read adds nothing.
+    """
+    hits: list[ExposureHit] = []
+    attempts = run_dir / "attempts"
+    if not attempts.is_dir():
+        return hits
+    for folder in sorted((p for p in attempts.iterdir() if p.name.isdigit()),
+                         key=lambda p: int(p.name)):
+        try:
+            earlier = RunRecord.model_validate_json((folder / "run.json").read_bytes())
+        except (OSError, ValueError) as exc:
+            log.warning("attempt %s of %s: its exposure not read: %s", folder.name,
+                        run_dir.name, exc)
+            continue
+        label = f"attempt {earlier.attempt}"
+        hits += [hit.model_copy(update={"tool": f"{label}: {hit.tool}" if hit.tool else label})
+                 for hit in earlier.exposure_hits if not (hit.tool or "").startswith("attempt ")]
+    return hits
 
 
 INTERRUPTED_NOTE = ("attempt {attempt} ended without its record (the process running it "

@@ -122,6 +122,10 @@ def test_an_attempt_without_its_record_is_recorded_and_archived_never_deleted(sp
     final = run_one(spec)
     assert final.attempt == 2 and final.outcome is Outcome.valid
     assert any("attempt 1 ended without its record" in n for n in final.notes)
+    # The attempt that saw the source counts toward its run's exposure: the retry is flagged.
+    assert final.flagged_exposure
+    carried = [h for h in final.exposure_hits if DOI in (h.matched or h.identifier)]
+    assert carried and all((h.tool or "").startswith("attempt 1") for h in carried)
     lost = json.loads((run_dir / "attempts" / "1" / "run.json").read_text())
     assert lost["attempt"] == 1 and lost["outcome"] == "infra_error"
     assert lost["usage"]["input"] == 200_000 and lost["usage"]["output"] == 20_000
