@@ -792,7 +792,8 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     two texts); for a harness that :attr:`~spu.harness.base.Harness.screens_answers` (a
     recall probe), the model's answers too. What kept the screen from reading all the
     model was sent (a cap) goes to ``result.screen_notes`` (``run.json``'s
-    ``screen_incomplete`` and its notes).
+    ``screen_incomplete`` and its notes). The hits of the run key's earlier attempts
+    count too (:func:`earlier_exposure`).
     """
     if run.answers is None:  # no key, no source to look for: screened when graded
         return []
@@ -814,7 +815,7 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     finally:
         sent.close()
     result.screen_notes = sent.notes
-    return hits
+    return hits + earlier_exposure(run.run_dir)
 
 
 @dataclass(frozen=True)
@@ -1021,8 +1022,7 @@ def run_one(spec: RunSpec) -> RunRecord:
         phase.notes.append(INTERRUPTED_BEFORE_NOTE.format(attempt=spec.attempt))
     phase.submission = collect(run.run_dir)
     grades = grade_kept_at_refusal(run, phase, grade(run, phase.submission))
-    exposure = screen(run, phase.result) + earlier_exposure(run.run_dir)
-    return record(run, phase, grades, price(run, phase.result), exposure)
+    return record(run, phase, grades, price(run, phase.result), screen(run, phase.result))
 
 
 def earlier_exposure(run_dir: Path) -> list[ExposureHit]:
