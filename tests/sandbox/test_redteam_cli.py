@@ -94,7 +94,9 @@ def _overrides(backend: str, request: pytest.FixtureRequest, script: Path,
     return ["harness=claude_code", "model=scripted", f"model.api_model={script}",
             "effort=max", f"task={task}", f"sandbox={backend}", *image, "limits.cpus=1",
             "limits.gpus=0", "limits.memory_gb=2", "limits.time_s=300",
-            f"tools.corpus={CORPUS}"]
+            f"tools.corpus={CORPUS}",
+            # the scripted model is free; nominal prices make a lost attempt's cost visible
+            "model.prices.input=1.0", "model.prices.output=5.0"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
