@@ -316,6 +316,8 @@ def _server_class() -> Any:
         _wake: asyncio.Event | None = None
         _loop: asyncio.AbstractEventLoop | None = None
         pumps: set[asyncio.Task[None]] = set()  # noqa: RUF012 (set per instance)
+        shutdown_timeout_s = SHUTDOWN_TIMEOUT_S
+        """Seconds the shutdown waits for connections and tasks before it cancels them."""
 
         async def main_loop(self) -> None:
             self._loop = asyncio.get_running_loop()
@@ -334,7 +336,7 @@ def _server_class() -> Any:
                 server.close()
             for connection in list(self.server_state.connections):
                 connection.shutdown()
-            deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+            deadline = time.monotonic() + self.shutdown_timeout_s
             while (self.server_state.connections or self.server_state.tasks or self.pumps) \
                     and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
@@ -537,6 +539,7 @@ class ModelGateway:
         """
         if self._server is not None and self._thread is not None:
             self.stopping = True
+            self._server.shutdown_timeout_s = SHUTDOWN_TIMEOUT_S
             self._server.should_exit = True
             self._server.wake()
             # The server's own shutdown waits SHUTDOWN_TIMEOUT_S, then cancels what is left
