@@ -76,6 +76,7 @@ from spu.gateway.verdict import (
     waiting_by_choice,
 )
 from spu.schema import GatewayRequest, Usage
+from spu.serving import server_class
 from spu.strict_json import shown
 
 log = logging.getLogger(__name__)
@@ -303,56 +304,6 @@ def _protocol_class(timeout_s: float) -> Any:
     return DeadlineH11Protocol
 
 
-def _server_class() -> Any:
-    """The uvicorn server, woken at once by :meth:`ModelGateway.stop`.
-
-    uvicorn looks at ``should_exit`` every 0.1 s and waits 0.1 s more when it shuts down;
-    a run's gateway starts and stops once per run, and those waits were most of its cost
-    (0.2 s per run, where a sweep's fast path spends that on a whole run).
-    """
-    import uvicorn
-
-    class WakeableServer(uvicorn.Server):
-        _wake: asyncio.Event | None = None
-        _loop: asyncio.AbstractEventLoop | None = None
-        pumps: set[asyncio.Task[None]] = set()  # noqa: RUF012 (set per instance)
-        shutdown_timeout_s = SHUTDOWN_TIMEOUT_S
-        """Seconds the shutdown waits for connections and tasks before it cancels them."""
-
-        async def main_loop(self) -> None:
-            self._loop = asyncio.get_running_loop()
-            self._wake = asyncio.Event()
-            while not self.should_exit:
-                await self._wake.wait()
-
-        def wake(self) -> None:
-            if self._loop is not None and self._wake is not None:
-                self._loop.call_soon_threadsafe(self._wake.set)
-
-        async def shutdown(self, sockets: Any = None) -> None:
-            # uvicorn's own waits a fixed 0.1 s, then polls every 0.1 s. Answers still in
-            # flight end when their upstream does, and write their record lines then.
-            for server in self.servers:
-                server.close()
-            for connection in list(self.server_state.connections):
-                connection.shutdown()
-            deadline = time.monotonic() + self.shutdown_timeout_s
-            while (self.server_state.connections or self.server_state.tasks or self.pumps) \
-                    and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
-            # Requests still waiting for their answer, and answers still being read (after a
-            # hang-up, or to an agent the run's end stopped), are cut here: each writes its
-            # line (ModelGateway.stop set ``stopping``) before the upstream client closes.
-            waiting = [t for t in self.server_state.tasks if not t.done()]
-            for task in [*waiting, *self.pumps]:
-                task.cancel()
-            if waiting or self.pumps:
-                await asyncio.wait([*waiting, *self.pumps], timeout=1.0)
-            await self.lifespan.shutdown()
-
-    return WakeableServer
-
-
 @dataclass(eq=False)
 class _Exchange:
     """One request on its way: what the record line will say."""
@@ -514,7 +465,7 @@ class ModelGateway:
                                 log_level=None, access_log=False, lifespan="on",
                                 http=_protocol_class(self.cfg.request_timeout_s),
                                 date_header=False, proxy_headers=False)
-        self._server = _server_class()(config)
+        self._server = server_class()(config)
         self._server.pumps = self._pumps
         self._thread = threading.Thread(target=self._server.run, name="spu-model-gateway",
                                         daemon=True)
