@@ -76,7 +76,7 @@ from spu.gateway.verdict import (
     waiting_by_choice,
 )
 from spu.schema import GatewayRequest, Usage
-from spu.serving import server_class
+from spu.serving import bound_port, server_class, start_in_thread
 from spu.strict_json import shown
 
 log = logging.getLogger(__name__)
@@ -467,15 +467,8 @@ class ModelGateway:
                                 date_header=False, proxy_headers=False)
         self._server = server_class()(config)
         self._server.pumps = self._pumps
-        self._thread = threading.Thread(target=self._server.run, name="spu-model-gateway",
-                                        daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the model gateway did not start")
-            time.sleep(0.01)
-        self._port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        self._thread = start_in_thread(self._server, "spu-model-gateway", START_TIMEOUT_S)
+        self._port = bound_port(self._server)
         (self.folder / "gateway.json").write_text(json.dumps(
             {"port": self._port, "api": self.api, "upstream": self.upstream,
              "api_model": self.api_model, "max_cost_usd": self.max_cost_usd}, indent=1))
