@@ -39,7 +39,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -263,33 +262,18 @@ def _stale_chains() -> list[str]:
 
 
 def _kill_cgroup(folder: Path) -> None:
-    """SIGKILL every process of a cgroup (pasta forks into it)."""
-    for _ in range(50):
-        try:
-            pids = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
+    """SIGKILL every process of a cgroup (pasta forks into it) and wait until it is empty."""
+    from spu.sandbox.limits import empty_cgroup
+
+    empty_cgroup(folder)
 
 
 def _remove_cgroup(folder: Path) -> None:
-    for _ in range(50):
-        try:
-            folder.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            _kill_cgroup(folder)
-            time.sleep(0.05)
-    log.warning("cgroup %s not removed (processes still in it?)", folder)
+    """Empty the cgroup (its processes killed, waited for) and remove it."""
+    from spu.sandbox.limits import remove_cgroup
+
+    if not remove_cgroup(folder):
+        log.warning("cgroup %s not removed (processes still in it?)", folder)
 
 
 def prune_stale_networks() -> int:
@@ -468,7 +452,12 @@ class UserNetwork:
                 pass
             self._pasta_pid = None
         if self._cgroup is not None:
-            _kill_cgroup(self._cgroup)
+            # Killed now, waited for below: pasta's exit (tens of ms, its buffers freed)
+            # overlaps the chain's removal. Meanwhile its sockets, if any were left, meet the
+            # fail-closed rule of the cgroup's parent.
+            from spu.sandbox.limits import kill_cgroup
+
+            kill_cgroup(self._cgroup)
         if self._chain is not None:
             _remove_chain(self._chain, self._cgroup_path if self._cgroup else None)
             self._chain = None
