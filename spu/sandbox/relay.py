@@ -36,9 +36,10 @@ from collections.abc import Sequence
 log = logging.getLogger(__name__)
 
 CLONE_NEWNET = 0x40000000
-MAX_CONNECTIONS = 256
-"""Connections the agent may hold open at once through the relay, all ports together."""
-COPY_BYTES = 1024 * 1024
+MAX_CONNECTIONS = 128
+"""Connections the agent may hold open at once through the relay, all ports together (each
+holds two descriptors and at most about 1 MiB of buffers of the run's process)."""
+COPY_BYTES = 256 * 1024
 """Bytes read from one side before they are handed to the other (and waited for)."""
 BACKLOG = 128
 
@@ -164,8 +165,7 @@ class HostPortRelay:
         upstream: asyncio.StreamWriter | None = None
         ended = False
         try:
-            up_reader, upstream = await asyncio.open_connection(
-                "127.0.0.1", port, limit=COPY_BYTES)
+            up_reader, upstream = await asyncio.open_connection("127.0.0.1", port)
             await asyncio.gather(_copy(reader, upstream), _copy(up_reader, writer))
             ended = True
         except OSError:
