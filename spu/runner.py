@@ -484,10 +484,12 @@ def stage(run: PreparedRun) -> Path:
     # A run killed with its driver may have left its disk mounted in the run folder: its
     # files are put back first, so that the archived attempt keeps them.
     release_stale_disk(run.run_dir)
-    # Leftovers of a process killed while staging this key (the caller holds its lock).
-    for stale in run.run_dir.parent.glob(f".{run.key}.staging-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    scratch = run.run_dir.with_name(f".{run.key}.staging-{os.getpid()}")
+    # One scratch folder per key, found by its name (a glob of runs/ grows with the root):
+    # what is there was left by a process killed while staging this key (the caller holds
+    # the key's lock).
+    scratch = run.run_dir.with_name(f".{run.key}.staging")
+    if scratch.exists():
+        shutil.rmtree(scratch, ignore_errors=True)
     try:
         staged = stage_public_files(run.task, scratch / "task")
         errors = staged_package_errors(staged, run.task.contract, run.answers)

@@ -33,6 +33,9 @@ STAGES: dict[str, int] = {
     # The labelling rules of a tool call (paper E.7), pure functions of the call: tracking
     # puts them on each tool span, the analyses count them.
     "spu.activities": 0,
+    # The uvicorn server every host-side service of a run (tools service, model gateway)
+    # runs in, woken at once when asked to stop.
+    "spu.serving": 0,
     # ISO dates of a source's publication and a model's training cutoff: the record and
     # config schemas check them.
     "spu.tasks.freshness": 0,

@@ -76,6 +76,7 @@ from spu.gateway.verdict import (
     waiting_by_choice,
 )
 from spu.schema import GatewayRequest, Usage
+from spu.serving import bound_port, server_class, start_in_thread
 from spu.strict_json import shown
 
 log = logging.getLogger(__name__)
@@ -303,54 +304,6 @@ def _protocol_class(timeout_s: float) -> Any:
     return DeadlineH11Protocol
 
 
-def _server_class() -> Any:
-    """The uvicorn server, woken at once by :meth:`ModelGateway.stop`.
-
-    uvicorn looks at ``should_exit`` every 0.1 s and waits 0.1 s more when it shuts down;
-    a run's gateway starts and stops once per run, and those waits were most of its cost
-    (0.2 s per run, where a sweep's fast path spends that on a whole run).
-    """
-    import uvicorn
-
-    class WakeableServer(uvicorn.Server):
-        _wake: asyncio.Event | None = None
-        _loop: asyncio.AbstractEventLoop | None = None
-        pumps: set[asyncio.Task[None]] = set()  # noqa: RUF012 (set per instance)
-
-        async def main_loop(self) -> None:
-            self._loop = asyncio.get_running_loop()
-            self._wake = asyncio.Event()
-            while not self.should_exit:
-                await self._wake.wait()
-
-        def wake(self) -> None:
-            if self._loop is not None and self._wake is not None:
-                self._loop.call_soon_threadsafe(self._wake.set)
-
-        async def shutdown(self, sockets: Any = None) -> None:
-            # uvicorn's own waits a fixed 0.1 s, then polls every 0.1 s. Answers still in
-            # flight end when their upstream does, and write their record lines then.
-            for server in self.servers:
-                server.close()
-            for connection in list(self.server_state.connections):
-                connection.shutdown()
-            deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-            while (self.server_state.connections or self.server_state.tasks or self.pumps) \
-                    and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
-            # Requests still waiting for their answer, and answers still being read (after a
-            # hang-up, or to an agent the run's end stopped), are cut here: each writes its
-            # line (ModelGateway.stop set ``stopping``) before the upstream client closes.
-            waiting = [t for t in self.server_state.tasks if not t.done()]
-            for task in [*waiting, *self.pumps]:
-                task.cancel()
-            if waiting or self.pumps:
-                await asyncio.wait([*waiting, *self.pumps], timeout=1.0)
-            await self.lifespan.shutdown()
-
-    return WakeableServer
-
-
 @dataclass(eq=False)
 class _Exchange:
     """One request on its way: what the record line will say."""
@@ -513,17 +466,10 @@ class ModelGateway:
                                 log_level=None, access_log=False, lifespan="on",
                                 http=_protocol_class(self.cfg.request_timeout_s),
                                 date_header=False, proxy_headers=False)
-        self._server = _server_class()(config)
+        self._server = server_class()(config)
         self._server.pumps = self._pumps
-        self._thread = threading.Thread(target=self._server.run, name="spu-model-gateway",
-                                        daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the model gateway did not start")
-            time.sleep(0.01)
-        self._port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        self._thread = start_in_thread(self._server, "spu-model-gateway", START_TIMEOUT_S)
+        self._port = bound_port(self._server)
         (self.folder / "gateway.json").write_text(json.dumps(
             {"port": self._port, "api": self.api, "upstream": self.upstream,
              "api_model": self.api_model, "max_cost_usd": self.max_cost_usd}, indent=1))
@@ -538,6 +484,7 @@ class ModelGateway:
         """
         if self._server is not None and self._thread is not None:
             self.stopping = True
+            self._server.shutdown_timeout_s = SHUTDOWN_TIMEOUT_S
             self._server.should_exit = True
             self._server.wake()
             # The server's own shutdown waits SHUTDOWN_TIMEOUT_S, then cancels what is left

@@ -287,6 +287,30 @@ def start_ray(launcher: SPURayLauncher) -> bool:
     return True
 
 
+def join_local_ray(launcher: SPURayLauncher, display: ProgressDisplay) -> None:
+    """Point a local sweep at this user's Ray where one runs here; else say why not.
+
+    A Ray found by :func:`spu.launch.local_ray.find_local_ray` (this user's, token
+    authentication on, sandbox slots offered) is joined with the token it runs with, and
+    left running at the end. Its token was checked in its own environment, so the probe
+    for a cluster that lets a client in without one is not needed.
+    """
+    init = launcher.init
+    if init.address or launcher.insecure:
+        return
+    from spu.launch.local_ray import find_local_ray
+
+    found = find_local_ray(str(init.temp_dir) if init.temp_dir else None)
+    if found.address is None:
+        display.say(f"SPU sweep: starting a Ray of its own ({found.why})")
+        return
+    with read_write(init), open_dict(init):
+        init.address, init.auth_token_path, init.verify_auth = (
+            found.address, found.token_path, False)
+    display.say(f"SPU sweep: joining {found.why} ({found.slots:g} sandbox slots; it stays "
+                f"up after the sweep)")
+
+
 STATUS_EVERY_S = 5.0
 """Seconds between two asks of the monitor for the live status of the runs in flight."""
 
@@ -802,6 +826,7 @@ def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, 
     # Spawned before Ray starts, so that both start up at the same time.
     local_server = None if server is not None else spawn_tracking_server(launcher, jobs,
                                                                          sweep_dir)
+    join_local_ray(launcher, display)
     auth = configure_ray_auth(launcher.init, bool(launcher.insecure))
     tracking_turn = threading.Lock()
     if local_server is None:  # else the runs track through it, once it answers
