@@ -346,9 +346,14 @@ class ModelGatewayConfig:
     """The same for all tokens per minute (a request counted at its ``max_tokens``)."""
 
 
+EXPERIMENT_PREFIX = "spu-"
+"""SPU's MLflow experiments are ``spu-<experiment.name>``: never confused with MLflow's
+own empty ``Default`` experiment. The runs table's ``experiment`` column holds these names."""
+
+
 @dataclass
 class ExperimentConfig:
-    """A named experiment: one MLflow experiment per sweep."""
+    """A named experiment: one MLflow experiment per sweep (``spu-<name>``)."""
 
     name: str = "default"
     description: str = ""

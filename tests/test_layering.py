@@ -94,6 +94,16 @@ STAGES: dict[str, int] = {
 CLI_RANK = 300
 """A stage's own command line (``spu/<stage>/cli.py``) composes stages like the entry point."""
 
+FORBIDDEN: dict[tuple[str, str], str] = {
+    ("spu.grading", "spu.tracking"): "the grader writes nothing (spu regrade is tracking's)",
+    ("spu.seal", "spu.tracking"): "a seal is made before anything is recorded or graded "
+                                  "(spu grade-bundle is tracking's)",
+    ("spu.stats", "spu.tracking"): "statistics take a table, not a store",
+}
+"""(importing stage, imported stage) -> why no module of the first may import the second,
+its command line (``cli.py``) and the test doubles ranked apart (``spu.stats.simulate``)
+included: a command that spans stages lives in the stage it ends in, or the entry layer."""
+
 PENDING: dict[tuple[str, str], str] = {
 }
 """Known backward imports being removed by other work, each with who removes it. An entry
@@ -188,6 +198,18 @@ def test_no_stage_imports_a_later_stage() -> None:
            if backward(i) and (i.module, i.target.rpartition(".")[0] or i.target) not in PENDING
            and (i.module, i.target) not in PENDING]
     assert not bad, "imports against the data flow:\n" + "\n".join(bad)
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_no_stage_makes_a_forbidden_import_not_even_its_command_line() -> None:
+    """The imports of :data:`FORBIDDEN` occur nowhere, whatever the importer's rank."""
+    bad = [f"{i.path.relative_to(ROOT)}:{i.line}: {i.module} imports {i.target}: {why}"
+           for i in all_imports() for (source, target), why in FORBIDDEN.items()
+           if _under(i.module, source) and _under(i.target, target)]
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
 
 
 def test_pending_exceptions_still_occur() -> None:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import spu
-from spu.config import TracesConfig, TrackingConfig
+from spu.config import EXPERIMENT_PREFIX, TracesConfig, TrackingConfig
 from spu.identity import official_score
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tasks.freshness import freshness_text
@@ -76,10 +76,6 @@ STORE_ONCE_ABOVE_BYTES = 16 << 20
 
 BLOB_FOLDER = "blobs/sha256"
 """Where content-addressed artifacts live under the artifact root."""
-
-EXPERIMENT_PREFIX = "spu-"
-"""SPU's MLflow experiments are ``spu-<experiment.name>``: never confused with MLflow's
-own empty ``Default`` experiment."""
 
 MAX_ARTIFACT_TOTAL_BYTES = 1 << 30
 """Bytes logged from each of the agent's folders at most (sparse files copy as dense)."""
