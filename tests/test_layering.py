@@ -26,6 +26,7 @@ STAGES: dict[str, int] = {
     "spu.overrides": 0,
     "spu.strict_json": 0,
     "spu.registry": 0,
+    "spu.options": 0,
     "spu.internals": 0,
     # The labelling rules of a tool call (paper E.7), pure functions of the call: tracking
     # puts them on each tool span, the analyses count them.
