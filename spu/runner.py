@@ -153,7 +153,8 @@ class RunSpec:
 def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
     """What ``spec`` runs on ``task`` (:func:`spu.identity.identity_for`)."""
     return identity_for(spec.model, spec.harness, spec.effort, spec.tools, task.path, task.id,
-                        task.version, spec.repeat, spec.consensus, spec.output_root)
+                        task.version, spec.repeat, spec.consensus, spec.output_root,
+                        spec.sandbox)
 
 
 def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:

@@ -794,6 +794,12 @@ class ConfigIdentity(Record):
     """SHA-256 of ``harness.entrypoint`` (``harness=command``; None: no entrypoint)."""
     args: list[str] = Field(default_factory=list)
     """``harness.args``, the arguments given to the entrypoint."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """``harness.env``, the variables added to the agent's environment (hashed only when
+    some are set, so that runs without them keep their keys)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """``harness.options`` set to other than the harness's defaults, but for those it
+    declares result-neutral (hashed only when some are set)."""
 
 
 class TaskIdentity(Record):
@@ -813,7 +819,11 @@ class ToolsIdentity(Record):
     provider: str | None = None
     """``tools.provider`` (``offline``, ``web``); None when the run had no tools service."""
     corpus_sha256: str | None = None
-    """SHA-256 of the offline corpus file (None: no corpus, or no tools service)."""
+    """SHA-256 of the corpus (``tools.corpus``): of the file, or over a folder's paths and
+    contents (None: no corpus, or no tools service)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """``tools.options`` set to other than the provider's defaults, but for those it
+    declares result-neutral (hashed only when some are set)."""
 
 
 class Identity(Record):
@@ -832,6 +842,10 @@ class Identity(Record):
     """The task and its public files."""
     tools: ToolsIdentity = Field(default_factory=ToolsIdentity)
     """The tools provider and its corpus."""
+    sandbox_options: dict[str, Any] = Field(default_factory=dict)
+    """``sandbox.options`` (and the flat keys that predate them) set to other than the
+    backend's defaults, but for those it declares result-neutral (hashed only when some
+    are set); the backend itself is a setting (:class:`RunSettings`)."""
     repeat: int = 0
     """0 for the official run, 1 and up for repeated runs."""
 
