@@ -311,6 +311,8 @@ class Harness(ABC):
 
 
 _REGISTRY: Registry[Harness] = Registry("harness", HARNESSES, Harness)
+HARNESS_REGISTRY = _REGISTRY
+"""Every harness by name (``spu list harnesses``)."""
 
 register_harness = _REGISTRY.register
 """Class decorator: make a harness selectable by its ``name`` (without an entry point)."""

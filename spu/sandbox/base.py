@@ -433,6 +433,8 @@ class Sandbox(ABC):
 
 
 _REGISTRY: Registry[Sandbox] = Registry("sandbox", SANDBOXES, Sandbox)
+SANDBOX_REGISTRY = _REGISTRY
+"""Every sandbox backend by name (``spu list sandboxes``)."""
 
 register_sandbox = _REGISTRY.register
 """Class decorator: make a sandbox selectable by its ``name`` (without an entry point)."""

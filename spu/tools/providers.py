@@ -130,6 +130,8 @@ def provider_options(cls: type[Provider], cfg: ToolsConfig) -> dict[str, Any]:
 
 
 _REGISTRY: Registry[Provider] = Registry("tools provider", TOOLS_PROVIDERS, Provider)
+PROVIDER_REGISTRY = _REGISTRY
+"""Every tools provider by name (``spu list tools``)."""
 
 register_provider = _REGISTRY.register
 """Class decorator: make a provider selectable by its ``name`` (without an entry point)."""
