@@ -32,12 +32,14 @@ from spu.sandbox import RunLimits, Sandbox, SandboxPaths, SandboxRequest, get_sa
 from spu.sandbox.base import sandbox_names
 from spu.sandbox.docker import DEFAULT_IMAGE
 from spu.schema import ProcessEvidence
+from spu.selfcheck import AGENTS as CHECK_AGENTS
 from spu.tasks import load_task
 from spu.tasks.package import stage_public_files
 from tests.conftest import EXAMPLE_TASK, REPO
 from tests.processes import running
 
 AGENTS = Path(__file__).parent / "agents"
+"""Agents of the tests here; those of the self-check kit's checks are in CHECK_AGENTS."""
 collect_ignore = ["agents"]  # scripts run inside sandboxes, not test modules
 
 
@@ -273,9 +275,10 @@ def open_sandbox(
 
 def run_agent(box: Opened, script: str, *args: str, env: dict[str, str] | None = None,
               timeout_s: float | None = None) -> ProcessEvidence:
-    """Copy ``tests/sandbox/agents/<script>`` into the workspace and run it there."""
+    """Copy the agent ``script`` (the kit's, else the tests') into the workspace and run it."""
     inside = f"{box.paths.workspace}/.agent/{script}"
-    box.sandbox.write_file(inside, (AGENTS / script).read_bytes(), mode=0o755)
+    source = CHECK_AGENTS / script if (CHECK_AGENTS / script).is_file() else AGENTS / script
+    box.sandbox.write_file(inside, source.read_bytes(), mode=0o755)
     base = {
         "SPU_TASK_DIR": box.paths.task,
         "SPU_OUTPUT_DIR": box.paths.output,

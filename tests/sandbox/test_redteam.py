@@ -47,9 +47,15 @@ from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome, RunRecord
 from tests.conftest import EXAMPLE_TASK
-from tests.sandbox.conftest import AGENTS, BACKENDS, ISOLATING, bubblewrap_based, require_backend
+from tests.sandbox.conftest import (
+    BACKENDS,
+    CHECK_AGENTS,
+    ISOLATING,
+    bubblewrap_based,
+    require_backend,
+)
 
-REDTEAM = AGENTS / "redteam.py"
+REDTEAM = CHECK_AGENTS / "redteam.py"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's isolation needs root")
 
 

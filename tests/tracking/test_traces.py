@@ -383,7 +383,7 @@ def test_a_command_agent_run_from_the_command_line_has_its_trace(tmp_path) -> No
     """``python -m spu.main harness=command ...``: the recorded run has one trace, linked to
     it, whose tool spans match its trajectory's tool calls (none for this agent)."""
     out = tmp_path / "outputs"
-    agent = REPO / "tests" / "sandbox" / "agents" / "probe.py"
+    agent = REPO / "spu" / "selfcheck" / "agents" / "probe.py"
     done = run_module(["spu.main", "experiment=single", "harness=command",
                        f"harness.entrypoint={agent}", f"task={EXAMPLE_TASK.name}",
                        f"output_root={out}", f"sandbox={sandbox_name()}", "limits.cpus=1",
