@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.report.leaderboard",  # spu leaderboard
     "spu.testing.cli",   # spu scripted-server
     "spu.listing",       # spu list, spu run
+    "spu.selfcheck.cli",  # spu selfcheck
 )
 
 

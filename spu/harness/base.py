@@ -186,6 +186,13 @@ class Harness(ABC):
     that can change a result are part of the run identity, the others are declared
     :attr:`~spu.options.PluginOptions.result_neutral`."""
 
+    selfcheck_overrides: ClassVar[tuple[str, ...]] = ("model=scripted",)
+    """Hydra overrides ``spu selfcheck harness=<name>`` checks this harness under: a model
+    it runs offline, without a key (the scripted model by default)."""
+    selfcheck_expected_failures: ClassVar[Mapping[str, str]] = {}
+    """Checks of ``spu selfcheck harness=<name>`` this harness is known to fail, each with
+    its reason: reported as expected failures (:mod:`spu.selfcheck`)."""
+
     efforts: ClassVar[Mapping[str, str]] = {}
     """Reasoning effort (``effort=<name>``, ``conf/effort``) -> this harness's own setting
     for it (e.g. the value of ``claude --effort``); ``harness.efforts`` of its config adds

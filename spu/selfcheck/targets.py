@@ -61,7 +61,9 @@ class SandboxTarget:
     options: dict[str, Any]
     """Its ``sandbox.options`` (checked by its own model when it is made)."""
     scratch: Path
-    """A folder of the check's own: runs, the task package, output roots."""
+    """A folder of the check's own: its runs and output roots."""
+    task_home: Path | None = None
+    """Where the kit's task package is written (None: in ``scratch``), shared by checks."""
     opened: list[Sandbox] = field(default_factory=list)
 
     @property
@@ -72,7 +74,7 @@ class SandboxTarget:
     @property
     def task_dir(self) -> Path:
         """The kit's task package (written on first use)."""
-        return selfcheck_task(self.scratch)
+        return selfcheck_task(self.task_home or self.scratch)
 
     def require(self) -> None:
         """Skip (CheckSkipped, with the reason) unless the backend runs here."""

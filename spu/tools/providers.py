@@ -13,7 +13,9 @@ can read when it cannot answer.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from spu.config import ToolsConfig
@@ -83,6 +85,20 @@ class Provider(ABC):
     ``corpus`` field also gets ``tools.corpus``. Options that can change what the agent
     finds are part of the run identity, the others are declared
     :attr:`~spu.options.PluginOptions.result_neutral`."""
+    selfcheck_expected_failures: ClassVar[Mapping[str, str]] = {}
+    """Checks of ``spu selfcheck tools=<name>`` this provider is known to fail, each with
+    its reason: reported as expected failures (:mod:`spu.selfcheck`)."""
+
+    @classmethod
+    def selfcheck_config(cls, scratch: Path) -> dict[str, Any]:
+        """Settings of the ``tools`` config to check this provider with, offline.
+
+        ``spu selfcheck tools=<name>`` calls it with a folder of its own; a provider
+        writes there what it needs (a small corpus holding the word ``amine``) and
+        returns the settings that name it (``{"corpus": ...}``, ``{"options": {...}}``).
+        Settings given on the command line win. Default: none.
+        """
+        return {}
 
     def __init__(self, cfg: ToolsConfig) -> None:
         self.cfg = cfg

@@ -12,6 +12,7 @@ note runs again. ``tools.options.snippet_chars`` sets the length of search snipp
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from spu.tools.corpus import Corpus, Document
 from spu.tools.providers import (
@@ -42,6 +43,16 @@ class NotesProvider(Provider):
     options_model = NotesOptions
 
     _corpus: Corpus | None = None
+
+    @classmethod
+    def selfcheck_config(cls, scratch: Path) -> dict[str, Any]:
+        """Two notes to check the provider with (``spu selfcheck tools=example``)."""
+        notes = scratch / "notes"
+        (notes / "chemistry").mkdir(parents=True, exist_ok=True)
+        (notes / "chemistry" / "boranes.md").write_text(
+            "Amine boranes\nCopper-catalysed arylation of amine boranes.\n")
+        (notes / "garnets.txt").write_text("Solid electrolytes\nIonic conductivity.\n")
+        return {"corpus": str(notes)}
 
     def check(self) -> None:
         """The folder exists (one line naming the key otherwise); its notes are read."""
