@@ -1,7 +1,8 @@
-"""A tools provider with a fault and a declared one, for the kit's own tests.
+"""Plugins with faults, for the kit's own tests.
 
-It answers every address with status 200 (a fault the kit must report) and its ``close``
-fails when called twice (a fault it declares, with its reason).
+The provider answers every address with status 200 (a fault the kit must report) and its
+``close`` fails when called twice (a fault it declares, with its reason); the backend
+claims an isolation it does not have.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from spu.sandbox.subprocess import SubprocessSandbox
 from spu.tools.providers import FetchResult, Provider, SearchResult
 
 
@@ -47,3 +49,10 @@ class FixedProvider(BrokenProvider):
 
     def close(self) -> None:
         """Closes any number of times."""
+
+
+class LeakySandbox(SubprocessSandbox):
+    """A plain subprocess that claims isolation: the kit must catch it."""
+
+    name = "leaky"
+    isolates = True

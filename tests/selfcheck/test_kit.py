@@ -117,3 +117,15 @@ def test_a_backend_without_isolation_gets_the_checks_that_apply() -> None:
                              "checks)")
     assert lines[1:] == ["PASSED           layout_files_and_logs",
                          "PASSED           an_unisolated_backend_says_so", "2 passed, 0 failed"]
+
+
+@pytest.mark.slow
+def test_a_backend_that_claims_isolation_it_lacks_fails() -> None:
+    """A plain subprocess that says it isolates fails the isolation checks, exit 1."""
+    proc = selfcheck(f"sandbox={BROKEN}:LeakySandbox", "--only",
+                     "task_is_read_only_and_host_processes_invisible")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("FAILED           task_is_read_only_and_host_processes_"
+                               "invisible: "), lines
+    assert lines[-1] == "0 passed, 1 failed"
