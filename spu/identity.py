@@ -55,29 +55,21 @@ def _hash_key(obj: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:KEY_HEX_DIGITS]
 
 
-HASHED_WHEN_SET = (("config", "env"), ("config", "options"), ("tools", "options"),
-                   (None, "sandbox_options"))
-"""Identity fields hashed only when not empty: added after keys were first hashed, so that
-a run that sets none of them keeps the key it had."""
-
-
 def key_fields(identity: Identity) -> dict[str, Any]:
-    """The JSON object a run key is the hash of: ``identity``, less empty fields.
+    """The JSON object a run key is the hash of: ``identity`` as it is written.
 
-    The fields left out when empty are those of :data:`HASHED_WHEN_SET`.
+    The identity fields added after keys were first hashed (``harness.env``, the plugins'
+    options) are written only when set (:class:`spu.schema.Identity`), so a run that sets
+    none of them keeps the key it had.
     """
-    data = identity.model_dump(mode="json")
-    for part, name in HASHED_WHEN_SET:
-        holder = data if part is None else data[part]
-        if not holder.get(name):
-            holder.pop(name, None)
+    data: dict[str, Any] = identity.model_dump(mode="json")
     return data
 
 
 def run_key(identity: Identity) -> str:
     """The run key: 16 hex digits of the SHA-256 of ``identity`` as canonical JSON.
 
-    Fields of :data:`HASHED_WHEN_SET` count only when set (:func:`key_fields`).
+    Fields added for plugins count only when set (:func:`key_fields`).
 
     Examples
     --------

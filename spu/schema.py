@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     Strict,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -775,8 +776,30 @@ class GpuPlacement(Record):
     """The device's UUID from NVML (None: no NVML, or no GPU)."""
 
 
-class ConfigIdentity(Record):
+class _OmitsEmpty(Record):
+    """A part of a run's identity whose later fields are written only when set.
+
+    The fields added after run keys were first hashed (``harness.env``, the plugins'
+    options) are left out of the record while empty, so that a record without them is
+    serialized, hashed and signed as it was before they existed.
+    """
+
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.OMITTED_WHEN_EMPTY:
+                if name in data and not data[name]:
+                    del data[name]
+        return data
+
+
+class ConfigIdentity(_OmitsEmpty):
     """The configuration part of a run's identity: what was asked to solve the task."""
+
+    OMITTED_WHEN_EMPTY = ("env", "options")
 
     model: str
     """Model configuration name (``conf/model``)."""
@@ -813,8 +836,10 @@ class TaskIdentity(Record):
     """SHA-256 over the task's public files, paths and contents (``spu.tasks.digest``)."""
 
 
-class ToolsIdentity(Record):
+class ToolsIdentity(_OmitsEmpty):
     """The audited tools a run could use (SPEC section 7)."""
+
+    OMITTED_WHEN_EMPTY = ("options",)
 
     provider: str | None = None
     """``tools.provider`` (``offline``, ``web``); None when the run had no tools service."""
@@ -826,12 +851,14 @@ class ToolsIdentity(Record):
     declares result-neutral (hashed only when some are set)."""
 
 
-class Identity(Record):
+class Identity(_OmitsEmpty):
     """What ran: the fields a run key is hashed from (SPEC section 12, :mod:`spu.identity`).
 
     A change to any of them is another run; limits, sandbox backend and launcher are
     not part of it (:class:`RunSettings`), nor is the answer key (``spu regrade``).
     """
+
+    OMITTED_WHEN_EMPTY = ("sandbox_options",)
 
     key_scheme: str = "2"
     """Version of the run-key scheme (1: the model, harness, effort, task id, version and

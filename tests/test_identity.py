@@ -173,14 +173,33 @@ def test_what_a_plugin_changes_is_part_of_the_identity(task: Path, tmp_path: Pat
 
 
 def test_keys_of_runs_that_set_nothing_new_are_unchanged(task: Path) -> None:
-    """The fields added for plugins are hashed only when set: the golden key of a
-    baseline run is the one it had before them."""
+    """The fields added for plugins are written, hashed and signed only when set: a
+    record without them is the same bytes as before they existed (its run key, its
+    seal's signature)."""
     ident = identity_for(ModelConfig(name="random", provider="baseline"),
                          HarnessConfig(name="baseline"), EffortConfig(name="none"),
                          ToolsConfig(), EXAMPLE_TASK, "spu-demo-a", "1.0", 0)
-    fields = ident.model_dump(mode="json")
-    assert fields["config"]["env"] == {} and fields["sandbox_options"] == {}
+    assert ident.config.env == {} and ident.sandbox_options == {}
     hashed = key_fields(ident)
     assert "env" not in hashed["config"] and "options" not in hashed["config"]
     assert "sandbox_options" not in hashed and "options" not in hashed["tools"]
     assert run_key(ident) == run_key(ident.model_copy(update={"sandbox_options": {}}))
+
+
+def test_what_a_plugin_changes_is_an_mlflow_param_where_set() -> None:
+    """The MLflow params name what the run key hashes: the plugin fields too, where set."""
+    from spu.schema import ConfigIdentity, Identity, TaskIdentity
+    from spu.tracking.store import identity_params
+
+    task = TaskIdentity(id="t", version="1", task_digest="0" * 64)
+    plain = Identity(config=ConfigIdentity(model="m", effort="e", harness="h"), task=task)
+    assert not any(k in identity_params(RunRecord.model_construct(identity=plain)) for k in (
+        "identity.env", "identity.options", "identity.sandbox_options"))
+    changed = plain.model_copy(update={
+        "config": ConfigIdentity(model="m", effort="e", harness="h", env={"A": "1"},
+                                 options={"strategy": "random"}),
+        "sandbox_options": {"pids_limit": 64}})
+    params = identity_params(RunRecord.model_construct(identity=changed))
+    assert (params["identity.env"], params["identity.options"],
+            params["identity.sandbox_options"]) == ('{"A":"1"}', '{"strategy":"random"}',
+                                                    '{"pids_limit":64}')

@@ -36,7 +36,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,9 +361,18 @@ def identity_params(record: RunRecord) -> dict[str, str]:
         "identity.task_digest": task.task_digest,
         "identity.tools_provider": tools.provider,
         "identity.corpus_sha256": tools.corpus_sha256,
+        # What a plugin changes, where set (canonical JSON, as the run key hashes it).
+        "identity.env": _json_or_none(config.env),
+        "identity.options": _json_or_none(config.options),
+        "identity.tools_options": _json_or_none(tools.options),
+        "identity.sandbox_options": _json_or_none(identity.sandbox_options),
     }
     # MLflow keeps a param to 6,000 characters; arguments are the one field that may be long.
     return {k: v[:6000] for k, v in values.items() if v}
+
+
+def _json_or_none(value: Mapping[str, object]) -> str | None:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) if value else None
 
 
 def run_name(record: RunRecord) -> str:
