@@ -128,6 +128,8 @@ class Registry(Generic[T]):
         self.group = group
         self.base = base
         self._classes: dict[str, type[T]] = {}
+        self._by_path: dict[str, type[T]] = {}
+        """Classes asked for as ``package.module:Class``: loaded once, never listed."""
         self._entry_points: dict[str, EntryPoint] | None = None
 
     def entry_points(self) -> Mapping[str, EntryPoint]:
@@ -162,7 +164,7 @@ class Registry(Generic[T]):
             return str(ep.dist.name)
         if ep is not None:
             return distribution_of(ep.value.partition(":")[0])
-        cls = self._classes.get(name)
+        cls = self._classes.get(name) or self._by_path.get(name)
         return distribution_of(cls.__module__ if cls is not None else name.partition(":")[0])
 
     def get(self, name: str) -> type[T]:
@@ -173,17 +175,17 @@ class Registry(Generic[T]):
                 entry point names is not a subclass of the registry's base class; the
                 message is one line (a :class:`KeyError`, as before entry points).
         """
-        if name in self._classes:
-            return self._classes[name]
+        known = self._classes.get(name) or self._by_path.get(name)
+        if known is not None:
+            return known
         if ":" in name:
-            ep = EntryPoint(name=name, value=name, group=self.group)
-        else:
-            found = self.entry_points().get(name)
-            if found is None:
-                raise self.unknown(name)
-            ep = found
-        cls = self.load(ep)
-        self._classes[name] = cls
+            cls = self._by_path[name] = self.load(EntryPoint(name=name, value=name,
+                                                             group=self.group))
+            return cls
+        found = self.entry_points().get(name)
+        if found is None:
+            raise self.unknown(name)
+        cls = self._classes[name] = self.load(found)
         return cls
 
     def load(self, ep: EntryPoint) -> type[T]:

@@ -199,6 +199,8 @@ def test_plugins_written_before_options_keep_working(compose, one_task_root, tmp
     assert record.outcome.value == "valid" and record.identity is not None
     assert record.identity.tools.provider == f"{old}:OldProvider"
     assert record.identity.config.options == {} and record.identity.sandbox_options == {}
+    # A class named by its path is used, never listed among the names.
+    assert f"{old}:OldHarness" not in harness_names()
     report = tmp_path / "outputs" / "runs" / record.run_key / "output" / "report.md"
     assert "Strategy: `monotone_prior`" in report.read_text()
     with pytest.raises(RunConfigError, match=r"^harness.options.fast: not an option of "
