@@ -60,6 +60,13 @@ def register(sub: Any) -> None:
     t.set_defaults(handler=log_traces_command)
     runs.set_defaults(handler=lambda args: (runs.print_help(), 2)[1])
 
+    _register_regrade(sub)
+    _register_grade_bundle(sub)
+
+
+
+def _register_regrade(sub: Any) -> None:
+    """``spu regrade``: the grader's verdicts again, recorded in the runs and the store."""
     r = sub.add_parser(
         "regrade",
         help="re-score the stored submissions of finished runs (agents are not re-run)",
@@ -85,6 +92,10 @@ def register(sub: Any) -> None:
                    help="grade runs of an older task version against the current key")
     r.add_argument("--json", action="store_true", help="print one JSON object per run")
     r.set_defaults(handler=regrade_command)
+
+
+def _register_grade_bundle(sub: Any) -> None:
+    """``spu grade-bundle``: a bundle of sealed runs, verified, graded and recorded."""
     g = sub.add_parser(
         "grade-bundle", help="verify a bundle of sealed runs and grade it with local keys",
         description="Unpack FILE under OUTPUT_ROOT/bundles/, verify its chain and seals, "
