@@ -37,6 +37,7 @@ def _run_lines(console: str, config: str) -> list[str]:
             if f" · {config} " in line and EXAMPLE_TASK.name in line]
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_a_sweep_prints_one_line_per_run_and_a_summary_per_configuration(one_task_root,
                                                                          tmp_path) -> None:
     """Each run is one line (Hydra's line per job launched is off), and the sweep ends
@@ -56,6 +57,7 @@ def test_a_sweep_prints_one_line_per_run_and_a_summary_per_configuration(one_tas
         ["1", "1", "0.619", "0/1", "$0.00"]
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_a_skipped_run_is_printed_once(one_task_root, tmp_path) -> None:
     """Relaunched, each finished run is one ``skipped`` line (it was two: the job's and
     the launcher's)."""
@@ -68,6 +70,7 @@ def test_a_skipped_run_is_printed_once(one_task_root, tmp_path) -> None:
     assert "skipped, finished earlier" not in console
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_verbose_brings_back_hydras_launch_lines(one_task_root, tmp_path) -> None:
     console = _sweep(one_task_root, tmp_path / "out", "verbose=true")
     assert "\t#0 : " in console

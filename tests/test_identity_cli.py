@@ -115,6 +115,7 @@ def test_a_limits_change_does_not_run_again_but_says_so(workdir: Path) -> None:
     assert "limits.time_s=28800 (this command: 600)" in notices[0]
 
 
+@pytest.mark.slow  # more than a few seconds (MLflow)
 def test_a_store_written_with_the_first_key_scheme_resumes(tmp_path: Path) -> None:
     """Runs recorded before run identity are found under their old keys and skipped with
     their stored scores, into a fresh MLflow store; another agent, or an edited task,

@@ -361,6 +361,7 @@ def _screenshot(page: Path, tmp_path: Path) -> None:
     assert shot.is_file() and shot.stat().st_size > 0
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_log_traces_adds_traces_to_runs_recorded_before_once(tmp_path, target) -> None:
     """``spu runs log-traces OUTPUT_ROOT`` gives each run recorded without a trace one; run
     again, it logs nothing (idempotent)."""
