@@ -18,8 +18,7 @@ from tests.conftest import EXAMPLE_TASK
 from tests.harness.test_cli_runs import PAPER_VERSION, cli_installed, sandbox_ok  # noqa: F401
 from tests.sandbox.conftest import docker_engine, require_backend  # noqa: F401
 
-BACKENDS = [pytest.param("local", marks=pytest.mark.slow),  # a real sandbox
-            pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
+BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
 """The two isolating backends."""
 
 COMMAND_AGENT = '''#!/usr/bin/env python3
