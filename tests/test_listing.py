@@ -79,8 +79,15 @@ def test_every_registry_is_listed_with_its_package_and_its_own_label(capsys) -> 
     sandboxes = {row["option"]: row for row in listed(capsys, "sandboxes")}
     assert sandboxes["subprocess"]["isolates"] is False and sandboxes["docker"]["needs"] == \
         ["docker"]
+    from spu.registry import distribution_of
+    from spu.stats.registry import REGISTRY
+
     analyses = {row["option"]: row for row in listed(capsys, "analyses")}
-    assert analyses["example_counts"]["package"] == "spu-example-plugin"
+    # The module its function was last registered from (another test imports the file
+    # under a name of its own); installed, that is the plugin's distribution.
+    module = REGISTRY["example_counts"].function.__module__
+    assert analyses["example_counts"]["package"] == distribution_of(module)
+    assert distribution_of("spu_example_plugin.analysis") == "spu-example-plugin"
     assert analyses["example_counts"]["plugin_label"].startswith("Official public runs")
     assert analyses["configs"]["command"] == "spu stats" and \
         analyses["activity_times"]["command"] == "spu analyze"
