@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/plugins/spu_example
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=40 -rfEs
 # The quick tier: every test marked neither slow, docker nor cli (no agent sandbox, Docker
 # engine, Ray, PostgreSQL or agent CLI; tests/quick_tier.py fails one that starts them).
-QUICK_ARGS ?= -n 2 --dist loadfile --durations=20 -rfE
+# Three workers on two cores: its tests wait (subprocesses, servers) a third of their time.
+QUICK_ARGS ?= -n 3 --dist loadfile --durations=20 -rfE
 QUICK_MARKS := not slow and not docker and not cli
 # The newest published agent CLIs the tests also run (npm view <package> version); the
 # paper's versions are the defaults pinned in conf/harness/.

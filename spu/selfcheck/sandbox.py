@@ -252,6 +252,7 @@ def cleanup_leaves_no_process_behind(target: SandboxTarget) -> None:
     expect(box.output("daemon.pid").is_file(), "the daemon did not start")
     host_limits = getattr(type(box.sandbox), "host_limits", False)
     cgroups = list(box.sandbox.enforcer.cgroup_paths) if host_limits else []
+    container = getattr(box.sandbox, "sandbox_id", None) if _sampled(target) else None
     box.sandbox.cleanup()
     deadline = time.monotonic() + 5
     while _tagged(tag) and time.monotonic() < deadline:
@@ -259,6 +260,12 @@ def cleanup_leaves_no_process_behind(target: SandboxTarget) -> None:
     expect(not _tagged(tag), f"the daemon survived its run: {_tagged(tag)}")
     expect(not any(p.exists() for p in cgroups),
            f"cgroups left: {[str(p) for p in cgroups if p.exists()]}")
+    if container:
+        from spu.sandbox.docker import RUN_LABEL, docker_client
+
+        left = docker_client().containers.list(all=True,
+                                               filters={"label": f"{RUN_LABEL}={container}"})
+        expect(left == [], f"containers left: {[c.name for c in left]}")
 
 
 @check("sandbox")
