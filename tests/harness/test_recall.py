@@ -111,7 +111,7 @@ def test_a_remembered_task_is_flagged_and_a_fresh_one_is_not(sandbox_ok,  # noqa
     records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
     assert len(records) == 4
     # The probe is an option of the harness, in the identity where it is not the default.
-    by = {(r["task_id"], r["identity"]["config"]["options"].get("probe", "source")): r
+    by = {(r["task_id"], r["identity"]["config"].get("options", {}).get("probe", "source")): r
           for r in records}
     assert set(by) == {(t.task_id, p) for t in (known, unknown) for p in ("source", "order")}
     for record in records:
