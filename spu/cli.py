@@ -16,10 +16,10 @@ from collections.abc import Sequence
 import spu
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "spu.grading.cli",   # spu grade, spu regrade
+    "spu.grading.cli",   # spu grade
     "spu.tasks.cli",     # spu task validate | threshold | build | list
-    "spu.tracking.cli",  # spu runs export
-    "spu.seal.cli",      # spu seal verify | export, spu grade-bundle
+    "spu.tracking.cli",  # spu runs export, spu regrade, spu grade-bundle
+    "spu.seal.cli",      # spu seal verify | export
     "spu.cost.cli",      # spu cost estimate
     "spu.stats.cli",     # spu stats
     "spu.analysis.cli",  # spu analyze
@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "spu.listing",       # spu list, spu run
     "spu.project_init",  # spu init
     "spu.datasets.cli",  # spu dataset pack | list | pull | verify
+    "spu.selfcheck.cli",  # spu selfcheck
 )
 
 

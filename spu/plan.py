@@ -178,7 +178,7 @@ def _decide(rows: list[tuple[int, tuple[str, ...], str, Any]], task_root: Path) 
                              harness_label(conf.harness, conf.consensus))
         ident = identity_for(conf.model, conf.harness, conf.effort, conf.tools,
                              task_root / task, meta.id, meta.version, conf.repeat,
-                             conf.consensus, conf.output_root)
+                             conf.consensus, conf.output_root, conf.sandbox)
         identities.append((index, job, task, conf, meta, label, run_key(ident), ident))
     decisions = _resume_decisions(identities)
     costs: dict[tuple[str, str], Any] = {}

@@ -71,7 +71,14 @@ from spu.grading.outcome import (
 )
 from spu.grading.rules import GRADER_VERSION, grade_submission
 from spu.grading.submission import read_submission
-from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
+from spu.harness.base import (
+    AgentContext,
+    AgentResult,
+    Harness,
+    HarnessError,
+    HarnessOptionsError,
+    get_harness,
+)
 from spu.harness.evidence import gateway_counts, gateway_evidence
 from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
@@ -156,7 +163,8 @@ class RunSpec:
 def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
     """What ``spec`` runs on ``task`` (:func:`spu.identity.identity_for`)."""
     return identity_for(spec.model, spec.harness, spec.effort, spec.tools, task.path, task.id,
-                        task.version, spec.repeat, spec.consensus, spec.output_root)
+                        task.version, spec.repeat, spec.consensus, spec.output_root,
+                        spec.sandbox)
 
 
 def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
@@ -402,6 +410,8 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool, grader: bool = Fal
         harness = get_harness(spec.harness.name)(spec.harness, spec.model, spec.effort)
         if check:
             harness.check()
+    except HarnessOptionsError as exc:  # names the key already
+        raise RunConfigError(str(exc)) from None
     except (KeyError, HarnessError) as exc:
         raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
     if check:

@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     Strict,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -920,8 +921,30 @@ class GpuPlacement(Record):
     """The device's UUID from NVML (None: no NVML, or no GPU)."""
 
 
-class ConfigIdentity(Record):
+class _OmitsEmpty(Record):
+    """A part of a run's identity whose later fields are written only when set.
+
+    The fields added after run keys were first hashed (``harness.env``, the plugins'
+    options) are left out of the record while empty, so that a record without them is
+    serialized, hashed and signed as it was before they existed.
+    """
+
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.OMITTED_WHEN_EMPTY:
+                if name in data and not data[name]:
+                    del data[name]
+        return data
+
+
+class ConfigIdentity(_OmitsEmpty):
     """The configuration part of a run's identity: what was asked to solve the task."""
+
+    OMITTED_WHEN_EMPTY = ("env", "options")
 
     model: str
     """Model configuration name (``conf/model``)."""
@@ -939,6 +962,12 @@ class ConfigIdentity(Record):
     """SHA-256 of ``harness.entrypoint`` (``harness=command``; None: no entrypoint)."""
     args: list[str] = Field(default_factory=list)
     """``harness.args``, the arguments given to the entrypoint."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """``harness.env``, the variables added to the agent's environment (hashed only when
+    some are set, so that runs without them keep their keys)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """``harness.options`` set to other than the harness's defaults, but for those it
+    declares result-neutral (hashed only when some are set)."""
 
 
 class TaskIdentity(Record):
@@ -952,21 +981,29 @@ class TaskIdentity(Record):
     """SHA-256 over the task's public files, paths and contents (``spu.tasks.digest``)."""
 
 
-class ToolsIdentity(Record):
+class ToolsIdentity(_OmitsEmpty):
     """The audited tools a run could use (SPEC section 7)."""
+
+    OMITTED_WHEN_EMPTY = ("options",)
 
     provider: str | None = None
     """``tools.provider`` (``offline``, ``web``); None when the run had no tools service."""
     corpus_sha256: str | None = None
-    """SHA-256 of the offline corpus file (None: no corpus, or no tools service)."""
+    """SHA-256 of the corpus (``tools.corpus``): of the file, or over a folder's paths and
+    contents (None: no corpus, or no tools service)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """``tools.options`` set to other than the provider's defaults, but for those it
+    declares result-neutral (hashed only when some are set)."""
 
 
-class Identity(Record):
+class Identity(_OmitsEmpty):
     """What ran: the fields a run key is hashed from (SPEC section 12, :mod:`spu.identity`).
 
     A change to any of them is another run; limits, sandbox backend and launcher are
     not part of it (:class:`RunSettings`), nor is the answer key (``spu regrade``).
     """
+
+    OMITTED_WHEN_EMPTY = ("sandbox_options",)
 
     key_scheme: str = "2"
     """Version of the run-key scheme (1: the model, harness, effort, task id, version and
@@ -977,6 +1014,10 @@ class Identity(Record):
     """The task and its public files."""
     tools: ToolsIdentity = Field(default_factory=ToolsIdentity)
     """The tools provider and its corpus."""
+    sandbox_options: dict[str, Any] = Field(default_factory=dict)
+    """``sandbox.options`` (and the flat keys that predate them) set to other than the
+    backend's defaults, but for those it declares result-neutral (hashed only when some
+    are set); the backend itself is a setting (:class:`RunSettings`)."""
     repeat: int = 0
     """0 for the official run, 1 and up for repeated runs."""
 

@@ -38,6 +38,7 @@ def _run_lines(console: str, config: str) -> list[str]:
     return [line for line in console.splitlines() if f"{EXAMPLE_TASK.name} · {config} " in line]
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_a_sweep_prints_one_line_per_run_and_a_summary_per_configuration(one_task_root,
                                                                          tmp_path) -> None:
     """Each run is one line (Hydra's line per job launched is off), and the sweep ends
@@ -58,6 +59,7 @@ def test_a_sweep_prints_one_line_per_run_and_a_summary_per_configuration(one_tas
         ["1", "1", "0.619 (1 task)", "0/1", "$0.00"]
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_a_skipped_run_is_printed_once(one_task_root, tmp_path) -> None:
     """Relaunched, each finished run is one ``skipped`` line (it was two: the job's and
     the launcher's)."""
@@ -70,6 +72,7 @@ def test_a_skipped_run_is_printed_once(one_task_root, tmp_path) -> None:
     assert "skipped, finished earlier" not in console
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_verbose_brings_back_hydras_launch_lines(one_task_root, tmp_path) -> None:
     console = _sweep(one_task_root, tmp_path / "out", "verbose=true")
     assert "\t#0 : " in console

@@ -26,6 +26,7 @@ STAGES: dict[str, int] = {
     "spu.overrides": 0,
     "spu.strict_json": 0,
     "spu.registry": 0,
+    "spu.options": 0,
     "spu.internals": 0,
     # Where config groups are read from (the packaged conf, the project folder's, plugins').
     "spu.project": 0,
@@ -98,11 +99,23 @@ STAGES: dict[str, int] = {
     "spu.listing": 300,
     "spu.plan": 300,
     "spu.project_init": 300,
+    # The self-check kit runs whole runs (and so every stage) against a plugin.
+    "spu.selfcheck": 300,
 }
 """Module prefix -> stage rank; a module may import only modules of a rank at most its own."""
 
 CLI_RANK = 300
 """A stage's own command line (``spu/<stage>/cli.py``) composes stages like the entry point."""
+
+FORBIDDEN: dict[tuple[str, str], str] = {
+    ("spu.grading", "spu.tracking"): "the grader writes nothing (spu regrade is tracking's)",
+    ("spu.seal", "spu.tracking"): "a seal is made before anything is recorded or graded "
+                                  "(spu grade-bundle is tracking's)",
+    ("spu.stats", "spu.tracking"): "statistics take a table, not a store",
+}
+"""(importing stage, imported stage) -> why no module of the first may import the second,
+its command line (``cli.py``) and the test doubles ranked apart (``spu.stats.simulate``)
+included: a command that spans stages lives in the stage it ends in, or the entry layer."""
 
 PENDING: dict[tuple[str, str], str] = {
 }
@@ -198,6 +211,18 @@ def test_no_stage_imports_a_later_stage() -> None:
            if backward(i) and (i.module, i.target.rpartition(".")[0] or i.target) not in PENDING
            and (i.module, i.target) not in PENDING]
     assert not bad, "imports against the data flow:\n" + "\n".join(bad)
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_no_stage_makes_a_forbidden_import_not_even_its_command_line() -> None:
+    """The imports of :data:`FORBIDDEN` occur nowhere, whatever the importer's rank."""
+    bad = [f"{i.path.relative_to(ROOT)}:{i.line}: {i.module} imports {i.target}: {why}"
+           for i in all_imports() for (source, target), why in FORBIDDEN.items()
+           if _under(i.module, source) and _under(i.target, target)]
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
 
 
 def test_pending_exceptions_still_occur() -> None:

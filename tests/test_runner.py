@@ -47,7 +47,8 @@ def test_first_scheme_run_key_is_stable_and_separates_each_component() -> None:
 
 
 @pytest.mark.parametrize("model", ["random", "presented_order", "monotone_prior"])
-@pytest.mark.parametrize("sandbox", ["local", "subprocess"])
+@pytest.mark.parametrize("sandbox", [pytest.param("local", marks=pytest.mark.slow),  # bwrap
+                                     "subprocess"])
 def test_baselines_write_valid_submissions(model, sandbox, two_group_task, tmp_path) -> None:
     if sandbox == "local" and not have_bwrap():
         pytest.skip("bubblewrap is not installed (Debian package bubblewrap)")

@@ -5,7 +5,7 @@ sandbox request, like the audited tools service's), hands :meth:`open_endpoint` 
 harness once the sandbox says at which address the agent reaches the host, closes it
 when the agent has ended, and reads :meth:`summary` into the run record.
 
-With ``model=scripted`` the scripted model server (:mod:`spu.testing`) is the
+With ``model=scripted`` the scripted model server (:mod:`spu.scripted`) is the
 gateway's upstream: the real CLIs' offline runs go through the same gateway, token
 and record as a provider's.
 """

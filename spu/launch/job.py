@@ -99,7 +99,7 @@ class RunIdentity:
         task, repeat = cfg.task, int(cfg.repeat)
         ident = identity_for(cfg.model, cfg.harness, cfg.effort, cfg.get("tools"),
                              Path(str(task.path)), str(task.id), str(task.version), repeat,
-                             cfg.get("consensus"), cfg.get("output_root"))
+                             cfg.get("consensus"), cfg.get("output_root"), cfg.get("sandbox"))
         return cls(run_key=run_key(ident), task_id=str(task.id),
                    task_version=str(task.version), task_dir=Path(str(task.path)),
                    model=str(cfg.model.name), harness=str(cfg.harness.name),

@@ -152,7 +152,7 @@ def choose_experiment(frame: pd.DataFrame, experiment: str | None,
                  + "; choose one with --experiment NAME, or --experiment all)") if others \
             else " (the only one in the table)"
     else:
-        from spu.tracking.store import EXPERIMENT_PREFIX
+        from spu.config import EXPERIMENT_PREFIX
 
         candidates = (experiment, EXPERIMENT_PREFIX + experiment)
         found = [c for c in candidates if c in known]

@@ -36,14 +36,14 @@ import re
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import spu
-from spu.config import TracesConfig, TrackingConfig
+from spu.config import EXPERIMENT_PREFIX, TracesConfig, TrackingConfig
 from spu.identity import official_score
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tasks.freshness import freshness_text
@@ -76,10 +76,6 @@ STORE_ONCE_ABOVE_BYTES = 16 << 20
 
 BLOB_FOLDER = "blobs/sha256"
 """Where content-addressed artifacts live under the artifact root."""
-
-EXPERIMENT_PREFIX = "spu-"
-"""SPU's MLflow experiments are ``spu-<experiment.name>``: never confused with MLflow's
-own empty ``Default`` experiment."""
 
 MAX_ARTIFACT_TOTAL_BYTES = 1 << 30
 """Bytes logged from each of the agent's folders at most (sparse files copy as dense)."""
@@ -402,9 +398,18 @@ def identity_params(record: RunRecord) -> dict[str, str]:
         "identity.task_digest": task.task_digest,
         "identity.tools_provider": tools.provider,
         "identity.corpus_sha256": tools.corpus_sha256,
+        # What a plugin changes, where set (canonical JSON, as the run key hashes it).
+        "identity.env": _json_or_none(config.env),
+        "identity.options": _json_or_none(config.options),
+        "identity.tools_options": _json_or_none(tools.options),
+        "identity.sandbox_options": _json_or_none(identity.sandbox_options),
     }
     # MLflow keeps a param to 6,000 characters; arguments are the one field that may be long.
     return {k: v[:6000] for k, v in values.items() if v}
+
+
+def _json_or_none(value: Mapping[str, object]) -> str | None:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) if value else None
 
 
 def run_name(record: RunRecord) -> str:

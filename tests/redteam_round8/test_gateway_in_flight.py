@@ -72,6 +72,7 @@ def _send_unstreamed(port: int, token: str) -> socket.socket:
     return agent
 
 
+@pytest.mark.slow  # more than a few seconds (waits out the gateway's timings)
 def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_failure(
         tmp_path: Path) -> None:
     """Fixed: each request the gateway's stop cut (its answer not begun) has its line,

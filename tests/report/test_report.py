@@ -34,6 +34,7 @@ def report(result, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_figures_are_png_and_svg(report) -> None:
     for name in FIGURES:
         png = report / "figures" / f"{name}.png"
@@ -48,6 +49,7 @@ def cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split(" | ")]
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_markdown_tables_carry_the_statistics(report, result) -> None:
     configs = result.tables["configs.csv"]
     text = (report / "tables" / "configs.md").read_text()
@@ -65,6 +67,7 @@ def test_markdown_tables_carry_the_statistics(report, result) -> None:
     assert all(f"figures/{name}.png" in report_md for name in FIGURES)
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_html_page_is_self_contained(report) -> None:
     page = (report / "report.html").read_text()
     # Every figure drawn (the four above and the paper figures the table allows) is inlined.
@@ -77,6 +80,7 @@ def test_html_page_is_self_contained(report) -> None:
         assert title in page
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_same_input_same_report(result, report, tmp_path) -> None:
     build_report(result, tmp_path)
     for path in [*(report / "tables").iterdir(), report / "report.md"]:
@@ -99,6 +103,7 @@ def test_formatting_helpers() -> None:
     assert cells(table.to_markdown().splitlines()[-1])[:2] == ["A", "3"]
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_agreement_and_monotone_tables_when_orders_are_given(tmp_path) -> None:
     """With task packages and run folders the report adds the consensus and monotone tables."""
     items = {f"e{i}": float(v) for i, v in enumerate([3, 1, 4, 5, 2])}
@@ -141,6 +146,7 @@ def test_cli_writes_the_report_and_refuses_bad_input(tmp_path) -> None:
     assert not (tmp_path / "nothing").exists()
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_figures_leave_matplotlib_global_state_alone(result, tmp_path) -> None:
     """Importing and drawing the figures neither selects pyplot's backend nor changes the
     process's rcParams; the report style applies within each figure only."""

@@ -173,6 +173,7 @@ SPEC9_COLUMNS = {
 }
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_writes_the_spec_section_9_files_on_a_simulated_study(tmp_path) -> None:
     """A paper-sized simulated study (table, task packages, run folders): ``spu stats``
     writes every file of SPEC section 9 with its columns, the named tests of E.9 and

@@ -365,6 +365,7 @@ def test_the_builder_ends_with_a_driver_killed_outright() -> None:
     assert _ends_within(pid, 30), psutil.Process(pid).cmdline()
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_a_sweep_from_the_command_line_builds_its_traces_in_the_builder(tmp_path) -> None:
     """``python -m spu.main -m ...``: the sweep's runs all have their trace, and the
     builder built some of them (its closing line, at DEBUG through ``hydra.verbose``)."""

@@ -33,6 +33,7 @@ def _only_run(uri: str):  # noqa: ANN202 - an mlflow Run
     return experiment, run
 
 
+@pytest.mark.slow  # a real sandbox (sandbox=local)
 def test_the_mlflow_run_has_the_agents_times_a_readable_name_and_identity_params(
         one_task_root, tmp_path) -> None:
     """Start and end are the agent's (Duration is its runtime, not the 40-150 ms of

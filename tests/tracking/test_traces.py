@@ -367,6 +367,7 @@ def _screenshot(page: Path, tmp_path: Path) -> None:
     assert shot.is_file() and shot.stat().st_size > 0
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_log_traces_adds_traces_to_runs_recorded_before_once(tmp_path, target) -> None:
     """``spu runs log-traces OUTPUT_ROOT`` gives each run recorded without a trace one; run
     again, it logs nothing (idempotent)."""
@@ -389,7 +390,7 @@ def test_a_command_agent_run_from_the_command_line_has_its_trace(tmp_path) -> No
     """``python -m spu.main harness=command ...``: the recorded run has one trace, linked to
     it, whose tool spans match its trajectory's tool calls (none for this agent)."""
     out = tmp_path / "outputs"
-    agent = REPO / "tests" / "sandbox" / "agents" / "probe.py"
+    agent = REPO / "spu" / "selfcheck" / "agents" / "probe.py"
     done = run_module(["spu.main", "experiment=single", "harness=command",
                        f"harness.entrypoint={agent}", f"task={EXAMPLE_TASK.name}",
                        f"output_root={out}", f"sandbox={sandbox_name()}", "limits.cpus=1",

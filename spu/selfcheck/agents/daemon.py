@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Leaves a daemon behind: double-forks a long sleep, records its pid, and exits at once."""
+"""Leaves a daemon behind: double-forks a long sleep, records its pid, and exits at once.
+
+The sleep's process name (its argv[0]) is ``$DAEMON_TAG`` where set, so that a check can
+find it among the host's processes after the run, whatever pid namespace it ran in.
+"""
 
 import os
 import time
@@ -14,7 +18,7 @@ def main():
                 f.write(str(os.getpid()))
             os.rename(pid_file + ".part", pid_file)
             os.closerange(0, 3)
-            os.execvp("sleep", ["sleep", "600"])
+            os.execvp("sleep", [os.environ.get("DAEMON_TAG", "sleep"), "600"])
         os._exit(0)
     os.wait()
     while not os.path.exists(pid_file):
