@@ -46,6 +46,7 @@ from spu.config import (
 )
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
+from spu.datasets.store import answer_key_places
 from spu.gateway import MODEL_DIR
 from spu.gateway.inputs import SentReader, read_calls
 from spu.gateway.session import GatewayConfigError, GatewaySession
@@ -537,9 +538,11 @@ def sandbox_request(run: AgentRun, staged: Path,
         extra_ro_binds=run.harness.sandbox_binds(),
         # Hidden from the agent even where a system folder would show them: every task
         # of the task root and every key of the answer root, not only this run's.
+        # So are spu's own: every pulled dataset, the package's examples, the project's tasks/.
         masked_paths=[run.task.path, run.task.answers_path(spec.answers_root).parent,
                       spec.task_dir.resolve().parent, spec.output_root.resolve(),
-                      *([Path(spec.answers_root).resolve()] if spec.answers_root else [])],
+                      *([Path(spec.answers_root).resolve()] if spec.answers_root else []),
+                      *answer_key_places()],
     )
 
 

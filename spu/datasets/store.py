@@ -333,6 +333,29 @@ def _pulled_files(name: str, version: str) -> dict[str, str] | None:
         return None
 
 
+def answer_key_places() -> list[Path]:
+    """Every folder of this machine where spu itself keeps answer keys; masked from agents.
+
+    The pulled datasets, every name and version, with the pulls and packs under way
+    (:func:`datasets_dir`); the built-in dataset's copy inside the installed package
+    (:data:`BUILTIN_FOLDER`) and, in a checkout whose copy links to its ``tasks/``, that
+    folder; the current folder's ``tasks/`` (the project's, SPEC 16). Where one lies under
+    a folder the sandbox shows (a virtual environment in ``/opt``,
+    ``SPU_DATA_DIR=/opt/...``) the runner hides it (:func:`spu.runner.sandbox_request`);
+    one that does not exist is left alone.
+    """
+    places = [datasets_dir(), BUILTIN_FOLDER]
+    try:
+        places += sorted({entry.resolve().parent for entry in BUILTIN_FOLDER.iterdir()})
+    except OSError:  # no copy of the examples (a trimmed install)
+        pass
+    try:
+        places.append(Path.cwd() / "tasks")
+    except OSError:  # the current folder was removed: no project
+        pass
+    return places
+
+
 def dataset_task_root(text: str) -> tuple[str, Path]:
     """``dataset=NAME[@VERSION]`` of the command line: ``NAME@VERSION`` and its task root.
 
