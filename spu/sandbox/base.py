@@ -141,6 +141,22 @@ def within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+def masked_under(masked: Sequence[Path], source: Path, inside: Path) -> list[tuple[str, bool]]:
+    """Where a bind ``source -> inside`` shows a masked path: (sandbox path, is a folder).
+
+    Both sides resolved, so a link does not hide a masked path from the check; a masked
+    path that does not exist (a dataset never pulled, no ``tasks/`` here), or that this
+    process may not even look at, shows nothing.
+    """
+    found: list[tuple[str, bool]] = []
+    real = source.resolve()
+    for path in masked:
+        host = Path(path).resolve()
+        if os.path.exists(host) and within(host, real):
+            found.append((str(inside / host.relative_to(real)), os.path.isdir(host)))
+    return found
+
+
 class SandboxError(RuntimeError):
     """The sandbox could not be prepared or started: the run is an infrastructure error."""
 

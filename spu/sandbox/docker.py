@@ -6,7 +6,8 @@ The container runs ``sandbox.image`` (default ``spu-agent:latest``, built by
 ``/workspace`` and ``/output`` bound from the run folder, the harness's read-only
 binds, ``docker-init`` as PID 1, ``no-new-privileges``, and the limits of the run:
 ``nano_cpus``, ``mem_limit`` with swap equal to it, ``pids_limit`` and GPUs as
-``device_requests``. Nothing else of the host is mounted.
+``device_requests``. Nothing else of the host is mounted; a masked path that a bind
+shows (``SandboxRequest.masked_paths``) is covered, as under ``sandbox=local``.
 
 The network: with ``sandbox.network_mode=pasta`` (the default) the run's containers
 share the network namespace of one holder container (``network_mode=none``, then
@@ -55,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest
-from spu.sandbox.base import remembered_availability
+from spu.sandbox.base import masked_under, remembered_availability
 from spu.sandbox.disk import used_bytes
 from spu.sandbox.limits import GIB
 from spu.sandbox.local import (
@@ -441,6 +442,7 @@ class DockerSandbox(Sandbox):
             str(host): {"bind": inside, "mode": "ro"}
             for host, inside in self.request.extra_ro_binds.items()
         }
+        tmpfs, mounts = self.masks()
         volumes[str(self.folders.task)] = {"bind": LAYOUT.task, "mode": "ro"}
         volumes[str(self.folders.workspace)] = {"bind": LAYOUT.workspace, "mode": "rw"}
         volumes[str(self.folders.output)] = {"bind": LAYOUT.output, "mode": "rw"}
@@ -455,6 +457,8 @@ class DockerSandbox(Sandbox):
             "pids_limit": self.options.get("pids_limit"),
             "network_mode": self.network_mode,
             "volumes": volumes,
+            "tmpfs": tmpfs,
+            "mounts": mounts,
             "working_dir": LAYOUT.workspace,
             "security_opt": ["no-new-privileges"],
             # Root in the container may not make device nodes or file capabilities: both
@@ -473,6 +477,26 @@ class DockerSandbox(Sandbox):
                 DeviceRequest(device_ids=list(self.gpus.ids), capabilities=[["gpu"]])
             ]
         return options
+
+    def masks(self) -> tuple[dict[str, str], list[Any]]:
+        """The masked paths that a harness's bind shows, hidden as under ``sandbox=local``.
+
+        Nothing of the host's system folders is mounted (the image has its own ``/usr``,
+        ``/opt``); only a bind (e.g. a tools folder that holds ``$SPU_DATA_DIR``) can show
+        a masked path: an empty read-only tmpfs covers a folder, ``/dev/null`` a file.
+        """
+        from docker.types import Mount
+
+        tmpfs: dict[str, str] = {}
+        mounts: list[Any] = []
+        masked = [*self.request.masked_paths, self.request.run_dir.parent]
+        for host, inside in self.request.extra_ro_binds.items():
+            for target, folder in masked_under(masked, Path(host), Path(inside)):
+                if folder:
+                    tmpfs[target] = "ro,size=4k,mode=0555"
+                else:
+                    mounts.append(Mount(target, "/dev/null", type="bind", read_only=True))
+        return tmpfs, mounts
 
     def create_container(self, argv: Sequence[str], env: Mapping[str, str]) -> Any:
         """Create (not start) the container that will run ``argv``."""

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from spu.sandbox import LAYOUT, ExecCall, Sandbox, SandboxError, SandboxRequest
-from spu.sandbox.base import remembered_availability, within
+from spu.sandbox.base import masked_under, remembered_availability, within
 from spu.sandbox.gpus import NVIDIA_CONTROL_DEVICES
 from spu.sandbox.network import NetworkError, UserNetwork, pasta_available
 from spu.sandbox.options import LocalOptions
@@ -400,12 +400,9 @@ class LocalSandbox(Sandbox):
     def _masks(self, source: Path, inside: Path) -> list[str]:
         """Arguments hiding the masked paths that the bind ``source -> inside`` shows."""
         args: list[str] = []
-        for masked in [*self.request.masked_paths, self.request.run_dir.parent]:
-            host = Path(masked).resolve()
-            if host.exists() and within(host, source.resolve()):
-                target = str(inside / host.relative_to(source.resolve()))
-                args += ["--tmpfs", target] if host.is_dir() else [
-                    "--ro-bind", "/dev/null", target]
+        masked = [*self.request.masked_paths, self.request.run_dir.parent]
+        for target, folder in masked_under(masked, source, inside):
+            args += ["--tmpfs", target] if folder else ["--ro-bind", "/dev/null", target]
         return args
 
     def _gpu_args(self) -> list[str]:

@@ -121,3 +121,32 @@ def test_no_answer_key_of_an_installed_spu_is_in_reach(backend, dataset, request
     assert sorted(read) == []
     assert installed_under_opt.canary not in (output / "found.json").read_text()
 
+
+@pytest.mark.parametrize("backend", ISOLATING)
+def test_masked_paths_a_harness_bind_shows_are_hidden(backend, open_sandbox, tmp_path) -> None:
+    """Invariant: a masked path under a harness's read-only bind (a tools folder set to
+    the data folder, ``SPU_TOOLS_DIR=~/.cache/spu``) is hidden under every backend, a
+    folder and a file alike, and a masked path that does not exist breaks nothing."""
+    canary = f"spu-canary-{uuid.uuid4().hex}"
+    tools = tmp_path / "tools"
+    key = tools / "datasets" / "lab-set" / "1.1" / "tasks" / "t" / "hidden" / "answers.json"
+    key.parent.mkdir(parents=True)
+    key.write_text(canary)
+    (tools / "keys.json").write_text(canary)
+    (tools / "cli.js").write_text("// a tool")
+    for folder in [tools, *tools.rglob("*")]:
+        folder.chmod(0o755 if folder.is_dir() else 0o644)  # readable, as a deployment's
+    box = open_sandbox(backend, extra_ro_binds={str(tools): "/spu-tools"},
+                       masked_paths=[tools / "datasets", tools / "keys.json",
+                                     tools / "never-pulled"])
+    inside = [f"/spu-tools/{key.relative_to(tools)}", "/spu-tools/keys.json", "/spu-tools/cli.js"]
+    script = ("import json, os, sys; print(json.dumps({p: open(p).read() if os.path.isfile(p)"
+              " else None for p in sys.argv[1:]}))")
+    box.sandbox.write_file(f"{box.paths.workspace}/look.py", script.encode(), mode=0o755)
+    logs = box.run_dir / "logs"
+    evidence = box.sandbox.exec(["python3", f"{box.paths.workspace}/look.py", *inside],
+                                {"PATH": "/usr/bin:/bin"}, stdout=logs / "look.out",
+                                stderr=logs / "look.err")
+    assert evidence.exit_code == 0, (logs / "look.err").read_text()
+    seen = json.loads((logs / "look.out").read_text())
+    assert seen == {inside[0]: None, inside[1]: None, inside[2]: "// a tool"}  # /dev/null
