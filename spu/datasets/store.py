@@ -339,7 +339,8 @@ def answer_key_places() -> list[Path]:
     The pulled datasets, every name and version, with the pulls and packs under way
     (:func:`datasets_dir`); the built-in dataset's copy inside the installed package
     (:data:`BUILTIN_FOLDER`) and, in a checkout whose copy links to its ``tasks/``, that
-    folder; the current folder's ``tasks/`` (the project's, SPEC 16). Where one lies under
+    folder; the current folder's ``tasks/`` (the project's, SPEC 16) and ``.cache/spu-tasks``
+    (the source packages ``spu tasks build`` downloads by default). Where one lies under
     a folder the sandbox shows (a virtual environment in ``/opt``,
     ``SPU_DATA_DIR=/opt/...``) the runner hides it (:func:`spu.runner.sandbox_request`);
     one that does not exist is left alone.
@@ -350,7 +351,7 @@ def answer_key_places() -> list[Path]:
     except OSError:  # no copy of the examples (a trimmed install)
         pass
     try:
-        places.append(Path.cwd() / "tasks")
+        places += [Path.cwd() / "tasks", Path.cwd() / ".cache" / "spu-tasks"]
     except OSError:  # the current folder was removed: no project
         pass
     return places

@@ -83,6 +83,10 @@ def installed_under_opt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
             store.pull(parse_ref(f"lab-set@{version}"), str(registry))
         partial = data / "datasets" / ".partial-lab-set@2.0-x1" / "tree" / "tasks"
         shutil.copytree(lab / "tasks", partial)
+        # what `spu tasks build` downloads into the project by default (.cache/spu-tasks)
+        downloaded = lab / ".cache" / "spu-tasks" / "source-package" / "hidden"
+        downloaded.mkdir(parents=True)
+        (downloaded / "answers.json").write_text(json.dumps({"canary": canary}))
         yield Installed(root, canary, data)
     finally:
         shutil.rmtree(root, ignore_errors=True)
