@@ -960,7 +960,16 @@ def figure_26(result: StatsResult) -> Figure:
         raise MissingInput("repeats, variance, detectable or rank-stability tables")
     fig = _canvas(13.0, 8.0)
     (ax_a, ax_b, ax_c), (ax_d, ax_e, ax_f) = fig.subplots(2, 3)
-    repeats = panels["repeats_tasks.csv"]
+    _repeat_sd_panel(ax_a, result, panels["repeats_tasks.csv"])
+    _reliability_panel(ax_b, panels["reliability.csv"])
+    _variance_panel(ax_c, panels["variance.csv"])
+    _detectable_panels(result, ax_d, ax_e, panels["detectable.csv"])
+    _rank_stability_panel(ax_f, panels["rank_stability.csv"])
+    return fig
+
+
+def _repeat_sd_panel(ax_a: Axes, result: StatsResult, repeats: pd.DataFrame | None) -> None:
+    """Figure 26a: the SD of each task's repeats, sorted, against the pooled run SD."""
     if repeats is not None:
         _panel_label(ax_a, "a")
         sd = repeats["repeat_sd"].dropna().sort_values().to_numpy()
@@ -973,7 +982,10 @@ def figure_26(result: StatsResult) -> Figure:
         ax_a.set_ylabel("SD of the repeats")
     else:
         _empty_panel(ax_a, "a", "needs repeated runs (repeat >= 1)")
-    reliability = panels["reliability.csv"]
+
+
+def _reliability_panel(ax_b: Axes, reliability: pd.DataFrame | None) -> None:
+    """Figure 26b: reliability of the task mean against the runs averaged per task."""
     if reliability is not None:
         _panel_label(ax_b, "b")
         for config, own in reliability.groupby("config"):
@@ -984,7 +996,10 @@ def figure_26(result: StatsResult) -> Figure:
         ax_b.legend(fontsize=7, frameon=False)
     else:
         _empty_panel(ax_b, "b", "needs repeated runs (repeat >= 1)")
-    variance = panels["variance.csv"]
+
+
+def _variance_panel(ax_c: Axes, variance: pd.DataFrame | None) -> None:
+    """Figure 26c: shares of single-run variance with their intervals."""
     if variance is not None:
         _panel_label(ax_c, "c")
         x = np.arange(len(variance))
@@ -995,7 +1010,11 @@ def figure_26(result: StatsResult) -> Figure:
         ax_c.set_ylabel("Share of single-run variance (%)")
     else:
         _empty_panel(ax_c, "c", "needs widely covered configurations on shared tasks")
-    detectable = panels["detectable.csv"]
+
+
+def _detectable_panels(result: StatsResult, ax_d: Axes, ax_e: Axes,
+                       detectable: pd.DataFrame | None) -> None:
+    """Figure 26d-e: detectable difference by shared tasks, and by a budget of runs."""
     if detectable is not None:
         _panel_label(ax_d, "d")
         curve = detectable[detectable["curve"] == "shared_tasks"]
@@ -1021,7 +1040,10 @@ def figure_26(result: StatsResult) -> Figure:
     else:
         _empty_panel(ax_d, "d", "needs two configurations with shared tasks")
         _empty_panel(ax_e, "e", "needs two configurations with shared tasks")
-    ranks = panels["rank_stability.csv"]
+
+
+def _rank_stability_panel(ax_f: Axes, ranks: pd.DataFrame | None) -> None:
+    """Figure 26f: each configuration's rank interval in simulated reruns, and its rank."""
     if ranks is not None:
         _panel_label(ax_f, "f")
         y = np.arange(len(ranks))[::-1]
@@ -1031,7 +1053,6 @@ def figure_26(result: StatsResult) -> Figure:
         ax_f.set_xlabel("Rank in simulated reruns (95% interval; tick: observed)")
     else:
         _empty_panel(ax_f, "f", "needs a run-to-run SD (repeats or --run-sd)")
-    return fig
 
 
 @_styled

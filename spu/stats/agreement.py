@@ -100,33 +100,59 @@ def agreement_analysis(
         info = tasks.get(str(task_id))
         if info is None:
             continue
-        contract, answers = info.package.contract, info.answers
         subs = {r.config: (orders[r.run_id], r.score_recovered)
                 for r in group.itertuples(index=False) if r.run_id in orders}
         configs = [c for c in order if c in subs]
         if len(configs) < 2:
             continue
-        pair_agreement = [rank_agreement(contract, subs[a][0], subs[b][0])
-                          for a, b in itertools.combinations(configs, 2)]
-        score_mean = float(np.mean([subs[c][1] for c in configs]))
-        consensus = np.nan
-        if answers is not None:
-            # The answer key's ranks are built once per task, not once per score.
-            key = GradingKey.build(contract, answers)
-            consensus = key.score_orders(
-                consensus_orders(contract, [subs[c][0] for c in configs]))
-            for c in configs:
-                others = consensus_orders(contract, [subs[o][0] for o in configs if o != c])
-                loo[c].append((subs[c][1], key.score_orders(others),
-                               rank_agreement(contract, subs[c][0], others)))
-        task_rows.append({"task_id": task_id, "n_configs": len(configs),
-                          "agreement_mean": float(np.nanmean(pair_agreement)),
-                          "score_mean": score_mean, "consensus_score": consensus,
-                          "consensus_gain": consensus - score_mean})
+        row, entries = _task_agreement(task_id, info, subs, configs)
+        task_rows.append(row)
+        for c, entry in entries.items():
+            loo[c].append(entry)
     columns = ["task_id", "n_configs", "agreement_mean", "score_mean", "consensus_score",
                "consensus_gain"]
     per_task = pd.DataFrame(task_rows, columns=columns)
+    leave_one_out = _leave_one_out_table(loo, order, seed, resamples)
+    return AgreementResult(per_task, leave_one_out, _agreement_summary(per_task, seed,
+                                                                       resamples))
 
+
+def _task_agreement(
+    task_id: object, info: TaskInfo, subs: Mapping[str, tuple[Orders, float]],
+    configs: list[str],
+) -> tuple[dict[str, object], dict[str, tuple[float, float, float]]]:
+    """One task's row of ``agreement_tasks.csv``, and its leave-one-out entries.
+
+    ``subs`` holds each configuration's submitted orders and score on the task. Each
+    configuration's entry is its score, the score of the others' consensus and its
+    agreement with that consensus; the consensus scores need the task's answer key (NaN
+    without it, and no entries).
+    """
+    contract, answers = info.package.contract, info.answers
+    pair_agreement = [rank_agreement(contract, subs[a][0], subs[b][0])
+                      for a, b in itertools.combinations(configs, 2)]
+    score_mean = float(np.mean([subs[c][1] for c in configs]))
+    consensus = np.nan
+    entries: dict[str, tuple[float, float, float]] = {}
+    if answers is not None:
+        # The answer key's ranks are built once per task, not once per score.
+        key = GradingKey.build(contract, answers)
+        consensus = key.score_orders(
+            consensus_orders(contract, [subs[c][0] for c in configs]))
+        for c in configs:
+            others = consensus_orders(contract, [subs[o][0] for o in configs if o != c])
+            entries[c] = (subs[c][1], key.score_orders(others),
+                          rank_agreement(contract, subs[c][0], others))
+    row = {"task_id": task_id, "n_configs": len(configs),
+           "agreement_mean": float(np.nanmean(pair_agreement)),
+           "score_mean": score_mean, "consensus_score": consensus,
+           "consensus_gain": consensus - score_mean}
+    return row, entries
+
+
+def _leave_one_out_table(loo: Mapping[str, list[tuple[float, float, float]]],
+                         order: list[str], seed: int, resamples: int) -> pd.DataFrame:
+    """``consensus_loo.csv``: each configuration against the consensus of the others."""
     loo_rows = []
     for c in order:
         if not loo[c]:
@@ -138,10 +164,14 @@ def agreement_analysis(
                          "consensus_mean": cons.mean(), "diff_mean": diff.estimate,
                          "diff_ci_low": diff.low, "diff_ci_high": diff.high,
                          "agreement_score_spearman": float(rho)})
-    leave_one_out = pd.DataFrame(loo_rows, columns=[
+    return pd.DataFrame(loo_rows, columns=[
         "config", "n_tasks", "score_mean", "consensus_mean", "diff_mean", "diff_ci_low",
         "diff_ci_high", "agreement_score_spearman"])
 
+
+def _agreement_summary(per_task: pd.DataFrame, seed: int, resamples: int
+                       ) -> list[dict[str, object]]:
+    """``summary.csv`` rows: mean agreement, score and consensus gain over the tasks."""
     summary: list[dict[str, object]] = []
     if len(per_task):
         for name, column in (("agreement_mean", "agreement_mean"),
@@ -163,7 +193,7 @@ def agreement_analysis(
                                 exact(per_task["score_mean"])).statistic
             summary.append({"analysis": "agreement", "statistic": "agreement_score_spearman",
                             "value": float(rho), "n": len(per_task)})
-    return AgreementResult(per_task, leave_one_out, summary)
+    return summary
 
 
 def repeat_orders_table(

@@ -22,6 +22,11 @@ COST_COLUMNS: tuple[str, ...] = (
 )
 """The columns SPEC section 6 fixes for ``costs.csv``, in order (more follow)."""
 
+USAGE_QUANTITIES: dict[str, str] = {"prompt_tokens": "prompt_tokens",
+                                    "output_tokens": "output_tokens",
+                                    "runtime_h": "runtime_h", "cost": "cost_usd"}
+"""Quantities averaged per scored run in ``costs.csv``, and the column each is read from."""
+
 
 def pareto_frontier(cost: np.ndarray, score: np.ndarray) -> np.ndarray:
     """Which points no other point dominates: the cost-score Pareto frontier.
@@ -89,49 +94,61 @@ def cost_table(
         + runs["cache_write_tokens"],
         runtime_h=runs["runtime_s"] / 3600.0,
     )
-    quantities = ("prompt_tokens", "output_tokens", "runtime_h", "cost")
-    rows = []
-    for config in order:
-        own = runs[runs["config"] == config]
-        scored = own[own["scored"]]
-        n = len(scored)
-        values = {
-            "prompt_tokens": scored["prompt_tokens"].to_numpy(dtype=float),
-            "output_tokens": scored["output_tokens"].to_numpy(dtype=float),
-            "runtime_h": scored["runtime_h"].to_numpy(dtype=float),
-            "cost": scored["cost_usd"].to_numpy(dtype=float),
-        }
-        cache = scored["cache_read_tokens"].to_numpy(dtype=float)
-        idx = rng_for(seed, "cost", config).integers(0, max(n, 1), size=(resamples, n))
-        row: dict[str, object] = {"config": config, "n_runs": len(own), "n_scored": n}
-        for name in quantities:
-            v = values[name]
-            with warnings.catch_warnings():  # a quantity missing from every run stays NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                row[f"{name}_mean"] = float(np.nanmean(v)) if n else np.nan
-                draws = np.nanmean(v[idx], axis=1) if n else np.zeros(0)
-            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = percentile_interval(draws)
-        prompt = values["prompt_tokens"]
-        known = np.isfinite(prompt) & np.isfinite(cache)
-        prompt, cache = np.where(known, prompt, 0.0), np.where(known, cache, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):  # no prompt tokens: NaN share
-            row["cache_read_share"] = cache.sum() / prompt.sum() if n else np.nan
-            share = cache[idx].sum(axis=1) / prompt[idx].sum(axis=1) if n else np.zeros(0)
-        row["cache_read_share_ci_low"], row["cache_read_share_ci_high"] = (
-            percentile_interval(np.where(np.isfinite(share), share, np.nan)))
-        row["cost_total"] = own["cost_usd"].sum(min_count=1)
-        row["n_cost_missing"] = int(own["cost_usd"].isna().sum())
-        row["adjusted_mean"] = adjusted.get(config, np.nan)
-        rows.append(row)
+    rows = [{**_usage_row(runs[runs["config"] == config], config, seed, resamples),
+             "adjusted_mean": adjusted.get(config, np.nan)} for config in order]
     table = pd.DataFrame(rows, columns=[
         "config", "n_runs", "n_scored",
-        *(f"{q}_{part}" for q in quantities for part in ("mean", "ci_low", "ci_high")),
+        *(f"{q}_{part}" for q in USAGE_QUANTITIES for part in ("mean", "ci_low", "ci_high")),
         "cache_read_share", "cache_read_share_ci_low", "cache_read_share_ci_high",
         "cost_total", "n_cost_missing", "adjusted_mean"])
     table["pareto"] = pareto_frontier(table["cost_mean"].to_numpy(),
                                       table["adjusted_mean"].to_numpy())
     first = list(COST_COLUMNS)
     return table[first + [c for c in table.columns if c not in first]]
+
+
+def _usage_row(own: pd.DataFrame, config: str, seed: int, resamples: int
+               ) -> dict[str, object]:
+    """A configuration's usage per scored run with intervals, and the cost of all its runs.
+
+    Every quantity is resampled with the same draws of the scored runs.
+    """
+    scored = own[own["scored"]]
+    n = len(scored)
+    idx = rng_for(seed, "cost", config).integers(0, max(n, 1), size=(resamples, n))
+    row: dict[str, object] = {"config": config, "n_runs": len(own), "n_scored": n}
+    for name, column in USAGE_QUANTITIES.items():
+        row.update(_mean_with_interval(name, scored[column].to_numpy(dtype=float), idx))
+    row.update(_cache_read_share(scored["prompt_tokens"].to_numpy(dtype=float),
+                                 scored["cache_read_tokens"].to_numpy(dtype=float), idx))
+    row["cost_total"] = own["cost_usd"].sum(min_count=1)
+    row["n_cost_missing"] = int(own["cost_usd"].isna().sum())
+    return row
+
+
+def _mean_with_interval(name: str, v: np.ndarray, idx: np.ndarray) -> dict[str, float]:
+    """``<name>_mean`` and its percentile interval over the resampled runs ``idx``."""
+    n = v.size
+    with warnings.catch_warnings():  # a quantity missing from every run stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = float(np.nanmean(v)) if n else np.nan
+        draws = np.nanmean(v[idx], axis=1) if n else np.zeros(0)
+    low, high = percentile_interval(draws)
+    return {f"{name}_mean": mean, f"{name}_ci_low": low, f"{name}_ci_high": high}
+
+
+def _cache_read_share(prompt: np.ndarray, cache: np.ndarray, idx: np.ndarray
+                      ) -> dict[str, float]:
+    """Share of the prompt tokens read from the cache, over runs that report both."""
+    n = prompt.size
+    known = np.isfinite(prompt) & np.isfinite(cache)
+    prompt, cache = np.where(known, prompt, 0.0), np.where(known, cache, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no prompt tokens: NaN share
+        value = cache.sum() / prompt.sum() if n else np.nan
+        share = cache[idx].sum(axis=1) / prompt[idx].sum(axis=1) if n else np.zeros(0)
+    low, high = percentile_interval(np.where(np.isfinite(share), share, np.nan))
+    return {"cache_read_share": value, "cache_read_share_ci_low": low,
+            "cache_read_share_ci_high": high}
 
 
 SENSITIVITY_COLUMNS: tuple[str, ...] = (
@@ -192,31 +209,8 @@ def cost_sensitivity_table(
     full = runs["cost_full_input_usd"] if "cost_full_input_usd" in runs else pd.Series(
         np.nan, index=runs.index)
     runs = runs.assign(cost_full_input_usd=full)
-    rows = []
-    for config in order:
-        own = runs[runs["config"] == config]
-        scored = own[own["scored"]]
-        on_shared = scored[scored["task_id"].isin(shared_tasks)]
-        with warnings.catch_warnings():  # a configuration without costs stays NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            cost_mean = float(np.nanmean(scored["cost_usd"])) if len(scored) else np.nan
-            full_mean = (float(np.nanmean(scored["cost_full_input_usd"])) if len(scored)
-                         else np.nan)
-            shared_cost = (float(np.nanmean(on_shared["cost_usd"])) if len(on_shared)
-                           else np.nan)
-        total = own["cost_usd"].sum(min_count=1)
-        charged = float(total) / len(scored) if len(scored) and pd.notna(total) else np.nan
-        rows.append({
-            "config": config, "n_scored": len(scored),
-            "adjusted_mean": adjusted.get(config, np.nan), "cost_mean": cost_mean,
-            "cost_full_input_mean": full_mean,
-            "full_input_ratio": full_mean / cost_mean if cost_mean else np.nan,
-            "n_shared_tasks": len(shared_tasks), "cost_shared_mean": shared_cost,
-            "shared_mean": float(matrix.loc[shared_tasks, config].mean())
-            if len(shared_tasks) else np.nan,
-            "cost_charged_mean": charged,
-            "charged_increase": charged / cost_mean - 1 if cost_mean else np.nan,
-        })
+    rows = [_sensitivity_row(runs[runs["config"] == config], config, matrix, shared_tasks,
+                             adjusted.get(config, np.nan)) for config in order]
     table = pd.DataFrame(rows, columns=[c for c in SENSITIVITY_COLUMNS if not
                                         c.startswith("pareto")])
     score = table["adjusted_mean"].to_numpy(dtype=float)
@@ -226,3 +220,34 @@ def cost_sensitivity_table(
                                              table["shared_mean"].to_numpy(dtype=float))
     table["pareto_charged"] = pareto_frontier(table["cost_charged_mean"].to_numpy(), score)
     return table[list(SENSITIVITY_COLUMNS)]
+
+
+def _sensitivity_row(own: pd.DataFrame, config: str, matrix: pd.DataFrame,
+                     shared_tasks: pd.Index, adjusted_mean: float) -> dict[str, object]:
+    """One configuration's costs per scored run under the three checks of 3.5.
+
+    ``own`` are its runs, ``matrix`` the score matrix and ``shared_tasks`` the tasks every
+    configuration scored.
+    """
+    scored = own[own["scored"]]
+    on_shared = scored[scored["task_id"].isin(shared_tasks)]
+    with warnings.catch_warnings():  # a configuration without costs stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cost_mean = float(np.nanmean(scored["cost_usd"])) if len(scored) else np.nan
+        full_mean = (float(np.nanmean(scored["cost_full_input_usd"])) if len(scored)
+                     else np.nan)
+        shared_cost = (float(np.nanmean(on_shared["cost_usd"])) if len(on_shared)
+                       else np.nan)
+    total = own["cost_usd"].sum(min_count=1)
+    charged = float(total) / len(scored) if len(scored) and pd.notna(total) else np.nan
+    return {
+        "config": config, "n_scored": len(scored),
+        "adjusted_mean": adjusted_mean, "cost_mean": cost_mean,
+        "cost_full_input_mean": full_mean,
+        "full_input_ratio": full_mean / cost_mean if cost_mean else np.nan,
+        "n_shared_tasks": len(shared_tasks), "cost_shared_mean": shared_cost,
+        "shared_mean": float(matrix.loc[shared_tasks, config].mean())
+        if len(shared_tasks) else np.nan,
+        "cost_charged_mean": charged,
+        "charged_increase": charged / cost_mean - 1 if cost_mean else np.nan,
+    }

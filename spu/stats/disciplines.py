@@ -39,6 +39,9 @@ from spu.stats.ties import exact
 PERMUTATIONS = 5000
 """Permutations of discipline labels and random splits (paper E.10: 5,000)."""
 
+PAIR_COLUMNS: list[str] = ["discipline_a", "discipline_b", "rho"]
+"""Columns of ``discipline_pairs.csv``."""
+
 
 def discipline_summary(
     runs: pd.DataFrame, seed: int = 0, resamples: int = DEFAULT_RESAMPLES
@@ -382,33 +385,16 @@ def discipline_stability(
     discipline = runs.groupby("task_id")["discipline"].first().reindex(matrix.index)
     codes, names = pd.factorize(discipline.astype(str), sort=True)
     k = len(names)
-    empty = pd.DataFrame(columns=["discipline_a", "discipline_b", "rho"])
     if k < 2 or len(configs) < 3:
-        return empty, named_test("discipline_order_stability", math.nan, math.nan, "4.6",
-                                 df=groups_df(k))
+        return pd.DataFrame(columns=PAIR_COLUMNS), named_test(
+            "discipline_order_stability", math.nan, math.nan, "4.6", df=groups_df(k))
     values = matrix.to_numpy(dtype=float)
-    known = np.isfinite(values)
-    filled = np.where(known, values, 0.0)
-
-    def block_means(code_rows: np.ndarray) -> np.ndarray:
-        onehot = np.zeros((code_rows.shape[0], code_rows.shape[1], k))
-        np.put_along_axis(onehot, code_rows[:, :, None], 1.0, axis=2)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (np.einsum("btk,tc->bkc", onehot, filled)
-                    / np.einsum("btk,tc->bkc", onehot, known.astype(float)))
-
-    observed_means = block_means(codes[None, :])
-    ranks = _block_ranks(observed_means)[0]
-    rows = []
-    for a, b in itertools.combinations(range(k), 2):
-        ra, rb = ranks[a] - ranks[a].mean(), ranks[b] - ranks[b].mean()
-        rows.append({"discipline_a": names[a], "discipline_b": names[b],
-                     "rho": float((ra * rb).sum() / np.sqrt((ra**2).sum() * (rb**2).sum()))})
-    table = pd.DataFrame(rows, columns=empty.columns)
+    observed_means = _discipline_means(codes[None, :], values, k)
+    table = _discipline_pair_rhos(_block_ranks(observed_means)[0], names)
     observed = float(table["rho"].mean())
     rng = rng_for(seed, "discipline-splits")
     splits = rng.permuted(np.broadcast_to(codes, (draws, codes.size)), axis=1)
-    null = _mean_pair_rho(block_means(splits))
+    null = _mean_pair_rho(_discipline_means(splits, values, k))
     null = null[np.isfinite(null)]
     p = (1 + int((null <= observed + 1e-12).sum())) / (1 + null.size)
     test = named_test("discipline_order_stability", observed, p, "4.6", df=groups_df(k),
@@ -416,3 +402,32 @@ def discipline_stability(
                       method=f"random splits, median {np.median(null):.3f}")
     test["null_median"] = float(np.median(null))
     return table, test
+
+
+def _discipline_means(code_rows: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """Each configuration's mean score in each of ``k`` blocks, for rows of task codes.
+
+    ``code_rows`` (``splits x tasks``) gives each task's block, ``values`` the
+    ``tasks x configurations`` scores (NaN where not scored); the result is
+    ``splits x blocks x configurations``.
+    """
+    known = np.isfinite(values)
+    filled = np.where(known, values, 0.0)
+    onehot = np.zeros((code_rows.shape[0], code_rows.shape[1], k))
+    np.put_along_axis(onehot, code_rows[:, :, None], 1.0, axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.einsum("btk,tc->bkc", onehot, filled)
+                / np.einsum("btk,tc->bkc", onehot, known.astype(float)))
+
+
+def _discipline_pair_rhos(ranks: np.ndarray, names: pd.Index) -> pd.DataFrame:
+    """``discipline_pairs.csv``: the rank correlation of each pair of disciplines.
+
+    ``ranks`` holds, per discipline, the ranks of the configurations' means there.
+    """
+    rows = []
+    for a, b in itertools.combinations(range(len(names)), 2):
+        ra, rb = ranks[a] - ranks[a].mean(), ranks[b] - ranks[b].mean()
+        rows.append({"discipline_a": names[a], "discipline_b": names[b],
+                     "rho": float((ra * rb).sum() / np.sqrt((ra**2).sum() * (rb**2).sum()))})
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS)

@@ -61,6 +61,10 @@ WIDEST = 25
 
 COMPONENTS: tuple[str, ...] = ("task", "configuration", "interaction", "run_noise")
 
+VARIANCE_COLUMNS: tuple[str, ...] = ("component", "share", "ci_low", "ci_high", "variance",
+                                     "truncated")
+"""Columns of ``variance.csv``."""
+
 
 def wide_configs(matrix: pd.DataFrame, share: float = WIDE_COVERAGE) -> list[str]:
     """Configurations scored on at least ``share`` of the tasks of ``matrix``.
@@ -277,38 +281,58 @@ def variance_decomposition(
     >>> v.set_index("component")["share"].round(4).to_dict()  # doctest: +NORMALIZE_WHITESPACE
     {'task': 0.6164, 'configuration': 0.3014, 'interaction': 0.0822, 'run_noise': 0.0}
     """
+    block = _decomposition_block(runs, order, configs)
+    if block.shape[1] < 2 or len(block) < 2:
+        return pd.DataFrame(columns=[*VARIANCE_COLUMNS]), []
+    y = block.to_numpy(dtype=float)
+    noise_var, noise_boot = _run_noise(runs, seed, resamples)
+    terms = _block_terms(y, np.ones((1, len(y))))
+    point = _components(terms, y.shape[1], noise_var)
+    boot = _bootstrap_components(y, noise_var, noise_boot, seed, resamples)
+    truncated = bool(np.isfinite(noise_var).all() and noise_var[0] > terms["ms_resid"][0])
+    table = _component_shares(point, boot, truncated)
+    summary = _variance_summary(len(y), y.shape[1], float(terms["ms_resid"][0]), noise_var,
+                                truncated)
+    return table, summary
+
+
+def _decomposition_block(runs: pd.DataFrame, order: list[str], configs: list[str] | None
+                         ) -> pd.DataFrame:
+    """The official scores of the decomposition's block (:func:`largest_common_block`)."""
     official = runs[runs["repeat"] == 0]
     matrix = score_matrix(official, order)
     found = largest_common_block(matrix, configs)
-    block = matrix.loc[list(found.tasks), list(found.configs)]
-    if len(found.configs) < 2 or len(block) < 2:
-        return pd.DataFrame(columns=["component", "share", "ci_low", "ci_high", "variance",
-                                     "truncated"]), []
-    y = block.to_numpy(dtype=float)
-    t, c = y.shape
-    noise_var, noise_boot = _run_noise(runs, seed, resamples)
-    terms = _anova_terms(y, np.ones((1, t)))
-    terms["n_tasks"] = np.array([float(t)])
-    point = _components(terms, c, noise_var)
-    counts = resample_counts(t, resamples, rng_for(seed, "variance", "tasks"))
-    boot_terms = _anova_terms(y, counts)
-    boot_terms["n_tasks"] = counts.sum(axis=1)
-    boot = _components(boot_terms, c, noise_boot if np.isfinite(noise_var).all()
-                       else np.full(resamples, np.nan))
+    return matrix.loc[list(found.tasks), list(found.configs)]
+
+
+def _block_terms(y: np.ndarray, w: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`_anova_terms` of the block for rows of task weights, with ``n_tasks``."""
+    terms = _anova_terms(y, w)
+    terms["n_tasks"] = w.sum(axis=1)
+    return terms
+
+
+def _bootstrap_components(y: np.ndarray, noise_var: np.ndarray, noise_boot: np.ndarray,
+                          seed: int, resamples: int) -> dict[str, np.ndarray]:
+    """Variance components of each bootstrap draw of the block's tasks (rows of ``y``)."""
+    counts = resample_counts(len(y), resamples, rng_for(seed, "variance", "tasks"))
+    return _components(_block_terms(y, counts), y.shape[1],
+                       noise_boot if np.isfinite(noise_var).all() else np.full(resamples, np.nan))
+
+
+def _variance_summary(t: int, c: int, ms_resid: float, noise_var: np.ndarray,
+                      truncated: bool) -> list[dict[str, Any]]:
+    """``summary.csv`` rows of the decomposition: block size, residual, truncation."""
     known = bool(np.isfinite(noise_var).all())
-    truncated = bool(known and noise_var[0] > terms["ms_resid"][0])
-    summary = [
+    return [
         {"analysis": "variance", "statistic": "block_configs", "value": c},
         {"analysis": "variance", "statistic": "block_tasks", "value": t},
-        {"analysis": "variance", "statistic": "ms_resid", "value": float(terms["ms_resid"][0])},
+        {"analysis": "variance", "statistic": "ms_resid", "value": ms_resid},
         {"analysis": "variance", "statistic": "run_noise_variance_known", "value": known},
         {"analysis": "variance", "statistic": "interaction_truncated", "value": truncated},
         {"analysis": "variance", "statistic": "interaction_before_truncation",
-         "value": float(terms["ms_resid"][0] - (noise_var[0] if known else 0.0))},
+         "value": float(ms_resid - (noise_var[0] if known else 0.0))},
     ]
-    table = _component_shares(point, boot)
-    table["truncated"] = (table["component"] == "interaction") & truncated
-    return table, summary
 
 
 def _run_noise(runs: pd.DataFrame, seed: int, resamples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -336,9 +360,12 @@ def _run_noise(runs: pd.DataFrame, seed: int, resamples: int) -> tuple[np.ndarra
     return noise_var, noise_boot
 
 
-def _component_shares(point: dict[str, np.ndarray], boot: dict[str, np.ndarray]
-                      ) -> pd.DataFrame:
-    """``variance.csv``: each component's share of the total, with its bootstrap interval."""
+def _component_shares(point: dict[str, np.ndarray], boot: dict[str, np.ndarray],
+                      truncated: bool) -> pd.DataFrame:
+    """``variance.csv``: each component's share of the total, with its bootstrap interval.
+
+    ``truncated`` marks the interaction row when the repeats vary more than the residuals.
+    """
     total = np.sum([point[k] for k in COMPONENTS], axis=0)
     boot_total = np.sum([boot[k] for k in COMPONENTS], axis=0)
     rows = []
@@ -347,7 +374,9 @@ def _component_shares(point: dict[str, np.ndarray], boot: dict[str, np.ndarray]
             low, high = percentile_interval(boot[name] / boot_total)
         rows.append({"component": name, "share": float(point[name][0] / total[0]),
                      "ci_low": low, "ci_high": high, "variance": float(point[name][0])})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table["truncated"] = (table["component"] == "interaction") & truncated
+    return table
 
 
 def interaction_tasks(
@@ -413,29 +442,44 @@ def interaction_tasks(
         if n_t < 2:
             continue
         df1 = (n_t - 1) * df_resid / (n_obs - n_tasks)
-        ms_configs = float((resid[on_task] ** 2).sum() / df1)
-        # Equal scores (repeats that submitted one ranking) spread by exactly zero, not
-        # by the rounding of their mean.
-        ms_repeats = 0.0 if np.ptp(scores) == 0 else float(scores.var(ddof=1))
-        config_sd = 0.0 if np.ptp(y[on_task]) == 0 else float(y[on_task].std(ddof=1))
-        f = _ratio(ms_configs, ms_repeats)
-        p = float(sps.f.sf(f, df1, scores.size - 1)) if np.isfinite(f) else (
-            0.0 if f == np.inf else math.nan)
         rows.append({"config": config, "task_id": task_id, "n_configs": n_t,
-                     "config_sd": config_sd, "ms_configs": ms_configs,
-                     "df_configs": df1, "n_repeats": int(scores.size),
-                     "repeat_sd": float(np.sqrt(ms_repeats)), "ms_repeats": ms_repeats,
-                     "F": f, "sd_ratio": _ratio(config_sd, float(np.sqrt(ms_repeats))),
-                     "p_value": p})
+                     **_spread_test(scores, y[on_task], resid[on_task], df1)})
     table = pd.DataFrame(rows, columns=["config", "task_id", "n_configs", "config_sd",
                                         "ms_configs", "df_configs", "n_repeats", "repeat_sd",
                                         "ms_repeats", "F", "sd_ratio", "p_value"])
     table["p_holm"] = holm(table["p_value"].to_numpy(dtype=float))
-    tests = [named_test(f"interaction_F {r.config} {r.task_id}", r.F, r.p_value, "E.9",
-                        df=f"{r.df_configs:.2f},{r.n_repeats - 1}", n=r.n_configs,
-                        method="asymptotic", p_holm=r.p_holm)
-             for r in table.itertuples(index=False)]
-    return table, tests
+    return table, _interaction_tests(table)
+
+
+def _spread_test(scores: np.ndarray, config_scores: np.ndarray, residuals: np.ndarray,
+                 df1: float) -> dict[str, Any]:
+    """One task's F test: the configurations' residual mean square against the repeats'.
+
+    ``scores`` are the repeats, ``config_scores`` and ``residuals`` the configurations'
+    official scores on the task and their additive-fit residuals, ``df1`` the task's share
+    of the fit's residual degrees of freedom.
+    """
+    ms_configs = float((residuals ** 2).sum() / df1)
+    # Equal scores (repeats that submitted one ranking) spread by exactly zero, not
+    # by the rounding of their mean.
+    ms_repeats = 0.0 if np.ptp(scores) == 0 else float(scores.var(ddof=1))
+    config_sd = 0.0 if np.ptp(config_scores) == 0 else float(config_scores.std(ddof=1))
+    f = _ratio(ms_configs, ms_repeats)
+    p = float(sps.f.sf(f, df1, scores.size - 1)) if np.isfinite(f) else (
+        0.0 if f == np.inf else math.nan)
+    return {"config_sd": config_sd, "ms_configs": ms_configs,
+            "df_configs": df1, "n_repeats": int(scores.size),
+            "repeat_sd": float(np.sqrt(ms_repeats)), "ms_repeats": ms_repeats,
+            "F": f, "sd_ratio": _ratio(config_sd, float(np.sqrt(ms_repeats))),
+            "p_value": p}
+
+
+def _interaction_tests(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """``tests.csv`` rows of :func:`interaction_tasks`, one per task."""
+    return [named_test(f"interaction_F {r.config} {r.task_id}", r.F, r.p_value, "E.9",
+                       df=f"{r.df_configs:.2f},{r.n_repeats - 1}", n=r.n_configs,
+                       method="asymptotic", p_holm=r.p_holm)
+            for r in table.itertuples(index=False)]
 
 
 def _ratio(top: float, bottom: float) -> float:

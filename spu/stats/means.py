@@ -118,43 +118,18 @@ def config_table(
     fit = fit_additive(matrix)
     draws = bootstrap_adjusted(fit.design, fit.y, rng_for(seed, "adjusted"), resamples)
     adjusted_ci = percentile_interval(draws)
-
-    # Tasks every configuration with a scored run has scored (Figure 1, hatched bars).
-    shared = matrix.dropna(axis=1, how="all").dropna().reindex(columns=matrix.columns)
-    shared_counts = resample_counts(len(shared), resamples, rng_for(seed, "shared"))
-    shared_draws = (shared_counts @ shared.to_numpy()) / max(len(shared), 1)
-    shared_ci = percentile_interval(shared_draws)
-
+    shared, shared_ci = _shared_task_means(matrix, seed, resamples)
     rows = []
     for j, config in enumerate(configs):
-        own = runs[runs["config"] == config]
-        scored = own[own["scored"]]
-        raw = bootstrap_mean(scored["score_recovered"].to_numpy(), rng_for(seed, "raw", config),
-                             resamples)
-        above, known = above_chance(scored["score_recovered"].to_numpy(),
-                                    scored["threshold"].to_numpy())
-        low, high = wilson_interval(above, known)
         rows.append({
-            "config": config,
-            "n_runs": len(own),
-            "n_scored": len(scored),
-            "raw_mean": raw.estimate,
-            "raw_ci_low": raw.low,
-            "raw_ci_high": raw.high,
+            **_run_means(runs[runs["config"] == config], config, seed, resamples),
             "adjusted_mean": fit.adjusted[j],
             "adjusted_ci_low": adjusted_ci[0, j],
             "adjusted_ci_high": adjusted_ci[1, j],
-            "above_chance": above,
-            "above_chance_share": above / known if known else np.nan,
-            "above_chance_ci_low": low,
-            "above_chance_ci_high": high,
-            "n_chance_known": known,
             "n_shared_tasks": len(shared),
             "shared_mean": shared[config].mean() if len(shared) else np.nan,
             "shared_ci_low": shared_ci[0, j],
             "shared_ci_high": shared_ci[1, j],
-            "n_scored_tasks": scored["task_id"].nunique(),
-            "warning": few_tasks_warning(scored["task_id"].nunique()),
         })
     table = pd.DataFrame(rows, columns=[*CONFIG_COLUMNS, "n_chance_known", "n_shared_tasks",
                                         "shared_mean", "shared_ci_low", "shared_ci_high",
@@ -164,6 +139,45 @@ def config_table(
     ranks = [i + 1 if np.isfinite(m) else None for i, m in enumerate(table["adjusted_mean"])]
     table.insert(1, "adjusted_rank", pd.array(ranks, dtype="Int64"))
     return table
+
+
+def _shared_task_means(matrix: pd.DataFrame, seed: int, resamples: int
+                       ) -> tuple[pd.DataFrame, np.ndarray]:
+    """The tasks every configuration with a scored run has scored, and intervals on them.
+
+    The interval of each configuration's mean on those tasks (Figure 1, hatched bars)
+    resamples the same tasks for every configuration.
+    """
+    shared = matrix.dropna(axis=1, how="all").dropna().reindex(columns=matrix.columns)
+    shared_counts = resample_counts(len(shared), resamples, rng_for(seed, "shared"))
+    shared_draws = (shared_counts @ shared.to_numpy()) / max(len(shared), 1)
+    return shared, percentile_interval(shared_draws)
+
+
+def _run_means(own: pd.DataFrame, config: str, seed: int, resamples: int
+               ) -> dict[str, object]:
+    """A configuration's run counts, raw mean and runs above chance, over its own runs."""
+    scored = own[own["scored"]]
+    raw = bootstrap_mean(scored["score_recovered"].to_numpy(), rng_for(seed, "raw", config),
+                         resamples)
+    above, known = above_chance(scored["score_recovered"].to_numpy(),
+                                scored["threshold"].to_numpy())
+    low, high = wilson_interval(above, known)
+    return {
+        "config": config,
+        "n_runs": len(own),
+        "n_scored": len(scored),
+        "raw_mean": raw.estimate,
+        "raw_ci_low": raw.low,
+        "raw_ci_high": raw.high,
+        "above_chance": above,
+        "above_chance_share": above / known if known else np.nan,
+        "above_chance_ci_low": low,
+        "above_chance_ci_high": high,
+        "n_chance_known": known,
+        "n_scored_tasks": scored["task_id"].nunique(),
+        "warning": few_tasks_warning(scored["task_id"].nunique()),
+    }
 
 
 def discipline_table(

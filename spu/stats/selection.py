@@ -166,6 +166,27 @@ def select_tasks_by_pilot(
     """
     if len(weights) != 3 or any(not math.isfinite(w) or w < 0 for w in weights):
         raise ValueError("weights: three finite numbers >= 0 (difficulty, spread, demand)")
+    table = _candidate_table(runs, candidates, weights)
+    excluded = {c.task: c.excluded for c in candidates if c.excluded}
+    eligible = (table["n_runs"] > 0) & ~table["task"].isin(excluded)
+    piloted = table[eligible].sort_values(["composite", "task"], ascending=[False, True],
+                                          kind="stable")
+    rank = {task: i + 1 for i, task in enumerate(piloted["task"])}
+    chosen, reasons = _keep(table, piloted, rank, n, per_subfield)
+    for task in table["task"]:
+        if task not in reasons:
+            reasons[task] = _left_reason(task, excluded, rank, n)
+    table["rank"] = table["task"].map(rank).astype("Int64")
+    table["kept"] = table["task"].isin(chosen)
+    table["reason"] = table["task"].map(reasons)
+    table = table.sort_values(["rank", "task"], na_position="last", kind="stable")
+    return Selection(tuple(chosen), table.reset_index(drop=True)[list(SELECTION_COLUMNS)],
+                     rule_text(weights))
+
+
+def _candidate_table(runs: pd.DataFrame, candidates: Sequence[Candidate],
+                     weights: Sequence[float]) -> pd.DataFrame:
+    """One row per candidate: its pilot components and composite (NaN without pilot runs)."""
     absent = set(runs.attrs.get("absent_columns", ()))
     parts = pilot_components(runs[runs["task_id"].isin({c.task_id for c in candidates})],
                              [c for c in DEMAND_COLUMNS if c not in absent])
@@ -186,12 +207,17 @@ def select_tasks_by_pilot(
         rows.append(row)
     table = pd.DataFrame(rows, columns=[c for c in SELECTION_COLUMNS
                                         if c not in ("rank", "kept", "reason")])
-    table = table.astype({"n_runs": int, "n_configs": int})
-    excluded = {c.task: c.excluded for c in candidates if c.excluded}
-    eligible = (table["n_runs"] > 0) & ~table["task"].isin(excluded)
-    piloted = table[eligible].sort_values(["composite", "task"], ascending=[False, True],
-                                          kind="stable")
-    rank = {task: i + 1 for i, task in enumerate(piloted["task"])}
+    return table.astype({"n_runs": int, "n_configs": int})
+
+
+def _keep(table: pd.DataFrame, piloted: pd.DataFrame, rank: dict[str, int], n: int,
+          per_subfield: int) -> tuple[list[str], dict[str, str]]:
+    """The kept tasks in the order chosen, and why each was kept.
+
+    The best ``per_subfield`` of each subfield first (the highest composites of them when
+    ``n`` cannot hold them all), then the rest of ``piloted`` (eligible candidates by
+    composite) until ``n``.
+    """
     reasons: dict[str, str] = {}
     chosen: list[str] = []
     firsts = [task for _, group in piloted.groupby("subfield", sort=True)
@@ -206,19 +232,14 @@ def select_tasks_by_pilot(
         if task not in reasons:
             chosen.append(task)
             reasons[task] = f"kept: composite rank {rank[task]} of {len(rank)}"
-    for task in table["task"]:
-        if task in reasons:
-            continue
-        if task in excluded:
-            reasons[task] = f"left: {excluded[task]}"
-        elif task not in rank:
-            reasons[task] = "left: no pilot run"
-        else:
-            reasons[task] = (f"left: composite rank {rank[task]} of {len(rank)}, below the "
-                             f"cut of {n} tasks")
-    table["rank"] = table["task"].map(rank).astype("Int64")
-    table["kept"] = table["task"].isin(chosen)
-    table["reason"] = table["task"].map(reasons)
-    table = table.sort_values(["rank", "task"], na_position="last", kind="stable")
-    return Selection(tuple(chosen), table.reset_index(drop=True)[list(SELECTION_COLUMNS)],
-                     rule_text(weights))
+    return chosen, reasons
+
+
+def _left_reason(task: str, excluded: dict[str, str], rank: dict[str, int], n: int) -> str:
+    """Why a candidate was left out: excluded, never piloted, or below the cut."""
+    if task in excluded:
+        return f"left: {excluded[task]}"
+    if task not in rank:
+        return "left: no pilot run"
+    return (f"left: composite rank {rank[task]} of {len(rank)}, below the "
+            f"cut of {n} tasks")

@@ -113,29 +113,9 @@ def within_config_difference(
     >>> r.table["diff"].round(3).tolist(), round(r.pooled["diff"], 3)
     ([0.4, 0.1], 0.3)
     """
-    frame = frame[np.isfinite(frame["relative"].to_numpy(dtype=float))]
-    groups: list[tuple[str, np.ndarray, np.ndarray]] = []
-    for config in order:
-        own = frame[frame["config"] == config]
-        marked = own["marked"].to_numpy(dtype=bool)
-        values = own["relative"].to_numpy(dtype=float)
-        if marked.any() and (~marked).any():
-            groups.append((config, values[marked], values[~marked]))
-    rows, boot = [], []
-    for config, m, u in groups:
-        rng = rng_for(seed, key, "bootstrap", config)
-        bm = resample_counts(m.size, resamples, rng) @ m / m.size
-        bu = resample_counts(u.size, resamples, rng) @ u / u.size
-        boot.append(bm - bu)
-        low, high = percentile_interval(bm - bu)
-        rows.append({"config": config, "n_marked": m.size, "n_unmarked": u.size,
-                     "marked_mean": float(m.mean()), "unmarked_mean": float(u.mean()),
-                     "diff": float(m.mean() - u.mean()), "ci_low": low, "ci_high": high})
-    values = np.concatenate([np.r_[m, u] for _, m, u in groups]) if groups else np.zeros(0)
-    labels = np.concatenate([np.r_[np.ones(m.size), np.zeros(u.size)]
-                             for _, m, u in groups]).astype(bool) if groups else np.zeros(0, bool)
-    strata = np.concatenate([np.full(m.size + u.size, c, dtype=object)
-                             for c, m, u in groups]) if groups else np.zeros(0, object)
+    groups = _marked_groups(frame, order)
+    rows, boot = _bootstrap_rows(groups, key, seed, resamples)
+    values, labels, strata = _stacked(groups)
     test = stratified_mean_difference(values, labels, strata, rng_for(seed, key, "permutation"),
                                       draws)
     for row, result in zip(rows, test.per_stratum, strict=True):
@@ -154,3 +134,49 @@ def within_config_difference(
         pooled_boot = np.vstack(boot).T @ w / w.sum()
         pooled["ci_low"], pooled["ci_high"] = (float(x) for x in percentile_interval(pooled_boot))
     return WithinConfigResult(table, pooled)
+
+
+MarkedGroup = tuple[str, np.ndarray, np.ndarray]
+"""A configuration with its marked and its unmarked ``relative`` scores."""
+
+
+def _marked_groups(frame: pd.DataFrame, order: list[str]) -> list[MarkedGroup]:
+    """The configurations with both kinds of run, in table order (NaN ``relative`` left out)."""
+    frame = frame[np.isfinite(frame["relative"].to_numpy(dtype=float))]
+    groups: list[MarkedGroup] = []
+    for config in order:
+        own = frame[frame["config"] == config]
+        marked = own["marked"].to_numpy(dtype=bool)
+        values = own["relative"].to_numpy(dtype=float)
+        if marked.any() and (~marked).any():
+            groups.append((config, values[marked], values[~marked]))
+    return groups
+
+
+def _bootstrap_rows(groups: list[MarkedGroup], key: str, seed: int, resamples: int
+                    ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+    """Each configuration's means and difference with its interval, and its bootstrap draws.
+
+    The marked and unmarked runs are resampled separately (a two-sample bootstrap).
+    """
+    rows, boot = [], []
+    for config, m, u in groups:
+        rng = rng_for(seed, key, "bootstrap", config)
+        bm = resample_counts(m.size, resamples, rng) @ m / m.size
+        bu = resample_counts(u.size, resamples, rng) @ u / u.size
+        boot.append(bm - bu)
+        low, high = percentile_interval(bm - bu)
+        rows.append({"config": config, "n_marked": m.size, "n_unmarked": u.size,
+                     "marked_mean": float(m.mean()), "unmarked_mean": float(u.mean()),
+                     "diff": float(m.mean() - u.mean()), "ci_low": low, "ci_high": high})
+    return rows, boot
+
+
+def _stacked(groups: list[MarkedGroup]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values, marked labels and configuration strata of every group, end to end."""
+    values = np.concatenate([np.r_[m, u] for _, m, u in groups]) if groups else np.zeros(0)
+    labels = np.concatenate([np.r_[np.ones(m.size), np.zeros(u.size)]
+                             for _, m, u in groups]).astype(bool) if groups else np.zeros(0, bool)
+    strata = np.concatenate([np.full(m.size + u.size, c, dtype=object)
+                             for c, m, u in groups]) if groups else np.zeros(0, object)
+    return values, labels, strata
