@@ -213,7 +213,8 @@ def test_the_paper_rules_are_the_defaults_and_the_manifest_says_them() -> None:
     result = ranking_revisions(inputs)
     assert result.rules["revisions.csv"].text == REVISION_RULE
     assert result.rules["revision_intervals.csv"].text == revision_rule("pairs")
-    assert {r.basis for r in result.rules.values()} == {"paper"}
+    assert result.rules["revisions.csv"].basis == "paper"
+    assert result.rules["revision_intervals.csv"].basis == "reading"  # 24e's caption, read
     assert AnalyzeOptions().flip_share == "pairs" and "pooled" in revision_rule()
     for words in ("differ from their first draft", "resampling tasks", "two-sided",
                   "ties"):
@@ -302,3 +303,33 @@ def test_a_return_to_the_input_order_is_a_revision_in_24e_too(tmp_path) -> None:
     differs = _stats(revision_tests(rev, resamples=50))
     ranked = _stats(revision_tests(rev, resamples=50, population="ranked"))
     assert (differs["revision_runs_differing"], ranked["revision_runs_differing"]) == (2, 1)
+
+
+def test_figure_24e_is_a_reading_and_the_report_says_so() -> None:
+    """Issue 43 gap 2: 24e's caption ("Share of the item pairs flipped after the draft")
+    does not say how a pair that flipped and flipped back counts; the net flips from draft
+    to submission are our reading, so ``revision_intervals.csv`` has basis ``reading``
+    (as the decomposition's block, ``variance.csv``), its sentence says what is read, and
+    the report's badge beside Figure 24e says "our reading of the paper". An option keeps
+    basis ``option``."""
+    from spu.analysis.trajectory_analysis import ANALYZE_RULES, revision_rules
+    from spu.report.rules import BASIS_WORDS, rules_html, rules_markdown, shown_rules
+    from spu.stats.rules import STATS_RULES
+
+    block = STATS_RULES["variance.csv"]
+    default = ANALYZE_RULES["revision_intervals.csv"]
+    for rule in (default, revision_rules(AnalyzeOptions())["revision_intervals.csv"]):
+        assert rule.basis == block.basis == "reading"
+        assert "our reading" in rule.sentence and "our reading" in block.sentence
+        assert "item pairs flipped after the draft" in rule.sentence
+        assert "net flips from draft to submission" in rule.sentence
+    for opt in (AnalyzeOptions(flip_share="runs"),
+                AnalyzeOptions(revised_population="ranked")):
+        assert revision_rules(opt)["revision_intervals.csv"].basis == "option"
+    # 17c's file alone follows the paper's sentence
+    assert revision_rules(AnalyzeOptions())["revisions.csv"].basis == "paper"
+    shown = shown_rules(["revision_intervals.csv"], {"revision_intervals.csv": {
+        "section": "Figure 24e", **default.entry()}})
+    assert BASIS_WORDS["reading"] in rules_html(shown)
+    assert 'class="basis basis-reading"' in rules_html(shown)
+    assert "(Figure 24e; our reading of the paper)" in rules_markdown(shown)
