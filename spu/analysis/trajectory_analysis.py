@@ -1446,7 +1446,7 @@ def self_assessment_tests(sa: pd.DataFrame, seed: int = 0, resamples: int = 10_0
              "value": float(sa["stated_expected_rho"].median()), "n": n},
             {"statistic": "self_assessment_achieved_median", "value": float(sa["score"].median()),
              "n": n},
-            {"statistic": "self_assessment_overpredicting", "value": int((over > 0).sum()),
+            {"statistic": "self_assessment_overpredicting", "value": int((exact(over) > 0).sum()),
              "n": n}]
     _, p = wilcoxon_p(over)
     if np.isfinite(p):

@@ -333,3 +333,53 @@ def test_figure_24e_is_a_reading_and_the_report_says_so() -> None:
     assert BASIS_WORDS["reading"] in rules_html(shown)
     assert 'class="basis basis-reading"' in rules_html(shown)
     assert "(Figure 24e; our reading of the paper)" in rules_markdown(shown)
+
+
+# Issue 43 gap 3: values equal in exact arithmetic, different in the last float place.
+_A = float(np.mean([2 / 65, 1.0, 29 / 65]))  # 32/65 summed one way: 0.4923076923076923
+_B = float(np.mean([-34 / 65, 1.0, 1.0]))  # 32/65 summed another: 0.49230769230769234
+_NOISY = [(0.3, 0.1 + 0.2), (0.1 + 0.2, 0.3), (0.7 - 0.4, 0.3), (_A, _B), (_B, _A)]
+"""(draft, submission) pairs equal as numbers, each a float difference of about 1e-17."""
+
+
+def test_a_revision_scoring_the_draft_up_to_float_noise_is_a_tie() -> None:
+    """The sign test counts a different submission whose score equals the draft's in exact
+    arithmetic as a tie, with either sign of float noise: gains, losses and P equal those of
+    the same runs with the scores exactly equal, and scipy's binomtest on those counts."""
+    assert all(a != b for a, b in _NOISY)  # the noise is there
+    real = [(0.3, 0.5), (0.2, 0.3), (0.4, 0.7), (0.5, 0.75), (0.6, 0.5)]  # 4 gains, 1 loss
+    f = _features(len(_NOISY) + len(real), seed=2)
+    noisy, exact = f.copy(), f.copy()
+    noisy[["first_draft_score", "score"]] = _NOISY + real
+    exact[["first_draft_score", "score"]] = [(b, b) for _, b in _NOISY] + real
+    got = _stats(revision_tests(revisions(noisy), resamples=50))
+    tied = _stats(revision_tests(revisions(exact), resamples=50))
+    assert (got["revision_gains"], got["revision_losses"], got["revision_ties"]) == (4, 1, 5)
+    for name in ("revision_gains", "revision_losses", "revision_ties", "revision_sign_test_p"):
+        assert got[name] == tied[name], name
+    assert got["revision_sign_test_p"] == pytest.approx(sps.binomtest(4, 5).pvalue, abs=1e-15)
+
+
+def test_self_assessment_ties_up_to_float_noise() -> None:
+    """Self-assessment (4.3): a stated correlation equal to the score in exact arithmetic
+    does not overpredict, is a zero of the Wilcoxon test, and tied scores take average
+    ranks in the Spearman correlation, as scipy gives on the exactly tied values."""
+    stated = [0.3, 0.5, 0.3, 0.9, 0.2, 0.8, 0.6]
+    noisy_scores = [0.7 - 0.4, 0.1, 0.1 + 0.2, 0.4, _A, _B, 0.3]
+    exact_scores = [0.3, 0.1, 0.3, 0.4, 32 / 65, 32 / 65, 0.3]
+
+    def table(scores: list[float]) -> pd.DataFrame:
+        sa = pd.DataFrame({"task_id": [f"t{i}" for i in range(7)],
+                           "stated_expected_rho": stated, "score": scores})
+        return sa.assign(overestimate=sa["stated_expected_rho"] - sa["score"])
+
+    got = _stats(self_assessment_tests(table(noisy_scores), resamples=50))
+    tied = _stats(self_assessment_tests(table(exact_scores), resamples=50))
+    assert got["self_assessment_overpredicting"] == tied["self_assessment_overpredicting"] == 4
+    over = np.array(stated) - np.array(exact_scores)
+    assert got["self_assessment_wilcoxon_p"] == pytest.approx(
+        sps.wilcoxon(over[over != 0]).pvalue, abs=1e-12)
+    assert got["self_assessment_spearman"] == pytest.approx(
+        sps.spearmanr(stated, exact_scores).statistic, abs=1e-12)
+    assert got["self_assessment_spearman"] != pytest.approx(
+        sps.spearmanr(stated, noisy_scores).statistic, abs=1e-6)  # the noise would matter
