@@ -35,7 +35,10 @@ def register(sub: Any) -> None:
         description="Label every tool call of every run under RUNS_DIR (activity, method "
         "families, GPU work), find the first complete ranking and its revisions, and write "
         "calls.csv, runs_features.csv, associations.csv, the tables and figures 14-24 to DIR. "
-        "'sample' draws calls for a person to check; 'audit' scores the checked file.")
+        "'sample' draws calls for a person to check; 'audit' scores the checked file. "
+        "Population options: --revised-population (the revised runs of 4.3 and Figure 24e), "
+        "--gpu-tasks (the tasks of 4.8's GPU comparison), --flip-share, --all-repeats, "
+        "--include-private; 'spu analyze RUNS_DIR --help' explains every option.")
     p.add_argument("words", nargs=argparse.REMAINDER)
     p.set_defaults(handler=analyze_command)
 

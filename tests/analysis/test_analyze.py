@@ -163,20 +163,54 @@ def test_missing_runs_dir_is_a_clear_error(tmp_path, capsys) -> None:
     assert "runs folder does not exist" in capsys.readouterr().err
 
 
-def test_report_includes_the_trajectory_figures(analysis, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def report(analysis, tmp_path_factory) -> Path:
+    """``spu report``'s page over a simulated table, with the corpus' analysis folder."""
     from spu.report.build import build_report
     from spu.stats.analysis import StatsOptions, analyze
     from spu.stats.runs_table import check_runs_table
     from spu.stats.simulate import simulate_runs
 
+    out = tmp_path_factory.mktemp("report")
     result = analyze(check_runs_table(simulate_runs(seed=2)),
                      StatsOptions(resamples=50, simulations=50))
-    build_report(result, tmp_path, analysis=analysis)
+    build_report(result, out, analysis=analysis)
+    return out
+
+
+def test_report_includes_the_trajectory_figures(report) -> None:
+    tmp_path = report
     page = (tmp_path / "report.html").read_text()
     assert 'id="fig-fig14a_activity_time"' in page and "(Figure 14a)" in page
     md = (tmp_path / "report.md").read_text()
     assert "figures/fig17a_associations.png" in md
     assert "figure fig18_fig19ab_fig20 not drawn" in md
+
+
+def test_each_spu_analyze_figure_in_the_report_carries_its_rule(analysis, report) -> None:
+    """Issue 43 gap 5: every figure ``spu analyze`` drew stands in report.html with the
+    rule block of the files it draws from (manifest.json of the analysis folder), and
+    Figure 24e's block says its caption is read ("our reading of the paper")."""
+    import html as html_module
+    import re
+
+    from spu.report.rules import BASIS_WORDS
+
+    page = (report / "report.html").read_text()
+    outputs = json.loads((analysis / "manifest.json").read_text())["outputs"]
+    drawn = sorted(p.stem for p in (analysis / "figures").glob("fig*.png"))
+    assert len(drawn) >= 10 and "fig24e_flips" in drawn
+    for name in drawn:
+        block = re.search(rf'<figure id="fig-{name}">.*?</figure>', page, re.S)
+        assert block, name
+        rules = re.search(r'<div class="rule">.*?</div>', block.group(0), re.S)
+        assert rules and "<b>Population</b>" in rules.group(0), name
+    figure_24e = re.search(r'<figure id="fig-fig24e_flips">.*?</figure>', page, re.S)
+    assert figure_24e is not None
+    intervals = outputs["revision_intervals.csv"]
+    assert html_module.escape(intervals["rule"]) in figure_24e.group(0)
+    assert f'class="basis basis-reading">{BASIS_WORDS["reading"]}<' in figure_24e.group(0)
+    assert "> Rule: revision_intervals.csv (" in (report / "report.md").read_text()
 
 
 def test_a_sample_prints_the_agents_commands_as_text(tmp_path, capsys) -> None:

@@ -213,7 +213,8 @@ def test_the_paper_rules_are_the_defaults_and_the_manifest_says_them() -> None:
     result = ranking_revisions(inputs)
     assert result.rules["revisions.csv"].text == REVISION_RULE
     assert result.rules["revision_intervals.csv"].text == revision_rule("pairs")
-    assert {r.basis for r in result.rules.values()} == {"paper"}
+    assert result.rules["revisions.csv"].basis == "paper"
+    assert result.rules["revision_intervals.csv"].basis == "reading"  # 24e's caption, read
     assert AnalyzeOptions().flip_share == "pairs" and "pooled" in revision_rule()
     for words in ("differ from their first draft", "resampling tasks", "two-sided",
                   "ties"):
@@ -302,3 +303,83 @@ def test_a_return_to_the_input_order_is_a_revision_in_24e_too(tmp_path) -> None:
     differs = _stats(revision_tests(rev, resamples=50))
     ranked = _stats(revision_tests(rev, resamples=50, population="ranked"))
     assert (differs["revision_runs_differing"], ranked["revision_runs_differing"]) == (2, 1)
+
+
+def test_figure_24e_is_a_reading_and_the_report_says_so() -> None:
+    """Issue 43 gap 2: 24e's caption ("Share of the item pairs flipped after the draft")
+    does not say how a pair that flipped and flipped back counts; the net flips from draft
+    to submission are our reading, so ``revision_intervals.csv`` has basis ``reading``
+    (as the decomposition's block, ``variance.csv``), its sentence says what is read, and
+    the report's badge beside Figure 24e says "our reading of the paper". An option keeps
+    basis ``option``."""
+    from spu.analysis.trajectory_analysis import ANALYZE_RULES, revision_rules
+    from spu.report.rules import BASIS_WORDS, rules_html, rules_markdown, shown_rules
+    from spu.stats.rules import STATS_RULES
+
+    block = STATS_RULES["variance.csv"]
+    default = ANALYZE_RULES["revision_intervals.csv"]
+    for rule in (default, revision_rules(AnalyzeOptions())["revision_intervals.csv"]):
+        assert rule.basis == block.basis == "reading"
+        assert "our reading" in rule.sentence and "our reading" in block.sentence
+        assert "item pairs flipped after the draft" in rule.sentence
+        assert "net flips from draft to submission" in rule.sentence
+    for opt in (AnalyzeOptions(flip_share="runs"),
+                AnalyzeOptions(revised_population="ranked")):
+        assert revision_rules(opt)["revision_intervals.csv"].basis == "option"
+    # 17c's file alone follows the paper's sentence
+    assert revision_rules(AnalyzeOptions())["revisions.csv"].basis == "paper"
+    shown = shown_rules(["revision_intervals.csv"], {"revision_intervals.csv": {
+        "section": "Figure 24e", **default.entry()}})
+    assert BASIS_WORDS["reading"] in rules_html(shown)
+    assert 'class="basis basis-reading"' in rules_html(shown)
+    assert "(Figure 24e; our reading of the paper)" in rules_markdown(shown)
+
+
+# Issue 43 gap 3: values equal in exact arithmetic, different in the last float place.
+_A = float(np.mean([2 / 65, 1.0, 29 / 65]))  # 32/65 summed one way: 0.4923076923076923
+_B = float(np.mean([-34 / 65, 1.0, 1.0]))  # 32/65 summed another: 0.49230769230769234
+_NOISY = [(0.3, 0.1 + 0.2), (0.1 + 0.2, 0.3), (0.7 - 0.4, 0.3), (_A, _B), (_B, _A)]
+"""(draft, submission) pairs equal as numbers, each a float difference of about 1e-17."""
+
+
+def test_a_revision_scoring_the_draft_up_to_float_noise_is_a_tie() -> None:
+    """The sign test counts a different submission whose score equals the draft's in exact
+    arithmetic as a tie, with either sign of float noise: gains, losses and P equal those of
+    the same runs with the scores exactly equal, and scipy's binomtest on those counts."""
+    assert all(a != b for a, b in _NOISY)  # the noise is there
+    real = [(0.3, 0.5), (0.2, 0.3), (0.4, 0.7), (0.5, 0.75), (0.6, 0.5)]  # 4 gains, 1 loss
+    f = _features(len(_NOISY) + len(real), seed=2)
+    noisy, exact = f.copy(), f.copy()
+    noisy[["first_draft_score", "score"]] = _NOISY + real
+    exact[["first_draft_score", "score"]] = [(b, b) for _, b in _NOISY] + real
+    got = _stats(revision_tests(revisions(noisy), resamples=50))
+    tied = _stats(revision_tests(revisions(exact), resamples=50))
+    assert (got["revision_gains"], got["revision_losses"], got["revision_ties"]) == (4, 1, 5)
+    for name in ("revision_gains", "revision_losses", "revision_ties", "revision_sign_test_p"):
+        assert got[name] == tied[name], name
+    assert got["revision_sign_test_p"] == pytest.approx(sps.binomtest(4, 5).pvalue, abs=1e-15)
+
+
+def test_self_assessment_ties_up_to_float_noise() -> None:
+    """Self-assessment (4.3): a stated correlation equal to the score in exact arithmetic
+    does not overpredict, is a zero of the Wilcoxon test, and tied scores take average
+    ranks in the Spearman correlation, as scipy gives on the exactly tied values."""
+    stated = [0.3, 0.5, 0.3, 0.9, 0.2, 0.8, 0.6]
+    noisy_scores = [0.7 - 0.4, 0.1, 0.1 + 0.2, 0.4, _A, _B, 0.3]
+    exact_scores = [0.3, 0.1, 0.3, 0.4, 32 / 65, 32 / 65, 0.3]
+
+    def table(scores: list[float]) -> pd.DataFrame:
+        sa = pd.DataFrame({"task_id": [f"t{i}" for i in range(7)],
+                           "stated_expected_rho": stated, "score": scores})
+        return sa.assign(overestimate=sa["stated_expected_rho"] - sa["score"])
+
+    got = _stats(self_assessment_tests(table(noisy_scores), resamples=50))
+    tied = _stats(self_assessment_tests(table(exact_scores), resamples=50))
+    assert got["self_assessment_overpredicting"] == tied["self_assessment_overpredicting"] == 4
+    over = np.array(stated) - np.array(exact_scores)
+    assert got["self_assessment_wilcoxon_p"] == pytest.approx(
+        sps.wilcoxon(over[over != 0]).pvalue, abs=1e-12)
+    assert got["self_assessment_spearman"] == pytest.approx(
+        sps.spearmanr(stated, exact_scores).statistic, abs=1e-12)
+    assert got["self_assessment_spearman"] != pytest.approx(
+        sps.spearmanr(stated, noisy_scores).statistic, abs=1e-6)  # the noise would matter

@@ -173,19 +173,28 @@ SPEC9_COLUMNS = {
 }
 
 
+@pytest.fixture(scope="module")
+def study_stats(tmp_path_factory) -> Path:
+    """``spu stats`` with ``--tasks`` and ``--runs-dir`` on a paper-sized simulated study
+    (``python -m spu.stats.simulate --study``, seed 3: table, task packages, run folders)."""
+    root = tmp_path_factory.mktemp("study")
+    runs = root / "sim.csv"
+    done = run_module(["spu.stats.simulate", str(runs), "--seed", "3", "--study",
+                       str(root / "study")])
+    assert done.returncode == 0, done.stderr
+    out = root / "stats"
+    done = _stats(runs, out, "--tasks", str(root / "study" / "tasks"), "--runs-dir",
+                  str(root / "study" / "outputs"))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
 @pytest.mark.slow  # more than a few seconds
-def test_writes_the_spec_section_9_files_on_a_simulated_study(tmp_path) -> None:
+def test_writes_the_spec_section_9_files_on_a_simulated_study(study_stats) -> None:
     """A paper-sized simulated study (table, task packages, run folders): ``spu stats``
     writes every file of SPEC section 9 with its columns, the named tests of E.9 and
     E.10 in tests.csv, and the manifest names each file's paper section."""
-    runs = tmp_path / "sim.csv"
-    done = run_module(["spu.stats.simulate", str(runs), "--seed", "3", "--study",
-                       str(tmp_path / "study")])
-    assert done.returncode == 0, done.stderr
-    out = tmp_path / "stats"
-    done = _stats(runs, out, "--tasks", str(tmp_path / "study" / "tasks"), "--runs-dir",
-                  str(tmp_path / "study" / "outputs"))
-    assert done.returncode == 0, done.stderr
+    out = study_stats
     for name, columns in SPEC9_COLUMNS.items():
         table = pd.read_csv(out / name)
         assert list(table.columns[:len(columns)]) == columns, name
@@ -218,6 +227,40 @@ def test_writes_the_spec_section_9_files_on_a_simulated_study(tmp_path) -> None:
     correlations = pd.read_csv(out / "effort_correlations.csv")
     adjusted = correlations[correlations["config"].str.startswith("(")].set_index("measure")
     assert adjusted.loc["runtime_s", "transform"] == "log"
+
+
+@pytest.mark.slow  # more than a few seconds (shares the study above)
+def test_every_file_written_with_runs_dir_and_tasks_names_its_rule(study_stats) -> None:
+    """Issue 43 gap 4: with ``--tasks`` and ``--runs-dir`` ``spu stats`` also writes the
+    files that need task packages or run folders (``presented_order.csv``,
+    ``pair_order.csv`` and the rest); every file it writes has a manifest entry with its
+    rule, population, basis and the paper's sentence, as ``spu.stats.rules`` states them
+    (the test plugin's ``example_counts.csv``, an outside analysis, states none)."""
+    import json
+
+    from spu.stats.rules import BASES, STATS_RULES
+
+    outputs = json.loads((study_stats / "manifest.json").read_text())["outputs"]
+    on_disk = {p.name for p in study_stats.glob("*.csv")}
+    assert {"presented_order.csv", "pair_order.csv", "pair_order_runs.csv",
+            "agreement_tasks.csv", "monotone.csv", "repeats_orders.csv"} <= on_disk
+    assert on_disk <= {name for name, out in outputs.items() if out["written"]}
+    # summary.csv and tests.csv gather every analysis' rows: no one source
+    builtin = {name for name in on_disk
+               if str(outputs[name].get("source", "spu.stats")).startswith("spu.stats")}
+    assert on_disk - builtin <= {"example_counts.csv"}, sorted(on_disk - builtin)
+    assert builtin <= set(STATS_RULES), sorted(builtin - set(STATS_RULES))
+    for name in builtin:
+        entry = outputs[name]
+        for field in ("rule", "population", "basis", "sentence"):
+            assert isinstance(entry[field], str) and entry[field].strip(), (name, field)
+        assert entry["basis"] in BASES, name
+    presented = outputs["presented_order.csv"]
+    assert presented["basis"] == "paper" and "22 official runs" in presented["sentence"]
+    assert "--runs-dir" in presented["population"] and "--tasks" in presented["population"]
+    pair_order = outputs["pair_order.csv"]
+    assert pair_order["basis"] == "paper" and "appendix F" in pair_order["sentence"]
+    assert "answer key" in pair_order["population"]
 
 
 def test_stats_on_deterministic_repeats_warns_nothing(tmp_path) -> None:
