@@ -899,8 +899,8 @@ def spread_summary(tasks: pd.DataFrame, runs: pd.DataFrame,
                     & runs["task_id"].isin(set(widest["task_id"]))]
     leaders = set()
     for _, group in official.groupby("task_id"):
-        top = group["score_recovered"].max()
-        best = group[group["score_recovered"] == top]
+        scores = exact(group["score_recovered"])  # equal up to float noise: a shared top
+        best = group[scores == scores.max()]
         if len(best) == 1:
             leaders.add(best["config"].iloc[0])
     add("configs_sole_top_on_widest", len(leaders), len(widest))

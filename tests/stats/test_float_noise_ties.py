@@ -88,9 +88,6 @@ def test_spread_agreement_spearman_ranks_noisy_ties_alike() -> None:
     assert got == pytest.approx(reference, abs=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="spu/stats/interaction.py spread_summary compares "
-                   "task scores with == for the sole top score, not at the tie precision "
-                   "(spu.stats.ties.exact); left for after the refactor of spu/stats")
 def test_sole_top_score_ties_up_to_float_noise() -> None:
     """4.4's configurations with the sole highest score on a widest-spread task: two
     configurations whose scores are both 32/65 (summed two ways) share the top, so
