@@ -36,27 +36,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import json
 import logging
 import secrets
-import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from spu.config import ModelGatewayConfig, PriceConfig
+from spu.gateway.admission import (  # noqa: F401 - as before the move
+    OUTPUT_BOUNDS,
+    OUTPUT_BOUNDS_OF,
+    _json_media_type,
+    asked_output_tokens,
+)
 from spu.gateway.answers import (
     API_ANTHROPIC,
     APIS,
     GENERATION_ENDPOINTS,
     OWN_REFERENCES,
-    AnswerReader,
     api_of_endpoint,
     case_variant,
     content_sources,
@@ -68,6 +69,25 @@ from spu.gateway.answers import (
     server_tools,
     stored_references,
     tool_results,
+)
+from spu.gateway.exchange import _Exchange
+from spu.gateway.record import now_iso, well_formed
+from spu.gateway.relay import (
+    BETAS_DROPPED,
+    CLIENT_STALL_S,
+    DRAIN_AFTER_HANGUP_BYTES,
+    DRAIN_AFTER_HANGUP_S,
+    MAX_JSON_BYTES,
+    OUTPUT_LIMIT_HEADERS,
+    RELAY_BATCH_BYTES,
+    REQUEST_HEADERS_KEPT,
+    REQUEST_LIMIT_HEADERS,
+    RESPONSE_HEADERS_DROPPED,
+    TOTAL_LIMIT_HEADERS,
+    UPSTREAM_CONNECTIONS,
+    StreamDropped,
+    _tls_context,
+    stated_rate_limit,
 )
 from spu.gateway.verdict import (
     MAX_REFUSAL_FILES,
@@ -83,170 +103,12 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
 SHUTDOWN_TIMEOUT_S = 10.0
 """Seconds :meth:`ModelGateway.stop` waits for answers in flight to end."""
-MAX_JSON_BYTES = 32 * 1024 * 1024
-"""A non-streamed answer longer than this is passed through but not read."""
 
 DEFAULT_UPSTREAMS = {
     "anthropic": "https://api.anthropic.com",
     "openai": "https://api.openai.com/v1",
 }
 """The provider's API base when ``model.base_url`` is null."""
-
-REQUEST_HEADERS_KEPT = frozenset({
-    "content-type", "accept", "user-agent", "anthropic-version", "anthropic-beta",
-    "anthropic-dangerous-direct-browser-access", "x-app", "originator", "session_id",
-    "conversation_id", "version", "openai-beta", "idempotency-key"})
-"""Request headers passed to the upstream (with those starting ``x-stainless-``, the SDKs'
-own); any other (``OpenAI-Organization``, ``OpenAI-Project``, a credential) is dropped."""
-BETAS_DROPPED = ("mcp-client-", "web-fetch-", "web-search-", "code-execution-", "files-api-",
-                 "skills-", "oauth-")
-"""``anthropic-beta`` values not passed on: features by which the provider reaches out
-(remote MCP servers, web fetch and search, code execution with files) for the agent, and
-OAuth's, which asks the provider to read the key as an OAuth token (a 401 for an API key)."""
-DRAIN_AFTER_HANGUP_S = 300.0
-"""Seconds an answer is still read for its usage after the agent hung up."""
-DRAIN_AFTER_HANGUP_BYTES = 64 * 1024 * 1024
-"""Bytes an answer is still read for its usage after the agent hung up."""
-RESPONSE_HEADERS_DROPPED = frozenset({
-    "content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive",
-    "date", "server"})
-
-
-RELAY_BATCH_BYTES = 1 << 18
-"""At most this many bytes already read from the upstream go to the agent in one write."""
-
-UPSTREAM_CONNECTIONS = 64
-"""Connections the gateway holds to the upstream at once (a run's concurrent requests)."""
-
-CLIENT_STALL_S = 2.0
-"""A wait this long on an agent that stopped reading makes a later upstream cut the
-agent's doing (``gateway.client_stalled``): a provider may drop a reader that stalls. A
-wait that begins within this long of a stall's end carries it on (the agent still behind)."""
-
-
-RATE_LIMIT_HEADERS = ("anthropic-ratelimit-input-tokens-limit",)
-"""Where providers state their input-tokens-per-minute limit."""
-OUTPUT_LIMIT_HEADERS = ("anthropic-ratelimit-output-tokens-limit",)
-"""Where providers state their output-tokens-per-minute limit."""
-TOTAL_LIMIT_HEADERS = ("x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit")
-"""Where providers state a limit of all tokens per minute (OpenAI counts a request at its
-``max_tokens`` before it runs)."""
-
-
-OUTPUT_BOUNDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
-"""Where a request asks its most output tokens: Messages, Responses, Chat Completions."""
-OUTPUT_BOUNDS_OF = {"messages": ("max_tokens",), "count_tokens": ("max_tokens",),
-                    "responses": ("max_output_tokens",),
-                    "chat_completions": ("max_tokens", "max_completion_tokens")}
-"""The bounds each endpoint's API reads (Chat Completions: both, a provider may read
-either: vLLM takes ``max_completion_tokens`` where set)."""
-
-
-def _output_bound(value: Any) -> int | None:
-    """One bound field's value as the integer a lax provider reads, or None."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        # 32000.0 and "32000" are the integer a lax provider reads: counted so, not as
-        # no bound (a strict one answers 400, and the count only weighs the run more).
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit() and len(value) < 20:
-        return int(value.strip())
-    if isinstance(value, int) and not isinstance(value, bool):
-        # Past 2**63 no provider reads a bound (and the arithmetic on it would overflow).
-        return value if abs(value) < 2**63 else None
-    return None
-
-
-def asked_output_tokens(body: dict[str, Any], endpoint: str | None = None) -> int | None:
-    """The most output tokens a request body asks for, or None where it sets no bound.
-
-    Only the fields ``endpoint``'s API reads count (:data:`OUTPUT_BOUNDS_OF`; every one of
-    :data:`OUTPUT_BOUNDS` for another endpoint), the largest where it reads two: a body
-    asking ``max_tokens`` 16 and ``max_completion_tokens`` 100,000 can run to 100,000.
-
-    Examples
-    --------
-    >>> asked_output_tokens({"max_tokens": 100}), asked_output_tokens({"input": "x"})
-    (100, None)
-    >>> asked_output_tokens({"max_tokens": 32000.0}), asked_output_tokens({"max_tokens": "64"})
-    (32000, 64)
-    >>> asked_output_tokens({"max_tokens": 1.5}), asked_output_tokens({"max_tokens": True})
-    (None, None)
-    >>> asked_output_tokens({"max_tokens": 10**400}) is None
-    True
-    >>> both = {"max_tokens": 16, "max_completion_tokens": 100_000}
-    >>> asked_output_tokens(both, "chat_completions"), asked_output_tokens(both, "responses")
-    (100000, None)
-    """
-    bounds = [b for name in OUTPUT_BOUNDS_OF.get(endpoint or "", OUTPUT_BOUNDS)
-              if (b := _output_bound(body.get(name))) is not None]
-    return max(bounds) if bounds else None
-
-
-REQUEST_LIMIT_HEADERS = ("anthropic-ratelimit-requests-limit", "x-ratelimit-limit-requests")
-"""Where providers state their requests-per-minute limit."""
-
-
-def stated_rate_limit(headers: Any, names: tuple[str, ...] = RATE_LIMIT_HEADERS) -> int | None:
-    """The per-minute limit an answer's headers state under ``names`` (tokens), or None.
-
-    Examples
-    --------
-    >>> stated_rate_limit({"anthropic-ratelimit-input-tokens-limit": "80000"})
-    80000
-    >>> stated_rate_limit({"x-ratelimit-limit-tokens": "n/a"}) is None
-    True
-    """
-    for name in names:
-        value = headers.get(name)
-        if value is not None and str(value).strip().isdigit():
-            return int(str(value).strip())
-    return None
-
-
-def _json_media_type(value: str) -> bool:
-    """Whether a ``content-type`` value is ``application/json``, its charset UTF-8 if any.
-
-    Examples
-    --------
-    >>> _json_media_type("application/json"), _json_media_type("Application/JSON; charset=UTF-8")
-    (True, True)
-    >>> _json_media_type("application/json; charset=utf-7"), _json_media_type("text/plain")
-    (False, False)
-    """
-    media, *params = value.split(";")
-    return media.strip().lower() == "application/json" and all(
-        p.strip().lower().replace('"', "") in ("", "charset=utf-8") for p in params)
-
-
-def well_formed(text: str) -> str:
-    r"""``text`` with each lone UTF-16 surrogate (which JSON allows) replaced by U+FFFD.
-
-    Examples
-    --------
-    >>> well_formed("cut mid-emoji: \ud83d") == "cut mid-emoji: \ufffd"
-    True
-    """
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def now_iso() -> str:
-    """The current time, ISO-8601 in UTC with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-@functools.lru_cache(maxsize=1)
-def _tls_context() -> ssl.SSLContext:
-    """The TLS context of every gateway of the process.
-
-    Loading the CA bundle costs 50 ms, which every run's gateway would pay again.
-    """
-    import certifi
-
-    return ssl.create_default_context(cafile=certifi.where())
-
-
-class StreamDropped(Exception):
-    """The upstream cut the answer; raised into the server so the agent's stream is cut."""
 
 
 class _DroppedStreamFilter(logging.Filter):
@@ -350,35 +212,6 @@ def _server_class() -> Any:
 
     return WakeableServer
 
-
-@dataclass(eq=False)
-class _Exchange:
-    """One request on its way: what the record line will say."""
-
-    entry: GatewayRequest
-    started: float
-    reader: AnswerReader
-    body: Any = None
-    raw_request: bytes = b""
-    answer: bytearray = field(default_factory=bytearray)
-    reserved_usd: float = 0.0
-    """The bound on this generation's cost held against the spend cap while it runs."""
-    client_gone: bool = False
-    sent: bool = False
-    """Its headers went out to the upstream: it holds a connection of the pool."""
-    deltas: int = 0
-    """Output delta events read (streamed answers)."""
-    delta_tokens: int = 0
-    """The output tokens those deltas hold, estimated from their bytes."""
-    stopped: bool = False
-    """The relay ended because the run did (the gateway stopping), not the agent."""
-    last_stall_s: float = 0.0
-    """The last wait of :data:`CLIENT_STALL_S` or more on the agent's full queue (nothing
-    is read from the upstream meanwhile)..."""
-    last_stall_end: float = float("-inf")
-    """... and when it ended (``time.monotonic``)."""
-    submission: bytes | None = None
-    """``output/rankings.json`` as it stood when the request arrived (a generation's)."""
 
 
 class ModelGateway:
