@@ -10,7 +10,7 @@ from spu.schema import GatewayRequest
 
 
 @dataclass(eq=False)
-class _Exchange:
+class Exchange:
     """One request on its way: what the record line will say."""
 
     entry: GatewayRequest
