@@ -239,26 +239,7 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
         at = _seconds(entry.time)
         if at is None:
             continue
-        # By arrival time, not line order: a request still in flight at the 429 (a long
-        # stream the agent then hangs up) has its line written after the 429's.
-        mine = [(before, then) for before in entries if before.endpoint in GENERATIONS
-                and _reached_upstream(before) and (then := _seconds(before.time)) is not None
-                and at - RATE_WINDOW_S <= then <= at]
-        cached = _cached_prefix(entries, at)
-        prompt = sum(_prompt_tokens(before, ratio, cached) for before, _ in mine)
-        # Output as providers count it: at max_tokens while a request runs (the 429 too,
-        # refused for it), at what it wrote once done; OpenAI's tokens at max_tokens always.
-        # A provider that answered a request whose max_tokens alone passed its limit does
-        # not count max_tokens so: there, what the answers wrote.
-        by_asked = {kind: not _answered_past(entries, kind, stated.get(kind), ratio, cached)
-                    for kind in ("output tokens", "tokens")}
-        running = sum(max(b.usage.output, b.max_tokens or 0)
-                      if by_asked["output tokens"] and (then + b.latency_s > at or b is entry)
-                      else b.usage.output for b, then in mine)
-        asked = sum(max(b.usage.output, b.max_tokens or 0) if by_asked["tokens"]
-                    else b.usage.output for b, _ in mine)
-        spent = {"requests": len(mine), "input tokens": prompt, "output tokens": running,
-                 "tokens": prompt + asked}
+        spent = _spent_in_minute(entries, entry, at, stated, ratio)
         # The 429 itself counts among the requests: past the limit, not at it.
         reached = [kind for kind, limit in stated.items()
                    if spent[kind] > limit or (kind != "requests" and spent[kind] >= limit)]
@@ -283,6 +264,35 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
                         f"taken to admit at once plus its stated limit of {stated['requests']} "
                         f"requests per minute over {over:.3f} s (a second at least): a burst")
     return found
+
+
+def _spent_in_minute(entries: Sequence[GatewayRequest], entry: GatewayRequest, at: float,
+                     stated: dict[str, int], ratio: float) -> dict[str, int]:
+    """The run's requests and tokens in the minute before a 429, by kind of limit.
+
+    ``entry`` is the 429, arriving ``at``; counted as a provider counts them
+    (:func:`own_rate_limits`).
+    """
+    # By arrival time, not line order: a request still in flight at the 429 (a long
+    # stream the agent then hangs up) has its line written after the 429's.
+    mine = [(before, then) for before in entries if before.endpoint in GENERATIONS
+            and _reached_upstream(before) and (then := _seconds(before.time)) is not None
+            and at - RATE_WINDOW_S <= then <= at]
+    cached = _cached_prefix(entries, at)
+    prompt = sum(_prompt_tokens(before, ratio, cached) for before, _ in mine)
+    # Output as providers count it: at max_tokens while a request runs (the 429 too,
+    # refused for it), at what it wrote once done; OpenAI's tokens at max_tokens always.
+    # A provider that answered a request whose max_tokens alone passed its limit does
+    # not count max_tokens so: there, what the answers wrote.
+    by_asked = {kind: not _answered_past(entries, kind, stated.get(kind), ratio, cached)
+                for kind in ("output tokens", "tokens")}
+    running = sum(max(b.usage.output, b.max_tokens or 0)
+                  if by_asked["output tokens"] and (then + b.latency_s > at or b is entry)
+                  else b.usage.output for b, then in mine)
+    asked = sum(max(b.usage.output, b.max_tokens or 0) if by_asked["tokens"]
+                else b.usage.output for b, _ in mine)
+    return {"requests": len(mine), "input tokens": prompt, "output tokens": running,
+            "tokens": prompt + asked}
 
 
 BURST_FLOOR = 5
@@ -376,6 +386,16 @@ def request_burst(others: Sequence[tuple[float, float | None]], latency_s: float
     arrivals = sorted([0, *taken, *(t for t, _ in refused)])
     if not _may_pass(arrivals, limit):
         return None
+    best = _worst_window(taken, refused, arrivals, end, limit)
+    return None if best is None else (best[2], best[3] / _US)
+
+
+def _worst_window(taken: list[int], refused: list[tuple[int, int]], arrivals: list[int],
+                  end: int, limit: int) -> tuple[int, int, int, int] | None:
+    """:func:`request_burst`'s window passing its bound by the most, or None.
+
+    As ``(excess, -w, n, w)`` in microseconds; ``taken`` and ``refused`` sorted.
+    """
     refused_at = [t for t, _ in refused]
     stops = sorted({0, *(t for t in arrivals if t > 0)})
     best: tuple[int, int, int, int] | None = None  # (excess, -w, n, w)
@@ -399,7 +419,7 @@ def request_burst(others: Sequence[tuple[float, float | None]], latency_s: float
             key = (excess, start - stop, n, stop - start)
             if excess > 0 and (best is None or key > best):
                 best = key
-    return None if best is None else (best[2], best[3] / _US)
+    return best
 
 
 _US = 1_000_000
