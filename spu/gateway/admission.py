@@ -16,6 +16,7 @@ from spu.gateway.answers import (
     api_of_endpoint,
     case_variant,
     content_sources,
+    fold_key,
     server_tools,
     stored_references,
 )
@@ -71,6 +72,92 @@ def asked_output_tokens(body: dict[str, Any], endpoint: str | None = None) -> in
     bounds = [b for name in OUTPUT_BOUNDS_OF.get(endpoint or "", OUTPUT_BOUNDS)
               if (b := _output_bound(body.get(name))) is not None]
     return max(bounds) if bounds else None
+
+
+OUTPUT_MULTIPLIERS = ("n", "best_of", "num_return_sequences", "candidate_count")
+"""Fields by which a provider bills a request's output several times over: Chat
+Completions' ``n`` choices (OpenAI; Gemini's OpenAI-compatible API maps it to its
+``candidateCount``), ``best_of`` sequences generated to return ``n`` (vLLM, TGI),
+Hugging Face's ``num_return_sequences`` and Gemini's ``candidate_count`` (which a router
+may take). Neither Anthropic's Messages nor OpenAI's Responses has one; a router in
+front of either may still read them, so they count wherever they stand."""
+MULTIPLIER_PLACES = ("generation_config", "extra_body", "google")
+"""Objects of a body whose fields a provider reads as the request's own settings, where
+a multiplier is looked for too (Gemini's ``generation_config``, ``extra_body.google``)."""
+MAX_OUTPUT_MULTIPLIER = 128
+"""The most answers one request may ask for (OpenAI's largest ``n``); past it, a 400."""
+PREDICTION = "prediction"
+"""Chat Completions' predicted output: the tokens of it the answer rejects are billed as
+output (``rejected_prediction_tokens``), as many as the prediction has at most."""
+
+_MULTIPLIERS = frozenset(fold_key(name) for name in OUTPUT_MULTIPLIERS)
+_PLACES = frozenset(fold_key(name) for name in MULTIPLIER_PLACES)
+
+
+def _settings(body: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
+    """``body`` and the objects in it read as its settings (:data:`MULTIPLIER_PLACES`)."""
+    found = [body]
+    if depth < 3:
+        for key, value in body.items():
+            if isinstance(value, dict) and fold_key(key) in _PLACES:
+                found += _settings(value, depth + 1)
+    return found
+
+
+def output_multiplier(body: Any) -> tuple[int, str | None]:
+    """How many times over a provider may bill a request's output, or why it cannot say.
+
+    The product of every multiplier (:data:`OUTPUT_MULTIPLIERS`, in any spelling a
+    lenient parser matches, :func:`fold_key`) the body or its settings set; a value
+    that is no whole number from 1 to :data:`MAX_OUTPUT_MULTIPLIER` (read as a lax
+    provider reads it) is named instead, for a 400.
+
+    Examples
+    --------
+    >>> output_multiplier({"n": 8}), output_multiplier({"n": 2, "best_of": "4"})
+    ((8, None), (8, None))
+    >>> output_multiplier({"extra_body": {"google": {"candidateCount": 3}}})
+    (3, None)
+    >>> output_multiplier({"n": 0})[1], output_multiplier({"N": "8.5"})[1]
+    ("'n': 0", "'N': '8.5'")
+    >>> output_multiplier({"n": 16, "best_of": 16})[1]
+    '256 answers in all'
+    >>> output_multiplier({"messages": [{"n": 50}]}), output_multiplier({"n": None})
+    ((1, None), (1, None))
+    """
+    if not isinstance(body, dict):
+        return 1, None
+    product = 1
+    for settings in _settings(body):
+        for key, value in settings.items():
+            if fold_key(key) not in _MULTIPLIERS or value is None:
+                continue
+            times = _output_bound(value)
+            if times is None or not 1 <= times <= MAX_OUTPUT_MULTIPLIER:
+                return 1, f"{shown(well_formed(key))}: {shown(value)}"
+            product *= times
+    if product > MAX_OUTPUT_MULTIPLIER:
+        return 1, f"{product} answers in all"
+    return product, None
+
+
+def predicted_tokens(body: Any) -> int:
+    """The most output tokens a Chat Completions ``prediction`` may add to the bill.
+
+    At most a token a byte of the prediction as sent (no tokenizer makes more tokens
+    than bytes of JSON text).
+
+    Examples
+    --------
+    >>> predicted_tokens({"prediction": {"type": "content", "content": "abc"}})
+    37
+    >>> predicted_tokens({"messages": []})
+    0
+    """
+    if not isinstance(body, dict):
+        return 0
+    return sum(len(json.dumps(value)) for key, value in body.items()
+               if fold_key(key) == PREDICTION and value is not None)
 
 
 def _json_media_type(value: str) -> bool:
@@ -231,6 +318,26 @@ class Admission:
                           f"send it inline")
         return None
 
+    def billed_output(self, endpoint: str, api: str, exchange: Exchange) -> Any:
+        """Read how many times over the answer's output is billed, or refuse the request.
+
+        Sets :attr:`Exchange.output_multiplier` and :attr:`Exchange.predicted_tokens`
+        for the spend cap's bound (:meth:`SpendCap.cost_bound`); a multiplier it cannot
+        bound is a recorded 400 (the agent's).
+        """
+        if endpoint not in GENERATION_ENDPOINTS:
+            return None
+        times, unread = output_multiplier(exchange.body)
+        if unread is not None:
+            return self.record.refuse(
+                exchange, api, 400, "invalid_request_error", "gateway.bad_request",
+                f"the request asks for {unread}; a request may ask for 1 to "
+                f"{MAX_OUTPUT_MULTIPLIER} answers in all (n, best_of and the like), each "
+                f"billed and bounded by the run's spend cap")
+        exchange.output_multiplier = times
+        exchange.predicted_tokens = predicted_tokens(exchange.body)
+        return None
+
     def usage_asked(self, endpoint: str, api: str, exchange: Exchange) -> Any:
         """A streamed Chat Completions request made to report its usage, or refused.
 
@@ -312,8 +419,10 @@ class SpendCap:
         """At most what a generation can cost, for the spend cap.
 
         Every body byte counted an input token (at the cache-write price), the output at
-        its ``max_tokens`` (:func:`asked_output_tokens`); without one, the whole cap (it
-        then runs alone).
+        its ``max_tokens`` (:func:`asked_output_tokens`) and the tokens a prediction may
+        add (:func:`predicted_tokens`), times every answer it asks for
+        (:func:`output_multiplier`: ``n`` choices are each billed); without a
+        ``max_tokens``, the whole cap (it then runs alone).
         """
         if self.prices is None or self.max_cost_usd is None:
             return 0.0
@@ -322,7 +431,8 @@ class SpendCap:
             return self.max_cost_usd
         from spu.cost.prices import request_cost
 
-        usage = Usage(cache_write=len(exchange.raw_request), output=limit)
+        output = (limit + exchange.predicted_tokens) * exchange.output_multiplier
+        usage = Usage(cache_write=len(exchange.raw_request), output=output)
         try:
             return request_cost(self.prices, usage, cache_write_rate="five_minute").total
         except OverflowError:

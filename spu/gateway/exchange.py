@@ -19,6 +19,10 @@ class Exchange:
     body: Any = None
     raw_request: bytes = b""
     answer: bytearray = field(default_factory=bytearray)
+    output_multiplier: int = 1
+    """Answers the request asks for, each billed (``n`` and the like)."""
+    predicted_tokens: int = 0
+    """Output tokens a Chat Completions ``prediction`` may add to the bill."""
     reserved_usd: float = 0.0
     """The bound on this generation's cost held against the spend cap while it runs."""
     client_gone: bool = False

@@ -405,6 +405,7 @@ class ModelGateway:
         if unread is not None:
             return refuse(400, "invalid_request_error", "gateway.bad_request", unread)
         refusal = (self.admission.policy(endpoint, exchange)
+                   or self.admission.billed_output(endpoint, api, exchange)
                    or self.admission.usage_asked(endpoint, api, exchange))
         if refusal is not None:
             return refusal
