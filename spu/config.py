@@ -326,6 +326,8 @@ class ModelGatewayConfig:
     """Characters kept of each tool result the model was sent, for the exposure screen."""
     tool_results_mb: float = 64.0
     """Cap on ``<run_dir>/model/tool_results.jsonl`` (what the exposure screen reads)."""
+    record_mb: float = 64.0
+    """Cap on ``<run_dir>/model/requests.jsonl``; past it every request is refused."""
     connect_timeout_s: float = 30.0
     """Seconds to connect to the upstream API."""
     read_timeout_s: float = 900.0

@@ -47,7 +47,7 @@ from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.gateway import MODEL_DIR
 from spu.gateway.session import GatewayConfigError, GatewaySession
-from spu.gateway.verdict import files_at_refusals, key_rejected, model_input_steps, read_requests
+from spu.gateway.verdict import files_at_refusals, iter_requests, key_rejected, model_input_steps
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
 from spu.grading.isolated import GraderIsolationError, available_isolation, grade_shared
 from spu.grading.outcome import (
@@ -648,7 +648,7 @@ def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
         # Ask the provider (through the run's gateway) before stopping anything: the
         # agent's output is the agent's to write.
         return run.harness.rejected_key_reason(seen) or key_rejected(
-            read_requests(run.run_dir / "model" / "requests.jsonl"))
+            iter_requests(run.run_dir / "model" / "requests.jsonl"))
 
     return AgentMonitor(run.run_dir, stdout,
                         RunStatus(run_key=run.key, label=label, started=time.time(),

@@ -274,16 +274,16 @@ class Admission:
         refuse = functools.partial(self.record.refuse, exchange, api)
         body = exchange.body
         asks = endpoint in ("messages", "count_tokens", "responses", "chat_completions")
-        if asks and self.api_model is not None and exchange.entry.model != self.api_model:
+        if asks and self.api_model is not None and exchange.model != self.api_model:
             return refuse(403, "permission_error", "gateway.model_refused",
-                          f"model {exchange.entry.model!r} is not allowed in this run (only "
+                          f"model {shown(exchange.model)} is not allowed in this run (only "
                           f"{self.api_model!r})")
         fallbacks = body.get("models") if asks and isinstance(body, dict) else None
         if fallbacks is not None and self.api_model is not None and (
                 not isinstance(fallbacks, list) or any(m != self.api_model for m in fallbacks)):
             # a router's fallback list (OpenRouter): the answer could come from any of them
             return refuse(403, "permission_error", "gateway.model_refused",
-                          f"models {str(fallbacks)[:200]} are not allowed in this run "
+                          f"models {shown(fallbacks)} are not allowed in this run "
                           f"(only {self.api_model!r})")
         if endpoint == "responses" and isinstance(body, dict) and \
                 body.get("background") not in (None, False):

@@ -17,6 +17,8 @@ class Exchange:
     started: float
     reader: AnswerReader
     body: Any = None
+    model: str | None = None
+    """The model the body names, whole (the record holds it cut)."""
     raw_request: bytes = b""
     answer: bytearray = field(default_factory=bytearray)
     output_multiplier: int = 1

@@ -4,12 +4,19 @@ Everything the gateway writes under ``<run_dir>/model/``, by :class:`GatewayReco
 ``requests.jsonl`` (SPEC 11), ``tool_results.jsonl`` (the exposure screen's input),
 ``refusal_files/`` and, with ``log_bodies``, ``bodies/``. The record also sums what the
 lines cost (:attr:`GatewayRecord.spent_usd`), which the spend cap reads.
+
+Everything the agent chooses is bounded before it is written (a model name, an error
+echoing its bytes, a tool call's id: :data:`FIELD_CHARS`), and so is the record itself
+(``model_gateway.record_mb``): once it is full every request is refused, the first
+refusals written (:data:`RECORD_HEADROOM_BYTES`), the rest counted
+(:meth:`GatewayRecord.notes`); a line that carries usage is always written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +29,29 @@ from spu.gateway.answers import error_body, tool_results
 from spu.gateway.exchange import Exchange
 from spu.gateway.verdict import MAX_REFUSAL_FILES, REFUSAL_FILES
 from spu.schema import Usage
+
+log = logging.getLogger(__name__)
+
+FIELD_CHARS = 256
+"""Characters kept of each text field of a record line (a model name, an id, a label)."""
+ERROR_CHARS = 1024
+"""Characters kept of a line's ``error`` (the gateway's own messages are shorter)."""
+RECORD_HEADROOM_BYTES = 1024 * 1024
+"""Bytes past ``model_gateway.record_mb`` the record still takes lines that carry no usage
+(the refusals that say it is full); later ones are counted, not written."""
+MAX_BODIES_BYTES = 1024**3
+"""Bytes of ``bodies/`` (``log_bodies``) at most; later bodies are not kept."""
+
+
+def cut(text: str, most: int = FIELD_CHARS) -> str:
+    """``text``, at most ``most`` characters (a cut one ends in ``...``).
+
+    Examples
+    --------
+    >>> cut("m" * 300)[-5:], len(cut("m" * 300)), cut("short")
+    ('mm...', 256, 'short')
+    """
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def well_formed(text: str) -> str:
@@ -45,7 +75,8 @@ class GatewayRecord:
 
     Args:
         folder: ``<run_dir>/model``.
-        cfg: ``model_gateway`` options (``log_bodies``, the tool results' bounds).
+        cfg: ``model_gateway`` options (``log_bodies``, ``record_mb``, the tool results'
+            bounds).
         prices: the model's list prices (None: nothing is counted).
         cache_write_rate: the cost rule :attr:`spent_usd` is counted by.
         submission_counts: whether a file kept at a refusal counts (None: every one).
@@ -68,6 +99,31 @@ class GatewayRecord:
         self._seen_results: set[str] = set()
         self._results_bytes = 0
         self._kept_at_refusals: set[str] = set()
+        self.max_bytes = int(cfg.record_mb * 1024 * 1024)
+        self._bytes = self.requests_path.stat().st_size if self.requests_path.exists() else 0
+        self._bodies_bytes = 0
+        self.unwritten = 0
+        """Lines past the cap and its headroom, counted instead of written."""
+        self.write_error: str | None = None
+        """Why a write failed (the disk full, the file-size limit): nothing more is taken."""
+
+    @property
+    def full(self) -> bool:
+        """True once the record holds ``record_mb`` (or cannot be written): refuse all."""
+        return self._bytes >= self.max_bytes or self.write_error is not None
+
+    def notes(self) -> list[str]:
+        """What the run record should say of the record itself (its cap, a failed write)."""
+        said = []
+        if self._bytes >= self.max_bytes:
+            said.append(f"the model gateway's record reached its cap of "
+                        f"model_gateway.record_mb={self.cfg.record_mb:g}; every request after "
+                        f"it was refused (gateway.record_full), {self.unwritten} of them "
+                        f"counted and not written")
+        if self.write_error is not None:
+            said.append(f"the model gateway could not write its record ({self.write_error}); "
+                        f"every request after it was refused")
+        return said
 
     def refuse(self, exchange: Exchange, api: str, status: int, kind: str, error_type: str,
                message: str) -> Any:
@@ -88,11 +144,12 @@ class GatewayRecord:
         e = exchange.entry
         e.latency_s = round(time.monotonic() - exchange.started, 6)
         # Every text the provider or the agent sent (an error message echoing the agent's
-        # bytes, a label, an id) is written well formed: a lone surrogate, which JSON
-        # allows and UTF-8 does not, would cost the request its line.
+        # bytes, a label, an id) is written bounded and well formed: a lone surrogate,
+        # which JSON allows and UTF-8 does not, would cost the request its line.
         for name, value in e:
             if isinstance(value, str):
-                setattr(e, name, well_formed(value))
+                setattr(e, name, well_formed(cut(value, ERROR_CHARS if name == "error"
+                                                 else FIELD_CHARS)))
         with self._lock:
             self._count += 1
             n = self._count
@@ -101,20 +158,41 @@ class GatewayRecord:
 
                 self.spent_usd += request_cost(self.prices, e.usage,
                                                cache_write_rate=self.cache_write_rate).total
-            if self.cfg.log_bodies:
+            if self.cfg.log_bodies and self._bodies_bytes < MAX_BODIES_BYTES:
                 e.body_file = self._write_bodies(n, exchange)
-            with open(self.requests_path, "a", encoding="utf-8") as f:
-                f.write(e.model_dump_json() + "\n")
+            line = e.model_dump_json() + "\n"
+            if e.usage == Usage() and \
+                    self._bytes + len(line) > self.max_bytes + RECORD_HEADROOM_BYTES:
+                self.unwritten += 1  # costs nothing, and the record is full: counted
+                return
+            self._append(self.requests_path, [line])
+            self._bytes += len(line)
 
-    def _write_bodies(self, n: int, exchange: Exchange) -> str:
+    def _append(self, path: Path, lines: list[str]) -> None:
+        """Append ``lines`` to ``path``; a failed write is noted, never raised."""
+        if self.write_error is not None:
+            return
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.writelines(lines)
+        except OSError as exc:
+            self.write_error = f"{path.name}: {exc}"
+            log.error("model gateway: %s", self.write_error)
+
+    def _write_bodies(self, n: int, exchange: Exchange) -> str | None:
         name = f"bodies/{n:05d}.json"
         path = self.folder / name
-        path.parent.mkdir(exist_ok=True)
         answer = bytes(exchange.answer).decode("utf-8", "replace")
         request = (exchange.body if exchange.body is not None
                    else exchange.raw_request.decode("utf-8", "replace"))
-        path.write_text(json.dumps({"request": request, "answer": answer}, ensure_ascii=False),
-                        encoding="utf-8", errors="replace")
+        data = json.dumps({"request": request, "answer": answer}, ensure_ascii=False)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(data, encoding="utf-8", errors="replace")
+        except OSError as exc:
+            log.error("model gateway: body %s not kept: %s", name, exc)
+            return None
+        self._bodies_bytes += len(data)
         return name
 
     def keep_tool_results(self, endpoint: str, body: Any) -> None:
@@ -124,12 +202,14 @@ class GatewayRecord:
         lines = []
         with self._lock:
             for call_id, text in tool_results(endpoint, body):
-                call_id, text = well_formed(call_id), well_formed(text)
-                key = call_id + ":" + hashlib.sha256(text.encode()).hexdigest()[:16]
+                text = well_formed(text)
+                key = hashlib.sha256(f"{len(call_id)}:{call_id}:{text}".encode(
+                    "utf-8", "surrogatepass")).hexdigest()
                 if key in self._seen_results:
                     continue
                 self._seen_results.add(key)
-                line = json.dumps({"time": now_iso(), "call_id": call_id, "chars": len(text),
+                line = json.dumps({"time": now_iso(), "call_id": well_formed(cut(call_id)),
+                                   "chars": len(text),
                                    "truncated": len(text) > cap, "text": text[:cap]},
                                   ensure_ascii=False) + "\n"
                 if self._results_bytes + len(line) > limit:
@@ -137,8 +217,7 @@ class GatewayRecord:
                 self._results_bytes += len(line)
                 lines.append(line)
             if lines:
-                with open(self.tool_results_path, "a", encoding="utf-8") as f:
-                    f.writelines(lines)
+                self._append(self.tool_results_path, lines)
 
     def keep_at_refusal(self, submission: bytes) -> None:
         """Keep the file a refused request arrived with (distinct ones, the latest few)."""
@@ -151,6 +230,9 @@ class GatewayRecord:
             self._kept_at_refusals.add(digest)
             n = len(self._kept_at_refusals)
         folder = self.folder / REFUSAL_FILES
-        folder.mkdir(exist_ok=True)
-        (folder / f"{n:06d}.json").write_bytes(submission)
-        (folder / f"{n - MAX_REFUSAL_FILES:06d}.json").unlink(missing_ok=True)
+        try:
+            folder.mkdir(exist_ok=True)
+            (folder / f"{n:06d}.json").write_bytes(submission)
+            (folder / f"{n - MAX_REFUSAL_FILES:06d}.json").unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("model gateway: the file at a refusal not kept: %s", exc)

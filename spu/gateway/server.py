@@ -64,7 +64,7 @@ from spu.gateway.answers import (
     reader_for,
 )
 from spu.gateway.exchange import Exchange
-from spu.gateway.record import GatewayRecord, now_iso, well_formed
+from spu.gateway.record import GatewayRecord, cut, now_iso, well_formed
 from spu.gateway.relay import (  # noqa: F401 - the gateway's names, as before the split
     UPSTREAM_CONNECTIONS,
     Relay,
@@ -383,6 +383,10 @@ class ModelGateway:
         endpoint = exchange.entry.endpoint
         api = api_of_endpoint(endpoint)
         refuse = functools.partial(self.record.refuse, exchange, api)
+        if self.record.full:
+            return refuse(400, "invalid_request_error", "gateway.record_full",
+                          f"this run's model record is full (model_gateway.record_mb="
+                          f"{self.cfg.record_mb:g}); no further requests")
         if not self.admission.token_ok(request.headers):
             return refuse(401, "authentication_error", "gateway.bad_token",
                           "invalid x-api-key (not this run's model token)")
@@ -425,8 +429,10 @@ class ModelGateway:
             exchange.body, duplicate = loads_request(raw)
         body = exchange.body
         if isinstance(body, dict):
-            exchange.entry.model = (well_formed(str(body["model"]))
-                                    if body.get("model") is not None else None)
+            # Compared whole (the policy), written cut (the record).
+            exchange.model = (well_formed(str(body["model"]))
+                              if body.get("model") is not None else None)
+            exchange.entry.model = None if exchange.model is None else cut(exchange.model)
             # Only JSON true streams (a stream that is no boolean is refused below).
             exchange.entry.stream = body.get("stream") is True
             exchange.entry.max_tokens = asked_output_tokens(body, exchange.entry.endpoint)
