@@ -210,7 +210,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv: the command line after the program name (default ``sys.argv[1:]``).
     """
     from spu.overrides import CommandLine, OverrideError, check_overrides, explain
+    from spu.sandbox.limits import raise_open_files_limit
 
+    raise_open_files_limit()  # a soft nofile of 1,024 is no driver's; each service has its own
     set_launcher_policy()
     line = CommandLine.parse(sys.argv[1:] if argv is None else argv)
     args = list(line.args)

@@ -1,7 +1,8 @@
 """The model gateway of one run: Starlette behind uvicorn, httpx streaming to the upstream.
 
-It listens on the host's ``127.0.0.1`` and a free port, in a daemon thread of the
-process that runs the agent, outside the sandbox (like the audited tools service).
+It listens on the host's ``127.0.0.1`` and a free port, in a daemon thread, outside the
+sandbox (like the audited tools service); a run's gateway has a process of its own under
+the run's service limits (:mod:`spu.gateway.process`), where this class serves.
 Its root stands for the upstream's base URL: ``POST <gateway>/v1/messages`` goes to
 ``<upstream>/v1/messages``, so ``ANTHROPIC_BASE_URL=<gateway>`` for an upstream
 ``https://api.anthropic.com`` and ``base_url=<gateway>`` for Codex with an upstream
@@ -39,6 +40,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -78,6 +80,10 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
 SHUTDOWN_TIMEOUT_S = 10.0
 """Seconds :meth:`ModelGateway.stop` waits for answers in flight to end."""
+CONCURRENCY = 512
+"""Connections and requests a gateway serves at once (uvicorn's ``limit_concurrency``: past
+it, a 503 until some end): far above a CLI's fan-out, and under the descriptors its process
+may hold (:data:`~spu.gateway.process.OPEN_FILES`)."""
 
 
 
@@ -308,7 +314,8 @@ class ModelGateway:
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=0, log_config=None,
                                 log_level=None, access_log=False, lifespan="on",
                                 http=_protocol_class(self.cfg.request_timeout_s),
-                                date_header=False, proxy_headers=False)
+                                date_header=False, proxy_headers=False,
+                                limit_concurrency=CONCURRENCY)
         self._server = _server_class()(config)
         self._server.pumps = self.background
         self._thread = threading.Thread(target=self._server.run, name="spu-model-gateway",
@@ -318,11 +325,12 @@ class ModelGateway:
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the model gateway did not start")
-            time.sleep(0.01)
+            time.sleep(0.001)
         self._port = int(self._server.servers[0].sockets[0].getsockname()[1])
         (self.folder / "gateway.json").write_text(json.dumps(
-            {"port": self._port, "api": self.api, "upstream": self.upstream,
-             "api_model": self.api_model, "max_cost_usd": self.max_cost_usd}, indent=1))
+            {"port": self._port, "pid": os.getpid(), "api": self.api,
+             "upstream": self.upstream, "api_model": self.api_model,
+             "max_cost_usd": self.max_cost_usd}, indent=1))
         log.info("model gateway on 127.0.0.1:%d -> %s", self._port, self.upstream)
         return self
 

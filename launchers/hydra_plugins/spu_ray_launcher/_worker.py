@@ -29,6 +29,9 @@ def run_agent_on_node(job: AgentJob, task_files: FileBundle, monitor: Any) -> Ag
     """Run the agent's side of one attempt on this node (a Ray task)."""
     import ray
 
+    from spu.sandbox.limits import raise_open_files_limit
+
+    raise_open_files_limit()  # Ray's workers keep the raylet's soft nofile
     node = ray.get_runtime_context().get_node_id()
     gpu_ids = assigned_gpu_ids()
     if gpu_ids:
@@ -67,7 +70,9 @@ class RunActor:
         import ray
 
         from spu.launch.actors import DeviceHealth, device_uuid, load_nvml, load_probe
+        from spu.sandbox.limits import raise_open_files_limit
 
+        raise_open_files_limit()  # its runs' host sides: a driver's, not the raylet's default
         self.name = name
         self.node = ray.get_runtime_context().get_node_id()
         self.devices = assigned_gpu_ids()
