@@ -461,31 +461,30 @@ def _serve_gateway(spec: GatewaySpec, channel: socket.socket) -> int:
     os.dup2(out, 2)
     os.close(out)
     _log_to_file(spec.folder / LOG_FILE)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     confine_self(spec.confinement)
+    gateway = spec.gateway()
+    signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
+    threading.Thread(target=_wait_for_stop, args=(channel, gateway.request_stop),
+                     daemon=True).start()
     try:
-        gateway = spec.gateway().start()
-    except Exception as exc:
+        gateway.serve(ready=lambda: _say(channel, {"port": gateway.port,
+                                                   "token": gateway.token}))
+    except BaseException as exc:
         _say(channel, {"error": f"{type(exc).__name__}: {exc}"})
         raise
-    _say(channel, {"port": gateway.port, "token": gateway.token})
-    threading.Thread(target=_wait_for_stop, args=(channel, stop), daemon=True).start()
-    stop.wait()
-    gateway.stop()
     _say(channel, {"stopped": True, "notes": gateway.record.notes()})
     return 0
 
 
-def _wait_for_stop(channel: socket.socket, stop: threading.Event) -> None:
-    """Set ``stop`` at ``stop`` on the channel, or at its end (the driver gone)."""
+def _wait_for_stop(channel: socket.socket, stop: Callable[[], None]) -> None:
+    """Call ``stop`` at ``stop`` on the channel, or at its end (the driver gone)."""
     try:
         while (data := channel.recv(64)) and b"stop" not in data:
             pass
     except OSError:
         pass
-    stop.set()
+    stop()
 
 
 def _say(channel: socket.socket, message: dict[str, Any]) -> None:

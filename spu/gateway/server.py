@@ -44,7 +44,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +154,21 @@ def _server_class() -> Any:
         _wake: asyncio.Event | None = None
         _loop: asyncio.AbstractEventLoop | None = None
         pumps: set[asyncio.Task[None]] = set()  # noqa: RUF012 (set per instance)
+        ready: Callable[[], None] | None = None
+        """Called in the server's loop once it listens."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # The gateway is stopped by its owner (ModelGateway.request_stop), also when it
+            # serves in a process's main thread: uvicorn's own handlers would raise the
+            # signal again once it stopped, before the owner had its last word.
+            yield
 
         async def main_loop(self) -> None:
             self._loop = asyncio.get_running_loop()
             self._wake = asyncio.Event()
+            if self.ready is not None:
+                self.ready()
             while not self.should_exit:
                 await self._wake.wait()
 
@@ -304,35 +315,62 @@ class ModelGateway:
 
         return lifespan(app)
 
-    def start(self) -> ModelGateway:
-        """Serve on ``127.0.0.1`` and a free port, in a daemon thread."""
+    def _make_server(self, ready: Callable[[], None]) -> Any:
         import uvicorn
 
         _quiet_dropped_streams()
         # No log configuration of uvicorn's own: it would reset the process's loggers. No
         # proxy headers: an agent's X-Forwarded-For means nothing here (and costs a layer).
+        # asyncio's loop, named: "auto" tries to import uvloop at every start.
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=0, log_config=None,
                                 log_level=None, access_log=False, lifespan="on",
+                                loop="asyncio",
                                 http=_protocol_class(self.cfg.request_timeout_s),
                                 date_header=False, proxy_headers=False,
                                 limit_concurrency=CONCURRENCY)
-        self._server = _server_class()(config)
-        self._server.pumps = self.background
-        self._thread = threading.Thread(target=self._server.run, name="spu-model-gateway",
-                                        daemon=True)
+        server = _server_class()(config)
+        server.pumps = self.background
+
+        def listening() -> None:
+            self._port = int(server.servers[0].sockets[0].getsockname()[1])
+            (self.folder / "gateway.json").write_text(json.dumps(
+                {"port": self._port, "pid": os.getpid(), "api": self.api,
+                 "upstream": self.upstream, "api_model": self.api_model,
+                 "max_cost_usd": self.max_cost_usd}, indent=1))
+            log.info("model gateway on 127.0.0.1:%d -> %s", self._port, self.upstream)
+            ready()
+
+        server.ready = listening
+        return server
+
+    def serve(self, ready: Callable[[], None] = lambda: None) -> None:
+        """Serve on ``127.0.0.1`` and a free port in this thread, until :meth:`request_stop`.
+
+        ``ready`` is called (in the server's loop) once it listens: :attr:`port` is known.
+        The record is whole when this returns.
+        """
+        self._server = self._make_server(ready)
+        self._server.should_exit = self.relay.stopping  # asked to stop before it served
+        self._server.run()
+
+    def start(self) -> ModelGateway:
+        """Serve on ``127.0.0.1`` and a free port, in a daemon thread."""
+        listening = threading.Event()
+        self._thread = threading.Thread(target=self.serve, args=(listening.set,),
+                                        name="spu-model-gateway", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._server.started:
+        while not listening.wait(0.05):
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the model gateway did not start")
-            time.sleep(0.001)
-        self._port = int(self._server.servers[0].sockets[0].getsockname()[1])
-        (self.folder / "gateway.json").write_text(json.dumps(
-            {"port": self._port, "pid": os.getpid(), "api": self.api,
-             "upstream": self.upstream, "api_model": self.api_model,
-             "max_cost_usd": self.max_cost_usd}, indent=1))
-        log.info("model gateway on 127.0.0.1:%d -> %s", self._port, self.upstream)
         return self
+
+    def request_stop(self) -> None:
+        """Have :meth:`serve` stop (from any thread, or a signal handler) and return."""
+        self.relay.stopping = True
+        if self._server is not None:
+            self._server.should_exit = True
+            self._server.wake()
 
     def stop(self) -> None:
         """Stop serving; the record is whole when this returns.
@@ -341,9 +379,7 @@ class ModelGateway:
         :data:`SHUTDOWN_TIMEOUT_S`, as cut by the run's end (``gateway.run_ended``).
         """
         if self._server is not None and self._thread is not None:
-            self.relay.stopping = True
-            self._server.should_exit = True
-            self._server.wake()
+            self.request_stop()
             # The server's own shutdown waits SHUTDOWN_TIMEOUT_S, then cancels what is left
             # and writes its lines: the record is whole when this returns.
             self._thread.join(timeout=SHUTDOWN_TIMEOUT_S + 10)
