@@ -336,11 +336,25 @@ class ServiceGroup:
 
 def confine_self(confinement: dict[str, Any]) -> None:
     """Apply :meth:`ServiceGroup.confinement` to this process (in a child, before its work)."""
+    join_service_cgroups(confinement)
+    set_service_rlimits(confinement)
+
+
+def join_service_cgroups(confinement: dict[str, Any]) -> None:
+    """Move this process into the services' cgroups (part of :func:`confine_self`).
+
+    On cgroup v1 each move waits for the kernel (tens of milliseconds for three
+    hierarchies), so a service may do it once it listens, its rlimits set before.
+    """
     for path in confinement.get("cgroups", []):
         try:
             Path(path, "cgroup.procs").write_text(str(os.getpid()))
         except OSError as exc:  # gone or not ours: the process runs, said in its log
             log.warning("not joined to the services' cgroup %s: %s", path, exc)
+
+
+def set_service_rlimits(confinement: dict[str, Any]) -> None:
+    """Set this process's rlimits of :meth:`ServiceGroup.confinement` (no cgroup joined)."""
     if "as" in confinement:
         size = int(confinement["as"])
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
