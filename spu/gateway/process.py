@@ -452,7 +452,7 @@ def _fork_gateway(spec: GatewaySpec, channel_fd: int, host_fd: int) -> int:
 
 def _serve_gateway(spec: GatewaySpec, channel: socket.socket) -> int:
     """The gateway child: confine itself, serve, stop when asked; its exit code."""
-    from spu.sandbox.limits import confine_self
+    from spu.sandbox.limits import join_service_cgroups, set_service_rlimits
 
     _die_with_parent()
     spec.folder.mkdir(parents=True, exist_ok=True)
@@ -462,14 +462,19 @@ def _serve_gateway(spec: GatewaySpec, channel: socket.socket) -> int:
     os.close(out)
     _log_to_file(spec.folder / LOG_FILE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    confine_self(spec.confinement)
+    set_service_rlimits(spec.confinement)
     gateway = spec.gateway()
     signal.signal(signal.SIGTERM, lambda *_: gateway.request_stop())
     threading.Thread(target=_wait_for_stop, args=(channel, gateway.request_stop),
                      daemon=True).start()
+
+    def ready() -> None:
+        _say(channel, {"port": gateway.port, "token": gateway.token})
+        # The run's sandbox starts meanwhile; no request is served before it is joined.
+        join_service_cgroups(spec.confinement)
+
     try:
-        gateway.serve(ready=lambda: _say(channel, {"port": gateway.port,
-                                                   "token": gateway.token}))
+        gateway.serve(ready=ready)
     except BaseException as exc:
         _say(channel, {"error": f"{type(exc).__name__}: {exc}"})
         raise
@@ -551,7 +556,7 @@ def _warm_up() -> None:
     import http.client
     import tempfile
 
-    import spu.sandbox.limits  # noqa: F401 - confine_self's
+    import spu.sandbox.limits  # noqa: F401 - _serve_gateway's
     from spu.gateway.server import ModelGateway
 
     with tempfile.TemporaryDirectory(prefix="spu-gateway-warm-") as folder:
