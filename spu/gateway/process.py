@@ -281,10 +281,8 @@ class GatewayProcess:
             if not self._ended.is_set() and self._channel is not None:
                 with contextlib.suppress(OSError):
                     self._channel.sendall(b"stop\n")
-            if self._ended.wait(STOP_TIMEOUT_S) and self._last_word.get("stopped") is True:
-                self._close()  # its record is whole; the host reaps it as it exits
-            else:
-                self._end(wait_s=5.0 if self._ended.is_set() else 0.0)
+            # Reaped before this returns: its service group can then be removed at once.
+            self._end(wait_s=5.0 if self._ended.wait(STOP_TIMEOUT_S) else 0.0)
         except Exception:  # noqa: BLE001 - a run's end must not fail on its gateway
             log.exception("the model gateway (process %s) did not stop cleanly", self.pid)
 
@@ -412,7 +410,7 @@ class _Host:
                 _, status = os.waitpid(pid, 0)
                 self.children.discard(pid)
                 return f"killed: {_describe(status)} after {timeout_s:g} s"
-            time.sleep(0.002)
+            time.sleep(0.0005)
 
     def reap_ended(self) -> None:
         """Reap gateways that exited unasked, keeping how (asked for later)."""
