@@ -147,6 +147,7 @@ class GatewayHost:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._socket = ours
         self._lock = threading.Lock()
+        self._owner = os.getpid()
         with theirs:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "spu.gateway.process", "--host", str(theirs.fileno())],
@@ -157,7 +158,9 @@ class GatewayHost:
     def shared(cls) -> GatewayHost:
         """This process's host, started on first use (again if it has ended)."""
         with cls._shared_lock:
-            if cls._shared is None or cls._shared._process.poll() is not None:
+            # A forked copy of the driver has a host of its own: the socket is its parent's.
+            if cls._shared is None or cls._shared._owner != os.getpid() \
+                    or cls._shared._process.poll() is not None:
                 cls._shared = cls()
             return cls._shared
 

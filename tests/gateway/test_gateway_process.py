@@ -441,3 +441,29 @@ def test_the_driver_raises_its_soft_open_files_limit_at_start(tmp_path: Path) ->
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)))
     assert done.stderr.strip().splitlines()[-1] == str(hard), done.stderr[-2000:]
+
+
+FORKED_DRIVER = '''
+import os, sys
+from spu.gateway.process import GatewayHost
+parent = GatewayHost.shared()
+child = os.fork()
+if child == 0:
+    own = GatewayHost.shared()
+    os._exit(0 if own is not parent and own._process.pid != parent._process.pid else 3)
+_, status = os.waitpid(child, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+'''
+
+
+def test_a_forked_driver_gets_a_gateway_host_of_its_own() -> None:
+    """A driver forked after its gateway host started (a launcher's worker pool) would
+    share the host's socket with its parent: their requests and answers would cross, and
+    a lock held at the fork would never be released. Holds: the fork starts a host of its
+    own."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FORKED_DRIVER], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
