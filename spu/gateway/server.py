@@ -173,8 +173,10 @@ def _server_class() -> Any:
                 await self._wake.wait()
 
         def wake(self) -> None:
+            # The loop may have ended (it served to its end, or died): nothing to wake.
             if self._loop is not None and self._wake is not None:
-                self._loop.call_soon_threadsafe(self._wake.set)
+                with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+                    self._loop.call_soon_threadsafe(self._wake.set)
 
         async def shutdown(self, sockets: Any = None) -> None:
             # uvicorn's own waits a fixed 0.1 s, then polls every 0.1 s. Answers still in

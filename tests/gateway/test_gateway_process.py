@@ -467,3 +467,20 @@ def test_a_forked_driver_gets_a_gateway_host_of_its_own() -> None:
     done = subprocess.run([sys.executable, "-c", FORKED_DRIVER], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_gateway_whose_loop_died_stops_without_raising(tmp_path: Path) -> None:
+    """H2's last step: the gateway's event loop died (there, the accept loop's failure
+    killed it), and ``stop`` then woke a closed loop: the RuntimeError escaped
+    ``run_agent``. Holds: stopping (and asking to stop) a gateway whose loop is gone
+    returns quietly."""
+    from spu.gateway.server import ModelGateway
+
+    gateway = ModelGateway(tmp_path, upstream="http://127.0.0.1:9", api_model="m").start()
+    server, thread = gateway._server, gateway._thread
+    assert server is not None and thread is not None and server._loop is not None
+    server._loop.call_soon_threadsafe(server._loop.stop)  # the loop dies under the server
+    thread.join(timeout=60)
+    assert not thread.is_alive() and server._loop.is_closed()
+    gateway.stop()
+    gateway.request_stop()
