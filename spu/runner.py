@@ -507,10 +507,7 @@ def run_agent(run: AgentRun, staged: Path,
         sandbox, phase.notes = _open_sandbox(run.spec)
         prepared = False
         tools = open_tools(run)
-        gateway = open_gateway(run, tools)
-        if gateway is not None:
-            # A gateway that dies ends its run (an infra_error naming why, read_gateway).
-            gateway.on_death(lambda _: sandbox.request_stop())
+        gateway = open_gateway(run, tools, on_death=lambda _: sandbox.request_stop())
         if tools is not None and gateway is not None:  # the model only through the gateway
             tools.refuse_hosts(gateway.provider_hosts())
         try:
@@ -575,25 +572,31 @@ def run_agent(run: AgentRun, staged: Path,
     return phase
 
 
-def open_gateway(run: AgentRun, tools: ToolsSession | None = None) -> GatewaySession | None:
+def open_gateway(run: AgentRun, tools: ToolsSession | None = None,
+                 on_death: Callable[[str], None] | None = None) -> GatewaySession | None:
     """The run's model gateway, started (None for an agent that calls no model).
 
     Its process joins the run's service group (the tools service's, else one of its own).
+    ``on_death(why)`` runs if it dies while the agent runs (the run then ends as an
+    ``infra_error`` naming why, :func:`read_gateway`).
     """
     api = run.harness.model_api()
     if api is None:
         return None
     spec = run.spec
-    return GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
-                          max_cost_usd=spec.limits.max_cost_usd,
-                          cache_write_rate=spec.cost.cache_write_rate,
-                          # called in the gateway's process: functions it can be sent
-                          read_submission=functools.partial(read_submission,
-                                                            run.run_dir / "output"),
-                          submission_counts=functools.partial(counts_without_key,
-                                                              run.task.contract),
-                          limits=run.limits,
-                          group=tools.group if tools is not None else None).start()
+    gateway = GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
+                             max_cost_usd=spec.limits.max_cost_usd,
+                             cache_write_rate=spec.cost.cache_write_rate,
+                             # called in the gateway's process: functions it can be sent
+                             read_submission=functools.partial(read_submission,
+                                                               run.run_dir / "output"),
+                             submission_counts=functools.partial(counts_without_key,
+                                                                 run.task.contract),
+                             limits=run.limits,
+                             group=tools.group if tools is not None else None).start()
+    if on_death is not None:
+        gateway.on_death(on_death)
+    return gateway
 
 
 def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
