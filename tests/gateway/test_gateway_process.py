@@ -353,8 +353,8 @@ def _limits_of(pid: int) -> dict[str, str]:
 def test_a_runs_gateway_is_a_process_of_its_own_in_the_runs_service_group(
         tmp_path: Path) -> None:
     """The gateway runs outside the driver, in the run's service cgroup (where one can be
-    made), its descriptors and file sizes bounded; stopped, it is gone and its record
-    whole."""
+    made) once it serves a request (it joins as it starts listening, before it reads one),
+    its descriptors and file sizes bounded; stopped, it is gone and its record whole."""
     from spu.config import ModelConfig
     from spu.gateway.process import OPEN_FILES, file_size_limit
     from spu.gateway.session import GatewaySession
@@ -368,6 +368,10 @@ def test_a_runs_gateway_is_a_process_of_its_own_in_the_runs_service_group(
     try:
         pid = session.gateway.pid
         assert pid != os.getpid()
+        import httpx
+
+        answer = httpx.get(session.gateway.url() + "/v1/models", timeout=30, trust_env=False)
+        assert answer.status_code == 401  # served: it has joined its group
         cgroups = Path(f"/proc/{pid}/cgroup").read_text()
         assert group.mechanism != "cgroup" or "gateway-test-services" in cgroups, cgroups
         limit = _limits_of(pid)
