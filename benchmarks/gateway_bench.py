@@ -5,7 +5,7 @@ Run: ``.venv/bin/python benchmarks/gateway_bench.py [--requests 200] [--mb 16] [
 
 The gateway runs as a run's does: a process of its own forked by the driver's gateway
 host (:class:`spu.gateway.process.GatewayProcess`), under its own descriptor and file
-limits. Prints, from one process, against the same scripted model server (``spu.testing``):
+limits. Prints, from one process, against the same scripted model server (``spu.scripted``):
 
 - what a run pays to start and stop its gateway (median of ``--starts``): in its own
   process, against the same gateway in a thread of the driver (as before issue 41);
@@ -51,7 +51,7 @@ import httpx
 from spu.config import ModelGatewayConfig
 from spu.gateway.process import OPEN_FILES, GatewayProcess, GatewaySpec, file_size_limit
 from spu.gateway.server import ModelGateway
-from spu.testing import Script, ScriptedModelServer, ScriptedTurn
+from spu.scripted import Script, ScriptedModelServer, ScriptedTurn
 
 SHORT = {"model": "bench", "stream": True, "max_tokens": 100,
          "messages": [{"role": "user", "content": "hi"}],

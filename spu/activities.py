@@ -267,7 +267,13 @@ _VIEW_PROGRAMS = frozenset({"cat", "head", "tail", "less", "more", "ls", "find",
                             "grep", "rg", "egrep", "sed", "awk", "file", "stat", "diff", "jq",
                             "realpath", "readlink", "column", "sort", "uniq", "cut", "nl",
                             "xxd", "od", "strings", "zcat", "unzip", "tar", "pdftotext",
-                            "pwd", "cd", "echo", "printf", "test", "[", "true"})
+                            "pwd"})
+# Commands that only print their arguments or change nothing a file holds (``echo
+# checkpoint``, ``printf '%s\n' done``, ``cd /x``, ``true``): they view no file, so a call
+# of them alone is the paper's ``other`` (E.7's "viewing files" is reading a file's
+# contents); beside a viewing program (``cd /x && ls``, ``echo --- ; cat log``) that
+# program decides.
+_PRINT_PROGRAMS = frozenset({"echo", "printf", "true", "false", ":", "test", "[", "cd"})
 _PLAN_PROGRAMS = frozenset({"date"})
 _CODE_SUFFIXES = (".py", ".sh", ".r", ".jl", ".c", ".cpp", ".h", ".f90", ".js", ".ts",
                   ".ipynb", ".pl", ".rs", ".go", ".java", ".m", ".inp", ".in", ".gjf", ".com",
@@ -868,8 +874,9 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
     if writes and _WRITES_CODE.search(command):
         return CallLabel(Activity.code_writing, **label)  # type: ignore[arg-type]
     programs = reading.programs
-    if reading.task_url or (ctx.in_task(command) and all(
-            p in _VIEW_PROGRAMS or p in _DOWNLOAD_PROGRAMS for p in programs)):
+    viewing = [p for p in programs if p not in _PRINT_PROGRAMS]  # print-only views nothing
+    if reading.task_url or (ctx.in_task(command) and viewing and all(
+            p in _VIEW_PROGRAMS or p in _DOWNLOAD_PROGRAMS for p in viewing)):
         return CallLabel(Activity.reading_inputs, **label)  # type: ignore[arg-type]
     if any(p in _PROBE_PROGRAMS for p in programs) or _PROBE_COMMAND.search(command):
         return CallLabel(Activity.environment_probe, **label)  # type: ignore[arg-type]
@@ -877,8 +884,8 @@ def _label_shell(command: str, output: str, ctx: RunContext, background: bool) -
         return CallLabel(Activity.waiting, **label)  # type: ignore[arg-type]
     if writes:
         return CallLabel(Activity.notes_and_data, **label)  # type: ignore[arg-type]
-    if programs and all(p in _PLAN_PROGRAMS for p in programs):
+    if viewing and all(p in _PLAN_PROGRAMS for p in viewing):
         return CallLabel(Activity.planning, **label)  # type: ignore[arg-type]
-    if programs and all(p in _VIEW_PROGRAMS for p in programs):
+    if viewing and all(p in _VIEW_PROGRAMS for p in viewing):
         return CallLabel(Activity.viewing_files, **label)  # type: ignore[arg-type]
     return CallLabel(Activity.other, **label)  # type: ignore[arg-type]

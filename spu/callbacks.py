@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -12,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from spu.launch.results import RESULT_FILE, collect_results, config_of, run_status
+from spu.launch.results import (
+    RESULT_FILE,
+    RUN_KEY_CHARS,
+    collect_results,
+    config_of,
+    run_status,
+)
+from spu.plan import usd
 
 if TYPE_CHECKING:
     from spu.tasks.package import BrokenTask
@@ -44,8 +52,9 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     Runs skipped because an earlier launch finished them show their stored outcome and
     score, marked ``skipped``; the caption counts each kind.
     """
-    from rich.markup import escape
     from rich.table import Table
+
+    from spu.printable import printable_markup
 
     statuses = [str(r.get("status", "ran")) for r in results]
     counts = {s: statuses.count(s)
@@ -61,38 +70,168 @@ def results_table(results: list[dict[str, Any]], title: str) -> Any:
     table = Table(title=title, caption=caption)
     for name, justify in (("task", "left"), ("config", "left"), ("harness", "left"),
                           ("repeat", "right"), ("outcome", "left"), ("score", "right"),
-                          ("threshold", "right"), ("time (s)", "right"), ("run", "left")):
+                          ("threshold", "right"), ("time (s)", "right"), ("run", "left"),
+                          ("run key", "left")):
         table.add_column(name, justify=justify,  # type: ignore[arg-type]
-                         no_wrap=name in ("config", "harness", "outcome", "run"))
+                         no_wrap=name in ("config", "harness", "outcome", "run", "run key"))
     for r in sorted(results, key=lambda r: (r["task"], config_of(r), str(r.get("harness")),
                                             r["repeat"])):
         cells = (r["task"], config_of(r), str(r.get("harness") or "-"), str(r["repeat"]),
                  r["outcome"], _fmt(r["score"]), _fmt(r.get("threshold")),
-                 _fmt(r.get("runtime_s"), 1), run_status(r))
-        # Task names come from folder names: never read as rich markup ("[/x]" would raise).
-        table.add_row(*(escape(str(c)) for c in cells))
+                 _fmt(r.get("runtime_s"), 1), run_status(r),
+                 str(r.get("run_key") or "-")[:RUN_KEY_CHARS])
+        # Task names come from folder names, notes from what failed: never read as rich
+        # markup ("[/x]" would raise), never a terminal's control sequence.
+        table.add_row(*(printable_markup(str(c), newlines=False) for c in cells))
     return table
 
 
 def summary_table(results: list[dict[str, Any]]) -> Any:
-    """A rich table with one row per configuration: runs, scored, mean score, above chance, cost.
+    """A rich table with one row per configuration: runs, scored, mean, above chance, cost.
 
+    The mean is over tasks, with its 95% percentile bootstrap interval resampling the
+    tasks (seeded: :func:`spu.launch.results.task_interval`), shown ``mean [low, high]``.
     Above chance counts scored runs whose score exceeds the task's chance threshold
     (SPEC 6), out of the scored runs whose task has one.
     """
-    from rich.markup import escape
     from rich.table import Table
 
     from spu.launch.results import config_summaries
+    from spu.printable import printable_markup
 
-    table = Table(title="per configuration")
-    for name in ("config", "runs", "scored", "mean score", "above chance", "cost"):
+    table = Table(title="per configuration",
+                  caption="mean score over tasks [95% bootstrap interval over tasks, seeded]")
+    for name in ("config", "runs", "scored", "mean score [95% CI]", "above chance", "cost"):
         table.add_column(name, justify="left" if name == "config" else "right",
-                         no_wrap=name == "config")
+                         no_wrap=name in ("config", "mean score [95% CI]"))
     for s in config_summaries(results):
-        table.add_row(escape(s.config), str(s.runs), str(s.scored), _fmt(s.mean_score),
-                      f"{s.above_chance}/{s.with_threshold}", f"${s.cost_usd:.2f}")
+        table.add_row(printable_markup(s.config, newlines=False), str(s.runs), str(s.scored),
+                      mean_with_interval(s), f"{s.above_chance}/{s.with_threshold}",
+                      usd(s.cost_usd))
     return table
+
+
+def mean_with_interval(summary: Any) -> str:
+    """``mean [low, high]``; ``mean (1 task)`` where no interval exists; ``-`` unscored.
+
+    Examples:
+        >>> from spu.launch.results import ConfigSummary
+        >>> mean_with_interval(ConfigSummary("a", 2, 2, 0.25, 0, 2, 0.0, 2, -0.1, 0.6))
+        '0.250 [-0.100, 0.600]'
+        >>> mean_with_interval(ConfigSummary("a", 1, 1, 0.25, 0, 1, 0.0, 1))
+        '0.250 (1 task)'
+    """
+    if summary.mean_score is None:
+        return "-"
+    if summary.ci_low is None or summary.ci_high is None:
+        return f"{summary.mean_score:.3f} ({summary.tasks} task{'s' * (summary.tasks != 1)})"
+    return f"{summary.mean_score:.3f} [{summary.ci_low:.3f}, {summary.ci_high:.3f}]"
+
+
+def table_title(results: list[dict[str, Any]], experiment: str) -> str:
+    """The closing table's title, saying what ran.
+
+    Examples:
+        >>> one = {"task": "t1", "config": "random-none", "repeat": 0}
+        >>> table_title([one], "default")
+        'SPU run · random-none on t1 (repeat 0)'
+        >>> table_title([one, {**one, "task": "t2"}, {**one, "config": "c"}], "paper")
+        'SPU sweep · paper · 3 runs: 2 configurations x 2 tasks'
+    """
+    rows = [r for r in results if r.get("status") != "broken_task"]
+    if len(rows) == 1:
+        r = rows[0]
+        return f"SPU run · {config_of(r)} on {r.get('task')} (repeat {r.get('repeat')})"
+    configs = {config_of(r) for r in rows}
+    tasks = {str(r.get("task")) for r in rows}
+    repeats = {r.get("repeat") for r in rows}
+    parts = [f"{len(configs)} configuration{'s' * (len(configs) != 1)}",
+             f"{len(tasks)} task{'s' * (len(tasks) != 1)}"]
+    if len(repeats) > 1:
+        parts.append(f"{len(repeats)} repeats")
+    return f"SPU sweep · {experiment} · {len(results)} runs: {' x '.join(parts)}"
+
+
+def run_warnings(results: list[dict[str, Any]], root: Path) -> list[tuple[str, int]]:
+    """The warnings of the runs that ran now, with how many runs gave each.
+
+    Read from each ``run.json``'s ``notes`` (fewer CPUs or no GPU than asked, a cost that
+    disagrees with the CLI's, a sandbox that fell back...). Notes that differ only in
+    their figures are one warning, said with the first run's figures; most frequent first.
+
+    Examples:
+        >>> import json, tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> for key, cost in (("a", "0.1"), ("b", "0.2")):
+        ...     (root / "runs" / key).mkdir(parents=True)
+        ...     notes = ["asked for 8 CPUs, this machine gives 2: using all",
+        ...              f"cost estimate {cost} USD differs from the CLI's reported 1.0 USD"]
+        ...     _ = (root / "runs" / key / "run.json").write_text(json.dumps({"notes": notes}))
+        >>> run_warnings([{"run_key": "a"}, {"run_key": "b"}], root)[1]
+        ("cost estimate 0.1 USD differs from the CLI's reported 1.0 USD (figures vary by run)", 2)
+    """
+    import re
+
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    varied: set[str] = set()
+    for r in results:
+        key = r.get("run_key")
+        if r.get("status", "ran") != "ran" or not key:
+            continue
+        try:
+            record = json.loads((root / "runs" / str(key) / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        notes = record.get("notes") if isinstance(record, dict) else None
+        for text in dict.fromkeys(str(n) for n in notes or []):
+            shape = re.sub(r"\d+(?:\.\d+)?", "#", text)
+            counts[shape] = counts.get(shape, 0) + 1
+            first.setdefault(shape, text)
+            if first[shape] != text:
+                varied.add(shape)
+    ordered = sorted(counts, key=lambda shape: -counts[shape])
+    return [(first[s] + (" (figures vary by run)" if s in varied else ""), counts[s])
+            for s in ordered]
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    r"""``text`` on one line, control characters written as escapes, cut at ``limit``.
+
+    A note may quote what an agent or a provider sent: never a terminal control sequence
+    (:func:`spu.printable.printable`).
+
+    Examples:
+        >>> one_line("evil\x1b[2J\nline")
+        'evil\\x1b[2J\\x0aline'
+    """
+    from spu.printable import printable
+
+    shown = printable(text, newlines=False)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+MAX_WARNINGS = 12
+"""Distinct warnings printed at a sweep's end; the rest are counted."""
+
+
+def warning_lines(warnings: list[tuple[str, int]], runs: int) -> list[str]:
+    """The closing lines that say the runs' warnings once each, with how many runs gave it.
+
+    Examples:
+        >>> for line in warning_lines([("asked for 8 CPUs, this machine gives 2", 6)], 6):
+        ...     print(line)
+        warnings of the runs (each run.json's notes):
+          6 of 6 runs: asked for 8 CPUs, this machine gives 2
+    """
+    if not warnings:
+        return []
+    lines = ["warnings of the runs (each run.json's notes):"]
+    for text, count in warnings[:MAX_WARNINGS]:
+        lines.append(f"  {count} of {runs} run{'s' * (runs != 1)}: {one_line(text)}")
+    if len(warnings) > MAX_WARNINGS:
+        lines.append(f"  ... and {len(warnings) - MAX_WARNINGS} more (see each run.json)")
+    return lines
 
 
 def _task_sweep_value(config: DictConfig) -> str | None:
@@ -186,9 +325,12 @@ def say_ledger_head(config: DictConfig, root: Path, say: Callable[[str], Any]) -
 
 
 def experiment_link(config: DictConfig, root: Path) -> str | None:
-    """The sweep's experiment in the MLflow UI, when one answers (:mod:`spu.tracking.ui`)."""
+    """The sweep's experiment in the MLflow UI's SPU view, when a UI answers there.
+
+    See :mod:`spu.tracking.ui`.
+    """
     from spu.launch.job import tracking_target
-    from spu.tracking.ui import experiment_url, ui_base, ui_is_up
+    from spu.tracking.ui import ui_base, ui_is_up, view_url
 
     try:
         target = tracking_target(config, root)
@@ -206,7 +348,7 @@ def experiment_link(config: DictConfig, root: Path) -> str | None:
     except Exception as exc:  # noqa: BLE001 - the link is a convenience; the table is printed
         log.debug("experiment %s not looked up: %s", target.experiment, exc)
         return None
-    return None if found is None else experiment_url(base, str(found.experiment_id))
+    return None if found is None else view_url(base, str(found.experiment_id))
 
 
 class ResultsTable(Callback):
@@ -230,7 +372,7 @@ class ResultsTable(Callback):
         except OSError as exc:  # an unwritable output_root fails the jobs themselves
             log.warning("broken tasks not recorded: %s", exc)
 
-    def _print(self, folder: Path, title: str, config: DictConfig) -> None:
+    def _print(self, folder: Path, experiment: str, config: DictConfig) -> None:
         from rich.console import Console
 
         results = collect_results(folder)
@@ -239,16 +381,12 @@ class ResultsTable(Callback):
         if not results:
             console.print(f"[yellow]no finished run under {folder}[/yellow]")
             return
-        console.print(results_table(results, title))
+        console.print(results_table(results, table_title(results, experiment)))
         console.print(summary_table(results))
         root = Path(config.output_root).resolve()
-        uri = config.tracking.uri or f"sqlite:///{root / 'mlflow.db'}"
-        console.print(f"runs: {root / 'runs'}")
-        if config.tracking.enabled:
-            url = experiment_link(config, root)
-            console.print(f"compare in MLflow: {url}" if url is not None else
-                          f"compare in MLflow: mlflow ui --backend-store-uri {uri}",
-                          highlight=False, soft_wrap=True)
+        say = functools.partial(console.print, highlight=False, soft_wrap=True)
+        for line in closing_lines(results, root, config):
+            say(line)
         say_ledger_head(config, root, console.print)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -256,8 +394,32 @@ class ResultsTable(Callback):
         from spu.tracking.builder import close_builder
 
         close_builder()
-        self._print(Path(config.hydra.sweep.dir), f"SPU sweep · {config.experiment.name}", config)
+        self._print(Path(config.hydra.sweep.dir), str(config.experiment.name), config)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         """After a single run: its row."""
-        self._print(Path(config.hydra.run.dir), f"SPU run · {config.experiment.name}", config)
+        self._print(Path(config.hydra.run.dir), str(config.experiment.name), config)
+
+
+def closing_lines(results: list[dict[str, Any]], root: Path, config: DictConfig) -> list[str]:
+    """The lines under the closing tables: runs, how to open one, MLflow, warnings.
+
+    Where the runs are, how to open one, the MLflow view, and the runs' warnings, each said
+    once. Run keys and paths are plain text (never rich markup).
+    """
+    from rich.markup import escape
+
+    keys = [str(r["run_key"]) for r in results if r.get("run_key")]
+    lines = [f"runs: {root / 'runs'} (one folder per run key: run.json, transcript.html, "
+             f"output/, the trajectory and logs)"]
+    if keys:
+        lines.append(f"open a run: spu show {keys[0][:RUN_KEY_CHARS]} --output-root {root} "
+                     f"(a run key or its first characters, as in the run key column); its "
+                     f"transcript: {root / 'runs' / keys[0] / 'transcript.html'}")
+    if config.tracking.enabled:
+        url = experiment_link(config, root)
+        lines.append(f"compare in MLflow: {url}" if url is not None else
+                     f"compare in MLflow: spu ui {root}")
+    ran = sum(1 for r in results if r.get("status", "ran") == "ran")
+    lines += warning_lines(run_warnings(results, root), ran)
+    return [escape(line) for line in lines]

@@ -16,18 +16,21 @@ from collections.abc import Sequence
 import spu
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "spu.grading.cli",   # spu grade, spu regrade
+    "spu.grading.cli",   # spu grade
     "spu.tasks.cli",     # spu task validate | threshold | build | list
-    "spu.tracking.cli",  # spu runs export
-    "spu.seal.cli",      # spu seal verify | export, spu grade-bundle
+    "spu.tracking.cli",  # spu runs export, spu regrade, spu grade-bundle
+    "spu.seal.cli",      # spu seal verify | export
     "spu.cost.cli",      # spu cost estimate
     "spu.stats.cli",     # spu stats
     "spu.analysis.cli",  # spu analyze
     "spu.analysis.show",  # spu show, spu compare
     "spu.report.cli",    # spu report
     "spu.report.leaderboard",  # spu leaderboard
-    "spu.testing.cli",   # spu scripted-server
+    "spu.scripted.cli",  # spu scripted-server
     "spu.listing",       # spu list, spu run
+    "spu.project_init",  # spu init
+    "spu.datasets.cli",  # spu dataset pack | list | pull | verify
+    "spu.selfcheck.cli",  # spu selfcheck
 )
 
 
@@ -57,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags and ``-m`` anywhere included).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list == ["--version"]:  # without importing every stage's command line
+        print(f"spu {spu.__version__}")
+        return 0
     if args_list[:1] == ["run"]:
         from spu.listing import run_command
 

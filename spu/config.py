@@ -25,13 +25,6 @@ class ToolsPolicy(StrEnum):
     """Refuse every call after the first exposure flag."""
 
 
-class SearchApi(StrEnum):
-    """The search API of the web provider (``tools.search_api``)."""
-
-    searxng = "searxng"
-    brave = "brave"
-
-
 class CacheWriteRate(StrEnum):
     """How cache writes are priced (``cost.cache_write_rate``, paper E.6)."""
 
@@ -132,13 +125,14 @@ class HarnessConfig:
     tools_dir: str | None = None
     """Cached folder the CLI is installed into (mounted read-only in the sandbox)."""
     env: dict[str, str] = field(default_factory=dict)
-    """Extra environment variables for the agent."""
+    """Extra environment variables for the agent (part of the run identity)."""
     efforts: dict[str, str] = field(default_factory=dict)
     """Effort name -> this harness's setting for it, over the harness class's own
     ``efforts`` (``+harness.efforts.max=high`` runs ``effort=max`` at the CLI's ``high``)."""
-    probe: str | None = None
-    """The question of ``harness=recall`` (``source`` or ``order``); other harnesses have
-    none. Part of the run identity through ``harness.args`` (``conf/harness/recall.yaml``)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Options of the harness, which checks them itself (``Harness.options_model``), e.g.
+    ``harness.options.probe=order`` of ``harness=recall``; part of the run identity but
+    for those the harness declares result-neutral."""
 
 
 @dataclass
@@ -211,13 +205,12 @@ class ToolsConfig:
     provider: str = "offline"
     """Search and fetch provider: ``offline`` (a local corpus) or ``web`` (real providers)."""
     corpus: str | None = None
-    """JSON Lines corpus of the offline provider, one ``{"url", "title", "text"}`` a line."""
-    search_api: SearchApi = SearchApi.searxng
-    """Search API of the web provider: ``searxng`` or ``brave``."""
-    search_url: str | None = None
-    """Base URL of the search API (SearXNG: the instance; Brave: its API endpoint)."""
-    api_key_env: str | None = None
-    """Environment variable holding the search API key (never the key itself)."""
+    """The provider's corpus (SPEC section 7): the offline provider's JSON Lines file, one
+    ``{"url", "title", "text"}`` a line; a provider whose options have ``corpus`` takes
+    it from here. Part of the run identity by its contents (a file's, or a folder's)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Options of the provider, which checks them itself (``Provider.options_model``),
+    e.g. ``tools.options.search_url=...`` of ``tools.provider=web``."""
     policy: ToolsPolicy = ToolsPolicy.record
     """``record`` logs and never blocks (paper); ``stop`` refuses every call after the first
     exposure flag."""
@@ -322,10 +315,12 @@ class ModelGatewayConfig:
 
     log_bodies: bool = False
     """Keep every request and answer body under ``<run_dir>/model/bodies/``."""
-    tool_result_chars: int = 65536
-    """Characters kept of each tool result the model was sent, for the exposure screen."""
+    tool_result_chars: int = 524288
+    """Characters kept of each text the model was sent, for the exposure screen: a text up to
+    twice as long whole, a longer one as this many from its start and from its end."""
     tool_results_mb: float = 64.0
-    """Cap on ``<run_dir>/model/tool_results.jsonl`` (what the exposure screen reads)."""
+    """Cap on ``<run_dir>/model/tool_results.jsonl`` and ``model/documents/`` (what the
+    exposure screen reads)."""
     record_mb: float = 64.0
     """Cap on ``<run_dir>/model/requests.jsonl``; past it every request is refused."""
     connect_timeout_s: float = 30.0
@@ -348,9 +343,14 @@ class ModelGatewayConfig:
     """The same for all tokens per minute (a request counted at its ``max_tokens``)."""
 
 
+EXPERIMENT_PREFIX = "spu-"
+"""SPU's MLflow experiments are ``spu-<experiment.name>``: never confused with MLflow's
+own empty ``Default`` experiment. The runs table's ``experiment`` column holds these names."""
+
+
 @dataclass
 class ExperimentConfig:
-    """A named experiment: one MLflow experiment per sweep."""
+    """A named experiment: one MLflow experiment per sweep (``spu-<name>``)."""
 
     name: str = "default"
     description: str = ""
@@ -426,6 +426,9 @@ class SPUConfig:
     """Members of ``model=consensus`` (:mod:`spu.harness.consensus`)."""
     repeat: int = 0
     task_root: str = "tasks"
+    dataset: str | None = None
+    """``NAME@VERSION`` of the pulled dataset that is the task root (``dataset=`` on the
+    command line sets both, SPEC 16); recorded in ``run.json``."""
     output_root: str = "outputs"
     answers_root: str | None = None
     verbose: bool = False

@@ -33,10 +33,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from spu.options import merge_flat
 from spu.schema import ConfigIdentity, Identity, RunSettings, TaskIdentity, ToolsIdentity
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 KEY_HEX_DIGITS = 16
 """Hex digits of SHA-256 kept in a run key."""
@@ -50,8 +55,21 @@ def _hash_key(obj: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:KEY_HEX_DIGITS]
 
 
+def key_fields(identity: Identity) -> dict[str, Any]:
+    """The JSON object a run key is the hash of: ``identity`` as it is written.
+
+    The identity fields added after keys were first hashed (``harness.env``, the plugins'
+    options) are written only when set (:class:`spu.schema.Identity`), so a run that sets
+    none of them keeps the key it had.
+    """
+    data: dict[str, Any] = identity.model_dump(mode="json")
+    return data
+
+
 def run_key(identity: Identity) -> str:
     """The run key: 16 hex digits of the SHA-256 of ``identity`` as canonical JSON.
+
+    Fields added for plugins count only when set (:func:`key_fields`).
 
     Examples
     --------
@@ -63,7 +81,7 @@ def run_key(identity: Identity) -> str:
     >>> run_key(ident.model_copy(update={"repeat": 1})) != run_key(ident)
     True
     """
-    return _hash_key(identity.model_dump(mode="json"))
+    return _hash_key(key_fields(identity))
 
 
 def legacy_run_key(model: str, harness: str, effort: str, task_id: str, task_version: str,
@@ -109,7 +127,7 @@ def _opt(node: Any, name: str) -> Any:
 
 def identity_for(model: Any, harness: Any, effort: Any, tools: Any, task_dir: str | Path,
                  task_id: str, task_version: str, repeat: int, consensus: Any = None,
-                 output_root: str | Path | None = None) -> Identity:
+                 output_root: str | Path | None = None, sandbox: Any = None) -> Identity:
     """The identity of a run: configuration nodes (typed or OmegaConf) and a task folder.
 
     Args:
@@ -125,37 +143,145 @@ def identity_for(model: Any, harness: Any, effort: Any, tools: Any, task_dir: st
             ``args`` name the members' run keys on this task
             (:func:`spu.harness.consensus.identity_args`).
         output_root: where the members' runs are when ``consensus.runs`` is not set.
+        sandbox: the ``sandbox`` node, whose backend's options are part of the identity
+            (None: no options set).
     """
-    from spu.tasks.digest import file_sha256, task_digest
+    from spu.tasks.digest import task_digest
+
+    digest = task_digest(task_dir)
+    config = _config_identity(model, harness, effort)
+    if str(harness.name) == "consensus":
+        from spu.harness.consensus import identity_args
+
+        args = identity_args(consensus, output_root, str(task_id), str(task_version), digest)
+        config = config.model_copy(update={"args": args})
+    tools_ident = ToolsIdentity()
+    if tools is not None and _opt(tools, "enabled") and harness_uses_tools(config.harness):
+        tools_ident = _tools_identity(tools)
+    return Identity(config=config,
+                    task=TaskIdentity(id=str(task_id), version=str(task_version),
+                                      task_digest=digest),
+                    tools=tools_ident, sandbox_options=_sandbox_options(sandbox),
+                    repeat=int(repeat))
+
+
+def _config_identity(model: Any, harness: Any, effort: Any) -> ConfigIdentity:
+    """The configuration: model, effort, harness, entrypoint, arguments, environment, options."""
+    from spu.harness.base import get_harness
+    from spu.tasks.digest import file_sha256
 
     entrypoint = _opt(harness, "entrypoint")
     entry_sha = None
     if entrypoint:
         path = Path(str(entrypoint)).expanduser()
         entry_sha = file_sha256(path) if path.is_file() else None
-    args = [str(a) for a in (_opt(harness, "args") or [])]
-    digest = task_digest(task_dir)
-    if str(harness.name) == "consensus":
-        from spu.harness.consensus import identity_args
-
-        args = identity_args(consensus, output_root, str(task_id), str(task_version), digest)
-    config = ConfigIdentity(
+    env = {str(k): str(v) for k, v in _mapping(_opt(harness, "env")).items()}
+    return ConfigIdentity(
         model=str(model.name), api_model=_text(_opt(model, "api_model")),
         endpoint=_text(_opt(model, "base_url")), effort=str(effort.name),
         harness=str(harness.name), cli_version=_text(_opt(harness, "version")),
-        entrypoint_sha256=entry_sha, args=args)
-    tools_ident = ToolsIdentity()
-    if tools is not None and _opt(tools, "enabled") and harness_uses_tools(config.harness):
-        corpus = _opt(tools, "corpus")
-        corpus_path = Path(str(corpus)).expanduser() if corpus else None
-        tools_ident = ToolsIdentity(
-            provider=_text(_opt(tools, "provider")),
-            corpus_sha256=file_sha256(corpus_path)
-            if corpus_path is not None and corpus_path.is_file() else None)
-    return Identity(config=config,
-                    task=TaskIdentity(id=str(task_id), version=str(task_version),
-                                      task_digest=digest),
-                    tools=tools_ident, repeat=int(repeat))
+        entrypoint_sha256=entry_sha, args=[str(a) for a in (_opt(harness, "args") or [])],
+        env=env, options=plugin_identity_options(get_harness, str(harness.name),
+                                                 _mapping(_opt(harness, "options"))))
+
+
+def _tools_identity(tools: Any) -> ToolsIdentity:
+    """The provider, a digest of its corpus (a file or a folder) and its options."""
+    from spu.tasks.digest import content_digest
+    from spu.tools.providers import FLAT_OPTIONS, get_provider
+
+    provider = _text(_opt(tools, "provider"))
+    options = _mapping(_opt(tools, "options"))
+    corpus = options.get("corpus") or _opt(tools, "corpus")
+    flat = {name: _opt(tools, name) for name in FLAT_OPTIONS}
+    found = plugin_identity_options(get_provider, provider or "", options, flat, FLAT_OPTIONS)
+    found.pop("corpus", None)  # its contents are corpus_sha256
+    return ToolsIdentity(provider=provider,
+                         corpus_sha256=content_digest(str(corpus)) if corpus else None,
+                         options=found)
+
+
+def _sandbox_options(sandbox: Any) -> dict[str, Any]:
+    """The options of the backend ``sandbox.name`` that belong to the identity."""
+    from spu.sandbox.base import get_sandbox
+    from spu.sandbox.options import FLAT_OPTIONS
+
+    if sandbox is None:
+        return {}
+    flat = {name: _opt(sandbox, name) for name in FLAT_OPTIONS}
+    return plugin_identity_options(get_sandbox, str(_opt(sandbox, "name") or "local"),
+                                   _mapping(_opt(sandbox, "options")), flat, FLAT_OPTIONS)
+
+
+def plugin_identity_options(get: Callable[[str], Any], name: str, options: Mapping[str, Any],
+                            flat: Mapping[str, Any] | None = None,
+                            flat_names: Sequence[str] = ()) -> dict[str, Any]:
+    """:func:`identity_options` of the plugin ``get(name)``, its flat keys merged in.
+
+    A plugin that does not load, or options it refuses, give the options as set: the run
+    refuses them at its start, in one line.
+    """
+    try:
+        model = get(name).options_model
+        return identity_options(model, merge_flat(model, flat or {}, options, flat_names))
+    except (KeyError, ImportError, AttributeError, ValueError):
+        return {str(k): _json_value(v) for k, v in options.items()}
+
+
+def identity_options(model: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of a plugin that are part of a run's identity.
+
+    Those set to other than the model's default, but for the ones the model declares
+    :attr:`~spu.options.PluginOptions.result_neutral` (a log level); an option of its
+    :attr:`~spu.options.PluginOptions.content_options` (a file or a folder) is given as
+    the SHA-256 of its contents (:func:`spu.tasks.digest.content_digest`).
+
+    Raises:
+        pydantic.ValidationError: the model refuses ``values``.
+
+    Examples
+    --------
+    >>> from spu.options import PluginOptions
+    >>> class Options(PluginOptions):
+    ...     result_neutral = frozenset({"log_level"})
+    ...     strategy: str = "random"
+    ...     log_level: str = "info"
+    >>> identity_options(Options, {"log_level": "debug"})
+    {}
+    >>> identity_options(Options, {"strategy": "monotone_prior", "log_level": "debug"})
+    {'strategy': 'monotone_prior'}
+    """
+    from spu.tasks.digest import content_digest
+
+    checked = model.model_validate(dict(values))
+    dumped = checked.model_dump(mode="json")
+    neutral: frozenset[str] = getattr(model, "result_neutral", frozenset())
+    content: frozenset[str] = getattr(model, "content_options", frozenset())
+    out: dict[str, Any] = {}
+    for name, spec in model.model_fields.items():
+        value = getattr(checked, name)
+        if name in neutral or (not spec.is_required()
+                               and value == spec.get_default(call_default_factory=True)):
+            continue
+        out[name] = content_digest(str(value)) if name in content and value else dumped[name]
+    return out
+
+
+def _mapping(node: Any) -> dict[str, Any]:
+    """A mapping node (a dict or an OmegaConf node) as a plain dict; None as empty."""
+    if node is None:
+        return {}
+    if not isinstance(node, Mapping):
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(node):
+            data = OmegaConf.to_container(node, resolve=True)
+            return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+    return {str(k): v for k, v in dict(node).items()}
+
+
+def _json_value(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
 
 
 def _text(value: Any) -> str | None:

@@ -200,6 +200,24 @@ def print_plan(argv: Sequence[str]) -> None:
         console.print(line, highlight=False, soft_wrap=True)
 
 
+def single_run_args(line: Any, args: list[str]) -> list[str]:
+    """Hydra's arguments: for a single run, its overrides with its model's default harness.
+
+    A sweep is left as typed (its sweeper applies the same defaults to each job,
+    :mod:`spu.launch.jobs`).
+
+    Raises:
+        NothingToRun: a single run selects no task.
+    """
+    from spu.launch.jobs import prepare_single_run
+
+    if line.flags:
+        return args  # -m: a sweep; Hydra's other flags (--cfg job ...) take values
+    root = line.task_root or Path(os.environ.get("SPU_TASK_ROOT", "tasks")).resolve()
+    prepared = prepare_single_run(args, (), str(root))
+    return args if prepared is None else prepared
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m spu.main`` and ``spu run``.
 
@@ -209,12 +227,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     Args:
         argv: the command line after the program name (default ``sys.argv[1:]``).
     """
+    from spu.launch.jobs import NothingToRun
     from spu.overrides import CommandLine, OverrideError, check_overrides, explain
     from spu.sandbox.limits import raise_open_files_limit
 
     raise_open_files_limit()  # a soft nofile of 1,024 is no driver's; each service has its own
     set_launcher_policy()
     line = CommandLine.parse(sys.argv[1:] if argv is None else argv)
+    if "dataset" in line.values:  # a pulled dataset is the task root (SPEC 16)
+        from spu.datasets import DatasetError
+        from spu.datasets.store import with_dataset
+
+        try:
+            line = CommandLine.parse(with_dataset(list(line.args)))
+        except DatasetError as exc:
+            print(f"spu: {exc}", file=sys.stderr)
+            sys.exit(2)
     args = list(line.args)
     if line.task_root is not None:
         # For the task config source, which Hydra's search path runs before composing.
@@ -225,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             if line.dry_run:
                 print_plan(args)
                 return
-        except OverrideError as exc:
+            args = single_run_args(line, args)
+        except (OverrideError, NothingToRun) as exc:
             print(f"spu: {exc}", file=sys.stderr)
             sys.exit(2)
         except Exception as exc:  # Hydra's composition errors, met by the dry run
@@ -245,11 +274,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from spu.launch import interrupt
+    from spu.project import CONFIG_MODULE, CONFIG_NAME
 
     interrupt.install()
     try:
-        run_hydra(run_task, args, config_path="../conf", config_name="config",
-                  version_base="1.3")
+        run_hydra(run_task, args, config_path=f"pkg://{CONFIG_MODULE}",
+                  config_name=CONFIG_NAME, version_base="1.3")
     except KeyboardInterrupt:
         interrupt.exit_interrupted()
     except Exception as exc:

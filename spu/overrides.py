@@ -27,13 +27,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from spu.project import PACKAGED_CONF, is_group
+
 MULTIRUN_FLAGS = ("-m", "--multirun")
 """Hydra's multirun switch, accepted anywhere on the command line."""
 
 FREE_KEYS = ("hydra", "extra")
 """Top-level keys under which anything may be set (Hydra's own, plugins' free values)."""
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = PACKAGED_CONF
+"""The packaged config groups (:mod:`spu.project` says where each config is read from)."""
 
 
 class OverrideError(ValueError):
@@ -209,7 +212,7 @@ def unknown_key(path: Sequence[str]) -> tuple[str, list[str]] | None:
 
 def is_group_name(name: str) -> bool:
     """True for a config group of ``conf/`` or ``task`` (a group, not a plain key)."""
-    return name == "task" or (CONF_DIR / name).is_dir()
+    return name == "task" or is_group(name)
 
 
 def nearest(word: str, choices: Sequence[str], cutoff: float = 0.6) -> str | None:
@@ -252,17 +255,18 @@ class Groups:
 @contextmanager
 def config_groups() -> Iterator[Groups]:
     """The config groups, from Hydra's running instance or a fresh one on ``conf/``."""
-    from hydra import initialize_config_dir
+    from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     import spu.config
+    from spu.project import CONFIG_MODULE
 
     spu.config.register_configs()
     instance = GlobalHydra.instance()
     if instance.is_initialized():
         yield Groups(instance.config_loader())
         return
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         yield Groups(GlobalHydra.instance().config_loader())
 
 

@@ -1,8 +1,9 @@
 """What a command line would run, without running anything: ``dry_run=true``.
 
 ``python -m spu.main <overrides> [-m] dry_run=true`` expands the sweep exactly as
-Hydra's basic sweeper does (the experiment's ``hydra.sweeper.params``, then the command
-line, globs over the config groups), and lists every job: its task, configuration,
+the sweeper does (the experiment's ``hydra.sweeper.params``, then the command line, globs
+over the config groups, then each model's default harness and the experiment's model
+sweep as :mod:`spu.launch.jobs` applies them), and lists every job: its task, configuration,
 repeat, run key, whether it would run or is skipped (finished earlier, read from
 tracking and the run folders without writing to either), and its expected cost
 (:mod:`spu.cost.reference`). No launcher, Ray, tracking server, sandbox or agent starts.
@@ -21,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spu.overrides import CONF_DIR, OverrideError, parse, task_problem
+from spu.overrides import OverrideError, parse, task_problem
+from spu.project import CONFIG_MODULE, CONFIG_NAME
 
 MULTIRUN = "MULTIRUN"
 
@@ -88,17 +90,13 @@ def _split(argv: Sequence[str]) -> tuple[bool, list[str]]:
 
 
 def job_overrides(cfg: Any, overrides: list[str], loader: Any, multirun: bool) -> list[list[str]]:
-    """The override list of every job, as Hydra's basic sweeper builds them."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from spu.internals import split_sweep_arguments
+    """The override list of every job, as the sweeper builds them (:mod:`spu.launch.jobs`)."""
+    from spu.launch.jobs import single_job, sweep_jobs
 
     if not multirun:
-        return [overrides]
+        return [single_job(overrides, loader)]
     params = cfg.hydra.sweeper.get("params") or {}
-    lines = [f"{k}={v}" for k, v in params.items()] + overrides
-    parsed = OverridesParser.create(config_loader=loader).parse_overrides(lines)
-    return [list(job) for job in split_sweep_arguments(parsed, None)[0]]
+    return [job for batch in sweep_jobs(dict(params), overrides, loader) for job in batch]
 
 
 def plan_command(argv: Sequence[str]) -> SweepPlan:
@@ -107,7 +105,7 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
     Raises:
         OverrideError: an override names no key or option, or a value no run can use.
     """
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
@@ -120,9 +118,9 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
     base = [o.input_line for o in parsed if not o.is_sweep_override()]
     GlobalHydra.instance().clear()
     plan = SweepPlan()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
-        cfg = compose("config", overrides=base, return_hydra_config=True)
+        cfg = compose(CONFIG_NAME, overrides=base, return_hydra_config=True)
         plan.multirun = multirun or str(cfg.hydra.mode) in (MULTIRUN, "RunMode.MULTIRUN")
         plan.launcher = str(cfg.hydra.runtime.choices.get("hydra/launcher", "basic"))
         plan.budget_usd = cfg.budget.max_cost_usd
@@ -142,7 +140,7 @@ def plan_command(argv: Sequence[str]) -> SweepPlan:
                 raise OverrideError(task_problem(task, root, sorted(task_options)))
             shape = tuple(o for o in job if not o.lstrip("+").startswith("task="))
             if shape not in composed:
-                c = compose("config", overrides=[*shape, f"task={task}"])
+                c = compose(CONFIG_NAME, overrides=[*shape, f"task={task}"])
                 conf: SPUConfig = OmegaConf.to_object(c)  # type: ignore[assignment]
                 problems = config_problems(conf)
                 if problems:
@@ -180,7 +178,7 @@ def _decide(rows: list[tuple[int, tuple[str, ...], str, Any]], task_root: Path) 
                              harness_label(conf.harness, conf.consensus))
         ident = identity_for(conf.model, conf.harness, conf.effort, conf.tools,
                              task_root / task, meta.id, meta.version, conf.repeat,
-                             conf.consensus, conf.output_root)
+                             conf.consensus, conf.output_root, conf.sandbox)
         identities.append((index, job, task, conf, meta, label, run_key(ident), ident))
     decisions = _resume_decisions(identities)
     costs: dict[tuple[str, str], Any] = {}
@@ -204,7 +202,7 @@ def _scripted_usage(conf: Any) -> Any:
     if conf.model.provider != "scripted":
         return None
     from spu.schema import Usage
-    from spu.testing.script import ScriptError, load_script, scripted_usage
+    from spu.scripted.script import ScriptError, load_script, scripted_usage
 
     try:
         script = load_script(conf.model.api_model or "presented_order")

@@ -18,14 +18,19 @@ also be named ``package.module:Class`` directly, or registered in code with
 :meth:`Registry.register` (tests). From a source checkout, spu's own
 ``pyproject.toml`` is read as well, so a built-in class added there is found before the
 package is installed again.
+
+``spu list harnesses|sandboxes|tools`` shows each name with the distribution that
+declares it (:meth:`Registry.package`) and the label the class gives itself
+(:func:`plugin_label`, the first line of its docstring).
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from functools import cache
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, entry_points, packages_distributions
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -84,6 +89,37 @@ def group_entry_points(group: str) -> dict[str, EntryPoint]:
     return found
 
 
+@cache
+def _distributions() -> Mapping[str, list[str]]:
+    return packages_distributions()
+
+
+def distribution_of(module: str) -> str:
+    """The installed distribution holding ``module`` (its top-level package when none).
+
+    Examples:
+        >>> distribution_of("spu.harness.baseline")
+        'spu'
+    """
+    top = module.partition(".")[0]
+    found = _distributions().get(top)
+    return found[0] if found else top
+
+
+def plugin_label(obj: object) -> str:
+    """The label a plugin gives itself: the first line of its docstring, markup removed.
+
+    Examples:
+        >>> class Notes:
+        ...     '''Search over ``tools.corpus``, a folder.'''
+        >>> plugin_label(Notes)
+        'Search over tools.corpus, a folder.'
+    """
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    first = doc.splitlines()[0] if doc else getattr(obj, "__name__", str(obj))
+    return re.sub(r"``([^`]*)``|:\w+:`~?([^`]*)`", lambda m: m.group(1) or m.group(2), first)
+
+
 class Registry(Generic[T]):
     """Classes of one kind by name, from one entry point group, imported on first use."""
 
@@ -92,6 +128,8 @@ class Registry(Generic[T]):
         self.group = group
         self.base = base
         self._classes: dict[str, type[T]] = {}
+        self._by_path: dict[str, type[T]] = {}
+        """Classes asked for as ``package.module:Class``: loaded once, never listed."""
         self._entry_points: dict[str, EntryPoint] | None = None
 
     def entry_points(self) -> Mapping[str, EntryPoint]:
@@ -115,6 +153,20 @@ class Registry(Generic[T]):
                              f"(a class in another package is added by an entry point in "
                              f"group {self.group})")
 
+    def package(self, name: str) -> str:
+        """The distribution that provides ``name``.
+
+        The one declaring its entry point, else the one holding its class's module
+        (``spu`` for spu's own, in a checkout too).
+        """
+        ep = self.entry_points().get(name)
+        if ep is not None and ep.dist is not None:
+            return str(ep.dist.name)
+        if ep is not None:
+            return distribution_of(ep.value.partition(":")[0])
+        cls = self._classes.get(name) or self._by_path.get(name)
+        return distribution_of(cls.__module__ if cls is not None else name.partition(":")[0])
+
     def get(self, name: str) -> type[T]:
         """The class called ``name`` (or ``package.module:Class``), imported on first use.
 
@@ -123,17 +175,17 @@ class Registry(Generic[T]):
                 entry point names is not a subclass of the registry's base class; the
                 message is one line (a :class:`KeyError`, as before entry points).
         """
-        if name in self._classes:
-            return self._classes[name]
+        known = self._classes.get(name) or self._by_path.get(name)
+        if known is not None:
+            return known
         if ":" in name:
-            ep = EntryPoint(name=name, value=name, group=self.group)
-        else:
-            found = self.entry_points().get(name)
-            if found is None:
-                raise self.unknown(name)
-            ep = found
-        cls = self.load(ep)
-        self._classes[name] = cls
+            cls = self._by_path[name] = self.load(EntryPoint(name=name, value=name,
+                                                             group=self.group))
+            return cls
+        found = self.entry_points().get(name)
+        if found is None:
+            raise self.unknown(name)
+        cls = self._classes[name] = self.load(found)
         return cls
 
     def load(self, ep: EntryPoint) -> type[T]:

@@ -31,6 +31,7 @@ from spu.analysis.exposure import (
     ExposureDetector,
     detect_exposure,
     detect_exposure_in_audit,
+    detect_in_sequence,
     detect_recall,
 )
 from spu.config import (
@@ -47,8 +48,15 @@ from spu.config import (
 from spu.cost import request_usages, run_cost
 from spu.cost.prices import RunCost
 from spu.gateway import MODEL_DIR
+from spu.gateway.inputs import SentReader, read_calls
 from spu.gateway.session import GatewayConfigError, GatewaySession
-from spu.gateway.verdict import files_at_refusals, iter_requests, key_rejected, model_input_steps
+from spu.gateway.verdict import (
+    files_at_refusals,
+    gateway_verdict,
+    iter_requests,
+    key_rejected,
+    read_requests,
+)
 from spu.grading.chance import chance_threshold, chance_threshold_without_ties
 from spu.grading.isolated import GraderIsolationError, available_isolation, grade_shared
 from spu.grading.outcome import (
@@ -65,8 +73,15 @@ from spu.grading.outcome import (
 )
 from spu.grading.rules import GRADER_VERSION, grade_submission
 from spu.grading.submission import read_submission
-from spu.harness.base import AgentContext, AgentResult, Harness, HarnessError, get_harness
-from spu.harness.evidence import gateway_evidence
+from spu.harness.base import (
+    AgentContext,
+    AgentResult,
+    Harness,
+    HarnessError,
+    HarnessOptionsError,
+    get_harness,
+)
+from spu.harness.evidence import gateway_counts, gateway_evidence
 from spu.harness.monitor import AgentMonitor, RunStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.identity import config_label, harness_label, identity_for, run_key, settings_for
@@ -101,7 +116,7 @@ from spu.tools.audit import AUDIT_FILE, TOOLS_DIR, read_audit
 from spu.tools.egress import EgressProxyError, shell_downloads
 from spu.tools.providers import Provider, ProviderConfigError
 from spu.tools.session import ToolsSession, ToolsSummary, make_provider, trajectory_from_audit
-from spu.tracking.trajectories import TRAJECTORY_FILE, write_trajectory
+from spu.tracking.trajectories import TRAJECTORY_FILE, record_json, write_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +157,16 @@ class RunSpec:
     launcher: str | None = None
     """The Hydra launcher that runs it (``basic``, ``ray_local``...), recorded in the run's
     settings; never part of its identity."""
+    dataset: str | None = None
+    """``NAME@VERSION`` of the dataset the task comes from (``dataset=``), recorded in
+    ``run.json``; never part of its identity (the task's digest is)."""
 
 
 def spec_identity(spec: RunSpec, task: TaskPackage) -> Identity:
     """What ``spec`` runs on ``task`` (:func:`spu.identity.identity_for`)."""
     return identity_for(spec.model, spec.harness, spec.effort, spec.tools, task.path, task.id,
-                        task.version, spec.repeat, spec.consensus, spec.output_root)
+                        task.version, spec.repeat, spec.consensus, spec.output_root,
+                        spec.sandbox)
 
 
 def spec_run_key(spec: RunSpec, task: TaskPackage) -> str:
@@ -165,21 +184,53 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def holds_evidence(run_dir: Path) -> bool:
+    """True when a run folder holds more than its staged task and its archived attempts.
+
+    Anything more (the gateway's record ``model/requests.jsonl``, the tools' log, the
+    agent's files and logs) is the evidence of an attempt that ran: what it cost, what
+    the model was sent, what the agent saw.
+    """
+    try:
+        with os.scandir(run_dir) as entries:
+            return any(e.name not in ("task", "attempts") for e in entries)
+    except OSError:
+        return False
+
+
 def _archive_previous_attempt(run_dir: Path) -> None:
-    if not (run_dir / "run.json").exists():
-        if run_dir.exists():
-            remove_tree(run_dir)  # an agent's tree may be deeper than shutil.rmtree goes
-        return
-    attempts = run_dir / "attempts"
-    n = 1 + sum(1 for _ in attempts.iterdir()) if attempts.exists() else 1
+    """Move the run folder's earlier attempt under ``attempts/<n>/``; never delete evidence.
+
+    A recorded attempt (``run.json``) is archived, and so is a folder without a record
+    that :func:`holds_evidence` (an attempt whose process stopped before its record:
+    :func:`record_interrupted_attempt` records it first where the run is started again).
+    A folder holding only the staged task is cleared, its ``attempts/`` kept. An archive
+    a killed process left half done (the ``.previous`` folder) is finished first.
+    """
     holding = run_dir.with_name(run_dir.name + ".previous")
     if holding.exists():
-        remove_tree(holding)
+        _into_attempts(run_dir, holding)
+    if not run_dir.exists():
+        return
+    if not (run_dir / "run.json").exists() and not holds_evidence(run_dir):
+        for entry in list(run_dir.iterdir()):
+            if entry.name != "attempts":
+                remove_tree(entry)  # rm -rf: a tree may be deeper than shutil.rmtree goes
+        return
     run_dir.rename(holding)
-    run_dir.mkdir(parents=True)
-    if (holding / "attempts").exists():
+    _into_attempts(run_dir, holding)
+
+
+def _into_attempts(run_dir: Path, holding: Path) -> None:
+    """Make ``holding`` (a run folder moved aside) attempt ``n`` under ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attempts = run_dir / "attempts"
+    if (holding / "attempts").exists() and not attempts.exists():
         (holding / "attempts").rename(attempts)
     attempts.mkdir(exist_ok=True)
+    n = 1 + sum(1 for _ in attempts.iterdir())
+    while (attempts / str(n)).exists():
+        n += 1
     holding.rename(attempts / str(n))
 
 
@@ -361,6 +412,8 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool, grader: bool = Fal
         harness = get_harness(spec.harness.name)(spec.harness, spec.model, spec.effort)
         if check:
             harness.check()
+    except HarnessOptionsError as exc:  # names the key already
+        raise RunConfigError(str(exc)) from None
     except (KeyError, HarnessError) as exc:
         raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
     if check:
@@ -443,10 +496,12 @@ def stage(run: PreparedRun) -> Path:
     # A run killed with its driver may have left its disk mounted in the run folder: its
     # files are put back first, so that the archived attempt keeps them.
     release_stale_disk(run.run_dir)
-    # Leftovers of a process killed while staging this key (the caller holds its lock).
-    for stale in run.run_dir.parent.glob(f".{run.key}.staging-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    scratch = run.run_dir.with_name(f".{run.key}.staging-{os.getpid()}")
+    # One scratch folder per key, found by its name (a glob of runs/ grows with the root):
+    # what is there was left by a process killed while staging this key (the caller holds
+    # the key's lock).
+    scratch = run.run_dir.with_name(f".{run.key}.staging")
+    if scratch.exists():
+        shutil.rmtree(scratch, ignore_errors=True)
     try:
         staged = stage_public_files(run.task, scratch / "task")
         errors = staged_package_errors(staged, run.task.contract, run.answers)
@@ -608,6 +663,7 @@ def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
     """
     phase.gateway = gateway.info()
     phase.result = gateway_evidence(phase.result, gateway.summary().verdict)
+    phase.result = gateway_counts(phase.result, read_calls(gateway.run_dir / MODEL_DIR))
     phase.notes = [*phase.notes, *gateway.notes()]
     if gateway.died is not None:
         phase.result.infra_error = gateway.died
@@ -646,6 +702,7 @@ def read_tools(run: AgentRun, phase: AgentPhase, tools: ToolsSession) -> None:
     result = phase.result
     if result.trajectory is None and phase.tools.audited_calls:
         result.trajectory = trajectory_from_audit(tools.folder, run.spec.harness.name)
+        result.trajectory_from_audit = True
         result.tool_calls = count_tool_calls(result.trajectory)
         result.web_fetches = count_web_fetches(result.trajectory)
     if phase.tools.policy_stop is not None:
@@ -760,10 +817,14 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     """Step 7: tool outputs that show an identifier of the source study (never scored).
 
     Every tool output of the trajectory (shell output included), the full answers of
-    the audited calls, which a CLI may have shortened in its own record, and the tool
-    results the model gateway saw sent to the model; for a harness that
-    :attr:`~spu.harness.base.Harness.screens_answers` (a recall probe), the model's
-    answers too.
+    the audited calls, which a CLI may have shortened in its own record, and everything
+    the model gateway saw sent to the model (:class:`~spu.gateway.inputs.SentReader`:
+    tool results, user and system text, documents, PDFs as text, each boundary between
+    two texts); for a harness that :attr:`~spu.harness.base.Harness.screens_answers` (a
+    recall probe), the model's answers too. What kept the screen from reading all the
+    model was sent (a cap) goes to ``result.screen_notes`` (``run.json``'s
+    ``screen_incomplete`` and its notes). The hits of the run key's earlier attempts
+    count too (:func:`earlier_exposure`).
     """
     if run.answers is None:  # no key, no source to look for: screened when graded
         return []
@@ -778,9 +839,14 @@ def screen(run: PreparedRun, result: AgentResult) -> list[ExposureHit]:
     # What the model was sent, from the gateway's record: a hit the session files no
     # longer show (the agent deleted them) still flags the run.
     known = {h.kind for h in hits}
-    hits += [h.model_copy(update={"step": -1}) for h in detect_exposure(
-        run.answers.source, model_input_steps(run.run_dir / "model")) if h.kind not in known]
-    return hits
+    sent = SentReader(run.run_dir / MODEL_DIR)
+    try:
+        hits += [h for h in detect_in_sequence(run.answers.source, (
+            (t.label, t.text, t.after_gap) for t in sent.texts())) if h.kind not in known]
+    finally:
+        sent.close()
+    result.screen_notes = sent.notes
+    return hits + earlier_exposure(run.run_dir)
 
 
 @dataclass(frozen=True)
@@ -805,6 +871,7 @@ def _judged(run: PreparedRun, phase: AgentPhase, grades: RunGrades) -> _Judgemen
     if result.infra_error:
         notes.append(f"infra error: {result.infra_error}")
     notes += [f"model gateway: {said}" for said in result.agent_caused]
+    notes += [f"exposure screen incomplete: {said}" for said in result.screen_notes]
     verdict = judge(RunEvidence.from_process(
         evidence, submitted=phase.submission is not None, infra_error=result.infra_error,
         refused=result.refused, policy_stop=result.policy_stop, cost_limit=result.cost_limit),
@@ -828,7 +895,7 @@ def _what_ran(run: PreparedRun) -> dict[str, Any]:
         "settings": settings_for(spec.limits, spec.sandbox.name, spec.launcher),
         "task_id": task.id, "task_version": task.version,
         "discipline": task.meta.discipline.value, "subfield": task.meta.subfield,
-        "visibility": task.meta.visibility.value,
+        "visibility": task.meta.visibility.value, "dataset": spec.dataset,
         "model": spec.model.name, "harness": spec.harness.name, "effort": spec.effort.name,
         "repeat": spec.repeat, "config": spec_config_label(spec),
         "threshold": task_threshold(task, run.answers), "n_items": task.n_items,
@@ -859,12 +926,14 @@ def _what_it_reached(phase: AgentPhase, exposure: list[ExposureHit]) -> dict[str
     result, tools, gpu = phase.result, phase.tools, phase.gpu
     return {
         "flagged_exposure": bool(exposure), "exposure_hits": exposure,
+        "screen_incomplete": bool(result.screen_notes),
         "audited_calls": tools.audited_calls if tools is not None else None,
         "policy_stopped": result.policy_stop,
         "policy_stop": tools.policy_stop if tools is not None else None,
         "requests_outside_tools": tools.requests_outside_tools if tools is not None else None,
         "outside_destinations": tools.outside_destinations if tools is not None else [],
-        "shell_downloads": (shell_downloads(result.trajectory.steps)
+        "shell_downloads": (result.shell_downloads if result.shell_downloads is not None
+                            else shell_downloads(result.trajectory.steps)
                             if result.trajectory is not None else None),
         "tool_calls": result.tool_calls, "web_fetches": result.web_fetches,
         "used_gpu": result.used_gpu or bool(gpu and gpu.used_gpu),
@@ -874,7 +943,11 @@ def _what_it_reached(phase: AgentPhase, exposure: list[ExposureHit]) -> dict[str
 
 def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost,
            exposure: list[ExposureHit]) -> RunRecord:
-    """Step 8: decide the outcome and write ``grade.json``, the trajectory and ``run.json``."""
+    """Step 8: decide the outcome and write ``grade.json``, the trajectory and ``run.json``.
+
+    A trajectory that cannot be written costs the run its trajectory file, never its
+    record: the record says why in a note (the session files stay in the run folder).
+    """
     result, run_dir = phase.result, run.run_dir
     judged = _judged(run, phase, grades)
     (run_dir / "grade.json").write_text(
@@ -882,7 +955,9 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
                     "recovered": grades.recovered.model_dump(mode="json")}, indent=1)
     )
     if result.trajectory is not None:
-        write_trajectory(run_dir / TRAJECTORY_FILE, result.trajectory)
+        written = _write_trajectory(run, result)
+        if written is not None:
+            judged.notes.append(written)
     run_record = RunRecord(
         **_what_ran(run),
         outcome=judged.verdict.outcome,
@@ -911,6 +986,23 @@ def record(run: PreparedRun, phase: AgentPhase, grades: RunGrades, cost: RunCost
     write_run_record(run_dir, run_record)
     seal(run, run_record)
     return run_record
+
+
+TRAJECTORY_NOT_WRITTEN = ("trajectory not written ({error}); the agent's session files "
+                          "are in the run folder")
+"""The note of a run whose trajectory could not be written."""
+
+
+def _write_trajectory(run: AgentRun, result: AgentResult) -> str | None:
+    """Write the run's trajectory; the note to record when it cannot be written (else None)."""
+    assert result.trajectory is not None
+    try:
+        write_trajectory(run.run_dir / TRAJECTORY_FILE, result.trajectory)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the run keeps its record
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        log.error("run %s: %s", run.key, TRAJECTORY_NOT_WRITTEN.format(error=error))
+        return TRAJECTORY_NOT_WRITTEN.format(error=error)
+    return None
 
 
 def task_published(answers: AnswerKey | None) -> str | None:
@@ -951,11 +1043,118 @@ def run_one(spec: RunSpec) -> RunRecord:
     spu.tasks.TaskLoadError
         When the task package or its answer key cannot be read.
     """
-    run = prepare_run(spec)
-    phase = run_agent(run, stage(run))
+    run = record_interrupted_attempt(prepare_run(spec))
+    staged = stage(run)
+    try:
+        phase = run_agent(run, staged)
+    except Exception as exc:  # noqa: BLE001 - the agent's side failed: still a record
+        phase = failed_agent_phase(run, staged, exc)
+    if run.spec.attempt > spec.attempt:
+        phase.notes.append(INTERRUPTED_BEFORE_NOTE.format(attempt=spec.attempt))
     phase.submission = collect(run.run_dir)
     grades = grade_kept_at_refusal(run, phase, grade(run, phase.submission))
     return record(run, phase, grades, price(run, phase.result), screen(run, phase.result))
+
+
+def earlier_exposure(run_dir: Path) -> list[ExposureHit]:
+    """The exposure hits of the run key's earlier attempts, each labelled with its attempt.
+
+    An attempt that saw the source study counts toward the exposure of its run (SPEC 11:
+    its gateway record stays with the run), so a retry or a relaunch after an interrupted
+    attempt cannot leave the run reading ``flagged_exposure: false``. The hits come from
+    each archived attempt's own record (``attempts/<n>/run.json``, written by the host);
+    a record that cannot be read adds nothing.
+    """
+    hits: list[ExposureHit] = []
+    attempts = run_dir / "attempts"
+    if not attempts.is_dir():
+        return hits
+    for folder in sorted((p for p in attempts.iterdir() if p.name.isdigit()),
+                         key=lambda p: int(p.name)):
+        try:
+            earlier = RunRecord.model_validate_json((folder / "run.json").read_bytes())
+        except (OSError, ValueError) as exc:
+            log.warning("attempt %s of %s: its exposure not read: %s", folder.name,
+                        run_dir.name, exc)
+            continue
+        label = f"attempt {earlier.attempt}"
+        hits += [hit.model_copy(update={"tool": f"{label}: {hit.tool}" if hit.tool else label})
+                 for hit in earlier.exposure_hits if not (hit.tool or "").startswith("attempt ")]
+    return hits
+
+
+INTERRUPTED_NOTE = ("attempt {attempt} ended without its record (the process running it "
+                    "stopped); recorded when its run was started again, from what its folder "
+                    "holds: the gateway's record (usage, cost, what the model was sent) and "
+                    "the audited tools' log")
+"""The note (and process error) of an attempt :func:`record_interrupted_attempt` recorded."""
+
+INTERRUPTED_BEFORE_NOTE = ("attempt {attempt} ended without its record before this one; it "
+                           "is recorded under attempts/ (infra_error, with its cost and "
+                           "exposure)")
+"""The note of the attempt that follows an interrupted one."""
+
+
+def gateway_record_evidence(run: AgentRun) -> AgentResult:
+    """What the run folder's gateway record (``model/requests.jsonl``) says, as a result.
+
+    For an attempt whose agent phase left no result of its own: usage, per-request usage
+    (its cost), refusal and infra error as the provider side saw them.
+    """
+    path = run.run_dir / MODEL_DIR / "requests.jsonl"
+    if not path.is_file():
+        return AgentResult()
+    return gateway_evidence(AgentResult(), gateway_verdict(read_requests(path)))
+
+
+def failed_agent_phase(run: AgentRun, staged: Path, exc: Exception) -> AgentPhase:
+    """The agent phase of a run whose agent's side raised: an error, the gateway's record.
+
+    :func:`run_agent` records what it expects to fail (a sandbox or harness that cannot
+    start); anything else (a session file shaped to break its reader) ends here, so the
+    run is recorded as ``infra_error`` with the error and what its gateway recorded.
+    """
+    error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500] if str(exc) else ''}"
+    log.error("run %s: the agent's side failed: %s", run.key, error)
+    return AgentPhase(staged=staged, started=_now(), result=gateway_record_evidence(run),
+                      evidence=ProcessEvidence(error=f"the agent's side failed: {error}"),
+                      sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
+
+
+def record_interrupted_attempt(run: PreparedRun) -> PreparedRun:
+    """Record the attempt a stopped process left in the run folder; the run to start next.
+
+    A run folder without ``run.json`` that :func:`holds_evidence` is an attempt whose
+    process stopped before its record (killed, or a launch that exited). Its gateway's
+    record counts toward its cost and its exposure (SPEC 11), so it is recorded now as
+    ``infra_error`` (sealed, in the ledger), its usage and cost from that record and its
+    exposure screened from what the model was sent and the audited tools answered; then
+    staging archives it like any recorded attempt. The returned run is the attempt after
+    it; ``run`` itself when there is no such folder.
+    """
+    run_dir = run.run_dir
+    if (run_dir / "run.json").exists() or not run_dir.is_dir() or not holds_evidence(run_dir):
+        return run
+    release_stale_disk(run_dir)  # a disk left mounted holds the attempt's files
+    result = gateway_record_evidence(run)
+    note = INTERRUPTED_NOTE.format(attempt=run.spec.attempt)
+    phase = AgentPhase(staged=run_dir / "task", started=_folder_time(run_dir), result=result,
+                       evidence=ProcessEvidence(error=note),
+                       sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
+    lost = record(run, phase, grade(run, None), price(run, result), screen(run, result))
+    log.warning("run %s: attempt %d ended without its record; recorded now (%s, cost %s, "
+                "exposure %s); this run is attempt %d", run.key, lost.attempt,
+                lost.outcome.value, lost.cost_usd, lost.flagged_exposure, lost.attempt + 1)
+    return replace(run, spec=replace(run.spec, attempt=lost.attempt + 1, retried_from=None))
+
+
+def _folder_time(run_dir: Path) -> str:
+    """When the staged task of ``run_dir`` was put there (ISO-8601, UTC): the run's start."""
+    try:
+        stamp = (run_dir / "task").stat().st_mtime
+    except OSError:
+        return _now()
+    return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds")
 
 
 def write_run_record(run_dir: Path, record: RunRecord) -> Path:
@@ -966,7 +1165,7 @@ def write_run_record(run_dir: Path, record: RunRecord) -> Path:
     path = run_dir / "run.json"
     partial = path.with_name("run.json.partial")
     try:
-        partial.write_text(record.model_dump_json(indent=1))
+        partial.write_bytes(record_json(record, indent=1))  # any text the agent chose
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)  # a full disk: no truncated record left behind

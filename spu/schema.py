@@ -14,12 +14,14 @@ from enum import Enum
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     AllowInfNan,
     BaseModel,
     ConfigDict,
     Field,
     Strict,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -382,6 +384,150 @@ class ReviewRecord(VersionedRecord):
             open_ = [i.issue for i in self.issues if not i.fix.strip()]
             if open_:
                 raise ValueError(f"verdict accept with a blocking issue not fixed: {open_[0]!r}")
+        return self
+
+
+# --------------------------------------------------------------------------- datasets
+
+DATASET_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+"""A dataset name (SPEC 16): lower-case letters, digits, ``.``, ``_`` and ``-``, not starting
+with ``.``, ``_`` or ``-`` (at most 100 characters); it becomes a folder name."""
+
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+"""A SHA-256 digest in lower-case hex."""
+
+
+def check_dataset_name(value: str) -> str:
+    """``value`` when it is a dataset name (:data:`DATASET_NAME_PATTERN`), else ``ValueError``."""
+    if not isinstance(value, str) or not DATASET_NAME_PATTERN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a dataset name (lower-case letters, digits, '.', "
+                         f"'_' and '-', starting with a letter or a digit)")
+    return value
+
+
+def check_dataset_version(value: str) -> str:
+    """``value`` when it is a PEP 440 version in its normal form, else ``ValueError``.
+
+    Examples:
+        >>> check_dataset_version("1.0"), check_dataset_version("2.0rc1")
+        ('1.0', '2.0rc1')
+        >>> check_dataset_version("v1.0")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'v1.0' is not a version in normal form (PEP 440): write 1.0
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        normal = str(Version(value))
+    except (InvalidVersion, TypeError):
+        raise ValueError(f"{value!r} is not a version (PEP 440, e.g. 1.0)") from None
+    if normal != value:
+        raise ValueError(f"{value!r} is not a version in normal form (PEP 440): write {normal}")
+    return value
+
+
+DatasetName = Annotated[str, AfterValidator(check_dataset_name)]
+DatasetVersion = Annotated[str, AfterValidator(check_dataset_version)]
+
+
+class DatasetTask(Record):
+    """One task of a dataset, as ``dataset.json`` lists it (SPEC 16)."""
+
+    id: Annotated[str, AfterValidator(check_task_id)]
+    """The task id; its files are ``tasks/<id>/`` in the archive."""
+    task_version: str
+    """The task's version (``task.yaml``)."""
+    task_digest: Sha256Hex
+    """``task_digest`` of its public files (SPEC 12)."""
+    discipline: str
+    """Its discipline (``task.yaml``)."""
+    visibility: str
+    """``public`` or ``private``."""
+    answers: Literal["included", "withheld"]
+    """``included``: ``tasks/<id>/hidden/answers.json`` is in the archive; ``withheld``: no
+    answer key travels (runs of the task end ``sealed``)."""
+
+
+class DatasetManifest(Record):
+    """``dataset.json`` at the top of a dataset's archive and of its pulled copy (SPEC 16)."""
+
+    name: DatasetName
+    """The dataset's name."""
+    version: DatasetVersion
+    """Its version (PEP 440)."""
+    created: str
+    """ISO-8601 time the archive was packed (UTC)."""
+    spu_version: str
+    """The version of spu that packed it."""
+    description: str = ""
+    """One line about the dataset."""
+    tasks: list[DatasetTask]
+    """Every task of the dataset, by id."""
+
+
+class RegistryEntry(Record):
+    """One archive of a registry (SPEC 16)."""
+
+    name: DatasetName
+    """The dataset's name."""
+    version: DatasetVersion
+    """Its version."""
+    url: Annotated[str, Field(min_length=1, max_length=4096)]
+    """Where the archive is: absolute, or relative to the registry's own location."""
+    sha256: Sha256Hex
+    """SHA-256 of the archive's bytes."""
+    bytes: Annotated[int, Strict(), Field(ge=0)]
+    """The archive's size."""
+    n_tasks: Annotated[int, Strict(), Field(ge=0)]
+    """How many tasks it holds."""
+    description: str = ""
+    """One line about the dataset."""
+
+
+DATASET_PULL_VERSION = "1"
+"""``1``: the first pull record (``pull.json``)."""
+
+
+class DatasetPull(VersionedRecord):
+    """``pull.json`` beside a pulled dataset's ``dataset.json``: its origin and files.
+
+    The SHA-256 of each file lets ``spu dataset verify`` find any file changed since the
+    pull (answer keys included, which ``task_digest`` does not cover).
+    """
+
+    STRICT_SINCE: ClassVar[int] = 1
+
+    schema_version: str = DATASET_PULL_VERSION
+    """Format version of this record."""
+    dataset: str
+    """``NAME@VERSION``."""
+    registry: str | None = None
+    """The registry it was pulled from (None: the built-in dataset, from the package)."""
+    source: str
+    """The archive's URL or path."""
+    archive_sha256: Sha256Hex
+    """SHA-256 of the archive, checked against the registry before anything was kept."""
+    pulled_at: str
+    """ISO-8601 time of the pull (UTC)."""
+    files: dict[str, Sha256Hex]
+    """Every file of the dataset (POSIX path under its folder) -> SHA-256 of its bytes."""
+
+
+class Registry(Record):
+    """A registry of datasets: ``registry.json``, a local file or a URL (SPEC 16)."""
+
+    datasets: list[RegistryEntry] = Field(default_factory=list)
+    """Every archive it lists; one per (name, version)."""
+
+    @model_validator(mode="after")
+    def _one_entry_per_version(self) -> Registry:
+        seen: set[tuple[str, str]] = set()
+        for entry in self.datasets:
+            key = (entry.name, entry.version)
+            if key in seen:
+                raise ValueError(f"{entry.name}@{entry.version} is listed twice")
+            seen.add(key)
         return self
 
 
@@ -775,8 +921,30 @@ class GpuPlacement(Record):
     """The device's UUID from NVML (None: no NVML, or no GPU)."""
 
 
-class ConfigIdentity(Record):
+class _OmitsEmpty(Record):
+    """A part of a run's identity whose later fields are written only when set.
+
+    The fields added after run keys were first hashed (``harness.env``, the plugins'
+    options) are left out of the record while empty, so that a record without them is
+    serialized, hashed and signed as it was before they existed.
+    """
+
+    OMITTED_WHEN_EMPTY: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.OMITTED_WHEN_EMPTY:
+                if name in data and not data[name]:
+                    del data[name]
+        return data
+
+
+class ConfigIdentity(_OmitsEmpty):
     """The configuration part of a run's identity: what was asked to solve the task."""
+
+    OMITTED_WHEN_EMPTY = ("env", "options")
 
     model: str
     """Model configuration name (``conf/model``)."""
@@ -794,6 +962,12 @@ class ConfigIdentity(Record):
     """SHA-256 of ``harness.entrypoint`` (``harness=command``; None: no entrypoint)."""
     args: list[str] = Field(default_factory=list)
     """``harness.args``, the arguments given to the entrypoint."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """``harness.env``, the variables added to the agent's environment (hashed only when
+    some are set, so that runs without them keep their keys)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """``harness.options`` set to other than the harness's defaults, but for those it
+    declares result-neutral (hashed only when some are set)."""
 
 
 class TaskIdentity(Record):
@@ -807,21 +981,29 @@ class TaskIdentity(Record):
     """SHA-256 over the task's public files, paths and contents (``spu.tasks.digest``)."""
 
 
-class ToolsIdentity(Record):
+class ToolsIdentity(_OmitsEmpty):
     """The audited tools a run could use (SPEC section 7)."""
+
+    OMITTED_WHEN_EMPTY = ("options",)
 
     provider: str | None = None
     """``tools.provider`` (``offline``, ``web``); None when the run had no tools service."""
     corpus_sha256: str | None = None
-    """SHA-256 of the offline corpus file (None: no corpus, or no tools service)."""
+    """SHA-256 of the corpus (``tools.corpus``): of the file, or over a folder's paths and
+    contents (None: no corpus, or no tools service)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """``tools.options`` set to other than the provider's defaults, but for those it
+    declares result-neutral (hashed only when some are set)."""
 
 
-class Identity(Record):
+class Identity(_OmitsEmpty):
     """What ran: the fields a run key is hashed from (SPEC section 12, :mod:`spu.identity`).
 
     A change to any of them is another run; limits, sandbox backend and launcher are
     not part of it (:class:`RunSettings`), nor is the answer key (``spu regrade``).
     """
+
+    OMITTED_WHEN_EMPTY = ("sandbox_options",)
 
     key_scheme: str = "2"
     """Version of the run-key scheme (1: the model, harness, effort, task id, version and
@@ -832,6 +1014,10 @@ class Identity(Record):
     """The task and its public files."""
     tools: ToolsIdentity = Field(default_factory=ToolsIdentity)
     """The tools provider and its corpus."""
+    sandbox_options: dict[str, Any] = Field(default_factory=dict)
+    """``sandbox.options`` (and the flat keys that predate them) set to other than the
+    backend's defaults, but for those it declares result-neutral (hashed only when some
+    are set); the backend itself is a setting (:class:`RunSettings`)."""
     repeat: int = 0
     """0 for the official run, 1 and up for repeated runs."""
 
@@ -869,6 +1055,9 @@ class RunRecord(VersionedRecord):
     """Subfield of the task."""
     visibility: str | None = None
     """``public`` or ``private``."""
+    dataset: str | None = None
+    """The dataset the task came from (``dataset=NAME@VERSION``, SPEC 16); None: a task
+    root of one's own, or a record written before datasets."""
     model: str
     """Model configuration name (``conf/model``)."""
     harness: str
@@ -913,7 +1102,8 @@ class RunRecord(VersionedRecord):
     runtime_s: float = 0.0
     """Wall-clock duration of the agent."""
     tool_calls: int = 0
-    """Tool calls in the trajectory."""
+    """Tool calls of the model: from the gateway's record where the run had one (every call
+    its answers made or whose result it was sent), else in the trajectory."""
     web_fetches: int = 0
     """Web search and fetch calls in the trajectory."""
     requests_outside_tools: int | None = None
@@ -923,7 +1113,8 @@ class RunRecord(VersionedRecord):
     """The distinct ``host:port`` of those connections, first seen first (at most 100)."""
     shell_downloads: int | None = None
     """Downloads started from the shell (``curl``, ``wget``, ``pip install``, ``git clone``...)
-    seen in the trajectory, counted apart from the egress log."""
+    in the model's shell calls (from the gateway's record where the run had one, else the
+    trajectory), counted apart from the egress log."""
     audited_calls: int | None = None
     """Calls of the audited tools service (None: the run had no service)."""
     policy_stopped: bool = False
@@ -949,6 +1140,10 @@ class RunRecord(VersionedRecord):
     (:func:`spu.tasks.freshness.published_before_cutoff`); None: unknown."""
     exposure_hits: list[ExposureHit] = Field(default_factory=list)
     """Where the exposure detector found source identifiers (first hits, capped)."""
+    screen_incomplete: bool = False
+    """True when a cap kept the exposure screen from reading all the model was sent (the
+    gateway's record full, a text kept as its head and tail, a PDF not read); ``notes``
+    says which. False in records written before the field (``docs/tools.md``)."""
     refusal_after_file: bool = False
     """The run refused after writing a valid or recoverable file: ``outcome`` is
     ``refusal`` and ``scored`` false (the paper's rule, 3.1), ``score_strict`` and

@@ -22,6 +22,48 @@ EXAMPLE_TASK = TASKS / "example-coupling-conditions"
 EXAMPLE_TWO_GROUPS = TASKS / "example-electrolytes-and-films"
 
 
+REMOVABLE_DEPTH = 200
+"""Folders this many levels under a session's temporary root are removed when it ends:
+pytest removes old sessions' roots with ``shutil.rmtree``, which recurses once a level
+and dies with RecursionError past about 990 (a red-team agent leaves 1,500)."""
+
+
+def remove_deep_trees(root: Path, depth: int = REMOVABLE_DEPTH) -> list[Path]:
+    """Remove (``rm -rf``) every folder ``depth`` levels under ``root``; those removed.
+
+    Walked with a stack, links unfollowed, never deeper than ``depth``: what is left is a
+    tree any later session's clean-up can remove.
+    """
+    from spu.sandbox.disk import remove_tree
+
+    removed, pending = [], [(Path(root), 0)]
+    while pending:
+        folder, level = pending.pop()
+        if level >= depth:
+            remove_tree(folder)
+            removed.append(folder)
+            continue
+        try:
+            with os.scandir(folder) as entries:
+                pending += [(Path(e.path), level + 1) for e in entries
+                            if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+    return removed
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leave_no_tree_too_deep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end of each session (each xdist worker's too), remove what pytest's own
+    clean-up of old temporary roots could not (:func:`remove_deep_trees`): a later session
+    on the same machine must still end with exit status 0."""
+    yield
+    removed = remove_deep_trees(tmp_path_factory.getbasetemp())
+    if removed:
+        print(f"\nremoved {len(removed)} folder(s) deeper than {REMOVABLE_DEPTH} levels under "
+              f"{tmp_path_factory.getbasetemp()}", file=sys.stderr)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
@@ -66,6 +108,18 @@ def run_module(args: list[str], cwd: Path = REPO, env: dict[str, str] | None = N
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def nesting(value: object) -> int:
+    """How deep the arrays and objects of ``value`` nest (walked without recursion)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            pending += [(c, depth + 1) for c in (item.values() if isinstance(item, dict)
+                                                 else item)]
+    return deepest
 
 
 def have_bwrap() -> bool:

@@ -88,7 +88,7 @@ def test_task_root_override_selects_other_packages(tmp_path, repo_root) -> None:
     ("overrides", "message"),
     [
         (["experiment=single"], "no task selected"),
-        (["experiment=single", "task=spu-vq5t", "model=opus5"],
+        (["experiment=single", "task=spu-vq5t", "model=opus5", "harness=baseline"],
          "harness=baseline runs model=random"),
     ],
 )

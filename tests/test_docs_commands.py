@@ -81,12 +81,19 @@ SKIPS: list[tuple[str, str]] = [
     (r"^export \w+=\.\.\.", "sets an API key; the commands that need one run with "
                             "model=scripted instead"),
     (r"^mlflow ui\b", "starts the MLflow UI, which serves until stopped"),
+    (r"^spu ui\b", "starts the MLflow UI, which serves until Ctrl-C (tests/tracking/test_ui.py "
+                   "drives it in headless Chromium)"),
     (r"^mlflow server\b", "starts a tracking server on PostgreSQL, which serves until stopped"),
     (r"^ray start\b", "joins or starts a Ray cluster node"),
     (r"^spu scripted-server\b", "serves the scripted model until stopped"),
     (r"hydra/launcher=ray_cluster", "needs a Ray cluster with shared storage"),
     (r"(tracking\.uri=|--tracking-uri )https?://", "needs a remote tracking server"),
     (r"^docker build\b", "needs a container registry"),
+    (r"^pip install\b", "installs into the environment running the tests "
+                        "(tests/test_installed.py installs the wheel into a fresh one)"),
+    (r"^python -m http\.server\b", "serves a folder until stopped"),
+    (r"--registry https://|dataset=spu-public@", "needs a published registry (tests/"
+                                                 "test_installed.py pulls from one it serves)"),
 ]
 """Commands that cannot run offline on one machine: (regular expression, reason)."""
 
@@ -101,8 +108,8 @@ def _dry(text: str) -> bool:
 
 def _sweeps_every_task(text: str) -> bool:
     """A run (not a dry run) whose tasks are a glob, or the default sweep of every task."""
-    if not _is_main(text) or _dry(text) or "task_root=" in text:
-        return False
+    if not _is_main(text) or _dry(text) or "task_root=" in text or "dataset=" in text:
+        return False  # a dataset is its own task root (the documents use small ones)
     task = re.search(r"\btask=(\S+)", text)
     if task is None:
         return "experiment=single" not in text
@@ -233,6 +240,8 @@ def run_command(text: str, scratch: Scratch) -> subprocess.CompletedProcess[str]
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
            "VIRTUAL_ENV": str(Path(venv_bin).parent), "COLUMNS": "160"}
     env.pop("SPU_TASK_ROOT", None)
+    env.pop("SPU_REGISTRY", None)
+    env["SPU_DATA_DIR"] = str(scratch.root.parent / "spu-data")  # pulled datasets: the test's
     return subprocess.run(["bash", "-c", text], cwd=scratch.root, env=env,
                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
 

@@ -46,6 +46,19 @@ def test_every_page_of_docs_is_in_the_site_navigation_and_every_readme_link_reso
         assert (REPO / target).is_file(), f"README links to {target}, which does not exist"
 
 
+def test_the_site_lists_each_page_once_and_stands_on_its_own() -> None:
+    """Issue 40 item 7: "The model gateway" was listed twice; the home page sent readers to
+    the README, which is not on the site; the example agent cited a SPEC file the
+    repository does not have."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    pages = _nav_pages(config["nav"])
+    assert len(pages) == len(set(pages)), sorted(p for p in pages if pages.count(p) > 1)
+    home = (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+    assert "README" not in home and "make demo" in home
+    agent = (REPO / "docs" / "examples" / "my_agent.py").read_text(encoding="utf-8")
+    assert "SPEC" not in agent
+
+
 @pytest.mark.slow
 def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).parent / "mkdocs"

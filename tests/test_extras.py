@@ -8,7 +8,7 @@ import tomllib
 
 from tests.conftest import REPO
 
-EXTRA_MODULES = ("ray", "docker", "psycopg", "pynvml", "trafilatura", "pypdf")
+EXTRA_MODULES = ("ray", "docker", "psycopg", "pynvml", "trafilatura")
 """What the extras ``ray``, ``docker``, ``postgres``, ``gpu`` and ``web`` install."""
 
 BLOCKED = f"""
@@ -57,7 +57,7 @@ def test_pyproject_declares_the_extras() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"])
     extras = project["optional-dependencies"]
-    for name in ("ray", "docker", "psycopg", "nvidia-ml-py", "trafilatura", "pypdf"):
+    for name in ("ray", "docker", "psycopg", "nvidia-ml-py", "trafilatura"):
         assert name not in core
     assert set(extras) >= {"docker", "ray", "postgres", "gpu", "web", "all"}
     assert extras["all"] == ["spu[docker,ray,postgres,gpu,web]"]

@@ -13,6 +13,7 @@ from spu.identity import (
     config_label,
     harness_label,
     identity_for,
+    key_fields,
     official_score,
     run_key,
     settings_change,
@@ -126,3 +127,79 @@ def test_a_first_scheme_record_matches_only_what_it_ran(tmp_path: Path) -> None:
     assert not legacy_record_matches(LEGACY_RUN, ident(other))  # type: ignore[arg-type]
     (task / "experiment.md").write_text("edited\n")
     assert not legacy_record_matches(LEGACY_RUN, ident(mine))  # type: ignore[arg-type]
+
+
+def test_what_a_plugin_changes_is_part_of_the_identity(task: Path, tmp_path: Path) -> None:
+    """Invariant (issue 42, item 2): ``harness.env``, a harness's, a provider's and a
+    backend's options, and a corpus folder's contents are part of the run key; an option
+    the plugin declares result-neutral, and the options left at their defaults, are not,
+    so every run that sets none of them keeps the key it had."""
+    from spu.config import SandboxConfig
+
+    pytest.importorskip("spu_example_plugin", reason="the example plugin is not installed")
+
+    def key(harness: str = "command", tools: ToolsConfig | None = None,
+            sandbox: SandboxConfig | None = None, **fields: object) -> str:
+        cfg = HarnessConfig(name=harness, entrypoint=str(REPO / "docs/examples/my_agent.py"),
+                            **fields)  # type: ignore[arg-type]
+        return run_key(identity_for(ModelConfig(name="random", provider="baseline"), cfg,
+                                    EffortConfig(name="none"), tools or ToolsConfig(), task,
+                                    "t", "1.0", 0, sandbox=sandbox))
+
+    base = key()
+    assert base == key(sandbox=SandboxConfig()) == key(sandbox=SandboxConfig(name="docker"))
+    assert key(env={"X": "1"}) not in (base, key(env={"X": "2"}))
+    assert key(sandbox=SandboxConfig(options={"pids_limit": 64})) != base
+    assert key(sandbox=SandboxConfig(pids_limit=64)) == \
+        key(sandbox=SandboxConfig(options={"pids_limit": 64}))  # the flat spelling
+    assert key(sandbox=SandboxConfig(options={"pids_limit": 4096})) == base  # its default
+    example = key("example")
+    assert key("example", options={"strategy": "random"}) != example
+    assert key("example", options={"log_level": "debug"}) == example  # result-neutral
+    assert key(tools=ToolsConfig(provider="web", options={"search_url": "http://a"})) != \
+        key(tools=ToolsConfig(provider="web", options={"search_url": "http://b"}))
+    assert key(tools=ToolsConfig(provider="web", options={"api_key_env": "MY_KEY"})) == \
+        key(tools=ToolsConfig(provider="web"))  # where the key is, not what is found
+    notes = tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / "sub" / "a.txt").write_text("Amine boranes\n")
+    folder = ToolsConfig(provider="example", corpus=str(notes))
+    before = key(tools=folder)
+    assert before != key(tools=ToolsConfig(provider="example"))
+    (notes / "sub" / "a.txt").write_text("Amine boranes, revised\n")
+    assert key(tools=folder) != before
+    assert key(tools=ToolsConfig(provider="example", corpus=str(notes),
+                                 options={"snippet_chars": 50})) != key(tools=folder)
+
+
+def test_keys_of_runs_that_set_nothing_new_are_unchanged(task: Path) -> None:
+    """The fields added for plugins are written, hashed and signed only when set: a
+    record without them is the same bytes as before they existed (its run key, its
+    seal's signature)."""
+    ident = identity_for(ModelConfig(name="random", provider="baseline"),
+                         HarnessConfig(name="baseline"), EffortConfig(name="none"),
+                         ToolsConfig(), EXAMPLE_TASK, "spu-demo-a", "1.0", 0)
+    assert ident.config.env == {} and ident.sandbox_options == {}
+    hashed = key_fields(ident)
+    assert "env" not in hashed["config"] and "options" not in hashed["config"]
+    assert "sandbox_options" not in hashed and "options" not in hashed["tools"]
+    assert run_key(ident) == run_key(ident.model_copy(update={"sandbox_options": {}}))
+
+
+def test_what_a_plugin_changes_is_an_mlflow_param_where_set() -> None:
+    """The MLflow params name what the run key hashes: the plugin fields too, where set."""
+    from spu.schema import ConfigIdentity, Identity, TaskIdentity
+    from spu.tracking.store import identity_params
+
+    task = TaskIdentity(id="t", version="1", task_digest="0" * 64)
+    plain = Identity(config=ConfigIdentity(model="m", effort="e", harness="h"), task=task)
+    assert not any(k in identity_params(RunRecord.model_construct(identity=plain)) for k in (
+        "identity.env", "identity.options", "identity.sandbox_options"))
+    changed = plain.model_copy(update={
+        "config": ConfigIdentity(model="m", effort="e", harness="h", env={"A": "1"},
+                                 options={"strategy": "random"}),
+        "sandbox_options": {"pids_limit": 64}})
+    params = identity_params(RunRecord.model_construct(identity=changed))
+    assert (params["identity.env"], params["identity.options"],
+            params["identity.sandbox_options"]) == ('{"A":"1"}', '{"strategy":"random"}',
+                                                    '{"pids_limit":64}')

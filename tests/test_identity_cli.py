@@ -115,6 +115,7 @@ def test_a_limits_change_does_not_run_again_but_says_so(workdir: Path) -> None:
     assert "limits.time_s=28800 (this command: 600)" in notices[0]
 
 
+@pytest.mark.slow  # more than a few seconds (MLflow)
 def test_a_store_written_with_the_first_key_scheme_resumes(tmp_path: Path) -> None:
     """Runs recorded before run identity are found under their old keys and skipped with
     their stored scores, into a fresh MLflow store; another agent, or an edited task,
@@ -143,3 +144,44 @@ def test_a_store_written_with_the_first_key_scheme_resumes(tmp_path: Path) -> No
     assert edited["status"] == "ran" and edited["run_key"] not in old_keys.values()
     assert json.loads((tmp_path / "outputs" / "runs" / edited["run_key"] / "run.json")
                       .read_text())["identity"]["task"]["id"] == EXAMPLE_TASK.name
+
+
+def test_what_a_plugin_changes_runs_again(workdir: Path) -> None:
+    """Issue 42, item 2: a relaunch with another ``harness.env``, or after a note of a
+    corpus folder changed, runs again (it used to be skipped as the same run); the same
+    command again is skipped."""
+    pytest.importorskip("spu_example_plugin", reason="the example plugin is not installed")
+    notes = workdir / "notes"
+    notes.mkdir()
+    (notes / "a.txt").write_text("Amine boranes\ncopper arylation\n")
+    agent = [*command_agent(workdir / "my_agent.py"), "tools.provider=example",
+             f"tools.corpus={notes}"]
+    first = spu_run(workdir, "first", *agent)
+    assert first["status"] == "ran"
+    env = spu_run(workdir, "env", *agent, "+harness.env.MY_AGENT_MODE=careful")
+    assert env["status"] == "ran" and env["run_key"] != first["run_key"]
+    (notes / "a.txt").write_text("Amine boranes\ncopper arylation, revised\n")
+    edited = spu_run(workdir, "edited", *agent)
+    assert edited["status"] == "ran" and edited["run_key"] not in (first["run_key"],
+                                                                  env["run_key"])
+    again = spu_run(workdir, "again", *agent)
+    assert again["status"] == "skipped" and again["run_key"] == edited["run_key"]
+    record = json.loads((workdir / "outputs" / "runs" / env["run_key"] / "run.json")
+                        .read_text())
+    assert record["identity"]["config"]["env"] == {"MY_AGENT_MODE": "careful"}
+
+
+def test_a_result_neutral_option_does_not_run_again(workdir: Path) -> None:
+    """An option its plugin declares result-neutral (the example harness's log level) is
+    left out of the identity: skipped; the option that changes the ranking runs again."""
+    pytest.importorskip("spu_example_plugin", reason="the example plugin is not installed")
+    first = spu_run(workdir, "first", "harness=example")
+    assert first["status"] == "ran"
+    quiet = spu_run(workdir, "quiet", "harness=example", "harness.options.log_level=debug")
+    assert quiet["status"] == "skipped" and quiet["run_key"] == first["run_key"]
+    ranked = spu_run(workdir, "ranked", "harness=example",
+                     "harness.options.strategy=monotone_prior")
+    assert ranked["status"] == "ran" and ranked["run_key"] != first["run_key"]
+    record = json.loads((workdir / "outputs" / "runs" / ranked["run_key"] / "run.json")
+                        .read_text())
+    assert record["identity"]["config"]["options"] == {"strategy": "monotone_prior"}

@@ -26,10 +26,17 @@ STAGES: dict[str, int] = {
     "spu.overrides": 0,
     "spu.strict_json": 0,
     "spu.registry": 0,
+    "spu.options": 0,
     "spu.internals": 0,
+    # Where config groups are read from (the packaged conf, the project folder's, plugins').
+    "spu.project": 0,
+    "spu.conf": 0,
     # The labelling rules of a tool call (paper E.7), pure functions of the call: tracking
     # puts them on each tool span, the analyses count them.
     "spu.activities": 0,
+    # The uvicorn server every host-side service of a run (tools service, model gateway)
+    # runs in, woken at once when asked to stop.
+    "spu.serving": 0,
     # ISO dates of a source's publication and a model's training cutoff: the record and
     # config schemas check them.
     "spu.tasks.freshness": 0,
@@ -38,16 +45,19 @@ STAGES: dict[str, int] = {
     # in the sandbox's network and the harness hands it to the agent, so tools sit between
     # the sandbox and the harness.
     "spu.tasks": 10,
+    # Datasets: sets of task packages, packed and pulled (they read tasks, nothing later).
+    "spu.datasets": 15,
     "spu.sandbox": 20,
     "spu.tools": 30,
     # Pricing is a pure function of usage and a price table: the gateway's spend cap uses
     # it, and so does every later stage.
     "spu.cost": 32,
-    # The scripted model server and its scripts import no stage; the model gateway plays
-    # it as an upstream (STYLE). The other test doubles build whole runs and stores.
-    "spu.testing": 34,
-    "spu.testing.corpus": 220,
-    "spu.testing.postgres": 220,
+    # The scripted model server and its scripts import no stage: the offline demo's model,
+    # which the model gateway plays as an upstream (STYLE).
+    "spu.scripted": 34,
+    # Test helpers (a corpus of whole runs, a private PostgreSQL): no product module
+    # imports them (test_no_product_module_imports_the_test_helpers).
+    "spu.testing": 220,
     # The simulated study writes whole run folders, their trajectories built by the test
     # corpus: a test double of a whole study, imported by no stage.
     "spu.stats.simulate": 220,
@@ -88,11 +98,24 @@ STAGES: dict[str, int] = {
     "spu.__main__": 300,
     "spu.listing": 300,
     "spu.plan": 300,
+    "spu.project_init": 300,
+    # The self-check kit runs whole runs (and so every stage) against a plugin.
+    "spu.selfcheck": 300,
 }
 """Module prefix -> stage rank; a module may import only modules of a rank at most its own."""
 
 CLI_RANK = 300
 """A stage's own command line (``spu/<stage>/cli.py``) composes stages like the entry point."""
+
+FORBIDDEN: dict[tuple[str, str], str] = {
+    ("spu.grading", "spu.tracking"): "the grader writes nothing (spu regrade is tracking's)",
+    ("spu.seal", "spu.tracking"): "a seal is made before anything is recorded or graded "
+                                  "(spu grade-bundle is tracking's)",
+    ("spu.stats", "spu.tracking"): "statistics take a table, not a store",
+}
+"""(importing stage, imported stage) -> why no module of the first may import the second,
+its command line (``cli.py``) and the test doubles ranked apart (``spu.stats.simulate``)
+included: a command that spans stages lives in the stage it ends in, or the entry layer."""
 
 PENDING: dict[tuple[str, str], str] = {
 }
@@ -190,12 +213,54 @@ def test_no_stage_imports_a_later_stage() -> None:
     assert not bad, "imports against the data flow:\n" + "\n".join(bad)
 
 
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_no_stage_makes_a_forbidden_import_not_even_its_command_line() -> None:
+    """The imports of :data:`FORBIDDEN` occur nowhere, whatever the importer's rank."""
+    bad = [f"{i.path.relative_to(ROOT)}:{i.line}: {i.module} imports {i.target}: {why}"
+           for i in all_imports() for (source, target), why in FORBIDDEN.items()
+           if _under(i.module, source) and _under(i.target, target)]
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
+
+
 def test_pending_exceptions_still_occur() -> None:
     """Each pending exception names an import that still exists (remove it once fixed)."""
     seen = {(i.module, i.target) for i in all_imports() if backward(i)}
     seen |= {(m, t.rpartition(".")[0]) for m, t in seen}
     gone = [f"{m} -> {t}: {why}" for (m, t), why in PENDING.items() if (m, t) not in seen]
     assert not gone, "fixed, remove from PENDING:\n" + "\n".join(gone)
+
+
+TEST_DOUBLES: dict[str, str] = {
+    "spu.stats.simulate": "a simulated study (python -m spu.stats.simulate): its run folders' "
+                          "trajectories come from the test corpus",
+}
+"""Modules outside ``spu.testing`` that are test doubles themselves, each with why."""
+
+
+def test_no_product_module_imports_the_test_helpers() -> None:
+    """``spu.testing`` holds test helpers only: no product module imports it (issue 42).
+
+    The scripted model server, which the offline demo and the gateway use, is a product
+    part (:mod:`spu.scripted`); a module that needs a test helper is a test double itself
+    and says so in :data:`TEST_DOUBLES`.
+    """
+    bad = [f"{i.path.relative_to(ROOT)}:{i.line}: {i.module} imports {i.target}"
+           for i in all_imports()
+           if (i.target == "spu.testing" or i.target.startswith("spu.testing."))
+           and not (i.module == "spu.testing" or i.module.startswith("spu.testing."))
+           and i.module not in TEST_DOUBLES]
+    assert not bad, "product modules importing test helpers:\n" + "\n".join(bad)
+
+
+def test_a_product_import_of_the_test_helpers_is_caught(tmp_path: Path) -> None:
+    """The rule itself, on the import the scripted model's move removed."""
+    source = "def f():\n    from spu.testing import ScriptedModelServer\n"
+    found = imports_of(ROOT / "spu" / "gateway" / "session.py", source)
+    assert [(i.module, i.target) for i in found] == [("spu.gateway.session", "spu.testing")]
+    assert rank("spu.testing") > rank("spu.gateway.session")
 
 
 @pytest.mark.parametrize(("source", "expected"), [

@@ -179,7 +179,6 @@ def test_typos_get_the_nearest_spelling_and_never_the_plus_form(override, expect
 
 @pytest.mark.parametrize(("override", "allowed"), [
     ("tools.policy=stopp", "[record, stop]"),
-    ("tools.search_api=googel", "[searxng, brave]"),
     ("sweep.resume=skip", "[skip_finished, retry_unscored, off]"),
     ("cost.cache_write_rate=five_minutes", "[five_minute, actual]"),
     ("sandbox.grader_isolation=bwrapp", "[auto, bwrap, netns, none]"),

@@ -2,8 +2,9 @@
 """A minimal agent for ``harness=command``: rank every group in the order of targets.csv.
 
 The framework copies this file into the sandbox and runs it with the task's public files
-at ``$SPU_TASK_DIR``; it writes ``rankings.json`` (SPEC section 2) and a short
-``report.md`` to ``$SPU_OUTPUT_DIR``. Replace ``rank`` by your own method.
+at ``$SPU_TASK_DIR``; it writes ``rankings.json`` (the submission format of
+docs/running.md, "Bring your own agent") and a short ``report.md`` to ``$SPU_OUTPUT_DIR``.
+Replace ``rank`` by your own method.
 """
 
 import csv

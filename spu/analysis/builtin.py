@@ -14,9 +14,7 @@ import pandas as pd
 from spu.analysis.trajectory_analysis import (
     ACTIVITY_TIME_RULE,
     AUDITED_RULE,
-    GPU_RULE,
     REPEAT_METHODS_RULE,
-    REVISION_RULE,
     SELF_ASSESSMENT_RULE,
     TRAJECTORY_ANALYSES,
     TrajectoryInputs,
@@ -27,6 +25,7 @@ from spu.analysis.trajectory_analysis import (
     family_shares,
     fetched_sources,
     first_appearance,
+    gpu_rules,
     gpu_tables,
     gpu_within_config,
     gpu_workloads,
@@ -35,7 +34,7 @@ from spu.analysis.trajectory_analysis import (
     profiles,
     repeat_methods,
     revision_intervals,
-    revision_rule,
+    revision_rules,
     revisions,
     self_assessment,
     task_runs,
@@ -96,14 +95,12 @@ def first_appearances(inputs: TrajectoryInputs) -> AnalysisResult:
           section="Figures 17c, 21b, 24d-e", registry=TRAJECTORY_ANALYSES)
 def ranking_revisions(inputs: TrajectoryInputs) -> AnalysisResult:
     """Revisions of the ranking after the first complete draft, and their intervals."""
-    table = revisions(inputs.scored)
+    table, opt = revisions(inputs.scored), inputs.options
     return AnalysisResult(tables={
         "revisions.csv": table,
-        "revision_intervals.csv": revision_intervals(table, inputs.options.seed,
-                                                     inputs.options.resamples,
-                                                     inputs.options.flip_share)},
-        rules={"revisions.csv": REVISION_RULE,
-               "revision_intervals.csv": revision_rule(inputs.options.flip_share)})
+        "revision_intervals.csv": revision_intervals(table, opt.seed, opt.resamples,
+                                                     opt.flip_share, opt.revised_population)},
+        rules=revision_rules(opt))
 
 
 @analysis(files=("self_assessment.csv",), section="Figure 17b", registry=TRAJECTORY_ANALYSES)
@@ -122,8 +119,8 @@ def gpu(inputs: TrajectoryInputs) -> AnalysisResult:
     tables = {"gpu.csv": table, "gpu_errors.csv": errors,
               "gpu_workloads.csv": gpu_workloads(inputs.scored),
               "gpu_within_config.csv": gpu_within_config(inputs.scored, options.seed,
-                                                         options.resamples)}
-    return AnalysisResult(tables=tables, rules=dict.fromkeys(tables, GPU_RULE))
+                                                         options.resamples, options.gpu_tasks)}
+    return AnalysisResult(tables=tables, rules=gpu_rules(options, tables))
 
 
 @analysis(files=("audited_tools.csv",), section="3.7, 4.1", registry=TRAJECTORY_ANALYSES)

@@ -16,10 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spu.printable import printable
+
 USAGE = """spu analyze RUNS_DIR --out DIR [--tasks TASK_ROOT] [--answers-root DIR] [--seed S]
                    [--resamples N] [--trees N] [--jobs N] [--all-repeats]
-                   [--include-private] [--flip-share pairs|runs] [--task ID]
-                   [--no-figures]
+                   [--include-private] [--flip-share pairs|runs]
+                   [--revised-population differs|ranked] [--gpu-tasks both-sides|all]
+                   [--task ID] [--no-figures]
        spu analyze sample RUNS_DIR [--n 60] [--seed S] [--out FILE]
        spu analyze audit FILE [--out DIR]"""
 
@@ -58,8 +61,19 @@ def _analyze_parser() -> argparse.ArgumentParser:
                    help="analyse repeated runs too (default: official runs, repeat 0)")
     p.add_argument("--flip-share", choices=("pairs", "runs"), default="pairs",
                    help="Figure 24e's share of flipped pairs that moved into the measured "
-                        "order: of the pairs pooled over the runs (default, 'share of the "
-                        "item pairs') or each run's share averaged; manifest.json names it")
+                        "order (revision_intervals.csv): of the pairs pooled over the runs "
+                        "(default, 'share of the item pairs') or each run's share averaged; "
+                        "manifest.json names it")
+    p.add_argument("--revised-population", choices=("differs", "ranked"), default="differs",
+                   help="the revised runs of 4.3 (Figure 17c, the sign test in summary.csv) "
+                        "and of Figure 24e, one population for both: differs, the paper's, "
+                        "every run whose submission differs from its first draft, a return "
+                        "to the input order included (default); ranked, only those whose "
+                        "submission is a complete ranking other than the input order")
+    p.add_argument("--gpu-tasks", choices=("both-sides", "all"), default="both-sides",
+                   help="tasks of 4.8's GPU runs against the others (gpu_within_config.csv, "
+                        "Figure 22e): both-sides, the paper's, the tasks with scored runs "
+                        "that used the GPU and runs that did not (default); all, every task")
     p.add_argument("--include-private", action="store_true",
                    help="analyse runs on private tasks too (default: the public tasks, as the "
                         "paper's section 4)")
@@ -117,6 +131,8 @@ def run_analyze(args: argparse.Namespace) -> int:
                              official_only=not args.all_repeats,
                              public_only=not args.include_private,
                              flip_share=args.flip_share, jobs=args.jobs,
+                             revised_population=args.revised_population,
+                             gpu_tasks=args.gpu_tasks,
                              detail_tasks=tuple(args.detail_tasks))
     try:
         result = analyze_runs(args.runs_dir, options)
@@ -142,7 +158,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     print(f"spu analyze: {m['runs']} runs ({m['scored_runs']} scored), {m['calls']:,} tool "
           f"calls; wrote {len(written)} files to {args.out}")
     for note in result.notes[:20]:
-        print(f"  note: {note}")
+        print(printable(f"  note: {note}"))
     if len(result.notes) > 20:
         print(f"  ... {len(result.notes) - 20} more notes in {args.out / 'manifest.json'}")
     return 0
@@ -157,7 +173,7 @@ def sample_command(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         print(f"spu analyze sample: {exc}", file=sys.stderr)
         return 2
-    print(format_sample(sample))
+    print(printable(format_sample(sample)))  # the agents' commands and outputs
     write_sample(sample, args.out)
     print(f"\nspu analyze sample: {len(sample)} calls; set \"correct\" (and "
           f"\"correct_activity\" where wrong) in {args.out}, then: spu analyze audit {args.out}")

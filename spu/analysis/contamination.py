@@ -79,23 +79,39 @@ class ContaminationRow:
 
 
 def probe_of(record: RunRecord) -> str | None:
-    """The probe of a recall run, from its identity's ``--probe=<probe>`` argument.
+    """The probe of a recall run, from its identity.
+
+    The identity holds the probe among the harness's options when it is not the default
+    (:class:`spu.harness.recall.RecallOptions`), or, in records written before options,
+    as the argument ``--probe=<probe>``.
 
     Examples
     --------
     >>> from spu.schema import ConfigIdentity, Identity, TaskIdentity
-    >>> ident = Identity(config=ConfigIdentity(model="m", effort="none", harness="recall",
-    ...                  args=["--probe=order"]),
-    ...                  task=TaskIdentity(id="t", version="1", task_digest="0" * 64))
-    >>> probe_of(RunRecord.model_construct(harness="recall", identity=ident))
+    >>> def ident(**config):
+    ...     return Identity(config=ConfigIdentity(model="m", effort="none", harness="recall",
+    ...                                           **config),
+    ...                     task=TaskIdentity(id="t", version="1", task_digest="0" * 64))
+    >>> probe_of(RunRecord.model_construct(harness="recall", identity=ident()))
+    'source'
+    >>> probe_of(RunRecord.model_construct(harness="recall",
+    ...                                    identity=ident(options={"probe": "order"})))
+    'order'
+    >>> probe_of(RunRecord.model_construct(harness="recall",
+    ...                                    identity=ident(args=["--probe=order"])))
     'order'
     """
+    from spu.harness.recall import RecallOptions
+
     if record.harness != RECALL_HARNESS or record.identity is None:
         return None
-    for arg in record.identity.config.args:
+    config = record.identity.config
+    if "probe" in config.options:
+        return str(config.options["probe"])
+    for arg in config.args:
         if arg.startswith("--probe="):
             return arg.removeprefix("--probe=")
-    return None
+    return str(RecallOptions.model_fields["probe"].default)
 
 
 def probe_run(record: RunRecord) -> ProbeRun | None:

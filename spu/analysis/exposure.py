@@ -6,12 +6,21 @@ scanned for identifiers of the study the answer key comes from: its DOI, PubMed 
 a preprint version. A hit shows that a tool *returned* an identifier, not that the agent
 used it; a flag never changes the score (paper 3.7).
 
+Every rule reads the text as a reader sees it (:func:`reading`): Unicode compatibility
+forms folded (NFKC: fullwidth, mathematical and superscript letters and digits), characters
+drawn as nothing dropped (format characters such as the zero-width space and the soft
+hyphen, combining and variation marks, Unicode's default-ignorable code points), digits of
+every script read as their value, letters of other scripts that look like an ASCII
+character read as it (``confusable_homoglyphs``' table of Unicode's ``confusables.txt``:
+Cyrillic ``ѕ`` is ``s``), and each run of base64 decoded beside it (:func:`base64_texts`).
+
 The rules, stated:
 
 - **DOI** (and preprint DOI): case-insensitive, after decoding the text the ways a DOI
   hides in tool output: percent-encoding (repeatedly: ``%252F`` is ``%2F`` is ``/``),
   HTML entities, JSON escapes (``\\/``, ``\\u002F``), and a line broken after a DOI
-  character in PDF text. Only the whole DOI counts: it may not be preceded by a DOI
+  character in PDF text. ``0`` and ``o``, and ``1``, ``l`` and ``i``, which look alike,
+  stand for each other in a DOI. Only the whole DOI counts: it may not be preceded by a DOI
   character, nor followed by one that continues it (``10.1/abc`` is not in
   ``10.1/abcd`` nor in ``10.1/abc-2``), except a version (``v2``, ``/v2``) or a view of
   it in a publisher URL (``.pdf``, ``/full``, ``/abstract``, ``/suppl_file``, the
@@ -40,6 +49,8 @@ are printed by ``python -m spu.analysis.exposure tests/analysis/exposure_cases.j
 
 from __future__ import annotations
 
+import binascii
+import functools
 import html
 import json
 import math
@@ -52,6 +63,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from spu.gateway.answers import unmarked
 from spu.schema import (  # noqa: F401  (exposure_kinds: kept importable from here)
     AuditEntry,
     ExposureHit,
@@ -99,20 +111,212 @@ def normalize_words(text: str) -> str:
         >>> normalize_words("Cu-Catalysed <i>Allylic</i> Amination&nbsp;of Alkenes")
         'cu catalysed i allylic i amination of alkenes'
     """
-    text = html.unescape(text)
-    text = unicodedata.normalize("NFKD", text)
+    text = unicodedata.normalize("NFKD", unmarked(html.unescape(text)))
     text = "".join(c for c in text if not unicodedata.combining(c)).lower()
     return " ".join(re.findall(r"[0-9a-z]+", text))
 
 
+_TAG = re.compile(r"<[^<>]{0,500}>")
+"""A markup tag (one ``<`` opens it: a run of ``<`` costs one step each, not 500)."""
+
+
 def _strip_tags(text: str) -> str:
-    return re.sub(r"<[^>]{0,500}>", " ", text)
+    return _TAG.sub(" ", text)
+
+
+IGNORABLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C),
+                    (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F),
+                    (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F),
+                    (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+                    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+"""Unicode's ``Default_Ignorable_Code_Point`` (``DerivedCoreProperties.txt``): code points
+drawn as nothing (Hangul fillers among them, which are letters)."""
+
+_ASSIGNED_PLANES = ((0x80, 0x40000), (0xE0000, 0xE1000))
+"""Where characters of categories Cf, Mn, Me and Nd lie: planes 0 to 3 and 14 (planes 4 to
+13 hold no assigned character; 15 and 16 are private use)."""
+
+_ZERO_WIDTH_MARKS = "\u200e\u200f"
+"""Direction marks ``confusable_homoglyphs`` writes around right-to-left glyphs."""
+
+
+@functools.cache
+def _fold_table() -> dict[int, str | None]:
+    """What :func:`folded` maps each changed code point to (None: dropped).
+
+    Format characters (Cf), combining and enclosing marks (Mn, Me) and the default
+    ignorables are dropped; a decimal digit of any script (Nd) is its ASCII digit; a
+    character ``confusable_homoglyphs`` finds confusable with one printable ASCII character
+    is that character. Built once (about 0.1 s).
+    """
+    from confusable_homoglyphs.confusables import confusables_data
+
+    table: dict[int, str | None] = {}
+    for low, high in _ASSIGNED_PLANES:
+        for code in range(low, high):
+            category = unicodedata.category(chr(code))
+            if category in ("Cf", "Mn", "Me"):
+                table[code] = None
+            elif category == "Nd":
+                table[code] = str(unicodedata.decimal(chr(code)))
+    for low, high in IGNORABLE_RANGES:
+        table.update(dict.fromkeys(range(low, high + 1)))
+    for key, glyphs in confusables_data.items():
+        char = key.strip(_ZERO_WIDTH_MARKS)
+        if len(char) != 1 or char.isascii() or ord(char) in table:
+            continue
+        looks = [g["c"].strip(_ZERO_WIDTH_MARKS) for g in glyphs if isinstance(g, dict)]
+        ascii_like = [c for c in looks if len(c) == 1 and c.isascii() and c.isprintable()]
+        if ascii_like:
+            table[ord(char)] = ascii_like[0]
+    return table
+
+
+MAX_EXPANSION = 4
+"""Characters NFKC may make of one (``(10)`` of ``⑽``); one that makes more (the Arabic
+ligature U+FDFA makes 18, a squared katakana word 5 or 6) is read as a space, so that a
+text's reading is at most this many times its length."""
+
+
+@functools.cache
+def _long_expansions() -> re.Pattern[str]:
+    """The characters NFKC makes more than :data:`MAX_EXPANSION` of (19 of them)."""
+    return re.compile("[" + "".join(
+        chr(code) for low, high in _ASSIGNED_PLANES for code in range(low, high)
+        if unicodedata.decomposition(chr(code))
+        and len(unicodedata.normalize("NFKC", chr(code))) > MAX_EXPANSION) + "]")
+
+
+def folded(text: str) -> str:
+    """``text`` as it looks: NFKC, nothing drawn as nothing, look-alikes read as ASCII.
+
+    Combining marks are dropped before NFKC, not after: Python sorts a run of them by
+    insertion, so a crafted run would cost its length squared (:func:`unmarked`). At most
+    :data:`MAX_EXPANSION` characters are made of one.
+
+    Examples:
+        >>> folded("10.1038/\u0455\u200b41586\u00ad-023")  # Cyrillic dze, ZWSP, soft hyphen
+        '10.1038/s41586-023'
+        >>> folded("\uff11\uff10.\u0661\u0660\u0663\u0668")  # fullwidth, Arabic-Indic digits
+        '10.1038'
+    """
+    if text.isascii():
+        return text
+    text = unmarked(text)
+    if _long_expansions().search(text):
+        text = _long_expansions().sub(" ", text)
+    return unicodedata.normalize("NFKC", text).translate(_fold_table())
+
+
+def unescaped(text: str) -> str:
+    r"""``text`` with percent-encoding (repeated), HTML entities and JSON escapes undone.
+
+    Examples:
+        >>> unescaped("https%253A%252F%252Fdoi.org%252F10.1%252FABC")
+        'https://doi.org/10.1/ABC'
+        >>> unescaped('{"doi": "10.1\\/abc \\u0031"}')
+        '{"doi": "10.1/abc 1"}'
+    """
+    for _ in range(4):
+        step = html.unescape(unquote(text))
+        if step == text:
+            break
+        text = step
+    if "\\" in text:
+        text = _JSON_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+        text = text.replace("\\/", "/")
+    return text
+
+
+_JSON_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+BASE64_MIN_CHARS = 12
+"""A run of base64 characters this long or longer is decoded (12 hold 9 bytes: the
+shortest DOI, ``10.1000/1``)."""
+
+BASE64_ROUNDS = 2
+"""Base64 within decoded base64 is decoded again, this many times in all."""
+
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_\-\r\n]{" + str(BASE64_MIN_CHARS - 2) + r",}={0,2}")
+_URLSAFE = str.maketrans("-_", "+/", "\r\n")
+_PRINTABLE = bytes(range(32, 127)) + b"\t\n\r"
+
+
+def _text_of(data: bytes) -> str | None:
+    """``data`` as text when it reads as text (UTF-8, or mostly printable ASCII), else None.
+
+    NUL bytes are dropped first (UTF-16 text of ASCII characters).
+    """
+    data = data.replace(b"\x00", b"")
+    if not data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if len(data.translate(None, _PRINTABLE)) * 4 > len(data):
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def base64_texts(text: str, rounds: int = BASE64_ROUNDS) -> list[str]:
+    """The texts that the runs of base64 in ``text`` decode to (standard or URL-safe).
+
+    Each run of at least :data:`BASE64_MIN_CHARS` base64 characters (line breaks within
+    it ignored, as ``base64`` wraps its lines) is decoded from each of its first four
+    characters, so that a run glued to a word is found too; a decoding that is no text
+    (:func:`_text_of`) is dropped. Runs in what was decoded are decoded again, up to
+    ``rounds`` times. Linear in ``text``: one character class, each run decoded four times.
+
+    Examples:
+        >>> base64_texts("doi MTAuMTAzOC9zNDE1ODYtMDIzLTA2NzkyLTA= here")
+        ['10.1038/s41586-023-06792-0']
+        >>> base64_texts("a plain sentence, no base64 in it")
+        []
+    """
+    found: list[str] = []
+    for match in _BASE64_RUN.finditer(text):
+        run = match.group().translate(_URLSAFE).rstrip("=")
+        for start in range(4):
+            body = run[start:]
+            if len(body) % 4 == 1:  # no whole byte in the last character: left out
+                body = body[:-1]
+            if len(body) < BASE64_MIN_CHARS - 3:
+                break
+            body += "=" * (-len(body) % 4)
+            try:
+                decoded_text = _text_of(binascii.a2b_base64(body))
+            except binascii.Error:
+                continue
+            if decoded_text is not None:
+                found.append(decoded_text)
+    if rounds > 1 and found:
+        found += [t for f in list(found) for t in base64_texts(f, rounds - 1)]
+    return found
+
+
+def readings(text: str) -> tuple[str, list[str]]:
+    """``text`` unescaped and folded, and the texts its base64 decodes to, the same way."""
+    first = folded(text)
+    text = unescaped(first)
+    if text != first:  # an escape may hide what folding drops or reads otherwise
+        text = folded(text)
+    return text, [folded(unescaped(t)) for t in base64_texts(text)]
+
+
+def reading(text: str) -> str:
+    r"""``text`` as the rules read it: unescaped and folded, its base64 decoded beside it.
+
+    Examples:
+        >>> reading("doi%3A 10.1038%2F\u0455\u200b41586 MTAuMTAwMC8xMjM=")
+        'doi: 10.1038/s41586 MTAuMTAwMC8xMjM=\n10.1000/123'
+    """
+    text, extra = readings(text)
+    return "\n".join([text, *extra]) if extra else text
 
 
 def decoded(text: str) -> str:
-    r"""``text`` decoded the ways a DOI hides in tool output, lower-cased.
-
-    Percent-encoding (repeated), HTML entities and JSON escapes are undone.
+    r"""``text`` decoded the ways a DOI hides in tool output, lower-cased (:func:`reading`).
 
     Examples:
         >>> decoded("https%253A%252F%252Fdoi.org%252F10.1%252FABC")
@@ -120,13 +324,7 @@ def decoded(text: str) -> str:
         >>> decoded('{"doi": "10.1\\/abc"}')
         '{"doi": "10.1/abc"}'
     """
-    for _ in range(4):
-        step = html.unescape(unquote(text))
-        if step == text:
-            break
-        text = step
-    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
-    return text.replace("\\/", "/").lower()
+    return reading(text).lower()
 
 
 def joined_lines(text: str) -> str:
@@ -137,6 +335,55 @@ def joined_lines(text: str) -> str:
         'https://doi.org/10.2/x-1'
     """
     return re.sub(r"(?<=[\-/._])[ \t]*\r?\n[ \t]*(?=[0-9a-z])", "", text)
+
+
+_SPACED = re.compile(r"(?<!\S)(?:\S(?:\r\n|\s){1,8}){5,}\S(?!\S)")
+"""Six or more single characters, each after whitespace: a word written letter by letter."""
+_GAP = re.compile(r"\r\n|\s+")
+
+
+def despaced(text: str) -> str:
+    r"""``text`` with each run of single characters spaced apart (``1 0 . 1``) closed up.
+
+    Within such a run a single whitespace character (one space, one line break) is no
+    gap and a longer one is a word's end, so ``P r e d  r e a c`` reads ``Pred reac``.
+    Linear: each run is walked once, and a start that fails walks under six characters.
+
+    Examples:
+        >>> despaced("doi 1 0 . 1 1 2 6 / a b c  d e f here")
+        'doi 10.1126/abc def here'
+        >>> despaced("1\n0\n.\n1\n2\n3"), despaced("a b c d e")
+        ('10.123', 'a b c d e')
+    """
+    if not _SPACED.search(text):
+        return text
+    return _SPACED.sub(lambda m: _GAP.sub(
+        lambda g: "" if len(g.group()) == 1 or g.group() == "\r\n" else " ", m.group()), text)
+
+
+def _rot13(text: str) -> str:
+    return text.translate(_ROT13)
+
+
+_ROT13 = str.maketrans("abcdefghijklmnopqrstuvwxyz", "nopqrstuvwxyzabcdefghijklm")
+_HEX_GAP = r"(?:[\s:,\-]{0,2}(?:\\x|0x)?)"
+"""What may stand between the bytes of a hex dump: ``31 30``, ``31:30``, ``\x31\x30``,
+``0x31, 0x30``."""
+
+
+def _encoded_doi_pattern(doi: str) -> re.Pattern[str]:
+    r"""The DOI written backwards, in hexadecimal, or in ROT13 (lower-case text).
+
+    Examples:
+        >>> p = _encoded_doi_pattern("10.1/ab")
+        >>> [bool(p.search(t)) for t in ("ba/1.01", "31302e312f6162", "10.1/no",
+        ...                              "\\x31\\x30\\x2e\\x31\\x2f\\x61\\x62", "10.1/ab")]
+        [True, True, True, True, False]
+    """
+    bare = bare_doi(doi)
+    backwards = re.escape(bare[::-1]).translate(_LOOK_ALIKE)
+    hexed = _HEX_GAP.join(f"{b:02x}" for b in bare.encode())
+    return re.compile(f"{backwards}|{hexed}|{re.escape(_rot13(bare))}")
 
 
 def bare_doi(doi: str) -> str:
@@ -150,10 +397,20 @@ def bare_doi(doi: str) -> str:
     return re.sub(r"^(?:https?://)?(?:dx\.)?doi\.org/|^doi:\s*", "", doi)
 
 
-def _doi_pattern(doi: str) -> re.Pattern[str]:
-    """The DOI as a whole; an arXiv DOI also as its arXiv id (``arXiv:2304.05332v2``)."""
+_LOOK_ALIKE = str.maketrans({c: "[0o]" for c in "0o"} | {c: "[1li]" for c in "1li"})
+"""ASCII characters that look alike, each read as any of its kind in a DOI."""
+
+
+def _doi_pattern(doi: str, bounded: bool = True) -> re.Pattern[str]:
+    """The DOI as a whole; an arXiv DOI also as its arXiv id (``arXiv:2304.05332v2``).
+
+    ``bounded=False`` drops the rule that no DOI character precedes it, for text decoded
+    from base64: a run glued to what comes before it decodes that to bytes of its
+    writer's choice, a digit or a letter among them.
+    """
     bare = bare_doi(doi)
-    pattern = r"(?<![0-9a-z.])" + re.escape(bare) + _DOI_END
+    pattern = ((r"(?<![0-9a-z.])" if bounded else "")
+               + re.escape(bare).translate(_LOOK_ALIKE) + _DOI_END)
     arxiv = _ARXIV_DOI.match(bare)
     if arxiv:
         pattern += (r"|(?:arxiv\s*:\s*|arxiv\.org/(?:abs|pdf|html)/)"
@@ -237,22 +494,35 @@ class ExposureDetector:
 
     patterns: tuple[tuple[str, str, re.Pattern[str]], ...]
     titles: tuple[_Title, ...]
+    decoded_patterns: tuple[re.Pattern[str], ...] = ()
+    """The patterns searched in text decoded from base64 (a DOI's without its left edge)."""
+    encoded_patterns: tuple[re.Pattern[str] | None, ...] = ()
+    """Beside each pattern, the DOI written backwards, in hex or in ROT13 (None: none)."""
 
     @classmethod
     def for_source(cls, source: SourceRecord) -> ExposureDetector:
         """Rules for every identifier ``source`` gives."""
         patterns: list[tuple[str, str, re.Pattern[str]]] = []
+        decoded_patterns: list[re.Pattern[str]] = []
+        encoded: list[re.Pattern[str] | None] = []
         for kind, value in (("doi", source.doi), ("preprint_doi", source.preprint_doi)):
             if value and bare_doi(value):
                 patterns.append((kind, value, _doi_pattern(value)))
+                decoded_patterns.append(_doi_pattern(value, bounded=False))
+                encoded.append(_encoded_doi_pattern(value))
         if source.pmid and _digits(source.pmid):
             patterns.append(("pmid", source.pmid, _pmid_pattern(source.pmid)))
+            decoded_patterns.append(patterns[-1][2])
+            encoded.append(None)
         if source.pmcid and _digits(source.pmcid):
             patterns.append(("pmcid", source.pmcid, _pmcid_pattern(source.pmcid)))
+            decoded_patterns.append(patterns[-1][2])
+            encoded.append(None)
         titles = [t for t in (_title("title", source.title or ""),
                               _title("preprint_title", source.preprint_title or ""))
                   if t is not None]
-        return cls(patterns=tuple(patterns), titles=tuple(titles))
+        return cls(patterns=tuple(patterns), titles=tuple(titles),
+                   decoded_patterns=tuple(decoded_patterns), encoded_patterns=tuple(encoded))
 
     @property
     def empty(self) -> bool:
@@ -260,43 +530,69 @@ class ExposureDetector:
         return not self.patterns and not self.titles
 
     def scan(self, text: str) -> list[Match]:
-        """Every source identifier found in ``text`` (one match per kind)."""
+        """Every source identifier found in ``text`` (one match per kind).
+
+        Beside the text's reading (:func:`readings`), its letters spaced apart closed up
+        (:func:`despaced`) and, for identifiers, its markup taken out without a space
+        (``10.1126/<em>science</em>.aar5169``, as a search engine highlights a match).
+        """
+        main, extra = readings(text[:MAX_SCAN_CHARS])
+        spaced = despaced(main)
+        more = [spaced] if spaced != main else []
+        found = self._identifiers(main.lower(), [m.lower() for m in more],
+                                  "\n".join(extra).lower())
+        if self.titles:
+            found += self._titles(normalize_words(_strip_tags("\n".join([main, *more,
+                                                                          *extra]))))
+        return found
+
+    def _identifiers(self, raw: str, more: list[str], decoded_text: str) -> list[Match]:
+        """The DOIs, PMID and PMCID in a text's readings and in what its base64 decodes to."""
+        found: list[Match] = []
+        # PDF text breaks lines inside DOIs; joining them could also glue a DOI that
+        # ends a sentence to the next line's number: both readings are searched.
+        texts = [raw, *more]
+        for text in (joined_lines(raw), _TAG.sub("", raw) if "<" in raw else raw):
+            if text not in texts:
+                texts.append(text)
+        loose = self.decoded_patterns or tuple(p for _, _, p in self.patterns)
+        encoded = self.encoded_patterns or (None,) * len(self.patterns)
+        for (kind, identifier, pattern), decoded_pattern, backwards in zip(
+                self.patterns, loose, encoded, strict=True):
+            hit = next((h for h in map(pattern.search, texts) if h), None)
+            if hit is None and decoded_text:
+                hit = decoded_pattern.search(decoded_text)
+            if hit is None and backwards is not None:
+                hit = backwards.search(raw)
+            if hit:
+                found.append(Match(kind, identifier, hit.group(0).strip()))
+        return found
+
+    def _titles(self, words: str) -> list[Match]:
+        """The titles, whole or most of them, in a text's normalized words."""
         from rapidfuzz import fuzz
 
-        text = text[:MAX_SCAN_CHARS]
         found: list[Match] = []
-        if self.patterns:
-            raw = decoded(text)
-            # PDF text breaks lines inside DOIs; joining them could also glue a DOI that
-            # ends a sentence to the next line's number: both readings are searched.
-            joined = joined_lines(raw)
-            readings = (raw,) if joined == raw else (raw, joined)
-            for kind, identifier, pattern in self.patterns:
-                hit = next((h for h in map(pattern.search, readings) if h), None)
-                if hit:
-                    found.append(Match(kind, identifier, hit.group(0).strip()))
-        if self.titles:
-            words = normalize_words(_strip_tags(html.unescape(unquote(text))))
-            for title in self.titles:
-                # partial_ratio aligns the shorter string inside the longer one: a text
-                # shorter than what is sought would be found inside the title instead.
-                aligned = (fuzz.partial_ratio_alignment(title.full, words,
-                                                        score_cutoff=TITLE_SIMILARITY)
-                           if len(words) >= len(title.full) else None)
-                if aligned is not None:
-                    found.append(Match(title.kind, title.identifier,
-                                       words[aligned.dest_start:aligned.dest_end]))
+        for title in self.titles:
+            # partial_ratio aligns the shorter string inside the longer one: a text
+            # shorter than what is sought would be found inside the title instead.
+            aligned = (fuzz.partial_ratio_alignment(title.full, words,
+                                                    score_cutoff=TITLE_SIMILARITY)
+                       if len(words) >= len(title.full) else None)
+            if aligned is not None:
+                found.append(Match(title.kind, title.identifier,
+                                   words[aligned.dest_start:aligned.dest_end]))
+                continue
+            for window in title.windows:
+                if len(words) < len(window):
                     continue
-                for window in title.windows:
-                    if len(words) < len(window):
-                        continue
-                    aligned = fuzz.partial_ratio_alignment(window, words,
-                                                           score_cutoff=TITLE_SIMILARITY)
-                    if aligned is not None:
-                        kind = "partial_title" if title.kind == "title" else title.kind
-                        found.append(Match(kind, title.identifier,
-                                           words[aligned.dest_start:aligned.dest_end]))
-                        break
+                aligned = fuzz.partial_ratio_alignment(window, words,
+                                                       score_cutoff=TITLE_SIMILARITY)
+                if aligned is not None:
+                    kind = "partial_title" if title.kind == "title" else title.kind
+                    found.append(Match(kind, title.identifier,
+                                       words[aligned.dest_start:aligned.dest_end]))
+                    break
         return found
 
 
@@ -374,6 +670,80 @@ def _scan(source: SourceRecord | None,
             if len(hits) >= MAX_HITS:
                 return hits
     return hits
+
+
+JOIN_CHARS = 1024
+"""Characters each side of the boundary between two texts sent one after the other that
+are screened together (:func:`detect_in_sequence`)."""
+
+CONTEXT = "context"
+"""The kind of a text that stood beside another in the model's context but not in the
+gateway's record (:data:`spu.gateway.inputs.KIND_CONTEXT`): joined across that boundary
+only, never screened alone (its own text was, where the record kept it)."""
+
+SENT_TOOL = "model_input"
+"""The ``tool`` of hits in what the model was sent (``model_input:<kind>`` for a text
+other than a tool result: ``user``, ``system``, ``document``, ``definition``)."""
+
+
+def detect_in_sequence(source: SourceRecord | None,
+                       texts: Iterable[tuple[str, str, bool]]) -> list[ExposureHit]:
+    """Where the texts the model was sent, one after another, name ``source``.
+
+    Each text is screened, and so is each boundary between consecutive texts (the last
+    :data:`JOIN_CHARS` characters before it, across as many short texts as they span,
+    joined to the first ones after it): an identifier split over two tool results, or
+    over several short ones, is found. A text marked as not adjacent to the one before
+    (a kept tail after its head) starts afresh. A ``context`` text (:data:`CONTEXT`)
+    holds what stood beside a text in the model's context where the record parts them:
+    after a gap, what stood before the next text; else what followed the last one. It is
+    joined across that boundary only. One hit per kind, ``step`` -1; every
+    text is read to the end (its reader's notes come from the whole record), but none is
+    screened once every identifier has been found.
+
+    Args:
+        source: the answer key's source record (None: nothing to detect).
+        texts: ``(kind, text, after_gap)`` in the order the model was sent them.
+
+    Examples:
+        >>> src = SourceRecord(doi="10.1038/s41586-023-06792-0")
+        >>> halves = [("tool_result", "see 10.1038/s4158", False),
+        ...           ("tool_result", "6-023-06792-0 there", False)]
+        >>> [(h.kind, h.tool, h.matched) for h in detect_in_sequence(src, halves)]
+        [('doi', 'model_input', '10.1038/s41586-023-06792-0')]
+        >>> detect_in_sequence(src, [halves[0], (*halves[1][:2], True)])
+        []
+    """
+    detector = ExposureDetector.for_source(source) if source is not None else None
+    if detector is None or detector.empty:
+        for _ in texts:  # read through, for the reader's notes
+            pass
+        return []
+    wanted = {kind for kind, _, _ in detector.patterns} | {t.kind for t in detector.titles}
+    found: dict[str, ExposureHit] = {}
+    carry = ""
+    for kind, text, after_gap in texts:
+        if after_gap:
+            carry = ""
+        if kind == CONTEXT and after_gap:  # what stood before the next text
+            carry = text[-JOIN_CHARS:]
+            continue
+        if wanted - {_base_kind(k) for k in found}:
+            tool = SENT_TOOL if kind in ("tool_result", CONTEXT) else f"{SENT_TOOL}:{kind}"
+            pieces = [carry + text[:JOIN_CHARS]] if kind == CONTEXT else (
+                [text, carry + text[:JOIN_CHARS]] if carry else [text])
+            for piece in pieces:
+                for match in detector.scan(piece):
+                    found.setdefault(match.kind, ExposureHit(
+                        kind=match.kind, identifier=match.identifier, step=-1, tool=tool,
+                        matched=match.matched[:300]))
+        carry = text[-JOIN_CHARS:] if len(text) >= JOIN_CHARS else (carry + text)[-JOIN_CHARS:]
+    return list(found.values())
+
+
+def _base_kind(kind: str) -> str:
+    """The kind a hit of ``kind`` answers for (``partial_title`` for ``title``)."""
+    return "title" if kind == "partial_title" else kind
 
 
 def _audited_steps(steps: Iterable[TrajectoryStep]) -> dict[str, list[int]]:

@@ -230,8 +230,8 @@ def flip_shares(draft: Orders, final: Orders, measured: Mapping[str, Mapping[str
     expected = 0.0
     for gid, order in draft.items():
         values = measured.get(gid)
-        if gid not in final or values is None:
-            continue
+        if gid not in final or values is None or sorted(final[gid]) != sorted(order):
+            continue  # flips are counted on the groups submitted complete
         pos = {item: i for i, item in enumerate(order)}
         wrong_at: dict[int, list[bool]] = {}
         for a, b in combinations(order, 2):

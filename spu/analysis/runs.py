@@ -581,7 +581,8 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
                  "submission_differs", "flipped_into_measured", "flipped_expected_share",
                  "flips_scored", "flips_into_measured"):
         features[name] = math.nan
-    features.update(first_complete_source=None, revisions=0, pairs_flipped=0)
+    features.update(first_complete_source=None, revisions=0, pairs_flipped=0,
+                    submission_ranked=False)
     if tracker is None or contract is None:
         return
     found = tracker.finish()
@@ -604,10 +605,13 @@ def _ranking_features(features: dict[str, Any], tracker: RankingTracker | None,
         features["revisions"] = found.revisions
         features["pairs_flipped"] = found.pairs_flipped
         features["submission_differs"] = differs_from_draft(submitted, draft, contract)
+    # A submission that went back to the input order is no draft but still a revision
+    # (4.3); --revised-population ranked leaves such runs out of 4.3 and 24e alike.
+    features["submission_ranked"] = bool(complete_file)
     key = (answers or {}).get(contract.task_id)
     if draft is not None and key is not None:
         features["first_draft_score"] = key.score_orders(draft)
-        if complete_file and submitted is not None and submitted != draft:
+        if submitted is not None and submitted != draft:
             measured = {g.group_id: _measured(g) for g in key.groups}
             shares = flip_shares(draft, submitted, measured)
             # The counts pool the flipped pairs over runs (Figure 24e, 21b's numbers).

@@ -6,18 +6,25 @@ steps, each model message and tool call (long texts cut with a note), optionally
 runs of one task side by side: each group's submitted order and rho, the scores, usage
 and cost, and each run's activity time shares (paper appendix E.7). Both read the run
 folders (``OUTPUT_ROOT/runs/<run_key>/``), never the tracking store.
+
+Every line goes through :func:`spu.printable.printable` on its way to the terminal: the
+steps, group ids and items are the agent's, and a control sequence in them would act on
+the operator's terminal (clear it, set its title, write its clipboard, hide a link).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from spu.printable import printable
 
 if TYPE_CHECKING:  # ``spu --help`` registers this module: its imports wait for a command
     from spu.schema import RunRecord
@@ -31,15 +38,35 @@ class ShowError(ValueError):
     """A run cannot be shown; the message names the folder or file."""
 
 
+def run_key_of(output_root: Path, prefix: str) -> str:
+    """The run key under ``output_root/runs`` that ``prefix`` starts.
+
+    ``prefix`` is the console's first characters of a key, or the whole key.
+
+    Raises:
+        ShowError: no run key starts so, or more than one does (a few are named).
+    """
+    runs = Path(output_root) / "runs"
+    if (runs / prefix / "run.json").is_file() or not re.fullmatch(r"\w[\w.-]*", prefix):
+        return prefix  # a whole key, or no key's beginning (no path, no glob)
+    found = sorted(d.name for d in runs.glob(f"{prefix}*") if (d / "run.json").is_file()) \
+        if runs.is_dir() else []
+    if len(found) > 1:
+        raise ShowError(f"{len(found)} runs under {runs} start with {prefix!r} "
+                        f"({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}): "
+                        f"give more characters")
+    return found[0] if found else prefix
+
+
 def load_run(output_root: Path, run_key: str) -> tuple[RunRecord, Path]:
-    """The record and folder of run ``run_key`` under ``output_root``.
+    """The record and folder of run ``run_key`` (or a unique prefix of it) under ``output_root``.
 
     Raises:
         ShowError: no such run folder, or its ``run.json`` cannot be read.
     """
     from spu.schema import RunRecord
 
-    run_dir = Path(output_root) / "runs" / run_key
+    run_dir = Path(output_root) / "runs" / run_key_of(output_root, run_key)
     path = run_dir / "run.json"
     if not path.is_file():
         raise ShowError(f"{path}: no such run (is --output-root right?)")
@@ -219,7 +246,8 @@ def compare_lines(a: tuple[RunRecord, Path], b: tuple[RunRecord, Path]) -> Itera
         yield f"group {group}:"
         for side, rho, orders in (("A", rho_a, oa), ("B", rho_b, ob)):
             shown = f"{rho[group]:.3f}" if group in rho else "n/a"
-            yield f"  {side} rho {shown}  {' > '.join(orders.get(group, [])) or '(no order)'}"
+            # Submitted lowest first (SPEC 2): the arrows read upwards.
+            yield f"  {side} rho {shown}  {' < '.join(orders.get(group, [])) or '(no order)'}"
     sa, sb = activity_shares(_steps(da)), activity_shares(_steps(db))
     yield "activity time shares:"
     for activity in sorted(set(sa) | set(sb), key=lambda k: -(sa.get(k, 0) + sb.get(k, 0))):
@@ -231,7 +259,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("show", help="print a run: its summary, then its steps",
                        description="Print a recorded run from its run folder: a summary, "
                        "then each model message and tool call.")
-    p.add_argument("run_key", metavar="RUN_KEY")
+    p.add_argument("run_key", metavar="RUN_KEY", help="a run key, or its first characters")
     p.add_argument("--output-root", type=Path, default=Path("outputs"),
                    help="output_root of the run (default: outputs)")
     p.add_argument("--step", type=int, default=None, help="print only step N, in full")
@@ -253,9 +281,9 @@ def show_command(args: argparse.Namespace) -> int:
     try:
         record, run_dir = load_run(args.output_root, args.run_key)
         for line in show_lines(record, run_dir, args.step, args.grep):
-            print(line)
+            print(printable(line))
     except (ShowError, TrajectoryFileError) as exc:
-        print(f"spu show: {exc}", file=sys.stderr)
+        print(printable(f"spu show: {exc}"), file=sys.stderr)
         return 2
     return 0
 
@@ -267,8 +295,8 @@ def compare_command(args: argparse.Namespace) -> int:
     try:
         a, b = (load_run(args.output_root, key) for key in args.run_keys)
         for line in compare_lines(a, b):
-            print(line)
+            print(printable(line))
     except (ShowError, TrajectoryFileError) as exc:
-        print(f"spu compare: {exc}", file=sys.stderr)
+        print(printable(f"spu compare: {exc}"), file=sys.stderr)
         return 2
     return 0

@@ -42,6 +42,10 @@ from spu.grading.rules import AnswerKeyError, GradingKey
 from spu.schema import Activity
 from spu.stats.registry import Registry, discover
 from spu.stats.resampling import rng_for
+from spu.stats.rules import Rule
+from spu.stats.rules import entry as rule_entry
+from spu.stats.rules import resolve as resolve_rule
+from spu.stats.ties import exact
 
 CALL_COLUMNS = ("run_key", "step", "call_index", "tool", "activity", "activity_class",
                 "time_s", "t_norm", "families", "t_end_norm")
@@ -83,6 +87,15 @@ class AnalyzeOptions:
     flip_share: str = "pairs"
     """Figure 24e's shares (``--flip-share``): of the flipped pairs pooled over runs
     (``pairs``, the default) or each run's share averaged (``runs``); :data:`FLIP_SHARES`."""
+    revised_population: str = "differs"
+    """The revised runs of 4.3 and Figure 24e (``--revised-population``): ``differs``, the
+    paper's, every run whose submission differs from its first draft, or ``ranked``, only
+    those whose submission is a complete ranking other than the input order;
+    :data:`REVISED_POPULATIONS`."""
+    gpu_tasks: str = "both-sides"
+    """Tasks of 4.8's comparison of GPU runs with the others (``--gpu-tasks``):
+    ``both-sides``, the paper's, the tasks with scored runs on both sides, or ``all``;
+    :data:`GPU_TASKS`."""
     public_only: bool = True
     """Analyse the runs on public tasks only, as the paper's section 4 does ("We analyze
     the 1,155 scored official runs on the public tasks"); a run whose ``run.json`` names
@@ -105,20 +118,18 @@ BUILT_IN_FILES: dict[str, tuple[str, str]] = {
 }
 """The files :func:`build_tables` writes itself (the classifier runs beside the others)."""
 
-BUILT_IN_RULES: dict[str, str] = {
-    "runs_features.csv": (
-        "input order: the rows of the task's targets.csv (E.4, E.7); first draft: the earliest "
-        "submission-format ranking with every group and item that differs from it; used_gpu: "
-        "a GPU workload in executed code that ran without failing (E.12), gpu_measured and "
-        "gpu_seconds from the sampled device beside it; gpu_probe_early: a GPU probe within "
-        "the first ten tool calls (4.8)"),
-    "associations.csv": (
-        "score ~ feature + task + configuration by least squares, percentile intervals and P "
-        "from resampling tasks, Holm within the 16 method and within the 8 behavioral "
-        "features (4.3, E.7)"),
-}
-"""The paper's rule behind each file :func:`build_tables` writes itself (the manifest's
-``outputs.<file>.rule``)."""
+SCORED_RUNS = "scored official runs (repeat 0) on the public tasks"
+"""Section 4's population: "We analyze the 1,155 scored official runs on the public tasks"."""
+
+SECTION_4 = ("4: \"We analyze the 1,155 scored official runs on the public tasks ... and, where "
+             "noted, the 137 scored repeated runs of Astra Max\"")
+
+
+def _rule(text: str, sentence: str, basis: str = "paper",
+          population: str = SCORED_RUNS) -> Rule:
+    """A rule of ``spu analyze`` over section 4's population unless told otherwise."""
+    return Rule(text, population, basis, sentence)
+
 
 TRAJECTORY_ANALYSES = Registry(needs={}, columns=False)
 """The tables of ``spu analyze`` computed from the run readings, one registered function
@@ -286,7 +297,7 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
     if tables["associations.csv"].empty:
         notes.append("associations: fewer than three scored runs on two tasks")
     inputs = TrajectoryInputs(readings, calls, scored, opt)
-    rules = dict(BUILT_IN_RULES)
+    rules: dict[str, Any] = {}
     for entry in TRAJECTORY_ANALYSES:
         found = entry(inputs)
         tables.update(found.tables)
@@ -315,19 +326,26 @@ def _build_tables(readings: list[RunReading], opt: AnalyzeOptions,
              "n": classifier.n_runs},
             {"statistic": "classifier_folds", "value": classifier.folds, "n": classifier.n_runs},
         ]
-    summary += _summary(calls, scored, tables, opt.seed, opt.resamples)
+    summary += _summary(calls, scored, tables, opt.seed, opt.resamples,
+                        opt.revised_population)
     tables["summary.csv"] = pd.DataFrame(summary, columns=["statistic", "value", "n"])
     manifest = {"spu_version": spu.__version__, "seed": opt.seed, "resamples": opt.resamples,
                 "trees": opt.trees, "official_only": opt.official_only,
-                "flip_share": opt.flip_share,
+                "flip_share": opt.flip_share, "revised_population": opt.revised_population,
+                "gpu_tasks": opt.gpu_tasks,
                 "runs": len(readings), "scored_runs": int(len(scored)), "calls": len(calls),
-                "seconds": seconds, "outputs": _outputs(tables, rules)}
+                "seconds": seconds, "outputs": _outputs(tables, rules, opt)}
     return AnalysisResult(tables, manifest, notes)
 
 
-def _outputs(tables: dict[str, pd.DataFrame], rules: Mapping[str, str] | None = None
-             ) -> dict[str, dict[str, Any]]:
-    """Each file written: its analysis, the paper figure it serves and its rule (``rule``)."""
+def _outputs(tables: dict[str, pd.DataFrame], rules: Mapping[str, Any] | None = None,
+             opt: AnalyzeOptions | None = None) -> dict[str, dict[str, Any]]:
+    """Each file written: its analysis, the paper figure it serves and its rule.
+
+    The rule's fields (``rule``, ``population``, ``basis``, ``sentence``) come from the
+    analysis or from :data:`ANALYZE_RULES`; reading repeats (``--all-repeats``) or private
+    tasks (``--include-private``) changes every population, named with basis ``option``.
+    """
     outputs: dict[str, dict[str, Any]] = {
         name: {"analysis": analysis, "section": section}
         for name, (analysis, section) in BUILT_IN_FILES.items() if name in tables}
@@ -336,10 +354,24 @@ def _outputs(tables: dict[str, pd.DataFrame], rules: Mapping[str, str] | None = 
             if name in tables:
                 outputs[name] = {"analysis": entry.name, "source": entry.source,
                                  "section": entry.section_of(name)}
-    for name, rule in (rules or {}).items():
-        if name in outputs:
-            outputs[name]["rule"] = rule
+    widened = population_options(opt or AnalyzeOptions())
+    for name, out in outputs.items():
+        rule = resolve_rule((rules or {}).get(name), ANALYZE_RULES.get(name))
+        if rule is not None and widened and rule.population == SCORED_RUNS:
+            rule = rule.replace(population=f"{SCORED_RUNS}, {widened}", basis="option")
+        out.update(rule_entry(rule, None))
     return dict(sorted(outputs.items()))
+
+
+def population_options(opt: AnalyzeOptions) -> str:
+    """The runs read beyond section 4's population, in words ("" for none).
+
+    >>> population_options(AnalyzeOptions(official_only=False))
+    'and the repeated runs (--all-repeats)'
+    """
+    extra = ([] if opt.official_only else ["the repeated runs (--all-repeats)"]) + (
+        [] if opt.public_only else ["the runs on private tasks (--include-private)"])
+    return f"and {' and '.join(extra)}" if extra else ""
 
 
 ACTIVITY_TIME_RULE = (
@@ -604,13 +636,13 @@ def revisions(features: pd.DataFrame) -> pd.DataFrame:
     (``first_complete_source`` ``file_only``) is the submission itself.
     """
     columns = ["run_key", "config", "task_id", "first_complete_source", "first_complete_t",
-               "first_draft_score", "score", "change", "submission_differs", "revisions",
-               "pairs_flipped", "flipped_into_measured", "flipped_expected_share",
-               "flips_scored", "flips_into_measured"]
+               "first_draft_score", "score", "change", "submission_differs",
+               "submission_ranked", "revisions", "pairs_flipped", "flipped_into_measured",
+               "flipped_expected_share", "flips_scored", "flips_into_measured"]
     if features.empty or "first_complete_source" not in features:
         return pd.DataFrame(columns=columns)
     f = features[features["first_complete_source"].notna()].copy()
-    for column in ("flips_scored", "flips_into_measured"):
+    for column in ("flips_scored", "flips_into_measured", "submission_ranked"):
         if column not in f:
             f[column] = math.nan
     f["change"] = f["score"] - f["first_draft_score"]
@@ -620,18 +652,38 @@ def revisions(features: pd.DataFrame) -> pd.DataFrame:
     return f[columns].reset_index(drop=True)
 
 
-REVISION_RULE = ("4.3, Figure 17c: the runs whose submitted orders differ from their first "
-                 "draft (submission_differs), with a score for both; change = submission "
-                 "minus draft, mean with a 95% percentile interval from resampling tasks; "
-                 "sign test: two-sided binomial test of gains against losses, ties (no "
-                 "change in score) left out")
+REVISED_POPULATIONS = {
+    "differs": ("the runs whose submitted orders differ from their first draft "
+                "(submission_differs), a return to the input order included, with a score "
+                "for both"),
+    "ranked": ("the runs whose submitted orders differ from their first draft and form a "
+               "complete ranking other than the input order (submission_ranked; "
+               "--revised-population ranked: the paper counts every different submission)"),
+}
+"""Who counts as revised in 4.3 (17c, the sign test) and Figure 24e alike
+(``--revised-population``): ``differs``, the paper's (4.3: "Of the 772 runs whose trajectory
+contains a complete ranking before the submission, 317 submitted a different one"), or
+``ranked``, which leaves out the submissions that went back to the input order or left an
+item out."""
+
+REVISION_SENTENCE = ("4.3: \"Of the 772 runs whose trajectory contains a complete ranking "
+                     "before the submission, 317 submitted a different one\"")
+"""The paper's sentence behind 4.3's population of revised runs."""
+
+REVISION_RULE = ("4.3, Figure 17c: " + REVISED_POPULATIONS["differs"] + "; change = "
+                 "submission minus draft, mean with a 95% percentile interval from resampling "
+                 "tasks; sign test: two-sided binomial test of gains against losses, ties (no "
+                 "change in score at the tie precision) left out")
 """The manifest's rule for ``revisions.csv`` and 17c's rows of ``revision_intervals.csv``."""
 
 FLIP_SHARES = {
-    "pairs": ("24e: the item pairs flipped after the draft whose measured values differ, "
-              "pooled over the runs: the share of them that moved into the measured order "
-              "and the share expected from random flips at the same distance in their "
-              "draft, each pair counting once"),
+    "pairs": ("24e, over the same revised runs: the item pairs whose order differs between "
+              "the first draft and the submission (on the groups submitted complete) and "
+              "whose measured values differ, pooled over the runs: the share of them that "
+              "moved into the measured order and the share expected from random flips at "
+              "the same distance in their draft, each pair counting once (the caption's "
+              "'item pairs flipped after the draft' read as the net flips from draft to "
+              "submission)"),
     "runs": ("24e: each run's share of its flipped pairs that moved into the measured order "
              "and its expected share, averaged over the runs with such a pair "
              "(--flip-share runs)"),
@@ -641,33 +693,64 @@ pairs flipped after the draft" as a share of the pairs; ``runs`` averages each r
 share. Either way with 95% percentile intervals from resampling tasks."""
 
 
-def revision_rule(flip_share: str = "pairs") -> str:
+def revision_rule(flip_share: str = "pairs", population: str = "differs") -> str:
     """The manifest's rule for ``revision_intervals.csv``: 17c's and 24e's.
 
     >>> "pooled" in revision_rule() and "averaged" in revision_rule("runs")
     True
     """
-    return f"{REVISION_RULE}; {FLIP_SHARES[flip_share]}"
+    head = REVISION_RULE if population == "differs" else REVISION_RULE.replace(
+        REVISED_POPULATIONS["differs"], REVISED_POPULATIONS[population])
+    return f"{head}; {FLIP_SHARES[flip_share]}"
 
 
-def revised_runs(rev: pd.DataFrame) -> pd.DataFrame:
+def revision_rules(opt: AnalyzeOptions) -> dict[str, Rule]:
+    """The rules of ``revisions.csv`` and ``revision_intervals.csv`` under ``opt``.
+
+    >>> revision_rules(AnalyzeOptions(revised_population="ranked"))[
+    ...     "revision_intervals.csv"].basis
+    'option'
+    """
+    population = opt.revised_population
+    optioned = population != "differs" or opt.flip_share != "pairs"
+    revised = ANALYZE_RULES["revisions.csv"]
+    return {"revisions.csv": revised.replace(
+                text=REVISION_RULE.replace(REVISED_POPULATIONS["differs"],
+                                           REVISED_POPULATIONS[population]),
+                basis="option" if population != "differs" else "paper"),
+            "revision_intervals.csv": ANALYZE_RULES["revision_intervals.csv"].replace(
+                text=revision_rule(opt.flip_share, population),
+                basis="option" if optioned else "paper")}
+
+
+def revised_runs(rev: pd.DataFrame, population: str = "differs") -> pd.DataFrame:
     """The rows of ``revisions.csv`` whose submission differs from the draft, both scored.
 
     4.3's population ("317 submitted a different one"): a run that changed its ranking
-    and went back to the draft is not in it, and one whose different submission scores
-    the same as the draft is (a tie of the sign test). Empty for a table written before
-    ``submission_differs`` existed.
+    and went back to the draft is not in it, one that went back to the input order is,
+    and one whose different submission scores the same as the draft is (a tie of the sign
+    test). ``population="ranked"`` keeps only the submissions that are a complete ranking
+    other than the input order (:data:`REVISED_POPULATIONS`). Figure 24e's flips are
+    counted over the same runs. Empty for a table written before ``submission_differs``
+    existed.
 
     Examples
     --------
-    >>> rev = pd.DataFrame({"submission_differs": [True, False, True],
-    ...                     "change": [0.0, 0.2, np.nan]})
-    >>> revised_runs(rev).index.tolist()
-    [0]
+    >>> rev = pd.DataFrame({"submission_differs": [True, False, True, True],
+    ...                     "submission_ranked": [True, True, True, False],
+    ...                     "change": [0.0, 0.2, np.nan, -0.1]})
+    >>> revised_runs(rev).index.tolist(), revised_runs(rev, "ranked").index.tolist()
+    ([0, 3], [0])
     """
+    if population not in REVISED_POPULATIONS:
+        raise ValueError(f"revised population: {population!r} is not one of "
+                         f"{', '.join(REVISED_POPULATIONS)}")
     if rev.empty or "submission_differs" not in rev:
         return rev.iloc[0:0]
-    return rev[rev["submission_differs"].eq(True) & rev["change"].notna()]
+    keep = rev["submission_differs"].eq(True) & rev["change"].notna()
+    if population == "ranked":
+        keep &= rev["submission_ranked"].eq(True) if "submission_ranked" in rev else False
+    return rev[keep]
 
 
 def task_bootstrap_ratio(numerators: np.ndarray, denominators: np.ndarray, tasks: np.ndarray,
@@ -731,13 +814,15 @@ def task_bootstrap_mean(values: np.ndarray, tasks: np.ndarray, rng: np.random.Ge
 
 
 def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_000,
-                       flip_share: str = "pairs") -> pd.DataFrame:
+                       flip_share: str = "pairs", population: str = "differs"
+                       ) -> pd.DataFrame:
     """Figure 17c's and 24e's means with 95% intervals from resampling tasks.
 
-    Per configuration and over all runs (``config`` ``all``): of the runs whose
-    submission differs from the first draft (:func:`revised_runs`), the mean change
-    (submission minus draft, 17c); of the item pairs flipped after the draft whose
-    measured values differ, the share that moved into the measured order, the share
+    Per configuration and over all runs (``config`` ``all``), over the runs whose
+    submission differs from the first draft (:func:`revised_runs` of ``population``): the
+    mean change (submission minus draft, 17c); of the item pairs flipped between the draft
+    and the submission whose measured values differ, the share that moved into the
+    measured order, the share
     expected from random flips at the same distance and their difference (24e), pooled
     over the pairs (``flip_share`` ``pairs``: ``n_runs`` the runs holding them) or
     averaged over the runs' own shares (``runs``; :data:`FLIP_SHARES`).
@@ -747,6 +832,7 @@ def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_
         seed: Seed of the resampling.
         resamples: Bootstrap resamples of tasks.
         flip_share: ``pairs`` (the default) or ``runs``.
+        population: ``differs`` (the default) or ``ranked`` (:data:`REVISED_POPULATIONS`).
     """
     columns = ["config", "quantity", "n_runs", "n_tasks", "mean", "ci_low", "ci_high"]
     if revised.empty:
@@ -756,6 +842,9 @@ def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_
                   "flipped_into_measured": "share of flips into the measured order",
                   "flipped_expected_share": "share expected from random flips",
                   "flip_excess": "into the measured order minus expected"}
+    revised = revised_runs(revised, population)  # 17c and 24e: one population
+    if revised.empty:
+        return pd.DataFrame(columns=columns)
     r = revised.assign(flip_excess=revised["flipped_into_measured"]
                        - revised["flipped_expected_share"])
     pooled = flip_share == "pairs"
@@ -767,13 +856,11 @@ def revision_intervals(revised: pd.DataFrame, seed: int = 0, resamples: int = 2_
         expected = r["flipped_expected_share"].fillna(0.0) * n
         tops = {"flipped_into_measured": into, "flipped_expected_share": expected,
                 "flip_excess": into - expected}
-    changed = pd.Series(r.index.isin(revised_runs(r).index), index=r.index)
     for config, part in [("all", r), *r.groupby("config", sort=True)]:
         for column, name in quantities.items():
             rng = rng_for(seed, "revision intervals", str(config), column)
             if column == "change" or not pooled:
-                keep = part[changed.loc[part.index]] if column == "change" else part
-                keep = keep[keep[column].notna()]
+                keep = part[part[column].notna()]
                 mean, low, high = task_bootstrap_mean(
                     keep[column].to_numpy(float), keep["task_id"].astype(str).to_numpy(),
                     rng, resamples)
@@ -885,8 +972,50 @@ def gpu_workloads(features: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
-                      ) -> pd.DataFrame:
+GPU_TASKS = {
+    "both-sides": ("4.8: over the tasks that have scored runs on both sides (at least one "
+                   "that used the GPU and one that did not, official runs of any "
+                   "configuration)"),
+    "all": ("over every task (--gpu-tasks all; the paper compares over the tasks that have "
+            "runs on both sides)"),
+}
+"""The tasks of 4.8's comparison (``--gpu-tasks``): ``both-sides``, the paper's ("Over the 63
+tasks that have runs on both sides"), or ``all``."""
+
+
+def gpu_rules(opt: AnalyzeOptions, files: Iterable[str]) -> dict[str, Rule]:
+    """The rules of the GPU tables under ``opt`` (``--gpu-tasks`` sets 22e's tasks).
+
+    >>> gpu_rules(AnalyzeOptions(gpu_tasks="all"), ["gpu_within_config.csv"])[
+    ...     "gpu_within_config.csv"].basis
+    'option'
+    """
+    rules = {name: ANALYZE_RULES[name] for name in files}
+    if "gpu_within_config.csv" in rules:
+        within = rules["gpu_within_config.csv"]
+        rules["gpu_within_config.csv"] = within.replace(
+            text=within.text.replace(GPU_TASKS["both-sides"], GPU_TASKS[opt.gpu_tasks]),
+            basis="paper" if opt.gpu_tasks == "both-sides" else "option")
+    return rules
+
+
+def gpu_sides_tasks(runs: pd.DataFrame) -> set[str]:
+    """Tasks with a scored run that used the GPU and one that did not (4.8).
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame({"task_id": ["a", "a", "b", "b"],
+    ...                      "used_gpu": [True, False, True, True]})
+    >>> sorted(gpu_sides_tasks(runs))
+    ['a']
+    """
+    used = runs["used_gpu"].astype(bool)
+    sides = used.groupby(runs["task_id"].astype(str)).agg(["any", "all"])
+    return set(sides.index[sides["any"] & ~sides["all"]])
+
+
+def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int,
+                      tasks: str = "both-sides") -> pd.DataFrame:
     """Runs that used the GPU against the others of their configuration (Figure 22e).
 
     Each scored run's score minus the mean of the other configurations on the same task
@@ -896,13 +1025,22 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
     (:func:`spu.stats.within_config.within_config_difference`); for ``used_gpu`` and for
     the runs whose output named the device (``gpu_confirmed``; 4.8: +0.035 and +0.051).
     Official runs only, one per configuration and task (the first by ``run_key`` where a
-    corpus holds two).
+    corpus holds two), over the tasks with runs on both sides of ``used_gpu``
+    (:func:`gpu_sides_tasks`; ``tasks="all"``: every task, :data:`GPU_TASKS`); ``n_tasks``
+    counts them.
+
+    References
+    ----------
+    Paper 4.8 ("Over the 63 tasks that have runs on both sides, the 255 runs that ran a
+    workload score 0.035 above the others of the same configuration").
     """
     from spu.stats.outcomes import relative_frame
     from spu.stats.permutation import DRAWS
     from spu.stats.within_config import COLUMNS, within_config_difference
 
-    columns = ["marker", *COLUMNS]
+    if tasks not in GPU_TASKS:
+        raise ValueError(f"GPU tasks: {tasks!r} is not one of {', '.join(GPU_TASKS)}")
+    columns = ["marker", "n_tasks", *COLUMNS]
     if features.empty:
         return pd.DataFrame(columns=columns)
     runs = features.rename(columns={"score": "score_recovered"})
@@ -916,7 +1054,10 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
     order = sorted(runs["config"].astype(str).unique())
     if len(order) < 2 or "used_gpu" not in runs:
         return pd.DataFrame(columns=columns)
-    frame = relative_frame(runs, order)
+    frame = relative_frame(runs, order)  # relative to every configuration on the task
+    if tasks == "both-sides":
+        frame = frame[frame["task_id"].astype(str).isin(gpu_sides_tasks(frame))]
+    n_tasks = int(frame["task_id"].nunique())
     used = frame["used_gpu"].astype(bool)
     parts = []
     for marker in ("used_gpu", "gpu_confirmed"):
@@ -928,7 +1069,7 @@ def gpu_within_config(features: pd.DataFrame, seed: int, resamples: int
         pooled = {"config": "pooled", **{k: v for k, v in result.pooled.items()
                                          if k in COLUMNS}}
         parts.append(pd.concat([result.table, pd.DataFrame([pooled])], ignore_index=True)
-                     .assign(marker=marker))
+                     .assign(marker=marker, n_tasks=n_tasks))
     if not parts:
         return pd.DataFrame(columns=columns)
     return pd.concat(parts, ignore_index=True)[columns]
@@ -1171,7 +1312,7 @@ def effort_pairs(features: pd.DataFrame, seed: int = 0, resamples: int = 2_000
 
 def _summary(calls: pd.DataFrame, features: pd.DataFrame,
              tables: dict[str, pd.DataFrame], seed: int = 0,
-             resamples: int = 10_000) -> list[dict[str, Any]]:
+             resamples: int = 10_000, population: str = "differs") -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if len(calls):
         time_by = calls.groupby("activity")["time_s"].sum()
@@ -1187,13 +1328,13 @@ def _summary(calls: pd.DataFrame, features: pd.DataFrame,
         drafts = features["first_complete_source"].notna()
         rows.append({"statistic": "runs_with_first_draft", "value": int(drafts.sum()),
                      "n": len(features)})
-    rows += revision_tests(tables["revisions.csv"], seed, resamples)
+    rows += revision_tests(tables["revisions.csv"], seed, resamples, population)
     rows += self_assessment_tests(tables["self_assessment.csv"], seed, resamples)
     return rows
 
 
-def revision_tests(rev: pd.DataFrame, seed: int = 0, resamples: int = 10_000
-                   ) -> list[dict[str, Any]]:
+def revision_tests(rev: pd.DataFrame, seed: int = 0, resamples: int = 10_000,
+                   population: str = "differs") -> list[dict[str, Any]]:
     """4.3 *Revision*: runs whose submission differs from their first draft.
 
     Of the runs with a draft in the trajectory (not only in the file) and of those whose
@@ -1225,7 +1366,7 @@ def revision_tests(rev: pd.DataFrame, seed: int = 0, resamples: int = 10_000
     """
     from scipy import stats as sps
 
-    differs = revised_runs(rev)
+    differs = revised_runs(rev, population)
     if not len(differs):
         return []
     in_trajectory = int((rev["first_complete_source"] != "file_only").sum()) \
@@ -1234,7 +1375,8 @@ def revision_tests(rev: pd.DataFrame, seed: int = 0, resamples: int = 10_000
     mean, low, high = task_bootstrap_mean(change, differs["task_id"].astype(str).to_numpy(),
                                           rng_for(seed, "revision intervals", "all", "change"),
                                           resamples)
-    up, down = int((change > 0).sum()), int((change < 0).sum())
+    signs = exact(change)  # a different submission scoring the draft's score is a tie
+    up, down = int((signs > 0).sum()), int((signs < 0).sum())
     p = float(sps.binomtest(up, up + down).pvalue) if up + down else math.nan
     n = len(differs)
     return [{"statistic": "revision_runs_with_draft", "value": in_trajectory,
@@ -1309,11 +1451,11 @@ def self_assessment_tests(sa: pd.DataFrame, seed: int = 0, resamples: int = 10_0
     _, p = wilcoxon_p(over)
     if np.isfinite(p):
         rows.append({"statistic": "self_assessment_wilcoxon_p", "value": p,
-                     "n": int((over != 0).sum())})
+                     "n": int((exact(over) != 0).sum())})
     if n >= 3 and sa["stated_expected_rho"].nunique() > 1 and sa["score"].nunique() > 1:
         rows.append({"statistic": "self_assessment_spearman",
-                     "value": float(sps.spearmanr(sa["stated_expected_rho"], sa["score"])
-                                    .statistic), "n": n})
+                     "value": float(sps.spearmanr(exact(sa["stated_expected_rho"]),
+                                                  exact(sa["score"])).statistic), "n": n})
     return rows
 
 
@@ -1346,3 +1488,88 @@ def sample_calls(calls: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
     rng = rng_for(seed, "audit sample")
     take = rng.choice(len(calls), size=min(n, len(calls)), replace=False)
     return calls.iloc[np.sort(take)].reset_index(drop=True)
+
+
+ANALYZE_RULES: Mapping[str, Rule] = {
+    "calls.csv": _rule("every tool call: its activity (the fifteen labels of E.7 in their "
+                       "fixed priority), its class (Figure 14a's eight) and its time",
+                       "E.7: \"Rules label each tool call with an activity and with the "
+                       "method families of the code it ran\"", population="every run read"),
+    "runs_features.csv": _rule(
+        "input order: the rows of the task's targets.csv (E.4, E.7); first draft: the "
+        "earliest submission-format ranking with every group and item that differs from "
+        "it; used_gpu: a GPU workload in executed code that ran without failing (E.12), "
+        "gpu_measured and gpu_seconds from the sampled device beside it; "
+        "gpu_probe_early: a GPU probe within the first ten tool calls (4.8)",
+        "4.1: \"the earliest ordering in the trajectory that has the submission format, "
+        "covers every group and item and differs from the input order\"",
+        population="every run read"),
+    "associations.csv": _rule(
+        "score ~ feature + task + configuration by least squares, percentile intervals "
+        "and P from resampling tasks, Holm within the 16 method and within the 8 "
+        "behavioral features (4.3, E.7)",
+        "4.3: \"Each estimate compares runs on the same task after adjusting for "
+        "configuration\""),
+    "classifier.csv": _rule("random forest over the behaviour features, cross-validated "
+                            "recall per configuration", "Figure 23b",
+                            population=f"{SCORED_RUNS} of the Claude Code configurations"),
+    "classifier_confusion.csv": _rule("the classifier's confusion matrix", "Figure 23b",
+                                      population=f"{SCORED_RUNS} of the Claude Code "
+                                                "configurations"),
+    "summary.csv": _rule("scalar results quoted in section 4; each row names its statistic",
+                         SECTION_4),
+    "activity_time.csv": _rule(ACTIVITY_TIME_RULE, "Figure 14a: \"each run is normalized "
+                               "to its own length and counts equally, the shares are "
+                               "smoothed with a Gaussian kernel of s.d. 2% of the run\""),
+    "milestones.csv": _rule("median and quartiles of the point in the run (share of its "
+                            "time) at which each milestone is first reached",
+                            "Figure 14b"),
+    "families.csv": _rule("share of runs that used each method family (E.7), over all "
+                          "runs, by configuration and by discipline", "Figure 15a-b"),
+    "jaccard.csv": _rule("Jaccard similarity of the method families of pairs of runs on "
+                         "one task", "4.1: \"two repeated Astra Max runs on the same task "
+                         "share a mean Jaccard similarity of 0.65 across method families\""),
+    "sources.csv": _rule("source class of each URL fetched through the audited fetch tool",
+                         "Figure 15c"),
+    "search_operators.csv": _rule("share of a run's search queries using each operator, "
+                                  "averaged over the runs that searched", "Figure 15d"),
+    "first_appearance.csv": _rule(
+        "where each submitted group order (groups of at least three items whose order "
+        "differs from the input order) first appears in the trajectory",
+        "4.2: \"For each submitted group of at least three items whose order differs "
+        "from the input order, we located where the complete order first appears\""),
+    "revisions.csv": _rule(REVISION_RULE, REVISION_SENTENCE),
+    "revision_intervals.csv": _rule(revision_rule(), REVISION_SENTENCE + "; Figure 24e: "
+                                    "\"Share of the item pairs flipped after the draft "
+                                    "that moved into the measured order\""),
+    "self_assessment.csv": _rule(SELF_ASSESSMENT_RULE, "4.3: \"Sixty-three reports across "
+                                 "40 tasks ... explicitly state an expected Spearman "
+                                 "correlation for the final submission\""),
+    "gpu.csv": _rule(GPU_RULE, "E.12, 4.8"),
+    "gpu_errors.csv": _rule(GPU_RULE, "4.8: \"36% of the 258 runs that started a workload "
+                            "hit a GPU error\""),
+    "gpu_workloads.csv": _rule(GPU_RULE, "Figure 22b"),
+    "gpu_within_config.csv": _rule(
+        f"{GPU_RULE}; {GPU_TASKS['both-sides']}; each run's score minus the other "
+        "configurations' mean on its task, GPU runs minus the others within each "
+        "configuration, pooled, percentile intervals, permutation P",
+        "4.8: \"Over the 63 tasks that have runs on both sides, the 255 runs that ran a "
+        "workload score 0.035 above the others of the same configuration\""),
+    "audited_tools.csv": _rule(AUDITED_RULE, "3.7, 4.1"),
+    "repeat_methods.csv": _rule(REPEAT_METHODS_RULE, "Figure 19c",
+                                population="scored runs of one configuration on a task "
+                                          "(the repeats with --all-repeats)"),
+    "task_runs.csv": _rule("every scored run on the tasks named by --task", "Figure 21a"),
+    "task_settings.csv": _rule("each order's Spearman correlation with each numeric "
+                               "setting, the measured order first", "Figure 18e"),
+    "task_repeat_orders.csv": _rule("the repeats' orders with each item's place in the "
+                                    "most common order", "Figure 19b"),
+    "profiles.csv": _rule("each configuration's mean of each behaviour feature",
+                          "Figure 23a"),
+    "efforts.csv": _rule("behaviour of one model at two reasoning efforts on the same "
+                         "tasks, ratios and draft scores", "Figure 24c-d"),
+}
+"""The default rule of each file ``spu analyze`` writes (the analyses refine the text)."""
+
+BUILT_IN_RULES = ANALYZE_RULES
+"""The same rules under their first name."""

@@ -3,7 +3,9 @@
 ``spu cost estimate --model M`` prices a usage without composing a whole run
 config, so it merges ``conf/model/<M>.yaml`` into the :class:`~spu.config.ModelConfig`
 schema directly, the same structured merge Hydra does: an unknown key or a wrong
-type fails with a message naming the file and the key.
+type fails with a message naming the file and the key. The catalogue is the one
+composition reads (:mod:`spu.project`): the project folder's ``conf/model/``, the
+packaged one, then the plugins'.
 """
 
 from __future__ import annotations
@@ -11,29 +13,31 @@ from __future__ import annotations
 from pathlib import Path
 
 from spu.config import ModelConfig
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-"""The repository's ``conf/`` folder (the package is installed editable)."""
+from spu.project import PACKAGED_CONF, group_options, option_file
 
 
 class ModelConfigError(ValueError):
     """A model configuration is missing or does not fit the schema."""
 
 
-def catalogue_models(conf_dir: Path = CONF_DIR) -> list[str]:
-    """Names of the model configurations under ``conf_dir/model``."""
+def catalogue_models(conf_dir: Path | None = None) -> list[str]:
+    """Names of the model configurations under ``conf_dir/model`` (None: the catalogue)."""
+    if conf_dir is None:
+        return group_options("model")
     return sorted(p.stem for p in (Path(conf_dir) / "model").glob("*.yaml"))
 
 
-def model_config_path(model: str, conf_dir: Path = CONF_DIR) -> Path:
+def model_config_path(model: str, conf_dir: Path | None = None) -> Path:
     """The YAML file of ``model``: a catalogue name or a path to a YAML file."""
     as_path = Path(model)
     if as_path.suffix in (".yaml", ".yml"):
         return as_path
+    if conf_dir is None:
+        return option_file("model", model) or PACKAGED_CONF / "model" / f"{model}.yaml"
     return Path(conf_dir) / "model" / f"{model}.yaml"
 
 
-def load_model_config(model: str, conf_dir: Path = CONF_DIR) -> ModelConfig:
+def load_model_config(model: str, conf_dir: Path | None = None) -> ModelConfig:
     """Compose ``conf/model/<model>.yaml`` (or a YAML path) into a :class:`ModelConfig`.
 
     Raises:

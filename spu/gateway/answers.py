@@ -67,10 +67,13 @@ def _safe_int(digits: str) -> int | float:
         return float("inf") if not digits.startswith("-") else float("-inf")
 
 
-def _pruned(data: bytes, max_depth: int = MAX_DEPTH) -> bytes:
-    """``data`` with every array or object nested past ``max_depth`` replaced by null."""
+def _pruned(data: bytes, max_depth: int = MAX_DEPTH, as_text: bool = False) -> bytes:
+    """``data`` with every array or object nested past ``max_depth`` replaced.
+
+    Each is replaced by null, or with ``as_text`` by a string holding its JSON text.
+    """
     out: list[bytes] = []
-    depth, kept_to, cut_at = 0, 0, 0
+    depth, kept_to, cut_at, cut_from = 0, 0, 0, 0
     for token in _JSON_TOKEN.finditer(data):
         bracket = data[token.start()]
         if bracket == 34:  # a string, brackets and all
@@ -78,17 +81,39 @@ def _pruned(data: bytes, max_depth: int = MAX_DEPTH) -> bytes:
         if bracket in (91, 123):  # [ {
             depth += 1
             if depth == max_depth + 1 and not cut_at:
-                out += [data[kept_to:token.start()], b"null"]
-                cut_at = depth
+                out += [data[kept_to:token.start()], b"" if as_text else b"null"]
+                cut_at, cut_from = depth, token.start()
         else:
             if cut_at and depth == cut_at:
+                if as_text:
+                    text = data[cut_from:token.end()].decode("utf-8", "replace")
+                    out.append(json.dumps(text).encode())
                 kept_to, cut_at = token.end(), 0
             depth -= 1
     out.append(data[kept_to:] if not cut_at else b"")
     return b"".join(out)
 
 
-def loads(data: bytes, object_pairs_hook: Any = None) -> Any:
+def nested_within(value: Any, max_depth: int = MAX_DEPTH) -> bool:
+    """True when no array or object of ``value`` (itself at depth 1) nests past ``max_depth``.
+
+    Examples
+    --------
+    >>> nested_within([[1], {"a": [2]}], 3), nested_within([[[1]]], 2), nested_within("x", 0)
+    (True, False, True)
+    """
+    pending = [(value, 1)] if isinstance(value, dict | list) else []
+    while pending:
+        item, depth = pending.pop()
+        if depth > max_depth:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        pending += [(c, depth + 1) for c in children if isinstance(c, dict | list)]
+    return True
+
+
+def loads(data: bytes | str, object_pairs_hook: Any = None, *,
+          deep_as_text: bool = False) -> Any:
     """``data`` decoded as JSON, or None where it is none.
 
     Where Python's parser gives up on a document that is JSON (nesting past its recursion
@@ -98,6 +123,12 @@ def loads(data: bytes, object_pairs_hook: Any = None) -> Any:
     (model, stream, usage, stop reason) lies near the top. Neither may cost a request its
     record line: an agent chooses its tool schemas, and its model what it writes.
 
+    With ``deep_as_text``, every part nested past :data:`MAX_DEPTH` is read as a string
+    holding its JSON text, whether or not Python's parser could read it whole: what a
+    reader of an agent's session files needs, whose values must stay within what the
+    trajectory's JSON can be written and read back with (pydantic's limits are far below
+    Python's), and whose deep parts are still the agent's words.
+
     Examples
     --------
     >>> deep = b'{"usage": {"output_tokens": 7}, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
@@ -105,16 +136,26 @@ def loads(data: bytes, object_pairs_hook: Any = None) -> Any:
     ({'output_tokens': 7}, 63, [[1]])
     >>> loads(b'{"n": ' + b"9" * 5000 + b"}"), loads(b"{nope"), loads(bytes([255]))
     ({'n': inf}, None, None)
+    >>> cut = loads(b'{"input": ' + b'[' * 300 + b'"doi"' + b']' * 300 + b'}', deep_as_text=True)
+    >>> inner = cut["input"]
+    >>> while isinstance(inner, list):
+    ...     inner = inner[0]
+    >>> inner.count("["), inner.strip("[]")
+    (237, '"doi"')
     """
     try:
-        return json.loads(data, object_pairs_hook=object_pairs_hook)
+        value = json.loads(data, object_pairs_hook=object_pairs_hook)
     except (RecursionError, ValueError) as exc:  # a syntax error is a ValueError too
         if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
             return None
-    if len(data) > MAX_PRUNED_BYTES:
+    else:
+        if not deep_as_text or nested_within(value):
+            return value
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if len(raw) > MAX_PRUNED_BYTES:
         return None
     try:
-        return json.loads(_pruned(data), parse_int=_safe_int,
+        return json.loads(_pruned(raw, as_text=deep_as_text), parse_int=_safe_int,
                           object_pairs_hook=object_pairs_hook)
     except (RecursionError, ValueError):
         return None
@@ -164,7 +205,47 @@ def loads_request(data: bytes) -> tuple[Any, str | None]:
     return loads(data, object_pairs_hook=hook), hook.key
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.cache
+def marks_table() -> dict[int, None]:
+    """What :func:`unmarked` drops (a ``str.translate`` table, built once in 0.03 s).
+
+    Combining marks (a non-zero combining class) and the few characters that decompose
+    to marks alone (Tibetan vowel signs U+0F73, U+0F75, U+0F81; halfwidth sound marks).
+    """
+    table: dict[int, None] = {}
+    for low, high in ((0x300, 0x40000), (0xE0000, 0xE1000)):
+        for code in range(low, high):
+            char = chr(code)
+            if unicodedata.combining(char) or (unicodedata.decomposition(char) and
+                                               unicodedata.combining(
+                                                   unicodedata.normalize("NFKD", char)[0])):
+                table[code] = None
+    return table
+
+
+def unmarked(text: str) -> str:
+    """``text`` without combining marks, before any Unicode normalisation is asked of it.
+
+    Python's normalisation sorts each run of combining marks into canonical order by
+    insertion: a crafted run of marks in falling order costs its length squared (20,000
+    marks 3 s, a megabyte hours, on whichever thread reads it). Every reader here drops
+    the marks after normalising anyway; dropped before, no run is left to sort, and a
+    base letter is read without the marks it would have composed with.
+
+    Examples
+    --------
+    >>> unmarked("e\u0301\u0316x\u0f73"), unmarked("plain")
+    ('ex', 'plain')
+    """
+    return text if text.isascii() else text.translate(marks_table())
+
+
+FIELD_NAME_CHARS = 64
+"""Longer than any field name: a key that still is once folded names no field."""
+
+_KEY_DROPPED = {ord("_"): None, ord("-"): None}
+
+
 def fold_key(key: str) -> str:
     """``key`` as the most lenient parser before a provider matches it to a field.
 
@@ -172,13 +253,33 @@ def fold_key(key: str) -> str:
     ``strings.ToLower`` makes it), ``_`` and ``-`` left out (Go's json v2 ignores them,
     protobuf's JSON takes ``cachedContent`` for ``cached_content``).
 
+    Linear in ``key`` (:func:`unmarked`); a key still longer than
+    :data:`FIELD_NAME_CHARS` once case folded and stripped is not decomposed (it names
+    no field either way), and only short keys are cached: the agent chooses every key,
+    and a cache of its long ones held gigabytes.
+
     Examples
     --------
     >>> fold_key("Previous_Response_ID"), fold_key("fİle_id"), fold_key("cachedContent")
     ('previousresponseid', 'fileid', 'cachedcontent')
+    >>> fold_key("_" * 10_000 + "Model")
+    'model'
     """
-    text = unicodedata.normalize("NFKD", key.casefold())
-    return "".join(c for c in text if c not in "_-" and not unicodedata.combining(c))
+    if len(key) <= 2 * FIELD_NAME_CHARS:
+        return _fold_short(key)
+    text = unmarked(key.casefold()).translate(_KEY_DROPPED)
+    if len(text) > FIELD_NAME_CHARS:
+        return text
+    return _fold_short(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _fold_short(key: str) -> str:
+    text = key.casefold()
+    if not text.isascii():
+        text = unicodedata.normalize("NFKD", unmarked(text))
+        return "".join(c for c in text if c not in "_-" and not unicodedata.combining(c))
+    return text.translate(_KEY_DROPPED)
 
 
 def _folded(names: tuple[str, ...]) -> frozenset[str]:
@@ -644,6 +745,31 @@ def openai_usage(raw: dict[str, Any]) -> Usage:
                  cache_write=writes, output=output)
 
 
+MAX_CALL_INPUT = 16 << 10
+"""Characters of a tool call's input kept while an answer streams."""
+
+
+@dataclass
+class AnswerCall:
+    """A tool call of an answer: its id, its tool's name and its input (JSON or text)."""
+
+    id: str
+    name: str
+    input: str = ""
+
+    def add_input(self, piece: str) -> None:
+        """Append a streamed piece of the input (up to :data:`MAX_CALL_INPUT`)."""
+        if len(self.input) < MAX_CALL_INPUT:
+            self.input = (self.input + piece)[:MAX_CALL_INPUT]
+
+
+def _call_input(value: Any) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text[:MAX_CALL_INPUT]
+
+
 @dataclass
 class AnswerReading:
     """What one answer said, as far as it arrived."""
@@ -661,6 +787,8 @@ class AnswerReading:
     response_id: str | None = None
     item_ids: list[str] = field(default_factory=list)
     """The ids of the answer's output items (Responses), which a later request may name."""
+    tool_calls: list[AnswerCall] = field(default_factory=list)
+    """The tool calls the answer makes, as far as it arrived."""
 
     @property
     def final(self) -> bool:
@@ -761,7 +889,7 @@ class AnswerReader:
             if part:
                 self._event(part)
 
-    def _event(self, block: bytes) -> None:
+    def _event(self, block: bytes, wanted: bool = True) -> None:
         name = ""
         data: list[bytes] = []
         for line in block.split(b"\n"):
@@ -769,7 +897,8 @@ class AnswerReader:
                 name = line[6:].strip().decode("utf-8", "replace")
             elif line.startswith(b"data:"):
                 data.append(line[5:].removeprefix(b" "))
-        if not data or (self.wanted is not None and name and name not in self.wanted):
+        if not data or (wanted and self.wanted is not None and name
+                        and name not in self.wanted):
             return
         text = b"\n".join(data)
         if text.strip() == b"[DONE]":
@@ -802,6 +931,24 @@ class AnthropicReader(AnswerReader):
     delta_markers = (b"\nevent: content_block_delta",)
     delta_envelope = 120
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[Any, AnswerCall] = {}
+        """The tool calls streaming, by their block's index."""
+
+    def _events(self, block: bytes) -> None:
+        """The wanted events, then a tool call's input pieces (``input_json_delta``).
+
+        The text deltas that make most of an answer stay unread: only a block holding
+        ``input_json_delta`` is split for them.
+        """
+        super()._events(block)
+        if self._open and b'"input_json_delta"' in block:
+            for part in block.split(b"\n\n"):
+                if b'"input_json_delta"' in part and part.startswith(
+                        b"event: content_block_delta"):
+                    self._event(part, wanted=False)
+
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
         if name == "message_start" and isinstance(payload.get("message"), dict):
@@ -817,8 +964,18 @@ class AnthropicReader(AnswerReader):
                 r.usage = anthropic_usage(payload["usage"], into=r.usage)
         elif name == "content_block_start":
             block = payload.get("content_block") or {}
-            r.calls_tool = r.calls_tool or (isinstance(block, dict)
-                                            and block.get("type") == "tool_use")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                r.calls_tool = True
+                call = AnswerCall(str(block.get("id")), str(block.get("name") or ""),
+                                  _call_input(block.get("input") or None))
+                r.tool_calls.append(call)
+                self._open[payload.get("index")] = call
+        elif name == "content_block_delta":
+            delta = payload.get("delta") or {}
+            piece = self._open.get(payload.get("index"))
+            if piece is not None and isinstance(delta, dict) \
+                    and isinstance(delta.get("partial_json"), str):
+                piece.add_input(delta["partial_json"])
         elif name == "message_stop":
             r.complete = True
         elif name == "error":
@@ -847,8 +1004,12 @@ class AnthropicReader(AnswerReader):
         if isinstance(body.get("usage"), dict):
             r.usage = anthropic_usage(body["usage"])
         self._stop(body.get("stop_reason"), body.get("stop_details"))
-        r.calls_tool = any(isinstance(b, dict) and b.get("type") == "tool_use"
-                           for b in body.get("content") or [])
+        content = body.get("content")
+        r.tool_calls = [AnswerCall(str(b.get("id")), str(b.get("name") or ""),
+                                   _call_input(b.get("input")))
+                        for b in content if isinstance(b, dict) and b.get("type") == "tool_use"
+                        ] if isinstance(content, list) else []
+        r.calls_tool = bool(r.tool_calls)
 
 
 class ResponsesReader(AnswerReader):
@@ -873,6 +1034,7 @@ class ResponsesReader(AnswerReader):
         elif name == "response.output_item.added" and isinstance(payload.get("item"), dict):
             if isinstance(payload["item"].get("id"), str):  # known before a cut, too
                 r.item_ids.append(payload["item"]["id"])
+            self._call(payload["item"])
         elif name == "response.refusal.done":
             r.refusal = True
         elif name == "error":
@@ -910,9 +1072,25 @@ class ResponsesReader(AnswerReader):
             if isinstance(item.get("id"), str):
                 r.item_ids.append(item["id"])
             r.calls_tool = r.calls_tool or item.get("type") in RESPONSES_CALL_ITEMS
+            self._call(item)
             for part in item.get("content") or []:
                 if isinstance(part, dict) and part.get("type") == "refusal":
                     r.refusal = True
+
+
+    def _call(self, item: dict[str, Any]) -> None:
+        """Note a call item (or complete the one an ``output_item.added`` began)."""
+        kind = item.get("type")
+        if kind not in RESPONSES_CALL_ITEMS:
+            return
+        ident = str(item.get("call_id") or item.get("id"))
+        name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
+        given = _call_input(item.get("arguments") or item.get("input") or item.get("action"))
+        for call in self.reading.tool_calls:
+            if call.id == ident:
+                call.input = given or call.input
+                return
+        self.reading.tool_calls.append(AnswerCall(ident, name, given))
 
 
 class ChatReader(AnswerReader):
@@ -920,6 +1098,11 @@ class ChatReader(AnswerReader):
 
     delta_markers = (b'"delta":',)
     delta_envelope = 150
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls: dict[tuple[Any, Any], AnswerCall] = {}
+        """The tool calls read, by choice and index (a stream sends each in pieces)."""
 
     def event(self, name: str, payload: dict[str, Any]) -> None:  # noqa: D102
         r = self.reading
@@ -942,6 +1125,23 @@ class ChatReader(AnswerReader):
         if isinstance(message, dict):
             r.refusal = r.refusal or bool(message.get("refusal"))
             r.calls_tool = r.calls_tool or bool(message.get("tool_calls"))
+            calls = message.get("tool_calls")
+            for k, call in enumerate(calls if isinstance(calls, list) else []):
+                if isinstance(call, dict):
+                    self._call(choice.get("index", 0), call.get("index", k), call)
+
+    def _call(self, choice: Any, index: Any, call: dict[str, Any]) -> None:
+        """A tool call of a message, or a streamed piece of one (its id comes first)."""
+        given = call.get("function")
+        function: dict[str, Any] = given if isinstance(given, dict) else {}
+        key = (choice, index)
+        seen = self._calls.get(key)
+        if seen is None or (call.get("id") and call.get("id") != seen.id):
+            seen = AnswerCall(str(call.get("id")), str(function.get("name") or ""))
+            self._calls[key] = seen
+            self.reading.tool_calls.append(seen)
+        if isinstance(function.get("arguments"), str):
+            seen.add_input(function["arguments"])
 
     def read_body(self, body: Any) -> None:  # noqa: D102
         r = self.reading

@@ -1,14 +1,15 @@
-"""The model gateway's record: one line per request, the tool results, the files kept.
+"""The model gateway's record: one line per request, what the model was sent, the files kept.
 
 Everything the gateway writes under ``<run_dir>/model/``, by :class:`GatewayRecord`:
-``requests.jsonl`` (SPEC 11), ``tool_results.jsonl`` (the exposure screen's input),
-``refusal_files/`` and, with ``log_bodies``, ``bodies/``. The record also sums what the
+``requests.jsonl`` (SPEC 11), ``refusal_files/`` and, with ``log_bodies``, ``bodies/``;
+and, by its :class:`~spu.gateway.inputs.InputRecord`, ``tool_results.jsonl``,
+``tool_calls.jsonl`` and ``documents/`` (the exposure screen's input). The record also sums what the
 lines cost (:attr:`GatewayRecord.spent_usd`), which the spend cap reads.
 
 Everything the agent chooses is bounded before it is written (a model name, an error
-echoing its bytes, a tool call's id: :data:`FIELD_CHARS`), and so is the record itself
-(``model_gateway.record_mb``): once it is full every request is refused, the first
-refusals written (:data:`RECORD_HEADROOM_BYTES`), the rest counted
+echoing its bytes: :data:`FIELD_CHARS`; a tool call's id, by the input record), and so is
+the record itself (``model_gateway.record_mb``): once it is full every request is refused,
+the first refusals written (:data:`RECORD_HEADROOM_BYTES`), the rest counted
 (:meth:`GatewayRecord.notes`); a line that carries usage is always written.
 """
 
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from spu.config import ModelGatewayConfig, PriceConfig
-from spu.gateway.answers import error_body, tool_results
+from spu.gateway.answers import error_body
 from spu.gateway.exchange import Exchange
+from spu.gateway.inputs import InputRecord
 from spu.gateway.verdict import MAX_REFUSAL_FILES, REFUSAL_FILES
 from spu.schema import Usage
 
@@ -91,13 +93,15 @@ class GatewayRecord:
         self.cache_write_rate = cache_write_rate
         self.submission_counts = submission_counts
         self.requests_path = folder / "requests.jsonl"
-        self.tool_results_path = folder / "tool_results.jsonl"
+        self.inputs = InputRecord(folder, cfg.tool_result_chars,
+                                  int(cfg.tool_results_mb * 1024 * 1024))
+        """What the model is sent, and its tool calls, for the screen and the counts
+        (written once the answer arrived: :meth:`Relay.finish`)."""
+        self.tool_results_path = self.inputs.path
         self.spent_usd = 0.0
         """The cost of every line written so far, at list prices."""
         self._lock = threading.Lock()
         self._count = 0
-        self._seen_results: set[str] = set()
-        self._results_bytes = 0
         self._kept_at_refusals: set[str] = set()
         self.max_bytes = int(cfg.record_mb * 1024 * 1024)
         self._bytes = self.requests_path.stat().st_size if self.requests_path.exists() else 0
@@ -194,30 +198,6 @@ class GatewayRecord:
             return None
         self._bodies_bytes += len(data)
         return name
-
-    def keep_tool_results(self, endpoint: str, body: Any) -> None:
-        """Append the tool results the model is sent for the first time, bounded."""
-        cap = self.cfg.tool_result_chars
-        limit = int(self.cfg.tool_results_mb * 1024 * 1024)
-        lines = []
-        with self._lock:
-            for call_id, text in tool_results(endpoint, body):
-                text = well_formed(text)
-                key = hashlib.sha256(f"{len(call_id)}:{call_id}:{text}".encode(
-                    "utf-8", "surrogatepass")).hexdigest()
-                if key in self._seen_results:
-                    continue
-                self._seen_results.add(key)
-                line = json.dumps({"time": now_iso(), "call_id": well_formed(cut(call_id)),
-                                   "chars": len(text),
-                                   "truncated": len(text) > cap, "text": text[:cap]},
-                                  ensure_ascii=False) + "\n"
-                if self._results_bytes + len(line) > limit:
-                    break
-                self._results_bytes += len(line)
-                lines.append(line)
-            if lines:
-                self._append(self.tool_results_path, lines)
 
     def keep_at_refusal(self, submission: bytes) -> None:
         """Keep the file a refused request arrived with (distinct ones, the latest few)."""

@@ -399,6 +399,9 @@ class Relay:
         if e.refusal and exchange.submission:
             self.record.keep_at_refusal(exchange.submission)
         self.record.write(exchange)
+        # What the model was sent is kept only once its answer arrived (a refused request
+        # reached no model), for the exposure screen; and the answer's tool calls.
+        self.record.inputs.answered(e.endpoint, reading, exchange.body, e.status)
 
 
 class AnswerPump:

@@ -66,6 +66,7 @@ from spu.gateway.answers import (
     reader_for,
 )
 from spu.gateway.exchange import Exchange
+from spu.gateway.inputs import InputRecord
 from spu.gateway.record import GatewayRecord, cut, now_iso, well_formed
 from spu.gateway.relay import (  # noqa: F401 - the gateway's names, as before the split
     UPSTREAM_CONNECTIONS,
@@ -74,6 +75,7 @@ from spu.gateway.relay import (  # noqa: F401 - the gateway's names, as before t
     stated_rate_limit,
 )
 from spu.schema import GatewayRequest
+from spu.serving import server_class
 
 log = logging.getLogger(__name__)
 
@@ -141,65 +143,30 @@ def _protocol_class(timeout_s: float) -> Any:
     return DeadlineH11Protocol
 
 
+@functools.cache
 def _server_class() -> Any:
-    """The uvicorn server, woken at once by :meth:`ModelGateway.stop`.
+    """The run's server: :func:`spu.serving.server_class`, also served in a main thread.
 
-    uvicorn looks at ``should_exit`` every 0.1 s and waits 0.1 s more when it shuts down;
-    a run's gateway starts and stops once per run, and those waits were most of its cost
-    (0.2 s per run, where a sweep's fast path spends that on a whole run).
+    A gateway process serves in its main thread (:meth:`ModelGateway.serve`): it says its
+    port once it listens (``listening``, called in the server's loop), and is stopped by
+    its owner alone (:meth:`ModelGateway.request_stop`).
     """
-    import uvicorn
-
-    class WakeableServer(uvicorn.Server):
-        _wake: asyncio.Event | None = None
-        _loop: asyncio.AbstractEventLoop | None = None
-        pumps: set[asyncio.Task[None]] = set()  # noqa: RUF012 (set per instance)
-        ready: Callable[[], None] | None = None
+    class GatewayServer(server_class()):  # type: ignore[misc]
+        listening: Callable[[], None] | None = None
         """Called in the server's loop once it listens."""
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
-            # The gateway is stopped by its owner (ModelGateway.request_stop), also when it
-            # serves in a process's main thread: uvicorn's own handlers would raise the
-            # signal again once it stopped, before the owner had its last word.
+            # uvicorn's own handlers would raise the signal again once it stopped, before
+            # the owner had its last word.
             yield
 
         async def main_loop(self) -> None:
-            self._loop = asyncio.get_running_loop()
-            self._wake = asyncio.Event()
-            if self.ready is not None:
-                self.ready()
-            while not self.should_exit:
-                await self._wake.wait()
+            if self.listening is not None:
+                self.listening()
+            await super().main_loop()
 
-        def wake(self) -> None:
-            # The loop may have ended (it served to its end, or died): nothing to wake.
-            if self._loop is not None and self._wake is not None:
-                with contextlib.suppress(RuntimeError):  # "Event loop is closed"
-                    self._loop.call_soon_threadsafe(self._wake.set)
-
-        async def shutdown(self, sockets: Any = None) -> None:
-            # uvicorn's own waits a fixed 0.1 s, then polls every 0.1 s. Answers still in
-            # flight end when their upstream does, and write their record lines then.
-            for server in self.servers:
-                server.close()
-            for connection in list(self.server_state.connections):
-                connection.shutdown()
-            deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-            while (self.server_state.connections or self.server_state.tasks or self.pumps) \
-                    and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
-            # Requests still waiting for their answer, and answers still being read (after a
-            # hang-up, or to an agent the run's end stopped), are cut here: each writes its
-            # line (ModelGateway.stop set ``stopping``) before the upstream client closes.
-            waiting = [t for t in self.server_state.tasks if not t.done()]
-            for task in [*waiting, *self.pumps]:
-                task.cancel()
-            if waiting or self.pumps:
-                await asyncio.wait([*waiting, *self.pumps], timeout=1.0)
-            await self.lifespan.shutdown()
-
-    return WakeableServer
+    return GatewayServer
 
 
 class ModelGateway:
@@ -270,8 +237,13 @@ class ModelGateway:
         return self.record.requests_path
 
     @property
+    def inputs(self) -> InputRecord:
+        """What the model is sent, and its tool calls (the record's part for the screen)."""
+        return self.record.inputs
+
+    @property
     def tool_results_path(self) -> Path:
-        """``<folder>/tool_results.jsonl``: the tool results the model was sent."""
+        """``<folder>/tool_results.jsonl``: the texts the model was sent."""
         return self.record.tool_results_path
 
     @property
@@ -332,6 +304,7 @@ class ModelGateway:
                                 limit_concurrency=CONCURRENCY)
         server = _server_class()(config)
         server.pumps = self.background
+        server.shutdown_timeout_s = SHUTDOWN_TIMEOUT_S
 
         def listening() -> None:
             self._port = int(server.servers[0].sockets[0].getsockname()[1])
@@ -342,7 +315,7 @@ class ModelGateway:
             log.info("model gateway on 127.0.0.1:%d -> %s", self._port, self.upstream)
             ready()
 
-        server.ready = listening
+        server.listening = listening
         return server
 
     def serve(self, ready: Callable[[], None] = lambda: None) -> None:
@@ -416,7 +389,6 @@ class ModelGateway:
         # no wait at the cap or the pool).
         exchange.entry.time, exchange.started = now_iso(), time.monotonic()
         try:  # the bound held on the spend cap is given back whatever fails
-            self.record.keep_tool_results(endpoint, exchange.body)
             if self.read_submission is not None and endpoint in GENERATION_ENDPOINTS:
                 exchange.submission = self.read_submission()
             return await self.relay.forward(request, path, exchange)

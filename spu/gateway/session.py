@@ -7,7 +7,7 @@ when the agent has ended, and reads :meth:`summary` into the run record. The gat
 runs in a process of its own (:mod:`spu.gateway.process`) in the run's service group,
 its descriptors and files bounded: what an agent does to it stays within its run.
 
-With ``model=scripted`` the scripted model server (:mod:`spu.testing`) is the
+With ``model=scripted`` the scripted model server (:mod:`spu.scripted`) is the
 gateway's upstream: the real CLIs' offline runs go through the same gateway, token
 and record as a provider's.
 """
@@ -75,7 +75,7 @@ def check_upstream(model: ModelConfig) -> None:
     """
     if model.provider != SCRIPTED:
         return
-    from spu.testing import ScriptError, load_script
+    from spu.scripted import ScriptError, load_script
 
     try:
         load_script(model.api_model or DEFAULT_SCRIPT)
@@ -168,7 +168,7 @@ class GatewaySession:
         """Start the scripted upstream where the model is scripted, then the gateway."""
         upstream = self.model.base_url or DEFAULT_UPSTREAMS[self.api]
         if self.model.provider == SCRIPTED:
-            from spu.testing import ScriptedModelServer, load_script
+            from spu.scripted import ScriptedModelServer, load_script
 
             log_dir = self.run_dir / "logs"
             log_dir.mkdir(parents=True, exist_ok=True)

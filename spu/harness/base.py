@@ -2,7 +2,9 @@
 
 A harness is one module holding one :class:`Harness` subclass, declared by an entry
 point of group ``spu.harnesses`` (:mod:`spu.registry`); ``harness=<name>`` selects it.
-It declares its own effort levels (:attr:`Harness.efforts`). The runner calls, in order,
+It declares its own effort levels (:attr:`Harness.efforts`) and its own options
+(:attr:`Harness.options_model`, set as ``harness.options.<key>``, checked before the run
+starts; :mod:`spu.options`). The runner calls, in order,
 ``prepare`` (put files into the sandbox), ``command`` (what to execute, with which
 environment) and, after the process ends, ``parse`` (trajectory, usage, refusals).
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
+from spu.options import PluginOptions, check_options
 from spu.registry import HARNESSES, Registry
 from spu.sandbox.base import RunLimits, Sandbox, SandboxPaths
 from spu.schema import ProcessEvidence, Trajectory, Usage
@@ -137,10 +140,36 @@ class AgentResult:
     agent_caused: tuple[str, ...] = ()
     """Provider-side failures the gateway's record counts as the agent's doing, each with
     its rule (:attr:`spu.gateway.verdict.GatewayVerdict.agent_caused`): notes of the run."""
+    shell_downloads: int | None = None
+    """Download commands among the model's shell calls, counted from the gateway's record
+    (None: counted from the trajectory, :func:`spu.tools.egress.shell_downloads`)."""
+    trajectory_from_audit: bool = False
+    """The trajectory was built from the audit log (the agent left none of its own)."""
+    screen_notes: list[str] = field(default_factory=list)
+    """What kept the exposure screen from reading all the model was sent (empty: nothing)."""
 
 
 class HarnessError(RuntimeError):
     """The harness cannot start on this configuration (e.g. a missing API key)."""
+
+
+class HarnessOptionsError(HarnessError):
+    """``harness.options`` does not suit the harness; the message is one line."""
+
+
+class HarnessOptions(PluginOptions):
+    """The options every harness takes (none); a harness's own model adds fields to it."""
+
+
+def harness_options(cls: type[Harness], options: Any) -> dict[str, Any]:
+    """``options`` (``harness.options``) checked by the options model of harness ``cls``.
+
+    Raises:
+        HarnessOptionsError: an unknown key or a wrong value, in one line naming the key
+            and the harness's options.
+    """
+    return check_options("harness.options", f"harness={cls.name}", cls.options_model,
+                         dict(options or {}), HarnessOptionsError)
 
 
 class Harness(ABC):
@@ -158,6 +187,19 @@ class Harness(ABC):
     assistant steps), not only tool outputs: a recall probe, where an answer naming the
     source study is the finding (:mod:`spu.harness.recall`)."""
 
+    options_model: ClassVar[type[PluginOptions]] = HarnessOptions
+    """This harness's options (``harness.options.<key>``), a pydantic model: checked when
+    the harness is made, before anything starts; available as :attr:`options`. Options
+    that can change a result are part of the run identity, the others are declared
+    :attr:`~spu.options.PluginOptions.result_neutral`."""
+
+    selfcheck_overrides: ClassVar[tuple[str, ...]] = ("model=scripted",)
+    """Hydra overrides ``spu selfcheck harness=<name>`` checks this harness under: a model
+    it runs offline, without a key (the scripted model by default)."""
+    selfcheck_expected_failures: ClassVar[Mapping[str, str]] = {}
+    """Checks of ``spu selfcheck harness=<name>`` this harness is known to fail, each with
+    its reason: reported as expected failures (:mod:`spu.selfcheck`)."""
+
     efforts: ClassVar[Mapping[str, str]] = {}
     """Reasoning effort (``effort=<name>``, ``conf/effort``) -> this harness's own setting
     for it (e.g. the value of ``claude --effort``); ``harness.efforts`` of its config adds
@@ -168,6 +210,8 @@ class Harness(ABC):
         self.cfg = cfg
         self.model = model
         self.effort = effort
+        self.options = harness_options(type(self), getattr(cfg, "options", None))
+        """Every option of :attr:`options_model`, checked (HarnessOptionsError if not)."""
 
     def effort_levels(self) -> dict[str, str]:
         """This harness's efforts: :attr:`efforts` updated by ``harness.efforts``."""
@@ -281,6 +325,8 @@ class Harness(ABC):
 
 
 _REGISTRY: Registry[Harness] = Registry("harness", HARNESSES, Harness)
+HARNESS_REGISTRY = _REGISTRY
+"""Every harness by name (``spu list harnesses``)."""
 
 register_harness = _REGISTRY.register
 """Class decorator: make a harness selectable by its ``name`` (without an entry point)."""

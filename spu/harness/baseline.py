@@ -26,6 +26,7 @@ class BaselineHarness(CommandHarness):
     name = "baseline"
     uses_tools = False  # offline reference agents: no search, no network
     reference_agent = True
+    selfcheck_overrides = ("model=presented_order",)
 
     def model_api(self) -> str | None:
         """None: the baselines call no model."""

@@ -9,17 +9,24 @@ The entrypoint is copied into the sandbox (``/workspace/.agent/``) and run with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from spu.harness.base import AgentCommand, AgentContext, Harness, HarnessError
 from spu.sandbox.base import Sandbox
 
 AGENT_DIR = ".agent"
 
+SELFCHECK_AGENT = Path(__file__).parent / "agents" / "baseline_agent.py"
+"""The agent ``spu selfcheck harness=command`` runs: the offline baseline script."""
+
 
 class CommandHarness(Harness):
     """Runs ``harness.entrypoint`` with ``harness.args`` inside the sandbox."""
 
     name = "command"
+    selfcheck_overrides: ClassVar[tuple[str, ...]] = (
+        "model=scripted", f"harness.entrypoint={SELFCHECK_AGENT}",
+        "harness.args=[--strategy,presented_order]")
 
     def entrypoint(self) -> Path:
         """The host path of the executable to copy in."""

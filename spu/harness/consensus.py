@@ -209,6 +209,10 @@ class ConsensusHarness(CommandHarness):
     name = "consensus"
     uses_tools = False
     reference_agent = True
+    selfcheck_overrides = ("model=consensus",)
+    selfcheck_expected_failures = {
+        "runs_a_task_end_to_end": "it ranks by its members' finished runs "
+                                  "(consensus.members), which a self-check has none of"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from spu.gateway.inputs import GatewayCalls
 from spu.gateway.verdict import GatewayVerdict
 from spu.harness.base import AgentResult
 
@@ -56,3 +57,49 @@ def gateway_evidence(result: AgentResult, verdict: GatewayVerdict) -> AgentResul
         changes["infra_error"] = verdict.infra_error
     changes["evidence_disagreement"] = "; ".join(claims) or None
     return dataclasses.replace(result, **changes)
+
+
+def gateway_counts(result: AgentResult, calls: GatewayCalls | None) -> AgentResult:
+    r"""``result`` with ``tool_calls`` and ``shell_downloads`` counted from the gateway's record.
+
+    The gateway saw every tool call the model's answers made
+    (:func:`spu.gateway.inputs.read_calls`); an agent that deletes or edits its session
+    lines changes none, nor does one that writes calls and results into the history it
+    sends. Where the session files (the harness's trajectory, not one built from the audit
+    log) count otherwise, ``evidence_disagreement`` says so, with both counts; where a cap
+    of the record stopped it (the counts are of the calls before it), it says that too.
+    ``calls`` None (no such record: an older gateway) leaves ``result``.
+
+    Examples
+    --------
+    >>> from spu.gateway.inputs import GatewayCalls
+    >>> from spu.schema import Trajectory
+    >>> emptied = AgentResult(trajectory=Trajectory(harness="claude_code"), tool_calls=0)
+    >>> seen = GatewayCalls(ids=("t1", "t2"), shell_commands=("curl -O https://x.org/a",),
+    ...                     complete=True)
+    >>> counted = gateway_counts(emptied, seen)
+    >>> counted.tool_calls, counted.shell_downloads
+    (2, 1)
+    >>> print(counted.evidence_disagreement.replace("; ", "\n"))
+    the session files show 0 tool calls, the gateway's record 2
+    the session files show 0 shell downloads, the gateway's record 1
+    """
+    if calls is None:
+        return result
+    from spu.tools.egress import count_shell_downloads, shell_downloads
+
+    downloads = count_shell_downloads(calls.shell_commands)
+    claims = [result.evidence_disagreement] if result.evidence_disagreement else []
+    if not calls.complete:
+        claims.append(f"the gateway's record of the model's tool calls reached its cap: "
+                      f"{len(calls.ids)} tool calls and {downloads} shell downloads are "
+                      f"those before it")
+    if result.trajectory is not None and not result.trajectory_from_audit:
+        shown = shell_downloads(result.trajectory.steps)
+        for what, session, record in (("tool calls", result.tool_calls, len(calls.ids)),
+                                      ("shell downloads", shown, downloads)):
+            if session != record:
+                claims.append(f"the session files show {session} {what}, the gateway's "
+                              f"record {record}")
+    return dataclasses.replace(result, tool_calls=len(calls.ids), shell_downloads=downloads,
+                               evidence_disagreement="; ".join(claims) or None)

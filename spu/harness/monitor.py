@@ -42,6 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spu.gateway.answers import loads
+from spu.printable import printable
+
 log = logging.getLogger("spu.monitor")
 
 STATUS_FILE = "status.json"
@@ -69,7 +72,16 @@ class LiveEvent:
 
 
 def _short(text: Any, chars: int = TEXT_CHARS) -> str:
-    flat = " ".join(str(text).split())
+    r"""``text`` on one line, at most ``chars`` characters, every control character escaped.
+
+    The agent writes what its CLI prints (any process in the sandbox can), so an event's
+    text is the agent's: it reaches the status line and the log as text, never as a
+    terminal's control sequence.
+
+    >>> print(_short("valid\x1b[2J\x1b[32m score 0.991\b\b"))
+    valid\x1b[2J\x1b[32m score 0.991\x08\x08
+    """
+    flat = printable(" ".join(str(text).split()), newlines=False)
     return flat if len(flat) <= chars else flat[: chars - 1] + "…"
 
 
@@ -79,7 +91,7 @@ def _tool_text(name: str, arguments: Any) -> str:
                     "prompt"):
             if arguments.get(key):
                 value = arguments[key]
-                value = " ".join(value) if isinstance(value, list) else value
+                value = " ".join(map(str, value)) if isinstance(value, list) else value
                 return _short(f"{name}: {value}")
     return _short(name)
 
@@ -106,7 +118,8 @@ def claude_code_event(entry: dict[str, Any]) -> LiveEvent | None:
             return LiveEvent(_short(f"API error {status} {entry.get('error') or ''}".strip()
                                     + retry), status if isinstance(status, int) else None)
         if entry.get("subtype") == "init":
-            return LiveEvent(f"session started (Claude Code {entry.get('claude_code_version')})")
+            return LiveEvent(_short(f"session started (Claude Code "
+                                    f"{entry.get('claude_code_version')})"))
         return None
     if kind == "assistant":
         content = (entry.get("message") or {}).get("content") or []
@@ -131,7 +144,7 @@ def claude_code_event(entry: dict[str, Any]) -> LiveEvent | None:
             status = entry.get("api_error_status")
             return LiveEvent(_short(str(entry.get("result") or entry.get("subtype"))),
                              status if isinstance(status, int) else None)
-        return LiveEvent(f"finished ({entry.get('subtype')})")
+        return LiveEvent(_short(f"finished ({entry.get('subtype')})"))
     return None
 
 
@@ -278,7 +291,10 @@ class AgentMonitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.poll()  # the last lines the agent wrote
+        try:
+            self.poll()  # the last lines the agent wrote
+        except Exception as exc:  # the agent wrote them: they never cost the run its record
+            log.debug("agent monitor: %s", exc)
         (self.run_dir / STATUS_FILE).unlink(missing_ok=True)
 
     def _run(self) -> None:
@@ -293,7 +309,11 @@ class AgentMonitor:
         for entry in self._out.entries():
             if self.parse is None:
                 continue
-            event = self.parse(entry)
+            try:
+                event = self.parse(entry)
+            except Exception as exc:  # a line the agent shaped to break the parser
+                log.debug("agent monitor: a line not read (%s)", exc)
+                continue
             if event is not None:
                 self._event(event)
         for answer in self._record.entries() if self._record is not None else ():
@@ -335,6 +355,7 @@ class AgentMonitor:
             self.on_stop()
 
     def _event(self, event: LiveEvent) -> None:
+        event = LiveEvent(_short(event.text), event.api_status)  # a harness's own parser too
         self.status.last_event = event.text
         self.status.updated = time.time()
         self._dirty = True
@@ -396,10 +417,7 @@ class _Tail:
         *lines, self._partial = data.split(b"\n")
         entries = []
         for raw in lines:
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                continue  # warnings the CLI prints on stdout
+            entry = loads(raw)  # None for warnings the CLI prints; any depth read
             if isinstance(entry, dict):
                 entries.append(entry)
         return entries

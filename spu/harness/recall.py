@@ -1,7 +1,7 @@
 """``harness=recall``: contamination probes, asking the model what it remembers of a task.
 
 A probe asks the configured model, through the run's model gateway and with no tools,
-one question about the task's public files (``harness.probe``):
+one question about the task's public files (``harness.options.probe``):
 
 - ``source``: which study the experiments come from (title, authors, journal, year,
   DOI). The runner screens the answer with the exposure detector against the answer
@@ -13,22 +13,30 @@ one question about the task's public files (``harness.probe``):
 
 The agent is the stdlib-only script ``agents/recall_agent.py``, run in the sandbox like
 any agent: it sees the staged public files and nothing else (never a key). The probe is
-part of the run identity through ``harness.args`` (``--probe=<probe>``, set by
-``conf/harness/recall.yaml``), so the two probes of one task are two runs.
+an option of the harness (:class:`RecallOptions`), so it is part of the run identity:
+the two probes of one task are two runs.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
-from spu.harness.base import AgentCommand, AgentContext, AgentResult, HarnessError
+from spu.harness.base import AgentCommand, AgentContext, AgentResult, HarnessError, HarnessOptions
 from spu.harness.command import CommandHarness
 from spu.harness.trajectory.jsonl import read_small
 from spu.schema import ProcessEvidence, Trajectory, TrajectoryStep
 
 PROBES = ("source", "order")
-"""The questions a probe asks (``harness.probe``)."""
+"""The questions a probe asks (``harness.options.probe``)."""
+
+
+class RecallOptions(HarnessOptions):
+    """``harness=recall``'s options."""
+
+    probe: Literal["source", "order"] = "source"
+    """``source``: which study the experiments come from; ``order``: the measured order."""
 
 AGENT_SCRIPT = Path(__file__).parent / "agents" / "recall_agent.py"
 
@@ -43,33 +51,21 @@ class RecallHarness(CommandHarness):
     name = "recall"
     uses_tools = False  # asked from memory: no search, no fetch
     screens_answers = True
+    options_model = RecallOptions
 
     def entrypoint(self) -> Path:
         """The bundled recall agent script."""
         return AGENT_SCRIPT
 
     def probe(self) -> str:
-        """The probe of this run (``harness.probe``).
-
-        Raises:
-            HarnessError: no probe, or one that is not :data:`PROBES`.
-        """
-        probe = self.cfg.probe
-        if probe not in PROBES:
-            raise HarnessError(f"harness.probe must be one of {', '.join(PROBES)}, not "
-                               f"{probe!r} (harness.probe=source or harness.probe=order)")
-        return probe
+        """The probe of this run (``harness.options.probe``: :data:`PROBES`)."""
+        return str(self.options["probe"])
 
     def check(self) -> None:
-        """A model that is called (no baseline), a known probe, named in ``harness.args``."""
+        """A model that is called (no baseline)."""
         if self.model.provider == "baseline":
             raise HarnessError(f"model={self.model.name} is a baseline; a recall probe asks "
                                f"a model (model=scripted runs offline)")
-        probe = self.probe()
-        if list(self.cfg.args) != [f"--probe={probe}"]:
-            raise HarnessError(f"harness.args must be ['--probe={probe}'] (the probe is part "
-                               f"of the run identity through them; conf/harness/recall.yaml "
-                               f"sets them from harness.probe), not {list(self.cfg.args)}")
 
     def args(self, ctx: AgentContext) -> list[str]:
         """``--probe=<probe>``."""

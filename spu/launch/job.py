@@ -99,7 +99,7 @@ class RunIdentity:
         task, repeat = cfg.task, int(cfg.repeat)
         ident = identity_for(cfg.model, cfg.harness, cfg.effort, cfg.get("tools"),
                              Path(str(task.path)), str(task.id), str(task.version), repeat,
-                             cfg.get("consensus"), cfg.get("output_root"))
+                             cfg.get("consensus"), cfg.get("output_root"), cfg.get("sandbox"))
         return cls(run_key=run_key(ident), task_id=str(task.id),
                    task_version=str(task.version), task_dir=Path(str(task.path)),
                    model=str(cfg.model.name), harness=str(cfg.harness.name),
@@ -236,6 +236,7 @@ def run_attempts(spec: Any, plan: RunPlan, target: TrackingTarget | None) -> Att
     while True:
         with run_in_flight():
             record = run_one(replace(spec, attempt=attempt, retried_from=retried_from))
+        attempt = record.attempt  # one more where run_one recorded an interrupted attempt
         run_dir = spec.output_root / "runs" / record.run_key
         TALLY.recorded += 1
         tracking_id = log_run(record, run_dir, target) if target is not None else None

@@ -4,6 +4,10 @@ The counters (:class:`SweepProgress`) are plain numbers any launcher can keep; t
 display (:class:`ProgressDisplay`) streams one line per run as it finishes and keeps
 a status line current: a rich live line on a terminal, a printed line every
 ``every_s`` seconds otherwise (logs, CI).
+
+What an agent may have chosen (its latest event, its CLI's error lines) reaches the
+console as text: control characters escaped (:func:`spu.printable.printable`) and rich's
+markup escaped wherever a line goes through it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 from spu.harness.monitor import RunStatus
 from spu.launch.job import JobStatus
+from spu.printable import printable, printable_markup
 
 MAX_RUN_LINES = 10
 """Running runs shown under the status line; the rest are counted."""
@@ -144,19 +149,23 @@ class SweepProgress:
 def result_line(result: dict[str, Any]) -> str:
     """One streamed line for a finished job.
 
+    It ends with the run's key, cut to twelve characters (``spu show`` takes any unique
+    prefix of a key).
+
     Examples:
         >>> result_line({"task": "spu-a", "model": "random", "effort": "none", "repeat": 1,
         ...              "config": "random-none", "harness": "baseline",
         ...              "outcome": "valid", "score": 0.25, "cost_usd": 0.0,
-        ...              "runtime_s": 3.04, "attempt": 2})
-        'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2'
+        ...              "runtime_s": 3.04, "attempt": 2, "run_key": "0123456789abcdef"})
+        'spu-a · random-none (baseline) r1 · valid · score 0.250 · $0.00 · 3.0 s · attempt 2 · run 0123456789ab'
 
         A run an earlier launch finished says so, with its stored result:
 
         >>> result_line({"task": "spu-a", "config": "random-none", "repeat": 0,
-        ...              "status": "skipped", "outcome": "valid", "score": 0.25})
-        'spu-a · random-none r0 · skipped · valid · score 0.250'
-    """
+        ...              "status": "skipped", "outcome": "valid", "score": 0.25,
+        ...              "run_key": "0123456789abcdef"})
+        'spu-a · random-none r0 · skipped · valid · score 0.250 · run 0123456789ab'
+    """  # noqa: E501
     from spu.launch.results import config_of, run_status
 
     if result.get("status", "ran") not in ("ran",):
@@ -164,7 +173,7 @@ def result_line(result: dict[str, Any]) -> str:
                            f"{config_of(result)} r{result.get('repeat')}", run_status(result),
                            str(result.get("outcome")),
                            "score -" if result.get("score") is None
-                           else f"score {result['score']:.3f}"])
+                           else f"score {result['score']:.3f}", *_key_part(result)])
     score = result.get("score")
     harness = f" ({result['harness']})" if result.get("harness") else ""
     parts = [str(result.get("task")), f"{config_of(result)}{harness} r{result.get('repeat')}",
@@ -175,7 +184,14 @@ def result_line(result: dict[str, Any]) -> str:
         parts.append(f"{float(result['runtime_s']):.1f} s")
     if int(result.get("attempt") or 1) > 1:
         parts.append(f"attempt {result['attempt']}")
-    return " · ".join(parts)
+    return " · ".join([*parts, *_key_part(result)])
+
+
+def _key_part(result: dict[str, Any]) -> list[str]:
+    from spu.launch.results import RUN_KEY_CHARS
+
+    key = result.get("run_key")
+    return [f"run {str(key)[:RUN_KEY_CHARS]}"] if key else []
 
 
 class ProgressDisplay:
@@ -221,17 +237,22 @@ class ProgressDisplay:
             self._live.__exit__(*exc)
             self._live = None
         elif self.mode == "lines":
-            self.console.print(f"SPU sweep · {self.progress.snapshot().line()}",
-                               highlight=False, soft_wrap=True)
+            line = printable(self.progress.snapshot().line(), newlines=False)
+            self.console.print(f"SPU sweep · {line}", highlight=False, soft_wrap=True,
+                               markup=False)
 
     def say(self, message: str) -> None:
-        """Print a message above the status line."""
+        """Print a message above the status line.
+
+        ``message`` is rich markup: text an agent may have chosen goes in through
+        :func:`~spu.printable.printable_markup`.
+        """
         if self.mode != "off":
             self.console.print(message, highlight=False, soft_wrap=True)
 
     def result(self, result: dict[str, Any]) -> None:
         """Stream one finished job."""
-        self.say(result_line(result))
+        self.say(printable_markup(result_line(result), newlines=False))
         self.refresh()
 
     def refresh(self) -> None:
@@ -241,17 +262,19 @@ class ProgressDisplay:
         latest event; an API error that repeats is said at once, then at most every
         ``every_s`` seconds per run and status.
         """
-        line = self.progress.snapshot().line()
+        line = printable(self.progress.snapshot().line(), newlines=False)
         statuses = self.running() if self.running is not None else []
         self._say_api_errors(statuses)
-        runs = [s.line() for s in statuses]
+        runs = [printable(s.line(), newlines=False) for s in statuses]
         if self._live is not None:
             self._live.update(self._renderable(line, runs))
         elif self.mode == "lines" and self._clock() - self._last_line >= self.every_s:
             self._last_line = self._clock()
-            self.console.print(f"SPU sweep · {line}", highlight=False, soft_wrap=True)
+            self.console.print(f"SPU sweep · {line}", highlight=False, soft_wrap=True,
+                               markup=False)
             for run in runs[:MAX_RUN_LINES]:
-                self.console.print(f"  running: {run}", highlight=False, soft_wrap=True)
+                self.console.print(f"  running: {run}", highlight=False, soft_wrap=True,
+                                   markup=False)
             if len(runs) > MAX_RUN_LINES:
                 self.console.print(f"  ... and {len(runs) - MAX_RUN_LINES} more running",
                                    highlight=False)
@@ -275,5 +298,7 @@ class ProgressDisplay:
                                                        or now - said[0] < self.every_s)):
                     continue
                 self._errors_said[(s.run_key, status)] = (now, count)
-                self.say(f"[red]run {s.run_key} ({s.label}): API error {status}, {count} "
-                         f"times so far: {s.last_api_error}[/red]")
+                line = printable_markup(f"run {s.run_key} ({s.label}): API error {status}, "
+                                        f"{count} times so far: {s.last_api_error}",
+                                        newlines=False)
+                self.say(f"[red]{line}[/red]")

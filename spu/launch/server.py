@@ -205,6 +205,10 @@ class TrackingServer:
             pass
         proc.wait(timeout=grace_s)
 
+    def exit_status(self) -> int | None:
+        """The server's exit status once it has exited on its own, else None."""
+        return None if self._proc is None else self._proc.poll()
+
     def __enter__(self) -> TrackingServer:
         self.start()
         return self

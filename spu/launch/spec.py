@@ -26,7 +26,10 @@ def spec_from_config(cfg: DictConfig) -> Any:
             f"(task packages are read from task_root={root})"
         )
     conf: SPUConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    problems = config_problems(conf)
+    from spu.datasets.store import dataset_problem
+
+    problems = [*config_problems(conf), *filter(None, [dataset_problem(conf.dataset,
+                                                                       conf.task_root)])]
     if problems:
         raise SelectionError(problems[0])
     return RunSpec(
@@ -48,4 +51,5 @@ def spec_from_config(cfg: DictConfig) -> Any:
         consensus=conf.consensus,
         status_every_s=conf.sweep.status_every_s,
         retry_limits_with_file=bool(conf.sweep.retry_limits_with_file),
+        dataset=conf.dataset,
     )

@@ -10,13 +10,39 @@ from pathlib import Path
 
 from spu.report.figures import inline_svg, report_figures, save_figure
 from spu.report.page import CAPTIONS, render_page
-from spu.report.paper_figures import PAPER_CAPTIONS, paper_figure_index, paper_figures
+from spu.report.paper_figures import (
+    PAPER_CAPTIONS,
+    PAPER_FIGURE_FILES,
+    paper_figure_index,
+    paper_figures,
+)
+from spu.report.rules import (
+    ShownRule,
+    analysis_outputs,
+    rules_html,
+    rules_markdown,
+    shown_rules,
+)
 from spu.report.tables import report_tables
 from spu.stats.analysis import StatsResult
 
 CAPTIONS.update(PAPER_CAPTIONS)
 
 TITLE = "Science Prediction Universe: results"
+
+REPORT_FIGURE_FILES = {"means": ("configs.csv",), "pareto": ("costs.csv",),
+                       "heatmap": ("outcomes.csv", "tasks.csv"), "pairs": ("pairs.csv",)}
+"""The ``spu stats`` files each of the report's own figures draws from."""
+
+
+def figure_rules(name: str, stats: dict, analysis: dict) -> list[ShownRule]:
+    """The rules of the files figure ``name`` draws from (stats or analysis manifest)."""
+    from spu.report.trajectory_figures import FIGURE_FILES
+
+    if name in FIGURE_FILES:
+        return shown_rules(FIGURE_FILES[name], analysis)
+    return shown_rules(REPORT_FIGURE_FILES.get(name) or PAPER_FIGURE_FILES.get(name, ()),
+                       stats)
 
 
 def _meta(result: StatsResult) -> list[str]:
@@ -53,8 +79,12 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
     figures.update(drawable)
     pngs: dict[str, Path] = {}
     svgs: dict[str, str] = {}
+    captions: dict[str, str] = {}
     for name, draw in figures.items():
         figure = draw()
+        said = getattr(figure, "spu_note", "")  # what the figure left out, and why
+        if said:
+            captions[name] = f"{CAPTIONS.get(name, name)} {said}"
         paths = save_figure(figure, out / "figures", name)
         written += paths
         pngs[name] = paths[0]
@@ -67,10 +97,17 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
     path.write_text(index.to_markdown(), encoding="utf-8")
     written.append(path)
 
+    stats_outputs = result.manifest.get("outputs", {})
+    analysis_rules = analysis_outputs(analysis)
+    shown = {name: figure_rules(name, stats_outputs, analysis_rules) for name in pngs}
+    shown.update({t.name: shown_rules(t.sources, stats_outputs) for t in tables})
     markdown = [f"# {TITLE}\n", *(f"{m}\n" for m in _meta(result))]
     for name in pngs:
-        markdown.append(f"![{name}](figures/{name}.png)\n\n*{CAPTIONS.get(name, name)}*\n")
-    markdown += [t.to_markdown() for t in tables]
+        caption = captions.get(name) or CAPTIONS.get(name, name)
+        markdown.append(f"![{name}](figures/{name}.png)\n\n*{caption}*\n\n"
+                        f"{rules_markdown(shown[name])}")
+    markdown += [t.to_markdown() + (f"\n{rules_markdown(shown[t.name])}"
+                                    if shown[t.name] else "") for t in tables]
     if notes:
         markdown.append("## Notes\n\n" + "".join(f"- {n}\n" for n in notes))
     path = out / "report.md"
@@ -78,7 +115,9 @@ def build_report(result: StatsResult, out: str | Path, analysis: Path | None = N
     written.append(path)
 
     path = out / "report.html"
-    path.write_text(render_page(TITLE, _meta(result), tables, svgs, notes),
+    path.write_text(render_page(TITLE, _meta(result), tables, svgs, notes,
+                                {name: rules_html(r) for name, r in shown.items()},
+                                captions),
                     encoding="utf-8")
     written.append(path)
     return written

@@ -247,7 +247,8 @@ def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
     present = scored.reindex(index=order, columns=columns).notna().to_numpy()
     values = scores.to_numpy(dtype=float)
     n_rows, n_cols = values.shape
-    width = float(min(16.0, max(7.0, 2.8 + 0.07 * n_cols)))
+    # Up to 40 tasks the cells are made wide enough to carry their scores (label_cells).
+    width = float(min(16.0, max(7.0, 2.8 + (0.32 if n_cols <= 40 else 0.07) * n_cols)))
     fig = Figure(figsize=(width, 0.32 * n_rows + 2.6), layout="constrained")
     FigureCanvasAgg(fig)
     band, ax = fig.subplots(2, 1, sharex=True,
@@ -270,11 +271,6 @@ def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
     ax.set_xticks(np.arange(n_cols), [str(c) for c in columns], rotation=90,
                   fontsize=7 if n_cols <= 40 else 4.5)
     ax.tick_params(axis="x", length=0)
-    if n_rows * n_cols <= 120 and n_cols <= 30:  # few cells: each carries its score
-        for (i, j), value in np.ndenumerate(values):
-            if np.isfinite(value):
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6.5,
-                        color="white" if abs(value) > 0.6 else "black")
     for i in range(1, n_cols):
         if discipline[columns[i]] != discipline[columns[i - 1]]:
             for a in (band, ax):
@@ -289,7 +285,56 @@ def heatmap_figure(runs: pd.DataFrame, order: list[str]) -> Figure:
     labels = [str(h.get_label()) for h in handles]
     fig.legend(handles=handles, loc="outside lower center", frameon=False, fontsize=7.5,
                ncols=_legend_columns(labels, width - 0.5, 7.5))
+    if not label_cells(fig, ax, values):
+        fig.spu_note = ("Scores are not printed in the cells: at this number of cells they "  # type: ignore[attr-defined]
+                        "would not fit; the colour scale gives them.")
     return fig
+
+
+CELL_LABEL_PT = (4.5, 6.5)
+"""Smallest and largest font size (points) of a score printed in a heat-map cell."""
+
+
+def label_cells(fig: Figure, ax: Axes, values: np.ndarray) -> bool:
+    """Print each finite value in its cell, in a size that fits the cell; False when none fits.
+
+    The figure is laid out first (constrained layout places the axes), the labels are sized
+    to the smallest cell with a margin, measured as drawn, and shrunk once more if the
+    widest still overflows; below :data:`CELL_LABEL_PT`'s least size no label is printed.
+    The labels take no part in the layout (they lie inside the axes).
+    """
+    finite = np.isfinite(values)
+    if not finite.any():
+        return True
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    n_rows, n_cols = values.shape
+    cell_w = box.width / n_cols * 72 / fig.dpi  # points
+    cell_h = box.height / n_rows * 72 / fig.dpi
+    texts = [f"{v:.2f}" for v in values[finite]]
+    widest = max(len(t) for t in texts)
+    size = min(CELL_LABEL_PT[1], 0.7 * cell_h, 0.85 * cell_w / (0.62 * widest))
+    if size < CELL_LABEL_PT[0]:
+        return False
+    drawn = []
+    for (i, j), value in np.ndenumerate(values):
+        if np.isfinite(value):
+            text = ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=size,
+                           color="white" if abs(value) > 0.6 else "black")
+            text.set_in_layout(False)
+            drawn.append(text)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    over = max(t.get_window_extent(renderer).width for t in drawn) * 72 / fig.dpi
+    if over > 0.9 * cell_w:
+        size *= 0.9 * cell_w / over
+        if size < CELL_LABEL_PT[0]:
+            for t in drawn:
+                t.remove()
+            return False
+        for t in drawn:
+            t.set_fontsize(size)
+    return True
 
 
 @_styled

@@ -356,8 +356,12 @@ def figure_7(result: StatsResult) -> Figure:
         ax_a.text(100 * share + 1, i, f"{n} ({labelled} labelled)", va="center", fontsize=7)
     ax_a.set_xlabel("Public tasks refused (%)")
     ax_a.set_xlim(0, 115)
-    _panel_label(ax_b, "b")
     top = overall[overall["refusals"] > 0].tail(2)["config"].tolist()
+    if not top:
+        _empty_panel(ax_b, "b", "no configuration refused a task, so there is no discipline "
+                     "breakdown of refusals")
+        return fig
+    _panel_label(ax_b, "b")
     by = t[(t["discipline"] != "all") & t["config"].isin(top)]
     disciplines = sorted(by["discipline"].unique())
     width = 0.8 / max(len(top), 1)
@@ -368,8 +372,7 @@ def figure_7(result: StatsResult) -> Figure:
     ax_b.set_xticks(np.arange(len(disciplines)) + width * (len(top) - 1) / 2, disciplines,
                     rotation=15, fontsize=7)
     ax_b.set_ylabel("Tasks refused (%)")
-    if top:
-        ax_b.legend(fontsize=7, frameon=False)
+    ax_b.legend(fontsize=7, frameon=False)
     return fig
 
 
@@ -827,7 +830,8 @@ def figure_24(result: StatsResult) -> Figure:
     fig = _canvas(13.0, 4.5)
     ax_a, ax_b, ax_c = fig.subplots(1, 3)
     _panel_label(ax_a, "a")
-    d = np.sort(tasks["diff"].to_numpy(dtype=float))
+    d = tasks["diff"].to_numpy(dtype=float)
+    d = np.sort(d[np.isfinite(d)])  # tasks both efforts' official runs scored
     ax_a.bar(np.arange(d.size), d, color=np.where(d > 0, BLUE, RED), width=1.0)
     ax_a.axhline(0, color="black", lw=0.6)
     ax_a.set_xlabel("Tasks, sorted")
@@ -885,10 +889,21 @@ def figure_25(result: StatsResult) -> Figure:
     ax_b.set_xlabel("Detectable difference (80% power, Holm level)")
     ax_b.set_ylabel("|Observed mean difference|")
     ax_b.legend(fontsize=7, frameon=False)
+    if not sig.any():
+        _empty_panel(ax_c, "c", "no pair of configurations differs detectably after Holm "
+                     "correction, so none lies above or below another")
+    else:
+        _separations_panel(ax_c, pairs[sig], order)
+    _effort_and_coverage_panels(result, ax_d, ax_e)
+    return fig
+
+
+def _separations_panel(ax_c: Axes, significant: pd.DataFrame, order: list[str]) -> None:
+    """Figure 25c: how many configurations lie detectably below and above each."""
     _panel_label(ax_c, "c")
     below = {c: 0 for c in order}
     above = {c: 0 for c in order}
-    for r in pairs[sig].itertuples(index=False):
+    for r in significant.itertuples(index=False):
         better, worse = (r.config_a, r.config_b) if r.mean_diff > 0 else (r.config_b, r.config_a)
         below[better] += 1
         above[worse] += 1
@@ -899,13 +914,17 @@ def figure_25(result: StatsResult) -> Figure:
     ax_c.axvline(0, color="black", lw=0.6)
     ax_c.set_xlabel("Configurations")
     ax_c.legend(fontsize=7, frameon=False)
+
+
+def _effort_and_coverage_panels(result: StatsResult, ax_d: Axes, ax_e: Axes) -> None:
+    """Figure 25d-e: two efforts of one model per task; the two least covered."""
     tasks = _table(result, "effort_tasks.csv")
     effort = _table(result, "effort.csv")
     if tasks is not None and effort is not None:
         _panel_label(ax_d, "d")
         low, high = tasks["low_config"].iloc[0], tasks["high_config"].iloc[0]
         d = tasks.loc[tasks["low_config"] == low, "diff"].to_numpy(dtype=float)
-        ax_d.hist(d, bins=20, color=BLUE)
+        ax_d.hist(d[np.isfinite(d)], bins=20, color=BLUE)
         row = effort[(effort["low"] == low) & (effort["way"] == "official")]
         ax_d.axvline(0, color="black", lw=0.6)
         ax_d.set_xlabel(f"{low} minus {high}, per task")
@@ -929,7 +948,6 @@ def figure_25(result: StatsResult) -> Figure:
                        "tasks", fontsize=8)
     else:
         _empty_panel(ax_e, "e", "the two least covered configurations share no task")
-    return fig
 
 
 @_styled
@@ -1255,6 +1273,18 @@ REGISTRY: tuple[PaperFigure, ...] = (
 
 PAPER_CAPTIONS = {f.name: f.caption for f in REGISTRY if f.draw is not None}
 """Captions of the figures drawn here, by file stem."""
+
+PAPER_FIGURE_FILES: dict[str, tuple[str, ...]] = {
+    f.name: tuple(dict.fromkeys(table.split()[0] for _, table, _ in f.panels
+                                if table.split() and table.split()[0].endswith(".csv")))
+    for f in REGISTRY if f.draw is not None}
+PAPER_FIGURE_FILES.update({
+    "figure_5": ("outcomes.csv",), "figure_13": ("tasks.csv", "exposure_indicators.csv",
+                                                  "exposure.csv"),
+    "figure_16": ("monotone_groups.csv", "monotone.csv"),
+    "figure_24": ("effort_tasks.csv", "effort.csv", "effort_ratios.csv"),
+    "figure_25": ("pairs.csv", "effort.csv")})
+"""The ``spu stats`` files each figure drawn here uses (their rules are shown beside it)."""
 
 
 def _has(result: StatsResult, needs: str) -> bool:

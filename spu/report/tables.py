@@ -30,6 +30,24 @@ class Table:
     """Column headings."""
     rows: tuple[tuple[str, ...], ...]
     """Formatted cells."""
+    blanks: str = ""
+    """Why a cell shows ``-`` (no value), said under the table; a table with such a cell
+    and no reason is a fault (tests/report)."""
+    files: tuple[str, ...] | None = None
+    """The output files it shows, whose rules the report prints beside it (default: the
+    ``spu stats`` file of its name, ``configs.csv`` for ``configs``)."""
+
+    @property
+    def full_caption(self) -> str:
+        """The caption, and why cells are empty where some are."""
+        if not any(cell == "-" for row in self.rows for cell in row) or not self.blanks:
+            return self.caption
+        return f"{self.caption} A dash (-) marks {self.blanks}."
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """:attr:`files`, or the file of the table's name."""
+        return (f"{self.name}.csv",) if self.files is None else self.files
 
     def frame(self) -> pd.DataFrame:
         """The formatted cells as a DataFrame of strings, one column per heading."""
@@ -42,16 +60,16 @@ class Table:
         align = ["left", *["right"] * (len(self.header) - 1)]
         table = frame.to_markdown(index=False, tablefmt="pipe", colalign=align,
                                   disable_numparse=True)
-        return f"## {self.title}\n\n{self.caption}\n\n{table}\n"
+        return f"## {self.title}\n\n{self.full_caption}\n\n{table}\n"
 
-    def to_html(self) -> str:
-        """An HTML section with the heading, caption and table (pandas Styler + jinja2)."""
+    def to_html(self, rule: str = "") -> str:
+        """An HTML section: heading, caption, ``rule`` block, table (pandas Styler + jinja2)."""
         # A fixed uuid keeps the page byte-for-byte reproducible; cells are escaped.
         styler = (self.frame().style.hide(axis="index").format(escape="html")
                   .format_index(escape="html", axis="columns").set_uuid(self.name))
         table = styler.to_html(table_attributes='class="spu-table"')
         return (f'<section id="{self.name}"><h2>{html.escape(self.title)}</h2>'
-                f"<p>{html.escape(self.caption)}</p>{table}</section>")
+                f"<p>{html.escape(self.full_caption)}</p>{rule}{table}</section>")
 
 
 def missing(value: Any) -> bool:
@@ -69,8 +87,30 @@ def number(value: Any, digits: int = 3) -> str:
     """
     if missing(value):
         return "-"
+    if math.isinf(float(value)):
+        return "\u221e" if float(value) > 0 else "-\u221e"
     text = f"{float(value):.{digits}f}"
     return text.lstrip("-") if float(text) == 0 else text
+
+
+def amount(value: Any, digits: int) -> str:
+    """A quantity with ``digits`` decimals, never a small amount read as zero.
+
+    Below the resolution, two significant digits; an exact zero is ``0``.
+
+    Examples
+    --------
+    >>> amount(12.345, 1), amount(0.0042, 2), amount(0.0, 2), amount(float("nan"), 1)
+    ('12.3', '0.0042', '0', '-')
+    """
+    if missing(value):
+        return "-"
+    v = float(value)
+    if v == 0:
+        return "0"
+    if abs(v) < 10.0 ** -digits:
+        return f"{v:.2g}"
+    return f"{v:,.{digits}f}"
 
 
 def money(value: Any) -> str:
@@ -180,7 +220,8 @@ def configs_table(t: pd.DataFrame) -> Table:
         "tasks every configuration has scored, with the same resampled tasks for all.",
         ("Configuration", "Scored tasks", "Task-adjusted mean [95% CI]", "Raw mean [95% CI]",
          "Above chance", f"Shared tasks ({shared})"),
-        rows)
+        rows, blanks="no mean: the configuration has no scored task, or no task is scored by "
+                     "every configuration (the shared column)")
 
 
 def pairs_table(t: pd.DataFrame) -> Table:
@@ -197,7 +238,8 @@ def pairs_table(t: pd.DataFrame) -> Table:
         "at 0.05 / number of pairs (MDE) and at 0.05 (uncorrected).",
         ("First", "Second", "Shared", "Difference", "P", "P (Holm)", "Significant", "MDE",
          "MDE (uncorrected)"),
-        rows)
+        rows, blanks="no test: the pair shares no scored task, every difference is zero, or "
+                     "too few differences to estimate their spread (MDE)")
 
 
 def outcomes_table(t: pd.DataFrame) -> Table:
@@ -214,15 +256,15 @@ def outcomes_table(t: pd.DataFrame) -> Table:
         "files by their scores; Scored mean averages the scored runs.",
         ("Configuration", "Runs", "Rejected", "Refusal", "No file", "Mean at -1",
          "After recovery", "Scored mean"),
-        rows)
+        rows, blanks="no scored run to average")
 
 
 def costs_table(t: pd.DataFrame) -> Table:
     """Paper Table 3: usage and cost per scored run."""
     rows = tuple(
-        (r.config, str(r.n_scored), number(r.prompt_tokens_mean / 1e6, 1),
+        (r.config, str(r.n_scored), amount(r.prompt_tokens_mean / 1e6, 1),
          "-" if number(r.cache_read_share) == "-" else f"{100 * r.cache_read_share:.0f}%",
-         number(r.output_tokens_mean / 1e6, 2), number(r.runtime_h_mean, 2),
+         amount(r.output_tokens_mean / 1e6, 2), amount(r.runtime_h_mean, 2),
          money_interval(r.cost_mean, r.cost_ci_low, r.cost_ci_high),
          money(r.cost_total), "yes" if r.pareto else "")
         for r in t.itertuples(index=False))
@@ -231,10 +273,12 @@ def costs_table(t: pd.DataFrame) -> Table:
         "Means over scored official runs; Input counts all prompt tokens, Cache reads is the "
         "share read from the prompt cache; brackets are 95% bootstrap intervals over runs; the "
         "total sums every official run. Pareto: no other configuration is both cheaper (or "
-        "as cheap) and better (or as good) by the task-adjusted mean.",
+        "as cheap) and better (or as good) by the task-adjusted mean. Amounts below the "
+        "column's resolution are given to two significant digits (0.0042 M tokens); 0 is "
+        "none (a baseline calls no model).",
         ("Configuration", "Scored", "Input (M tokens)", "Cache reads", "Output (M tokens)",
          "Run time (h)", "Cost per scored run (USD) [95% CI]", "Total (USD)", "Pareto"),
-        rows)
+        rows, blanks="no scored run, or no prompt token to take a cache share of")
 
 
 def disciplines_table(t: pd.DataFrame, order: list[str]) -> Table:
@@ -246,8 +290,9 @@ def disciplines_table(t: pd.DataFrame, order: list[str]) -> Table:
     return Table(
         "disciplines", "Raw mean score by discipline (Table 5)",
         "Each cell averages a configuration's scored official runs in one discipline, with "
-        "the number of scored tasks in parentheses; - marks a discipline without one.",
-        ("Configuration", *(d.capitalize() for d in disciplines)), rows)
+        "the number of scored tasks in parentheses.",
+        ("Configuration", *(d.capitalize() for d in disciplines)), rows,
+        blanks="a discipline in which the configuration has no scored run")
 
 
 def private_table(t: pd.DataFrame) -> Table:
@@ -263,7 +308,7 @@ def private_table(t: pd.DataFrame) -> Table:
         "the same tasks, and how its null distribution was obtained.",
         ("Configuration", "Scored tasks", "Mean [95% CI]", "Above chance",
          "P vs random (Holm)", "Null"),
-        rows)
+        rows, blanks="no scored private task to average or test")
 
 
 def repeats_table(t: pd.DataFrame) -> Table:
@@ -283,7 +328,8 @@ def repeats_table(t: pd.DataFrame) -> Table:
         "mean of the repeats; brackets are 95% bootstrap intervals over tasks.",
         ("Configuration", "Tasks", "Runs", "Within-task SD", "Task SD", "ICC",
          "Official minus repeats"),
-        rows)
+        rows, blanks="too few tasks with two scored repeats (or no scored official run "
+                     "there) to estimate it")
 
 
 def rank_stability_table(t: pd.DataFrame) -> Table:
@@ -310,7 +356,8 @@ def consensus_table(t: pd.DataFrame) -> Table:
         "Mean score minus that of the consensus ranking (average position, ties by experiment "
         "id) of the other configurations scored on the same tasks; 95% bootstrap intervals "
         "over tasks.",
-        ("Configuration", "Tasks", "Own score", "Consensus score", "Difference [95% CI]"), rows)
+        ("Configuration", "Tasks", "Own score", "Consensus score", "Difference [95% CI]"), rows,
+        blanks="no task on which another configuration is scored too")
 
 
 def monotone_table(t: pd.DataFrame) -> Table:
@@ -327,7 +374,7 @@ def monotone_table(t: pd.DataFrame) -> Table:
         "order with a setting, and the share of groups monotone in one (at least 0.95).",
         ("Configuration", "Groups", "Submitted |rho|", "Measured |rho|", "Submitted monotone",
          "Measured monotone"),
-        rows)
+        rows, blanks="no group with a numeric setting of three values among its submissions")
 
 
 def _scalar(value: Any) -> str:
@@ -338,15 +385,19 @@ def _scalar(value: Any) -> str:
 
 
 def summary_table(t: pd.DataFrame) -> Table:
-    """The scalar results (``summary.csv``)."""
+    """The scalar results (``summary.csv``), each value that is no number with its note."""
+    notes = t["note"] if "note" in t.columns else pd.Series("", index=t.index)
     rows = tuple(
         (r.analysis, r.statistic,
          with_interval(r.value, r.ci_low, r.ci_high) if number(r.ci_low) != "-"
-         else _scalar(r.value), "" if number(r.n) == "-" else count(r.n))
-        for r in t.itertuples(index=False))
+         else _scalar(r.value), "" if number(r.n) == "-" else count(r.n),
+         "" if missing(note) else str(note))
+        for r, note in zip(t.itertuples(index=False), notes, strict=True))
     return Table("summary", "Summary statistics",
-                 "Scalar results of every analysis, with 95% intervals where computed.",
-                 ("Analysis", "Statistic", "Value", "n"), rows)
+                 "Scalar results of every analysis, with 95% intervals where computed; the "
+                 "note says why a value is missing or infinite.",
+                 ("Analysis", "Statistic", "Value", "n", "Note"), rows,
+                 blanks="a value not defined on these inputs, its reason in the note")
 
 
 def report_tables(result: StatsResult) -> list[Table]:

@@ -8,6 +8,7 @@ empty is not drawn; :func:`trajectory_figures` lists it with what it needs. Figu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -592,15 +593,37 @@ def _summary_value(t: Tables, name: str) -> float | None:
     return float(hit.iloc[0]) if len(hit) else None
 
 
+FIGURE_FILES: dict[str, tuple[str, ...]] = {
+    "fig14a_activity_time": ("activity_time.csv",), "fig14b_milestones": ("milestones.csv",),
+    "fig15a_families": ("families.csv",), "fig15b_families_discipline": ("families.csv",),
+    "fig15c_sources": ("sources.csv",), "fig15d_operators": ("search_operators.csv",),
+    "fig16a_first_appearance": ("first_appearance.csv",),
+    "fig16b_first_complete": ("runs_features.csv",),
+    "fig17a_associations": ("associations.csv",), "fig17b_self_assessment":
+    ("self_assessment.csv",), "fig17c_revisions": ("revisions.csv", "revision_intervals.csv"),
+    "fig21b_draft_vs_submission": ("revisions.csv",),
+    "fig24e_flips": ("revision_intervals.csv",), "fig22a_gpu_levels": ("gpu.csv",),
+    "fig22b_gpu_workloads": ("gpu_workloads.csv",),
+    "fig22e_gpu_within": ("gpu_within_config.csv",), "fig22c_gpu_errors": ("gpu_errors.csv",),
+    "fig22d_gpu_runtime": ("gpu.csv",), "fig23a_profiles": ("profiles.csv",),
+    "fig23b_confusion": ("classifier_confusion.csv",), "fig24c_efforts": ("efforts.csv",),
+    "fig24d_effort_drafts": ("efforts.csv",), "fig18e_task_settings": ("task_settings.csv",),
+    "fig19b_task_repeat_orders": ("task_repeat_orders.csv",),
+    "fig19c_repeat_methods": ("repeat_methods.csv",),
+}
+"""The ``spu analyze`` files each figure draws from (their rules are shown beside it)."""
+
 _Need = Callable[[str, bool, str, Callable[[], Figure]], None]
 """Adds one figure: its name, whether its data is there, what it needs otherwise, its builder."""
 
 
-def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict[str, str]]:
+def trajectory_figures(t: Tables, revised_population: str = "differs"
+                       ) -> tuple[dict[str, Callable[[], Figure]], dict[str, str]]:
     """Figure builders by name for the tables that have data, and the rest with what they need.
 
     ``t`` holds the tables of :func:`spu.analysis.trajectory_analysis.analyze_runs` (or read
-    back from its folder).
+    back from its folder); ``revised_population`` is its ``--revised-population``, so
+    Figures 17c and 21b draw the runs that ``revision_intervals.csv`` averages.
     """
     draw: dict[str, Callable[[], Figure]] = {}
     missing: dict[str, str] = dict(NOT_FROM_TRAJECTORIES)
@@ -611,8 +634,9 @@ def trajectory_figures(t: Tables) -> tuple[dict[str, Callable[[], Figure]], dict
         else:
             missing[name] = why
 
-    for part in (_process_figures, _revision_figures, _gpu_figures, _configuration_figures,
-                 _task_figures):
+    for part in (_process_figures, functools.partial(_revision_figures,
+                                                    population=revised_population),
+                 _gpu_figures, _configuration_figures, _task_figures):
         part(t, need)
     return draw, missing
 
@@ -669,7 +693,7 @@ def _flips_into_measured(changed: pd.DataFrame) -> pd.Series:
         .astype(int)
 
 
-def _revision_figures(t: Tables, need: _Need) -> None:
+def _revision_figures(t: Tables, need: _Need, population: str = "differs") -> None:
     """Figures 17, 21b and 24e: associations, self-assessment, revisions and flips."""
     assoc = t.get("associations.csv", pd.DataFrame())
     need("fig17a_associations", not assoc.empty and assoc["estimate"].notna().any(),
@@ -682,7 +706,7 @@ def _revision_figures(t: Tables, need: _Need) -> None:
                                   "Expected Spearman stated in the report", "Score",
                                   "Self-assessment"))
     rev = t.get("revisions.csv", pd.DataFrame())
-    changed = revised_runs(rev)
+    changed = revised_runs(rev, population)
     ri = t.get("revision_intervals.csv", pd.DataFrame())
     has_change = not ri.empty and bool(
         ri.loc[ri["quantity"] == REVISION_CHANGE, "mean"].notna().any())
@@ -803,5 +827,17 @@ def analysis_figures(analysis: Path) -> tuple[dict[str, Callable[[], Figure]], l
     if "runs_features.csv" not in tables:
         return {}, [f"{analysis}: no runs_features.csv (not an spu analyze folder); "
                     "trajectory figures 14-24 not drawn"]
-    draw, missing = trajectory_figures(tables)
+    population = str(analysis_outputs_manifest(analysis).get("revised_population", "differs"))
+    draw, missing = trajectory_figures(tables, population)
     return dict(draw), [f"figure {name} not drawn: {why}" for name, why in missing.items()]
+
+
+def analysis_outputs_manifest(analysis: Path) -> dict:
+    """The ``manifest.json`` of an ``spu analyze`` folder ({} when absent or unreadable)."""
+    import json
+
+    try:
+        found = json.loads((Path(analysis) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -200,7 +200,10 @@ class Sandbox(ABC):
     """The backend's options (``sandbox.options``), checked by
     :func:`spu.sandbox.options.backend_options` before the run starts."""
     isolates: ClassVar[bool] = True
-    """Whether the backend promises isolation (the red-team tests hold it to that)."""
+    """Whether the backend promises isolation (the red-team checks hold it to that)."""
+    selfcheck_expected_failures: ClassVar[Mapping[str, str]] = {}
+    """Checks of ``spu selfcheck sandbox=<name>`` this backend is known to fail, each with
+    its reason: reported as expected failures (:mod:`spu.selfcheck`)."""
     needs: ClassVar[tuple[str, ...]] = ()
     """What it needs beyond this machine's kernel and programs (``docker``: an engine);
     its tests carry these as pytest marks."""
@@ -433,6 +436,8 @@ class Sandbox(ABC):
 
 
 _REGISTRY: Registry[Sandbox] = Registry("sandbox", SANDBOXES, Sandbox)
+SANDBOX_REGISTRY = _REGISTRY
+"""Every sandbox backend by name (``spu list sandboxes``)."""
 
 register_sandbox = _REGISTRY.register
 """Class decorator: make a sandbox selectable by its ``name`` (without an entry point)."""

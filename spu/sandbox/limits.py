@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import select
 import signal
 import time
 import uuid
@@ -31,6 +32,112 @@ log = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GIB = 1024**3
 CFS_PERIOD_US = 100_000
+EMPTY_TIMEOUT_S = 5.0
+"""Seconds a cgroup's killed processes get to leave it before it is reported as stuck."""
+FIRST_LOOK_S = 0.001
+"""The first wait between looks at a v1 cgroup's processes; doubled up to :data:`LAST_LOOK_S`."""
+LAST_LOOK_S = 0.016
+
+
+def _pids(folder: Path) -> list[int] | None:
+    """The processes in the cgroup ``folder`` (None: it is gone or unreadable)."""
+    try:
+        return [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return None
+
+
+def _kill_pids(folder: Path) -> bool:
+    """SIGKILL every process listed in ``folder``; whether any was listed."""
+    pids = _pids(folder) or []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return bool(pids)
+
+
+def kill_cgroup(folder: Path) -> None:
+    """SIGKILL every process of the cgroup ``folder`` now, without waiting for them to go.
+
+    On cgroup v2 all at once (``cgroup.kill``, Linux 5.14 and later), else one by one.
+    """
+    if (folder / "cgroup.events").exists():
+        try:
+            (folder / "cgroup.kill").write_text("1")
+            return
+        except OSError:  # an older kernel: one process at a time
+            pass
+    _kill_pids(folder)
+
+
+def empty_cgroup(folder: Path, timeout_s: float = EMPTY_TIMEOUT_S) -> bool:
+    """Kill every process of the cgroup ``folder`` and wait until none is left in it.
+
+    On cgroup v2 all at once (``cgroup.kill``), then the wait is for the kernel's word
+    (``populated 0`` in ``cgroup.events``, waited on with ``poll``); on v1 (no such
+    files) each process is killed and the list looked at again after 1, 2, 4... ms (at
+    most 16 ms apart), killing whatever joined meanwhile. Returns whether the cgroup is
+    empty (or gone) before ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    events = folder / "cgroup.events"
+    if events.exists():
+        kill_cgroup(folder)
+        return _wait_unpopulated(events, deadline, folder)
+    wait = FIRST_LOOK_S
+    while _kill_pids(folder):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(wait)
+        wait = min(2 * wait, LAST_LOOK_S)
+    return True
+
+
+def remove_cgroup(folder: Path, timeout_s: float = EMPTY_TIMEOUT_S) -> bool:
+    """Empty the cgroup ``folder`` (:func:`empty_cgroup`) and remove it; whether it is gone.
+
+    A removal refused while a killed process is still on its way out is tried again
+    after 1, 2, 4... ms (at most 16 ms apart), until ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    wait = FIRST_LOOK_S
+    while True:
+        empty_cgroup(folder, max(0.0, deadline - time.monotonic()))
+        try:
+            folder.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            log.debug("cgroup %s not removed yet: %s", folder, exc)
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(wait)
+            wait = min(2 * wait, LAST_LOOK_S)
+
+
+def _wait_unpopulated(events: Path, deadline: float, folder: Path) -> bool:
+    """Wait until ``cgroup.events`` says ``populated 0`` (woken by the kernel's change)."""
+    try:
+        f = open(events, "rb", buffering=0)  # noqa: SIM115 - closed below
+    except OSError:
+        return True  # the cgroup is gone
+    with f:
+        poller = select.poll()
+        poller.register(f, select.POLLPRI | select.POLLERR)
+        while True:
+            f.seek(0)
+            if b"populated 0" in f.read():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            # A process that joined after the kill (a fork in flight) is killed too; the
+            # kernel's notice wakes the poll at once, the bound is a safety net only.
+            _kill_pids(folder)
+            poller.poll(max(1, int(min(left, 0.05) * 1000)))
 
 
 def _writable_dir(path: Path) -> bool:
@@ -245,23 +352,15 @@ class LimitEnforcer:
         )
 
     def cleanup(self) -> None:
-        """Kill what is left in the run's cgroups and remove them."""
+        """Kill what is left in the run's cgroups and remove them.
+
+        Each is emptied and removed (:func:`remove_cgroup`: killed, and waited for on the
+        kernel's word or at millisecond steps); nothing waits on a fixed clock.
+        """
         if not self._groups:
             return
-        self.kill_leftovers()
         for path in set(self._groups.values()):
-            for _ in range(100):
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    # Killed processes take a moment to leave the cgroup.
-                    log.debug("cgroup %s not removed yet: %s", path, exc)
-                    self.kill_leftovers()
-                    time.sleep(0.05)
-            if path.exists():
+            if not remove_cgroup(path):
                 log.warning("cgroup %s could not be removed (processes still in it?); "
                             "remove it by hand once they are gone", path)
         self._groups.clear()

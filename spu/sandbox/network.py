@@ -3,16 +3,17 @@
 With ``sandbox.network=true`` (the paper's agents are online) the agent gets its own
 network namespace whose only way out is ``pasta`` (Debian package ``passt``), a
 user-mode network stack that turns the agent's packets into ordinary sockets of the
-host. pasta runs with every automatic forward off (``-t none -u none -U none``), the
-gateway not mapped to the host (``--no-map-gw``) and IPv4 only; the host loopback ports
-of :attr:`SandboxRequest.host_ports` are forwarded (``-T``), so that inside the sandbox
-they answer at ``127.0.0.1`` on the same port.
+host. pasta runs with every forward off (``-t none -u none -T none -U none``), the
+gateway not mapped to the host (``--no-map-gw``) and IPv4 only. The host loopback ports
+of :attr:`SandboxRequest.host_ports` answer inside the sandbox at ``127.0.0.1`` on the
+same port through :class:`spu.sandbox.relay.HostPortRelay` (pasta's own forwarding of
+them stalls large requests: :mod:`spu.sandbox.relay`).
 
 pasta's sockets live in the host's network namespace, so by themselves they could reach
 any address the host reaches. Under root every pasta runs in a cgroup (v2) of its own,
 and an iptables chain matched on that cgroup lets its sockets reach:
 
-- the run's host ports on ``127.0.0.1`` (TCP), and the host's DNS resolvers (port 53);
+- the host's DNS resolvers (port 53);
 - no other address of this machine (``addrtype LOCAL``: loopback, every interface,
   Docker's bridges, other runs' forwards);
 - no private, shared, link-local (cloud metadata) or multicast range, and no subnet
@@ -38,12 +39,15 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    from spu.sandbox.relay import HostPortRelay
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +158,9 @@ def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
 # --------------------------------------------------------------------------- the filter
 
 
-def _filter_rules(chain: str, host_ports: Sequence[int], allowed: Sequence[str]) -> list[list[str]]:
+def _filter_rules(chain: str, allowed: Sequence[str]) -> list[list[str]]:
     """The rules of one run's chain, in order (``iptables -A <chain>`` arguments)."""
     rules: list[list[str]] = []
-    for port in sorted(set(host_ports)):
-        rules.append(["-d", "127.0.0.1", "-p", "tcp", "--dport", str(port), "-j", "ACCEPT"])
     for server in host_nameservers():
         for proto in ("udp", "tcp"):
             rules.append(["-d", server, "-p", proto, "--dport", "53", "-j", "ACCEPT"])
@@ -260,33 +262,18 @@ def _stale_chains() -> list[str]:
 
 
 def _kill_cgroup(folder: Path) -> None:
-    """SIGKILL every process of a cgroup (pasta forks into it)."""
-    for _ in range(50):
-        try:
-            pids = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
+    """SIGKILL every process of a cgroup (pasta forks into it) and wait until it is empty."""
+    from spu.sandbox.limits import empty_cgroup
+
+    empty_cgroup(folder)
 
 
 def _remove_cgroup(folder: Path) -> None:
-    for _ in range(50):
-        try:
-            folder.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            _kill_cgroup(folder)
-            time.sleep(0.05)
-    log.warning("cgroup %s not removed (processes still in it?)", folder)
+    """Empty the cgroup (its processes killed, waited for) and remove it."""
+    from spu.sandbox.limits import remove_cgroup
+
+    if not remove_cgroup(folder):
+        log.warning("cgroup %s not removed (processes still in it?)", folder)
 
 
 def prune_stale_networks() -> int:
@@ -355,6 +342,7 @@ class UserNetwork:
         self._chain: str | None = None
         self._netns: str | None = None
         self._pasta_pid: int | None = None
+        self._relay: HostPortRelay | None = None
         self.filtered = False
 
     @property
@@ -380,7 +368,7 @@ class UserNetwork:
         # The chain, its rules and the jump to it: one transaction.
         _iptables_batch([f":{self._chain} - [0:0]",
                          *(_rule(["-A", *rule]) for rule in _filter_rules(
-                             self._chain, self.host_ports, self.allowed_networks)),
+                             self._chain, self.allowed_networks)),
                          _rule(["-I", "OUTPUT", "1", "-m", "cgroup", "--path",
                                 self._cgroup_path, "-j", self._chain])])
         self.filtered = True
@@ -404,9 +392,9 @@ class UserNetwork:
                                "namespace through ip netns)")
         try:
             self._set_up_filter()
+            self._open_relay(pid)
             argv = ["pasta", "--config-net", "--no-map-gw", "--ipv4-only", "--quiet",
-                    "-t", "none", "-u", "none", "-U", "none",
-                    "-T", ",".join(map(str, self.host_ports)) or "none"]
+                    "-t", "none", "-u", "none", "-T", "none", "-U", "none"]
             pid_file = Path(f"/tmp/spu-pasta-{self.ident}.pid")
             argv += ["-P", str(pid_file)]
             if self.log_file is not None:
@@ -432,19 +420,31 @@ class UserNetwork:
                 self._pasta_pid = int(pid_file.read_text())
             finally:
                 pid_file.unlink(missing_ok=True)
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, subprocess.SubprocessError) as exc:  # RelayError included
             self.close()
             raise NetworkError(f"the sandbox network could not be set up: {exc}") from None
         except NetworkError:
             self.close()
             raise
 
+    def _open_relay(self, pid: int) -> None:
+        """The run's host ports, answering in the namespace of ``pid`` (:mod:`.relay`)."""
+        if not self.host_ports:
+            return
+        from spu.sandbox.relay import HostPortRelay, sockets_in_namespace
+
+        listeners = sockets_in_namespace(f"/proc/{pid}/ns/net", self.host_ports)
+        self._relay = HostPortRelay(listeners).start()
+
     def isolation(self) -> list[str]:
         """Entries for ``run.json``'s ``sandbox.isolation``."""
         return ["network-namespace", f"network:{self.mode}"]
 
     def close(self) -> None:
-        """Stop pasta, remove the filter, the namespace's name and the cgroup."""
+        """Stop the relay and pasta, remove the filter, the namespace's name and the cgroup."""
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
         if self._pasta_pid is not None:
             try:
                 os.kill(self._pasta_pid, signal.SIGKILL)
@@ -452,7 +452,12 @@ class UserNetwork:
                 pass
             self._pasta_pid = None
         if self._cgroup is not None:
-            _kill_cgroup(self._cgroup)
+            # Killed now, waited for below: pasta's exit (tens of ms, its buffers freed)
+            # overlaps the chain's removal. Meanwhile its sockets, if any were left, meet the
+            # fail-closed rule of the cgroup's parent.
+            from spu.sandbox.limits import kill_cgroup
+
+            kill_cgroup(self._cgroup)
         if self._chain is not None:
             _remove_chain(self._chain, self._cgroup_path if self._cgroup else None)
             self._chain = None

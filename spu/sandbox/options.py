@@ -10,7 +10,8 @@ model, never a field of :class:`~spu.config.SandboxConfig`.
 
 The built-in backends' settings that predate ``options`` (``sandbox.pids_limit``,
 ``sandbox.image``, ``sandbox.network_mode``) are still read from their flat keys, for
-the backends whose model has them; a value under ``options`` wins.
+the backends whose model has them; a value under ``options`` wins. Harnesses and tools
+providers take options the same way (:mod:`spu.options`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from spu.options import OptionsError, PluginOptions, merge_flat
+from spu.options import check_options as check_plugin_options
 
 if TYPE_CHECKING:
     from spu.config import SandboxConfig
@@ -27,14 +29,12 @@ FLAT_OPTIONS = ("pids_limit", "image", "network_mode")
 """Keys of the flat ``sandbox`` config handed to the backends whose options have them."""
 
 
-class SandboxOptionsError(ValueError):
+class SandboxOptionsError(OptionsError):
     """``sandbox.options`` does not suit the backend; the message is one line."""
 
 
-class SandboxOptions(BaseModel):
+class SandboxOptions(PluginOptions):
     """The options every backend takes; a backend's own model adds fields to it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     pids_limit: int | None = 4096
     """Most processes the agent may run at once (None: no limit)."""
@@ -76,18 +76,8 @@ def check_options(name: str, model: type[SandboxOptions],
         spu.sandbox.options.SandboxOptionsError: sandbox.options.imagee: not an option of \
 sandbox=local (its options: agent_uid, pids_limit)
     """
-    try:
-        return model.model_validate(dict(values)).model_dump()
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        key = ".".join(str(part) for part in error["loc"])
-        known = ", ".join(sorted(model.model_fields))
-        if error["type"] == "extra_forbidden":
-            why = f"not an option of sandbox={name}"
-        else:
-            why = f"{error['msg']} (got {error.get('input')!r}; sandbox={name})"
-        raise SandboxOptionsError(f"sandbox.options.{key}: {why} (its options: {known})") \
-            from None
+    return check_plugin_options("sandbox.options", f"sandbox={name}", model, values,
+                                SandboxOptionsError)
 
 
 def backend_options(name: str, model: type[SandboxOptions],
@@ -97,6 +87,5 @@ def backend_options(name: str, model: type[SandboxOptions],
     Raises:
         SandboxOptionsError: as :func:`check_options`.
     """
-    flat = {key: getattr(cfg, key) for key in FLAT_OPTIONS
-            if key in model.model_fields and getattr(cfg, key, None) is not None}
-    return check_options(name, model, {**flat, **dict(cfg.options)})
+    flat = {key: getattr(cfg, key, None) for key in FLAT_OPTIONS}
+    return check_options(name, model, merge_flat(model, flat, cfg.options, FLAT_OPTIONS))

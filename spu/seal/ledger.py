@@ -3,6 +3,11 @@
 Lines are appended under a file lock beside the ledger, so parallel settling threads
 and processes of one output root never interleave or fork the chain. The head hash
 (SHA-256 of the last line) is what a sweep prints and publishes before grading.
+
+An append reads only the ledger's end (:func:`_tail`: a few KiB from the last byte back,
+whatever the ledger's length): the last line gives the next line's ``prev`` and its
+``seq`` the next ``seq``. The chain itself is checked line by line by ``spu seal verify``
+(:mod:`spu.seal.verify`), which a ledger that grows with its output root does not slow.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from filelock import FileLock
@@ -47,12 +53,48 @@ def entry_line(entry: LedgerEntry) -> bytes:
     return canonical_json(entry.model_dump(mode="json")) + b"\n"
 
 
+TAIL_BYTES = 4096
+"""Bytes read from the ledger's end at first (a line is about 400); doubled while short."""
+
+
+def _tail(f: BinaryIO, lines: int) -> tuple[bytes, int]:
+    """The end of the open ledger ``f`` that holds its last ``lines`` lines whole, and its offset.
+
+    Read backwards from the last byte, :data:`TAIL_BYTES` at first, twice as many each time
+    a line is longer: the cost does not grow with the ledger. The bytes returned start at a
+    line's start (or the file's); a last line without its newline is among them.
+    """
+    end = f.seek(0, os.SEEK_END)
+    size = TAIL_BYTES
+    while True:
+        start = max(0, end - size)
+        f.seek(start)
+        data = f.read(end - start)
+        if start == 0:
+            return data, 0
+        if data.rstrip(b"\n").count(b"\n") >= lines:
+            cut = data.index(b"\n") + 1  # the first line may have been read in part
+            return data[cut:], start + cut
+        size *= 2
+
+
 def _last_line(path: Path) -> tuple[int, bytes | None]:
-    """The number of lines and the last one (None for an empty or absent ledger)."""
+    """The ``seq`` of the last line and the line (0 and None for an empty or absent ledger).
+
+    The ``seq`` is the last line's own (``spu seal verify`` checks that it is its line
+    number); a last line that is no entry is counted the slow way, line by line.
+    """
     if not path.exists():
         return 0, None
-    lines = [line for line in path.read_bytes().split(b"\n") if line]
-    return len(lines), (lines[-1] if lines else None)
+    with open(path, "rb") as f:
+        data, _ = _tail(f, 1)
+    lines = [line for line in data.split(b"\n") if line]
+    if not lines:
+        return 0, None
+    try:
+        return LedgerEntry.model_validate_json(lines[-1]).seq, lines[-1]
+    except ValueError:
+        return sum(1 for line in path.read_bytes().split(b"\n") if line), lines[-1]
 
 
 def head_hash(output_root: Path) -> str | None:
@@ -72,11 +114,16 @@ def repair_torn_tail(path: Path) -> str | None:
     """
     if not path.is_file():
         return None
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return None
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return None
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return None
+        data, offset = _tail(f, 2)
     cut = data.rfind(b"\n") + 1
     tail, before = data[cut:], data[:cut]
+    cut += offset
     lines = [line for line in before.split(b"\n") if line]
     try:
         entry = LedgerEntry.model_validate_json(tail)
@@ -95,9 +142,10 @@ def repair_torn_tail(path: Path) -> str | None:
         f.truncate(cut)
         f.flush()
         os.fsync(f.fileno())
+    seq, _ = _last_line(path)
     return (f"{path.name}: the last line was incomplete (a crash mid-append): cut its "
             f"{len(tail)} bytes off into {path.name}.torn; the chain goes on from line "
-            f"{len(lines)}")
+            f"{seq}")
 
 
 def append_entry(output_root: Path, key: Ed25519PrivateKey, *, run_key: str,

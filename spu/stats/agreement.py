@@ -27,6 +27,7 @@ from spu.grading.rules import GradingKey, spearman_positions
 from spu.schema import Contract
 from spu.stats.resampling import DEFAULT_RESAMPLES, bootstrap_mean, rng_for
 from spu.stats.submissions import TaskInfo
+from spu.stats.ties import exact
 
 
 def rank_agreement(contract: Contract, a: Orders, b: Orders) -> float:
@@ -132,7 +133,7 @@ def agreement_analysis(
             continue
         own, cons, agree = (np.array(x) for x in zip(*loo[c], strict=True))
         diff = bootstrap_mean(own - cons, rng_for(seed, "consensus-loo", c), resamples)
-        rho = sps.spearmanr(agree, own).statistic if own.size >= 3 else np.nan
+        rho = sps.spearmanr(exact(agree), exact(own)).statistic if own.size >= 3 else np.nan
         loo_rows.append({"config": c, "n_tasks": own.size, "score_mean": own.mean(),
                          "consensus_mean": cons.mean(), "diff_mean": diff.estimate,
                          "diff_ci_low": diff.low, "diff_ci_high": diff.high,
@@ -151,13 +152,15 @@ def agreement_analysis(
             summary.append({"analysis": "agreement", "statistic": name, "value": iv.estimate,
                             "ci_low": iv.low, "ci_high": iv.high, "n": values.size})
         summary.append({"analysis": "agreement", "statistic": "tasks_agreement_above_score",
-                        "value": int((per_task["agreement_mean"] > per_task["score_mean"]).sum()),
+                        "value": int((exact(per_task["agreement_mean"])
+                                      > exact(per_task["score_mean"])).sum()),
                         "n": len(per_task)})
         gains = per_task["consensus_gain"].dropna()
         summary.append({"analysis": "agreement", "statistic": "tasks_consensus_above_mean",
-                        "value": int((gains > 0).sum()), "n": len(gains)})
+                        "value": int((exact(gains) > 0).sum()), "n": len(gains)})
         if len(per_task) >= 3:
-            rho = sps.spearmanr(per_task["agreement_mean"], per_task["score_mean"]).statistic
+            rho = sps.spearmanr(exact(per_task["agreement_mean"]),
+                                exact(per_task["score_mean"])).statistic
             summary.append({"analysis": "agreement", "statistic": "agreement_score_spearman",
                             "value": float(rho), "n": len(per_task)})
     return AgreementResult(per_task, leave_one_out, summary)

@@ -31,11 +31,19 @@ from spu.stats.registry import (
 )
 from spu.stats.repeats import RankStability
 from spu.stats.retired import RETIRED_FILE, retirements_of_roots, split_probes, split_retired
+from spu.stats.rules import STATS_RULES
+from spu.stats.rules import entry as rule_entry
 
 __all__ = ["MAX_NOTES", "StatsOptions", "StatsResult", "analyze", "files", "write_stats"]
 
-SUMMARY_COLUMNS = ("analysis", "statistic", "value", "ci_low", "ci_high", "n")
-"""Columns of ``summary.csv``."""
+SUMMARY_COLUMNS = ("analysis", "statistic", "value", "ci_low", "ci_high", "n", "note")
+"""Columns of ``summary.csv``; ``note`` says why a value is not a finite number."""
+
+UNDEFINED_NOTE = ("not defined on these inputs (too few values, or none that vary)")
+"""The ``note`` of a summary row whose value is missing and whose analysis gave no reason."""
+
+INFINITE_NOTE = "infinite: a ratio over a spread of zero"
+"""The ``note`` of a summary row whose value is infinite and whose analysis gave no reason."""
 
 
 def files() -> dict[str, str]:
@@ -105,12 +113,13 @@ def _outputs(outcomes: list[_Outcome]) -> dict[str, dict[str, Any]]:
             outputs[name] = {"analysis": entry.name, "source": entry.source,
                              "section": entry.section_of(name), "written": written,
                              "skipped": None if written else reason,
-                             "rule": result.rules.get(name)}
+                             **rule_entry(result.rules.get(name), STATS_RULES.get(name))}
     for name, section in COLLECTED_FILES.items():
         key = "tests" if name == "tests.csv" else "summary"
         outputs[name] = {"analysis": [o.entry.name for o in outcomes
                                       if getattr(o.result, key)],
-                         "section": section, "written": True, "skipped": None}
+                         "section": section, "written": True, "skipped": None,
+                         **rule_entry(None, STATS_RULES[name])}
     return dict(sorted(outputs.items()))
 
 
@@ -119,6 +128,11 @@ def _summary_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     # Every value is a number (a flag counts as 1 or 0), so summary.csv reads back as one.
     frame["value"] = pd.to_numeric(frame["value"].map(
         lambda v: float(v) if isinstance(v, (bool, np.bool_)) else v), errors="raise")
+    # A value that is no finite number says why (the analysis' note, else the general one).
+    value = frame["value"].to_numpy(dtype=float)
+    note = frame["note"].astype(object).where(frame["note"].notna(), "").astype(str)
+    frame["note"] = np.where(note != "", note, np.where(
+        np.isnan(value), UNDEFINED_NOTE, np.where(np.isinf(value), INFINITE_NOTE, "")))
     return frame
 
 
@@ -177,7 +191,8 @@ def analyze(runs: pd.DataFrame, options: StatsOptions | None = None) -> StatsRes
     if RETIRED_FILE in tables:
         manifest["outputs"][RETIRED_FILE] = {"analysis": "retired", "source": "spu",
                                              "section": sections[RETIRED_FILE],
-                                             "written": True, "skipped": None, "rule": None}
+                                             "written": True, "skipped": None,
+                                             **rule_entry(None, STATS_RULES[RETIRED_FILE])}
     stability = next((o.result.values["rank_stability"] for o in outcomes
                       if "rank_stability" in o.result.values), None)
     summary = _summary_frame([row for o in outcomes for row in o.result.summary])

@@ -29,6 +29,7 @@ from spu.stats.disciplines import (
     named_groups,
 )
 from spu.stats.effort import (
+    EFFORT_REPEAT_TASKS,
     effort_correlations,
     effort_pairs,
     effort_ratios,
@@ -62,7 +63,7 @@ from spu.stats.interaction import (
     variance_decomposition,
 )
 from spu.stats.means import discipline_table
-from spu.stats.monotone import monotone_prior, unrelated_rule
+from spu.stats.monotone import UNRELATED, monotone_prior, unrelated_rule
 from spu.stats.named_tests import named_test
 from spu.stats.outcomes import (
     departure_table,
@@ -73,6 +74,7 @@ from spu.stats.outcomes import (
 )
 from spu.stats.pair_order import (
     MEDIAN_EXAMPLES_RULE,
+    TOP1_WEIGHTS,
     example_runs,
     median_examples,
     pair_order_configs,
@@ -97,6 +99,7 @@ from spu.stats.repeats import (
     stop_effect,
     unstable_share,
 )
+from spu.stats.rules import STATS_RULES, Rule
 from spu.stats.runs_table import score_matrix
 from spu.stats.submissions import StatsInputError
 from spu.stats.tasks import kruskal_wallis_disciplines, task_summary
@@ -114,6 +117,11 @@ def summary_row(analysis: str, statistic: str, value: Any, n: Any = None,
     return {"analysis": analysis, "statistic": statistic, "value": value,
             "ci_low": None if ci is None else ci[0], "ci_high": None if ci is None else ci[1],
             "n": n}
+
+
+def gpu_basis(inputs: StatsInputs) -> str:
+    """``option`` where ``--gpu-rule measured`` replaced the paper's GPU rule, else ``paper``."""
+    return "option" if inputs.options.gpu_rule != "executed" else "paper"
 
 
 # Means and paired tests (3.1, 3.3, E.2).
@@ -261,16 +269,32 @@ def effort(inputs: StatsInputs) -> AnalysisResult:
     if not found:
         return AnalysisResult(notes=[
             "effort: no model ran at two reasoning efforts with the same harness"])
-    tables = [effort_table(t, public_all, p, seed, resamples) for p, t in found]
+    repeat_tasks = inputs.options.effort_repeat_tasks
+    tables = [effort_table(t, public_all, p, seed, resamples, repeat_tasks) for p, t in found]
     summary = []
     for table in tables:
         # 4.5: the lower effort's official runs against the mean of the higher's repeats.
         for r in table[table["way"] == "repeats_mean"].itertuples(index=False):
             summary.append(summary_row("effort", f"official {r.low} minus repeats mean "
                                        f"{r.high}", r.diff, r.n_tasks, (r.ci_low, r.ci_high)))
-    rule = ("pairs: configurations running one model (the model column, else the label "
-            "without its effort word) with one harness at two efforts, lowest against "
-            "highest: " + "; ".join(f"{p.low} / {p.high} ({p.model})" for p, _ in found))
+    pairing = ("pairs: configurations running one model (the model column, else the label "
+               "without its effort word) with one harness at two efforts, lowest against "
+               "highest: " + "; ".join(f"{p.low} / {p.high} ({p.model})" for p, _ in found))
+    rule = Rule(f"{pairing}; official: the tasks both efforts' official runs scored; "
+                f"{EFFORT_REPEAT_TASKS[repeat_tasks]}",
+                "official runs of the public tasks of the pair's configurations and the "
+                "higher effort's repeats (repeat >= 1)",
+                "paper" if repeat_tasks == "repeat-tasks" else "option",
+                "4.10: \"Four ways of scoring Max, including the mean of its five repeated "
+                "runs on the 29 tasks of Section 3.6\"; 4.5: \"The official scores of Astra "
+                "Medium average 0.004 above the mean of the Astra Max repeats on the same "
+                "tasks\"")
+    ratio_rule = rule.replace(
+        text=f"{pairing}; per task, the higher over the lower effort's official scored runs; "
+             f"GPU use (quantity used_gpu): {inputs.gpu_rule_text}",
+        population="scored official runs of the public tasks of the pair's configurations",
+        basis=gpu_basis(inputs), sentence="4.10, Figure 24c: \"Ratio of Max to Medium on "
+        "the same task\"")
     return AnalysisResult(tables={
         "effort_tasks.csv": pd.concat(
             [t.assign(low_config=p.low, high_config=p.high) for p, t in found],
@@ -278,9 +302,8 @@ def effort(inputs: StatsInputs) -> AnalysisResult:
         "effort.csv": pd.concat(tables, ignore_index=True),
         "effort_ratios.csv": pd.concat(
             [effort_ratios(public, p, seed, resamples) for p, _ in found], ignore_index=True),
-    }, summary=summary, rules={**dict.fromkeys(("effort_tasks.csv", "effort.csv"), rule),
-                               "effort_ratios.csv": f"{rule}; GPU use (quantity used_gpu): "
-                                                    f"{inputs.gpu_rule_text}"})
+    }, summary=summary, rules={"effort_tasks.csv": rule.replace(basis="paper"),
+                               "effort.csv": rule, "effort_ratios.csv": ratio_rule})
 
 
 @analysis(files=("effort_correlations.csv",), section="E.3", name="effort_correlations")
@@ -288,14 +311,14 @@ def effort_correlation(inputs: StatsInputs) -> AnalysisResult:
     """Reasoning effort and usage against score (E.3)."""
     table, rows = effort_correlations(inputs.public, inputs.order, inputs.seed,
                                       inputs.resamples)
+    rule = STATS_RULES["effort_correlations.csv"].replace(
+        text="E.3: Spearman within each configuration, Holm over the configurations per "
+             "measure; with task and configuration effects removed, Pearson of the "
+             "residuals of score and log run time, log tool calls and log web fetches "
+             "(log x; log(1 + x) where a measure has a zero, named in transform); "
+             f"GPU use (measure used_gpu): {inputs.gpu_rule_text}", basis=gpu_basis(inputs))
     return AnalysisResult(tables={"effort_correlations.csv": table}, summary=rows,
-                          rules={"effort_correlations.csv": "E.3: Spearman within each "
-                                 "configuration, Holm over the configurations per measure; "
-                                 "with task and configuration effects removed, Pearson of "
-                                 "the residuals of score and log run time, log tool calls "
-                                 "and log web fetches (log x; log(1 + x) where a measure "
-                                 "has a zero, named in transform); "
-                                 f"GPU use (measure used_gpu): {inputs.gpu_rule_text}"})
+                          rules={"effort_correlations.csv": rule})
 
 
 # Repeats (3.6, 4.5).
@@ -339,7 +362,12 @@ def rank_stabilities(inputs: StatsInputs) -> AnalysisResult:
         return AnalysisResult(notes=[
             "rank stability: fewer than two configurations with a task-adjusted mean"])
     n = stability.simulations
-    return AnalysisResult(tables={"rank_stability.csv": stability.table}, summary=[
+    rule = STATS_RULES["rank_stability.csv"]
+    if opt.top_group_size is not None:
+        rule = rule.replace(basis="option", text=f"{rule.text}; --top-group "
+                            f"{opt.top_group_size}: the {opt.top_group_size} best lead")
+    return AnalysisResult(tables={"rank_stability.csv": stability.table},
+                          rules={"rank_stability.csv": rule}, summary=[
         summary_row("rank_stability", "run_sd", stability.run_sd),
         summary_row("rank_stability", "top_group_size", stability.top_group_size),
         summary_row("rank_stability", "top_group_kept", stability.top_group_kept, n),
@@ -395,8 +423,10 @@ def variance(inputs: StatsInputs) -> AnalysisResult:
             + (", truncated at zero (the repeats vary more than the residuals)" if truncated
                else ", not truncated"))
     notes = [f"variance: the interaction was truncated at zero ({rule})"] if truncated else []
-    return AnalysisResult(tables={"variance.csv": table}, summary=rows,
-                          rules={"variance.csv": rule}, notes=notes)
+    default = STATS_RULES["variance.csv"]
+    return AnalysisResult(tables={"variance.csv": table}, summary=rows, notes=notes,
+                          rules={"variance.csv": default.replace(
+                              text=rule, basis="reading" if chosen is None else "option")})
 
 
 @analysis(files=("interaction_tasks.csv",), section="Figure 18b (4.4, E.9)",
@@ -413,7 +443,9 @@ def interaction(inputs: StatsInputs) -> AnalysisResult:
             "tasks (median_spread_ratio in summary.csv)")
     return AnalysisResult(tables={"interaction_tasks.csv": table}, tests=rows,
                           summary=repeat_spread_summary(table, ratio),
-                          rules={"interaction_tasks.csv": rule})
+                          rules={"interaction_tasks.csv": STATS_RULES[
+                              "interaction_tasks.csv"].replace(
+                                  text=rule, basis="paper" if ratio == "ms" else "option")})
 
 
 @analysis(files=("pair_correlations.csv",), section="Figure 18d (4.4, E.9)")
@@ -483,10 +515,13 @@ def disciplines_gap(inputs: StatsInputs) -> AnalysisResult:
     left_out = [c for c in inputs.order if c not in {*top, *bottom}]
     rule += (f": leading {', '.join(top)}; trailing {', '.join(bottom)}; left out "
              f"{', '.join(left_out) or 'none'}")
+    optioned = named is not None or inputs.options.top_group_size is not None
     return AnalysisResult(
         tables={"discipline_gap.csv": gap.assign(leading=", ".join(top),
                                                  trailing=", ".join(bottom))},
-        tests=[test], rules={"discipline_gap.csv": rule}, notes=notes,
+        tests=[test], notes=notes, rules={"discipline_gap.csv": STATS_RULES[
+            "discipline_gap.csv"].replace(text=rule,
+                                          basis="option" if optioned else "reading")},
         summary=[summary_row("disciplines", "gap_range", test["statistic"], test["n"]),
                  summary_row("disciplines", "gap_range_null_median", test.get("null_median"),
                              inputs.permutations),
@@ -624,7 +659,10 @@ def monotone(inputs: StatsInputs) -> AnalysisResult:
                                   "monotone_groups.csv": result.groups,
                                   "monotone_unrelated.csv": result.unrelated},
                           summary=result.summary,
-                          rules={"monotone_unrelated.csv": unrelated_rule(unrelated)})
+                          rules={"monotone_unrelated.csv": STATS_RULES[
+                              "monotone_unrelated.csv"].replace(
+                                  text=unrelated_rule(unrelated),
+                                  basis="reading" if unrelated == UNRELATED else "option")})
 
 
 @analysis(files={"repeats_orders.csv": "Figure 19a (4.5)",
@@ -651,13 +689,21 @@ def pair_order(inputs: StatsInputs) -> AnalysisResult:
     """Pairs of items in the measured order, and the top-1 rate (appendix F)."""
     orders, scored = inputs.orders, inputs.scored_public
     assert orders is not None  # the need "orders" holds
-    per_run = pair_order_runs(scored, orders, inputs.tasks)
+    weights = inputs.options.top1_weights
+    per_run = pair_order_runs(scored, orders, inputs.tasks, weights)
     table, rows = pair_order_configs(per_run, inputs.order, inputs.seed, inputs.resamples)
+    rule = STATS_RULES["pair_order.csv"].replace(
+        text=TOP1_WEIGHTS[weights], basis="paper" if weights == "groups" else "option",
+        sentence="appendix F: \"the share of experiment pairs with different measured values "
+                 "that a run places in the measured order, weighting groups as in the task "
+                 "score ... The top-ranked experiment of a group is the measured top 25% "
+                 "(HY4) to 45% (Fable 5.1) of the time\"")
     return AnalysisResult(tables={
         "pair_order_runs.csv": per_run, "pair_order.csv": table,
         "pair_order_examples.csv": example_runs(scored, orders, inputs.tasks),
         "pair_order_median_examples.csv": median_examples(scored, orders, inputs.tasks),
-    }, summary=rows, rules={"pair_order_median_examples.csv": MEDIAN_EXAMPLES_RULE})
+    }, summary=rows, rules={"pair_order_runs.csv": rule, "pair_order.csv": rule,
+                            "pair_order_median_examples.csv": MEDIAN_EXAMPLES_RULE})
 
 
 @analysis(files=("presented_order.csv",), section="E.4 Presented order", needs=("tasks",))

@@ -20,9 +20,11 @@ DESIGN_DIFFERENCES = (0.05, 0.1, 0.15, 0.2)
 """Default differences of ``design.csv`` (:data:`spu.stats.design.DIFFERENCES`)."""
 
 
-def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
+def add_analysis_arguments(p: argparse.ArgumentParser,
+                           runs_help: str = "runs table, CSV or parquet (spu runs export)"
+                           ) -> None:
     """The inputs and options shared by ``spu stats`` and ``spu report``."""
-    p.add_argument("runs", type=Path, help="runs table, CSV or parquet (spu runs export)")
+    p.add_argument("runs", type=Path, help=runs_help)
     p.add_argument("--out", type=Path, required=True, help="folder to write to")
     p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
     p.add_argument("--resamples", type=int, default=10_000,
@@ -41,9 +43,18 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", type=Path, default=None, metavar="OUTPUT_ROOT",
                    help="output root whose runs/<run_key>/output/rankings.json hold the "
                         "submitted orders")
+    add_rule_arguments(p)
+
+
+def add_rule_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that replace one of the paper's rules or readings (docs/statistics.md)."""
     p.add_argument("--top-group", type=int, default=None, metavar="K",
-                   help="size of the top group in the rank-stability analysis "
-                        "(default: the configurations above the widest gap)")
+                   help="size of the leading group: the top group of the rank-stability "
+                        "analysis (rank_stability.csv) and the leading group of the "
+                        "discipline comparison (discipline_gap.csv, unless "
+                        "--discipline-groups names both groups); default: the "
+                        "configurations above the widest gap of the task-adjusted means, "
+                        "our reading of the paper's 'leading six'")
     p.add_argument("--run-sd", type=float, default=None,
                    help="run-to-run SD of the simulated reruns (default: pooled SD of repeats)")
     p.add_argument("--null-draws", type=int, default=None,
@@ -52,13 +63,20 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                         "permutations of discipline labels and random splits, 40,000 random "
                         "submissions per private task)")
     p.add_argument("--decomposition-configs", default=None, metavar="A,B,...",
-                   help="configurations of the variance decomposition, comma-separated "
-                        "(default: the largest set scored on a common task set, the one "
-                        "holding the most scores)")
+                   help="configurations of variance.csv's decomposition (4.4, E.2), "
+                        "comma-separated, on the tasks they all scored (default, our reading "
+                        "of 4.4's 'nine configurations scored on the same 86 tasks': the "
+                        "largest set scored on a common task set, the one holding the most "
+                        "scores)")
     p.add_argument("--discipline-groups", default=None, metavar="A,B;C,D",
-                   help="leading and trailing groups of the discipline comparison, e.g. the "
-                        "paper's named ones (default: the groups the paired tests separate, "
-                        "of the configurations with a scored run in every discipline)")
+                   help="leading and trailing groups of discipline_gap.csv (4.6, E.10), "
+                        "e.g. the paper's named ones; replaces both groups and ignores "
+                        "--top-group there (default: the leading group is the "
+                        "configurations above the widest gap of the task-adjusted means, "
+                        "or the --top-group best, that have a scored run in every "
+                        "discipline; the trailing group is those of the rest a "
+                        "Holm-significant paired test separates from a leading one, or "
+                        "all of the rest when no test separates any)")
     p.add_argument("--unrelated-below", type=float, default=None, metavar="RHO",
                    help="largest absolute Spearman of a measured order with a group's "
                         "numeric settings at which it counts as nearly unrelated to them, "
@@ -80,6 +98,19 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                         "under --runs-dir; default), or measured (the device sampled by "
                         "NVML); the other is gpu_measured beside it, manifest.json names "
                         "the rule")
+    p.add_argument("--effort-repeat-tasks", choices=("repeat-tasks", "official-scored"),
+                   default="repeat-tasks",
+                   help="tasks on which the lower effort is compared with the mean of the "
+                        "higher effort's repeats (effort.csv repeats_mean and all_runs_mean, "
+                        "the 4.5 row of summary.csv): repeat-tasks, the paper's (4.10: every "
+                        "task of the repeated runs of 3.6 on which the lower effort scored; "
+                        "default), or official-scored (only those where the higher effort's "
+                        "official run is scored too)")
+    p.add_argument("--top1-weights", choices=("groups", "weights"), default="groups",
+                   help="appendix F's top-1 rate (pair_order_runs.csv, pair_order.csv): "
+                        "groups, the paper's (each completely ordered group counts once; "
+                        "default), or weights (groups weighted by their contract weights, "
+                        "as the pair share is)")
     p.add_argument("--refusals-after-file", choices=("exclude", "score"), default="exclude",
                    help="refusals that came after a valid or recoverable file: exclude them "
                         "as refusals (default, the paper's rule 3.1) or score their file; "
@@ -110,39 +141,48 @@ def register(sub: Any) -> None:
 
 
 def run_analysis(args: argparse.Namespace, command: str) -> Any:
-    """Read the table and run :func:`spu.stats.analysis.analyze`; ``None`` after an error."""
+    """Read the table and run :func:`spu.stats.analysis.analyze`.
+
+    Returns the result, or the exit code after saying why in one line: 2 when an input
+    cannot be used, 1 when the table has no official run to analyse.
+    """
     from spu.overrides import folder_problem
     from spu.stats.analysis import StatsOptions, analyze
     from spu.stats.registry import AnalysisRegistryError
-    from spu.stats.runs_table import RunsTableError, read_experiment_table
+    from spu.stats.runs_table import (
+        EMPTY_HINT,
+        RunsTableError,
+        nothing_to_analyse,
+        read_experiment_table,
+    )
     from spu.stats.submissions import StatsInputError
 
     problem = folder_problem(args.out)
     if problem:
         print(f"spu {command}: --out {args.out}: {problem}; choose another --out",
               file=sys.stderr)
-        return None
+        return 2
     for name in ("resamples", "simulations", "null_draws"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             print(f"spu {command}: --{name.replace('_', '-')} must be at least 1",
                   file=sys.stderr)
-            return None
+            return 2
     chosen = _names(args.decomposition_configs)
     if chosen is not None and len(set(chosen)) < 2:
         print(f"spu {command}: --decomposition-configs needs at least two configurations",
               file=sys.stderr)
-        return None
+        return 2
     differences = tuple(args.design_differences or DESIGN_DIFFERENCES)
     if any(not d > 0 for d in differences):
         print(f"spu {command}: --design-difference must be above 0", file=sys.stderr)
-        return None
+        return 2
     from spu.stats.monotone import UNRELATED
 
     unrelated = UNRELATED if args.unrelated_below is None else args.unrelated_below
     if not 0 <= unrelated < 1:
         print(f"spu {command}: --unrelated-below must be at least 0 and below 1",
               file=sys.stderr)
-        return None
+        return 2
     from spu.analysis.runs import executed_gpu_use
 
     options = StatsOptions(
@@ -154,6 +194,7 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         unrelated_below=unrelated,
         spread_ratio=args.spread_ratio,
         refusals_after_file=args.refusals_after_file, gpu_rule=args.gpu_rule,
+        effort_repeat_tasks=args.effort_repeat_tasks, top1_weights=args.top1_weights,
         gpu_reader=executed_gpu_use,
     )
     try:
@@ -163,19 +204,24 @@ def run_analysis(args: argparse.Namespace, command: str) -> Any:
         result = analyze(runs, options)
     except (RunsTableError, StatsInputError, AnalysisRegistryError) as exc:
         print(f"spu {command}: {exc}", file=sys.stderr)
-        return None
-    result.manifest["runs_table"] = str(args.runs)
+        return 2
+    empty = nothing_to_analyse(result.runs, len(runs) - len(result.runs))
+    if empty is not None:
+        print(f"spu {command}: {getattr(args, 'runs_label', args.runs)}: {empty}; nothing "
+              f"written; {EMPTY_HINT}", file=sys.stderr)
+        return 1
+    result.manifest["runs_table"] = str(getattr(args, "runs_label", args.runs))
     result.manifest["experiment"] = experiment
     return result
 
 
 def stats_command(args: argparse.Namespace) -> int:
-    """Write the statistics; exit 2 when an input cannot be used (nothing is written then)."""
+    """Write the statistics; exit 2 for an unusable input, 1 for no official run."""
     from spu.stats.analysis import write_stats
 
     result = run_analysis(args, "stats")
-    if result is None:
-        return 2
+    if isinstance(result, int):
+        return result
     written = write_stats(result, args.out)
     print(f"spu stats: wrote {len(written)} files to {args.out}")
     for note in result.notes:

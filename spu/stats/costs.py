@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from spu.stats.resampling import DEFAULT_RESAMPLES, percentile_interval, rng_for
+from spu.stats.ties import exact
 
 COST_COLUMNS: tuple[str, ...] = (
     "config", "n_scored", "cost_mean", "cost_ci_low", "cost_ci_high", "cost_total", "pareto",
@@ -37,8 +38,8 @@ def pareto_frontier(cost: np.ndarray, score: np.ndarray) -> np.ndarray:
     >>> pareto_frontier(np.array([1.0, 2.0, 3.0, 2.0]), np.array([0.2, 0.4, 0.3, 0.4])).tolist()
     [True, True, False, True]
     """
-    cost = np.asarray(cost, dtype=float)
-    score = np.asarray(score, dtype=float)
+    cost = exact(cost)  # equal costs and equal means tie (spu.stats.ties)
+    score = exact(score)
     known = np.isfinite(cost) & np.isfinite(score)
     out = np.zeros(cost.size, dtype=bool)
     for i in np.flatnonzero(known):

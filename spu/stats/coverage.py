@@ -31,6 +31,7 @@ from spu.stats.resampling import (
     rng_for,
 )
 from spu.stats.runs_table import score_matrix
+from spu.stats.ties import exact
 
 LOW_COVERAGE = 0.5
 """Configurations scored on fewer than this share of the tasks are not among the others."""
@@ -207,7 +208,8 @@ def all_tasks_table(
     draws = counts @ shared.to_numpy() / max(len(shared), 1)
     low, high = percentile_interval(draws)
     shared_mean = shared.mean(axis=0) if len(shared) else pd.Series(np.nan, index=order)
-    ranks = shared_mean.rank(ascending=False, method="min")
+    ranks = pd.Series(exact(shared_mean), index=shared_mean.index).rank(ascending=False,
+                                                                       method="min")
     rows = []
     for j, config in enumerate(order):
         values = matrix[config].dropna().to_numpy()

@@ -34,6 +34,7 @@ from spu.stats.resampling import (
     rng_for,
 )
 from spu.stats.runs_table import score_matrix
+from spu.stats.ties import exact
 
 PERMUTATIONS = 5000
 """Permutations of discipline labels and random splits (paper E.10: 5,000)."""
@@ -96,7 +97,8 @@ def discipline_summary(
             low, high = percentile_interval(draws)
         thresholds = scored["threshold"].to_numpy(dtype=float)
         known = np.isfinite(thresholds)
-        above = scored["score_recovered"].to_numpy(dtype=float)[known] > thresholds[known]
+        above = exact(scored["score_recovered"].to_numpy(dtype=float)[known]) > exact(
+            thresholds[known])
         rows.append({
             "discipline": discipline, "n_tasks": int(group["task_id"].nunique()),
             "n_runs": len(group), "n_scored": len(scored),
@@ -319,7 +321,7 @@ def _block_ranks(values: np.ndarray) -> np.ndarray:
     """Ranks (average for ties) along the last axis."""
     from scipy import stats as sps
 
-    return sps.rankdata(values, axis=-1)
+    return sps.rankdata(exact(values), axis=-1)
 
 
 def _mean_pair_rho(means: np.ndarray) -> np.ndarray:

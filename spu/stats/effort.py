@@ -40,6 +40,7 @@ from spu.stats.resampling import (
     rng_for,
 )
 from spu.stats.runs_table import score_matrix
+from spu.stats.ties import exact
 
 EFFORT_ORDER: tuple[str, ...] = ("minimal", "low", "medium", "high", "xhigh", "max")
 """Reasoning efforts from least to most; others sort after these, by name."""
@@ -170,6 +171,21 @@ def effort_pairs(runs: pd.DataFrame) -> list[EffortPair]:
     return out
 
 
+EFFORT_REPEAT_TASKS = {
+    "repeat-tasks": ("4.5, 4.10: repeats_mean and all_runs_mean over the tasks of 3.6 (the "
+                     "higher effort's repeated tasks) on which the lower effort's official "
+                     "run is scored and the higher effort has a scored repeat, whether or not "
+                     "its official run is scored (\"the mean of its five repeated runs on "
+                     "the 29 tasks of Section 3.6\")"),
+    "official-scored": ("repeats_mean and all_runs_mean only over the repeated tasks on which "
+                        "the higher effort's official run is scored too "
+                        "(--effort-repeat-tasks official-scored; the paper uses every "
+                        "repeated task)"),
+}
+"""The tasks over which the lower effort is compared with the higher one's repeats
+(``--effort-repeat-tasks``): ``repeat-tasks``, the paper's, or ``official-scored``."""
+
+
 def effort_tasks(runs: pd.DataFrame, pair: EffortPair) -> pd.DataFrame:
     """``effort_tasks.csv``: the two efforts' scores on each public task (Figure 24a).
 
@@ -183,27 +199,36 @@ def effort_tasks(runs: pd.DataFrame, pair: EffortPair) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        ``task_id, low, high, diff, high_repeats_mean, n_high_repeats``: ``diff`` is the
-        lower effort's score minus the higher one's official score on the tasks both
-        scored; repeats (``repeat >= 1``) of the higher effort are averaged where scored.
+        ``task_id, low, high, diff, high_repeats_mean, n_high_repeats``, one row per task
+        on which the lower effort's official run is scored and the higher effort has a
+        scored official run or a scored repeat: ``diff`` is the lower effort's score minus
+        the higher one's official score (NaN where that is unscored); repeats
+        (``repeat >= 1``) of the higher effort are averaged where scored.
 
     References
     ----------
-    Paper 4.10 and Figure 24a, Figure 25d.
+    Paper 4.10 and Figure 24a, Figure 25d; 4.10 ("the mean of its five repeated runs on
+    the 29 tasks of Section 3.6").
 
     Examples
     --------
-    >>> runs = pd.DataFrame({"config": ["M", "X", "X", "X"], "task_id": "t",
-    ...     "repeat": [0, 0, 1, 2], "scored": True, "score_recovered": [0.5, 0.3, 0.2, 0.4]})
+    The higher effort's official run on ``u`` is unscored; its repeats there still count:
+
+    >>> runs = pd.DataFrame({"config": ["M", "X", "X", "X", "M", "X", "X"],
+    ...     "task_id": ["t", "t", "t", "t", "u", "u", "u"], "repeat": [0, 0, 1, 2, 0, 0, 1],
+    ...     "scored": [True, True, True, True, True, False, True],
+    ...     "score_recovered": [0.5, 0.3, 0.2, 0.4, 0.1, -1.0, 0.6]})
     >>> effort_tasks(runs, EffortPair("M", "X", "m")).round(3).values.tolist()
-    [['t', 0.5, 0.3, 0.2, 0.3, 2]]
+    [['t', 0.5, 0.3, 0.2, 0.3, 2], ['u', 0.1, nan, nan, 0.6, 1]]
     """
     scored = runs[runs["scored"]]
     official = scored[scored["repeat"] == 0]
-    matrix = score_matrix(official, [pair.low, pair.high]).dropna()
+    matrix = score_matrix(official, [pair.low, pair.high])
     repeats = scored[(scored["repeat"] >= 1) & (scored["config"] == pair.high)]
     repeat_mean = repeats.groupby("task_id")["score_recovered"].mean()
     repeat_n = repeats.groupby("task_id").size()
+    has_high = matrix[pair.high].notna() | matrix.index.isin(repeat_n.index)
+    matrix = matrix[matrix[pair.low].notna() & has_high]
     table = pd.DataFrame({
         "task_id": matrix.index, "low": matrix[pair.low].to_numpy(),
         "high": matrix[pair.high].to_numpy(),
@@ -228,16 +253,21 @@ def trimmed(values: np.ndarray, share: float = TRIM) -> np.ndarray:
 
 def effort_table(
     tasks: pd.DataFrame, runs: pd.DataFrame, pair: EffortPair, seed: int = 0,
-    resamples: int = DEFAULT_RESAMPLES,
+    resamples: int = DEFAULT_RESAMPLES, repeat_tasks: str = "repeat-tasks",
 ) -> pd.DataFrame:
     """``effort.csv``: lower minus higher effort under four ways of scoring the higher one.
 
     The four ways (Figure 24b): ``official`` (the higher effort's official run, every
     task both scored), ``official_repeat_tasks`` (the same on the tasks with repeats of
-    the higher effort), ``repeats_mean`` (the mean of its scored repeats there, paper 4.5:
+    the higher effort), ``repeats_mean`` (the mean of its scored repeats, paper 4.5:
     "The official scores of Astra Medium average 0.004 above the mean of the Astra Max
-    repeats"), and ``all_runs_mean`` (the official run and the repeats averaged). The
-    check ``official_trimmed`` drops the :data:`TRIM` most divergent tasks at each end.
+    repeats on the same tasks"), and ``all_runs_mean`` (its scored runs averaged, the
+    official one where scored). The last two use every repeated task on which the lower
+    effort scored (4.10: "the mean of its five repeated runs on the 29 tasks of Section
+    3.6"), also where the higher effort's official run is unscored; ``repeat_tasks``
+    ``official-scored`` keeps only the tasks where it is scored
+    (:data:`EFFORT_REPEAT_TASKS`). The check ``official_trimmed`` drops the :data:`TRIM`
+    most divergent tasks at each end.
 
     Parameters
     ----------
@@ -249,6 +279,8 @@ def effort_table(
         The two configurations.
     seed, resamples
         Bootstrap seed and resamples (over tasks).
+    repeat_tasks
+        ``repeat-tasks`` (the paper's) or ``official-scored``.
 
     Returns
     -------
@@ -272,17 +304,23 @@ def effort_table(
     {'official': 0.0, 'official_repeat_tasks': 0.2, 'repeats_mean': 0.4,
      'all_runs_mean': 0.3333, 'official_trimmed': 0.0}
     """
+    if repeat_tasks not in EFFORT_REPEAT_TASKS:
+        raise ValueError(f"effort repeat tasks: {repeat_tasks!r} is not one of "
+                         f"{', '.join(EFFORT_REPEAT_TASKS)}")
     scored = runs[runs["scored"] & (runs["config"] == pair.high)]
     all_mean = scored.groupby("task_id")["score_recovered"].mean()
+    both = tasks[tasks["diff"].notna()]
     with_repeats = tasks[tasks["n_high_repeats"] > 0]
+    if repeat_tasks == "official-scored":
+        with_repeats = with_repeats[with_repeats["diff"].notna()]
     ways = {
-        "official": tasks["diff"].to_numpy(dtype=float),
+        "official": both["diff"].to_numpy(dtype=float),
         "official_repeat_tasks": with_repeats["diff"].to_numpy(dtype=float),
         "repeats_mean": (with_repeats["low"] - with_repeats["high_repeats_mean"]).to_numpy(
             dtype=float),
         "all_runs_mean": (with_repeats["low"] - with_repeats["task_id"].map(all_mean).astype(
             float)).to_numpy(dtype=float),
-        "official_trimmed": trimmed(tasks["diff"].to_numpy(dtype=float)),
+        "official_trimmed": trimmed(both["diff"].to_numpy(dtype=float)),
     }
     rows = []
     for way, d in ways.items():
@@ -290,7 +328,7 @@ def effort_table(
         iv = bootstrap_mean(d, rng_for(seed, "effort", pair.low, pair.high, way), resamples)
         rows.append({"low": pair.low, "high": pair.high, "way": way, "n_tasks": d.size,
                      "diff": iv.estimate, "ci_low": iv.low, "ci_high": iv.high,
-                     "p_wilcoxon": wilcoxon_p(d)[1], "low_ahead": int((d > 0).sum())})
+                     "p_wilcoxon": wilcoxon_p(d)[1], "low_ahead": int((exact(d) > 0).sum())})
     return pd.DataFrame(rows)
 
 
@@ -435,7 +473,7 @@ def effort_correlations(
             keep = np.isfinite(x) & np.isfinite(y)
             rho = p = math.nan
             if keep.sum() >= 3 and np.ptp(x[keep]) > 0 and np.ptp(y[keep]) > 0:
-                result = sps.spearmanr(x[keep], y[keep])
+                result = sps.spearmanr(exact(x[keep]), exact(y[keep]))
                 rho, p = float(result.statistic), float(result.pvalue)
             family.append({"config": config, "measure": measure, "n": int(keep.sum()),
                            "rho": rho, "p_value": p, "transform": "ranks"})
@@ -448,10 +486,10 @@ def effort_correlations(
     for row in adjusted_rows:
         summary.append({"analysis": "effort", "statistic": f"adjusted_corr_{row['measure']}",
                         "value": row["rho"], "ci_low": row["ci_low"],
-                        "ci_high": row["ci_high"], "n": row["n"]})
+                        "ci_high": row["ci_high"], "n": row["n"], "note": row["note"]})
     table = pd.DataFrame(rows + adjusted_rows, columns=[
         "config", "measure", "n", "rho", "p_value", "p_holm", "ci_low", "ci_high",
-        "transform"])
+        "transform", "note"])
     return table, summary
 
 
@@ -488,11 +526,36 @@ def _adjusted_correlations(scored: pd.DataFrame, order: list[str], seed: int,
     point = residual_gram(design, variables)[0]
     boot = residual_gram(design, variables, weights)
     for j, measure in enumerate(names, start=1):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rho = float(point[0, j] / np.sqrt(point[0, 0] * point[j, j]))
-            draws = boot[:, 0, j] / np.sqrt(boot[:, 0, 0] * boot[:, j, j])
-        low, high = percentile_interval(draws)
+        note = _no_residual_variation(variables, point, j, measure)
+        rho = low = high = math.nan
+        if not note:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rho = float(point[0, j] / np.sqrt(point[0, 0] * point[j, j]))
+                draws = boot[:, 0, j] / np.sqrt(boot[:, 0, 0] * boot[:, j, j])
+            low, high = percentile_interval(draws)
         out.append({"config": "(task and configuration effects removed)", "measure": measure,
                     "n": int(y.size), "rho": rho, "p_value": math.nan, "p_holm": math.nan,
-                    "ci_low": low, "ci_high": high, "transform": transforms[j - 1]})
+                    "ci_low": low, "ci_high": high, "transform": transforms[j - 1],
+                    "note": note})
     return out
+
+
+RESIDUAL_TOLERANCE = 1e-12
+"""Residual sum of squares, relative to the total, below which nothing is left to correlate."""
+
+
+def _no_residual_variation(variables: np.ndarray, gram: np.ndarray, j: int, measure: str
+                           ) -> str:
+    """Why the adjusted correlation of ``measure`` is undefined ("" when it is defined).
+
+    Once task and configuration effects are removed, a score or a measure fixed by them
+    (a scripted agent makes the same calls on every task) leaves a residual of float noise;
+    dividing by it gave an infinite "correlation".
+    """
+    for k, what in ((0, "the scores"), (j, measure.replace("_", " "))):
+        centred = variables[k] - variables[k].mean()
+        total = float(centred @ centred)
+        if not gram[k, k] > RESIDUAL_TOLERANCE * max(total, 1e-300):
+            return (f"undefined: {what} do not vary once task and configuration effects are "
+                    "removed")
+    return ""

@@ -34,6 +34,7 @@ from spu.stats.outcomes import relative_frame
 from spu.stats.permutation import DRAWS
 from spu.stats.resampling import DEFAULT_RESAMPLES
 from spu.stats.submissions import Orders, TaskInfo
+from spu.stats.ties import exact
 from spu.stats.within_config import within_config_difference
 
 EXPOSURE_COLUMNS: tuple[str, ...] = (
@@ -375,7 +376,8 @@ def presented_order_summary(
     public = tasks_table[(tasks_table["visibility"] == "public")
                          & tasks_table["presented_order_score"].notna()]
     if len(public):
-        above = public["presented_order_score"] > public["threshold"]
+        above = pd.Series(exact(public["presented_order_score"]) > exact(public["threshold"]),
+                          index=public.index)
         summary += [
             {"analysis": "presented_order", "statistic": "presented_order_mean",
              "value": float(public["presented_order_score"].mean()), "n": len(public)},

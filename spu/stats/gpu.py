@@ -96,12 +96,13 @@ def apply_gpu_rule(runs: pd.DataFrame, rule: str = "executed",
     scored = table[table["scored"].astype(bool)]
     executed = {} if runs_dir is None or reader is None else reader(runs_dir, scored)
     if not executed:
-        why = ("no --runs-dir" if runs_dir is None
+        why = ("no --runs-dir (pass it with the run folders)" if runs_dir is None
                else "no trajectory reader given" if reader is None
-               else f"no scored run under {runs_dir} has a trajectory")
+               else f"no scored run under {runs_dir} has a trajectory (baselines record "
+                    "none)")
         return GpuRuleResult(table, "measured", rule, 0, 0, (
             f"GPU use: {why}, so used_gpu is the device sampled by NVML, not the paper's "
-            "executed-code rule (E.12); pass --runs-dir with the run folders",))
+            "executed-code rule (E.12)",))
     ids = table["run_id"].astype(str)
     from_code = ids.map(executed)
     table["used_gpu"] = from_code.where(from_code.notna(), measured).astype(bool)

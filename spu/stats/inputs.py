@@ -92,12 +92,19 @@ class StatsOptions:
     ``exclude`` (the paper's rule, 3.1) or ``score`` (their file's grade counts);
     :data:`~spu.grading.outcome.REFUSALS_AFTER_FILE_RULES`."""
     gpu_rule: str = "executed"
-    gpu_reader: GpuReader | None = None
-    """Reads each run's GPU flag from its trajectory under ``runs_dir`` for the ``executed``
-    rule (the stats command passes :func:`spu.analysis.runs.executed_gpu_use`)."""
     """Which runs used the GPU (``--gpu-rule``): ``executed``, the paper's (E.12: a GPU
     workload in executed code ran without failing, read from the trajectories under
     ``runs_dir``), or ``measured`` (the device sampled by NVML); :mod:`spu.stats.gpu`."""
+    gpu_reader: GpuReader | None = None
+    """Reads each run's GPU flag from its trajectory under ``runs_dir`` for the ``executed``
+    rule (the stats command passes :func:`spu.analysis.runs.executed_gpu_use`)."""
+    effort_repeat_tasks: str = "repeat-tasks"
+    """Tasks on which the lower effort meets the mean of the higher one's repeats
+    (``--effort-repeat-tasks``): ``repeat-tasks``, the paper's (4.10: every task of 3.6),
+    or ``official-scored``; :data:`~spu.stats.effort.EFFORT_REPEAT_TASKS`."""
+    top1_weights: str = "groups"
+    """How appendix F's top-1 rate weights a run's groups (``--top1-weights``): ``groups``,
+    the paper's (each group once), or ``weights``; :data:`~spu.stats.pair_order.TOP1_WEIGHTS`."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from spu.stats.resampling import (
     rng_for,
 )
 from spu.stats.runs_table import score_matrix
+from spu.stats.ties import exact
 
 WIDE_COVERAGE = 0.9
 """Configurations scored on at least this share of the public tasks enter the
@@ -865,7 +866,8 @@ def spread_summary(tasks: pd.DataFrame, runs: pd.DataFrame,
         if len(both) >= 3 and both["task_sd"].nunique() > 1 and both[
                 "agreement_mean"].nunique() > 1:
             add("spread_agreement_spearman",
-                float(sps.spearmanr(both["task_sd"], both["agreement_mean"]).statistic),
+                float(sps.spearmanr(exact(both["task_sd"]),
+                                    exact(both["agreement_mean"])).statistic),
                 len(both))
     big_n, n = len(public), len(widest)
     for discipline, count in public["discipline"].value_counts().sort_index().items():

@@ -22,6 +22,7 @@ from spu.stats.resampling import (
     wilson_interval,
 )
 from spu.stats.runs_table import score_matrix
+from spu.stats.ties import exact
 
 CONFIG_COLUMNS: tuple[str, ...] = (
     "config", "n_runs", "n_scored", "raw_mean", "raw_ci_low", "raw_ci_high",
@@ -39,8 +40,10 @@ def above_chance(scores: np.ndarray, thresholds: np.ndarray) -> tuple[int, int]:
     >>> above_chance(np.array([0.5, 0.44, 0.9]), np.array([0.44, 0.44, np.nan]))
     (1, 2)
     """
+    thresholds = np.asarray(thresholds, dtype=float)
     known = np.isfinite(thresholds)
-    return int((scores[known] > thresholds[known]).sum()), int(known.sum())
+    above = exact(np.asarray(scores, dtype=float)[known]) > exact(thresholds[known])
+    return int(above.sum()), int(known.sum())
 
 
 MIN_TASKS = 5

@@ -3,8 +3,11 @@
 A task score is a Spearman correlation; a more direct reading is the share of
 experiment pairs with different measured values that a run places in the measured
 order (50% for a random ranking), and how often a group's top-ranked experiment is the
-measured top. Both weight the groups as the task score does (over the groups the run
-ordered completely, weights renormalized).
+measured top. The pair share weights the groups as the task score does (over the groups
+the run ordered completely, weights renormalized: "weighting groups as in the task
+score"); the top-1 rate counts each such group once ("The top-ranked experiment of a
+group is the measured top 25% ... of the time"), or by the group weights under
+``top1_weights="weights"`` (:data:`TOP1_WEIGHTS`).
 
 - :func:`pair_order_runs` (``pair_order_runs.csv``): per scored run, the pair share, the
   top-1 rate and the top-1 rate of a random ranking.
@@ -76,8 +79,26 @@ def top_is_measured_top(order: Sequence[str], measured: Mapping[str, float]) -> 
     return measured[order[-1]] == top, tied / len(order)
 
 
-def run_pair_order(orders: Orders, info: TaskInfo) -> dict[str, float]:
-    """Pair share, top-1 and random top-1 of one run, weighting groups as the task score.
+TOP1_WEIGHTS = {
+    "groups": ("appendix F: the pair share weights the groups as the task score does "
+               "(\"weighting groups as in the task score\"); the top-1 rate and its random "
+               "rate count each completely ordered group once (\"The top-ranked experiment "
+               "of a group is the measured top 25% (HY4) to 45% (Fable 5.1) of the time\"); "
+               "configuration means over its runs, 95% bootstrap intervals over tasks"),
+    "weights": ("appendix F, with the top-1 rate and its random rate weighted by the group "
+                "weights like the pair share (--top1-weights weights; the paper weights only "
+                "the pair share)"),
+}
+"""How the top-1 rate weights a run's groups (``--top1-weights``): ``groups``, the paper's,
+each group once; ``weights``, by the contract's group weights."""
+
+
+def run_pair_order(orders: Orders, info: TaskInfo, top1_weights: str = "groups"
+                   ) -> dict[str, float]:
+    """Pair share (groups weighted as the task score), top-1 and random top-1 of one run.
+
+    The top-1 rate counts each group once (``top1_weights="groups"``, appendix F) or by
+    the group weights (``"weights"``).
 
     Examples
     --------
@@ -93,8 +114,11 @@ def run_pair_order(orders: Orders, info: TaskInfo) -> dict[str, float]:
     >>> round(r["pair_share"], 4), r["top1"], round(r["top1_random"], 4)  # (2/3 + 0) / 2
     (0.3333, 0.5, 0.4167)
     """
+    if top1_weights not in TOP1_WEIGHTS:
+        raise ValueError(f"top-1 weights: {top1_weights!r} is not one of "
+                         f"{', '.join(TOP1_WEIGHTS)}")
     assert info.answers is not None
-    share = top1 = random_top = weight = 0.0
+    share = top1 = random_top = weight = top_weight = 0.0
     for g in info.package.contract.groups:
         order = orders.get(g.group_id)
         measured = info.answers.groups[g.group_id]
@@ -106,21 +130,25 @@ def run_pair_order(orders: Orders, info: TaskInfo) -> dict[str, float]:
             continue
         hit, chance = top_is_measured_top(order, measured)
         share += g.weight * in_order / pairs
-        top1 += g.weight * float(hit)
-        random_top += g.weight * chance
         weight += g.weight
-    if weight == 0:
+        w = g.weight if top1_weights == "weights" else 1.0
+        top1 += w * float(hit)
+        random_top += w * chance
+        top_weight += w
+    if weight == 0 or top_weight == 0:
         return {"pair_share": math.nan, "top1": math.nan, "top1_random": math.nan}
-    return {"pair_share": share / weight, "top1": top1 / weight,
-            "top1_random": random_top / weight}
+    return {"pair_share": share / weight, "top1": top1 / top_weight,
+            "top1_random": random_top / top_weight}
 
 
 def pair_order_runs(
-    runs: pd.DataFrame, orders: Mapping[str, Orders], tasks: Mapping[str, TaskInfo]
+    runs: pd.DataFrame, orders: Mapping[str, Orders], tasks: Mapping[str, TaskInfo],
+    top1_weights: str = "groups",
 ) -> pd.DataFrame:
     """``pair_order_runs.csv``: appendix F's measures for every scored run with an order.
 
-    Returns ``run_id, config, task_id, score, pair_share, top1, top1_random``.
+    Returns ``run_id, config, task_id, score, pair_share, top1, top1_random``
+    (:func:`run_pair_order` under ``top1_weights``).
 
     References
     ----------
@@ -133,7 +161,8 @@ def pair_order_runs(
         if info is None or info.answers is None or r.run_id not in orders:
             continue
         rows.append({"run_id": r.run_id, "config": r.config, "task_id": r.task_id,
-                     "score": r.score_recovered, **run_pair_order(orders[r.run_id], info)})
+                     "score": r.score_recovered,
+                     **run_pair_order(orders[r.run_id], info, top1_weights)})
     return pd.DataFrame(rows, columns=["run_id", "config", "task_id", "score", "pair_share",
                                        "top1", "top1_random"])
 

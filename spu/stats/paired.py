@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from spu.stats.ties import exact
+
 ALPHA = 0.05
 """Family-wise level of the tests."""
 
@@ -107,7 +109,7 @@ def wilcoxon_p(differences: np.ndarray) -> tuple[float, float]:
     >>> wilcoxon_p(np.array([0.1, -0.2, 0.3, 0.0, 0.5]))
     (2.0, 0.375)
     """
-    d = np.asarray(differences, dtype=float)
+    d = exact(differences)  # a zero or tied difference is one at the tie precision
     if d.size == 0 or not np.any(d != 0):
         return (np.nan, np.nan)
     with warnings.catch_warnings():

@@ -81,10 +81,11 @@ class AnalysisResult:
     """What the analysis left out, and why."""
     values: Mapping[str, Any] = field(default_factory=dict)
     """Objects kept in memory for the report (for example the rank-stability result)."""
-    rules: Mapping[str, str] = field(default_factory=dict)
-    """The rule that produced each file, by file name, where the paper states one (the
-    manifest's ``outputs.<file>.rule``): the paper's rule by default, or the option that
-    replaced it."""
+    rules: Mapping[str, Any] = field(default_factory=dict)
+    """The rule that produced each file, by file name: a :class:`spu.stats.rules.Rule`
+    (population, basis, the paper's sentence), or text replacing the text of the file's
+    default rule (the manifest's ``outputs.<file>``: ``rule``, ``population``, ``basis``,
+    ``sentence``); the paper's rule by default, or the option that replaced it."""
 
     def __post_init__(self) -> None:
         """Freeze the containers the analysis handed over."""

@@ -152,7 +152,7 @@ def choose_experiment(frame: pd.DataFrame, experiment: str | None,
                  + "; choose one with --experiment NAME, or --experiment all)") if others \
             else " (the only one in the table)"
     else:
-        from spu.tracking.store import EXPERIMENT_PREFIX
+        from spu.config import EXPERIMENT_PREFIX
 
         candidates = (experiment, EXPERIMENT_PREFIX + experiment)
         found = [c for c in candidates if c in known]
@@ -199,6 +199,10 @@ def read_experiment_table(path: str | Path, experiment: str | None = None
     ``experiment`` None is the most recent sweep's (:func:`choose_experiment`).
     """
     path = Path(path)
+    if path.is_dir():
+        raise RunsTableError(f"{path}: a folder, not a runs table (spu runs export "
+                             f"--output-root {path} --out runs.csv writes one; spu report "
+                             "and spu leaderboard take an output root as it is)")
     if not path.is_file():
         raise RunsTableError(f"{path}: runs table does not exist")
     try:
@@ -338,6 +342,35 @@ def _one_row_a_run(path: Path, frame: pd.DataFrame) -> None:
             f"are both config {first['config']!r}, task {first['task_id']!r}, "
             f"repeat {first['repeat']}"
         )
+
+
+EMPTY_HINT = ("export the runs of a finished sweep (spu runs export --out runs.csv) or "
+              "give its output root (spu report OUTPUT_ROOT)")
+"""What to do about a runs table without official runs, as the commands say it."""
+
+
+def nothing_to_analyse(frame: pd.DataFrame, left_out: int = 0) -> str | None:
+    """Why ``frame`` has nothing to analyse (no official run), or ``None`` when it has.
+
+    ``left_out`` counts the rows already left out (contamination probes, retired tasks).
+
+    Examples
+    --------
+    >>> nothing_to_analyse(pd.DataFrame({"repeat": []}))
+    'the table has no rows'
+    >>> nothing_to_analyse(pd.DataFrame({"repeat": [1, 2]}), left_out=3)
+    'no official run (repeat 0): 2 repeated runs, 3 rows left out (probes or retired tasks)'
+    >>> nothing_to_analyse(pd.DataFrame({"repeat": [0]})) is None
+    True
+    """
+    if int((frame["repeat"] == 0).sum()) if len(frame) else 0:
+        return None
+    if not len(frame) and not left_out:
+        return "the table has no rows"
+    parts = [f"{len(frame)} repeated runs"] if len(frame) else []
+    if left_out:
+        parts.append(f"{left_out} rows left out (probes or retired tasks)")
+    return f"no official run (repeat 0): {', '.join(parts)}"
 
 
 def official(frame: pd.DataFrame, visibility: str = "public") -> pd.DataFrame:

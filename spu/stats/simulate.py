@@ -662,8 +662,7 @@ def _write_trajectory(folder: Path, r: pd.Series, task_dir: Path, orders: dict[s
     import shutil
 
     from spu.tasks.package import load_task
-    from spu.testing.corpus import build_run
-    from spu.tracking.trajectories import write_trajectory
+    from spu.testing.corpus import build_run, save_trajectory
 
     task = load_task(task_dir)
     config = (str(r["model"]), str(r["effort"]), str(r["harness"]))
@@ -673,7 +672,7 @@ def _write_trajectory(folder: Path, r: pd.Series, task_dir: Path, orders: dict[s
     (folder / "task").mkdir(exist_ok=True)
     for name in ("contract.json", "targets.csv"):
         shutil.copy(task_dir / name, folder / "task" / name)
-    write_trajectory(folder / "trajectory.jsonl.gz", trajectory)
+    save_trajectory(folder, trajectory)
     n_calls = sum(len(s.tool_calls) for s in trajectory.steps)
     record = {
         "run_key": str(r["run_key"]), "task_id": str(r["task_id"]), "config": str(r["config"]),
@@ -684,7 +683,10 @@ def _write_trajectory(folder: Path, r: pd.Series, task_dir: Path, orders: dict[s
         "score_recovered": float(score), "runtime_s": float(r["runtime_s"]),
         "tool_calls": n_calls, "used_gpu": bool(r["used_gpu"]),
         "gpu_seconds": float(r["runtime_s"]) * 0.2 if bool(r["used_gpu"]) else 0.0,
-        "usage": {"output": int(r["output_tokens"])}}
+        "usage": {"output": int(r["output_tokens"])},
+        # what makes it a full run record, so spu runs export --runs-dir reads it
+        "task_version": str(task.meta.version), "score_strict": float(score),
+        "sandbox": {"backend": "simulated"}, "cost_usd": float(r["cost_usd"])}
     (folder / "run.json").write_text(json.dumps(record), encoding="utf-8")
     return n_calls, report, audit
 

@@ -23,6 +23,7 @@ from scipy import stats as sps
 
 from spu.stats.named_tests import groups_df, named_test
 from spu.stats.submissions import TaskInfo
+from spu.stats.ties import exact, exact_mean
 
 TASK_COLUMNS: tuple[str, ...] = (
     "task_id", "discipline", "n_items", "n_groups", "threshold", "task_mean", "task_sd",
@@ -85,7 +86,7 @@ def task_table(runs: pd.DataFrame, tasks: Mapping[str, TaskInfo] | None = None) 
             "n_items": float(n_items) if pd.notna(n_items) else math.nan,
             "n_groups": float(n_groups) if pd.notna(n_groups) else math.nan,
             "threshold": _first(group["threshold"]),
-            "task_mean": float(scores.mean()) if scores.size else math.nan,
+            "task_mean": exact_mean(scores),
             "task_sd": float(scores.std(ddof=1)) if scores.size >= 2 else math.nan,
             "subfield": group["subfield"].iloc[0] if "subfield" in group.columns else "",
             "visibility": group["visibility"].iloc[0],
@@ -157,7 +158,8 @@ def kruskal_wallis_disciplines(tasks: pd.DataFrame) -> dict[str, Any]:
     (3.0, 1, 0.0833)
     """
     public = tasks[(tasks["visibility"] == "public") & tasks["task_mean"].notna()]
-    samples = [g["task_mean"].to_numpy(dtype=float)
+    # Task means enter at the tie precision, so equal means take the same rank.
+    samples = [exact(g["task_mean"].to_numpy(dtype=float))
                for _, g in sorted(public.groupby("discipline"), key=lambda kv: str(kv[0]))]
     samples = [s for s in samples if s.size]
     if len(samples) < 2 or sum(s.size for s in samples) <= len(samples):

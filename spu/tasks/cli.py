@@ -169,7 +169,7 @@ def _add_lifecycle_commands(task_sub: Any) -> None:
     p = task_sub.add_parser(
         "contamination", help="what models remember of each task, from harness=recall runs",
         description="One row per task and model from the recall probes under RUNS "
-        "(harness=recall, harness.probe=source and order): source recalled, recall score, "
+        "(harness=recall, harness.options.probe=source and order): source recalled, recall score, "
         "above chance, and the tasks to retire by the rule the command prints.")
     p.add_argument("runs", type=Path, metavar="RUNS", help="an output root or its runs/")
     p.add_argument("--tasks", type=Path, default=None, metavar="ROOT",

@@ -24,10 +24,14 @@ _TREES: dict[str, tuple[_Signature, str]] = {}
 _FILES: dict[str, tuple[tuple[int, int, int], str]] = {}
 
 
-def _entries(task_dir: Path) -> list[tuple[str, os.stat_result]]:
-    """Every public entry of ``task_dir`` (links not followed), sorted by relative path."""
+def _entries(task_dir: Path, names: tuple[str, ...] | None = PUBLIC_PATHS
+             ) -> list[tuple[str, os.stat_result]]:
+    """Every entry under ``names`` of ``task_dir`` (None: all), sorted by relative path.
+
+    Links are not followed.
+    """
     found: list[tuple[str, os.stat_result]] = []
-    for name in PUBLIC_PATHS:
+    for name in sorted(os.listdir(task_dir)) if names is None else names:
         top = task_dir / name
         try:
             st = os.lstat(top)
@@ -62,11 +66,36 @@ def task_digest(task_dir: str | Path) -> str:
     >>> task_digest(folder)[:16]  # of '4:file9:task.yaml64:<SHA-256 of 'id: x' LF>'
     '73d453ba28265425'
     """
-    task_dir = Path(task_dir).resolve()
-    entries = _entries(task_dir)
+    return _tree_digest(Path(task_dir).resolve(), PUBLIC_PATHS)
+
+
+def tree_digest(folder: str | Path) -> str:
+    r"""SHA-256 (hex) over every file of ``folder``, paths and contents (as :func:`task_digest`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "task.yaml").write_text("id: x\n")
+    >>> tree_digest(folder) == task_digest(folder)
+    True
+    """
+    return _tree_digest(Path(folder).resolve(), None)
+
+
+def content_digest(path: str | Path) -> str | None:
+    """SHA-256 of a file's content, or over a folder's files (None: neither is there)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return tree_digest(path)
+    return file_sha256(path) if path.is_file() else None
+
+
+def _tree_digest(task_dir: Path, names: tuple[str, ...] | None) -> str:
+    entries = _entries(task_dir, names)
     signature: _Signature = tuple((rel, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
                                   for rel, st in entries)
-    held = _TREES.get(str(task_dir))
+    held = _TREES.get(f"{task_dir}\0{names is None}")
     if held is not None and held[0] == signature:
         return held[1]
     digest = hashlib.sha256()
@@ -81,7 +110,7 @@ def task_digest(task_dir: str | Path) -> str:
         for field in (kind.encode(), rel.encode("utf-8", "surrogateescape"), content):
             digest.update(b"%d:%s" % (len(field), field))
     value = digest.hexdigest()
-    _TREES[str(task_dir)] = (signature, value)
+    _TREES[f"{task_dir}\0{names is None}"] = (signature, value)
     return value
 
 

@@ -1,27 +1,6 @@
-"""Offline stand-ins for model providers: the scripted model server and its scripts.
+"""Test helpers: a private PostgreSQL and a corpus of run folders.
 
-``model=scripted`` runs the real agent CLIs against :class:`ScriptedModelServer`,
-started by the harness for the run; ``spu scripted-server`` serves it by hand.
+:mod:`spu.testing.postgres` runs a private PostgreSQL cluster for the tracking tests;
+:mod:`spu.testing.corpus` builds run folders from recorded CLI sessions. The scripted
+model server, the offline demo's model, is a product part: :mod:`spu.scripted`.
 """
-
-from spu.testing.script import (
-    Script,
-    ScriptedTurn,
-    ScriptError,
-    default_script,
-    load_script,
-    scripted_usage,
-)
-from spu.testing.server import ScriptedModelServer, ServedResponse, reported_usage
-
-__all__ = [
-    "Script",
-    "ScriptError",
-    "ScriptedModelServer",
-    "ScriptedTurn",
-    "ServedResponse",
-    "default_script",
-    "load_script",
-    "reported_usage",
-    "scripted_usage",
-]

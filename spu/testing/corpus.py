@@ -36,7 +36,7 @@ from spu.schema import (
     Usage,
 )
 from spu.tasks.package import TaskPackage, discover_tasks, load_answers, load_task
-from spu.tracking.trajectories import write_trajectory
+from spu.tracking.trajectories import TRAJECTORY_FILE, write_trajectory
 
 CONFIGS: tuple[tuple[str, str, str], ...] = (
     ("opus55", "max", "claude_code"), ("opus5", "max", "claude_code"),
@@ -242,6 +242,15 @@ class BuiltRun(NamedTuple):
     """``output/report.md``."""
     answers: list[str]
     """The answer of each audited call, in ``audit``'s order."""
+
+
+def save_trajectory(folder: Path, trajectory: Trajectory) -> Path:
+    """Write ``trajectory`` into a run folder as the runner does (``trajectory.jsonl.gz``).
+
+    The simulated study (:mod:`spu.stats.simulate`) writes its run folders' trajectories
+    through it, so that statistics never import the tracking stage's file format.
+    """
+    return write_trajectory(folder / TRAJECTORY_FILE, trajectory)
 
 
 def build_run(task: TaskPackage, key: GradingKey | None, config: tuple[str, str, str],
@@ -484,7 +493,7 @@ def make_corpus(out: Path, n_runs: int, task_root: Path = Path("tasks"), calls: 
         (folder / "output" / "report.md").write_text(report)
         (folder / "tools" / "audit.jsonl").write_text("".join(json.dumps(a) + "\n"
                                                               for a in audit))
-        write_trajectory(folder / "trajectory.jsonl.gz", trajectory)
+        save_trajectory(folder, trajectory)
         key = keys[task.id]
         score = key.score_orders(final) if key is not None else 0.0
         span = (datetime.fromisoformat(trajectory.steps[-1].timestamp or "") -

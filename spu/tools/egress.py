@@ -25,8 +25,9 @@ Traps handled here:
 - ``proxy.py`` drops a connection idle for ``--timeout`` seconds (10 by default); a
   model's streamed answer can pause longer than that while it thinks, so the proxy runs
   with a long idle timeout;
-- the proxy's port is only known once it listens: it writes it to a file
-  (``--port-file``), which the runner waits for;
+- the proxy's port is only known once it listens: it writes it (``--port-file``) into a
+  named pipe that the forker reads, woken by the port or by the proxy's end (a pidfd),
+  and the forker's answer to the start carries it (no file polled for);
 - a new interpreter importing ``proxy.py`` costs half a second of CPU, more than the
   rest of a short run: each proxy is forked from a process that imported it once
   (:class:`ProxyForker`);
@@ -56,6 +57,7 @@ import json
 import logging
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -172,7 +174,7 @@ class EgressProxy:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.log_path = self.folder / EGRESS_FILE
         self.log_path.touch()
-        self._port_file = self.folder / "egress.port"
+        self._port_fifo = self.folder / "egress.port"
         self._allow_file = self.folder / "egress.allow.json"
         self._allow_file.write_text("[]")
         self._deny_file = self.folder / "egress.deny.json"
@@ -225,14 +227,12 @@ class EgressProxy:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def start(self) -> EgressProxy:
-        """Start the proxy and wait until it listens.
+        """Start the proxy; return once it listens.
 
         Raises:
             EgressProxyError: it did not start (its log is in ``egress.proxy.log``).
         """
-        self._port_file.unlink(missing_ok=True)
         argv = ["--hostname", "127.0.0.1", "--port", "0",
-                "--port-file", str(self._port_file),
                 "--plugins", "spu.tools.egress_plugin.EgressRecorder",
                 "--spu-egress-log", str(self.log_path),
                 "--spu-allow-file", str(self._allow_file),
@@ -241,22 +241,10 @@ class EgressProxy:
                 "--num-acceptors", "1", "--num-workers", "1",
                 "--timeout", str(PROXY_IDLE_TIMEOUT_S), "--log-level", "ERROR"]
         log_path = self.folder / "egress.proxy.log"
-        self.pid = ProxyForker.shared().start(argv, log_path, self.confinement)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            code = ProxyForker.shared().poll(self.pid)
-            if code is not None:
-                self.pid = None
-                raise EgressProxyError(f"the egress proxy exited with code {code} "
-                                       f"(see {log_path})")
-            text = self._port_file.read_text().strip() if self._port_file.exists() else ""
-            if text.isdigit():
-                self.port = int(text)
-                log.info("egress proxy on 127.0.0.1:%d", self.port)
-                return self
-            time.sleep(0.01)
-        self.stop()
-        raise EgressProxyError(f"the egress proxy did not listen within {START_TIMEOUT_S:g} s")
+        self.pid, self.port = ProxyForker.shared().start(argv, log_path, self.confinement,
+                                                         self._port_fifo)
+        log.info("egress proxy on 127.0.0.1:%d", self.port)
+        return self
 
     def stop(self) -> int | None:
         """Stop the proxy and every process it started; its exit status (None: not running).
@@ -356,7 +344,7 @@ class ProxyForker:
     answers one JSON line per request on its standard input:
 
     - ``{"start": ARGV, "log": PATH}``: fork a proxy with ``ARGV`` writing to ``PATH``;
-      ``{"pid": PID}``;
+      ``{"pid": PID, "port": PORT}`` once it listens (its port comes through a pipe);
     - ``{"poll": PID}``: ``{"code": CODE}``, null while it runs;
     - ``{"stop": PID}``: SIGTERM to its process group (SIGKILL after 10 s), reaped;
       ``{"code": CODE}``.
@@ -403,15 +391,21 @@ class ProxyForker:
             raise EgressProxyError(f"the egress proxy forker: {answer['error']}")
         return answer
 
-    def start(self, argv: list[str], log_path: Path,
-              confinement: dict[str, Any] | None = None) -> int:
-        """Fork a proxy with ``argv``, its output to ``log_path``; its process id.
+    def start(self, argv: list[str], log_path: Path, confinement: dict[str, Any] | None,
+              port_fifo: Path) -> tuple[int, int]:
+        """Fork a proxy with ``argv``, its output to ``log_path``; its process id and port.
 
-        ``confinement`` (:meth:`spu.sandbox.limits.ServiceGroup.confinement`) is applied
-        in the proxy before it starts its own processes.
+        Returns once it listens: it writes its port into the named pipe ``port_fifo``
+        (made and removed here). ``confinement``
+        (:meth:`spu.sandbox.limits.ServiceGroup.confinement`) is applied in the proxy
+        before it starts its own processes.
+
+        Raises:
+            EgressProxyError: it ended, or did not listen within :data:`START_TIMEOUT_S`.
         """
-        return int(self._ask({"start": argv, "log": str(log_path),
-                              "confine": confinement or {}})["pid"])
+        answer = self._ask({"start": argv, "log": str(log_path),
+                            "confine": confinement or {}, "port_fifo": str(port_fifo)})
+        return int(answer["pid"]), int(answer["port"])
 
     def poll(self, pid: int) -> int | None:
         """The exit code of the proxy ``pid``, or None while it runs."""
@@ -509,6 +503,58 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def _start_proxy(request: dict[str, Any], children: set[int]) -> dict[str, Any]:
+    """Fork one proxy and read its port from a named pipe: ``{"pid", "port"}``, or an error.
+
+    The wait ends when the port arrives or when the proxy ends (its pidfd), at the latest
+    after :data:`START_TIMEOUT_S` (then the proxy is stopped).
+    """
+    fifo = Path(str(request["port_fifo"]))
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo, 0o600)
+    # Open before the fork, without blocking: the proxy's open for writing never waits.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        argv = [*(str(a) for a in request["start"]), "--port-file", str(fifo)]
+        pid = _fork_proxy(argv, str(request["log"]), dict(request.get("confine") or {}))
+        children.add(pid)
+        text = _port_from(reader, pid)
+    finally:
+        os.close(reader)
+        fifo.unlink(missing_ok=True)  # proxy.py's own removal at its end finds nothing
+    if text.isdigit():
+        return {"pid": pid, "port": int(text)}
+    children.discard(pid)
+    code = _stop_proxy(pid)
+    why = (f"exited with code {code}" if text == "ended"
+           else f"did not listen within {START_TIMEOUT_S:g} s")
+    return {"error": f"the egress proxy {why} (see {request['log']})"}
+
+
+def _port_from(reader: int, pid: int) -> str:
+    """The port the proxy ``pid`` writes to the pipe ``reader``; "ended" or "" (time out)."""
+    process = os.pidfd_open(pid)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        data = b""
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([reader, process], [], [], max(0.0, left))
+            if reader in ready:
+                chunk = os.read(reader, 64)
+                if not chunk:  # closed without a whole line: no port will come
+                    return "ended"
+                data += chunk
+                continue
+            if process in ready:
+                return "ended"
+            if not ready:
+                return ""
+        return data.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+    finally:
+        os.close(process)
+
+
 def serve_forks() -> None:
     """The loop of :class:`ProxyForker`: one answer per request line, until EOF."""
     import proxy.proxy  # noqa: F401 - imported once, here, for every fork
@@ -523,10 +569,7 @@ def serve_forks() -> None:
         try:
             request = json.loads(line)
             if "start" in request:
-                pid = _fork_proxy([str(a) for a in request["start"]], str(request["log"]),
-                                  dict(request.get("confine") or {}))
-                children.add(pid)
-                answer: dict[str, Any] = {"pid": pid}
+                answer: dict[str, Any] = _start_proxy(request, children)
             elif int(request.get("poll", request.get("stop", -1))) not in children:
                 answer = {"error": f"no proxy {request}"}
             elif "poll" in request:

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 MAX_HTML_BYTES = 2 << 20
 """HTML longer than this is cut before it is parsed (a note says so)."""
+MAX_PDF_PAGES = 1000
+"""Pages of a PDF turned into text at most (a note says when there were more)."""
 EXTRACT_CPU_S = 20
 """CPU seconds the worker may spend on one page."""
 EXTRACT_MEMORY_BYTES = 2 << 30
@@ -100,11 +102,14 @@ def pdf_text(body: bytes) -> tuple[str, str | None]:
 
     try:
         reader = PdfReader(io.BytesIO(body))
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
+        count = len(reader.pages)
+        pages = [reader.pages[k].extract_text() or "" for k in range(min(count, MAX_PDF_PAGES))]
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError, RecursionError) as exc:
         return (f"[PDF of {len(body)} bytes that could not be read: {type(exc).__name__}]",
                 f"PDF not readable: {exc}"[:300])
-    return "\n\n".join(p.strip() for p in pages if p.strip()), None
+    note = (f"PDF of {count} pages: the first {MAX_PDF_PAGES} read" if count > MAX_PDF_PAGES
+            else None)
+    return "\n\n".join(p.strip() for p in pages if p.strip()), note
 
 
 def html_text(html: str, url: str | None = None) -> str:

@@ -7,6 +7,10 @@ URL returns its text with status 200, any other URL status 404 (SPEC section 7).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from spu.config import ToolsConfig
 from spu.tools.corpus import Corpus, CorpusError, load_corpus
 from spu.tools.providers import (
@@ -27,6 +31,17 @@ class OfflineProvider(Provider):
     def __init__(self, cfg: ToolsConfig) -> None:
         super().__init__(cfg)
         self._corpus: Corpus | None = None
+
+    @classmethod
+    def selfcheck_config(cls, scratch: Path) -> dict[str, Any]:
+        """A corpus of two documents (``spu selfcheck tools=offline``)."""
+        corpus = scratch / "corpus.jsonl"
+        corpus.write_text("".join(json.dumps(d) + "\n" for d in (
+            {"url": "https://corpus.example/a", "title": "Amine boranes",
+             "text": "Copper-catalysed arylation of amine boranes."},
+            {"url": "https://corpus.example/b", "title": "Solid electrolytes",
+             "text": "Ionic conductivity of garnets."})), encoding="utf-8")
+        return {"corpus": str(corpus)}
 
     @property
     def corpus(self) -> Corpus:

@@ -58,6 +58,7 @@ from typing import Any
 
 from spu.config import ToolsConfig, ToolsPolicy
 from spu.schema import AuditEntry, PolicyStop
+from spu.serving import bound_port, server_class, start_in_thread, stop_thread
 from spu.tools.audit import AuditLog, now_iso
 from spu.tools.providers import MAX_RESULTS_CAP, Provider, ProviderError
 
@@ -67,6 +68,8 @@ POLICIES = tuple(p.value for p in ToolsPolicy)
 TIMEOUT_MARGIN_S = 5.0
 """Seconds the service waits beyond the provider's own timeout before it answers an error."""
 START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+"""Seconds a stopping service waits for calls still in flight before it cancels them."""
 
 INSTRUCTIONS = (
     "Audited search and fetch for this run. Every call is recorded. Use search(query, "
@@ -201,29 +204,27 @@ class ToolsService:
         return audited
 
     def start(self) -> ToolsService:
-        """Serve on ``127.0.0.1`` and a free port, in a daemon thread."""
+        """Serve on ``127.0.0.1`` and a free port, in a daemon thread; return once it listens."""
         import uvicorn
 
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=0, log_level="warning",
                                 access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="spu-tools-service",
-                                        daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the tools service did not start")
-            time.sleep(0.02)
-        self._port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        self._server = server_class()(config)
+        self._server.shutdown_timeout_s = STOP_TIMEOUT_S
+        self._thread = start_in_thread(self._server, "spu-tools-service", START_TIMEOUT_S)
+        self._port = bound_port(self._server)
         log.info("tools service on 127.0.0.1:%d (policy %s)", self.port, self.cfg.policy)
         return self
 
     def stop(self) -> None:
-        """Stop serving, close the provider."""
+        """Stop serving, close the provider.
+
+        The server is woken at once (:mod:`spu.serving`): it returns as soon as its
+        connections have closed, at most :data:`STOP_TIMEOUT_S` later for a call still in
+        flight (the agent has ended by then).
+        """
         if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
+            stop_thread(self._server, self._thread, join_s=STOP_TIMEOUT_S + 2)
             self._thread = None
         self.provider.close()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,19 +98,47 @@ class ToolsSession:
         self.endpoints: ToolEndpoints | None = None
 
     def start(self) -> ToolsSession:
-        """Start the service, then the proxy (a failure stops what started)."""
-        self.service.start()
+        """Start the service and the proxy, side by side; a failure stops what started.
+
+        The proxy boots in a process of its own while the service starts here; it reads
+        its allow list live, so the service's port is added once the service listens.
+        """
+        proxy_failed: list[BaseException] = []
+
+        def start_proxy() -> None:
+            try:
+                assert self.proxy is not None
+                self.proxy.start()
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the caller
+                proxy_failed.append(exc)
+
+        booting = threading.Thread(target=start_proxy, name="spu-egress-start", daemon=True)
+        if self.proxy is not None:
+            booting.start()
         try:
+            self.service.start()
             if self.proxy is not None:
                 port = self.service.port
                 self.proxy.allow(f"{host}:{port}" for host in ("127.0.0.1", "localhost", "::1"))
-                self.proxy.start()
-        except Exception:
-            self.service.stop()
-            if self.group is not None:
-                self.group.cleanup()
+        except BaseException:
+            self._abandon(booting)
             raise
+        if booting.ident is not None:
+            booting.join()
+        if proxy_failed:
+            self._abandon(booting)
+            raise proxy_failed[0]
         return self
+
+    def _abandon(self, booting: threading.Thread) -> None:
+        """A start that failed: stop what started (the proxy once its start has ended)."""
+        if booting.ident is not None:
+            booting.join()
+        if self.proxy is not None:
+            self.proxy.stop()
+        self.service.stop()
+        if self.group is not None:
+            self.group.cleanup()
 
     def refuse_hosts(self, hosts: set[str]) -> None:
         """Have the egress proxy refuse these host names (the model providers' APIs)."""

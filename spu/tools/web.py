@@ -1,8 +1,9 @@
 """``tools.provider=web``: a search API and ``httpx`` fetches, under timeouts and size limits.
 
-Search goes to ``tools.search_api``: ``searxng`` (a SearXNG instance's JSON API at
-``tools.search_url``, ``/search?format=json``) or ``brave`` (the Brave Search API, key
-in the variable ``tools.api_key_env``). Fetch reads at most ``tools.max_fetch_bytes``
+Search goes to ``tools.options.search_api``: ``searxng`` (a SearXNG instance's JSON API
+at ``tools.options.search_url``, ``/search?format=json``) or ``brave`` (the Brave Search
+API, key in the variable ``tools.options.api_key_env``): the provider's own options
+(:class:`WebOptions`). Fetch reads at most ``tools.max_fetch_bytes``
 within ``tools.fetch_timeout_s`` (connection and whole body) and turns HTML and PDF
 into text (:mod:`spu.tools.extract`).
 
@@ -33,10 +34,10 @@ import os
 import socket
 import time
 import zlib
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from spu.config import SearchApi, ToolsConfig
+from spu.config import ToolsConfig
 from spu.tools.addresses import public_address
 from spu.tools.extract import ExtractWorker
 from spu.tools.providers import (
@@ -44,10 +45,12 @@ from spu.tools.providers import (
     Provider,
     ProviderConfigError,
     ProviderError,
+    ProviderOptions,
     SearchResult,
 )
 
-SEARCH_APIS = tuple(a.value for a in SearchApi)
+SEARCH_APIS = ("searxng", "brave")
+"""The search APIs ``tools.options.search_api`` names."""
 BRAVE_URL = "https://api.search.brave.com/res/v1/web/search"
 MAX_REDIRECTS = 5
 USER_AGENT = "spu-audited-fetch/1"
@@ -82,10 +85,25 @@ def resolve_checked(host: str, port: int, allow_local: bool) -> str:
     return addresses[0]
 
 
+class WebOptions(ProviderOptions):
+    """``tools.provider=web``'s options."""
+
+    result_neutral = frozenset({"api_key_env"})  # where the key is, not what is found
+
+    search_api: Literal["searxng", "brave"] = "searxng"
+    """``searxng`` (a SearXNG instance's JSON API) or ``brave`` (the Brave Search API)."""
+    search_url: str | None = None
+    """Base URL of the search API (SearXNG: the instance; Brave: null for its endpoint)."""
+    api_key_env: str | None = None
+    """Environment variable holding the search API key, never the key (Brave: default
+    ``BRAVE_API_KEY``)."""
+
+
 class WebProvider(Provider):
     """A search API and the open web."""
 
     name = "web"
+    options_model = WebOptions
 
     def __init__(self, cfg: ToolsConfig) -> None:
         super().__init__(cfg)
@@ -94,14 +112,20 @@ class WebProvider(Provider):
 
     def check(self) -> None:
         """The search API is known and has its URL or key."""
-        if self.cfg.search_api == "searxng" and not self.cfg.search_url:
-            raise ProviderConfigError("tools.search_url: the SearXNG instance to search is not "
-                                      "set (e.g. tools.search_url=http://127.0.0.1:8888)")
-        if self.cfg.search_api == "brave":
-            name = self.cfg.api_key_env or "BRAVE_API_KEY"
+        if self.search_api == "searxng" and not self.options["search_url"]:
+            raise ProviderConfigError("tools.options.search_url: the SearXNG instance to "
+                                      "search is not set (e.g. tools.options.search_url="
+                                      "http://127.0.0.1:8888)")
+        if self.search_api == "brave":
+            name = self.options["api_key_env"] or "BRAVE_API_KEY"
             if not os.environ.get(name):
-                raise ProviderConfigError(f"tools.api_key_env: the Brave Search API key is not "
-                                          f"in the environment variable {name}")
+                raise ProviderConfigError(f"tools.options.api_key_env: the Brave Search API "
+                                          f"key is not in the environment variable {name}")
+
+    @property
+    def search_api(self) -> str:
+        """The search API asked (``tools.options.search_api``)."""
+        return str(self.options["search_api"])
 
     @property
     def client(self) -> Any:
@@ -127,31 +151,31 @@ class WebProvider(Provider):
         import httpx
 
         try:
-            if self.cfg.search_api == "brave":
+            if self.search_api == "brave":
                 results = self._brave(query, max_results)
             else:
                 results = self._searxng(query)
         except httpx.TimeoutException:
-            raise ProviderError(f"the search API ({self.cfg.search_api}) did not answer within "
+            raise ProviderError(f"the search API ({self.search_api}) did not answer within "
                                 f"{self.cfg.search_timeout_s:g} s") from None
         except httpx.HTTPError as exc:
-            raise ProviderError(f"the search API ({self.cfg.search_api}) failed: "
+            raise ProviderError(f"the search API ({self.search_api}) failed: "
                                 f"{type(exc).__name__}: {exc}") from None
         return results[:max_results]
 
     def _get_json(self, url: str, **kwargs: Any) -> Any:
         response = self.client.get(url, timeout=self.cfg.search_timeout_s, **kwargs)
         if response.status_code != 200:
-            raise ProviderError(f"the search API ({self.cfg.search_api}) answered HTTP "
+            raise ProviderError(f"the search API ({self.search_api}) answered HTTP "
                                 f"{response.status_code}")
         try:
             return response.json()
         except ValueError:
-            raise ProviderError(f"the search API ({self.cfg.search_api}) answered something "
+            raise ProviderError(f"the search API ({self.search_api}) answered something "
                                 f"other than JSON") from None
 
     def _searxng(self, query: str) -> list[SearchResult]:
-        base = str(self.cfg.search_url).rstrip("/")
+        base = str(self.options["search_url"]).rstrip("/")
         data = self._get_json(f"{base}/search", params={"q": query, "format": "json"})
         items = data.get("results") if isinstance(data, dict) else None
         return [SearchResult(url=str(r.get("url", "")), title=str(r.get("title") or ""),
@@ -160,8 +184,8 @@ class WebProvider(Provider):
                 for r in items or [] if isinstance(r, dict) and r.get("url")]
 
     def _brave(self, query: str, max_results: int) -> list[SearchResult]:
-        key = os.environ.get(self.cfg.api_key_env or "BRAVE_API_KEY", "")
-        data = self._get_json(self.cfg.search_url or BRAVE_URL,
+        key = os.environ.get(self.options["api_key_env"] or "BRAVE_API_KEY", "")
+        data = self._get_json(self.options["search_url"] or BRAVE_URL,
                               params={"q": query, "count": min(max_results, 20)},
                               headers={"accept": "application/json",
                                        "x-subscription-token": key})

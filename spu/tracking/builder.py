@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import pickle
+import queue
 import struct
 import subprocess
 import sys
@@ -215,9 +216,17 @@ class ViewBuilder:
         """CPU seconds the builder processes spent on builds (the benchmark reports them)."""
         self.built = 0
         """Views built in a builder process."""
+        self._starter = _Starter()
 
     def _start(self) -> None:
-        """Start a builder process (called with ``_lock`` held)."""
+        """Start a builder process (called with ``_lock`` held).
+
+        From the builder's own thread (:class:`_Starter`), which lives until
+        :meth:`close`: Linux ends the process when the thread that started it ends
+        (``PR_SET_PDEATHSIG``), and the thread that asks first is often one of a sweep's
+        settling threads, which end before the sweep does (the settle pool's shutdown
+        killed the builder, and its end read as a failure: "exit status -9").
+        """
         import spu
 
         root = str(Path(spu.__file__).resolve().parents[1])
@@ -227,13 +236,13 @@ class ViewBuilder:
         self._starts += 1
         self._ready = Future()
         self._waiting = {}
-        self._process = subprocess.Popen(
-            self._command, stdin=subprocess.PIPE,
+        self._process = self._starter.run(functools.partial(
+            subprocess.Popen, self._command, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, close_fds=True,
             # a session of its own: Ctrl-C is the driver's to handle (no traceback of the
             # builder's on the terminal); it ends when its requests end, the driver
             # closing them or dying
-            start_new_session=True)
+            start_new_session=True))
         threading.Thread(target=self._read_answers,
                          args=(self._process, self._ready, self._waiting),
                          name="spu-trace-builder", daemon=True).start()
@@ -445,8 +454,47 @@ class ViewBuilder:
             if busy:  # a thread may be writing to it: ended first, so no write waits
                 process.kill()
             _end(process)
+        self._starter.stop()
         log.debug("trace builder: %d of %d traced runs built in its process (%d started)",
                   self.built, self._recorded, self._starts)
+
+
+class _Starter:
+    """A thread that starts the builder processes and lives until :meth:`stop`.
+
+    A process started with ``PR_SET_PDEATHSIG`` ends when the thread that started it
+    does; this thread ends only when the builder is closed (or the driver ends).
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
+            queue.SimpleQueue())
+        self._thread: threading.Thread | None = None
+
+    def run(self, start: Callable[[], Any]) -> Any:
+        """``start()`` called in this thread; its value (or its exception, raised here)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="spu-trace-builder-start",
+                                            daemon=True)
+            self._thread.start()
+        done: Future[Any] = Future()
+        self._requests.put((start, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            start, done = request
+            try:
+                done.set_result(start())
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                done.set_exception(exc)
+
+    def stop(self) -> None:
+        """End the thread (once what it started has ended)."""
+        if self._thread is not None:
+            self._requests.put(None)
+            self._thread.join()
+            self._thread = None
 
 
 def spare_core() -> bool:

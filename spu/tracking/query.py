@@ -273,10 +273,47 @@ def key_records(target: TrackingTarget, run_keys: Iterable[str] | None = None) -
     if missing_sqlite_store(target.uri) is not None:
         return KeyRecords({}, {})
     with store_lock(target.uri):
-        return _key_records(client_for(target), run_keys)
+        stored = run_key_index(target.uri)
+        return _key_records(client_for(target), run_keys, stored)
 
 
-def _key_records(client: MlflowClient, run_keys: Iterable[str] | None) -> KeyRecords:
+PER_KEY_AT_MOST = 20
+"""Keys looked up one search each, whatever the store holds."""
+_INDEXED: dict[str, int] = {}
+"""SQLite stores this process has indexed by run key, with their runs then."""
+
+
+def run_key_index(uri: str) -> int | None:
+    """Index a SQLite store's tags by value, once per process; the runs it holds.
+
+    MLflow's own index of tags starts with the tag's name, so a search for one run key
+    read every run's ``run_key`` tag: 110 ms per key at 100,000 runs, 10 ms with this
+    index (and at any size). None for a store that is not a SQLite file (its server's
+    database is left as it is).
+    """
+    from spu.tracking.store import sqlite_path
+
+    db = sqlite_path(uri)
+    if db is None or not db.is_file():
+        return None
+    import sqlite3
+
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        if uri not in _INDEXED:
+            con.execute("CREATE INDEX IF NOT EXISTS spu_tags_key_value ON tags (key, value)")
+            con.commit()
+        runs = int(con.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+    except sqlite3.Error:  # not an MLflow store (yet): MLflow says what is wrong
+        return None
+    finally:
+        con.close()
+    _INDEXED[uri] = runs
+    return runs
+
+
+def _key_records(client: MlflowClient, run_keys: Iterable[str] | None,
+                 stored: int | None = None) -> KeyRecords:
     experiments = [str(e.experiment_id) for e in client.search_experiments()]
     if not experiments:
         return KeyRecords({}, {})
@@ -284,7 +321,11 @@ def _key_records(client: MlflowClient, run_keys: Iterable[str] | None) -> KeyRec
     for key in keys or ():
         if not RUN_KEY_PATTERN.fullmatch(key):
             raise RunLookupError(f"{key!r} is not a run key (16 hex digits)")
-    if keys is not None and len(keys) <= 20:
+    # One search per key where that reads less than the whole store: a few keys, or an
+    # indexed store that holds more runs than twice the keys (a sweep relaunched in a
+    # root that has grown). Otherwise the whole store, once.
+    if keys is not None and (len(keys) <= PER_KEY_AT_MOST
+                             or (stored is not None and stored >= 2 * len(keys))):
         found = [r for key in keys
                  for r in search_runs(client, experiments, f"tags.run_key = '{key}'")]
     else:

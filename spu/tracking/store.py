@@ -36,14 +36,14 @@ import re
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import spu
-from spu.config import TracesConfig, TrackingConfig
+from spu.config import EXPERIMENT_PREFIX, TracesConfig, TrackingConfig
 from spu.identity import official_score
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tasks.freshness import freshness_text
@@ -76,10 +76,6 @@ STORE_ONCE_ABOVE_BYTES = 16 << 20
 
 BLOB_FOLDER = "blobs/sha256"
 """Where content-addressed artifacts live under the artifact root."""
-
-EXPERIMENT_PREFIX = "spu-"
-"""SPU's MLflow experiments are ``spu-<experiment.name>``: never confused with MLflow's
-own empty ``Default`` experiment."""
 
 MAX_ARTIFACT_TOTAL_BYTES = 1 << 30
 """Bytes logged from each of the agent's folders at most (sparse files copy as dense)."""
@@ -307,20 +303,57 @@ def experiment_id(client: MlflowClient, target: TrackingTarget) -> str:
 
 
 def _find_or_create_experiment(client: MlflowClient, target: TrackingTarget) -> str:
+    import time
+
     from mlflow.exceptions import MlflowException
+
+    from spu.tracking.ui import experiment_ui_tags
 
     found = client.get_experiment_by_name(target.experiment)
     if found is not None:
+        ensure_ui_tags(client, found)
         return str(found.experiment_id)
     location = f"{target.artifact_root.rstrip('/')}/{target.experiment}"
     try:
-        return str(client.create_experiment(target.experiment, artifact_location=location))
+        return str(client.create_experiment(
+            target.experiment, artifact_location=location,
+            tags=experiment_ui_tags(int(time.time() * 1000))))
     except MlflowException:
         # Another worker created it between the lookup and the create.
         found = client.get_experiment_by_name(target.experiment)
         if found is None:
             raise
         return str(found.experiment_id)
+
+
+def ensure_ui_tags(client: MlflowClient, experiment: Any,
+                   lengths: dict[str, int] | None = None) -> None:
+    """Give an SPU experiment made before them its kind and its SPU view.
+
+    With ``lengths`` (``spu ui``, which knows the runs: the longest ``name``, ``config``
+    and ``task``), the view's columns are made as wide as those texts.
+    """
+    import time
+
+    from spu.tracking.ui import EXPERIMENT_KIND_TAG, RUN_TRACKING_KIND, spu_view_tag
+
+    tags = dict(experiment.tags or {})
+    if tags.get(EXPERIMENT_KIND_TAG) is None:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG,
+                                  RUN_TRACKING_KIND)
+    now = int(time.time() * 1000)
+    key, value = spu_view_tag(now, lengths)
+    present = tags.get(key)
+    if present is None or (lengths is not None and _view_state(present) != _view_state(value)):
+        client.set_experiment_tag(experiment.experiment_id, key, value)
+
+
+def _view_state(tag_value: str | None) -> str | None:
+    """The ``state`` of a saved view's tag value (None when absent or unreadable)."""
+    try:
+        return str(json.loads(tag_value)["state"]) if tag_value else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def run_params(record: RunRecord) -> dict[str, str]:
@@ -365,26 +398,35 @@ def identity_params(record: RunRecord) -> dict[str, str]:
         "identity.task_digest": task.task_digest,
         "identity.tools_provider": tools.provider,
         "identity.corpus_sha256": tools.corpus_sha256,
+        # What a plugin changes, where set (canonical JSON, as the run key hashes it).
+        "identity.env": _json_or_none(config.env),
+        "identity.options": _json_or_none(config.options),
+        "identity.tools_options": _json_or_none(tools.options),
+        "identity.sandbox_options": _json_or_none(identity.sandbox_options),
     }
     # MLflow keeps a param to 6,000 characters; arguments are the one field that may be long.
     return {k: v[:6000] for k, v in values.items() if v}
 
 
-def run_name(record: RunRecord) -> str:
-    """The MLflow run name: task, repeat, then configuration, so a cut name still tells runs apart.
+def _json_or_none(value: Mapping[str, object]) -> str | None:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) if value else None
 
-    The UI truncates long names at the end; the task and the repeat are short and come
-    first (``t:spu-a9sx r0 opus5-max``).
+
+def run_name(record: RunRecord) -> str:
+    """The MLflow run name: ``<config> · <task> · r<repeat>``.
+
+    Sorted by name, a table groups each configuration's runs; the SPU view shows the
+    name uncut (:func:`spu.tracking.ui.spu_view_state`).
 
     Examples:
         >>> from spu.schema import RunRecord
         >>> record = RunRecord.model_construct(task_id="spu-a9sx", repeat=2, config="opus5-max",
         ...                                    model="opus5", effort="max")
         >>> run_name(record)
-        't:spu-a9sx r2 opus5-max'
+        'opus5-max · spu-a9sx · r2'
     """
     config = record.config or f"{record.model}-{record.effort}"
-    return f"t:{record.task_id} r{record.repeat} {config}"
+    return f"{config} · {record.task_id} · r{record.repeat}"
 
 
 def agent_times_ms(record: RunRecord) -> tuple[int | None, int | None]:

@@ -18,7 +18,13 @@ The trace is read from the run folder as the run left it, one step at a time:
 - a sub-agent's steps nested in an ``AGENT`` span of its own.
 
 Every span's text is cut at ``tracking.traces.max_chars`` with a note naming the artifact
-that holds the rest, and a trace holds at most ``tracking.traces.max_spans`` spans, the
+that holds the rest, and loads nothing where MLflow's trace view shows it: the view
+renders each text at the top of a span's inputs and outputs as markdown, where an agent's
+``![px](http://host/pixel.png)`` would make the browser that opens the span fetch that
+address. Such a text is a fenced code block (:func:`inert`), its fence longer than any
+run of backticks in it, so nothing in it can close the fence; the trace's previews hold
+no agent text at all. A text of letters, digits and plain punctuation stays as it is.
+A trace holds at most ``tracking.traces.max_spans`` spans, the
 number left out counted on the root span. The spans are built in memory with their real
 times and written synchronously: by default (``tracking.traces.spans=artifact``) the trace
 is one store transaction (``start_trace``: its tags and its link to the run) and its spans
@@ -37,6 +43,7 @@ import functools
 import io
 import json
 import logging
+import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator
@@ -87,6 +94,54 @@ def cut(text: str | None, max_chars: int, artifact: str = TRAJECTORY_FILE) -> st
         return text
     return (f"{text[:max_chars]}\n[... {len(text) - max_chars} of {len(text)} characters cut;"
             f" the whole text is in {artifact}]")
+
+
+_PLAIN = re.compile(r"[\w .,:;/+=@%-]*")
+"""A text markdown shows as it is: letters, digits, spaces and plain punctuation."""
+
+_BACKTICKS = re.compile(r"`+")
+
+
+def inert(text: str) -> str:
+    r"""``text`` as markdown that shows it and loads nothing: a fenced code block.
+
+    Inside a fenced block markdown reads no image, link or HTML. The block ends only at
+    a line of at least as many backticks as opened it, so the fence is one backtick
+    longer than the longest run of backticks in ``text`` (and at least three): nothing
+    the agent wrote can close it. A plain text (:data:`_PLAIN`) is left as it is.
+
+    Examples
+    --------
+    >>> inert("end_turn"), inert("10.1038/s41586-099-01234-5")
+    ('end_turn', '10.1038/s41586-099-01234-5')
+    >>> print(inert("![px](http://127.0.0.1:8765/pixel.png)"))
+    ```
+    ![px](http://127.0.0.1:8765/pixel.png)
+    ```
+    >>> print(inert("````\n![px](http://h/p.png)\n````"))
+    `````
+    ````
+    ![px](http://h/p.png)
+    ````
+    `````
+    """
+    if _PLAIN.fullmatch(text):
+        return text
+    longest = max((m.end() - m.start() for m in _BACKTICKS.finditer(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def _inert_top(value: Any) -> Any:
+    """``value`` with its own text, or each text at its top level, made :func:`inert`.
+
+    MLflow's trace view renders those as markdown; deeper values it shows as JSON.
+    """
+    if isinstance(value, str):
+        return inert(value)
+    if isinstance(value, dict):
+        return {k: inert(v) if isinstance(v, str) else v for k, v in value.items()}
+    return value
 
 
 def _ns(timestamp: str | None) -> int | None:
@@ -200,9 +255,10 @@ class _Writer:
         encoded = {"mlflow.traceRequestId": self.request_id_json,
                    "mlflow.spanType": _span_type(span_type)}
         if inputs is not None:
-            encoded["mlflow.spanInputs"] = inputs if isinstance(inputs, _JSON) else encode(inputs)
+            encoded["mlflow.spanInputs"] = (inputs if isinstance(inputs, _JSON)
+                                            else encode(_inert_top(inputs)))
         if outputs is not None:
-            encoded["mlflow.spanOutputs"] = encode(outputs)
+            encoded["mlflow.spanOutputs"] = encode(_inert_top(outputs))
         for k, v in (attributes or {}).items():
             if v is not None:
                 encoded[k] = encode(v)
@@ -489,8 +545,10 @@ def build_views(record: RunRecord, run_dir: Path, settings: TracesConfig | None 
         # what ``TraceData(spans).to_dict()`` gives, every attribute a JSON string already
         spans_json=json.dumps({"spans": w.spans}, ensure_ascii=False),
         request_time_ms=start // 1_000_000, execution_ms=(finish - start) // 1_000_000,
+        # the previews the trace list shows: what SPU wrote, never the agent's rankings
         request_preview=json.dumps(inputs, default=str)[:1000],
-        response_preview=json.dumps(outputs, default=str)[:1000],
+        response_preview=json.dumps({k: v for k, v in outputs.items() if k != "rankings"},
+                                    default=str)[:1000],
         token_usage=dict(w.usage), tags=trace_tags(record))
 
 
@@ -574,6 +632,19 @@ def _write_to_artifacts(tracing: Any, tracking_uri: str, experiment_id: str, inf
         raise
 
 
+def write_beside(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in a run folder (``transcript.html`` beside ``run.json``).
+
+    Through a hidden name and a rename: a reader never sees half a page, and a link
+    planted at ``path`` is replaced, never followed.
+    """
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    with open(partial, "x", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(partial, path)
+
+
 def put_artifact(repo: Any, name: str, text: str) -> None:
     """Log ``text`` as the artifact ``name`` at the root of ``repo``.
 
@@ -647,8 +718,12 @@ def _one_step(w: _Writer, s: Any, before: int, t: int, after: int,
         # the arguments are encoded once: to measure them, and as the span's inputs
         text_args = _encode(call.arguments)
         if len(text_args) > max_chars:
-            text_args = _encode(w.text(text_args))
-        inputs = _JSON(f'{{"arguments": {text_args}, "call_id": {_encode(call.id)}}}')
+            text_args = _encode(inert(w.text(text_args) or ""))
+        elif isinstance(call.arguments, str):
+            text_args = _encode(inert(call.arguments))
+        call_id = _encode(inert(call.id) if call.id is not None else None)
+        # built here, not by ``add``: every text at its top level is inert already
+        inputs = _JSON(f'{{"arguments": {text_args}, "call_id": {call_id}}}')
         w.span(call.name, "TOOL", t, after, parent=parent, inputs=inputs,
                outputs={"output": w.text(call.output), "is_error": call.is_error},
                attributes={"spu.step": s.index, "spu.tool": call.name,
@@ -686,6 +761,7 @@ def log_views(client: MlflowClient, experiment_id: str, run_id: str, artifact_ur
         views = built() if built is not None else build_views(record, run_dir, settings)
         put_artifact(run_artifacts(artifact_uri, target.uri), TRANSCRIPT_FILE,
                      views.transcript)
+        write_beside(run_dir / TRANSCRIPT_FILE, views.transcript)
         write_trace(target.uri, experiment_id, run_id, views, settings)
     except Exception as exc:  # noqa: BLE001 (the run is recorded; the trace is extra)
         detail = str(exc).split("\n", 1)[0][:300]

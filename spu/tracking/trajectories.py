@@ -7,6 +7,11 @@ tool output; this layout lets the runner write it, tracking log it and the analy
 scan it one step at a time, never holding the whole text in memory.
 
 Files of the first layout (``trajectory.json``, one JSON document) still load.
+
+A tool call's arguments are the agent's JSON, of any depth; pydantic writes JSON only
+about 255 levels deep and reads it back only about 128 deep. Arguments nested past 64
+levels are written with their deeper parts as JSON text, as the session readers read them
+(:func:`spu.gateway.answers.loads`), so every trajectory written can be read back.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +28,8 @@ from typing import Any, Literal
 import msgspec
 from pydantic import ValidationError
 
-from spu.schema import TRAJECTORY_VERSION, Trajectory, TrajectoryStep, Usage
+from spu.gateway.answers import loads, nested_within
+from spu.schema import TRAJECTORY_VERSION, Record, ToolCall, Trajectory, TrajectoryStep, Usage
 from spu.tasks.package import validation_message
 
 TRAJECTORY_FILE = "trajectory.jsonl.gz"
@@ -56,14 +63,68 @@ def write_trajectory(path: Path, trajectory: Trajectory) -> Path:
         "usage": trajectory.usage.model_dump(),
     }
     tmp = path.with_name(path.name + ".partial")
-    # mtime=0: the same trajectory gives the same bytes.
-    with open(tmp, "wb") as raw, \
-            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
-        gz.write(json.dumps(header).encode() + b"\n")
-        for step in trajectory.steps:
-            gz.write(step.model_dump_json(exclude_defaults=True).encode() + b"\n")
-    tmp.replace(path)
+    try:
+        # mtime=0: the same trajectory gives the same bytes.
+        with open(tmp, "wb") as raw, \
+                gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz:
+            gz.write(json.dumps(header).encode() + b"\n")
+            for step in trajectory.steps:
+                gz.write(record_json(_bounded(step), exclude_defaults=True) + b"\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no half-written file left beside the run's record
+        raise
     return path
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def record_json(record: Record, *, indent: int | None = None,
+                exclude_defaults: bool = False) -> bytes:
+    r"""``record`` as JSON in UTF-8 (a trajectory's line, a run record).
+
+    A lone surrogate (what a JSON escape such as ``\ud800`` in an agent's session file
+    reads as) has no UTF-8 and stops pydantic's writer: such a record is written with
+    each one replaced by U+FFFD, the rest as it was.
+    """
+    try:
+        return record.model_dump_json(indent=indent, exclude_defaults=exclude_defaults).encode()
+    except ValueError:
+        data = record.model_dump(mode="json", exclude_defaults=exclude_defaults)
+        return json.dumps(_without_surrogates(data), indent=indent, ensure_ascii=False).encode()
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    return value
+
+
+DEEP_ARGUMENTS = "[arguments nested too deep to keep]"
+"""What stands for arguments Python itself cannot write as JSON (nested past its stack)."""
+
+
+def _bounded(step: TrajectoryStep) -> TrajectoryStep:
+    """``step`` with each tool call's arguments nested at most 64 deep (deeper: as text)."""
+    if all(nested_within(call.arguments) for call in step.tool_calls):
+        return step
+    return step.model_copy(update={"tool_calls": [_bounded_call(c) for c in step.tool_calls]})
+
+
+def _bounded_call(call: ToolCall) -> ToolCall:
+    if nested_within(call.arguments):
+        return call
+    try:
+        text = json.dumps(call.arguments, default=str)
+    except (RecursionError, ValueError):
+        return call.model_copy(update={"arguments": DEEP_ARGUMENTS})
+    cut = loads(text, deep_as_text=True)
+    return call.model_copy(update={"arguments": text if cut is None else cut})
 
 
 def find_trajectory(run_dir: Path) -> Path | None:

@@ -53,7 +53,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2rem .5rem;t
 {% if left_out %}<p>{{ left_out }}</p>{% endif %}
 <h2>Audited calls</h2>
 {% if audits %}<table><tr><th>#</th><th>time</th><th>tool</th><th>arguments</th><th>status</th><th>exposure</th></tr>
-{% for a in audits %}<tr><td>{{ a.call }}</td><td>{{ a.time }}</td><td>{{ a.tool }}</td><td>{{ a.args|tojson }}</td><td>{{ a.status }}</td><td{% if a.exposure %} class="flag"{% endif %}>{{ a.exposure|join(", ") }}</td></tr>
+{% for a in audits %}<tr><td>{{ a.call }}</td><td>{{ a.time }}</td><td>{{ a.tool }}</td><td>{{ a.args|tojson }}</td><td>{{ a.shown_status }}</td><td{% if a.exposure %} class="flag"{% endif %}>{{ a.exposure|join(", ") }}</td></tr>
 {% endfor %}</table>{% else %}<p>none</p>{% endif %}
 <h2>Submission</h2>
 {% if rankings %}<pre>{{ rankings }}</pre>{% else %}<p>no rankings.json</p>{% endif %}
@@ -90,6 +90,29 @@ def _indented(value: Any) -> str:
     return json.dumps(value, indent=1, default=str)
 
 
+def audit_status(entry: dict[str, Any]) -> str:
+    """The status cell of an audited call: the service's status, or the page's HTTP status.
+
+    A fetch that did not get its page shows the page's status (the service answers ``ok``
+    for a 404: the tool worked, the page was not there).
+
+    Examples:
+        >>> audit_status({"status": "ok", "http_status": 404})
+        'HTTP 404 Not Found'
+        >>> audit_status({"status": "ok", "http_status": 200}), audit_status({"status": "refused"})
+        ('ok', 'refused')
+    """
+    from http import HTTPStatus
+
+    code = entry.get("http_status")
+    if isinstance(code, int) and not 200 <= code < 300:
+        try:
+            return f"HTTP {code} {HTTPStatus(code).phrase}"
+        except ValueError:
+            return f"HTTP {code}"
+    return str(entry.get("status", ""))
+
+
 def transcript_context(record: RunRecord, run_dir: Path, max_chars: int = 20000,
                        max_steps: int = 5000) -> dict[str, Any]:
     """What the transcript shows, read from the run folder (steps capped at ``max_steps``)."""
@@ -121,7 +144,8 @@ def transcript_context(record: RunRecord, run_dir: Path, max_chars: int = 20000,
     data = read_submission_file(run_dir / "output" / "rankings.json")
     rankings = _text(data.decode("utf-8", "replace"), max_chars) if data else None
     return {
-        "r": record, "steps": steps, "instruction": instruction, "audits": audit_entries(run_dir),
+        "r": record, "steps": steps, "instruction": instruction,
+        "audits": [{**a, "shown_status": audit_status(a)} for a in audit_entries(run_dir)],
         "rankings": rankings,
         "score": official_score(record.scored, record.score_strict, record.score_recovered),
         "left_out": (f"{left} more steps are in trajectory.jsonl.gz" if left else ""),

@@ -51,10 +51,19 @@ ACTIVITY_CASES = [
     (BASH, bash("sleep 60"), "", "waiting"),
     ("Read", {"file_path": "/workspace/xtb.log"}, "", "viewing_files"),
     (BASH, bash("ls -la /workspace"), "", "viewing_files"),
+    (BASH, bash("cd /workspace && ls"), "", "viewing_files"),
+    (BASH, bash("echo ---; tail -5 run.log"), "", "viewing_files"),
     ("TodoWrite", {"todos": []}, "", "planning"),
     ("update_plan", {"plan": []}, "", "planning"),
     (BASH, bash("date"), "Mon", "planning"),
+    (BASH, bash("echo start; date"), "start\nMon", "planning"),
     ("mcp__spu__policy_stop", {"step": 3, "reason": "x"}, "", "other"),
+    # Print-only commands view no file: E.7's "other" (issue 43, the hand label of
+    # `echo checkpoint`), as is a change of directory alone.
+    (BASH, bash("echo checkpoint"), "checkpoint", "other"),
+    (BASH, bash("printf '%s\\n' done"), "done", "other"),
+    (BASH, bash("cd /workspace"), "", "other"),
+    (BASH, bash('echo "$SPU_TASK_DIR"'), "/task", "other"),
     ("SomethingNew", {}, "", "other"),
 ]
 

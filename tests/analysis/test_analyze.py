@@ -104,6 +104,25 @@ def test_the_corpus_exercises_the_paper_26_outputs(analysis) -> None:
     assert "16 method" in outputs["associations.csv"]["rule"]
 
 
+def test_every_file_of_spu_analyze_names_its_rule(analysis) -> None:
+    """Issue 43: each output file's manifest entry gives its rule, population, basis (the
+    paper's rule, a reading, an option or the framework's) and the paper's sentence; 4.8's
+    comparison is over the tasks with runs on both sides, as the paper writes."""
+    from spu.stats.rules import BASES
+
+    outputs = json.loads((analysis / "manifest.json").read_text())["outputs"]
+    written = {p.name for p in analysis.glob("*.csv")}
+    assert written <= set(outputs)
+    for name in written:
+        entry = outputs[name]
+        assert entry["rule"] and entry["population"] and entry["sentence"], name
+        assert entry["basis"] in BASES, name
+    assert "both sides" in outputs["gpu_within_config.csv"]["rule"]
+    assert "63 tasks" in outputs["gpu_within_config.csv"]["sentence"]
+    within = pd.read_csv(analysis / "gpu_within_config.csv")
+    assert within["n_tasks"].nunique() == 1
+
+
 def test_figures_written_and_missing_ones_listed(analysis, capsys) -> None:
     pngs = {p.stem for p in (analysis / "figures").glob("*.png")}
     assert {"fig14a_activity_time", "fig15a_families", "fig16a_first_appearance",
@@ -158,3 +177,24 @@ def test_report_includes_the_trajectory_figures(analysis, tmp_path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "figures/fig17a_associations.png" in md
     assert "figure fig18_fig19ab_fig20 not drawn" in md
+
+
+def test_a_sample_prints_the_agents_commands_as_text(tmp_path, capsys) -> None:
+    """Issue 41 (V2): ``spu analyze sample`` prints the agents' commands and outputs for a
+    person to label; their control characters reach the terminal escaped."""
+    from spu.schema import ToolCall, Trajectory, TrajectoryStep
+    from spu.tracking.trajectories import read_trajectory, write_trajectory
+    from tests.conftest import REPO
+
+    (folder,) = make_corpus(tmp_path / "outputs", 1, task_root=REPO / "tasks", calls=3)
+    old = read_trajectory(folder / "trajectory.jsonl.gz")
+    seq = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J"
+    steps = [TrajectoryStep(index=0, timestamp="2026-11-01T00:00:00+00:00", tool_calls=[
+        ToolCall(name="Bash", arguments={"command": "ls " + seq}, output="out " + seq)])]
+    write_trajectory(folder / "trajectory.jsonl.gz",
+                     Trajectory(harness=old.harness, steps=steps, usage=old.usage))
+    assert main(["analyze", "sample", str(tmp_path / "outputs" / "runs"), "--n", "1",
+                 "--out", str(tmp_path / "s.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed
+    assert "ls \\x1b]52;c;cm0gLXJmIH4=\\x07" in printed

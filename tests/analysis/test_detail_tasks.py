@@ -53,6 +53,7 @@ def test_repeat_orders_by_hand(tmp_path) -> None:
     assert modal_order([["a", "b"], ["b", "a"], ["b", "a"]]) == ["b", "a"]
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_spu_analyze_writes_and_draws_them(tmp_path) -> None:
     """On a simulated study with repeats: the files, their rules, and both figures."""
     params = SimulationParameters(configs=tuple(c for c in PAPER_CONFIGS

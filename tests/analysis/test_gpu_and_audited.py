@@ -67,7 +67,10 @@ def test_main_workload_by_discipline_hand_worked() -> None:
     assert t.loc[("all", "dft"), "n_runs"] == 2 and t.loc[("all", "dft"), "n_used"] == 3
 
 
-def test_within_configuration_gpu_difference_matches_a_hand_computation() -> None:
+@pytest.mark.parametrize("tasks", ["both-sides", "all"])
+def test_within_configuration_gpu_difference_matches_a_hand_computation(tasks) -> None:
+    """4.8: "Over the 63 tasks that have runs on both sides" (the default) or every task
+    (--gpu-tasks all); the tasks are cut after each run is made relative to the others."""
     rng = np.random.default_rng(4)
     rows = []
     for t in range(8):
@@ -76,9 +79,15 @@ def test_within_configuration_gpu_difference_matches_a_hand_computation() -> Non
                          "used_gpu": bool(rng.random() < 0.4),
                          "gpu_confirmed": bool(rng.random() < 0.5)})
     f = pd.DataFrame(rows)
-    table = gpu_within_config(f, seed=0, resamples=300)
+    table = gpu_within_config(f, seed=0, resamples=300, tasks=tasks)
     rel = relative_frame(f.rename(columns={"score": "score_recovered"}).assign(scored=True),
                          ["A", "B", "C"])
+    sides = rel.groupby("task_id")["used_gpu"].agg(["any", "all"])
+    both = sides.index[sides["any"] & ~sides["all"]]
+    assert 0 < len(both) < 8  # the seed leaves tasks on one side only
+    if tasks == "both-sides":
+        rel = rel[rel["task_id"].isin(both)]
+    assert set(table["n_tasks"]) == {rel["task_id"].nunique()}
     for c in "ABC":
         own = rel[rel["config"] == c]
         used = own["used_gpu"]

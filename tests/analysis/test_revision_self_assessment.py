@@ -211,8 +211,9 @@ def test_the_paper_rules_are_the_defaults_and_the_manifest_says_them() -> None:
     inputs = TrajectoryInputs(readings=[], calls=pd.DataFrame(), scored=f,
                               options=AnalyzeOptions())
     result = ranking_revisions(inputs)
-    assert result.rules["revisions.csv"] == REVISION_RULE
-    assert result.rules["revision_intervals.csv"] == revision_rule("pairs")
+    assert result.rules["revisions.csv"].text == REVISION_RULE
+    assert result.rules["revision_intervals.csv"].text == revision_rule("pairs")
+    assert {r.basis for r in result.rules.values()} == {"paper"}
     assert AnalyzeOptions().flip_share == "pairs" and "pooled" in revision_rule()
     for words in ("differ from their first draft", "resampling tasks", "two-sided",
                   "ties"):
@@ -263,3 +264,41 @@ def test_the_flip_counts_are_written_per_run(tmp_path) -> None:
     assert (f["flips_scored"], f["flips_into_measured"]) == (1, 1)
     rev = revisions(pd.DataFrame([f]))
     assert rev[["flips_scored", "flips_into_measured"]].iloc[0].tolist() == [1, 1]
+
+
+def test_a_return_to_the_input_order_is_a_revision_in_24e_too(tmp_path) -> None:
+    """Issue 43: one population for 4.3 and Figure 24e. The caption's "item pairs flipped
+    after the draft" are read as the net flips from the first draft to the submission, over
+    4.3's revised runs, a submission back in the input order included.
+
+    By hand, draft E22 E33 E44 E11 to the input order E11 E22 E33 E44 (measured E22 < E44 <
+    E33 < E11) flips (E22, E11), (E33, E11) and (E44, E11): none moves into the measured
+    order; at distances 3, 2 and 1 in the draft, 0, 0 and 1 of 3 pairs are the wrong way,
+    so random flips would fix (0 + 0 + 1/3) / 3 = 1/9. The other run flips (E33, E44) into
+    the measured order, 1/3 expected. Pooled: 1 of 4 against (3/9 + 1/3) / 4 = 1/6;
+    ``--revised-population ranked`` keeps the second run only: 1 of 1 against 1/3."""
+    key = {"t": GradingKey.build(CONTRACT, ANSWERS)}
+    steps = [step(0, "start"), step(1, f"Draft:\n{ranking(DRAFT)}"),
+             step(2, None, [bash("python3 final.py > /output/rankings.json")]), step(3)]
+    back = read_run(make_run(tmp_path / "back", steps, ITEMS), key).features
+    assert back["submission_differs"] is True and back["submission_ranked"] is False
+    assert (back["flips_scored"], back["flips_into_measured"]) == (3, 0)
+    assert back["flipped_expected_share"] == pytest.approx(1 / 9)
+    final = read_run(make_run(tmp_path / "final", steps, FINAL), key).features
+    assert final["submission_ranked"] is True
+    rev = revisions(pd.DataFrame([back, final]).assign(task_id=["t1", "t2"]))
+
+    def shares(population: str) -> tuple[float, float, int]:
+        t = revision_intervals(rev, resamples=100, population=population).set_index(
+            ["config", "quantity"])
+        into = t.loc[("all", "share of flips into the measured order")]
+        expected = t.loc[("all", "share expected from random flips"), "mean"]
+        change = t.loc[("all", "submission minus first draft"), "n_runs"]
+        assert change == into["n_runs"]  # 17c and 24e over the same runs
+        return into["mean"], expected, into["n_runs"]
+
+    assert shares("differs") == pytest.approx((1 / 4, 1 / 6, 2))
+    assert shares("ranked") == pytest.approx((1.0, 1 / 3, 1))
+    differs = _stats(revision_tests(rev, resamples=50))
+    ranked = _stats(revision_tests(rev, resamples=50, population="ranked"))
+    assert (differs["revision_runs_differing"], ranked["revision_runs_differing"]) == (2, 1)

@@ -11,11 +11,11 @@ import pytest
 
 from spu.config import ModelGatewayConfig, PriceConfig
 from spu.gateway.server import ModelGateway
-from spu.testing import Script, ScriptedModelServer
+from spu.scripted import Script, ScriptedModelServer
 
 SCRIPTED_PRICES = PriceConfig(input=1.0, cache_read=0.1, cache_write_5m=1.25,
                               cache_write_1h=2.0, output=5.0)
-"""conf/model/scripted.yaml's nominal prices."""
+"""Nominal prices the gateway is tested at (conf/model/scripted.yaml's own are $0)."""
 
 
 def anthropic_body(turn: int, *, model: str = "spu_agent", stream: bool = True) -> dict[str, Any]:

@@ -10,9 +10,9 @@ import pytest
 from spu.gateway.answers import ChatReader, reader_for, tool_results
 from spu.gateway.verdict import gateway_verdict
 from spu.schema import GatewayRequest, Usage
-from spu.testing import ScriptedTurn, scripted_usage
-from spu.testing import anthropic_messages as am
-from spu.testing import openai_responses as oa
+from spu.scripted import ScriptedTurn, scripted_usage
+from spu.scripted import anthropic_messages as am
+from spu.scripted import openai_responses as oa
 
 
 def _sse(events: list[tuple[str, dict[str, Any]]], crlf: bool = False) -> bytes:

@@ -17,7 +17,7 @@ import pytest
 from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome
-from spu.testing.script import WRITE_PRESENTED_ORDER, WRITE_REPORT
+from spu.scripted.script import WRITE_PRESENTED_ORDER, WRITE_REPORT
 from tests.conftest import EXAMPLE_TASK
 from tests.harness.test_cli_runs import PAPER_VERSION, cli_installed
 from tests.sandbox.conftest import docker_engine, require_backend  # noqa: F401

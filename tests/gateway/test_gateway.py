@@ -16,8 +16,8 @@ from spu.gateway import read_requests
 from spu.gateway.server import ModelGateway
 from spu.gateway.verdict import gateway_verdict, summarize
 from spu.schema import Usage
-from spu.testing import Script, ScriptedModelServer, ScriptedTurn, default_script, reported_usage
-from spu.testing.script import refusal_script
+from spu.scripted import Script, ScriptedModelServer, ScriptedTurn, default_script, reported_usage
+from spu.scripted.script import refusal_script
 from tests.gateway.conftest import SCRIPTED_PRICES, anthropic_body, responses_body
 
 
@@ -336,16 +336,18 @@ def test_the_spend_cap_ends_with_a_final_error(behind_gateway: Any) -> None:
 def test_bodies_only_with_log_bodies_but_tool_results_always(behind_gateway: Any,
                                                              tmp_path: Path) -> None:
     """Tool results the model saw are kept bounded for the screen; bodies on request only."""
-    cfg = ModelGatewayConfig(tool_result_chars=10)
+    cfg = ModelGatewayConfig(tool_result_chars=5)
     _, plain = behind_gateway(default_script(), cfg=cfg, name="plain")
     for turn in range(3):
         _post(plain, "/v1/messages", anthropic_body(turn))
     assert not (plain.folder / "bodies").exists()
     assert all(e.body_file is None for e in read_requests(plain.requests_path))
     kept = [json.loads(line) for line in plain.tool_results_path.read_text().splitlines()]
-    # Each result once, though every request repeats the conversation.
-    assert [(k["call_id"], k["text"], k["truncated"]) for k in kept] == [
-        ("toolu_0", "output of ", True), ("toolu_1", "output of ", True)]
+    # Each result once, though every request repeats the conversation; a long one as its
+    # head and its tail.
+    assert [(k["call_id"], k["text"], k.get("tail"), k["truncated"]) for k in kept
+            if k["kind"] == "tool_result"] == [("toolu_0", "outpu", "all 0", True),
+                                               ("toolu_1", "outpu", "all 1", True)]
     _, logged = behind_gateway(default_script(), cfg=ModelGatewayConfig(log_bodies=True),
                                name="logged")
     _post(logged, "/v1/messages", anthropic_body(1))

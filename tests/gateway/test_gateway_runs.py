@@ -12,14 +12,20 @@ from spu.gateway import read_requests
 from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.schema import Outcome, Usage
-from spu.testing import reported_usage
-from spu.testing.script import WRITE_PRESENTED_ORDER, WRITE_REPORT
+from spu.scripted import reported_usage
+from spu.scripted.script import WRITE_PRESENTED_ORDER, WRITE_REPORT
 from tests.conftest import EXAMPLE_TASK
 from tests.harness.test_cli_runs import PAPER_VERSION, cli_installed, sandbox_ok  # noqa: F401
 from tests.sandbox.conftest import docker_engine, require_backend  # noqa: F401
 
 BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
 """The two isolating backends."""
+
+NOMINAL_PRICES = ("model.prices.input=1.0", "model.prices.cache_read=0.1",
+                  "model.prices.cache_write_5m=1.25", "model.prices.cache_write_1h=2.0",
+                  "model.prices.output=5.0")
+"""The scripted model is free (conf/model/scripted.yaml); billing is tested at these."""
+
 
 COMMAND_AGENT = '''#!/usr/bin/env python3
 """Call the model through the gateway (SPU_MODEL_*) three turns, then submit."""
@@ -60,7 +66,7 @@ def test_a_command_agent_calls_its_model_through_the_gateway(sandbox_ok, compose
     agent.chmod(0o755)
     cfg = compose("harness=command", f"harness.entrypoint={agent}", "model=scripted",
                   "model.api_model=presented_order", f"task={EXAMPLE_TASK.name}",
-                  "limits.time_s=120", "limits.gpus=0")
+                  "limits.time_s=120", "limits.gpus=0", *NOMINAL_PRICES)
     record = run_one(spec_from_config(cfg))
     run_dir = tmp_path / "outputs" / "runs" / record.run_key
     assert record.outcome is Outcome.valid, (record.process, record.notes)
@@ -110,7 +116,8 @@ def test_the_spend_cap_ends_a_run_cost_limit_and_scores_its_file(sandbox_ok, com
     agent.chmod(0o755)
     cfg = compose("harness=command", f"harness.entrypoint={agent}", "model=scripted",
                   "model.api_model=presented_order", f"task={EXAMPLE_TASK.name}",
-                  "limits.time_s=120", "limits.gpus=0", "limits.max_cost_usd=0.0005")
+                  "limits.time_s=120", "limits.gpus=0", "limits.max_cost_usd=0.0005",
+                  *NOMINAL_PRICES)
     record = run_one(spec_from_config(cfg))
     run_dir = tmp_path / "outputs" / "runs" / record.run_key
     assert record.outcome is Outcome.cost_limit and record.scored, (record.process,

@@ -25,7 +25,7 @@ from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.sandbox.docker import RUN_LABEL, docker_client
 from spu.schema import Outcome
-from spu.testing import ScriptedModelServer, load_script
+from spu.scripted import ScriptedModelServer, load_script
 from tests.conftest import EXAMPLE_TASK
 from tests.sandbox.conftest import docker_engine, require_backend  # noqa: F401
 

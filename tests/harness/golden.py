@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from spu.schema import Usage
-from spu.testing import reported_usage
+from spu.scripted import reported_usage
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "cli_sessions"
 

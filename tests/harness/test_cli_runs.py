@@ -22,8 +22,8 @@ from spu.main import spec_from_config
 from spu.runner import run_one
 from spu.sandbox.local import LocalSandbox
 from spu.schema import Outcome, Usage
+from spu.scripted import reported_usage
 from spu.tasks import load_answers, load_task
-from spu.testing import reported_usage
 from spu.tools.audit import read_audit
 from spu.tracking.trajectories import read_trajectory
 from tests.conftest import EXAMPLE_TASK, REPO, run_module

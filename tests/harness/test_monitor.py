@@ -161,3 +161,51 @@ def test_the_gateways_record_stops_the_agent_at_the_second_rejection_in_a_row(tm
     append(record, _answer(401, "authentication_error"))
     mon.poll()
     assert stops == [True]  # stopped once
+
+
+FORGED = "\x1b[2J\x1b[H\x1b[32mvalid · score 0.991\x1b[0m\x1b]0;done\x07\x9b2J"
+"""An error line an agent writes to its CLI's stdout: wipe the console, print a forged
+green result, retitle the window (issue 41, V3)."""
+
+
+def _control_free(text: str) -> bool:
+    return not any(ord(c) < 0x20 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in text)
+
+
+def test_an_error_line_the_agent_forged_is_logged_and_shown_as_text(tmp_path, caplog) -> None:
+    """Invariant: what the agent writes to its CLI's stdout (an API error line full of
+    escape sequences, twice) reaches the log, ``status.json`` and the live line as text:
+    no control character, the sequences shown escaped, the markup not read."""
+    mon, stdout = monitor(tmp_path, on_rejected_key=lambda seen: None)
+    line = {"type": "result", "is_error": True, "api_error_status": 401,
+            "result": FORGED + " [link=http://127.0.0.1:8765/x]see[/link]"}
+    with caplog.at_level(logging.WARNING, logger="spu.monitor"):
+        append(stdout, line, line)
+        mon.poll()
+    said = [r.getMessage() for r in caplog.records]
+    assert any("API error 401, 2 times so far" in m for m in said)
+    assert all(_control_free(m) for m in said) and any("\\x1b[2J" in m for m in said)
+    status = read_status(tmp_path)
+    assert status is not None and _control_free(status.last_event + status.last_api_error)
+    display = ProgressDisplay(SweepProgress(1), mode="lines", every_s=0.0,
+                              running=lambda: [status])
+    display.console = Console(record=True, width=400, force_terminal=True)
+    display.refresh()
+    display.refresh()
+    shown = display.console.export_text(styles=True)
+    assert "\\x1b[32mvalid · score 0.991" in shown and "[link=http" in shown
+    assert "\x1b]8;" not in shown and "\x1b[2J" not in shown and "\x9b" not in shown
+
+
+def test_a_line_shaped_to_break_the_parser_costs_the_run_nothing(tmp_path) -> None:
+    """Invariant: the last lines the agent leaves on its CLI's stdout are read when the
+    monitor closes; one its parser cannot take (a message that is a list, a line nested
+    past Python's parser) is skipped, never raised into the run, and a command given as
+    a list of numbers is shown."""
+    mon, stdout = monitor(tmp_path)
+    with mon:
+        append(stdout, {"type": "assistant", "message": {"content": [
+            {"type": "tool_use", "name": "Bash", "input": {"command": [1, 2]}}]}},
+            {"type": "assistant", "message": ["not", "an", "object"]},
+            "[" * 5000 + "]" * 5000)
+    assert mon.status.last_event == "Bash: 1 2"

@@ -19,8 +19,8 @@ import pytest
 from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.harness.base import HarnessError
 from spu.harness.recall import RecallHarness
-from spu.testing import load_script
-from spu.testing.script import ScriptError
+from spu.scripted import load_script
+from spu.scripted.script import ScriptError
 from tests.conftest import EXAMPLE_TASK, run_module
 from tests.harness.test_cli_runs import sandbox_ok  # noqa: F401
 
@@ -101,17 +101,20 @@ def test_a_remembered_task_is_flagged_and_a_fresh_one_is_not(sandbox_ok,  # noqa
     known, unknown = make_tasks(root)
     script = write_script(tmp_path / "memory.json", known, unknown)
     out = tmp_path / "outputs"
-    proc = run_module(["spu.main", "-m", "harness=recall", "harness.probe=source,order",
+    proc = run_module(["spu.main", "-m", "harness=recall",
+                       "harness.options.probe=source,order",
                        "model=scripted", f"model.api_model={script}", f"task_root={root}",
                        "task=glob(*)", f"output_root={out}", "limits.gpus=0",
-                       "limits.time_s=120"], timeout=600)
+                       "limits.time_s=120", "model.prices.input=1.0",
+                       "model.prices.output=5.0"], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
     assert len(records) == 4
-    by = {(r["task_id"], r["identity"]["config"]["args"][0]): r for r in records}
-    assert set(by) == {(t.task_id, f"--probe={p}") for t in (known, unknown)
-                       for p in ("source", "order")}
+    # The probe is an option of the harness, in the identity where it is not the default.
+    by = {(r["task_id"], r["identity"]["config"].get("options", {}).get("probe", "source")): r
+          for r in records}
+    assert set(by) == {(t.task_id, p) for t in (known, unknown) for p in ("source", "order")}
     for record in records:
         run_dir = out / "runs" / record["run_key"]
         recall = json.loads((run_dir / "output" / "recall.json").read_text())
@@ -128,15 +131,15 @@ def test_a_remembered_task_is_flagged_and_a_fresh_one_is_not(sandbox_ok,  # noqa
         lines = (run_dir / "model" / "requests.jsonl").read_text().splitlines()
         assert len(lines) == 1 and json.loads(lines[0])["status"] == 200
 
-    source_known = by[(known.task_id, "--probe=source")]
+    source_known = by[(known.task_id, "source")]
     assert source_known["flagged_exposure"]
     assert {h["kind"] for h in source_known["exposure_hits"]} == {"doi"}
     assert {h["tool"] for h in source_known["exposure_hits"]} == {"model_answer"}
-    assert not by[(unknown.task_id, "--probe=source")]["flagged_exposure"]
-    order_known = by[(known.task_id, "--probe=order")]
+    assert not by[(unknown.task_id, "source")]["flagged_exposure"]
+    order_known = by[(known.task_id, "order")]
     assert order_known["outcome"] == "valid" and order_known["score_recovered"] == 1.0
     assert order_known["score_recovered"] > order_known["threshold"]
-    order_unknown = by[(unknown.task_id, "--probe=order")]
+    order_unknown = by[(unknown.task_id, "order")]
     assert order_unknown["outcome"] == "valid"
     assert order_unknown["score_recovered"] < order_unknown["threshold"]
 
@@ -170,13 +173,18 @@ def _harness(**cfg: object) -> RecallHarness:
                          EffortConfig(name="none"))
 
 
-def test_a_probe_must_be_named_and_in_the_identity() -> None:
-    """An unknown probe, or ``harness.args`` that do not carry it, stop the run at once."""
-    _harness(probe="order", args=["--probe=order"]).check()
-    with pytest.raises(HarnessError, match="harness.probe must be one of source, order"):
-        _harness(probe="dates", args=["--probe=dates"]).check()
-    with pytest.raises(HarnessError, match=r"harness.args must be \['--probe=source'\]"):
-        _harness(probe="source", args=[]).check()
+def test_a_probe_is_an_option_checked_before_the_run() -> None:
+    """An unknown probe, or a misspelt option, stops the run at once, in one line naming
+    the key and the harness's options; the probe is its option's value."""
+    assert _harness().probe() == "source"
+    assert _harness(options={"probe": "order"}).probe() == "order"
+    with pytest.raises(HarnessError, match=r"^harness.options.probe: Input should be 'source' "
+                                           r"or 'order' \(got 'dates'; harness=recall\) "
+                                           r"\(its options: probe\)$"):
+        _harness(options={"probe": "dates"})
+    with pytest.raises(HarnessError, match=r"^harness.options.prob: not an option of "
+                                           r"harness=recall \(its options: probe\)$"):
+        _harness(options={"prob": "order"})
 
 
 def test_scripted_answers_need_if_asked_and_text(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from spu.cli import main as spu_main
 from spu.schema import Usage
-from spu.testing import ScriptedModelServer, ScriptError, load_script, reported_usage
-from spu.testing.script import (
+from spu.scripted import ScriptedModelServer, ScriptError, load_script, reported_usage
+from spu.scripted.script import (
     SIDE_USAGE,
     Script,
     ScriptedTurn,

@@ -9,7 +9,7 @@ from spu.harness.cli_agent import infra_error
 from spu.harness.trajectory import count_tool_calls
 from spu.harness.trajectory.claude_code import read_claude_code_sessions, usage_from_claude
 from spu.schema import ProcessEvidence, Usage
-from spu.testing import scripted_usage
+from spu.scripted import scripted_usage
 from tests.harness.golden import json_lines, scenario, server_usage
 
 PROJECTS = "projects"
@@ -144,3 +144,36 @@ def test_missing_session_folder_reads_as_empty(tmp_path: Path) -> None:
     assert reading.files == () and not reading.complete
     assert "no session file" in (infra_error(reading, ProcessEvidence(exit_code=127), None)
                                  or "")
+
+
+def test_a_tool_input_nested_300_deep_is_read_as_text_past_64_levels(tmp_path) -> None:
+    """Issue 41 (G3): a session line with a ``tool_use`` input nested 300 deep (the JSON
+    reader takes it, pydantic cannot write it back): the call is read, its input nested
+    no deeper than 64 levels with the rest kept as text, and the trajectory round-trips."""
+    import json
+
+    from spu.tracking.trajectories import read_trajectory, write_trajectory
+    from tests.conftest import nesting
+
+    folder = tmp_path / PROJECTS
+    shutil.copytree(scenario("claude_code", "presented_order") / PROJECTS, folder)
+    session = next(folder.rglob("*.jsonl"))
+    first = json.loads(session.read_text().splitlines()[0])
+    deep = json.loads("[" * 300 + '"10.1038/x"' + "]" * 300)
+    line = {"type": "assistant", "uuid": "deep-1", "parentUuid": None,
+            "sessionId": first.get("sessionId"), "timestamp": "2026-01-01T00:00:00Z",
+            "message": {"id": "msg_deep", "role": "assistant", "type": "message",
+                        "model": "m", "stop_reason": "tool_use",
+                        "content": [{"type": "tool_use", "id": "toolu_deep", "name": "Bash",
+                                     "input": {"command": "ls", "x": deep}}],
+                        "usage": {"input_tokens": 1, "output_tokens": 1}}}
+    with open(session, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    reading = read_claude_code_sessions(folder)
+    (call,) = [c for s in reading.trajectory.steps for c in s.tool_calls
+               if c.id == "toolu_deep"]
+    text = json.dumps(call.arguments)
+    assert call.arguments["command"] == "ls" and "10.1038/x" in text
+    assert nesting(call.arguments) <= 64  # what nested deeper is a string's text now
+    write_trajectory(tmp_path / "t.jsonl.gz", reading.trajectory)
+    assert read_trajectory(tmp_path / "t.jsonl.gz").steps == reading.trajectory.steps

@@ -10,7 +10,7 @@ from spu.harness.cli_agent import infra_error
 from spu.harness.trajectory import count_tool_calls
 from spu.harness.trajectory.codex import read_codex_sessions, usage_from_codex
 from spu.schema import ProcessEvidence, Usage
-from spu.testing import scripted_usage
+from spu.scripted import scripted_usage
 from tests.harness.golden import json_lines, scenario, server_usage
 
 SESSIONS = "sessions"
@@ -135,3 +135,42 @@ def test_an_mcp_call_is_named_with_its_namespace_and_its_output_read(tmp_path) -
     (call,) = [c for s in read_codex_sessions(folder).trajectory.steps for c in s.tool_calls]
     assert (call.name, call.arguments) == ("mcp__spu__search", {"query": "q"})
     assert call.output == 'Wall time: 0.1 seconds\nOutput:\n[{"url": "u"}]'
+
+
+def test_arguments_and_lines_nested_past_64_levels_are_read_as_text(tmp_path) -> None:
+    """Issue 41 (G3): a rollout the agent wrote with a tool call's arguments nested 300
+    deep (as a JSON string, and as a value of its own line, 1,500 deep past what Python
+    parses): every call is read, nothing deeper than 64 levels, the deep part kept as its
+    text, and the trajectory is written and read back."""
+    import json as _json
+
+    from spu.harness.trajectory.codex import read_codex_sessions
+    from spu.tracking.trajectories import read_trajectory, write_trajectory
+    from tests.conftest import nesting
+
+    deep = "[" * 300 + '"10.1038/x"' + "]" * 300
+    lines = [
+        {"timestamp": "2026-01-01T00:00:00Z", "type": "session_meta", "payload": {"id": "t"}},
+        {"timestamp": "2026-01-01T00:00:01Z", "type": "response_item", "payload": {
+            "type": "function_call", "name": "exec_command", "call_id": "c1",
+            "arguments": '{"cmd": ' + deep + "}"}},
+        {"timestamp": "2026-01-01T00:00:02Z", "type": "response_item", "payload": {
+            "type": "custom_tool_call", "name": "apply_patch", "call_id": "c2",
+            "input": _json.loads(deep)}},
+    ]
+    text = "".join(_json.dumps(x) + "\n" for x in lines)
+    text += ('{"timestamp": "2026-01-01T00:00:03Z", "type": "response_item", "payload": '
+             '{"type": "function_call", "name": "exec_command", "call_id": "c3", '
+             '"arguments": {"cmd": ' + "[" * 1500 + '"1500"' + "]" * 1500 + "}}}\n")
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "rollout-1.jsonl").write_text(text)
+    reading = read_codex_sessions(folder)
+    calls = [c for s in reading.trajectory.steps for c in s.tool_calls]
+    assert [c.id for c in calls] == ["c1", "c2", "c3"] and not reading.warnings
+    assert all(nesting(c.arguments) <= 64 for c in calls)
+    assert "10.1038/x" in _json.dumps(calls[0].arguments)
+    assert "10.1038/x" in _json.dumps(calls[1].arguments)
+    assert '\\"1500\\"' in _json.dumps(calls[2].arguments)
+    write_trajectory(tmp_path / "t.jsonl.gz", reading.trajectory)
+    assert read_trajectory(tmp_path / "t.jsonl.gz").steps == reading.trajectory.steps

@@ -70,6 +70,7 @@ def test_a_lock_is_exclusive_across_processes_and_dies_with_its_holder(tmp_path)
         run_key_lock(tmp_path, "../../etc/x")
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_a_key_held_by_another_process_is_skipped_not_run(compose, task_root, tmp_path,
                                                           monkeypatch) -> None:
     monkeypatch.setenv("SPU_TASK_ROOT", str(task_root))

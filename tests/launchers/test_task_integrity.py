@@ -79,7 +79,7 @@ def table(stdout: str) -> dict[str, str]:
     rows = {}
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.split("│")[1:-1]]
-        if len(cells) == 9 and cells[0] != "task":
+        if len(cells) == 10 and cells[0] != "task":  # the last: the run key
             rows[cells[0]] = cells[8]
     return rows
 

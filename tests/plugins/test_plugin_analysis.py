@@ -205,7 +205,8 @@ def test_needs_skip_with_their_reason(runs, temporary) -> None:
     assert outputs["needs_repeats.csv"] == {
         "analysis": "needs_repeats", "source": f"{__name__}:{never.__qualname__}",
         "section": "3.6", "written": False,
-        "skipped": "repeats: no repeated runs (repeat >= 1) on public tasks", "rule": None}
+        "skipped": "repeats: no repeated runs (repeat >= 1) on public tasks", "rule": None,
+        "population": None, "basis": None, "sentence": None}
     assert outputs["needs_column.csv"]["skipped"] == "the table has no no_such_column column"
     assert "needs_repeats.csv" not in result.tables
     # A need's reason is noted once, however many analyses it stops.
@@ -291,6 +292,7 @@ def test_spu_analyze_runs_an_outside_table(tmp_path) -> None:
     """A table registered in ``spu analyze``'s registry is written, and the manifest names it."""
     from spu.analysis.trajectory_analysis import (
         ACTIVITY_TIME_RULE,
+        ANALYZE_RULES,
         TRAJECTORY_ANALYSES,
         AnalyzeOptions,
         TrajectoryInputs,
@@ -322,4 +324,6 @@ def test_spu_analyze_runs_an_outside_table(tmp_path) -> None:
     assert outputs["activity_time.csv"] == {"analysis": "activity_times",
                                             "source": "spu.analysis.builtin:activity_times",
                                             "section": "Figure 14a",
-                                            "rule": ACTIVITY_TIME_RULE}
+                                            **ANALYZE_RULES["activity_time.csv"].entry()}
+    assert ANALYZE_RULES["activity_time.csv"].text == ACTIVITY_TIME_RULE
+    assert outputs["calls_per_run.csv"]["rule"] is None  # an outside table states none

@@ -178,3 +178,55 @@ def test_the_command_line_sweeps_with_the_plugin_harness_and_backend(one_task_ro
         assert (run / "workspace" / "MOTD").read_text() == "hello from conf/sandbox/example.yaml\n"
         assert "network:offline" in record["sandbox"]["isolation"]
     assert (out / "mlflow.db").is_file()
+
+
+def test_plugins_written_before_options_keep_working(compose, one_task_root, tmp_path) -> None:
+    """Invariant: a harness, a tools provider and a backend written against the documented
+    API before options (no ``options_model``, the corpus read from ``self.cfg.corpus``)
+    still run end to end; an option given to one of them fails in one line, naming it."""
+    from spu.main import spec_from_config
+    from spu.runner import RunConfigError, run_one
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"url": "https://a.example/1", "title": "t", "text": "amine"}\n')
+    old = "tests.plugins.old_style"
+    overrides = ["harness=command", f"harness.name={old}:OldHarness", "effort=high",
+                 "model=presented_order", f"tools.provider={old}:OldProvider",
+                 f"tools.corpus={corpus}", f"sandbox.name={old}:OldSandbox",
+                 "sandbox.allow_unisolated=true", "tracking=none",
+                 f"task_root={one_task_root}", f"task={EXAMPLE_TASK.name}"]
+    record = run_one(spec_from_config(compose(*overrides)))
+    assert record.outcome.value == "valid" and record.identity is not None
+    assert record.identity.tools.provider == f"{old}:OldProvider"
+    assert record.identity.config.options == {} and record.identity.sandbox_options == {}
+    # A class named by its path is used, never listed among the names.
+    assert f"{old}:OldHarness" not in harness_names()
+    report = tmp_path / "outputs" / "runs" / record.run_key / "output" / "report.md"
+    assert "Strategy: `monotone_prior`" in report.read_text()
+    with pytest.raises(RunConfigError, match=r"^harness.options.fast: not an option of "
+                                             r"harness=old \(it takes no options\)$"):
+        run_one(spec_from_config(compose(*overrides, "+harness.options.fast=1")))
+
+
+def test_an_option_typo_stops_the_command_in_one_line(one_task_root, tmp_path) -> None:
+    """``harness.options`` and ``tools.options`` are checked before anything starts, as
+    ``sandbox.options`` are: one line naming the key and the plugin's options, exit 2."""
+    base = ["spu.main", "model=presented_order", f"task={EXAMPLE_TASK.name}",
+            f"task_root={one_task_root}", f"output_root={tmp_path / 'out'}",
+            "sandbox=subprocess", "sandbox.allow_unisolated=true"]
+    for overrides, expected in (
+        (["harness=example", "+harness.options.strategyy=random"],
+         "spu: harness.options.strategyy: not an option of harness=example (its options: "
+         "log_level, strategy)"),
+        (["harness=example", "harness.options.strategy=best"],
+         "spu: harness.options.strategy: Input should be 'random', 'presented_order' or "
+         "'monotone_prior' (got 'best'; harness=example) (its options: log_level, strategy)"),
+        (["harness=command", f"harness.entrypoint={REPO / 'docs/examples/my_agent.py'}",
+          "tools=web", "tools.options.search_api=googel"],
+         "spu: tools.options.search_api: Input should be 'searxng' or 'brave' (got 'googel'; "
+         "tools.provider=web) (its options: api_key_env, search_api, search_url)"),
+    ):
+        proc = run_module([*base, *overrides], timeout=300)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and lines == [expected], proc.stderr[-3000:]
+    assert not (tmp_path / "out" / "runs").exists()  # refused before any run started

@@ -114,6 +114,7 @@ def _refusals(path: Path, n: int, timeout_s: float = 30) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # more than a few seconds (waits out the gateway's timings)
 @pytest.mark.parametrize("pooled", [False, True], ids=["at_once", "through_the_pool"])
 def test_a_burst_released_at_once_by_the_upstream_pool_is_the_agents(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool) -> None:
@@ -158,6 +159,7 @@ def test_a_burst_released_at_once_by_the_upstream_pool_is_the_agents(
     assert any("burst" in said for said in verdict.agent_caused), verdict.infra_error
 
 
+@pytest.mark.slow  # more than a few seconds (waits out the gateway's timings)
 def test_a_burst_released_at_once_at_the_spend_cap_is_the_agents(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Agent, with ``limits.max_cost_usd``: a generation asking no ``max_tokens`` holds the

@@ -19,7 +19,8 @@ from spu.schema import Outcome
 from tests.conftest import EXAMPLE_TASK
 from tests.sandbox.conftest import require_backend
 
-BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
+BACKENDS = [pytest.param("local", marks=pytest.mark.slow),  # a real sandbox
+            pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
 """The two isolating backends of the brief (the ``example`` plugin's is a test double)."""
 
 AGENT = Path(__file__).parent / "agents" / "chooser.py"

@@ -22,7 +22,8 @@ from spu.tracking.regrade import regrade_run
 from tests.conftest import EXAMPLE_TASK
 from tests.sandbox.conftest import require_backend
 
-BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
+BACKENDS = [pytest.param("local", marks=pytest.mark.slow),  # a real sandbox
+            pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
 AGENT = Path(__file__).parent / "agents" / "refuser.py"
 
 

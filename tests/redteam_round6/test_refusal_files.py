@@ -28,7 +28,8 @@ from tests.conftest import EXAMPLE_TASK
 from tests.gateway_doubles import JsonProvider, gateway_before, stand_in
 from tests.sandbox.conftest import require_backend
 
-BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
+BACKENDS = [pytest.param("local", marks=pytest.mark.slow),  # a real sandbox
+            pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
 FLUSHER = Path(__file__).parent / "agents" / "flusher.py"
 
 

@@ -92,6 +92,7 @@ def _burst(tmp_path: Path, spread_s: float, n: int = 8) -> list[GatewayRequest]:
     0.0,
     5.0,
 ])
+@pytest.mark.slow  # more than a few seconds (waits out the gateway's timings)
 def test_bodies_that_end_together_are_one_burst_however_early_their_headers_came(
         tmp_path: Path, spread_s: float) -> None:
     """Eight requests reach the provider together after the file, two or more answered

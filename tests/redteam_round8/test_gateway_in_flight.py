@@ -72,6 +72,7 @@ def _send_unstreamed(port: int, token: str) -> socket.socket:
     return agent
 
 
+@pytest.mark.slow  # more than a few seconds (waits out the gateway's timings)
 def test_unstreamed_generations_in_flight_when_the_agent_exits_are_no_provider_failure(
         tmp_path: Path) -> None:
     """Fixed: each request the gateway's stop cut (its answer not begun) has its line,
@@ -188,7 +189,7 @@ def test_an_agent_that_stops_reading_then_hangs_up_is_no_provider_silence(
     """The agent leaves a long streamed answer unread, then hangs up: the gateway was
     waiting on the agent, not on the upstream: no provider failure."""
     from spu.gateway import server
-    from spu.testing import Script, ScriptedModelServer, ScriptedTurn
+    from spu.scripted import Script, ScriptedModelServer, ScriptedTurn
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 1.0)
     long = Script(name="long", turns=(ScriptedTurn(text="word " * 2_000_000, delta_chars=64,

@@ -33,6 +33,10 @@ BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-c
 TOLERANCE_PX = 0.75
 """Boxes are shrunk by this much before comparing (antialiasing, rounding)."""
 
+CELL_LABEL_FIGURES = ("heatmap", "pairs")
+"""Figures whose values are printed in grid cells: their in-plot texts may not even touch
+(issue 40: heat-map scores ran together, "-0.43-0.11", overlapping by about 1 px)."""
+
 COLLECT = r"""
 <script>
 (function () {
@@ -51,11 +55,23 @@ COLLECT = r"""
     const texts = [...svg.querySelectorAll(sel('text'))]
       .filter((g) => !g.parentElement.closest(sel('text')))
       .map((g) => ({id: g.id, label: label(g), box: box(g), axes: owner(g),
-                    legend: legendOf(g)}))
+                    legend: legendOf(g), tick: !!g.closest(sel('matplotlib.axis'))}))
       .filter((t) => t.box[2] - t.box[0] > 0.5 && t.box[3] - t.box[1] > 0.5);
+    const DATA = new RegExp('^(line2d|patch|PathCollection|LineCollection|PolyCollection|' +
+                            'QuadMesh|FillBetweenPolyCollection|EventCollection)_\\d+$');
     const axes = [...svg.querySelectorAll(sel('axes'))].map((a) => {
       const patch = [...a.children].find((c) => c.id && c.id.startsWith(p + 'patch_'));
-      return {id: a.id, area: patch ? box(patch) : null};
+      const outside = (e) => !e.closest(sel('matplotlib.axis')) && !e.closest(sel('legend'));
+      // A spine is a patch too, a line along an edge: a patch is data when it has an area.
+      const area = (e) => { const b = box(e); return b[2] - b[0] > 1.5 && b[3] - b[1] > 1.5; };
+      const data = [...a.querySelectorAll('g[id], image')].filter((e) =>
+        e !== patch && outside(e) && e.closest(sel('axes')) === a &&
+        (e.tagName.toLowerCase() === 'image' || DATA.test(e.id.slice(p.length))) &&
+        (e.tagName.toLowerCase() === 'image' || e.querySelector('path, use, image')) &&
+        (!e.id.slice(p.length).startsWith('patch_') || area(e))).length;
+      const words = [...a.querySelectorAll(sel('text'))].filter((g) => outside(g) &&
+        g.closest(sel('axes')) === a).map(label).filter((t) => t.length > 3);
+      return {id: a.id, area: patch ? box(patch) : null, data: data, words: words};
     });
     const legends = [...svg.querySelectorAll(sel('legend'))].map((l) => {
       const frame = [...l.children].find((c) => c.id && c.id.startsWith(p + 'patch_'));
@@ -102,6 +118,39 @@ def layout(html_path: Path, browser: str, width: int = 1280) -> list[dict]:
 
 
 @dataclass(frozen=True)
+class EmptyPanel:
+    """An axes of a figure with nothing drawn in it and no text saying why."""
+
+    figure: str
+    axes: str
+
+    def __str__(self) -> str:
+        return f"{self.figure}: {self.axes} is empty and says nothing about why"
+
+
+def empty_panels(figures: list[dict]) -> list[EmptyPanel]:
+    """Every axes that draws no data (lines, bars, markers, images) and holds no text of
+    more than a panel letter, outside its tick labels and legend."""
+    return [EmptyPanel(fig["figure"], axes["id"]) for fig in figures for axes in fig["axes"]
+            if not axes["data"] and not axes["words"]]
+
+
+def screenshot(html_path: Path, browser: str, out: Path, width: int = 1280,
+               height: int = 2400) -> Path:
+    """A PNG of the top of ``html_path`` as Chromium renders it (the reader's first screens)."""
+    with tempfile.TemporaryDirectory(prefix="spu-shot-") as tmp:
+        proc = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--window-size={width},{height}", f"--user-data-dir={tmp}/profile",
+             f"--screenshot={out}", html_path.as_uri()],
+            capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"{browser} made no screenshot ({proc.returncode}): "
+                           f"{proc.stderr[-2000:]}")
+    return out
+
+
+@dataclass(frozen=True)
 class Overlap:
     """Two elements of one figure whose boxes intersect."""
 
@@ -126,12 +175,18 @@ def _inside(inner: list[float], outer: list[float], tol: float = 1.0) -> bool:
 
 
 def overlaps(figures: list[dict]) -> list[Overlap]:
-    """Every overlap the checks of the module docstring find."""
+    """Every overlap the checks of the module docstring find.
+
+    In :data:`CELL_LABEL_FIGURES` two texts inside the plot (not tick labels) overlap when
+    their boxes intersect at all.
+    """
     found: list[Overlap] = []
     for fig in figures:
         name, texts = fig["figure"], fig["texts"]
         for a, b in combinations(texts, 2):
-            area = _intersection(a["box"], b["box"])
+            strict = (name in CELL_LABEL_FIGURES and not a.get("tick") and not b.get("tick")
+                      and a["axes"] is not None and a["axes"] == b["axes"])
+            area = _intersection(a["box"], b["box"], 0.0 if strict else TOLERANCE_PX)
             if area:
                 found.append(Overlap(name, a["label"], b["label"], area))
         for t in texts:

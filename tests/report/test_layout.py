@@ -10,8 +10,10 @@ configurations and 5 to 200 tasks, the paper's simulated table among them.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
+import matplotlib.image
 import pandas as pd
 import pytest
 
@@ -24,7 +26,7 @@ from spu.stats.simulate import (
     SimulationParameters,
     simulate_runs,
 )
-from tests.report.browser import find_browser, layout, overlaps
+from tests.report.browser import empty_panels, find_browser, layout, overlaps, screenshot
 
 pytestmark = pytest.mark.slow
 
@@ -80,14 +82,18 @@ def render(runs: pd.DataFrame, out: Path) -> Path:
 
 
 def assert_readable(page: Path, browser: str) -> list[dict]:
+    """No text overlaps another (issue 14), no panel is empty without saying why (issue 40)."""
     figures = layout(page, browser)
     assert figures, "the report has no inline figure"
     found = overlaps(figures)
     assert not found, "\n".join(map(str, found))
+    empty = empty_panels(figures)
+    assert not empty, "\n".join(map(str, empty))
     return figures
 
 
-@pytest.mark.parametrize(("n_configs", "n_tasks"), [(2, 5), (20, 5), (2, 200), (20, 200)],
+@pytest.mark.parametrize(("n_configs", "n_tasks"),
+                         [(2, 5), (20, 5), (3, 22), (2, 200), (20, 200)],
                          ids=lambda v: str(v))
 def test_figures_do_not_overlap_from_small_to_large_tables(n_configs, n_tasks, browser,
                                                            tmp_path) -> None:
@@ -141,3 +147,44 @@ def test_a_table_that_cost_nothing_gets_a_zero_cost_axis_and_a_labelled_heatmap(
     heatmap = {t["label"] for t in figures["heatmap"]["texts"]}
     assert set(tasks) <= heatmap, heatmap
     assert {"0.10", "0.70", "-0.10"} <= heatmap or {"0.10", "0.70", "−0.10"} <= heatmap, heatmap
+
+
+def test_the_baseline_report_reads_whole_in_the_browser(browser, tmp_path) -> None:
+    """Issue 40, item 5, on what the default job leaves (three baselines on 22 tasks, no
+    refusal, no pair Holm-significant, nothing cost anything): the heatmap's 66 cell scores
+    fit their cells or are dropped and said so (they overprinted "-0.43-0.11-0.10"),
+    Figures 7b and 25c say why they are empty, the page opens on a table of contents, no
+    table shows inf or nan, and a blank cell's table says what a dash means.
+
+    The page is screenshot in headless Chromium (the reader's first screens) and its
+    layout read through the DOM: label boxes compared, empty axes found."""
+    import numpy as np
+
+    from tests.stats.conftest import run_row
+
+    rng = np.random.default_rng(5)
+    tasks = [f"spu-t{i:02d}" for i in range(22)]
+    runs = pd.DataFrame([run_row(config, task, float(np.round(rng.uniform(-0.45, 0.9), 4)),
+                                 discipline=SHARES[i % 4][0], cost_usd=0.0, runtime_s=2.0,
+                                 input_tokens=0, output_tokens=0)
+                         for config in ("monotone_prior-none", "presented_order-none",
+                                        "random-none")
+                         for i, task in enumerate(tasks)])
+    page = render(runs, tmp_path)
+    figures = {f["figure"]: f for f in assert_readable(page, browser)}
+    assert {"figure_7", "figure_25", "heatmap"} <= set(figures)
+    for name, words in (("figure_7", "no configuration refused"),
+                        ("figure_25", "no pair of configurations differs")):
+        assert any(words in w for a in figures[name]["axes"] for w in a["words"]), name
+    shot = screenshot(page, browser, tmp_path / "first-screens.png")
+    image = matplotlib.image.imread(shot)
+    assert image.shape[0] >= 2000 and image.std() > 0.01  # drawn, not blank
+    html = page.read_text()
+    assert html.index('<nav id="contents">') < html.index("<figure")
+    assert 'href="#fig-heatmap"' in html and 'href="#costs"' in html
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", html)
+    assert not [c for c in cells if c.strip().lower() in ("inf", "nan", "-inf")], cells
+    for section in re.findall(r'<section id="(\w+)">.*?</section>', html, re.S):
+        body = re.search(rf'<section id="{section}">.*?</section>', html, re.S).group(0)
+        if re.search(r"<td[^>]*>-</td>", body):
+            assert "A dash (-) marks" in body, section

@@ -36,6 +36,7 @@ def test_every_paper_figure_has_an_entry() -> None:
             assert spec.caption
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_a_paper_sized_table_draws_its_figures_and_lists_the_rest(result, tmp_path) -> None:
     drawable, missing = paper_figures(result)
     assert sorted(int(n.split("_")[1]) for n in drawable) == list(FROM_THE_RUNS_TABLE)

@@ -34,6 +34,7 @@ def report(result, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_figures_are_png_and_svg(report) -> None:
     for name in FIGURES:
         png = report / "figures" / f"{name}.png"
@@ -48,6 +49,7 @@ def cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split(" | ")]
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_markdown_tables_carry_the_statistics(report, result) -> None:
     configs = result.tables["configs.csv"]
     text = (report / "tables" / "configs.md").read_text()
@@ -65,6 +67,7 @@ def test_markdown_tables_carry_the_statistics(report, result) -> None:
     assert all(f"figures/{name}.png" in report_md for name in FIGURES)
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_html_page_is_self_contained(report) -> None:
     page = (report / "report.html").read_text()
     # Every figure drawn (the four above and the paper figures the table allows) is inlined.
@@ -77,6 +80,7 @@ def test_html_page_is_self_contained(report) -> None:
         assert title in page
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_same_input_same_report(result, report, tmp_path) -> None:
     build_report(result, tmp_path)
     for path in [*(report / "tables").iterdir(), report / "report.md"]:
@@ -99,6 +103,7 @@ def test_formatting_helpers() -> None:
     assert cells(table.to_markdown().splitlines()[-1])[:2] == ["A", "3"]
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_agreement_and_monotone_tables_when_orders_are_given(tmp_path) -> None:
     """With task packages and run folders the report adds the consensus and monotone tables."""
     items = {f"e{i}": float(v) for i, v in enumerate([3, 1, 4, 5, 2])}
@@ -141,6 +146,7 @@ def test_cli_writes_the_report_and_refuses_bad_input(tmp_path) -> None:
     assert not (tmp_path / "nothing").exists()
 
 
+@pytest.mark.slow  # more than a few seconds (a simulated study's report)
 def test_figures_leave_matplotlib_global_state_alone(result, tmp_path) -> None:
     """Importing and drawing the figures neither selects pyplot's backend nor changes the
     process's rcParams; the report style applies within each figure only."""
@@ -183,4 +189,47 @@ def test_numbers_read_as_what_they_are() -> None:
          "ci_high": float("nan"), "n": float("nan")},
         {"analysis": "paired", "statistic": "z", "value": -0.00001, "ci_low": float("nan"),
          "ci_high": float("nan"), "n": 78.0}]))
-    assert table.rows[0][2] == "100" and table.rows[1][2:] == ("0.0000", "78")
+    assert table.rows[0][2] == "100" and table.rows[1][2:] == ("0.0000", "78", "")
+
+
+def test_table_3_shows_a_scripted_runs_small_usage() -> None:
+    """Issue 40: a scripted run's 4,200 prompt tokens and 2 seconds read "0.0 M tokens" and
+    "0.00 h"; below the column's resolution two significant digits remain, and a baseline's
+    nothing is 0."""
+    from spu.report.tables import costs_table
+
+    costs = pd.DataFrame([
+        {"config": "scripted", "n_scored": 3, "prompt_tokens_mean": 4200.0,
+         "cache_read_share": 0.5, "output_tokens_mean": 350.0, "runtime_h_mean": 2 / 3600,
+         "cost_mean": 0.0, "cost_ci_low": 0.0, "cost_ci_high": 0.0, "cost_total": 0.0,
+         "pareto": True},
+        {"config": "random", "n_scored": 3, "prompt_tokens_mean": 0.0,
+         "cache_read_share": float("nan"), "output_tokens_mean": 0.0,
+         "runtime_h_mean": 0.25, "cost_mean": 0.0, "cost_ci_low": 0.0, "cost_ci_high": 0.0,
+         "cost_total": 0.0, "pareto": False}])
+    table = costs_table(costs)
+    assert table.rows[0][2:6] == ("0.0042", "50%", "0.00035", "0.00056")
+    assert table.rows[1][2:6] == ("0", "-", "0", "0.25")
+    assert "A dash (-) marks no scored run, or no prompt token" in table.full_caption
+
+
+def test_the_rule_that_made_each_table_and_figure_stands_beside_it(report, result) -> None:
+    """Issue 43: report.html shows, under each figure and table drawn from spu stats, the
+    rule of its files (manifest.json: rule, population, the paper's sentence, and whether
+    it is the paper's rule or a reading); report.md says the same."""
+    import html as html_module
+
+    page = (report / "report.html").read_text()
+    outputs = result.manifest["outputs"]
+    for name in [*FIGURES, *(p.stem for p in (report / "figures").glob("figure_*.png"))]:
+        block = re.search(rf'<figure id="fig-{name}">.*?</figure>', page, re.S)
+        assert block and '<div class="rule">' in block.group(0), name
+    for table in ("configs", "outcomes", "costs", "disciplines", "pairs", "summary"):
+        section = re.search(rf'<section id="{table}">.*?</section>', page, re.S)
+        assert section, table
+        assert html_module.escape(outputs[f"{table}.csv"]["rule"]) in section.group(0), table
+        assert "Population" in section.group(0)
+    # the decomposition's block is a reading, said as one beside Figure 26
+    figure_26 = re.search(r'<figure id="fig-figure_26">.*?</figure>', page, re.S)
+    assert figure_26 and "our reading of the paper" in figure_26.group(0)
+    assert "> Rule: configs.csv (" in (report / "report.md").read_text()

@@ -105,6 +105,7 @@ def test_without_varying_families_19c_says_what_it_needs() -> None:
     assert "--all-repeats" in missing["fig19c_repeat_methods"]
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_spu_report_analysis_draws_them(tmp_path) -> None:
     """``spu report RUNS --analysis DIR`` puts the three figures into the report."""
     from spu.cli import main

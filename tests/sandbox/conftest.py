@@ -32,12 +32,14 @@ from spu.sandbox import RunLimits, Sandbox, SandboxPaths, SandboxRequest, get_sa
 from spu.sandbox.base import sandbox_names
 from spu.sandbox.docker import DEFAULT_IMAGE
 from spu.schema import ProcessEvidence
+from spu.selfcheck import AGENTS as CHECK_AGENTS
 from spu.tasks import load_task
 from spu.tasks.package import stage_public_files
 from tests.conftest import EXAMPLE_TASK, REPO
 from tests.processes import running
 
 AGENTS = Path(__file__).parent / "agents"
+"""Agents of the tests here; those of the self-check kit's checks are in CHECK_AGENTS."""
 collect_ignore = ["agents"]  # scripts run inside sandboxes, not test modules
 
 
@@ -273,9 +275,10 @@ def open_sandbox(
 
 def run_agent(box: Opened, script: str, *args: str, env: dict[str, str] | None = None,
               timeout_s: float | None = None) -> ProcessEvidence:
-    """Copy ``tests/sandbox/agents/<script>`` into the workspace and run it there."""
+    """Copy the agent ``script`` (the kit's, else the tests') into the workspace and run it."""
     inside = f"{box.paths.workspace}/.agent/{script}"
-    box.sandbox.write_file(inside, (AGENTS / script).read_bytes(), mode=0o755)
+    source = CHECK_AGENTS / script if (CHECK_AGENTS / script).is_file() else AGENTS / script
+    box.sandbox.write_file(inside, source.read_bytes(), mode=0o755)
     base = {
         "SPU_TASK_DIR": box.paths.task,
         "SPU_OUTPUT_DIR": box.paths.output,
@@ -413,3 +416,41 @@ def internet_host(tmp_path: Path) -> Iterator[InternetHost]:
         _ip("route", "del", f"{address}/32", check=False)
         _ip("link", "del", veth, check=False)
         _ip("netns", "del", ns, check=False)
+
+
+def kit_check(entry: Any, backend: str, request: pytest.FixtureRequest,
+              tmp_path: Path) -> Any:
+    """Run the self-check kit's check ``entry`` on ``backend``, as a test.
+
+    The check is the one ``spu selfcheck sandbox=<backend>`` runs (:mod:`spu.selfcheck`):
+    it raises with its traceback when it fails, skips with its reason (and where the
+    backend cannot run here), and a failure the backend declares expected is an xfail
+    with its reason. Returns what the check returned.
+    """
+    from spu.selfcheck import CheckSkipped, Status, run_check
+    from spu.selfcheck.targets import SandboxTarget
+
+    cls = get_sandbox(backend)
+    if entry.isolating and not cls.isolates:
+        pytest.skip(f"sandbox={backend} claims no isolation")
+    if entry.unisolated and cls.isolates:
+        pytest.skip(f"sandbox={backend} claims isolation")
+    if entry.root and os.geteuid() != 0:
+        pytest.skip("the sandbox's isolation needs root")
+    target = SandboxTarget(backend, require_backend(request, backend), tmp_path / entry.name,
+                           task_home=tmp_path)
+    reason = cls.selfcheck_expected_failures.get(entry.name)
+    try:
+        if reason is None:
+            try:
+                return entry(target)
+            except CheckSkipped as exc:
+                pytest.skip(str(exc))
+        result = run_check(entry, target, {entry.name: reason})
+    finally:
+        target.close()
+    if result.status is Status.expected_failure:
+        pytest.xfail(result.detail)
+    if result.status is Status.skipped:
+        pytest.skip(result.detail)
+    pytest.fail(result.line, pytrace=False)

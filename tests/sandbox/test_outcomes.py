@@ -19,7 +19,7 @@ from spu.sandbox.limits import GIB
 from spu.schema import Outcome, RunRecord
 from spu.tasks import load_answers, load_task
 from tests.conftest import EXAMPLE_TASK
-from tests.sandbox.conftest import AGENTS, BACKENDS, require_backend
+from tests.sandbox.conftest import BACKENDS, CHECK_AGENTS, require_backend
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def _run(request, compose, backend: str, entrypoint: Path, *overrides: str) -> R
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_memory_hog_ends_as_memory_limit(backend, request, compose) -> None:
     """Killed by the memory limit: ``memory_limit``, never scored, evidence kept."""
-    record = _run(request, compose, backend, AGENTS / "hog.py", "limits.memory_gb=0.2")
+    record = _run(request, compose, backend, CHECK_AGENTS / "hog.py", "limits.memory_gb=0.2")
     if record.sandbox.limits.memory_mechanism == "rlimit-as":
         pytest.skip("no writable memory cgroup here: RLIMIT_AS leaves no OOM event")
     assert record.outcome is Outcome.memory_limit and not record.scored
@@ -60,7 +60,7 @@ def test_memory_hog_ends_as_memory_limit(backend, request, compose) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sleeper_times_out_and_its_early_submission_is_scored(backend, request, compose) -> None:
     """A run stopped at the wall limit after writing a valid file is graded and scored."""
-    record = _run(request, compose, backend, AGENTS / "sleeper.py", "limits.time_s=3")
+    record = _run(request, compose, backend, CHECK_AGENTS / "sleeper.py", "limits.time_s=3")
     assert record.outcome is Outcome.timeout and record.process.timed_out
     assert record.scored, "paper 3.1: a valid file written before the limit is scored"
     # The sleeper submits each group in its presented (contract) order.
@@ -78,7 +78,7 @@ def test_sleeper_times_out_and_its_early_submission_is_scored(backend, request, 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_crash_ends_as_no_file(backend, request, compose) -> None:
     """An agent that dies before writing anything: ``no_file``, exit code kept."""
-    record = _run(request, compose, backend, AGENTS / "crash.py")
+    record = _run(request, compose, backend, CHECK_AGENTS / "crash.py")
     assert record.outcome is Outcome.no_file and not record.scored
     assert record.process.exit_code == 1 and record.process.error is None
     assert record.score_strict == -1
@@ -97,7 +97,7 @@ def test_agent_that_cannot_start_is_an_infra_error(backend, request, compose, tm
 @pytest.mark.docker
 def test_missing_docker_image_is_an_infra_error(request, compose) -> None:
     """An image that does not exist: the sandbox failed to start, ``infra_error``."""
-    record = _run(request, compose, "docker", AGENTS / "crash.py",
+    record = _run(request, compose, "docker", CHECK_AGENTS / "crash.py",
                   "sandbox.image=spu-agent:no-such-tag")
     assert record.outcome is Outcome.infra_error
     assert "spu-agent:no-such-tag" in record.process.error

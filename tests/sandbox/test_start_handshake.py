@@ -18,7 +18,8 @@ from spu.tasks.package import load_task, stage_public_files
 from tests.conftest import EXAMPLE_TASK
 from tests.sandbox.conftest import require_backend
 
-BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
+BACKENDS = [pytest.param("local", marks=pytest.mark.slow),  # a real sandbox
+            pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])]
 
 FORGED = {
     "local": "bwrap: execvp /workspace/.agent/run.py: Permission denied",
@@ -51,6 +52,7 @@ def test_a_wrapper_failure_written_by_the_agent_is_the_agents_exit(
     assert evidence.error is None and evidence.exit_code == 1, evidence
 
 
+@pytest.mark.slow  # a real sandbox
 def test_a_real_bubblewrap_failure_is_the_sandboxs(request: pytest.FixtureRequest,
                                                    tmp_path: Path) -> None:
     """A bind whose source is missing fails inside bubblewrap, before any exec."""

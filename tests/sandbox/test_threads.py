@@ -70,7 +70,8 @@ def _wait_for(path: Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("backend", ["local", "subprocess"])
+@pytest.mark.parametrize("backend", [pytest.param("local", marks=pytest.mark.slow),  # bwrap
+                                     "subprocess"])
 def test_agents_started_while_threads_fork_are_each_in_their_own_cgroup(
         backend, open_sandbox) -> None:
     """Invariant: with other threads forking and exec-ing, every agent starts (no hang) and

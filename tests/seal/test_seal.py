@@ -211,3 +211,15 @@ def test_a_retried_run_keeps_the_seal_of_its_earlier_attempt(tmp_path: Path) -> 
     assert result.ok, result.faults
     assert [r.run_dir.relative_to(root).as_posix() for r in result.runs] == [
         f"runs/{first.run_key}/attempts/1", f"runs/{first.run_key}"]
+
+
+def test_a_fault_names_the_agents_file_as_text(sealed_root: Path, tmp_path: Path) -> None:
+    """Issue 41 (V2): a fault names a run's file, whose name the agent chose; ``spu seal
+    verify`` prints it with its control characters escaped."""
+    root = _copy(sealed_root, tmp_path)
+    run_dir = _run_dirs(root)[0]
+    (run_dir / "output" / "scripts").mkdir(exist_ok=True)
+    (run_dir / "output" / "scripts" / "x\x1b]0;pwned\x07\x1b[2J.py").write_text("")
+    code, said = _verify(root)
+    assert code == 1 and "\x1b" not in said and "\x07" not in said
+    assert "x\\x1b]0;pwned\\x07\\x1b[2J.py: appeared after sealing" in said

@@ -173,6 +173,7 @@ SPEC9_COLUMNS = {
 }
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_writes_the_spec_section_9_files_on_a_simulated_study(tmp_path) -> None:
     """A paper-sized simulated study (table, task packages, run folders): ``spu stats``
     writes every file of SPEC section 9 with its columns, the named tests of E.9 and
@@ -296,3 +297,22 @@ def test_report_takes_the_experiment_and_warns_in_table_1(tmp_path) -> None:
     assert done.stdout.splitlines()[0] == "spu report: experiment spu-default"
     table = (tmp_path / "report" / "tables" / "configs.md").read_text()
     assert "| random-none (warning: 3 tasks scored, fewer than 5)" in table
+
+
+def test_the_help_says_what_each_rule_option_changes(capsys) -> None:
+    """Issue 43: --top-group's help said it set the rank-stability group only, while it also
+    sets the discipline comparison's leading group; --discipline-groups' help understated
+    the default leading group; each population option names the file it changes."""
+    import re
+
+    from spu.cli import main as spu_main
+
+    with pytest.raises(SystemExit):
+        spu_main(["stats", "--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out).split("options:", 1)[1]
+    top = text.split("--top-group K", 1)[1].split("--run-sd", 1)[0]
+    assert "rank_stability.csv" in top and "discipline_gap.csv" in top and "reading" in top
+    groups = text.split("--discipline-groups A,B;C,D", 1)[1].split("--unrelated-below", 1)[0]
+    assert "widest gap" in groups and "Holm-significant" in groups and "--top-group" in groups
+    assert "effort.csv repeats_mean" in text and "29" not in groups
+    assert "pair_order_runs.csv" in text and "variance.csv" in text

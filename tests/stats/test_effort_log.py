@@ -61,3 +61,31 @@ def test_the_papers_log_is_the_default_and_log1p_an_option() -> None:
     assert paper.loc["runtime_s", "rho"] != pytest.approx(plus_one.loc["runtime_s", "rho"])
     with pytest.raises(ValueError, match="effort log rule"):
         log_measure(np.array([1.0]), "sqrt")
+
+
+def test_a_measure_fixed_by_task_and_configuration_has_no_adjusted_correlation() -> None:
+    """Issue 40: a scripted agent makes the same calls on every task, so its tool calls are
+    fixed by the configuration; with task and configuration effects removed nothing is
+    left of them but float noise, and the summary read ``adjusted_corr_tool_calls = inf``
+    (here: 2.6e-09, noise over noise). Undefined, said in the note; run time, which
+    varies, keeps its correlation."""
+    import numpy as np
+    import pandas as pd
+
+    from spu.stats.effort import effort_correlations
+
+    rng = np.random.default_rng(1)
+    runs = pd.DataFrame([{"config": c, "task_id": f"t{t}", "scored": True,
+                          "score_recovered": float(np.round(rng.uniform(-0.5, 0.9), 4)),
+                          "runtime_s": float(rng.uniform(10, 100)),
+                          "tool_calls": {"A": 3, "B": 8, "C": 21}[c], "web_fetches": 3,
+                          "used_gpu": False}
+                         for c in "ABC" for t in range(22)])
+    table, summary = effort_correlations(runs, ["A", "B", "C"], resamples=50)
+    rows = {r["statistic"]: r for r in summary}
+    calls = rows["adjusted_corr_tool_calls"]
+    assert np.isnan(calls["value"]) and "do not vary once task and configuration" in calls[
+        "note"]
+    assert np.isfinite(rows["adjusted_corr_runtime_s"]["value"])
+    assert rows["adjusted_corr_runtime_s"]["note"] == ""
+    assert not np.isinf(table["rho"].to_numpy(dtype=float)).any()

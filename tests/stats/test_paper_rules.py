@@ -392,7 +392,7 @@ def test_repeat_spread_ratio_by_hand_and_the_mean_square_reading_is_the_default(
     assert rows["median_spread_ratio_exceeding A"]["value"] == pytest.approx(
         (6.0 + 0.105 / 0.0225) / 2)
     assert not any(r.endswith(" B") for r in rows)
-    assert "--spread-ratio ms" in default.rules["interaction_tasks.csv"]
+    assert "--spread-ratio ms" in default.rules["interaction_tasks.csv"].text
     assert StatsOptions().spread_ratio == "ms"
 
     sd = interaction(StatsInputs(_spread_table(), StatsOptions(spread_ratio="sd")))
@@ -400,7 +400,7 @@ def test_repeat_spread_ratio_by_hand_and_the_mean_square_reading_is_the_default(
     assert rows["tasks_configs_exceed_repeats A"] == 2
     assert rows["median_spread_ratio A"] == pytest.approx(0.2 / 0.15)
     assert rows["median_spread_ratio_exceeding A"] == pytest.approx((3.0 + 0.2 / 0.15) / 2)
-    assert "--spread-ratio sd" in sd.rules["interaction_tasks.csv"]
+    assert "--spread-ratio sd" in sd.rules["interaction_tasks.csv"].text
 
 
 def test_repeats_that_agree_exactly_give_an_infinite_ratio_that_counts() -> None:

@@ -65,6 +65,7 @@ def test_the_parser_offers_the_rules_of_the_outcome_module() -> None:
         assert tuple(action.choices) == REFUSALS_AFTER_FILE_RULES
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_spu_stats_names_the_rule_and_scores_on_request(tmp_path: Path) -> None:
     """End to end on a simulated study whose refusals all left a valid file."""
     runs = simulate_runs(seed=3)

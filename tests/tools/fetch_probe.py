@@ -24,7 +24,8 @@ def _peak() -> int:
 def main() -> None:
     """Fetch, measure, print."""
     url, parallel = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    cfg = ToolsConfig(provider="web", search_url="http://127.0.0.1:9", allow_local_fetch=True)
+    cfg = ToolsConfig(provider="web", options={"search_url": "http://127.0.0.1:9"},
+                      allow_local_fetch=True)
     provider = WebProvider(cfg)
     provider.fetch(url.rsplit("/", 1)[0] + "/small")  # imports and connections warmed up
     before = _peak()

@@ -220,3 +220,35 @@ def test_the_proxy_refuses_the_model_providers_hosts_before_any_lookup(tmp_path:
         ("api.anthropic.com", 443, MODEL_API_REFUSED), ("api.openai.com.", 443, MODEL_API_REFUSED),
         ("Api.Anthropic.Com", 8443, MODEL_API_REFUSED), ("api.openai.com", 80, MODEL_API_REFUSED)]
     assert all("address" not in e for e in lines)  # refused before any DNS lookup
+
+
+def test_the_proxy_hands_its_port_over_without_a_file_polled_for(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """Invariant: the start returns with the port as soon as the proxy listens: the port
+    comes through a pipe the forker waits on, not a file the runner looks for every 10 ms
+    (72 of the proxy's 98 start-up samples were that wait). No sleep runs in the runner,
+    and no port file is left in the run's folder."""
+    from tests.clocks import clock_waits, record_sleeps
+
+    slept = record_sleeps(monkeypatch)
+    proxy = EgressProxy(tmp_path).start()
+    monkeypatch.undo()
+    try:
+        assert proxy.port is not None
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10):
+            pass  # it listens
+        assert not (tmp_path / "egress.port").exists()
+    finally:
+        proxy.stop()
+    assert [s for s in slept if s >= 0.005] == [] and clock_waits(slept) == [], slept
+
+
+def test_a_proxy_that_ends_before_it_listens_is_one_clear_error_at_once(tmp_path: Path) -> None:
+    """A proxy that cannot start (here: an option proxy.py does not know) ends the wait when
+    it ends, not after the start's time limit: the error says it exited, and with what."""
+    from spu.tools.egress import EgressProxyError, ProxyForker
+
+    with pytest.raises(EgressProxyError, match="exited with code 2"):
+        ProxyForker.shared().start(["--no-such-option"], tmp_path / "egress.proxy.log", {},
+                                   tmp_path / "egress.port")
+    assert not (tmp_path / "egress.port").exists()

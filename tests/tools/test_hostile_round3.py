@@ -191,7 +191,8 @@ def test_the_runs_host_side_services_run_under_limits_derived_from_the_runs(
     from spu.tools.session import ToolsSession
     from spu.tools.web import WebProvider
 
-    cfg = ToolsConfig(provider="web", search_url="http://127.0.0.1:9", allow_local_fetch=True)
+    cfg = ToolsConfig(provider="web", options={"search_url": "http://127.0.0.1:9"},
+                      allow_local_fetch=True)
     provider = WebProvider(cfg)
     limits = RunLimits(time_s=120, memory_gb=1.5, cpus=1)
     session = ToolsSession(cfg, tmp_path / "run-x", provider, limits=limits).start()

@@ -194,7 +194,8 @@ def test_failing_providers_give_errors_or_cut_texts_and_the_run_finishes(
         record, run_dir = run(
             compose, tmp_path, "amine", f"{site.url}/big", f"{site.url}/slow",
             f"{site.url}/latin1",
-            overrides=("tools=web", f"tools.search_url={dead.url}", "tools.allow_local_fetch=true",
+            overrides=("tools=web", f"tools.options.search_url={dead.url}",
+                       "tools.allow_local_fetch=true",
                        "tools.fetch_timeout_s=3", "tools.search_timeout_s=3",
                        "tools.max_fetch_bytes=1000000"))
     finally:

@@ -168,3 +168,26 @@ def test_a_call_too_large_for_the_sdk_is_audited_unread(start_service, corpus: P
         (0, "search", "ok"), (1, "unknown", "error"), (2, "search", "ok")]
     assert entries[1].args == {"bytes": str(5 << 20)}
     assert "413" in str(entries[1].error) and str(MAX_REQUEST_BYTES) in str(entries[1].error)
+
+
+def test_the_service_starts_and_stops_without_waiting_for_a_clock(
+        start_service, corpus: Path, monkeypatch) -> None:
+    """Invariant: a run's tools service starts and stops on events, not on clocks.
+
+    ``start`` returns once the server listens and ``stop`` once its thread has ended (the
+    join's deadline is a dozen seconds away), and no sleep of 10 ms or more ran meanwhile:
+    uvicorn's own server looks at ``should_exit`` every 0.1 s and waits 0.1 s more as it
+    shuts down, and a start that polls ``started`` sleeps on its own clock; a run paid
+    about 0.2 s for these.
+    """
+    from tests.clocks import clock_waits, record_sleeps
+
+    slept = record_sleeps(monkeypatch)
+    service = start_service(ToolsConfig(corpus=str(corpus)))
+    error, _ = call_tool(service.url(), "search", {"query": "cement"})
+    assert not error
+    thread = service._thread
+    assert thread is not None and thread.is_alive()
+    service.stop()
+    assert not thread.is_alive()
+    assert clock_waits(slept) == [], slept

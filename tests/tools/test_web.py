@@ -26,11 +26,16 @@ def site() -> Iterator[LocalSite]:
     served.kill()
 
 
+OPTIONS = ("search_api", "search_url", "api_key_env")
+"""The web provider's own options (``tools.options``); the rest are the service's."""
+
+
 def web(site: LocalSite, **overrides) -> ToolsConfig:
     values = {"name": "web", "provider": "web", "search_api": "searxng",
               "search_url": site.url, "allow_local_fetch": True, "fetch_timeout_s": 3.0,
               "search_timeout_s": 3.0, **overrides}
-    return ToolsConfig(**values)
+    options = {k: values.pop(k) for k in OPTIONS if k in values}
+    return ToolsConfig(**values, options=options)
 
 
 def test_searxng_results(site: LocalSite) -> None:
@@ -53,8 +58,16 @@ def test_brave_results_with_the_key_from_the_environment(site: LocalSite, monkey
 
 
 def test_configuration_errors_name_the_key() -> None:
-    with pytest.raises(ProviderConfigError, match="tools.search_url"):
-        make_provider(ToolsConfig(provider="web", search_api="searxng"))
+    with pytest.raises(ProviderConfigError, match="tools.options.search_url"):
+        make_provider(ToolsConfig(provider="web", options={"search_api": "searxng"}))
+    with pytest.raises(ProviderConfigError, match=r"^tools.options.search_url: Input should "
+                                                  r"be a valid string \(got 8; "
+                                                  r"tools.provider=web\) \(its options: "
+                                                  r"api_key_env, search_api, search_url\)$"):
+        make_provider(ToolsConfig(provider="web", options={"search_url": 8}))
+    with pytest.raises(ProviderConfigError, match=r"^tools.options.serch_url: not an option "
+                                                  r"of tools.provider=web "):
+        make_provider(ToolsConfig(provider="web", options={"serch_url": "x"}))
     with pytest.raises(ProviderConfigError, match="tools.provider: unknown tools provider"):
         make_provider(ToolsConfig(provider="bing"))
 

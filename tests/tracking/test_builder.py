@@ -365,6 +365,7 @@ def test_the_builder_ends_with_a_driver_killed_outright() -> None:
     assert _ends_within(pid, 30), psutil.Process(pid).cmdline()
 
 
+@pytest.mark.slow  # a real sandbox (spu.main, sandbox=local)
 def test_a_sweep_from_the_command_line_builds_its_traces_in_the_builder(tmp_path) -> None:
     """``python -m spu.main -m ...``: the sweep's runs all have their trace, and the
     builder built some of them (its closing line, at DEBUG through ``hydra.verbose``)."""
@@ -568,3 +569,34 @@ def test_a_stalled_request_no_one_collects_is_stopped_at_the_next_run(
         assert _started(b).pid not in (None, first)
     finally:
         b.close()
+
+
+def test_a_builder_started_by_a_thread_that_ends_outlives_it_and_closes_without_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Invariant: the builder lives as long as the sweep, whichever thread asked for it.
+
+    A ``ray_local`` sweep's first traced run is settled in a thread of its settle pool,
+    which ends before the sweep does; the builder, ended by Linux with the thread that
+    started it (``PR_SET_PDEATHSIG``), was reported as "trace builder process ended (exit
+    status -9)" at every sweep's close. Now it is started from a thread of its own.
+    """
+    import threading
+
+    b = ViewBuilder(start_at=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="spu.tracking.builder"):
+            def settle() -> None:  # asks for the builder, and ends once it is up
+                b._usable()
+                _started(b)
+
+            asker = threading.Thread(target=settle, name="spu-settle_0")
+            asker.start()
+            asker.join()  # the thread that asked has ended
+            pid = b.pid
+            assert pid is not None
+            time.sleep(0.5)  # a SIGKILL sent at the thread's end lands within this
+            assert running(pid)
+    finally:
+        b.close()
+    assert not running(pid)
+    assert "trace builder process ended" not in caplog.text, caplog.text

@@ -473,3 +473,24 @@ def test_recovered_departures_and_groups_reach_the_runs_table() -> None:
     assert row["n_groups"] == 2
     plain = runs_row(logged_from_record(make_record(), "r2"))
     assert plain["departures"] is None and plain["n_groups"] is None
+
+
+def test_an_export_of_no_run_says_what_is_missing_and_exits_1(tmp_path, capsys) -> None:
+    """Issue 40 item 4: ``spu runs export --runs-dir outputs`` (as docs/seals.md wrote it)
+    exported 0 rows and exited 0; the runs are in ``outputs/runs``."""
+    out = tmp_path / "outputs"
+    shutil.copytree(REPO / "tests" / "golden" / "legacy_store" / "outputs", out)
+    table = tmp_path / "runs.csv"
+    assert main(["runs", "export", "--runs-dir", str(out), "--out", str(table)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("spu runs export: no run.json in the folders under ")
+    assert f"--runs-dir {out / 'runs'}" in line and not table.exists()
+    assert main(["runs", "export", "--runs-dir", str(out / "runs"), "--out", str(table)]) == 0
+    assert len(pd.read_csv(table)) == 2
+    empty = tmp_path / "empty"
+    client_for(f"sqlite:///{empty / 'mlflow.db'}")  # a store with no run in it
+    assert main(["runs", "export", "--output-root", str(empty), "--out",
+                 str(tmp_path / "none.csv")]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("spu runs export: no recorded run in sqlite:///")
+    assert not (tmp_path / "none.csv").exists()

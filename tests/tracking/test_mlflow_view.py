@@ -33,10 +33,11 @@ def _only_run(uri: str):  # noqa: ANN202 - an mlflow Run
     return experiment, run
 
 
-def test_the_mlflow_run_has_the_agents_times_a_short_first_name_and_identity_params(
+@pytest.mark.slow  # a real sandbox (sandbox=local)
+def test_the_mlflow_run_has_the_agents_times_a_readable_name_and_identity_params(
         one_task_root, tmp_path) -> None:
     """Start and end are the agent's (Duration is its runtime, not the 40-150 ms of
-    logging); the name starts with the task and the repeat; the identity is in params."""
+    logging); the name reads config · task · repeat; the identity is in params."""
     out = tmp_path / "out"
     proc = run_module(["spu.main", "model=presented_order", f"task={EXAMPLE_TASK.name}",
                        "repeat=2", f"task_root={one_task_root}", f"output_root={out}"])
@@ -47,7 +48,7 @@ def test_the_mlflow_run_has_the_agents_times_a_short_first_name_and_identity_par
     started = int(datetime.fromisoformat(record["started_at"]).timestamp() * 1000)
     assert run.info.start_time == started
     assert run.info.end_time - run.info.start_time == round(record["runtime_s"] * 1000)
-    assert run.info.run_name == f"t:{EXAMPLE_TASK.name} r2 presented_order-none"
+    assert run.info.run_name == f"presented_order-none · {EXAMPLE_TASK.name} · r2"
     params = run.data.params
     identity = record["identity"]
     assert params["identity.task_digest"] == identity["task"]["task_digest"]
@@ -60,7 +61,7 @@ def test_a_sweep_prints_its_experiments_address_when_a_ui_is_up(one_task_root,
                                                                  tmp_path) -> None:
     """Tracked through a server (its own UI), the sweep ends with the experiment's page;
     on SQLite with ``tracking.ui_url`` at a UI on the same store, the same; with no UI
-    up, the command that starts one."""
+    up, the command that starts one (``spu ui``)."""
     from spu.launch.server import TrackingServer, free_port
 
     out = tmp_path / "out"
@@ -79,4 +80,4 @@ def test_a_sweep_prints_its_experiments_address_when_a_ui_is_up(one_task_root,
         assert f"compare in MLflow: {page}" in again.stdout
     down = run_module([*base, f"tracking.ui_url=http://127.0.0.1:{free_port()}"])
     assert down.returncode == 0, down.stderr[-3000:]
-    assert f"compare in MLflow: mlflow ui --backend-store-uri {backend}" in down.stdout
+    assert f"compare in MLflow: spu ui {out}" in down.stdout

@@ -50,7 +50,11 @@ def test_scripted_sweep_exports_the_trajectories_and_the_servers_usage(tmp_path)
     out_root = tmp_path / "outputs"
     sweep = run_module(["spu.main", "-m", f"harness={','.join(HARNESSES)}", "model=scripted",
                         "task=example-coupling-conditions", f"output_root={out_root}",
-                        f"sandbox={sandbox_name()}"], timeout=600)
+                        f"sandbox={sandbox_name()}",
+                        # the scripted model is free; nominal prices (USD per million)
+                        "model.prices.input=1.0", "model.prices.cache_read=0.1",
+                        "model.prices.cache_write_5m=1.25", "model.prices.cache_write_1h=2.0",
+                        "model.prices.output=5.0"], timeout=600)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     out = tmp_path / "runs.parquet"
     assert main(["runs", "export", "--output-root", str(out_root), "--out", str(out)]) == 0
@@ -72,7 +76,7 @@ def test_scripted_sweep_exports_the_trajectories_and_the_servers_usage(tmp_path)
         assert tokens == (record.usage.input, record.usage.cache_read,
                           record.usage.cache_write, record.usage.output)
         assert all(t > 0 for t in tokens)
-        # conf/model/scripted.yaml, USD per million: input 1.0, cache read 0.1, cache
+        # the nominal prices above, USD per million: input 1.0, cache read 0.1, cache
         # write 1.25 (5-minute) or 2.0 (1-hour), output 5.0. The default rule is the
         # paper's (E.6): every cache write at the five-minute price; the actual one bills
         # the one-hour writes at the one-hour price.

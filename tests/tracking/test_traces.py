@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +24,7 @@ from spu.tracking.trajectories import iter_steps
 from tests.conftest import EXAMPLE_TASK, REPO, run_module
 from tests.harness.test_cli_runs import sandbox_ok  # noqa: F401 (a fixture)
 from tests.launchers.conftest import sandbox_name
+from tests.tracking.devtools import find_browser
 
 
 def _corpus(tmp_path: Path) -> list[Path]:
@@ -361,6 +367,7 @@ def _screenshot(page: Path, tmp_path: Path) -> None:
     assert shot.is_file() and shot.stat().st_size > 0
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_log_traces_adds_traces_to_runs_recorded_before_once(tmp_path, target) -> None:
     """``spu runs log-traces OUTPUT_ROOT`` gives each run recorded without a trace one; run
     again, it logs nothing (idempotent)."""
@@ -383,7 +390,7 @@ def test_a_command_agent_run_from_the_command_line_has_its_trace(tmp_path) -> No
     """``python -m spu.main harness=command ...``: the recorded run has one trace, linked to
     it, whose tool spans match its trajectory's tool calls (none for this agent)."""
     out = tmp_path / "outputs"
-    agent = REPO / "tests" / "sandbox" / "agents" / "probe.py"
+    agent = REPO / "spu" / "selfcheck" / "agents" / "probe.py"
     done = run_module(["spu.main", "experiment=single", "harness=command",
                        f"harness.entrypoint={agent}", f"task={EXAMPLE_TASK.name}",
                        f"output_root={out}", f"sandbox={sandbox_name()}", "limits.cpus=1",
@@ -404,28 +411,20 @@ def test_a_command_agent_run_from_the_command_line_has_its_trace(tmp_path) -> No
 
 
 
-@pytest.mark.slow
-def test_the_mlflow_ui_trace_view_shows_the_tool_calls_by_name(tmp_path, target) -> None:
-    """The MLflow UI (``mlflow server`` on loopback, in headless Chromium) shows a recorded
-    run's trace with its tool calls by name; a screenshot is kept beside the test's files."""
+@contextlib.contextmanager
+def _mlflow_ui(target: TrackingTarget) -> Iterator[str]:
+    """``mlflow server`` on a loopback port over ``target``'s store; its URL."""
     import socket
     import subprocess
-    import sys
     import time
 
     import httpx
 
-    browser = shutil.which("chromium") or shutil.which("chromium-headless-shell")
-    if browser is None:
-        pytest.skip("no headless Chromium here (neither chromium nor chromium-headless-shell)")
-    folder = _corpus(tmp_path)[0]
-    log_run(_record(folder), folder, target)
-    (trace,) = _traces(target, None)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    server = subprocess.Popen([str(mlflow_bin), "server", "--backend-store-uri", target.uri,
+    mlflow_bin = shutil.which("mlflow") or str(Path(sys.executable).with_name("mlflow"))
+    server = subprocess.Popen([mlflow_bin, "server", "--backend-store-uri", target.uri,
                                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -436,6 +435,25 @@ def test_the_mlflow_ui_trace_view_shows_the_tool_calls_by_name(tmp_path, target)
                     break
             except httpx.HTTPError:
                 time.sleep(1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_the_mlflow_ui_trace_view_shows_the_tool_calls_by_name(tmp_path, target) -> None:
+    """The MLflow UI (``mlflow server`` on loopback, in headless Chromium) shows a recorded
+    run's trace with its tool calls by name; a screenshot is kept beside the test's files."""
+    import subprocess
+
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no headless Chromium here (neither chromium nor chromium-headless-shell)")
+    folder = _corpus(tmp_path)[0]
+    log_run(_record(folder), folder, target)
+    (trace,) = _traces(target, None)
+    with _mlflow_ui(target) as url:
         page = (f"{url}/#/experiments/{_experiment(target)}/traces"
                 f"?selectedEvaluationId={trace.info.trace_id}")
         common = [browser, "--headless", "--no-sandbox", "--disable-gpu",
@@ -445,13 +463,98 @@ def test_the_mlflow_ui_trace_view_shows_the_tool_calls_by_name(tmp_path, target)
         shot = tmp_path / "mlflow-trace-view.png"
         subprocess.run([*common, f"--screenshot={shot}", page], capture_output=True,
                        timeout=120, check=False)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     names = {s.name for s in trace.data.spans if s.span_type == "TOOL"}
     assert names and all(name in dom for name in names)
     assert "agent run" in dom
     assert shot.is_file() and shot.stat().st_size > 0
+
+
+def _plant_markdown(folder: Path, listener: str) -> None:
+    """An agent's texts in every place a span shows: each an image, a link and HTML that
+    point at ``listener``, then a second image between lines of three backticks (which
+    would close a fence of three and open one of their own)."""
+    from spu.schema import ToolCall, Trajectory, TrajectoryStep
+    from spu.tracking.trajectories import read_trajectory, write_trajectory
+
+    def md(tag: str) -> str:
+        return (f"![px]({listener}/{tag}.png) [link]({listener}/{tag}-link) "
+                f'<img src="{listener}/{tag}-html.png"> {listener}/{tag}-bare\n'
+                f"```\n![px]({listener}/{tag}-after-a-fence.png)\n```")
+
+    old = read_trajectory(folder / "trajectory.jsonl.gz")
+    steps = [
+        TrajectoryStep(index=0, role="user", text=md("user")),
+        TrajectoryStep(index=1, text=md("turn"), reasoning=md("reasoning"), tool_calls=[
+            ToolCall(id="c1", name="Bash", arguments={"command": md("args")},
+                     output=md("tool-output")),
+            ToolCall(id=md("call-id"), name="apply_patch", arguments=md("string-args"),
+                     output="ok")]),
+        TrajectoryStep(index=2, text="sub-agent at work", agent=md("agent-name"))]
+    write_trajectory(folder / "trajectory.jsonl.gz",
+                     Trajectory(harness=old.harness, steps=steps, usage=old.usage))
+    (folder / "output" / "rankings.json").write_text(md("rankings"))
+    (folder / "tools" / "audit.jsonl").write_text(json.dumps({
+        "call": 0, "time": "2026-11-01T00:00:01+00:00", "tool": "search",
+        "args": {"query": md("query")}, "status": "error", "latency_s": 0.1,
+        "error": md("audit-error")}) + "\n")
+    (folder / "model").mkdir(exist_ok=True)
+    (folder / "model" / "requests.jsonl").write_text(json.dumps({
+        "time": "2026-11-01T00:00:01+00:00", "endpoint": "messages", "model": md("model"),
+        "status": 403, "error": md("gateway-error")}) + "\n")
+
+
+async def _open_every_span(browser: str, page: str, spans: list[str], profile: Path,
+                           shot: Path, control: str) -> tuple[dict[str, int], Any]:
+    """Open the trace view and click each span by its name: how many elements each name
+    had, and what the page's own ``fetch`` of ``control`` answered (the listener is in
+    the browser's reach)."""
+    from tests.tracking.devtools import Browser
+
+    clicked = {}
+    async with Browser(browser, profile) as b:
+        await b.call("Page.navigate", url=page)
+        await b.wait_for_text("model turn 1")
+        for name in spans:
+            clicked[name] = await b.click_text(name)
+            await asyncio.sleep(2)  # the span's inputs and outputs render
+        await b.screenshot(shot)
+        reached = await b.js(f"fetch({json.dumps(control)}).then(r => r.status)")
+    return clicked, reached
+
+
+@pytest.mark.slow
+def test_span_texts_load_nothing_when_the_mlflow_ui_shows_them(tmp_path, target) -> None:
+    """Invariant: the MLflow trace view renders the texts at the top of a span's inputs and
+    outputs as markdown; an agent's image, link or HTML in any span text (a model turn, its
+    reasoning, a message, a tool's output, string arguments or call id, a sub-agent's name,
+    an audited call's query and error, the gateway's model and error, ``rankings.json``),
+    with backticks that would close a three-backtick fence, makes the browser that opens
+    each span (headless Chromium, the real MLflow UI) ask nothing of the agent's address."""
+    from tests.tracking.devtools import Listener
+
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no headless Chromium here (neither chromium nor chromium-headless-shell)")
+    folder = _corpus(tmp_path)[0]
+    with Listener() as listener:
+        _plant_markdown(folder, listener.url)
+        log_run(_record(folder), folder, target)
+        (trace,) = _traces(target, None)
+        names = [s.name for s in trace.data.spans]
+        with _mlflow_ui(target) as url:
+            page = (f"{url}/#/experiments/{_experiment(target)}/traces"
+                    f"?selectedEvaluationId={trace.info.trace_id}")
+            clicked, reached = asyncio.run(_open_every_span(
+                browser, page, names, tmp_path / "profile", tmp_path / "mlflow-span-view.png",
+                f"{listener.url}/control"))
+        asked = [p for p in listener.paths if p != "/control"]
+    # The browser reaches the listener (a request there would have been seen), and every
+    # span was there to open.
+    assert reached == 200 and "/control" in listener.paths
+    assert all(clicked[name] for name in names), clicked
+    assert asked == [], f"the trace view loaded the agent's addresses: {asked}"
+    spans = {s.name: s for s in trace.data.spans}
+    assert "![px](" in spans["model turn 1"].outputs["text"]  # kept, as text
 
 
 @pytest.mark.slow

@@ -12,40 +12,24 @@ are searched after spu's own ``conf/``, so a plugin adds options and never repla
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
-from pathlib import Path
-
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from spu.registry import CONF, group_entry_points
-
-CONF_FOLDER = "conf"
-"""The folder of a plugin package that holds its config groups."""
+from spu.project import PROJECT_CONF, plugin_confs
 
 
-@cache
 def plugin_conf_paths() -> tuple[tuple[str, str], ...]:
     """(provider, search path) of each ``spu.conf`` entry point's ``conf/`` folder.
 
     A package on disk gives ``file://<folder>``; one Hydra can only read as a resource
     (a zipped install) gives ``pkg://<package>.conf``, whose folder then needs an
-    ``__init__.py``. Packages that do not import, or have no such folder, are skipped.
+    ``__init__.py``. Packages that do not import, or have no such folder, are skipped
+    (:func:`spu.project.plugin_confs`).
     """
-    out = []
-    for name, ep in sorted(group_entry_points(CONF).items()):
-        package = ep.value.partition(":")[0]
-        try:
-            folder = resources.files(package) / CONF_FOLDER
-        except (ImportError, TypeError, ValueError):
-            continue
-        if isinstance(folder, Path):
-            if folder.is_dir():
-                out.append((f"spu-plugin-{name}", f"file://{folder}"))
-        elif folder.is_dir():
-            out.append((f"spu-plugin-{name}", f"pkg://{package}.{CONF_FOLDER}"))
-    return tuple(out)
+    return tuple((f"spu-plugin-{p.name}",
+                  f"file://{p.folder}" if p.folder is not None
+                  else f"pkg://{p.package}.{PROJECT_CONF}")
+                 for p in plugin_confs())
 
 
 class SPUPluginConfSearchPathPlugin(SearchPathPlugin):

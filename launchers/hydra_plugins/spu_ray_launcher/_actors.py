@@ -38,6 +38,7 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from spu.launch.actors import ActorAccount, actor_count, load_probe, utilization_lines
 from spu.launch.resources import SANDBOX_SLOT, RunRequest
+from spu.printable import printable_markup
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,8 @@ class ActorDriver(Driver):
             held.account.lost = f"did not start: {reason}"
             held.account.stop()
             self.accounts.append(held.account)
-            self.display.say(f"[red]actor {held.account.name} did not start: {reason}[/red]")
+            self.display.say(f"[red]actor {held.account.name} did not start: "
+                             f"{printable_markup(reason)}[/red]")
             return
         account = held.account
         account.node, account.devices = str(info["node"]), list(info["devices"])
@@ -165,7 +167,8 @@ class ActorDriver(Driver):
         """An actor died: count it lost and ask for another in its place."""
         held.account.lost = reason
         held.account.stop()
-        self.display.say(f"[yellow]actor {held.account.name} lost ({reason}); asking for a "
+        self.display.say(f"[yellow]actor {held.account.name} lost "
+                         f"({printable_markup(reason)}); asking for a "
                          f"new one[/yellow]")
         self.ask()
 
@@ -250,7 +253,7 @@ class ActorDriver(Driver):
             self.free.append(held)
             self.progress.finished(None)
             self.display.say(f"[red]job #{att.job.idx} failed on its actor "
-                             f"{held.account.name}: {exc}[/red]")
+                             f"{held.account.name}: {printable_markup(str(exc))}[/red]")
             self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
         except (RayError, TimeoutError) as exc:

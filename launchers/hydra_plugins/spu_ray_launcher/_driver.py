@@ -73,6 +73,7 @@ from spu.launch.resources import (
 )
 from spu.launch.resume import RETRIED_OUTCOMES, ResumeMode, RunPlan, latest_recorded, plan_run
 from spu.launch.server import TrackingServer, redact_uri
+from spu.printable import printable_markup
 from spu.tracking.query import recorded_run_from_record
 from spu.tracking.store import TrackingTarget, client_for, experiment_id, log_run, sqlite_path
 
@@ -286,6 +287,30 @@ def start_ray(launcher: SPURayLauncher) -> bool:
     return True
 
 
+def join_local_ray(launcher: SPURayLauncher, display: ProgressDisplay) -> None:
+    """Point a local sweep at this user's Ray where one runs here; else say why not.
+
+    A Ray found by :func:`spu.launch.local_ray.find_local_ray` (this user's, token
+    authentication on, sandbox slots offered) is joined with the token it runs with, and
+    left running at the end. Its token was checked in its own environment, so the probe
+    for a cluster that lets a client in without one is not needed.
+    """
+    init = launcher.init
+    if init.address or launcher.insecure:
+        return
+    from spu.launch.local_ray import find_local_ray
+
+    found = find_local_ray(str(init.temp_dir) if init.temp_dir else None)
+    if found.address is None:
+        display.say(f"SPU sweep: starting a Ray of its own ({found.why})")
+        return
+    with read_write(init), open_dict(init):
+        init.address, init.auth_token_path, init.verify_auth = (
+            found.address, found.token_path, False)
+    display.say(f"SPU sweep: joining {found.why} ({found.slots:g} sandbox slots; it stays "
+                f"up after the sweep)")
+
+
 STATUS_EVERY_S = 5.0
 """Seconds between two asks of the monitor for the live status of the runs in flight."""
 
@@ -452,15 +477,16 @@ class Driver:
 
     def submit(self, job: SweepJob, number: int, last: int, retried_from: str | None) -> None:
         """Stage attempt ``number`` of ``job`` here and hand its agent side to Ray."""
-        from spu.runner import prepare_run, stage
+        from spu.runner import prepare_run, record_interrupted_attempt, stage
 
         spec = replace(job.spec, attempt=number, retried_from=retried_from)
         try:
-            run = prepare_run(spec, check=False)
+            run = record_interrupted_attempt(prepare_run(spec, check=False))
+            spec, number = run.spec, run.spec.attempt  # after an interrupted attempt
             staged = stage(run)
         except Exception as exc:  # noqa: BLE001 - a job that cannot start fails alone
             self.display.say(f"[red]job #{job.idx} cannot start: {type(exc).__name__}: "
-                             f"{exc}[/red]")
+                             f"{printable_markup(str(exc))}[/red]")
             self.progress.launched()
             self.progress.finished(None)
             self.returns[job.idx] = job_return(job, exc, failed=True)
@@ -517,7 +543,7 @@ class Driver:
         except RayTaskError as exc:
             self.progress.finished(None)
             self.display.say(f"[red]job #{att.job.idx} failed on its agent node: "
-                             f"{exc}[/red]")
+                             f"{printable_markup(str(exc))}[/red]")
             self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
         except (RayError, TimeoutError) as exc:
@@ -549,7 +575,7 @@ class Driver:
         except Exception as exc:  # noqa: BLE001 - recording one run must not end the sweep
             self.progress.finished(None)
             self.display.say(f"[red]job #{att.job.idx}: recording failed: "
-                             f"{type(exc).__name__}: {exc}[/red]")
+                             f"{type(exc).__name__}: {printable_markup(str(exc))}[/red]")
             self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
             return
         TALLY.recorded += 1
@@ -586,7 +612,8 @@ class Driver:
         if att.number < att.last:
             self.ledger.spend(record.cost_usd)
             self.progress.lost(record.cost_usd)
-            self.display.say(f"[yellow]job #{att.job.idx}: worker lost ({reason}); "
+            self.display.say(f"[yellow]job #{att.job.idx}: worker lost "
+                             f"({printable_markup(reason)}); "
                              f"launching it again[/yellow]")
             self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
             return
@@ -799,6 +826,7 @@ def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, 
     # Spawned before Ray starts, so that both start up at the same time.
     local_server = None if server is not None else spawn_tracking_server(launcher, jobs,
                                                                          sweep_dir)
+    join_local_ray(launcher, display)
     auth = configure_ray_auth(launcher.init, bool(launcher.insecure))
     tracking_turn = threading.Lock()
     if local_server is None:  # else the runs track through it, once it answers

@@ -29,9 +29,11 @@ def run_agent_on_node(job: AgentJob, task_files: FileBundle, monitor: Any) -> Ag
     """Run the agent's side of one attempt on this node (a Ray task)."""
     import ray
 
+    from spu.launch.console import printable_log_lines
     from spu.sandbox.limits import raise_open_files_limit
 
     raise_open_files_limit()  # Ray's workers keep the raylet's soft nofile
+    printable_log_lines()  # Ray streams this worker's log lines to the driver's console
     node = ray.get_runtime_context().get_node_id()
     gpu_ids = assigned_gpu_ids()
     if gpu_ids:

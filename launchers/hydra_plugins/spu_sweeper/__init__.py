@@ -1,5 +1,10 @@
 """Hydra sweeper plugin ``hydra/sweeper=spu``: the basic sweeper, validated per configuration.
 
+The jobs are the basic sweeper's, with a model's default harness and an experiment's
+model sweep applied as :mod:`spu.launch.jobs` says (the dry run lists the same jobs);
+a sweep with no job is one line (:class:`~spu.launch.jobs.NothingToRun`), raised before
+anything is written under ``output_root``.
+
 Hydra's basic sweeper composes every job's config once before it launches anything, to
 catch composition errors early: half a second per job, twelve minutes for the 1,508 jobs
 of ``experiment=paper``. A sweep's jobs differ mostly by ``task``, an option that only
@@ -11,12 +16,16 @@ Hydra's own message). The jobs, their order and their batches are the basic swee
 
 # No ``from __future__ import annotations``: Hydra's plugin scan runs this module before
 # it is in ``sys.modules``, where dataclasses cannot resolve string annotations.
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 
 from spu.internals import basic_sweeper
 
@@ -25,6 +34,8 @@ from spu.internals import basic_sweeper
 BasicSweeper = basic_sweeper()
 
 TASK_GROUP = "task"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -52,6 +63,51 @@ def _is_plain_repeat(override: str) -> bool:
 
 class SPUSweeper(BasicSweeper):
     """:class:`BasicSweeper` whose validation composes one job per configuration."""
+
+    def sweep(self, arguments: list[str]) -> Any:
+        """Launch the jobs of :func:`spu.launch.jobs.sweep_jobs`, batch by batch.
+
+        The basic sweeper's loop, with the jobs made by SPU's rules; no job is an error
+        before the sweep folder is made.
+        """
+        from spu.launch.jobs import NothingToRun, sweep_jobs
+
+        assert self.config is not None and self.launcher is not None
+        assert self.hydra_context is not None
+        self.overrides = sweep_jobs(dict(self.params or {}), arguments,
+                                    self.hydra_context.config_loader, self.max_batch_size)
+        if not self.overrides:
+            raise NothingToRun(self._nothing_to_run(arguments))
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        returns = []
+        initial_job_idx = 0
+        while not self.is_done():
+            batch = self.get_job_batch()
+            tic = time.perf_counter()
+            self.validate_batch_is_legal(batch)
+            log.debug("validated %d jobs in %.2f s", len(batch), time.perf_counter() - tic)
+            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+            for r in results:
+                _ = r.return_value  # raises where the job raised
+            initial_job_idx += len(batch)
+            returns.append(results)
+        return returns
+
+    def _nothing_to_run(self, arguments: Sequence[str]) -> str:
+        """Why the sweep has no job, in one line."""
+        from spu.overrides import task_problem
+
+        assert self.config is not None and self.hydra_context is not None
+        value = next((a.partition("=")[2] for a in reversed(arguments) if _is_task(a)), None)
+        if value is None:
+            value = str((self.params or {}).get(TASK_GROUP, "glob(*)"))
+        root = Path(str(self.config.task_root)).expanduser().resolve()
+        options = sorted(self.hydra_context.config_loader.get_group_options(TASK_GROUP))
+        if not options:
+            return task_problem(value, root, options) + "; nothing was run or written"
+        return "the sweep has no job (a sweep value lists nothing): nothing was run or written"
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Compose one job per distinct non-task overrides; check every task option."""

@@ -26,11 +26,11 @@ Traps handled here:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spu.gateway.answers import loads
 from spu.harness.trajectory import SessionReading, refusal_label, total_usage
 from spu.harness.trajectory.jsonl import (
     ReadBudget,
@@ -214,10 +214,10 @@ def _tool_call(item: dict[str, Any]) -> ToolCall:
         return ToolCall(id=item.get("call_id") or item.get("id"), name="local_shell",
                         arguments=item.get("action"))
     raw = item.get("arguments", item.get("input"))
-    try:
-        arguments = json.loads(raw) if isinstance(raw, str) else raw
-    except (json.JSONDecodeError, RecursionError):  # the session file is the agent's
-        arguments = raw
+    # The session file is the agent's: arguments that are not JSON stay text, and parts
+    # nested past 64 levels are read as their text (spu.gateway.answers.loads).
+    parsed = loads(raw, deep_as_text=True) if isinstance(raw, str) else None
+    arguments = parsed if parsed is not None or raw == "null" else raw
     name = str(item.get("name", "?"))
     namespace = item.get("namespace")
     if isinstance(namespace, str) and namespace:

@@ -5,6 +5,10 @@ link to a host file (the framework reads as root), a FIFO that never ends, ``/de
 behind a link, or one line of gigabytes. They are opened without following a link or
 blocking, read only when regular, and read within bounds (:data:`MAX_LINE_BYTES`,
 :data:`MAX_FILE_BYTES`); the folders holding them are listed without following links.
+A value nested past :data:`spu.gateway.answers.MAX_DEPTH` levels is read as its JSON
+text (:func:`spu.gateway.answers.loads`): the trajectory is written and read back as
+JSON whose readers stop far above that, and a tool input nested 300 deep must not cost
+the run its record.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from spu.gateway.answers import loads
 
 MAX_LINE_BYTES = 64 << 20
 """A longer line is skipped (with a warning), not held in memory."""
@@ -119,21 +125,31 @@ def read_jsonl(path: Path, warnings: list[str],
     A line that is not a JSON object (a session cut off mid-write leaves a partial
     last line) is skipped with a warning naming the file and the line, so the rest
     of the session is not lost. A link, a FIFO or another special file is not read.
+    Values nested past 64 levels are read as their JSON text.
     """
     for number, raw in _lines(path, warnings, budget):
         line = raw.decode("utf-8", errors="replace")
         if not line.strip():
             continue
-        try:
-            entry = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
-            warnings.append(f"{path.name}:{number}: not JSON ({msg}), skipped")
+        entry = loads(line, deep_as_text=True)
+        if entry is None:
+            warnings.append(f"{path.name}:{number}: not JSON ({_why_not_json(line)}), skipped")
             continue
         if not isinstance(entry, dict):
             warnings.append(f"{path.name}:{number}: not a JSON object, skipped")
             continue
         yield number, entry
+
+
+def _why_not_json(line: str) -> str:
+    """Why :func:`~spu.gateway.answers.loads` read nothing of ``line``, in a few words."""
+    try:
+        json.loads(line)
+    except json.JSONDecodeError as exc:
+        return exc.msg
+    except RecursionError:
+        pass
+    return "nested too deep"
 
 
 TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})

@@ -1,0 +1,1 @@
+"""Hydra plugin: the project folder's ``conf/`` adds options to the packaged config groups."""
