@@ -15,6 +15,7 @@ And a gateway that dies ends only its own run, as an ``infra_error`` that says w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -232,11 +233,12 @@ def test_an_agent_holding_1100_connections_leaves_its_driver_and_the_next_run_wh
     """Agent (H2): holds 1,100 connections to its gateway, the driver's soft ``nofile`` at
     1,024; then asks once and submits.
 
-    Holds: the connections are the gateway process's, not the driver's (which stays far
-    from its limit; before, it ran out); the gateway, under its own descriptor limit and
-    ``limit_concurrency``, meets its limit, logs it and serves on once the agent lets go
-    (the honest request gets its 200); the run is recorded; the driver holds no socket
-    more than before; the next run of the sweep is valid.
+    Holds: the connections are not the driver's (which stays clear of its limit; before,
+    it ran out): the run's relay of its host ports (in the driver) holds at most 128 of
+    them, passed on to the gateway (its own limit is met directly in
+    :func:`test_a_gateway_process_meets_its_own_descriptor_limit_and_serves_on`); the
+    honest request then gets its 200; the run is recorded; the driver holds no socket more
+    than before; the next run of the sweep is valid.
     """
     require_backend(request, backend)
     honest = _agent(tmp_path, "honest.py", COMMAND_AGENT)
@@ -245,10 +247,13 @@ def test_an_agent_holding_1100_connections_leaves_its_driver_and_the_next_run_wh
     with DescriptorPeak() as driver:
         record, run_dir = _run(compose, tmp_path, backend,
                                _agent(tmp_path, "holds.py", HOLDS_CONNECTIONS), "repeat=1")
-    assert driver.peak is not None and driver.peak < 512, driver.peak  # not the agent's
+    # Not the agent's: the driver's own, and the relay's two a connection, at most
+    # MAX_CONNECTIONS (before, the driver ran out: no peak).
+    from spu.sandbox.relay import MAX_CONNECTIONS
+
+    assert driver.peak is not None and driver.peak < 384 + 2 * MAX_CONNECTIONS, driver.peak
     probe = json.loads((run_dir / "output" / "probe.json").read_text())
-    gateway_log = (run_dir / "model" / "gateway.log").read_text()
-    assert probe["held"] == 1100 and "Too many open files" in gateway_log, probe  # it met
+    assert probe["held"] == 1100, probe
     assert record.outcome is Outcome.valid, (record.outcome, record.notes, probe)
     assert probe["status"] == 200, probe
     assert _tcp_sockets() <= before  # no socket of the run left in the driver
@@ -294,7 +299,9 @@ def test_four_parallel_n_8_requests_stay_within_the_spend_cap(
             "limits.max_cost_usd=0.01", model=(
                 "model=scripted", "model.provider=router", "model.api=openai-chat",
                 "model.api_model=m", f"model.base_url={provider}/v1",
-                "model.api_key_env=SPU_TEST_PROVIDER_KEY"))
+                "model.api_key_env=SPU_TEST_PROVIDER_KEY",
+                # the scripted model is free; nominal prices (USD per million) bill it
+                "model.prices.input=1.0", "model.prices.output=5.0"))
     statuses = sorted(json.loads((run_dir / "output" / "probe.json").read_text()))
     assert statuses == [200, 400, 400, 400], statuses
     assert len(BillsEveryAnswer.seen) == 1
@@ -488,3 +495,47 @@ def test_a_gateway_whose_loop_died_stops_without_raising(tmp_path: Path) -> None
     assert not thread.is_alive() and server._loop.is_closed()
     gateway.stop()
     gateway.request_stop()
+
+
+def test_a_gateway_process_meets_its_own_descriptor_limit_and_serves_on(tmp_path: Path) -> None:
+    """H2 at the gateway itself: 1,100 connections straight to a run's gateway process
+    (no relay between). Holds: they are the gateway's, not this driver's; it meets its own
+    ``RLIMIT_NOFILE`` (:data:`~spu.gateway.process.OPEN_FILES`) and logs it; once they end
+    it serves on (a request gets its answer); stopped, its port is closed."""
+    import httpx
+
+    from spu.config import ModelConfig
+    from spu.gateway.process import OPEN_FILES
+    from spu.gateway.session import GatewaySession
+    from spu.sandbox.base import RunLimits
+
+    session = GatewaySession(ModelConfig(name="m", provider="anthropic", api_model="m",
+                                         base_url="http://127.0.0.1:9"), "anthropic",
+                             tmp_path / "run", limits=RunLimits(time_s=60, memory_gb=1, cpus=1))
+    session.start()
+    before = _open_descriptors()
+    held: list[socket.socket] = []
+    try:
+        gateway = session.gateway
+        assert _limits_of(gateway.pid)["Max open files"] == str(OPEN_FILES)
+        held = [socket.create_connection(("127.0.0.1", gateway.port), timeout=10)
+                for _ in range(1100)]
+        answer = None
+        with contextlib.suppress(httpx.HTTPError):  # the gateway is at its limit now
+            answer = httpx.get(gateway.url() + "/v1/models", timeout=5, trust_env=False)
+        assert answer is None or answer.status_code in (401, 503), answer
+        log_text = (tmp_path / "run" / "model" / "gateway.log").read_text()
+        assert "Too many open files" in log_text
+        for connection in held:
+            connection.close()
+        held = []
+        answer = httpx.get(gateway.url() + "/v1/models", timeout=30, trust_env=False)
+        assert answer.status_code == 401  # served on: no token, the gateway's own answer
+        url = gateway.url()
+    finally:
+        for connection in held:
+            connection.close()
+        session.close()
+    assert _open_descriptors() <= before
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=5)
