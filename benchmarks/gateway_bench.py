@@ -1,8 +1,14 @@
-"""Model gateway benchmark: what the per-run gateway adds to a model request.
+"""Model gateway benchmark: what the per-run gateway adds to a model request, and to a run.
 
-Run: ``.venv/bin/python benchmarks/gateway_bench.py [--requests 200] [--mb 16] [--repeats 5]``
+Run: ``.venv/bin/python benchmarks/gateway_bench.py [--requests 200] [--mb 16] [--repeats 5]
+[--starts 50]``
 
-Prints, from one process, against the same scripted model server (``spu.scripted``):
+The gateway runs as a run's does: a process of its own forked by the driver's gateway
+host (:class:`spu.gateway.process.GatewayProcess`), under its own descriptor and file
+limits. Prints, from one process, against the same scripted model server (``spu.scripted``):
+
+- what a run pays to start and stop its gateway (median of ``--starts``): in its own
+  process, against the same gateway in a thread of the driver (as before issue 41);
 
 - time to first byte of a short streamed answer, straight to the server and through
   the gateway (median of ``--requests`` requests each, on kept-alive connections,
@@ -42,6 +48,8 @@ from typing import Any
 
 import httpx
 
+from spu.config import ModelGatewayConfig
+from spu.gateway.process import OPEN_FILES, GatewayProcess, GatewaySpec, file_size_limit
 from spu.gateway.server import ModelGateway
 from spu.scripted import Script, ScriptedModelServer, ScriptedTurn
 
@@ -80,15 +88,16 @@ def _serve_script(script: Script, queue: Any, stop: Any) -> None:
         stop.wait()
 
 
-def _serve_gateway(folder: Path, upstream: str, queue: Any, stop: Any) -> None:
-    with ModelGateway(folder, upstream=upstream, api_model="bench") as gateway:
-        queue.put((gateway.url(), gateway.token))
-        stop.wait()
+def gateway_spec(folder: Path, upstream: str) -> GatewaySpec:
+    """A run's gateway in front of ``upstream``, under the limits a run's has."""
+    cfg = ModelGatewayConfig()
+    return GatewaySpec(folder, upstream=upstream, api="anthropic", api_model="bench", cfg=cfg,
+                       confinement={"nofile": OPEN_FILES, "fsize": file_size_limit(cfg)})
 
 
 @contextlib.contextmanager
 def serving(script: Script, folder: Path) -> Iterator[tuple[str, str, str]]:
-    """The scripted server and a gateway in front of it, each in its own process.
+    """The scripted server and a run's gateway in front of it, each in its own process.
 
     As in a run, where the agent CLI is another process than the gateway; the server
     stands for a remote provider. (In one process, the client, the server and the
@@ -99,16 +108,36 @@ def serving(script: Script, folder: Path) -> Iterator[tuple[str, str, str]]:
     server = context.Process(target=_serve_script, args=(script, queue, stop), daemon=True)
     server.start()
     upstream = queue.get(timeout=60)
-    gateway = context.Process(target=_serve_gateway, args=(folder, upstream, queue, stop),
-                              daemon=True)
-    gateway.start()
+    gateway = GatewayProcess(gateway_spec(folder, upstream)).start()
     try:
-        url, token = queue.get(timeout=60)
-        yield upstream, url, token
+        yield upstream, gateway.url(), gateway.token
     finally:
+        gateway.stop()
         stop.set()
-        for process in (gateway, server):
-            process.join(timeout=10)
+        server.join(timeout=10)
+
+
+def start_stop_ms(folder: Path, starts: int) -> tuple[float, float, float, float]:
+    """Median milliseconds to start and to stop a run's gateway: in its own process, and
+    in a thread of this process (how every run's gateway ran before issue 41)."""
+    times: dict[str, list[float]] = {"process start": [], "process stop": [],
+                                     "thread start": [], "thread stop": []}
+    GatewayProcess(gateway_spec(folder / "warm", "http://127.0.0.1:9")).start().stop()
+    for k in range(starts):
+        began = time.perf_counter()
+        process = GatewayProcess(gateway_spec(folder / f"p{k}", "http://127.0.0.1:9")).start()
+        started = time.perf_counter()
+        process.stop()
+        times["process start"].append(started - began)
+        times["process stop"].append(time.perf_counter() - started)
+        began = time.perf_counter()
+        thread = ModelGateway(folder / f"t{k}", upstream="http://127.0.0.1:9",
+                              api_model="bench").start()
+        started = time.perf_counter()
+        thread.stop()
+        times["thread start"].append(started - began)
+        times["thread stop"].append(time.perf_counter() - started)
+    return tuple(statistics.median(v) * 1e3 for v in times.values())  # type: ignore[return-value]
 
 
 def throughput(script: Script, folder: Path, repeats: int) -> tuple[int, float, float]:
@@ -133,8 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--pace", type=float, default=8.0,
                         help="MB/s of the provider-paced stream (default 8)")
+    parser.add_argument("--starts", type=int, default=50,
+                        help="gateways started and stopped for the per-run cost (default 50)")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="spu-gateway-bench-"))
+    if args.starts:
+        p_start, p_stop, t_start, t_stop = start_stop_ms(folder / "starts", args.starts)
+        print(f"a run's gateway, start + stop (median of {args.starts}): in its own process "
+              f"{p_start:.1f} + {p_stop:.1f} ms, in a thread of the driver {t_start:.1f} + "
+              f"{t_stop:.1f} ms; {p_start + p_stop - t_start - t_stop:.1f} ms more per run")
     short = Script(name="short", turns=(ScriptedTurn(text="Done."),))
     text = "lorem ipsum " * int(args.mb * 1024 * 1024 / 12)
 

@@ -321,6 +321,8 @@ class ModelGatewayConfig:
     tool_results_mb: float = 64.0
     """Cap on ``<run_dir>/model/tool_results.jsonl`` and ``model/documents/`` (what the
     exposure screen reads)."""
+    record_mb: float = 64.0
+    """Cap on ``<run_dir>/model/requests.jsonl``; past it every request is refused."""
     connect_timeout_s: float = 30.0
     """Seconds to connect to the upstream API."""
     read_timeout_s: float = 900.0

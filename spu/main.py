@@ -229,7 +229,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     from spu.launch.jobs import NothingToRun
     from spu.overrides import CommandLine, OverrideError, check_overrides, explain
+    from spu.sandbox.limits import raise_open_files_limit
 
+    raise_open_files_limit()  # a soft nofile of 1,024 is no driver's; each service has its own
     set_launcher_policy()
     line = CommandLine.parse(sys.argv[1:] if argv is None else argv)
     if "dataset" in line.values:  # a pulled dataset is the task root (SPEC 16)

@@ -15,6 +15,7 @@ A retried run keeps its earlier attempts under ``attempts/<n>/``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ from spu.gateway.session import GatewayConfigError, GatewaySession
 from spu.gateway.verdict import (
     files_at_refusals,
     gateway_verdict,
+    iter_requests,
     key_rejected,
     read_requests,
 )
@@ -563,7 +565,7 @@ def run_agent(run: AgentRun, staged: Path,
         sandbox, phase.notes = _open_sandbox(run.spec)
         prepared = False
         tools = open_tools(run)
-        gateway = open_gateway(run)
+        gateway = open_gateway(run, tools, on_death=lambda _: sandbox.request_stop())
         if tools is not None and gateway is not None:  # the model only through the gateway
             tools.refuse_hosts(gateway.provider_hosts())
         try:
@@ -617,10 +619,10 @@ def run_agent(run: AgentRun, staged: Path,
         log.error("run %s could not start: %s", run.key, exc)
         phase.evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
     finally:
+        if gateway is not None:  # first: it is in the tools' service group, which ends
+            gateway.close()
         if tools is not None:
             tools.close()
-        if gateway is not None:
-            gateway.close()
     if tools is not None:
         read_tools(run, phase, tools)
     if gateway is not None:
@@ -628,29 +630,46 @@ def run_agent(run: AgentRun, staged: Path,
     return phase
 
 
-def open_gateway(run: AgentRun) -> GatewaySession | None:
-    """The run's model gateway, started (None for an agent that calls no model)."""
+def open_gateway(run: AgentRun, tools: ToolsSession | None = None,
+                 on_death: Callable[[str], None] | None = None) -> GatewaySession | None:
+    """The run's model gateway, started (None for an agent that calls no model).
+
+    Its process joins the run's service group (the tools service's, else one of its own).
+    ``on_death(why)`` runs if it dies while the agent runs (the run then ends as an
+    ``infra_error`` naming why, :func:`read_gateway`).
+    """
     api = run.harness.model_api()
     if api is None:
         return None
     spec = run.spec
-    return GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
-                          max_cost_usd=spec.limits.max_cost_usd,
-                          cache_write_rate=spec.cost.cache_write_rate,
-                          read_submission=lambda: collect(run.run_dir),
-                          submission_counts=lambda data: counts_without_key(
-                              run.task.contract, data)).start()
+    gateway = GatewaySession(spec.model, api, run.run_dir, spec.model_gateway,
+                             max_cost_usd=spec.limits.max_cost_usd,
+                             cache_write_rate=spec.cost.cache_write_rate,
+                             # called in the gateway's process: functions it can be sent
+                             read_submission=functools.partial(read_submission,
+                                                               run.run_dir / "output"),
+                             submission_counts=functools.partial(counts_without_key,
+                                                                 run.task.contract),
+                             limits=run.limits,
+                             group=tools.group if tools is not None else None).start()
+    if on_death is not None:
+        gateway.on_death(on_death)
+    return gateway
 
 
 def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
     """Usage, refusal and infra error from the gateway's record (SPEC 11).
 
     The provider side wins over the agent's session files, which the agent can write;
-    where they disagree, ``evidence_disagreement`` says how.
+    where they disagree, ``evidence_disagreement`` says how. A gateway whose process
+    died while the agent ran makes the run an ``infra_error`` that says why.
     """
     phase.gateway = gateway.info()
     phase.result = gateway_evidence(phase.result, gateway.summary().verdict)
     phase.result = gateway_counts(phase.result, read_calls(gateway.run_dir / MODEL_DIR))
+    phase.notes = [*phase.notes, *gateway.notes()]
+    if gateway.died is not None:
+        phase.result.infra_error = gateway.died
 
 
 def open_tools(run: AgentRun) -> ToolsSession | None:
@@ -707,7 +726,7 @@ def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
         # Ask the provider (through the run's gateway) before stopping anything: the
         # agent's output is the agent's to write.
         return run.harness.rejected_key_reason(seen) or key_rejected(
-            read_requests(run.run_dir / "model" / "requests.jsonl"))
+            iter_requests(run.run_dir / "model" / "requests.jsonl"))
 
     return AgentMonitor(run.run_dir, stdout,
                         RunStatus(run_key=run.key, label=label, started=time.time(),

@@ -12,7 +12,13 @@ by :mod:`spu.gateway.server` alone.
 """
 
 from spu.gateway.answers import API_ANTHROPIC, API_CHAT, API_RESPONSES, APIS
-from spu.gateway.verdict import GatewaySummary, GatewayVerdict, gateway_verdict, read_requests
+from spu.gateway.verdict import (
+    GatewaySummary,
+    GatewayVerdict,
+    gateway_verdict,
+    iter_requests,
+    read_requests,
+)
 
 MODEL_DIR = "model"
 """The gateway's folder under the run folder."""
@@ -24,5 +30,5 @@ TOOL_RESULTS_FILE = "tool_results.jsonl"
 __all__ = [
     "API_ANTHROPIC", "API_CHAT", "API_RESPONSES", "APIS", "MODEL_DIR", "REQUESTS_FILE",
     "TOOL_RESULTS_FILE", "GatewaySummary", "GatewayVerdict", "gateway_verdict",
-    "read_requests",
+    "iter_requests", "read_requests",
 ]

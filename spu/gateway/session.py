@@ -3,7 +3,9 @@
 The runner opens a :class:`GatewaySession` before the sandbox (its port goes into the
 sandbox request, like the audited tools service's), hands :meth:`open_endpoint` to the
 harness once the sandbox says at which address the agent reaches the host, closes it
-when the agent has ended, and reads :meth:`summary` into the run record.
+when the agent has ended, and reads :meth:`summary` into the run record. The gateway
+runs in a process of its own (:mod:`spu.gateway.process`) in the run's service group,
+its descriptors and files bounded: what an agent does to it stays within its run.
 
 With ``model=scripted`` the scripted model server (:mod:`spu.scripted`) is the
 gateway's upstream: the real CLIs' offline runs go through the same gateway, token
@@ -17,14 +19,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spu.config import ModelConfig, ModelGatewayConfig, PriceConfig
 from spu.gateway.answers import API_ANTHROPIC, APIS
 from spu.gateway.verdict import GatewaySummary, read_requests, summarize
-
-if TYPE_CHECKING:
-    pass
+from spu.sandbox.base import RunLimits
+from spu.sandbox.limits import ServiceGroup
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +123,21 @@ class GatewaySession:
         max_cost_usd: ``limits.max_cost_usd``.
         cache_write_rate: ``cost.cache_write_rate``.
         read_submission: reads the run's submission as the grader does, for the files
-            kept at refusals (:class:`~spu.gateway.server.ModelGateway`).
-        submission_counts: whether such a file counts (only those are kept).
+            kept at refusals (:class:`~spu.gateway.server.ModelGateway`); picklable (it is
+            called in the gateway's process).
+        submission_counts: whether such a file counts (only those are kept); picklable.
+        limits: the run's limits: the gateway gets a service group of its own under them,
+            unless ``group`` is given.
+        group: the run's service group (the tools service's) for the gateway to join; it
+            is the caller's to clean up, after :meth:`close`.
     """
 
     def __init__(self, model: ModelConfig, api: str, run_dir: Path,
                  cfg: ModelGatewayConfig | None = None, max_cost_usd: float | None = None,
                  cache_write_rate: str = "five_minute",
                  read_submission: Callable[[], bytes | None] | None = None,
-                 submission_counts: Callable[[bytes], bool] | None = None) -> None:
+                 submission_counts: Callable[[bytes], bool] | None = None,
+                 limits: RunLimits | None = None, group: ServiceGroup | None = None) -> None:
         if api not in APIS:
             raise GatewayConfigError(f"model.api: {api!r} is not one of {', '.join(APIS)}")
         self.model = model
@@ -141,8 +148,12 @@ class GatewaySession:
         self.cache_write_rate = cache_write_rate
         self.read_submission = read_submission
         self.submission_counts = submission_counts
+        self.limits = limits
+        self.group = group
+        self._own_group: ServiceGroup | None = None
         self.scripted_server: Any = None
         self.gateway: Any = None
+        """The run's :class:`~spu.gateway.process.GatewayProcess`, once started."""
         self.endpoint: ModelEndpoint | None = None
         self.upstream: str | None = None
 
@@ -155,8 +166,6 @@ class GatewaySession:
 
     def start(self) -> GatewaySession:
         """Start the scripted upstream where the model is scripted, then the gateway."""
-        from spu.gateway.server import ModelGateway
-
         upstream = self.model.base_url or DEFAULT_UPSTREAMS[self.api]
         if self.model.provider == SCRIPTED:
             from spu.scripted import ScriptedModelServer, load_script
@@ -168,18 +177,29 @@ class GatewaySession:
             upstream = self.scripted_server.url + ("" if self.api == API_ANTHROPIC else "/v1")
         self.upstream = upstream
         try:
-            self.gateway = ModelGateway(
-                self.run_dir / "model", upstream=upstream, api=self.api,
-                api_model=self.api_model, api_key=provider_key(self.model),
-                key_as_bearer=key_as_bearer(self.model, self.api), cfg=self.cfg,
-                prices=self.model.prices, max_cost_usd=self.max_cost_usd,
-                cache_write_rate=self.cache_write_rate,
-                read_submission=self.read_submission,
-                submission_counts=self.submission_counts).start()
+            self.gateway = self._process(upstream).start()
         except Exception:
             self.close()
             raise
         return self
+
+    def _process(self, upstream: str) -> Any:
+        """The gateway's process, in the run's service group (its own if none is given)."""
+        from spu.gateway.process import OPEN_FILES, GatewayProcess, GatewaySpec, file_size_limit
+
+        group = self.group
+        if group is None and self.limits is not None:
+            group = self._own_group = ServiceGroup(self.limits, f"{self.run_dir.name}-gateway")
+        bounds = {"open_files": OPEN_FILES, "file_bytes": file_size_limit(self.cfg)}
+        confinement = (group.confinement(**bounds) if group is not None
+                       else {"nofile": bounds["open_files"], "fsize": bounds["file_bytes"]})
+        return GatewayProcess(GatewaySpec(
+            self.run_dir / "model", upstream=upstream, api=self.api,
+            api_model=self.api_model, api_key=provider_key(self.model),
+            key_as_bearer=key_as_bearer(self.model, self.api), cfg=self.cfg,
+            prices=self.model.prices, max_cost_usd=self.max_cost_usd,
+            cache_write_rate=self.cache_write_rate, read_submission=self.read_submission,
+            submission_counts=self.submission_counts, confinement=confinement))
 
     def provider_hosts(self) -> set[str]:
         """Host names the agent must not reach directly: the providers' APIs, the upstream's.
@@ -207,13 +227,33 @@ class GatewaySession:
                                       host_url=self.gateway.url())
         return self.endpoint
 
+    def on_death(self, call: Callable[[str], None]) -> None:
+        """Have ``call(why)`` run if the gateway's process ends before :meth:`close`."""
+        if self.gateway is not None:
+            self.gateway.on_death(call)
+
+    @property
+    def died(self) -> str | None:
+        """Why the gateway's process ended before :meth:`close` (None: it did not)."""
+        return self.gateway.died if self.gateway is not None else None
+
     def close(self) -> None:
-        """Stop the gateway, then its scripted upstream (the record stays)."""
+        """Stop the gateway, then its scripted upstream (the record stays). Never raises."""
         if self.gateway is not None:
             self.gateway.stop()
         if self.scripted_server is not None:
-            self.scripted_server.stop()
+            try:
+                self.scripted_server.stop()
+            except Exception:  # noqa: BLE001 - the run's end must not fail on its stand-in
+                log.exception("the scripted model server did not stop cleanly")
             self.scripted_server = None
+        if self._own_group is not None:
+            self._own_group.cleanup()
+            self._own_group = None
+
+    def notes(self) -> list[str]:
+        """What the run record should say of the gateway (its record's cap, a kill)."""
+        return self.gateway.notes() if self.gateway is not None else []
 
     def summary(self, prices: PriceConfig | None = None) -> GatewaySummary:
         """The record summed: verdict, usage and cost at the model's prices."""

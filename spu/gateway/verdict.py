@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -29,11 +29,13 @@ POLICY_ERRORS = frozenset({"gateway.bad_token", "gateway.model_refused", "gatewa
                            "gateway.not_allowed", "gateway.too_large", "gateway.too_slow",
                            "gateway.server_tool_refused", "gateway.url_source_refused",
                            "gateway.stored_content_refused", "gateway.client_stalled",
-                           "gateway.too_busy", "gateway.bad_request", RUN_ENDED})
+                           "gateway.too_busy", "gateway.bad_request", "gateway.record_full",
+                           RUN_ENDED})
 """Answers of the gateway's own policy, a cut the agent caused by not reading its stream
 (``gateway.client_stalled``), a request that found every upstream connection carrying
-the agent's own answers (``gateway.too_busy``) and a request cut by the run's end
-(:data:`RUN_ENDED`): the agent's doing, not a provider failure."""
+the agent's own answers (``gateway.too_busy``), a request after the record filled up
+(``gateway.record_full``) and a request cut by the run's end (:data:`RUN_ENDED`): the
+agent's doing, not a provider failure."""
 
 TRANSPORT_ERRORS = frozenset({"gateway.stream_dropped", "gateway.upstream_unreachable",
                               "gateway.upstream_timeout"})
@@ -43,23 +45,37 @@ PROVIDER_STATUSES = frozenset({401, 429, 529})
 """The 4xx statuses that are the provider's failure, not an answer to the agent's request."""
 
 
-def read_requests(path: str | Path) -> list[GatewayRequest]:
-    """The lines of a gateway record (an absent file: none); a torn last line is skipped.
+MAX_LINE_BYTES = 1024 * 1024
+"""A record line longer than this is skipped unread (the gateway writes none so long)."""
 
-    Each line parsed and validated in one pass (twice as fast as ``json.loads`` then
-    validation: a traced run reads hundreds); a line cut inside a character reads with a
-    replacement character, and is skipped as torn.
+
+def iter_requests(path: str | Path) -> Iterator[GatewayRequest]:
+    """The lines of a gateway record, one at a time (an absent file: none).
+
+    Read line by line, each at most :data:`MAX_LINE_BYTES` (a longer one is skipped,
+    read no further), so that reading a record never holds more than a line of it; a
+    torn last line, or one cut inside a character (read with a replacement character),
+    is skipped. Each line is parsed and validated in one pass (twice as fast as
+    ``json.loads`` then validation: a traced run reads hundreds).
     """
     path = Path(path)
     if not path.is_file():
-        return []
-    entries = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entries.append(GatewayRequest.model_validate_json(line))
-        except ValueError:  # not JSON, or not a request line
-            continue
-    return entries
+        return
+    with open(path, "rb") as f:
+        while line := f.readline(MAX_LINE_BYTES + 1):
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                while (rest := f.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                    pass  # the rest of a line too long to read
+                continue
+            try:
+                yield GatewayRequest.model_validate_json(line.decode("utf-8", "replace"))
+            except ValueError:  # not JSON, or not a request line
+                continue
+
+
+def read_requests(path: str | Path) -> list[GatewayRequest]:
+    """The lines of a gateway record (:func:`iter_requests`), as a list."""
+    return list(iter_requests(path))
 
 
 def is_failure(entry: GatewayRequest) -> bool:
@@ -239,26 +255,7 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
         at = _seconds(entry.time)
         if at is None:
             continue
-        # By arrival time, not line order: a request still in flight at the 429 (a long
-        # stream the agent then hangs up) has its line written after the 429's.
-        mine = [(before, then) for before in entries if before.endpoint in GENERATIONS
-                and _reached_upstream(before) and (then := _seconds(before.time)) is not None
-                and at - RATE_WINDOW_S <= then <= at]
-        cached = _cached_prefix(entries, at)
-        prompt = sum(_prompt_tokens(before, ratio, cached) for before, _ in mine)
-        # Output as providers count it: at max_tokens while a request runs (the 429 too,
-        # refused for it), at what it wrote once done; OpenAI's tokens at max_tokens always.
-        # A provider that answered a request whose max_tokens alone passed its limit does
-        # not count max_tokens so: there, what the answers wrote.
-        by_asked = {kind: not _answered_past(entries, kind, stated.get(kind), ratio, cached)
-                    for kind in ("output tokens", "tokens")}
-        running = sum(max(b.usage.output, b.max_tokens or 0)
-                      if by_asked["output tokens"] and (then + b.latency_s > at or b is entry)
-                      else b.usage.output for b, then in mine)
-        asked = sum(max(b.usage.output, b.max_tokens or 0) if by_asked["tokens"]
-                    else b.usage.output for b, _ in mine)
-        spent = {"requests": len(mine), "input tokens": prompt, "output tokens": running,
-                 "tokens": prompt + asked}
+        spent = _spent_in_minute(entries, entry, at, stated, ratio)
         # The 429 itself counts among the requests: past the limit, not at it.
         reached = [kind for kind, limit in stated.items()
                    if spent[kind] > limit or (kind != "requests" and spent[kind] >= limit)]
@@ -283,6 +280,35 @@ def own_rate_limits(entries: Sequence[GatewayRequest]) -> dict[int, str]:
                         f"taken to admit at once plus its stated limit of {stated['requests']} "
                         f"requests per minute over {over:.3f} s (a second at least): a burst")
     return found
+
+
+def _spent_in_minute(entries: Sequence[GatewayRequest], entry: GatewayRequest, at: float,
+                     stated: dict[str, int], ratio: float) -> dict[str, int]:
+    """The run's requests and tokens in the minute before a 429, by kind of limit.
+
+    ``entry`` is the 429, arriving ``at``; counted as a provider counts them
+    (:func:`own_rate_limits`).
+    """
+    # By arrival time, not line order: a request still in flight at the 429 (a long
+    # stream the agent then hangs up) has its line written after the 429's.
+    mine = [(before, then) for before in entries if before.endpoint in GENERATIONS
+            and _reached_upstream(before) and (then := _seconds(before.time)) is not None
+            and at - RATE_WINDOW_S <= then <= at]
+    cached = _cached_prefix(entries, at)
+    prompt = sum(_prompt_tokens(before, ratio, cached) for before, _ in mine)
+    # Output as providers count it: at max_tokens while a request runs (the 429 too,
+    # refused for it), at what it wrote once done; OpenAI's tokens at max_tokens always.
+    # A provider that answered a request whose max_tokens alone passed its limit does
+    # not count max_tokens so: there, what the answers wrote.
+    by_asked = {kind: not _answered_past(entries, kind, stated.get(kind), ratio, cached)
+                for kind in ("output tokens", "tokens")}
+    running = sum(max(b.usage.output, b.max_tokens or 0)
+                  if by_asked["output tokens"] and (then + b.latency_s > at or b is entry)
+                  else b.usage.output for b, then in mine)
+    asked = sum(max(b.usage.output, b.max_tokens or 0) if by_asked["tokens"]
+                else b.usage.output for b, _ in mine)
+    return {"requests": len(mine), "input tokens": prompt, "output tokens": running,
+            "tokens": prompt + asked}
 
 
 BURST_FLOOR = 5
@@ -376,6 +402,16 @@ def request_burst(others: Sequence[tuple[float, float | None]], latency_s: float
     arrivals = sorted([0, *taken, *(t for t, _ in refused)])
     if not _may_pass(arrivals, limit):
         return None
+    best = _worst_window(taken, refused, arrivals, end, limit)
+    return None if best is None else (best[2], best[3] / _US)
+
+
+def _worst_window(taken: list[int], refused: list[tuple[int, int]], arrivals: list[int],
+                  end: int, limit: int) -> tuple[int, int, int, int] | None:
+    """:func:`request_burst`'s window passing its bound by the most, or None.
+
+    As ``(excess, -w, n, w)`` in microseconds; ``taken`` and ``refused`` sorted.
+    """
     refused_at = [t for t, _ in refused]
     stops = sorted({0, *(t for t in arrivals if t > 0)})
     best: tuple[int, int, int, int] | None = None  # (excess, -w, n, w)
@@ -399,7 +435,7 @@ def request_burst(others: Sequence[tuple[float, float | None]], latency_s: float
             key = (excess, start - stop, n, stop - start)
             if excess > 0 and (best is None or key > best):
                 best = key
-    return None if best is None else (best[2], best[3] / _US)
+    return best
 
 
 _US = 1_000_000
@@ -596,6 +632,9 @@ def _agent_caused(entries: Sequence[GatewayRequest], own_limits: dict[int, str])
         elif e.error_type == "gateway.client_stalled":
             said.append("a stream cut after the agent stopped reading it counted as the "
                         "agent's doing")
+        elif e.error_type == "gateway.record_full":
+            said.append("the model gateway's record reached its cap (model_gateway.record_mb):"
+                        " every request after it was refused (gateway.record_full)")
     return list(dict.fromkeys(said))
 
 
@@ -605,7 +644,7 @@ def provider_answered(entry: GatewayRequest) -> bool:
         and entry.status > 0
 
 
-def key_rejected(entries: Sequence[GatewayRequest]) -> str | None:
+def key_rejected(entries: Iterable[GatewayRequest]) -> str | None:
     """The provider's words when its last answer to a generation refused the key, or None.
 
     What the monitor asks before it stops an agent whose output shows a rejected key:
@@ -620,10 +659,12 @@ def key_rejected(entries: Sequence[GatewayRequest]) -> str | None:
     >>> key_rejected([]) is None
     True
     """
-    answered = [e for e in entries if provider_answered(e)]
-    if not answered or answered[-1].status not in (401, 403):
+    last = None
+    for entry in entries:  # a record read as it streams: only the last answer is kept
+        if provider_answered(entry):
+            last = entry
+    if last is None or last.status not in (401, 403):
         return None
-    last = answered[-1]
     return (f"the provider rejected the API key (HTTP {last.status}): {last.error_type}: "
             f"{last.error}")
 

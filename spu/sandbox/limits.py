@@ -404,10 +404,20 @@ class ServiceGroup:
         self.mechanism = ("cgroup" if self._enforcer.memory_mechanism.startswith("cgroup")
                           else "rlimit")
 
-    def confinement(self) -> dict[str, Any]:
-        """What :func:`confine_self` applies, as JSON-able data (for a forked child)."""
-        rlimits = {} if self.mechanism == "cgroup" else {
+    def confinement(self, open_files: int | None = None,
+                    file_bytes: int | None = None) -> dict[str, Any]:
+        """What :func:`confine_self` applies, as JSON-able data (for a forked child).
+
+        ``open_files`` (``RLIMIT_NOFILE``) and ``file_bytes`` (``RLIMIT_FSIZE``, the
+        largest file the process may write) are the service's own bounds, where it sets
+        them (the model gateway does: its descriptors and its record's disk).
+        """
+        rlimits: dict[str, Any] = {} if self.mechanism == "cgroup" else {
             "as": self.memory_bytes, "cpu_s": self.cpu_seconds}
+        if open_files is not None:
+            rlimits["nofile"] = open_files
+        if file_bytes is not None:
+            rlimits["fsize"] = file_bytes
         return {"cgroups": [str(p) for p in self._enforcer.cgroup_paths], **rlimits}
 
     def add(self, pid: int) -> None:
@@ -425,14 +435,55 @@ class ServiceGroup:
 
 def confine_self(confinement: dict[str, Any]) -> None:
     """Apply :meth:`ServiceGroup.confinement` to this process (in a child, before its work)."""
+    join_service_cgroups(confinement)
+    set_service_rlimits(confinement)
+
+
+def join_service_cgroups(confinement: dict[str, Any]) -> None:
+    """Move this process into the services' cgroups (part of :func:`confine_self`).
+
+    On cgroup v1 each move waits for the kernel (tens of milliseconds for three
+    hierarchies), so a service may do it once it listens, its rlimits set before.
+    """
     for path in confinement.get("cgroups", []):
         try:
             Path(path, "cgroup.procs").write_text(str(os.getpid()))
         except OSError as exc:  # gone or not ours: the process runs, said in its log
             log.warning("not joined to the services' cgroup %s: %s", path, exc)
+
+
+def set_service_rlimits(confinement: dict[str, Any]) -> None:
+    """Set this process's rlimits of :meth:`ServiceGroup.confinement` (no cgroup joined)."""
     if "as" in confinement:
         size = int(confinement["as"])
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
     if "cpu_s" in confinement:
         seconds = int(confinement["cpu_s"])
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
+    if "nofile" in confinement:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        most = int(confinement["nofile"])
+        most = most if hard == resource.RLIM_INFINITY else min(most, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (most, most))
+    if "fsize" in confinement:
+        # A write past it fails (EFBIG) instead of killing the process (SIGXFSZ).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        size = int(confinement["fsize"])
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit; the (old, new) soft.
+
+    A driver runs many runs' host-side work; a soft limit of 1,024 (a common default)
+    is the first thing a busy sweep, or an agent holding connections, would exhaust.
+    Each service then sets its own bound (:meth:`ServiceGroup.confinement`).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # a hard limit the kernel caps lower
+            log.debug("soft RLIMIT_NOFILE left at %d: %s", soft, exc)
+            return soft, soft
+    return soft, hard

@@ -47,9 +47,9 @@ def test_an_answer_hung_up_on_past_the_drain_still_counts_what_was_generated(
     keep reading past the drain's bounds for a generation the agent hung up on (up to
     its max_tokens)
     """
-    from spu.gateway import server
+    from spu.gateway import relay
 
-    monkeypatch.setattr(server, "DRAIN_AFTER_HANGUP_S", 1.0)
+    monkeypatch.setattr(relay, "DRAIN_AFTER_HANGUP_S", 1.0)
     with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         hang_up_on_a_long_answer(gw)
         (entry,) = wait_for_record(gw, 20)
@@ -62,10 +62,10 @@ def test_an_answer_hung_up_on_past_the_drain_still_counts_what_was_generated(
 def _cut_at_the_run_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[GatewayRequest]:
     """One answer being read (the agent alive, reading), one request waiting in the
     upstream pool behind it (one connection here), then the run ends: the record."""
-    from spu.gateway import server
+    from spu.gateway import relay, server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(server, "UPSTREAM_CONNECTIONS", 1)
+    monkeypatch.setattr(relay, "UPSTREAM_CONNECTIONS", 1)
     body = {"model": "m", "stream": True, "max_tokens": 1024,
             "messages": [{"role": "user", "content": "Write."}]}
     agents: list[socket.socket] = []

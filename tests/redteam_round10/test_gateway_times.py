@@ -130,10 +130,10 @@ def test_a_burst_released_at_once_by_the_upstream_pool_is_the_agents(
     burst. The time (and the latency's start) is now when the request's headers go out
     (httpcore's trace extension).
     """
-    from spu.gateway import server
+    from spu.gateway import relay, server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(server, "UPSTREAM_CONNECTIONS", BURST)
+    monkeypatch.setattr(relay, "UPSTREAM_CONNECTIONS", BURST)
     _Bucket.admitted = 0
     agents: list[socket.socket] = []
     with stand_in(_Bucket, backlog=32) as upstream, \

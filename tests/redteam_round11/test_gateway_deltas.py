@@ -54,9 +54,9 @@ def test_a_cut_answer_counts_the_tokens_its_deltas_held(
     (the delta payload's characters, e.g. ceil(chars / 3), at least one a delta), or at
     its max_tokens for the cap and the run's cost (an upper bound, flagged).
     """
-    from spu.gateway import server
+    from spu.gateway import relay
 
-    monkeypatch.setattr(server, "DRAIN_AFTER_HANGUP_S", 1.0)
+    monkeypatch.setattr(relay, "DRAIN_AFTER_HANGUP_S", 1.0)
     with stand_in(_GeneratesMany) as upstream, \
             gateway_before(tmp_path / "model", upstream) as gw:
         hang_up_on_a_long_answer(gw, content="Call.")

@@ -153,21 +153,21 @@ def test_a_hang_up_before_the_stop_is_not_relabelled_run_ended(
     cut by the stop is the agent's hang-up, not the run's end; either way no provider
     failure, and the output read is counted.
     """
-    from spu.gateway import server
+    from spu.gateway import relay, server
 
     monkeypatch.setattr(server, "SHUTDOWN_TIMEOUT_S", 0.5)
     relayed = threading.Event()  # the relay's finally has run: the hang-up is seen
-    relay = server.ModelGateway._relay
+    answer_stream = relay.Relay.answer_stream
 
-    async def seen_relay(self: server.ModelGateway, *args: Any) -> AsyncIterator[bytes]:
+    async def seen_relay(self: relay.Relay, *args: Any) -> AsyncIterator[bytes]:
         try:
-            async with contextlib.aclosing(relay(self, *args)) as parts:
+            async with contextlib.aclosing(answer_stream(self, *args)) as parts:
                 async for part in parts:
                     yield part
         finally:
             relayed.set()
 
-    monkeypatch.setattr(server.ModelGateway, "_relay", seen_relay)
+    monkeypatch.setattr(relay.Relay, "answer_stream", seen_relay)
     with stand_in(Generates) as upstream, gateway_before(tmp_path / "model", upstream) as gw:
         hang_up_on_a_long_answer(gw, after_s=0.5)
         assert relayed.wait(30)  # draining when the run ends

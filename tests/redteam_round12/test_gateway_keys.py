@@ -168,7 +168,7 @@ def test_a_duplicate_past_the_pruned_depth_is_read_by_no_policy(tmp_path: Path) 
     """
     Keeps.seen = []
     deep = '{"a": ' * 70 + '{"k": 1, "k": 2}' + "}" * 70
-    raw = ('{"model": "m", "max_tokens": 16, "n": ' + DIGITS + ', "x": ' + deep + ', '
+    raw = ('{"model": "m", "max_tokens": 16, "big": ' + DIGITS + ', "x": ' + deep + ', '
            + MESSAGES + '}').encode()
     with stand_in(Keeps) as upstream, gateway_before(folder(tmp_path), upstream) as gw:
         answer = post(gw, raw)

@@ -294,7 +294,7 @@ def test_the_items_of_a_cut_stream_are_the_runs_own(tmp_path: Path) -> None:
             gateway_before(folder(tmp_path), first_upstream) as gw:
         with contextlib.suppress(httpx.HTTPError):
             post(gw, dumps(_responses(stream=True)), path="/v1/responses")
-        assert gw._answered_ids == {"resp_cut_1", "rs_cut_1"}
+        assert gw.admission.answered_ids == {"resp_cut_1", "rs_cut_1"}
         answer = post(gw, dumps(later), path="/v1/responses")
     entries = read_requests(gw.requests_path)
     assert entries[-1].error_type != "gateway.stored_content_refused", answer.text

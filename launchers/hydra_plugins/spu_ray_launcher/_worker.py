@@ -30,7 +30,9 @@ def run_agent_on_node(job: AgentJob, task_files: FileBundle, monitor: Any) -> Ag
     import ray
 
     from spu.launch.console import printable_log_lines
+    from spu.sandbox.limits import raise_open_files_limit
 
+    raise_open_files_limit()  # Ray's workers keep the raylet's soft nofile
     printable_log_lines()  # Ray streams this worker's log lines to the driver's console
     node = ray.get_runtime_context().get_node_id()
     gpu_ids = assigned_gpu_ids()
@@ -70,7 +72,9 @@ class RunActor:
         import ray
 
         from spu.launch.actors import DeviceHealth, device_uuid, load_nvml, load_probe
+        from spu.sandbox.limits import raise_open_files_limit
 
+        raise_open_files_limit()  # its runs' host sides: a driver's, not the raylet's default
         self.name = name
         self.node = ray.get_runtime_context().get_node_id()
         self.devices = assigned_gpu_ids()
