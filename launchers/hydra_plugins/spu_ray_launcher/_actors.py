@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from hydra_plugins.spu_ray_launcher._driver import Attempt, Driver, job_return
+from hydra_plugins.spu_ray_launcher._driver import Attempt, Driver, PendingAttempt, job_return
 from hydra_plugins.spu_ray_launcher._worker import RunActor
 from ray.exceptions import RayActorError, RayError, RayTaskError
 
@@ -73,7 +73,7 @@ class ActorDriver(Driver):
         self.launch_id = secrets.token_hex(3)
         self.probe = self.launcher.health_probe or None
         load_probe(self.probe)  # a bad path fails here, in one line, before any actor
-        first = self.pending[0][0] if self.pending else None
+        first = self.pending[0].job if self.pending else None
         self.request: RunRequest = first.request if first is not None else RunRequest(1, 0, 0, 1)
         self.sandbox = str(first.config.sandbox.name) if first is not None else None
         self.cli = cli_of(first.config) if first is not None else None
@@ -209,7 +209,7 @@ class ActorDriver(Driver):
                   f"hydra.launcher.actor_start_timeout_s={timeout:g})")
         self.display.say(f"[red]{len(self.pending)} runs not run: {reason}[/red]")
         while self.pending:
-            job = self.pending.popleft()[0]
+            job = self.pending.popleft().job
             self.progress.launched()
             self.progress.finished(None)
             self.returns[job.idx] = job_return(job, RuntimeError(reason), failed=True)
@@ -245,7 +245,8 @@ class ActorDriver(Driver):
             if not self.monitor_lookup(att).get("started"):
                 # Dead before the run began: put it back, no attempt spent.
                 self.progress.running -= 1
-                self.pending.appendleft((att.job, att.number, att.last, att.retried_from))
+                self.pending.appendleft(PendingAttempt(att.job, att.number, att.last,
+                                                      att.retried_from))
                 return
             self.lost(att, exc)
             return

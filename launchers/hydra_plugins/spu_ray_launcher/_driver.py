@@ -414,6 +414,19 @@ class Attempt:
     """The actor it was placed on (``placement=actors``; None: a task of its own)."""
 
 
+@dataclass(frozen=True)
+class PendingAttempt:
+    """An attempt of a job waiting for a place in the window."""
+
+    job: SweepJob
+    number: int
+    """Its attempt number."""
+    last: int
+    """The highest attempt number this launch may reach."""
+    retried_from: str | None = None
+    """The tracking id of the attempt it runs again (None: none)."""
+
+
 class Driver:
     """Runs the jobs left after the resume check, on Ray, until done or out of budget."""
 
@@ -426,8 +439,9 @@ class Driver:
         from hydra_plugins.spu_ray_launcher._monitor import start_monitor
 
         self.launcher = launcher
-        self.pending: deque[tuple[SweepJob, int, int, str | None]] = deque(
-            (job, job.plan.first_attempt, job.plan.last_attempt, job.plan.retried_from)
+        self.pending: deque[PendingAttempt] = deque(
+            PendingAttempt(job, job.plan.first_attempt, job.plan.last_attempt,
+                           job.plan.retried_from)
             for job in jobs)
         self.window = window
         self.ledger = ledger
@@ -475,10 +489,12 @@ class Driver:
             self.task_refs[key] = ray.put(FileBundle.of(staged))
         return self.task_refs[key]
 
-    def submit(self, job: SweepJob, number: int, last: int, retried_from: str | None) -> None:
-        """Stage attempt ``number`` of ``job`` here and hand its agent side to Ray."""
+    def submit(self, pending: PendingAttempt) -> None:
+        """Stage the pending attempt here and hand its agent side to Ray."""
         from spu.runner import prepare_run, record_interrupted_attempt, stage
 
+        job, number, last, retried_from = (pending.job, pending.number, pending.last,
+                                           pending.retried_from)
         spec = replace(job.spec, attempt=number, retried_from=retried_from)
         try:
             run = record_interrupted_attempt(prepare_run(spec, check=False))
@@ -529,7 +545,7 @@ class Driver:
 
     def stop_for_budget(self) -> None:
         """Settle every job not launched yet as not launched, and say why."""
-        settle_not_launched([j for j, *_ in self.pending], self.ledger, self.progress,
+        settle_not_launched([p.job for p in self.pending], self.ledger, self.progress,
                             self.display, self.returns)
         self.pending.clear()
 
@@ -585,7 +601,7 @@ class Driver:
                         record.process.error or "no error message", att.number + 1)
             self.ledger.spend(record.cost_usd)
             self.progress.lost(record.cost_usd)
-            self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
+            self.pending.appendleft(PendingAttempt(att.job, att.number + 1, att.last, tracking_id))
             return
         self.final(att, record, tracking_id)
 
@@ -615,7 +631,7 @@ class Driver:
             self.display.say(f"[yellow]job #{att.job.idx}: worker lost "
                              f"({printable_markup(reason)}); "
                              f"launching it again[/yellow]")
-            self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
+            self.pending.appendleft(PendingAttempt(att.job, att.number + 1, att.last, tracking_id))
             return
         self.final(att, record, tracking_id, note=reason)
 
@@ -674,7 +690,7 @@ class Driver:
             while self.pending or self.in_flight or self.settling:
                 self.tend()
                 while self.pending and self.can_submit() and not self.ledger.reached:
-                    self.submit(*self.pending.popleft())
+                    self.submit(self.pending.popleft())
                 if self.pending and self.ledger.reached:
                     self.stop_for_budget()
                 if self.in_flight:
