@@ -81,7 +81,7 @@ from spu.harness.base import (
     get_harness,
 )
 from spu.harness.evidence import gateway_counts, gateway_evidence
-from spu.harness.monitor import AgentMonitor, RunStatus
+from spu.harness.monitor import AgentMonitor, AgentStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.identity import config_label, harness_label, identity_for, run_key, settings_for
 from spu.sandbox.base import (
@@ -745,7 +745,7 @@ def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
             read_requests(run.run_dir / "model" / "requests.jsonl"))
 
     return AgentMonitor(run.run_dir, stdout,
-                        RunStatus(run_key=run.key, label=label, started=time.time(),
+                        AgentStatus(run_key=run.key, label=label, started=time.time(),
                                   updated=time.time()),
                         parse=run.harness.live_event, on_rejected_key=rejected,
                         every_s=run.spec.status_every_s,

@@ -51,8 +51,8 @@ from spu.launch.actors import check_placement
 from spu.launch.budget import CostLedger
 from spu.launch.collector import set_launcher_policy
 from spu.launch.interrupt import TALLY
-from spu.launch.job import JobStatus as RunStatus
 from spu.launch.job import (
+    ResultStatus,
     RunIdentity,
     lost_attempt_record,
     not_launched_result,
@@ -351,7 +351,7 @@ def decide_from_tracking(jobs: list[SweepJob]) -> dict[int, dict[str, Any]]:
                 say_settings_change(Path(root) / "runs" / held.run_key, job.identity,
                                     settings_for(job.config.limits, str(job.config.sandbox.name),
                                                  job_launcher(job.config)))
-                skipped[job.idx] = recorded_result(held, RunStatus.skipped, job.plan.reason)
+                skipped[job.idx] = recorded_result(held, ResultStatus.skipped, job.plan.reason)
     return skipped
 
 
@@ -468,7 +468,7 @@ class Driver:
 
         The monitor is asked at most every :data:`STATUS_EVERY_S` seconds.
         """
-        from spu.harness.monitor import RunStatus as AgentStatus
+        from spu.harness.monitor import AgentStatus
 
         asked, found = self._statuses
         if time.monotonic() - asked >= STATUS_EVERY_S:
@@ -607,7 +607,7 @@ class Driver:
 
     def final(self, att: Attempt, record: Any, tracking_id: str | None, note: str = "") -> None:
         """Stream and write the job's result: its last attempt."""
-        result = recorded_result(recorded_run_from_record(record, tracking_id), RunStatus.ran,
+        result = recorded_result(recorded_run_from_record(record, tracking_id), ResultStatus.ran,
                                  note)
         result.update(retries=att.number - att.job.plan.first_attempt,
                       retried_from=record.retried_from, node=record.node)
