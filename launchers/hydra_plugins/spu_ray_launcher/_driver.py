@@ -38,7 +38,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
@@ -427,13 +427,86 @@ class PendingAttempt:
     """The tracking id of the attempt it runs again (None: none)."""
 
 
+class Placement(Protocol):
+    """Where the driver places its attempts: a strategy handed to :class:`Driver`.
+
+    :class:`TaskPlacement` runs each attempt as a Ray task of its own;
+    :class:`~._actors.ActorPlacement` on long-lived actors (``placement=actors``).
+    """
+
+    def attach(self, driver: Driver) -> None:
+        """Take the driver it places for (its window, pending runs, display)."""
+
+    def can_submit(self) -> bool:
+        """Whether one more attempt can be placed now."""
+
+    def tend(self) -> None:
+        """Called once a turn of the driver's loop."""
+
+    def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
+        """Hand an attempt's agent side to Ray; the ref of its result."""
+
+    def collect(self, ref: Any, att: Attempt) -> Any:
+        """What the attempt's agent side returned; None when its failure was handled here."""
+
+    def placement_of(self, att: Attempt) -> Any:
+        """The :class:`~spu.schema.GpuPlacement` of an attempt (None: placed as a task)."""
+
+    def finish(self) -> None:
+        """After the sweep: say what was placed where, stop what it started."""
+
+
+class TaskPlacement:
+    """Each attempt as a Ray task of its own, asking for the run's request."""
+
+    def attach(self, driver: Driver) -> None:
+        """Place for ``driver``."""
+        self.driver = driver
+
+    def can_submit(self) -> bool:
+        """Whether the window has room for one more attempt now."""
+        return self.driver.busy() < self.driver.window
+
+    def tend(self) -> None:
+        """Nothing to tend: Ray schedules each task."""
+
+    def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
+        """Hand an attempt's agent side to Ray as a task of its own; its result's ref."""
+        del att
+        return self.driver.remote.options(**options).remote(job, task_files,
+                                                            self.driver.monitor)
+
+    def collect(self, ref: Any, att: Attempt) -> Any:
+        """The task's return; a failure on the node fails the job, a lost node the attempt."""
+        driver = self.driver
+        try:
+            return ray.get(ref, timeout=driver.launcher.get_timeout_s)
+        except RayTaskError as exc:
+            driver.progress.finished(None)
+            driver.display.say(f"[red]job #{att.job.idx} failed on its agent node: "
+                               f"{printable_markup(str(exc))}[/red]")
+            driver.returns[att.job.idx] = job_return(att.job, exc, failed=True)
+        except (RayError, TimeoutError) as exc:
+            driver.lost(att, exc)
+        return None
+
+    def placement_of(self, att: Attempt) -> Any:
+        """None: a task has no placement of its own to record."""
+        del att
+        return None
+
+    def finish(self) -> None:
+        """Nothing to stop: every task has ended."""
+
+
 class Driver:
     """Runs the jobs left after the resume check, on Ray, until done or out of budget."""
 
     def __init__(self, launcher: SPURayLauncher, jobs: list[SweepJob], window: int,
                  ledger: CostLedger, progress: SweepProgress, display: ProgressDisplay,
                  grader: Any, notes: list[str],
-                 tracking_turn: threading.Lock | None = None) -> None:
+                 tracking_turn: threading.Lock | None = None,
+                 placement: Placement | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         from hydra_plugins.spu_ray_launcher._monitor import start_monitor
@@ -462,6 +535,9 @@ class Driver:
         self.tracking_turn = tracking_turn or threading.Lock()
         self._statuses: tuple[float, list[Any]] = (-STATUS_EVERY_S, [])
         display.running = self.running_status
+        self.placement: Placement = placement or TaskPlacement()
+        """Where attempts run (:class:`TaskPlacement` unless another is given)."""
+        self.placement.attach(self)
 
     def running_status(self) -> list[Any]:
         """Elapsed time and latest event of each run in flight, as its node last reported.
@@ -519,29 +595,12 @@ class Driver:
                           output_root=Path("."))
         job_for_node = agent_job(shipped, run.key, self.launcher.report_every_s)
         att = Attempt(job, run, staged, number, last, retried_from)
-        ref = self.dispatch(att, options, job_for_node, self.task_ref(run, staged))
+        ref = self.placement.dispatch(att, options, job_for_node, self.task_ref(run, staged))
         self.in_flight[ref] = att
         self.progress.launched()
         if number == job.plan.first_attempt:
             log.info("#%d: %s", job.idx,
                      " ".join(redact_uri(o) for o in filter_overrides(job.overrides)))
-
-    def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
-        """Hand an attempt's agent side to Ray as a task of its own; its result's ref."""
-        del att
-        return self.remote.options(**options).remote(job, task_files, self.monitor)
-
-    def can_submit(self) -> bool:
-        """Whether the window has room for one more attempt now."""
-        return self.busy() < self.window
-
-    def tend(self) -> None:
-        """Called once a turn of the loop (placement on actors starts and retires them)."""
-
-    def placement_of(self, att: Attempt) -> Any:
-        """The :class:`~spu.schema.GpuPlacement` of an attempt (None: placed as a task)."""
-        del att
-        return None
 
     def stop_for_budget(self) -> None:
         """Settle every job not launched yet as not launched, and say why."""
@@ -554,16 +613,8 @@ class Driver:
     def collect(self, ref: Any) -> None:
         """An agent side ended: settle it in a thread, or handle its loss."""
         att = self.in_flight.pop(ref)
-        try:
-            returned = ray.get(ref, timeout=self.launcher.get_timeout_s)
-        except RayTaskError as exc:
-            self.progress.finished(None)
-            self.display.say(f"[red]job #{att.job.idx} failed on its agent node: "
-                             f"{printable_markup(str(exc))}[/red]")
-            self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
-            return
-        except (RayError, TimeoutError) as exc:
-            self.lost(att, exc)
+        returned = self.placement.collect(ref, att)
+        if returned is None:
             return
         future = self.pool.submit(self.settle, att, returned)
         self.settling[future] = att
@@ -646,7 +697,7 @@ class Driver:
         record = lost_attempt_record(job.identity, str(job.config.sandbox.name), att.number,
                                      att.retried_from, reason)
         seen = self.monitor_lookup(att)
-        update: dict[str, Any] = {"node": seen.get("node"), "gpu": self.placement_of(att),
+        update: dict[str, Any] = {"node": seen.get("node"), "gpu": self.placement.placement_of(att),
                                   "notes": [*record.notes, *self.notes]}
         if seen.get("usage"):
             usage = Usage(**seen["usage"])
@@ -688,8 +739,9 @@ class Driver:
 
         try:
             while self.pending or self.in_flight or self.settling:
-                self.tend()
-                while self.pending and self.can_submit() and not self.ledger.reached:
+                self.placement.tend()
+                while (self.pending and self.placement.can_submit()
+                       and not self.ledger.reached):
                     self.submit(self.pending.popleft())
                 if self.pending and self.ledger.reached:
                     self.stop_for_budget()
@@ -725,6 +777,7 @@ class Driver:
             raise
         finally:
             self.pool.shutdown(wait=True)
+            self.placement.finish()
 
 
 def settle_not_launched(jobs: list[SweepJob], ledger: CostLedger, progress: SweepProgress,
@@ -873,14 +926,13 @@ def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, 
                     f"({grader.mode})"
                     + (f"; tracking through {shown.uri}" if shown else ""))
         if check_placement(str(launcher.placement)) == "actors":
-            from hydra_plugins.spu_ray_launcher._actors import ActorDriver
+            from hydra_plugins.spu_ray_launcher._actors import ActorPlacement
 
-            driver: Driver = ActorDriver(launcher, jobs, window, ledger, progress, display,
-                                         grader, auth.notes, tracking_turn,
-                                         nodes=alive_nodes())
+            placement: Placement = ActorPlacement(nodes=alive_nodes())
         else:
-            driver = Driver(launcher, jobs, window, ledger, progress, display, grader,
-                            auth.notes, tracking_turn)
+            placement = TaskPlacement()
+        driver = Driver(launcher, jobs, window, ledger, progress, display, grader,
+                        auth.notes, tracking_turn, placement)
         driver.run()
         return driver.returns
     finally:
