@@ -80,6 +80,8 @@ from spu.tracking.store import TrackingTarget, client_for, experiment_id, log_ru
 if TYPE_CHECKING:
     from hydra_plugins.spu_ray_launcher.ray_launcher import SPURayLauncher
 
+    from spu.runner import PreparedRun, RunSpec
+
 log = logging.getLogger(__name__)
 
 
@@ -93,8 +95,8 @@ class SweepJob:
     folder: Path
     identity: RunIdentity | None
     request: RunRequest
-    spec: Any = None
-    """Its :class:`~spu.runner.RunSpec` (built when it is about to run)."""
+    spec: RunSpec | None = None
+    """Its run spec (None until it is about to run: :meth:`JobComposer.spec`)."""
     plan: RunPlan = RunPlan(skip=False)
     """Its resume plan: which attempt comes first, how far retries go."""
     target: TrackingTarget | None = None
@@ -157,7 +159,7 @@ class JobComposer:
         self.launcher = launcher
         self.sweep_dir = sweep_dir
         self.configs: dict[tuple[str, ...], tuple[bytes, str, SweepJob]] = {}
-        self.specs: dict[tuple[str, ...], Any] = {}
+        self.specs: dict[tuple[str, ...], RunSpec] = {}
 
     @staticmethod
     def split(overrides: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
@@ -211,8 +213,8 @@ class JobComposer:
             return True
         return re.search(r"\$\{[^}]*\brepeat\b", OmegaConf.to_yaml(config)) is not None
 
-    def spec(self, job: SweepJob) -> Any:
-        """The job's :class:`~spu.runner.RunSpec`, converted once per configuration."""
+    def spec(self, job: SweepJob) -> RunSpec:
+        """The job's run spec, converted once per configuration."""
         from spu.launch.spec import spec_from_config
 
         rest, repeat = self.split(job.overrides)
@@ -403,8 +405,8 @@ class Attempt:
     """One attempt of a job, in flight on an agent node or being settled here."""
 
     job: SweepJob
-    run: Any
-    """Its :class:`~spu.runner.PreparedRun` (trusted task and answer key: never shipped)."""
+    run: PreparedRun
+    """The run it prepared here (trusted task and answer key: never shipped)."""
     staged: Path
     number: int
     last: int
@@ -571,6 +573,7 @@ class Driver:
 
         job, number, last, retried_from = (pending.job, pending.number, pending.last,
                                            pending.retried_from)
+        assert job.spec is not None  # run_on_ray builds every spec first
         spec = replace(job.spec, attempt=number, retried_from=retried_from)
         try:
             run = record_interrupted_attempt(prepare_run(spec, check=False))
@@ -701,6 +704,7 @@ class Driver:
                                   "notes": [*record.notes, *self.notes]}
         if seen.get("usage"):
             usage = Usage(**seen["usage"])
+            assert job.spec is not None
             cost = run_cost(job.spec.model.prices, usage, [], None)
             update.update(usage=usage, cost_usd=cost.estimate.total,
                           cost_full_input_usd=cost.full_input_price.total)
@@ -915,6 +919,7 @@ def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, 
         if local_server is not None:
             use_tracking_server(local_server, jobs, len(alive_nodes()) if not launcher.init.address
                                 else 2)
+        assert jobs[0].spec is not None  # built above
         grader = GradingService(str(jobs[0].spec.sandbox.grader_isolation))
         jobs = order_longest_first(jobs)
         known = sum(j.expected_s is not None for j in jobs)
