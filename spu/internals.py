@@ -1,21 +1,24 @@
-"""The private Hydra and Ray APIs SPU relies on, behind one door that checks versions.
+"""The private Hydra, Ray and MLflow APIs SPU relies on, behind one door that checks versions.
 
-Hydra and Ray keep these out of their public API (``hydra._internal``, ``ray._private``),
-so they may change in any release. Each is reached only through a function here, which
-first checks that the installed library is a version these calls were written against
-and otherwise says which one SPU needs. Nothing is imported at module import.
+Hydra, Ray and MLflow keep these out of their public API (``hydra._internal``,
+``ray._private``, ``ray._raylet``, ``mlflow.tracking._tracking_service``, the client's
+``_tracking_client``), so they may change in any release. Each is reached only through
+a function here, which first checks that the installed library is a version these calls
+were written against and otherwise says which one SPU needs. Nothing is imported at module import.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 SUPPORTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "hydra-core": ((1, 3), (1, 4)),
     "ray": ((2, 9), (3, 0)),
+    "mlflow": ((3, 17), (4, 0)),
 }
 """Distribution -> (lowest, first unsupported) major.minor whose private APIs are used here;
 the same ranges as ``pyproject.toml``."""
@@ -35,7 +38,7 @@ def require(distribution: str, what: str) -> str:
     """Check that ``distribution`` is installed in a supported version; return the version.
 
     Args:
-        distribution: ``hydra-core`` or ``ray``.
+        distribution: ``hydra-core``, ``ray`` or ``mlflow``.
         what: the private API about to be used, for the message.
 
     Raises:
@@ -56,6 +59,11 @@ def require(distribution: str, what: str) -> str:
         raise UnsupportedVersion(f"{what} is a private API of {distribution}: SPU needs "
                                  f"{needed}, {installed} is installed")
     return installed
+
+
+HYDRA_BASIC_LAUNCHER_LOGGER = "hydra._internal.core_plugins.basic_launcher"
+"""The logger Hydra's basic launcher says each launched job on. Only its level is set (no
+version check: a logger of another name is left as it is, nothing fails)."""
 
 
 def basic_sweeper() -> type:
@@ -105,3 +113,37 @@ def ray_session_dir() -> str:
     if node is None:
         raise RuntimeError("no local Ray node in this process: call ray.init() first")
     return str(node.get_session_dir_path())
+
+
+def reload_ray_auth_config() -> None:
+    """Make this process's Ray read the ``RAY_AUTH_*`` variables again (Ray caches them).
+
+    Uses ``ray._raylet.Config`` and ``ray._raylet.AuthenticationTokenLoader``.
+    """
+    require("ray", "ray._raylet.AuthenticationTokenLoader")
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def open_mlflow_store(client: Any) -> None:
+    """Open the tracking store of an ``MlflowClient`` now (a SQLite store creates its schema).
+
+    MLflow opens it lazily, on the first call, through the private ``_tracking_client``.
+    """
+    require("mlflow", "MlflowClient._tracking_client")
+    client._tracking_client.store  # noqa: B018 - the property opens the store
+
+
+@contextmanager
+def mlflow_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's current tracking URI is ``uri`` inside the block, as before after it.
+
+    Uses ``mlflow.tracking._tracking_service.utils._use_tracking_uri``.
+    """
+    require("mlflow", "mlflow.tracking._tracking_service.utils._use_tracking_uri")
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    with _use_tracking_uri(uri):
+        yield

@@ -63,10 +63,10 @@ def disk_full(output_root: Path | str) -> OSError | None:
 
 def summary(record: Any, mlflow_run_id: str | None) -> dict[str, Any]:
     """The short result of one job that ran (what the results table shows)."""
-    from spu.launch.job import JobStatus, recorded_result
+    from spu.launch.job import ResultStatus, recorded_result
     from spu.tracking.query import recorded_run_from_record
 
-    return recorded_result(recorded_run_from_record(record, mlflow_run_id), JobStatus.ran, "")
+    return recorded_result(recorded_run_from_record(record, mlflow_run_id), ResultStatus.ran, "")
 
 
 def run_from_config(cfg: DictConfig) -> dict[str, Any]:

@@ -21,7 +21,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,10 +84,17 @@ from spu.harness.base import (
     get_harness,
 )
 from spu.harness.evidence import gateway_counts, gateway_evidence
-from spu.harness.monitor import AgentMonitor, RunStatus
+from spu.harness.monitor import AgentMonitor, AgentStatus
 from spu.harness.trajectory import count_tool_calls, count_web_fetches
 from spu.identity import config_label, harness_label, identity_for, run_key, settings_for
-from spu.sandbox.base import RunLimits, Sandbox, SandboxError, SandboxRequest, get_sandbox
+from spu.sandbox.base import (
+    RunLimits,
+    Sandbox,
+    SandboxError,
+    SandboxPaths,
+    SandboxRequest,
+    get_sandbox,
+)
 from spu.sandbox.disk import release_stale as release_stale_disk
 from spu.sandbox.disk import remove_tree
 from spu.sandbox.gpu_usage import GpuSampler
@@ -436,12 +444,10 @@ def _agent_run(spec: RunSpec, task: TaskPackage, check: bool, grader: bool = Fal
         except ProviderConfigError as exc:
             raise RunConfigError(str(exc)) from None
     identity = spec_identity(spec, task)
-    bind = getattr(harness, "bind_run", None)
-    if callable(bind):
-        try:
-            bind(spec, identity)
-        except HarnessError as exc:
-            raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
+    try:
+        harness.bind_run(spec, identity)
+    except HarnessError as exc:
+        raise RunConfigError(f"harness={spec.harness.name}: {exc}") from None
     return AgentRun(spec, task, run_key(identity), harness, limits, provider, identity)
 
 
@@ -559,75 +565,108 @@ def run_agent(run: AgentRun, staged: Path,
     """
     phase = AgentPhase(staged=staged, started=_now(),
                        sandbox_info=SandboxInfo(backend=run.spec.sandbox.name))
-    tools: ToolsSession | None = None
-    gateway: GatewaySession | None = None
-    try:
+    services = RunServices()
+    # Undone in reverse: the harness's services, the sandbox's state, the sandbox, then a
+    # failure to start recorded, and last the tools and the gateway (their records are
+    # read below).
+    with ExitStack() as stack:
+        stack.callback(services.close)
+        stack.enter_context(_start_failure_recorded(run, phase))
         sandbox, phase.notes = _open_sandbox(run.spec)
-        prepared = False
-        tools = open_tools(run)
-        gateway = open_gateway(run, tools, on_death=lambda _: sandbox.request_stop())
+        tools = services.tools = open_tools(run)
+        gateway = services.gateway = open_gateway(
+            run, tools, on_death=lambda _: sandbox.request_stop())
         if tools is not None and gateway is not None:  # the model only through the gateway
             tools.refuse_hosts(gateway.provider_hosts())
-        try:
-            # The run's host services first: their ports are part of the sandbox request.
-            host_ports = run.harness.start_services(run.run_dir / "logs")
-            if tools is not None:
-                host_ports = [*host_ports, *tools.host_ports()]
-            if gateway is not None:
-                host_ports = [*host_ports, *gateway.host_ports()]
-            paths = sandbox.prepare(sandbox_request(run, staged, host_ports))
-            prepared = True
-            ctx = AgentContext(
-                task=run.task,
-                paths=paths,
-                run_dir=run.run_dir,
-                run_key=run.key,
-                limits=run.limits,
-                seed=int(run.key[:8], 16),
-                gpu_ids=list(run.spec.gpu_ids),
-                tools=tools.open_endpoints(paths.host_address) if tools is not None else None,
-                model=(gateway.open_endpoint(paths.host_address) if gateway is not None
-                       else None),
-            )
-            run.harness.prepare(ctx, sandbox)
-            command = run.harness.command(ctx)
-            if started is not None:
-                started(ctx)
-            limits = sandbox.info().limits
-            sampler = GpuSampler(limits.gpus if limits is not None else [])
-            sampler.start()
-            try:
-                with watch_agent(run, sandbox, ctx.log_dir / "agent.stdout") as monitor:
-                    phase.evidence = sandbox.exec(
-                        command.argv,
-                        command.env,
-                        stdout=ctx.log_dir / "agent.stdout",
-                        stderr=ctx.log_dir / "agent.stderr",
-                    )
-            finally:
-                phase.gpu = sampler.stop()
-            phase.result = run.harness.parse(ctx, phase.evidence)
-            if monitor.rejected:
-                phase.result.infra_error = monitor.rejected
-        finally:
-            run.harness.cleanup()
-            if prepared:
-                phase.sandbox_info = _state_unisolated(run, sandbox.info())
-            sandbox.cleanup()
+        prepared: list[SandboxPaths] = []
+        stack.callback(sandbox.cleanup)
+        stack.callback(_record_sandbox_state, run, sandbox, phase, prepared)
+        stack.callback(run.harness.cleanup)
+        # The run's host services first: their ports are part of the sandbox request.
+        host_ports = [*run.harness.start_services(run.run_dir / "logs"),
+                      *(tools.host_ports() if tools is not None else []),
+                      *(gateway.host_ports() if gateway is not None else [])]
+        paths = sandbox.prepare(sandbox_request(run, staged, host_ports))
+        prepared.append(paths)
+        ctx = _agent_context(run, paths, services)
+        run.harness.prepare(ctx, sandbox)
+        command = run.harness.command(ctx)
+        if started is not None:
+            started(ctx)
+        with _gpus_sampled(sandbox, phase), \
+                watch_agent(run, sandbox, ctx.log_dir / "agent.stdout") as monitor:
+            phase.evidence = sandbox.exec(command.argv, command.env,
+                                          stdout=ctx.log_dir / "agent.stdout",
+                                          stderr=ctx.log_dir / "agent.stderr")
+        phase.result = run.harness.parse(ctx, phase.evidence)
+        if monitor.rejected:
+            phase.result.infra_error = monitor.rejected
+    if services.tools is not None:
+        read_tools(run, phase, services.tools)
+    if services.gateway is not None:
+        read_gateway(phase, services.gateway)
+    return phase
+
+
+@dataclass
+class RunServices:
+    """The run's audited tools service and model gateway, while its agent runs."""
+
+    tools: ToolsSession | None = None
+    gateway: GatewaySession | None = None
+
+    def close(self) -> None:
+        """Stop both (the gateway first); their records stay to be read."""
+        if self.gateway is not None:  # first: it is in the tools' service group, which ends
+            self.gateway.close()
+        if self.tools is not None:
+            self.tools.close()
+
+
+@contextmanager
+def _start_failure_recorded(run: AgentRun, phase: AgentPhase) -> Iterator[None]:
+    """A sandbox or harness that cannot start, recorded in ``phase`` instead of raised."""
+    try:
+        yield
     except (SandboxError, HarnessError, EgressProxyError, GatewayConfigError, OSError,
             RuntimeError) as exc:
         log.error("run %s could not start: %s", run.key, exc)
         phase.evidence = ProcessEvidence(error=f"{type(exc).__name__}: {exc}")
+
+
+def _record_sandbox_state(run: AgentRun, sandbox: Sandbox, phase: AgentPhase,
+                          prepared: list[SandboxPaths]) -> None:
+    """The sandbox's state into ``phase``, once it was prepared (before its cleanup)."""
+    if prepared:
+        phase.sandbox_info = _state_unisolated(run, sandbox.info())
+
+
+@contextmanager
+def _gpus_sampled(sandbox: Sandbox, phase: AgentPhase) -> Iterator[None]:
+    """Sample the sandbox's GPUs while the agent runs; their use into ``phase.gpu``."""
+    limits = sandbox.info().limits
+    sampler = GpuSampler(limits.gpus if limits is not None else [])
+    sampler.start()
+    try:
+        yield
     finally:
-        if gateway is not None:  # first: it is in the tools' service group, which ends
-            gateway.close()
-        if tools is not None:
-            tools.close()
-    if tools is not None:
-        read_tools(run, phase, tools)
-    if gateway is not None:
-        read_gateway(phase, gateway)
-    return phase
+        phase.gpu = sampler.stop()
+
+
+def _agent_context(run: AgentRun, paths: SandboxPaths, services: RunServices) -> AgentContext:
+    """What the harness may know about the run, the sandbox's layout included."""
+    tools, gateway = services.tools, services.gateway
+    return AgentContext(
+        task=run.task,
+        paths=paths,
+        run_dir=run.run_dir,
+        run_key=run.key,
+        limits=run.limits,
+        seed=int(run.key[:8], 16),
+        gpu_ids=list(run.spec.gpu_ids),
+        tools=tools.open_endpoints(paths.host_address) if tools is not None else None,
+        model=gateway.open_endpoint(paths.host_address) if gateway is not None else None,
+    )
 
 
 def open_gateway(run: AgentRun, tools: ToolsSession | None = None,
@@ -729,7 +768,7 @@ def watch_agent(run: AgentRun, sandbox: Sandbox, stdout: Path) -> AgentMonitor:
             iter_requests(run.run_dir / "model" / "requests.jsonl"))
 
     return AgentMonitor(run.run_dir, stdout,
-                        RunStatus(run_key=run.key, label=label, started=time.time(),
+                        AgentStatus(run_key=run.key, label=label, started=time.time(),
                                   updated=time.time()),
                         parse=run.harness.live_event, on_rejected_key=rejected,
                         every_s=run.spec.status_every_s,

@@ -22,7 +22,7 @@ from spu.config import EffortConfig, HarnessConfig, ModelConfig
 from spu.options import PluginOptions, check_options
 from spu.registry import HARNESSES, Registry
 from spu.sandbox.base import RunLimits, Sandbox, SandboxPaths
-from spu.schema import ProcessEvidence, Trajectory, Usage
+from spu.schema import Identity, ProcessEvidence, Trajectory, Usage
 from spu.tasks.package import TaskPackage
 
 if TYPE_CHECKING:
@@ -238,6 +238,16 @@ class Harness(ABC):
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise :class:`HarnessError` when this model/effort cannot run in this harness."""
+
+    def bind_run(self, spec: Any, identity: Identity) -> None:  # noqa: B027 - optional hook
+        """Read what this harness needs from the run, once its identity is known.
+
+        Called before the run starts with its :class:`~spu.runner.RunSpec` and its
+        identity (e.g. the consensus reads its members' run keys); by default nothing.
+
+        Raises:
+            HarnessError: the run cannot be made on this harness (one line).
+        """
 
     def model_api(self) -> str | None:
         """The API style the agent calls its model in, through the run's gateway (SPEC 11).

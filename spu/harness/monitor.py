@@ -4,7 +4,7 @@ While the agent runs, :class:`AgentMonitor` reads the agent's stdout log as it g
 (Claude Code's ``stream-json`` events, Codex's ``--json`` events), keeps the latest
 event and counts API errors by HTTP status, and:
 
-- writes ``<run_dir>/status.json`` (:class:`RunStatus`), which a launcher's driver reads
+- writes ``<run_dir>/status.json`` (:class:`AgentStatus`), which a launcher's driver reads
   to show each running run's elapsed time and latest event on its live line;
 - logs a status line every ``every_s`` seconds (elapsed time, latest event), so the
   basic launcher, which runs jobs in its own process, shows them too;
@@ -202,7 +202,7 @@ def codex_event(entry: dict[str, Any]) -> LiveEvent | None:
 
 
 @dataclass
-class RunStatus:
+class AgentStatus:
     """What ``status.json`` holds about a running agent."""
 
     run_key: str
@@ -225,8 +225,8 @@ class RunStatus:
         """One status line: label, elapsed time, latest event.
 
         Examples:
-            >>> RunStatus("k", "spu-bhpt · opus5-max", started=0.0, updated=0.0,
-            ...           last_event="Bash: ls").line(now=75.0)
+            >>> AgentStatus("k", "spu-bhpt · opus5-max", started=0.0, updated=0.0,
+            ...             last_event="Bash: ls").line(now=75.0)
             'spu-bhpt · opus5-max · 0:01:15 · Bash: ls'
         """
         elapsed = int((time.time() if now is None else now) - self.started)
@@ -234,11 +234,15 @@ class RunStatus:
         return f"{self.label} · {clock} · {self.last_event}"
 
 
-def read_status(run_dir: Path) -> RunStatus | None:
+RunStatus = AgentStatus
+"""The former name of :class:`AgentStatus`, kept for code written against it."""
+
+
+def read_status(run_dir: Path) -> AgentStatus | None:
     """The status a running agent's monitor wrote, or None (none yet, or unreadable)."""
     try:
         data = json.loads((Path(run_dir) / STATUS_FILE).read_text(encoding="utf-8"))
-        return RunStatus(**data)
+        return AgentStatus(**data)
     except (OSError, ValueError, TypeError):
         return None
 
@@ -257,7 +261,7 @@ class AgentMonitor:
         every_s: seconds between status lines and repeated error lines (0: no lines).
     """
 
-    def __init__(self, run_dir: Path, stdout: Path, status: RunStatus,
+    def __init__(self, run_dir: Path, stdout: Path, status: AgentStatus,
                  parse: Callable[[dict[str, Any]], LiveEvent | None] | None = None,
                  on_rejected_key: Callable[[str], str | None] | None = None,
                  every_s: float = 30.0, record: Path | None = None,

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 
+from spu.internals import HYDRA_BASIC_LAUNCHER_LOGGER
 from spu.printable import printable
 
 LIBRARY_LOGGERS = ("mcp", "httpx", "httpcore", "uvicorn", "uvicorn.access", "uvicorn.error",
                    "spu.tools.service", "spu.tools.egress", "spu.gateway.server")
 """Loggers whose INFO lines are plumbing (a session opened, a request answered, a port)."""
 
-HYDRA_LAUNCH_LOGGERS = ("hydra._internal.core_plugins.basic_launcher",)
+HYDRA_LAUNCH_LOGGERS = (HYDRA_BASIC_LAUNCHER_LOGGER,)
 """Hydra's launcher, which logs each job's overrides before it starts."""
 
 

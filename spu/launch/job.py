@@ -56,8 +56,11 @@ from spu.tracking.store import TrackingTarget, log_run, resolve_target
 
 log = logging.getLogger(__name__)
 
-class JobStatus:
-    """Values of a job result's ``status``."""
+class ResultStatus:
+    """Values of a job result's ``status``.
+
+    Not Hydra's ``JobStatus``, which says whether a job completed or failed.
+    """
 
     ran = "ran"
     """The run ran in this launch (possibly retried)."""
@@ -69,6 +72,10 @@ class JobStatus:
     """Not run: another process holds the run key (a concurrent sweep is running it)."""
     broken_task = "broken_task"
     """Not run: the task package is broken (the note says why)."""
+
+
+JobStatus = ResultStatus
+"""The former name of :class:`ResultStatus`, kept for code written against it."""
 
 
 @dataclass(frozen=True)
@@ -191,7 +198,7 @@ def not_launched_result(identity: RunIdentity, reason: str) -> dict[str, Any]:
         "cost_usd": None,
         "runtime_s": None,
         "mlflow_run_id": None,
-        "status": JobStatus.not_launched,
+        "status": ResultStatus.not_launched,
         "attempt": 0,
         "note": reason,
     }
@@ -200,7 +207,7 @@ def not_launched_result(identity: RunIdentity, reason: str) -> dict[str, Any]:
 def in_progress_result(identity: RunIdentity, holder: str) -> dict[str, Any]:
     """The result row of a run key another process holds."""
     return {**not_launched_result(identity, f"running in another process (pid {holder})"),
-            "status": JobStatus.in_progress}
+            "status": ResultStatus.in_progress}
 
 
 def write_result(folder: Path, result: dict[str, Any]) -> None:
@@ -266,7 +273,7 @@ class JobRun:
     """What :func:`run_tracked` did with one job."""
 
     status: str
-    """A :class:`JobStatus` value."""
+    """A :class:`ResultStatus` value."""
     result: dict[str, Any] | None = None
     """The result row, for a job that did not run."""
     attempts: Attempts | None = None
@@ -304,7 +311,7 @@ def run_tracked(cfg: DictConfig, spec: Any, sweep_dir: Path | None = None) -> Jo
         log.warning("run %s (%s/%s r%d): skipped, running in another process (pid %s)",
                     identity.run_key, identity.task_id, identity.config, identity.repeat,
                     holder(lock))
-        return JobRun(JobStatus.in_progress, result=in_progress_result(identity, holder(lock)))
+        return JobRun(ResultStatus.in_progress, result=in_progress_result(identity, holder(lock)))
     try:
         return _run_locked(cfg, spec, identity, sweep_dir)
     finally:
@@ -320,8 +327,8 @@ def _run_locked(cfg: DictConfig, spec: Any, identity: RunIdentity,
                  identity.config, identity.repeat, plan.reason)
         say_settings_change(spec.output_root / "runs" / latest.run_key, identity,
                             settings_for(spec.limits, spec.sandbox.name, spec.launcher))
-        return JobRun(JobStatus.skipped,
-                      result=recorded_result(latest, JobStatus.skipped, plan.reason))
+        return JobRun(ResultStatus.skipped,
+                      result=recorded_result(latest, ResultStatus.skipped, plan.reason))
     limit = cfg.budget.max_cost_usd
     if limit is not None and sweep_dir is not None:
         from spu.launch.budget import sweep_ledger
@@ -329,11 +336,11 @@ def _run_locked(cfg: DictConfig, spec: Any, identity: RunIdentity,
         ledger = sweep_ledger(sweep_dir, float(limit))
         if ledger.reached:
             budget_said(sweep_dir, ledger.reached_message(), identity.run_key)
-            return JobRun(JobStatus.not_launched,
+            return JobRun(ResultStatus.not_launched,
                           result=not_launched_result(identity, "budget"))
     if plan.first_attempt > 1:
         log.info("run %s: %s", identity.run_key, plan.reason)
-    return JobRun(JobStatus.ran, attempts=run_attempts(spec, plan, target))
+    return JobRun(ResultStatus.ran, attempts=run_attempts(spec, plan, target))
 
 
 def lost_attempt_record(identity: RunIdentity, sandbox_backend: str, attempt: int,
@@ -411,7 +418,7 @@ def _record_lost_locked(cfg: DictConfig, identity: RunIdentity, output_root: Pat
     if not in_progress or plan.skip:
         if plan.skip and latest is not None:
             return LostAttempt(retry=False,
-                               result=recorded_result(latest, JobStatus.ran, plan.reason))
+                               result=recorded_result(latest, ResultStatus.ran, plan.reason))
         return LostAttempt(retry=retries_left, result=None)
     record = lost_attempt_record(identity, str(cfg.sandbox.name), plan.first_attempt,
                                  plan.retried_from, reason)
@@ -425,4 +432,4 @@ def _record_lost_locked(cfg: DictConfig, identity: RunIdentity, output_root: Pat
     if retry:
         return LostAttempt(retry=True, result=None)
     final = recorded_run_from_record(record, tracking_id)
-    return LostAttempt(retry=False, result=recorded_result(final, JobStatus.ran, reason))
+    return LostAttempt(retry=False, result=recorded_result(final, ResultStatus.ran, reason))

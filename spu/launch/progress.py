@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spu.harness.monitor import RunStatus
-from spu.launch.job import JobStatus
+from spu.harness.monitor import AgentStatus
+from spu.launch.job import ResultStatus
 from spu.printable import printable, printable_markup
 
 MAX_RUN_LINES = 10
@@ -106,11 +106,11 @@ class SweepProgress:
     def finished(self, result: dict[str, Any] | None) -> None:
         """A launched job ended with ``result`` (None when the job raised)."""
         self.running -= 1
-        status = None if result is None else result.get("status", JobStatus.ran)
-        if status == JobStatus.skipped:
+        status = None if result is None else result.get("status", ResultStatus.ran)
+        if status == ResultStatus.skipped:
             self.skipped_one(result)
             return
-        if status == JobStatus.not_launched:
+        if status == ResultStatus.not_launched:
             self.not_launched += 1
             return
         self.done += 1
@@ -206,7 +206,7 @@ class ProgressDisplay:
 
     def __init__(self, progress: SweepProgress, mode: str = "auto", every_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic,
-                 running: Callable[[], list[RunStatus]] | None = None) -> None:
+                 running: Callable[[], list[AgentStatus]] | None = None) -> None:
         from rich.console import Console
 
         if mode not in ("auto", "live", "lines", "off"):
@@ -289,7 +289,7 @@ class ProgressDisplay:
             shown.append(Text(f"  ... and {len(runs) - MAX_RUN_LINES} more running"))
         return Group(Text(line), *shown)
 
-    def _say_api_errors(self, statuses: list[RunStatus]) -> None:
+    def _say_api_errors(self, statuses: list[AgentStatus]) -> None:
         now = self._clock()
         for s in statuses:
             for status, count in s.api_errors.items():

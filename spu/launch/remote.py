@@ -244,7 +244,7 @@ class AgentReturn:
 
 SpendReport = Callable[[dict[str, int], float | None, dict[str, Any] | None], None]
 """Called with the usage so far, its cost and the agent's live status (its
-``status.json``, :class:`spu.harness.monitor.RunStatus`) while an agent runs."""
+``status.json``, :class:`spu.harness.monitor.AgentStatus`) while an agent runs."""
 
 
 def _watch_spending(run: Any, ctx: Any, report: SpendReport, every_s: float,

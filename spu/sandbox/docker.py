@@ -519,15 +519,7 @@ class DockerSandbox(Sandbox):
         if self.agent_uid is not None:  # the harness filled them as root
             chown_tree(self.folders.workspace, self.agent_uid)
             chown_tree(self.folders.output, self.agent_uid)
-        # The command behind the start check (local.start_check_argv): a command that
-        # cannot be found is reported with a nonce the agent never sees, read from a file
-        # the check deletes before anything of the agent's runs.
-        nonce, name = secrets.token_hex(16), f".spu-start-{secrets.token_hex(8)}"
-        nonce_path = self.folders.workspace / name
-        nonce_path.write_text(nonce)
-        nonce_path.chmod(0o600)
-        if self.agent_uid is not None:
-            os.chown(nonce_path, self.agent_uid, self.agent_uid)
+        nonce, name, nonce_path = self._start_nonce()
         try:
             container = self.create_container(
                 start_check_argv(call.argv, f"{LAYOUT.workspace}/{name}"), call.env)
@@ -592,6 +584,19 @@ class DockerSandbox(Sandbox):
             log_dropped_bytes=dropped,
             error=error,
         )
+
+    def _start_nonce(self) -> tuple[str, str, Path]:
+        """A start check's nonce, the name of its file in the workspace, and that file."""
+        # The command behind the start check (local.start_check_argv): a command that
+        # cannot be found is reported with a nonce the agent never sees, read from a file
+        # the check deletes before anything of the agent's runs.
+        nonce, name = secrets.token_hex(16), f".spu-start-{secrets.token_hex(8)}"
+        nonce_path = self.folders.workspace / name
+        nonce_path.write_text(nonce)
+        nonce_path.chmod(0o600)
+        if self.agent_uid is not None:
+            os.chown(nonce_path, self.agent_uid, self.agent_uid)
+        return nonce, name, nonce_path
 
     def _upper_dir(self, container: Any) -> str | None:
         """Host folder of the container's writable layer (overlay2), where visible."""

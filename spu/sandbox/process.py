@@ -434,19 +434,8 @@ def run_with_limits(
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return ProcessEvidence(error=f"could not start {argv[0]!r}: {exc}")
-        logs: list[CappedLog] = []
-        drains: list[threading.Thread] = []
-        if capped:
-            assert proc.stdout is not None and proc.stderr is not None
-            logs = [CappedLog(out, log_cap_bytes or 0), CappedLog(err, log_cap_bytes or 0)]
-            drains = [drain(proc.stdout, logs[0]), drain(proc.stderr, logs[1])]
-        start_error = None
-        if on_start is not None:
-            try:
-                on_start(proc.pid)
-            except Exception as exc:  # noqa: BLE001 - any failure to start is the run's error
-                start_error = str(exc)
-                _signal_tree(proc.pid, signal.SIGKILL)
+        logs, drains = _drain_capped(proc, out, err, log_cap_bytes) if capped else ([], [])
+        start_error = _call_on_start(proc, on_start)
         seen = _watch(proc, start, timeout_s, grace_s, wrapped, over_limit, stop)
         proc.returncode = os.waitstatus_to_exitcode(seen.status)
         if over_limit is not None and not seen.disk_full and start_error is None:
@@ -456,6 +445,28 @@ def run_with_limits(
         dropped = _close_logs(proc, drains, logs, grace_s)
     return _evidence(seen, enforcer, wrapped, duration_s=time.monotonic() - start,
                      log_dropped_bytes=dropped, error=start_error)
+
+
+def _drain_capped(proc: subprocess.Popen[Any], out: BinaryIO, err: BinaryIO,
+                  log_cap_bytes: int | None) -> tuple[list[CappedLog], list[threading.Thread]]:
+    """The process's capped stdout and stderr, and the threads that drain its pipes."""
+    assert proc.stdout is not None and proc.stderr is not None
+    logs = [CappedLog(out, log_cap_bytes or 0), CappedLog(err, log_cap_bytes or 0)]
+    drains = [drain(proc.stdout, logs[0]), drain(proc.stderr, logs[1])]
+    return logs, drains
+
+
+def _call_on_start(proc: subprocess.Popen[Any],
+                   on_start: Callable[[int], None] | None) -> str | None:
+    """Call ``on_start`` with the process id; its failure kills the process and is returned."""
+    start_error = None
+    if on_start is not None:
+        try:
+            on_start(proc.pid)
+        except Exception as exc:  # noqa: BLE001 - any failure to start is the run's error
+            start_error = str(exc)
+            _signal_tree(proc.pid, signal.SIGKILL)
+    return start_error
 
 
 def _nowhere(_pid: int) -> None:

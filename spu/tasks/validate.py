@@ -626,13 +626,7 @@ def validate_task(
     if given.is_symlink():
         out.error(str(given), "unsafe-file", f"the task folder is a link (to "
                                              f"{os.readlink(given)!r}); sweeps skip it")
-    answers_file = Path(answers_path) if answers_path else task_dir / "hidden" / "answers.json"
-    # Resolve the folders only: the key itself must not be a link.
-    answers_file = answers_file.parent.resolve() / answers_file.name
-    try:
-        answers_name = answers_file.relative_to(task_dir).as_posix()
-    except ValueError:
-        answers_name = str(answers_file)
+    answers_file, answers_name = _answers_file(task_dir, answers_path)
     _check_unsafe(task_dir, out)
     for name in REQUIRED_PUBLIC:
         if not os.path.lexists(task_dir / name):
@@ -643,6 +637,44 @@ def validate_task(
 
     meta = _load(out, "task.yaml", load_meta, task_dir) if present("task.yaml") else None
     pending = meta is not None and meta.answers == "pending"
+    _check_key_present(answers_file, answers_name, pending, out)
+    contract = (_load(out, "contract.json", load_contract, task_dir / "contract.json")
+                if present("contract.json") else None)
+    protocol = (_load(out, "protocol.json", load_protocol, task_dir / "protocol.json")
+                if present("protocol.json") else None)
+    rows = (_load(out, "targets.csv", load_targets, task_dir / "targets.csv")
+            if present("targets.csv") else None)
+    answers = (_read_answers(answers_file, answers_name, out)
+               if os.path.lexists(answers_file) else None)
+
+    _check_parts(task_dir, meta, contract, protocol, rows, answers, answers_name, out)
+    # The screens score orderings with the grader, which needs a consistent package.
+    broken = any(f.severity is Severity.error for f in out.findings)
+    if contract is not None and answers is not None and rows is not None and not broken:
+        _screen_groups(rows, contract, answers, protocol, screens, answers_name, out)
+        _screen_ids(rows, contract, answers, screens, out)
+        _screen_presented_order(rows, contract, answers, screens, out)
+    findings = out.findings
+    if strict:
+        findings = _strict(findings, task_dir, meta, consult_review=review is not False)
+    return ValidationReport(task_dir, tuple(findings))
+
+
+def _answers_file(task_dir: Path, answers_path: str | Path | None) -> tuple[Path, str]:
+    """The answer key's path (its folders resolved) and its name in findings."""
+    answers_file = Path(answers_path) if answers_path else task_dir / "hidden" / "answers.json"
+    # Resolve the folders only: the key itself must not be a link.
+    answers_file = answers_file.parent.resolve() / answers_file.name
+    try:
+        answers_name = answers_file.relative_to(task_dir).as_posix()
+    except ValueError:
+        answers_name = str(answers_file)
+    return answers_file, answers_name
+
+
+def _check_key_present(answers_file: Path, answers_name: str, pending: bool,
+                       out: _Collector) -> None:
+    """An answer key, or the ``answers: pending`` mark of a task to run sealed."""
     if not os.path.lexists(answers_file):
         if pending:  # a valid task to run: its runs end sealed (SPEC 13)
             out.warning(answers_name, "answers-pending", "no answer key yet (task.yaml: "
@@ -653,15 +685,13 @@ def validate_task(
     elif pending:
         out.warning("task.yaml", "answers-pending", "answers: pending, yet the key exists: "
                     "runs end sealed until the mark is removed")
-    contract = (_load(out, "contract.json", load_contract, task_dir / "contract.json")
-                if present("contract.json") else None)
-    protocol = (_load(out, "protocol.json", load_protocol, task_dir / "protocol.json")
-                if present("protocol.json") else None)
-    rows = (_load(out, "targets.csv", load_targets, task_dir / "targets.csv")
-            if present("targets.csv") else None)
-    answers = (_read_answers(answers_file, answers_name, out)
-               if os.path.lexists(answers_file) else None)
 
+
+def _check_parts(task_dir: Path, meta: TaskMeta | None, contract: Contract | None,
+                 protocol: Protocol | None, rows: list[TargetRow] | None,
+                 answers: AnswerKey | None,
+                 answers_name: str, out: _Collector) -> None:
+    """Each loaded file of the package, alone and against the others."""
     if meta is not None:
         _check_identity(meta, contract, answers, answers_name, task_dir, out)
     if contract is not None:
@@ -674,16 +704,6 @@ def validate_task(
             _check_protocol(protocol, contract, rows, out)
     if answers is not None:
         _check_leaks(task_dir, rows, answers, out)
-    # The screens score orderings with the grader, which needs a consistent package.
-    broken = any(f.severity is Severity.error for f in out.findings)
-    if contract is not None and answers is not None and rows is not None and not broken:
-        _screen_groups(rows, contract, answers, protocol, screens, answers_name, out)
-        _screen_ids(rows, contract, answers, screens, out)
-        _screen_presented_order(rows, contract, answers, screens, out)
-    findings = out.findings
-    if strict:
-        findings = _strict(findings, task_dir, meta, consult_review=review is not False)
-    return ValidationReport(task_dir, tuple(findings))
 
 
 def _strict(findings: list[Finding], task_dir: Path, meta: TaskMeta | None,

@@ -103,6 +103,12 @@ def _flag(run: LoggedRun, key: str) -> bool:
 
 def runs_row(run: LoggedRun) -> dict[str, Any]:
     """The runs-table row of one logged run (before official rows are chosen)."""
+    outcome, repeat, attempt = _checked_keys(run)
+    return {**_spec_columns(run, outcome, repeat), **_added_columns(run, attempt)}
+
+
+def _checked_keys(run: LoggedRun) -> tuple[str, int, int]:
+    """The run's outcome, repeat and attempt, once every required key is there."""
     p, m, t = run.params, run.metrics, run.tags
     for key in ("model", "harness", "effort", "task", "repeat", "run_key"):
         if key not in p:
@@ -120,6 +126,12 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
     except ValueError as exc:
         raise RunsExportError(f"run {run.run_id}: param 'repeat' or tag 'attempt' is not "
                               f"a whole number ({exc})") from None
+    return outcome, repeat, attempt
+
+
+def _spec_columns(run: LoggedRun, outcome: str, repeat: int) -> dict[str, Any]:
+    """The row's columns that SPEC section 5 requires, in its order."""
+    p, m = run.params, run.metrics
     return {
         "run_id": run.run_id,
         # A record without its label: the model's default harness is not recorded,
@@ -149,6 +161,13 @@ def runs_row(run: LoggedRun) -> dict[str, Any]:
         "web_fetches": _count(run, "web_fetches"),
         "used_gpu": _flag(run, "used_gpu"),
         "flagged_exposure": _flag(run, "flagged_exposure"),
+    }
+
+
+def _added_columns(run: LoggedRun, attempt: int) -> dict[str, Any]:
+    """The row's columns after SPEC's: identity, attempts, costs, audit, grading."""
+    p, m, t = run.params, run.metrics, run.tags
+    return {
         "run_key": p["run_key"],
         "task_version": _text(p.get("task_version")),
         "attempt": attempt,

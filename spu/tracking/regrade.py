@@ -38,7 +38,7 @@ from spu.grading.outcome import (
 )
 from spu.grading.rules import AnswerKeyError, check_answer_key
 from spu.grading.submission import read_submission
-from spu.schema import Contract, Grade, Outcome, PastGrade, RunRecord
+from spu.schema import AnswerKey, Contract, Grade, Outcome, PastGrade, RunRecord
 from spu.seal.verify import seal_faults
 from spu.tasks.freshness import published_before_cutoff
 from spu.tasks.package import (
@@ -209,6 +209,62 @@ def _broken_seal(run_dir: Path, record: RunRecord) -> tuple[RegradeResult, RunRe
         grader_version=None, isolation=None), new
 
 
+def _read_record(run_json: Path) -> RunRecord:
+    """The run record in ``run_json``; RegradeError when it cannot be read."""
+    try:
+        return RunRecord.model_validate_json(run_json.read_bytes())
+    except OSError as exc:
+        raise RegradeError(f"{run_json}: cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise RegradeError(f"{run_json}: not a run record ({exc})") from None
+
+
+def _task_and_key(run_dir: Path, record: RunRecord, task_root: Path,
+                  answers_root: Path | None) -> tuple[TaskPackage, AnswerKey]:
+    """The run's trusted task and its checked answer key; RegradeError when not."""
+    try:
+        task = load_task(find_task(task_root, record.task_id))
+        answers_path = task.answers_path(answers_root)
+        answers = load_answers(answers_path)
+        check_answer_key(task.contract, answers)
+    except TaskLoadError as exc:
+        raise RegradeError(f"{run_dir.name}: {exc}") from None
+    except AnswerKeyError as exc:
+        raise RegradeError(f"{run_dir.name}: {answers_path}: {exc}") from None
+    return task, answers
+
+
+def _grade_again(run_dir: Path, record: RunRecord, contract: Contract, answers: AnswerKey,
+                 submission: bytes | None, isolation: str) -> IsolatedGrades:
+    """The run's submission graded again; RegradeError when grading fails."""
+    try:
+        grades = grade_shared(contract, answers, submission, isolation=isolation)
+        if record.outcome is Outcome.refusal and not counts_as_file(grades.recovered):
+            # As the run was graded: on the file a refused request arrived with, if any.
+            for kept in files_at_refusals(run_dir / MODEL_DIR):
+                at_refusal = grade_shared(contract, answers, kept, isolation=isolation)
+                if counts_as_file(at_refusal.recovered):
+                    grades = at_refusal
+                    break
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise RegradeError(f"{run_dir.name}: grading failed: {exc}") from None
+    return grades
+
+
+def _write_grade(run_dir: Path, stored: dict[str, Any], grades: IsolatedGrades,
+                 replaced_at: str, reason: str | None) -> None:
+    """``grade.json`` with the new grades, the ones they replace added to its history."""
+    history = [*stored["history"], {
+        "strict": stored.get("strict"), "recovered": stored.get("recovered"),
+        "replaced_at": replaced_at, "reason": reason,
+    }]
+    _write_json_atomic(run_dir / "grade.json", json.dumps({
+        "strict": grades.strict.model_dump(mode="json"),
+        "recovered": grades.recovered.model_dump(mode="json"),
+        "history": history,
+    }, indent=1))
+
+
 def regrade_run(
     run_dir: Path,
     task_root: Path,
@@ -228,38 +284,15 @@ def regrade_run(
     """
     run_dir = Path(run_dir)
     run_json = run_dir / "run.json"
-    try:
-        record = RunRecord.model_validate_json(run_json.read_bytes())
-    except OSError as exc:
-        raise RegradeError(f"{run_json}: cannot be read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise RegradeError(f"{run_json}: not a run record ({exc})") from None
+    record = _read_record(run_json)
     if record.outcome is Outcome.sealed:
         broken = _broken_seal(run_dir, record)
         if broken is not None:
             return broken
-    try:
-        task = load_task(find_task(task_root, record.task_id))
-        answers_path = task.answers_path(answers_root)
-        answers = load_answers(answers_path)
-        check_answer_key(task.contract, answers)
-    except TaskLoadError as exc:
-        raise RegradeError(f"{run_dir.name}: {exc}") from None
-    except AnswerKeyError as exc:
-        raise RegradeError(f"{run_dir.name}: {answers_path}: {exc}") from None
+    task, answers = _task_and_key(run_dir, record, task_root, answers_root)
     contract = _contract_for(task, record, accept_version_change, run_dir)
     submission = read_submission(run_dir / "output")
-    try:
-        grades = grade_shared(contract, answers, submission, isolation=isolation)
-        if record.outcome is Outcome.refusal and not counts_as_file(grades.recovered):
-            # As the run was graded: on the file a refused request arrived with, if any.
-            for kept in files_at_refusals(run_dir / MODEL_DIR):
-                at_refusal = grade_shared(contract, answers, kept, isolation=isolation)
-                if counts_as_file(at_refusal.recovered):
-                    grades = at_refusal
-                    break
-    except (RuntimeError, ValueError, OSError) as exc:
-        raise RegradeError(f"{run_dir.name}: grading failed: {exc}") from None
+    grades = _grade_again(run_dir, record, contract, answers, submission, isolation)
     threshold = chance_threshold(task.contract, answers)
 
     stored = _stored_grades(run_dir, record)
@@ -287,15 +320,7 @@ def regrade_run(
     published = answers.source.published if answers.source is not None else None
     new = _new_record(record, grades, threshold, submission is not None, past, task.version,
                       published)
-    history = [*stored["history"], {
-        "strict": stored.get("strict"), "recovered": stored.get("recovered"),
-        "replaced_at": replaced_at, "reason": reason,
-    }]
-    _write_json_atomic(run_dir / "grade.json", json.dumps({
-        "strict": grades.strict.model_dump(mode="json"),
-        "recovered": grades.recovered.model_dump(mode="json"),
-        "history": history,
-    }, indent=1))
+    _write_grade(run_dir, stored, grades, replaced_at, reason)
     _write_json_atomic(run_json, new.model_dump_json(indent=1))
     return (
         RegradeResult(

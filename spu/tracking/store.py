@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import spu
 from spu.config import EXPERIMENT_PREFIX, TracesConfig, TrackingConfig
 from spu.identity import official_score
+from spu.internals import open_mlflow_store
 from spu.schema import RUN_RECORD_VERSION, Outcome, RunRecord, exposure_kinds
 from spu.tasks.freshness import freshness_text
 from spu.tracking.empty_store import seed_sqlite_store
@@ -205,7 +206,7 @@ def client_for(target: TrackingTarget | str) -> MlflowClient:
         with store_lock(uri):
             seed_sqlite_store(db)
             client = MlflowClient(tracking_uri=uri)
-            client._tracking_client.store  # noqa: B018 (opens the store: schema created here)
+            open_mlflow_store(client)  # the schema is created here
         _OPENED.add(uri)
         return client
     except Exception as exc:

@@ -207,7 +207,9 @@ def test_killed_actor_records_the_lost_attempt_reruns_it_elsewhere_and_relaunch_
     assert rerun["attempt"] == 2 and rerun["gpu"]["actor"] != gone["gpu"]["actor"]
     assert f"actor {gone['gpu']['actor']} lost" in done.stdout
 
-    again = actor_sweep(gpu_cluster, out, tasks, keys, agent, "0,1")
+    # The same overrides: harness.env is part of the run identity.
+    again = actor_sweep(gpu_cluster, out, tasks, keys, agent, "0,1",
+                        "+harness.env.AGENT_SLEEP_S=12", "+harness.env.BILLED_INPUT_TOKENS=100000")
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
     assert "none to launch on Ray (4 skipped" in again.stdout
 

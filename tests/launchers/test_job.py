@@ -130,3 +130,15 @@ def test_results_table_marks_skipped_rows_and_keeps_their_stored_score() -> None
     assert "ran (attempt 2)" in text and "not launched (budget)" in text
     assert "1 ran now, 1 skipped" in text and "1 not launched" in text
 
+
+
+def test_the_status_types_have_distinct_names_and_keep_their_former_ones() -> None:
+    """Invariant: SPU's job-result status and live agent status are not named like Hydra's
+    ``JobStatus``; code written against their former names still gets the same types."""
+    from hydra.core.utils import JobStatus as HydraJobStatus
+
+    from spu.harness import monitor
+    from spu.launch import job
+
+    assert job.JobStatus is job.ResultStatus and monitor.RunStatus is monitor.AgentStatus
+    assert job.ResultStatus.skipped == "skipped" and job.ResultStatus is not HydraJobStatus

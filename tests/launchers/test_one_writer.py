@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spu.callbacks import RESULT_FILE
-from spu.launch.job import JobStatus, RunIdentity
+from spu.launch.job import ResultStatus, RunIdentity
 from spu.launch.resume import latest_attempts
 from spu.main import run_from_config
 from spu.schema import Outcome, RunRecord, SandboxInfo
@@ -85,10 +85,10 @@ def test_a_key_held_by_another_process_is_skipped_not_run(compose, task_root, tm
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    assert result["status"] == JobStatus.in_progress
+    assert result["status"] == ResultStatus.in_progress
     assert f"running in another process (pid {holder.pid})" in result["note"]
     assert not (out / "runs").exists() and not (out / "mlflow.db").exists()
-    assert run_from_config(cfg)["status"] == JobStatus.ran  # free again: it runs
+    assert run_from_config(cfg)["status"] == ResultStatus.ran  # free again: it runs
 
 
 def _record(attempt: int = 1) -> RunRecord:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from spu.harness.base import AgentContext
+from spu.harness.base import AgentContext, HarnessError
 from spu.harness.baseline import AGENT_SCRIPT
 from spu.harness.command import CommandHarness
 from spu.sandbox.subprocess import SubprocessSandbox
@@ -31,6 +32,19 @@ class OldHarness(CommandHarness):
     def args(self, ctx: AgentContext) -> list[str]:
         """The strategy of the effort and the seed."""
         return ["--strategy", self.effort_value() or "presented_order", "--seed", str(ctx.seed)]
+
+
+class BindingHarness(OldHarness):
+    """``OldHarness`` reading its run before it starts, with today's ``bind_run`` signature
+    (a plugin wrote it before the hook was on the base class; the runner found it by name)."""
+
+    name = "binding"
+
+    def bind_run(self, spec: Any, identity: Any) -> None:
+        """Keep the run's task; refuse repeat 7."""
+        if spec.repeat == 7:
+            raise HarnessError("repeat 7 is refused by this plugin")
+        self.bound = (spec.repeat, identity.task.id)
 
 
 class OldProvider(Provider):

@@ -208,6 +208,29 @@ def test_plugins_written_before_options_keep_working(compose, one_task_root, tmp
         run_one(spec_from_config(compose(*overrides, "+harness.options.fast=1")))
 
 
+def test_bind_run_is_a_hook_of_the_base_harness(compose, one_task_root) -> None:
+    """Invariant: a harness without ``bind_run`` inherits the base's no-op; a plugin that
+    overrides it (as plugins did while the runner looked it up by name) is called with the
+    run spec and identity before anything starts, and its HarnessError stops the run in
+    one line naming the harness."""
+    from spu.harness.base import Harness
+    from spu.main import spec_from_config
+    from spu.runner import RunConfigError, prepare_agent
+
+    old = "tests.plugins.old_style"
+    base = ["harness=command", "model=presented_order", "effort=high", "tracking=none",
+            f"task_root={one_task_root}", f"task={EXAMPLE_TASK.name}"]
+    plain = prepare_agent(spec_from_config(compose(*base, f"harness.name={old}:OldHarness")))
+    assert type(plain.harness).bind_run is Harness.bind_run
+    bound = prepare_agent(spec_from_config(compose(*base, f"harness.name={old}:BindingHarness",
+                                                   "repeat=2")))
+    assert bound.harness.bound == (2, bound.task.id)
+    with pytest.raises(RunConfigError, match=r"^harness=tests.plugins.old_style:BindingHarness: "
+                                             r"repeat 7 is refused by this plugin$"):
+        prepare_agent(spec_from_config(compose(*base, f"harness.name={old}:BindingHarness",
+                                               "repeat=7")))
+
+
 def test_an_option_typo_stops_the_command_in_one_line(one_task_root, tmp_path) -> None:
     """``harness.options`` and ``tools.options`` are checked before anything starts, as
     ``sandbox.options`` are: one line naming the key and the plugin's options, exit 2."""

@@ -59,7 +59,8 @@ def test_each_recorded_run_has_one_trace_with_a_span_per_tool_call_and_turn(
     """One trace per run, linked to it; one TOOL span per tool call of the trajectory; the
     usage of each model turn is the trajectory's, bucket by bucket; tags searchable."""
     import mlflow
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    from spu.internals import mlflow_tracking_uri
 
     for folder in _corpus(tmp_path):
         record = _record(folder)
@@ -92,7 +93,7 @@ def test_each_recorded_run_has_one_trace_with_a_span_per_tool_call_and_turn(
         audited = [s for s in trace.data.spans if s.span_type == "RETRIEVER"]
         audit_lines = (folder / "tools" / "audit.jsonl").read_text().splitlines()
         assert len(audited) == len([line for line in audit_lines if line.strip()])
-    with _use_tracking_uri(target.uri):  # the UI's trace search, by tag
+    with mlflow_tracking_uri(target.uri):  # the UI's trace search, by tag
         found = mlflow.search_traces(locations=[_experiment(target)],
                                      filter_string="tag.harness = 'codex'", return_type="list")
     assert len(found) == 1
@@ -126,7 +127,8 @@ def test_spans_in_the_store_are_found_by_span_search_and_in_traces_json_by_tag(
     trace; the default keeps the spans in the trace's ``traces.json`` artifact, read back
     span for span, and its trace is found by tag (a span filter does not see it)."""
     import mlflow
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    from spu.internals import mlflow_tracking_uri
 
     folder = _corpus(tmp_path)[0]
     record = _record(folder)
@@ -137,7 +139,7 @@ def test_spans_in_the_store_are_found_by_span_search_and_in_traces_json_by_tag(
                                     traces=TracesConfig(spans=spans))
         run_id = log_run(record, folder, where)
         (traces[spans],) = _traces(where, run_id)
-        with _use_tracking_uri(target.uri):
+        with mlflow_tracking_uri(target.uri):
             by_span = mlflow.search_traces(locations=[_experiment(where)], return_type="list",
                                            filter_string=f"span.name = '{first}'")
             by_tag = mlflow.search_traces(locations=[_experiment(where)], return_type="list",
@@ -162,7 +164,8 @@ def test_traces_are_logged_and_searchable_on_the_postgresql_tracking_server(
     has its trace: ``mlflow.search_traces`` finds it by tag, linked to the run, with one tool
     span per tool call carrying its activity label, whichever way the spans are written."""
     import mlflow
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    from spu.internals import mlflow_tracking_uri
 
     target = dataclasses.replace(postgres_target, traces=TracesConfig(spans=spans))
     for folder in _corpus(tmp_path):
@@ -170,7 +173,7 @@ def test_traces_are_logged_and_searchable_on_the_postgresql_tracking_server(
         run_id = log_run(record, folder, target)
         # As a user of the server does: its URI the current tracking URI (MLflow's client
         # reads a trace's traces.json from the server's artifact proxy by that URI).
-        with _use_tracking_uri(target.uri):
+        with mlflow_tracking_uri(target.uri):
             found = mlflow.search_traces(locations=[_experiment(target)], return_type="list",
                                          filter_string=f"tag.run_key = '{record.run_key}'")
             assert len(_traces(target, run_id)) == 1

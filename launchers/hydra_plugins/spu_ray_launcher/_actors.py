@@ -1,9 +1,10 @@
 """``hydra.launcher.placement=actors``: each run on a long-lived actor owning one GPU.
 
-The driver starts one :class:`~._worker.RunActor` per GPU of the cluster (one per
-sandbox slot on nodes without GPUs: :func:`spu.launch.actors.actor_count`), each asking
-for the run's request (``num_gpus``, CPUs, memory, a sandbox slot) for its whole life.
-Runs go, longest expected first, to the first free actor; an actor runs one at a time.
+:class:`ActorPlacement` is the :class:`~._driver.Driver`'s placement strategy. It starts
+one :class:`~._worker.RunActor` per GPU of the cluster (one per sandbox slot on nodes
+without GPUs: :func:`spu.launch.actors.actor_count`), each asking for the run's request
+(``num_gpus``, CPUs, memory, a sandbox slot) for its whole life. Runs go, longest
+expected first, to the first free actor; an actor runs one at a time.
 
 - **Health.** An actor checks its device when it starts and after each run; a device
   found unhealthy retires its actor: it takes no more runs but stays alive until the
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from hydra_plugins.spu_ray_launcher._driver import Attempt, Driver, job_return
+from hydra_plugins.spu_ray_launcher._driver import Attempt, Driver, PendingAttempt, job_return
 from hydra_plugins.spu_ray_launcher._worker import RunActor
 from ray.exceptions import RayActorError, RayError, RayTaskError
 
@@ -50,7 +51,7 @@ def cli_of(config: Any) -> tuple[str, str, str | None] | None:
     package = OmegaConf.select(config, "harness.cli_package", default=None)
     version = OmegaConf.select(config, "harness.version", default=None)
     if not package or not version:
-        return None
+        return
     folder = OmegaConf.select(config, "harness.tools_dir", default=None)
     return str(package), str(version), str(folder) if folder else None
 
@@ -65,15 +66,20 @@ class Held:
     """When it was asked for (monotonic seconds)."""
 
 
-class ActorDriver(Driver):
-    """:class:`~._driver.Driver` placing each attempt on a free actor of the sweep."""
+class ActorPlacement:
+    """The driver's placement on actors: each attempt on a free actor of the sweep."""
 
-    def __init__(self, *args: Any, nodes: list[dict[str, float]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, nodes: list[dict[str, float]]) -> None:
+        self.nodes = nodes
+        """The resource totals of the cluster's alive nodes (how many actors fit)."""
+
+    def attach(self, driver: Driver) -> None:
+        """Ask for the sweep's actors, as many as fit and the jobs need (the window)."""
+        self.driver = driver
         self.launch_id = secrets.token_hex(3)
-        self.probe = self.launcher.health_probe or None
+        self.probe = self.driver.launcher.health_probe or None
         load_probe(self.probe)  # a bad path fails here, in one line, before any actor
-        first = self.pending[0][0] if self.pending else None
+        first = self.driver.pending[0].job if self.driver.pending else None
         self.request: RunRequest = first.request if first is not None else RunRequest(1, 0, 0, 1)
         self.sandbox = str(first.config.sandbox.name) if first is not None else None
         self.cli = cli_of(first.config) if first is not None else None
@@ -87,14 +93,15 @@ class ActorDriver(Driver):
         self.retired: list[Held] = []
         self.said: set[str] = set()
         self.next_index = 0
-        count = actor_count(self.request, nodes, len(self.pending),
-                            int(self.launcher.max_concurrent))
-        self.window = count
+        count = actor_count(self.request, self.nodes, len(self.driver.pending),
+                            int(self.driver.launcher.max_concurrent))
+        self.driver.window = count
         for _ in range(count):
             self.ask()
-        self.display.say(f"placement on actors: {count} actor{'s' if count != 1 else ''}, "
-                         f"each {self.request.describe()} for its life (launch "
-                         f"{self.launch_id})")
+        plural = "s" if count != 1 else ""
+        self.driver.display.say(f"placement on actors: {count} actor{plural}, each "
+                                f"{self.request.describe()} for its life (launch "
+                                f"{self.launch_id})")
 
     # -- the actors ----------------------------------------------------------------------
 
@@ -123,14 +130,14 @@ class ActorDriver(Driver):
         """An actor answered (or failed to start)."""
         held = self.starting.pop(ref)
         try:
-            info = ray.get(ref, timeout=self.launcher.get_timeout_s)
+            info = ray.get(ref, timeout=self.driver.launcher.get_timeout_s)
         except (RayError, TimeoutError) as exc:
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             held.account.lost = f"did not start: {reason}"
             held.account.stop()
             self.accounts.append(held.account)
-            self.display.say(f"[red]actor {held.account.name} did not start: "
-                             f"{printable_markup(reason)}[/red]")
+            self.driver.display.say(f"[red]actor {held.account.name} did not start: "
+                                    f"{printable_markup(reason)}[/red]")
             return
         account = held.account
         account.node, account.devices = str(info["node"]), list(info["devices"])
@@ -151,7 +158,7 @@ class ActorDriver(Driver):
         for note in notes:
             if note not in self.said:
                 self.said.add(note)
-                self.display.say(f"[yellow]actors: {note}[/yellow]")
+                self.driver.display.say(f"[yellow]actors: {note}[/yellow]")
 
     def retire(self, held: Held, problem: str) -> None:
         """Take an unhealthy device out of the sweep; its actor stays, holding the GPU."""
@@ -160,41 +167,42 @@ class ActorDriver(Driver):
         account.stop()
         self.retired.append(held)
         shown = f"{account.name} ({account.device()}): {problem}"
-        self.progress.retired.append(shown)
-        self.display.say(f"[bold red]device retired: {shown}[/bold red]")
+        self.driver.progress.retired.append(shown)
+        self.driver.display.say(f"[bold red]device retired: {shown}[/bold red]")
 
     def replace_lost(self, held: Held, reason: str) -> None:
         """An actor died: count it lost and ask for another in its place."""
         held.account.lost = reason
         held.account.stop()
-        self.display.say(f"[yellow]actor {held.account.name} lost "
-                         f"({printable_markup(reason)}); asking for a "
-                         f"new one[/yellow]")
+        self.driver.display.say(f"[yellow]actor {held.account.name} lost "
+                                f"({printable_markup(reason)}); asking for a "
+                                f"new one[/yellow]")
         self.ask()
 
-    # -- the loop's hooks ----------------------------------------------------------------
+    # -- the driver's hooks --------------------------------------------------------------
 
     def can_submit(self) -> bool:
         """A free actor, and (under a budget) no more places taken than actors."""
         if not self.free:
             return False
-        return self.ledger.limit_usd is None or self.busy() < self.alive()
+        return self.driver.ledger.limit_usd is None or self.driver.busy() < self.alive()
 
     def tend(self) -> None:
         """Take in the actors that answered; give up on the runs left when none can come."""
+        driver = self.driver
         if self.starting:
-            idle = not self.in_flight and not self.settling and not self.free
+            idle = not driver.in_flight and not driver.settling and not self.free
             refs = list(self.starting)
             ready, _ = ray.wait(refs, num_returns=len(refs),
-                                timeout=self.launcher.poll_s if idle and self.pending else 0,
+                                timeout=driver.launcher.poll_s if idle and driver.pending else 0,
                                 fetch_local=False)
             if idle and not ready:
                 ready, _ = ray.wait(refs, num_returns=1, timeout=0, fetch_local=False)
             for ref in ready:
                 self.joined(ref)
-        if not self.pending or self.free or self.in_flight or self.settling:
+        if not driver.pending or self.free or driver.in_flight or driver.settling:
             return
-        timeout = float(self.launcher.actor_start_timeout_s)
+        timeout = float(driver.launcher.actor_start_timeout_s)
         waiting = [h for h in self.starting.values()
                    if time.monotonic() - h.asked_at < timeout]
         if waiting:
@@ -207,19 +215,19 @@ class ActorDriver(Driver):
         reason = (f"no actor left to run it ({len(self.retired)} retired, "
                   f"{sum(1 for a in self.accounts if a.lost)} lost, none started within "
                   f"hydra.launcher.actor_start_timeout_s={timeout:g})")
-        self.display.say(f"[red]{len(self.pending)} runs not run: {reason}[/red]")
-        while self.pending:
-            job = self.pending.popleft()[0]
-            self.progress.launched()
-            self.progress.finished(None)
-            self.returns[job.idx] = job_return(job, RuntimeError(reason), failed=True)
+        driver.display.say(f"[red]{len(driver.pending)} runs not run: {reason}[/red]")
+        while driver.pending:
+            job = driver.pending.popleft().job
+            driver.progress.launched()
+            driver.progress.finished(None)
+            driver.returns[job.idx] = job_return(job, RuntimeError(reason), failed=True)
 
     def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
         """Hand the attempt to the free actor that has waited longest."""
         del options
         held = self.free.popleft()
         att.held = held
-        ref = held.handle.run.remote(job, task_files, self.monitor)
+        ref = held.handle.run.remote(job, task_files, self.driver.monitor)
         self.placed[ref] = held
         return ref
 
@@ -233,34 +241,34 @@ class ActorDriver(Driver):
         return GpuPlacement(actor=a.name, devices=list(a.devices),
                             visible_devices=a.visible_devices, uuid=a.uuid)
 
-    def collect(self, ref: Any) -> None:
-        """An actor's run ended: settle it, account for it, free or retire the actor."""
-        att = self.in_flight.pop(ref)
+    def collect(self, ref: Any, att: Attempt) -> Any:
+        """An actor's run ended: what it returned (None: handled here); free or retire it."""
         held = self.placed.pop(ref)
         try:
-            returned, problem, notes = ray.get(ref, timeout=self.launcher.get_timeout_s)
+            returned, problem, notes = ray.get(ref, timeout=self.driver.launcher.get_timeout_s)
         except RayActorError as exc:
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             self.replace_lost(held, reason)
-            if not self.monitor_lookup(att).get("started"):
+            if not self.driver.monitor_lookup(att).get("started"):
                 # Dead before the run began: put it back, no attempt spent.
-                self.progress.running -= 1
-                self.pending.appendleft((att.job, att.number, att.last, att.retried_from))
-                return
-            self.lost(att, exc)
-            return
+                self.driver.progress.running -= 1
+                self.driver.pending.appendleft(PendingAttempt(att.job, att.number, att.last,
+                                                             att.retried_from))
+                return None
+            self.driver.lost(att, exc)
+            return None
         except RayTaskError as exc:
             self.free.append(held)
-            self.progress.finished(None)
-            self.display.say(f"[red]job #{att.job.idx} failed on its actor "
-                             f"{held.account.name}: {printable_markup(str(exc))}[/red]")
-            self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
-            return
+            self.driver.progress.finished(None)
+            self.driver.display.say(f"[red]job #{att.job.idx} failed on its actor "
+                                    f"{held.account.name}: {printable_markup(str(exc))}[/red]")
+            self.driver.returns[att.job.idx] = job_return(att.job, exc, failed=True)
+            return None
         except (RayError, TimeoutError) as exc:
             self.replace_lost(held, f"{type(exc).__name__}")
             ray.kill(held.handle)
-            self.lost(att, exc)
-            return
+            self.driver.lost(att, exc)
+            return None
         gpu = returned.phase.gpu
         held.account.ran(returned.finished - returned.started,
                          gpu.gpu_seconds if gpu is not None else None)
@@ -269,29 +277,26 @@ class ActorDriver(Driver):
             self.retire(held, str(problem))
         else:
             self.free.append(held)
-        future = self.pool.submit(self.settle, att, returned)
-        self.settling[future] = att
+        return returned
 
     # -- the end -------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Run the sweep, then print what each actor did and stop every actor."""
-        try:
-            super().run()
-        finally:
-            now = time.monotonic()
-            for held in [*self.free, *self.placed.values(), *self.retired]:
-                held.account.stop(now)
-            lines = utilization_lines(sorted(self.accounts, key=lambda a: a.index), now)
-            if lines:
-                self.display.say("GPU actors (utilization per GPU):")
-                for line in lines:
-                    self.display.say(f"  {line}")
-            if self.progress.retired:
-                self.display.say("retired devices: " + "; ".join(self.progress.retired))
-            for held in [*self.free, *self.placed.values(), *self.retired,
-                         *self.starting.values()]:
-                try:
-                    ray.kill(held.handle)
-                except Exception:  # noqa: BLE001 - Ray's shutdown ends them too
-                    pass
+    def finish(self) -> None:
+        """After the sweep: print what each actor did and stop every actor."""
+        now = time.monotonic()
+        for held in [*self.free, *self.placed.values(), *self.retired]:
+            held.account.stop(now)
+        lines = utilization_lines(sorted(self.accounts, key=lambda a: a.index), now)
+        if lines:
+            self.driver.display.say("GPU actors (utilization per GPU):")
+            for line in lines:
+                self.driver.display.say(f"  {line}")
+        if self.driver.progress.retired:
+            self.driver.display.say("retired devices: "
+                                    + "; ".join(self.driver.progress.retired))
+        for held in [*self.free, *self.placed.values(), *self.retired,
+                     *self.starting.values()]:
+            try:
+                ray.kill(held.handle)
+            except Exception:  # noqa: BLE001 - Ray's shutdown ends them too
+                pass

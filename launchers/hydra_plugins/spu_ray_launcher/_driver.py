@@ -38,7 +38,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
@@ -51,8 +51,8 @@ from spu.launch.actors import check_placement
 from spu.launch.budget import CostLedger
 from spu.launch.collector import set_launcher_policy
 from spu.launch.interrupt import TALLY
-from spu.launch.job import JobStatus as RunStatus
 from spu.launch.job import (
+    ResultStatus,
     RunIdentity,
     lost_attempt_record,
     not_launched_result,
@@ -80,6 +80,8 @@ from spu.tracking.store import TrackingTarget, client_for, experiment_id, log_ru
 if TYPE_CHECKING:
     from hydra_plugins.spu_ray_launcher.ray_launcher import SPURayLauncher
 
+    from spu.runner import PreparedRun, RunSpec
+
 log = logging.getLogger(__name__)
 
 
@@ -93,8 +95,8 @@ class SweepJob:
     folder: Path
     identity: RunIdentity | None
     request: RunRequest
-    spec: Any = None
-    """Its :class:`~spu.runner.RunSpec` (built when it is about to run)."""
+    spec: RunSpec | None = None
+    """Its run spec (None until it is about to run: :meth:`JobComposer.spec`)."""
     plan: RunPlan = RunPlan(skip=False)
     """Its resume plan: which attempt comes first, how far retries go."""
     target: TrackingTarget | None = None
@@ -157,7 +159,7 @@ class JobComposer:
         self.launcher = launcher
         self.sweep_dir = sweep_dir
         self.configs: dict[tuple[str, ...], tuple[bytes, str, SweepJob]] = {}
-        self.specs: dict[tuple[str, ...], Any] = {}
+        self.specs: dict[tuple[str, ...], RunSpec] = {}
 
     @staticmethod
     def split(overrides: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
@@ -211,8 +213,8 @@ class JobComposer:
             return True
         return re.search(r"\$\{[^}]*\brepeat\b", OmegaConf.to_yaml(config)) is not None
 
-    def spec(self, job: SweepJob) -> Any:
-        """The job's :class:`~spu.runner.RunSpec`, converted once per configuration."""
+    def spec(self, job: SweepJob) -> RunSpec:
+        """The job's run spec, converted once per configuration."""
         from spu.launch.spec import spec_from_config
 
         rest, repeat = self.split(job.overrides)
@@ -351,7 +353,7 @@ def decide_from_tracking(jobs: list[SweepJob]) -> dict[int, dict[str, Any]]:
                 say_settings_change(Path(root) / "runs" / held.run_key, job.identity,
                                     settings_for(job.config.limits, str(job.config.sandbox.name),
                                                  job_launcher(job.config)))
-                skipped[job.idx] = recorded_result(held, RunStatus.skipped, job.plan.reason)
+                skipped[job.idx] = recorded_result(held, ResultStatus.skipped, job.plan.reason)
     return skipped
 
 
@@ -403,8 +405,8 @@ class Attempt:
     """One attempt of a job, in flight on an agent node or being settled here."""
 
     job: SweepJob
-    run: Any
-    """Its :class:`~spu.runner.PreparedRun` (trusted task and answer key: never shipped)."""
+    run: PreparedRun
+    """The run it prepared here (trusted task and answer key: never shipped)."""
     staged: Path
     number: int
     last: int
@@ -414,20 +416,107 @@ class Attempt:
     """The actor it was placed on (``placement=actors``; None: a task of its own)."""
 
 
+@dataclass(frozen=True)
+class PendingAttempt:
+    """An attempt of a job waiting for a place in the window."""
+
+    job: SweepJob
+    number: int
+    """Its attempt number."""
+    last: int
+    """The highest attempt number this launch may reach."""
+    retried_from: str | None = None
+    """The tracking id of the attempt it runs again (None: none)."""
+
+
+class Placement(Protocol):
+    """Where the driver places its attempts: a strategy handed to :class:`Driver`.
+
+    :class:`TaskPlacement` runs each attempt as a Ray task of its own;
+    :class:`~._actors.ActorPlacement` on long-lived actors (``placement=actors``).
+    """
+
+    def attach(self, driver: Driver) -> None:
+        """Take the driver it places for (its window, pending runs, display)."""
+
+    def can_submit(self) -> bool:
+        """Whether one more attempt can be placed now."""
+
+    def tend(self) -> None:
+        """Called once a turn of the driver's loop."""
+
+    def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
+        """Hand an attempt's agent side to Ray; the ref of its result."""
+
+    def collect(self, ref: Any, att: Attempt) -> Any:
+        """What the attempt's agent side returned; None when its failure was handled here."""
+
+    def placement_of(self, att: Attempt) -> Any:
+        """The :class:`~spu.schema.GpuPlacement` of an attempt (None: placed as a task)."""
+
+    def finish(self) -> None:
+        """After the sweep: say what was placed where, stop what it started."""
+
+
+class TaskPlacement:
+    """Each attempt as a Ray task of its own, asking for the run's request."""
+
+    def attach(self, driver: Driver) -> None:
+        """Place for ``driver``."""
+        self.driver = driver
+
+    def can_submit(self) -> bool:
+        """Whether the window has room for one more attempt now."""
+        return self.driver.busy() < self.driver.window
+
+    def tend(self) -> None:
+        """Nothing to tend: Ray schedules each task."""
+
+    def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
+        """Hand an attempt's agent side to Ray as a task of its own; its result's ref."""
+        del att
+        return self.driver.remote.options(**options).remote(job, task_files,
+                                                            self.driver.monitor)
+
+    def collect(self, ref: Any, att: Attempt) -> Any:
+        """The task's return; a failure on the node fails the job, a lost node the attempt."""
+        driver = self.driver
+        try:
+            return ray.get(ref, timeout=driver.launcher.get_timeout_s)
+        except RayTaskError as exc:
+            driver.progress.finished(None)
+            driver.display.say(f"[red]job #{att.job.idx} failed on its agent node: "
+                               f"{printable_markup(str(exc))}[/red]")
+            driver.returns[att.job.idx] = job_return(att.job, exc, failed=True)
+        except (RayError, TimeoutError) as exc:
+            driver.lost(att, exc)
+        return None
+
+    def placement_of(self, att: Attempt) -> Any:
+        """None: a task has no placement of its own to record."""
+        del att
+        return None
+
+    def finish(self) -> None:
+        """Nothing to stop: every task has ended."""
+
+
 class Driver:
     """Runs the jobs left after the resume check, on Ray, until done or out of budget."""
 
     def __init__(self, launcher: SPURayLauncher, jobs: list[SweepJob], window: int,
                  ledger: CostLedger, progress: SweepProgress, display: ProgressDisplay,
                  grader: Any, notes: list[str],
-                 tracking_turn: threading.Lock | None = None) -> None:
+                 tracking_turn: threading.Lock | None = None,
+                 placement: Placement | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         from hydra_plugins.spu_ray_launcher._monitor import start_monitor
 
         self.launcher = launcher
-        self.pending: deque[tuple[SweepJob, int, int, str | None]] = deque(
-            (job, job.plan.first_attempt, job.plan.last_attempt, job.plan.retried_from)
+        self.pending: deque[PendingAttempt] = deque(
+            PendingAttempt(job, job.plan.first_attempt, job.plan.last_attempt,
+                           job.plan.retried_from)
             for job in jobs)
         self.window = window
         self.ledger = ledger
@@ -448,13 +537,16 @@ class Driver:
         self.tracking_turn = tracking_turn or threading.Lock()
         self._statuses: tuple[float, list[Any]] = (-STATUS_EVERY_S, [])
         display.running = self.running_status
+        self.placement: Placement = placement or TaskPlacement()
+        """Where attempts run (:class:`TaskPlacement` unless another is given)."""
+        self.placement.attach(self)
 
     def running_status(self) -> list[Any]:
         """Elapsed time and latest event of each run in flight, as its node last reported.
 
         The monitor is asked at most every :data:`STATUS_EVERY_S` seconds.
         """
-        from spu.harness.monitor import RunStatus as AgentStatus
+        from spu.harness.monitor import AgentStatus
 
         asked, found = self._statuses
         if time.monotonic() - asked >= STATUS_EVERY_S:
@@ -475,10 +567,13 @@ class Driver:
             self.task_refs[key] = ray.put(FileBundle.of(staged))
         return self.task_refs[key]
 
-    def submit(self, job: SweepJob, number: int, last: int, retried_from: str | None) -> None:
-        """Stage attempt ``number`` of ``job`` here and hand its agent side to Ray."""
+    def submit(self, pending: PendingAttempt) -> None:
+        """Stage the pending attempt here and hand its agent side to Ray."""
         from spu.runner import prepare_run, record_interrupted_attempt, stage
 
+        job, number, last, retried_from = (pending.job, pending.number, pending.last,
+                                           pending.retried_from)
+        assert job.spec is not None  # run_on_ray builds every spec first
         spec = replace(job.spec, attempt=number, retried_from=retried_from)
         try:
             run = record_interrupted_attempt(prepare_run(spec, check=False))
@@ -503,33 +598,16 @@ class Driver:
                           output_root=Path("."))
         job_for_node = agent_job(shipped, run.key, self.launcher.report_every_s)
         att = Attempt(job, run, staged, number, last, retried_from)
-        ref = self.dispatch(att, options, job_for_node, self.task_ref(run, staged))
+        ref = self.placement.dispatch(att, options, job_for_node, self.task_ref(run, staged))
         self.in_flight[ref] = att
         self.progress.launched()
         if number == job.plan.first_attempt:
             log.info("#%d: %s", job.idx,
                      " ".join(redact_uri(o) for o in filter_overrides(job.overrides)))
 
-    def dispatch(self, att: Attempt, options: dict[str, Any], job: Any, task_files: Any) -> Any:
-        """Hand an attempt's agent side to Ray as a task of its own; its result's ref."""
-        del att
-        return self.remote.options(**options).remote(job, task_files, self.monitor)
-
-    def can_submit(self) -> bool:
-        """Whether the window has room for one more attempt now."""
-        return self.busy() < self.window
-
-    def tend(self) -> None:
-        """Called once a turn of the loop (placement on actors starts and retires them)."""
-
-    def placement_of(self, att: Attempt) -> Any:
-        """The :class:`~spu.schema.GpuPlacement` of an attempt (None: placed as a task)."""
-        del att
-        return None
-
     def stop_for_budget(self) -> None:
         """Settle every job not launched yet as not launched, and say why."""
-        settle_not_launched([j for j, *_ in self.pending], self.ledger, self.progress,
+        settle_not_launched([p.job for p in self.pending], self.ledger, self.progress,
                             self.display, self.returns)
         self.pending.clear()
 
@@ -538,16 +616,8 @@ class Driver:
     def collect(self, ref: Any) -> None:
         """An agent side ended: settle it in a thread, or handle its loss."""
         att = self.in_flight.pop(ref)
-        try:
-            returned = ray.get(ref, timeout=self.launcher.get_timeout_s)
-        except RayTaskError as exc:
-            self.progress.finished(None)
-            self.display.say(f"[red]job #{att.job.idx} failed on its agent node: "
-                             f"{printable_markup(str(exc))}[/red]")
-            self.returns[att.job.idx] = job_return(att.job, exc, failed=True)
-            return
-        except (RayError, TimeoutError) as exc:
-            self.lost(att, exc)
+        returned = self.placement.collect(ref, att)
+        if returned is None:
             return
         future = self.pool.submit(self.settle, att, returned)
         self.settling[future] = att
@@ -585,13 +655,13 @@ class Driver:
                         record.process.error or "no error message", att.number + 1)
             self.ledger.spend(record.cost_usd)
             self.progress.lost(record.cost_usd)
-            self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
+            self.pending.appendleft(PendingAttempt(att.job, att.number + 1, att.last, tracking_id))
             return
         self.final(att, record, tracking_id)
 
     def final(self, att: Attempt, record: Any, tracking_id: str | None, note: str = "") -> None:
         """Stream and write the job's result: its last attempt."""
-        result = recorded_result(recorded_run_from_record(record, tracking_id), RunStatus.ran,
+        result = recorded_result(recorded_run_from_record(record, tracking_id), ResultStatus.ran,
                                  note)
         result.update(retries=att.number - att.job.plan.first_attempt,
                       retried_from=record.retried_from, node=record.node)
@@ -615,7 +685,7 @@ class Driver:
             self.display.say(f"[yellow]job #{att.job.idx}: worker lost "
                              f"({printable_markup(reason)}); "
                              f"launching it again[/yellow]")
-            self.pending.appendleft((att.job, att.number + 1, att.last, tracking_id))
+            self.pending.appendleft(PendingAttempt(att.job, att.number + 1, att.last, tracking_id))
             return
         self.final(att, record, tracking_id, note=reason)
 
@@ -630,10 +700,11 @@ class Driver:
         record = lost_attempt_record(job.identity, str(job.config.sandbox.name), att.number,
                                      att.retried_from, reason)
         seen = self.monitor_lookup(att)
-        update: dict[str, Any] = {"node": seen.get("node"), "gpu": self.placement_of(att),
+        update: dict[str, Any] = {"node": seen.get("node"), "gpu": self.placement.placement_of(att),
                                   "notes": [*record.notes, *self.notes]}
         if seen.get("usage"):
             usage = Usage(**seen["usage"])
+            assert job.spec is not None
             cost = run_cost(job.spec.model.prices, usage, [], None)
             update.update(usage=usage, cost_usd=cost.estimate.total,
                           cost_full_input_usd=cost.full_input_price.total)
@@ -672,9 +743,10 @@ class Driver:
 
         try:
             while self.pending or self.in_flight or self.settling:
-                self.tend()
-                while self.pending and self.can_submit() and not self.ledger.reached:
-                    self.submit(*self.pending.popleft())
+                self.placement.tend()
+                while (self.pending and self.placement.can_submit()
+                       and not self.ledger.reached):
+                    self.submit(self.pending.popleft())
                 if self.pending and self.ledger.reached:
                     self.stop_for_budget()
                 if self.in_flight:
@@ -709,6 +781,7 @@ class Driver:
             raise
         finally:
             self.pool.shutdown(wait=True)
+            self.placement.finish()
 
 
 def settle_not_launched(jobs: list[SweepJob], ledger: CostLedger, progress: SweepProgress,
@@ -846,6 +919,7 @@ def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, 
         if local_server is not None:
             use_tracking_server(local_server, jobs, len(alive_nodes()) if not launcher.init.address
                                 else 2)
+        assert jobs[0].spec is not None  # built above
         grader = GradingService(str(jobs[0].spec.sandbox.grader_isolation))
         jobs = order_longest_first(jobs)
         known = sum(j.expected_s is not None for j in jobs)
@@ -857,14 +931,13 @@ def run_on_ray(launcher: SPURayLauncher, jobs: list[SweepJob], sweep_dir: Path, 
                     f"({grader.mode})"
                     + (f"; tracking through {shown.uri}" if shown else ""))
         if check_placement(str(launcher.placement)) == "actors":
-            from hydra_plugins.spu_ray_launcher._actors import ActorDriver
+            from hydra_plugins.spu_ray_launcher._actors import ActorPlacement
 
-            driver: Driver = ActorDriver(launcher, jobs, window, ledger, progress, display,
-                                         grader, auth.notes, tracking_turn,
-                                         nodes=alive_nodes())
+            placement: Placement = ActorPlacement(nodes=alive_nodes())
         else:
-            driver = Driver(launcher, jobs, window, ledger, progress, display, grader,
-                            auth.notes, tracking_turn)
+            placement = TaskPlacement()
+        driver = Driver(launcher, jobs, window, ledger, progress, display, grader,
+                        auth.notes, tracking_turn, placement)
         driver.run()
         return driver.returns
     finally:

@@ -93,10 +93,9 @@ class RayAuth:
 
 def refresh_ray_config() -> None:
     """Make this process's Ray read the ``RAY_AUTH_*`` variables again (Ray caches them)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from spu.internals import reload_ray_auth_config
 
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+    reload_ray_auth_config()
 
 
 def _set(auth: RayAuth, name: str, value: str | None) -> None:
