@@ -442,7 +442,7 @@ class DockerSandbox(Sandbox):
             str(host): {"bind": inside, "mode": "ro"}
             for host, inside in self.request.extra_ro_binds.items()
         }
-        tmpfs, mounts = self.masks()
+        tmpfs, mounts = docker_masks(self.request)
         volumes[str(self.folders.task)] = {"bind": LAYOUT.task, "mode": "ro"}
         volumes[str(self.folders.workspace)] = {"bind": LAYOUT.workspace, "mode": "rw"}
         volumes[str(self.folders.output)] = {"bind": LAYOUT.output, "mode": "rw"}
@@ -477,26 +477,6 @@ class DockerSandbox(Sandbox):
                 DeviceRequest(device_ids=list(self.gpus.ids), capabilities=[["gpu"]])
             ]
         return options
-
-    def masks(self) -> tuple[dict[str, str], list[Any]]:
-        """The masked paths that a harness's bind shows, hidden as under ``sandbox=local``.
-
-        Nothing of the host's system folders is mounted (the image has its own ``/usr``,
-        ``/opt``); only a bind (e.g. a tools folder that holds ``$SPU_DATA_DIR``) can show
-        a masked path: an empty read-only tmpfs covers a folder, ``/dev/null`` a file.
-        """
-        from docker.types import Mount
-
-        tmpfs: dict[str, str] = {}
-        mounts: list[Any] = []
-        masked = [*self.request.masked_paths, self.request.run_dir.parent]
-        for host, inside in self.request.extra_ro_binds.items():
-            for target, folder in masked_under(masked, Path(host), Path(inside)):
-                if folder:
-                    tmpfs[target] = "ro,size=4k,mode=0555"
-                else:
-                    mounts.append(Mount(target, "/dev/null", type="bind", read_only=True))
-        return tmpfs, mounts
 
     def create_container(self, argv: Sequence[str], env: Mapping[str, str]) -> Any:
         """Create (not start) the container that will run ``argv``."""
@@ -708,3 +688,24 @@ class DockerSandbox(Sandbox):
             gpus=list(self.gpus.ids),
             pids_limit=self.options.get("pids_limit"),
         )
+
+
+def docker_masks(request: SandboxRequest) -> tuple[dict[str, str], list[Any]]:
+    """The masked paths that a harness's bind shows, hidden as under ``sandbox=local``.
+
+    Nothing of the host's system folders is mounted (the image has its own ``/usr``,
+    ``/opt``); only a bind (e.g. a tools folder that holds ``$SPU_DATA_DIR``) can show
+    a masked path: an empty read-only tmpfs covers a folder, ``/dev/null`` a file.
+    """
+    from docker.types import Mount
+
+    tmpfs: dict[str, str] = {}
+    mounts: list[Any] = []
+    masked = [*request.masked_paths, request.run_dir.parent]
+    for host, inside in request.extra_ro_binds.items():
+        for target, folder in masked_under(masked, Path(host), Path(inside)):
+            if folder:
+                tmpfs[target] = "ro,size=4k,mode=0555"
+            else:
+                mounts.append(Mount(target, "/dev/null", type="bind", read_only=True))
+    return tmpfs, mounts
