@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from spu.cli import main
-from spu.config import EffortConfig, HarnessConfig, ModelConfig, SandboxConfig
+from spu.config import EffortConfig, HarnessConfig, LimitsConfig, ModelConfig, SandboxConfig
 from spu.runner import RunSpec, run_one
 from spu.schema import Outcome, RunRecord, Usage
 from spu.tracking.export import (
@@ -229,15 +229,20 @@ def _artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
 # ---------------------------------------------------------------- retried runs
 
 
-def _flaky_agent(tmp_path: Path) -> Path:
-    """``docs/examples/my_agent.py`` (presented order), failing when ``SPU_TEST_FAIL`` is set.
+FAILING_TIME_S = 28799
+"""The first attempt's time limit, one second under the default: the flaky agent fails."""
 
-    One agent for both attempts: a retry is the same run (same entrypoint, same key);
-    ``harness.env`` is not part of a run's identity.
+
+def _flaky_agent(tmp_path: Path) -> Path:
+    """``docs/examples/my_agent.py`` (presented order), failing under a time limit of
+    :data:`FAILING_TIME_S` seconds (``SPU_TIME_LIMIT_S``).
+
+    One agent for both attempts: a retry is the same run (same entrypoint, same key); the
+    limits are not part of a run's identity (``harness.env`` is, since issue 42).
     """
     script = tmp_path / "flaky.py"
     script.write_text("#!/usr/bin/env python3\nimport os, sys\n"
-                      "if os.environ.get('SPU_TEST_FAIL'):\n"
+                      f"if os.environ.get('SPU_TIME_LIMIT_S') == '{FAILING_TIME_S}':\n"
                       "    print('API error: overloaded', file=sys.stderr)\n    sys.exit(1)\n"
                       + (REPO / "docs" / "examples" / "my_agent.py").read_text())
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -262,7 +267,8 @@ def _command_spec(tmp_path: Path, entrypoint: Path, args: list[str],
 def test_retried_run_exports_one_official_row_and_keeps_the_first_visible(
         tmp_path, target, capsys) -> None:
     agent = _flaky_agent(tmp_path)
-    first = run_one(_command_spec(tmp_path, agent, [], env={"SPU_TEST_FAIL": "1"}))
+    first = run_one(_command_spec(tmp_path, agent, [],
+                                  limits=LimitsConfig(time_s=FAILING_TIME_S)))
     assert first.outcome.value == "no_file"
     run_dir = tmp_path / "outputs" / "runs" / first.run_key
     first_id = log_run(first, run_dir, target)
