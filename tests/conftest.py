@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from spu.testing.postgres import PrivatePostgres
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A local sweep joins this user's Ray started by `ray start` (hydra.launcher.join_local):
+# in the suite that would be a test's multi-node cluster, alive while tests of another file
+# run beside it. The suite's sweeps start Rays of their own; the join test asks for it.
+os.environ.setdefault("SPU_RAY_JOIN_LOCAL", "false")
 TASKS = REPO / "tasks"
 EXAMPLE_TASK = TASKS / "example-coupling-conditions"
 EXAMPLE_TWO_GROUPS = TASKS / "example-electrolytes-and-films"

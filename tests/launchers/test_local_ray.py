@@ -96,6 +96,20 @@ def test_a_ray_without_sandbox_slots_or_in_another_folder_is_not_joined(tmp_path
 
 
 @pytest.mark.slow
+def test_join_local_false_starts_a_ray_of_its_own_and_says_so(tmp_path: Path) -> None:
+    """``hydra.launcher.join_local=false``: no Ray is looked for; the line says why."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.spu_ray_launcher._driver import join_local_ray
+
+    said: list[str] = []
+    init = SimpleNamespace(address=None, temp_dir=None)
+    launcher = SimpleNamespace(init=init, insecure=False, join_local=False)
+    join_local_ray(launcher, SimpleNamespace(say=said.append))  # type: ignore[arg-type]
+    assert said == ["SPU sweep: starting a Ray of its own (hydra.launcher.join_local=false)"]
+    assert init.address is None
+
+
 def test_a_sweep_joins_the_users_ray_and_leaves_it_running(task_root: Path,
                                                           tmp_path: Path) -> None:
     """A ``ray start --head`` with token authentication and sandbox slots: a ``ray_local``
@@ -123,6 +137,7 @@ def test_a_sweep_joins_the_users_ray_and_leaves_it_running(task_root: Path,
         done = run_sweep("hydra/launcher=ray_local", f"output_root={out}",
                          f"task_root={task_root}", "hydra.launcher.progress=lines",
                          f"hydra.launcher.init.temp_dir={temp}", "model=random",
+                         "hydra.launcher.join_local=true",
                          "task=example-coupling-conditions", "repeat=0,1",
                          f"sandbox={sandbox_name()}")
         said = done.stdout + done.stderr

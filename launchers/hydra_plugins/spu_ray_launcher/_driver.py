@@ -300,6 +300,9 @@ def join_local_ray(launcher: SPURayLauncher, display: ProgressDisplay) -> None:
     init = launcher.init
     if init.address or launcher.insecure:
         return
+    if not launcher.join_local:
+        display.say("SPU sweep: starting a Ray of its own (hydra.launcher.join_local=false)")
+        return
     from spu.launch.local_ray import find_local_ray
 
     found = find_local_ray(str(init.temp_dir) if init.temp_dir else None)

@@ -90,6 +90,9 @@ class SPURayLauncherConf:
     """Shut Ray down at the end when this launcher started it."""
     insecure: bool = False
     """Start or join Ray without token authentication; every run record then says so."""
+    join_local: bool = True
+    """A local sweep (no ``init.address``) joins this user's Ray started by ``ray start``
+    where one runs here; false: it always starts a Ray of its own."""
     settle_threads: int = 4
     """Threads of the driver that grade, record and track finished attempts."""
     report_every_s: float = 10.0

@@ -26,7 +26,7 @@ class SPURayLauncher(Launcher):
                  get_timeout_s: float = 600.0, shutdown: bool = True, insecure: bool = False,
                  settle_threads: int = 4, report_every_s: float = 10.0,
                  placement: str = "actors", health_probe: str | None = None,
-                 actor_start_timeout_s: float = 600.0) -> None:
+                 actor_start_timeout_s: float = 600.0, join_local: bool = True) -> None:
         self.init = init
         self.resources = resources
         self.max_concurrent = max_concurrent
@@ -38,6 +38,7 @@ class SPURayLauncher(Launcher):
         self.get_timeout_s = get_timeout_s
         self.shutdown = shutdown
         self.insecure = insecure
+        self.join_local = join_local
         self.settle_threads = settle_threads
         self.report_every_s = report_every_s
         self.placement = placement
