@@ -97,6 +97,7 @@ def _alive(pid: int) -> bool:
 def test_an_agent_that_floods_its_gateways_memory_mid_stream_leaves_a_recorded_run(
         request: pytest.FixtureRequest, compose, tmp_path: Path, backend: str) -> None:
     require_backend(request, backend)
+    sockets = process_tests._tcp_sockets()
     record, run_dir = _run(compose, tmp_path, backend, _agent(tmp_path, "floods.py", FLOODS),
                            "limits.memory_gb=1")
     said = json.loads((run_dir / "model" / "gateway.json").read_text())
@@ -113,6 +114,8 @@ def test_an_agent_that_floods_its_gateways_memory_mid_stream_leaves_a_recorded_r
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", int(said["port"])), timeout=5).close()
     assert process_tests._containers_left(backend) == []
+    assert process_tests._tcp_sockets() <= sockets  # no socket of the run left in the driver
+    assert not list(Path("/sys/fs/cgroup").glob(f"**/spu-{run_dir.name}*"))  # its groups
     honest, _ = _run(compose, tmp_path, backend, _agent(tmp_path, "honest.py", COMMAND_AGENT),
                      "repeat=1")
     assert honest.outcome is Outcome.valid, (honest.outcome, honest.notes)
