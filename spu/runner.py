@@ -701,13 +701,20 @@ def read_gateway(phase: AgentPhase, gateway: GatewaySession) -> None:
 
     The provider side wins over the agent's session files, which the agent can write;
     where they disagree, ``evidence_disagreement`` says how. A gateway whose process
-    died while the agent ran makes the run an ``infra_error`` that says why.
+    died while the agent ran makes the run an ``infra_error`` that says why, or
+    ``memory_limit`` where its service group's memory limit killed it.
     """
     phase.gateway = gateway.info()
     phase.result = gateway_evidence(phase.result, gateway.summary().verdict)
     phase.result = gateway_counts(phase.result, read_calls(gateway.run_dir / MODEL_DIR))
     phase.notes = [*phase.notes, *gateway.notes()]
-    if gateway.died is not None:
+    if gateway.died is not None and gateway.memory_killed:
+        # The agent's requests took the memory: the run's limit, as if the agent had
+        # allocated it (an infra_error would let it exclude its run at will).
+        phase.evidence = phase.evidence.model_copy(update={"oom_killed": True})
+        phase.notes.append(f"the model gateway was killed at the run's memory limit (its "
+                           f"service group's), by what the agent sent it: {gateway.died}")
+    elif gateway.died is not None:
         phase.result.infra_error = gateway.died
 
 

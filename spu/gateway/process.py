@@ -16,8 +16,9 @@ sends its port and token on it, the driver sends ``stop``, the child answers wit
 last word (the record's notes) and exits. The channel's end tells the driver the
 gateway is gone: a gateway that dies before it is stopped is noticed at once
 (:meth:`GatewayProcess.on_death`), and the run is ended as an ``infra_error`` that
-names why. A gateway whose driver dies sees the channel end and stops, writing its
-record; its host ends with the driver.
+names why (``memory_limit`` where its service group's memory limit killed it: the
+agent's requests took that memory). A gateway whose driver dies sees the channel end and
+stops, writing its record; its host ends with the driver.
 """
 
 from __future__ import annotations
@@ -288,6 +289,11 @@ class GatewayProcess:
             self._end(wait_s=5.0 if self._ended.wait(STOP_TIMEOUT_S) else 0.0)
         except Exception:  # noqa: BLE001 - a run's end must not fail on its gateway
             log.exception("the model gateway (process %s) did not stop cleanly", self.pid)
+
+    @property
+    def sigkilled(self) -> bool:
+        """True once the reaped process is known to have died of SIGKILL."""
+        return self._status is not None and self._status.endswith("killed by SIGKILL")
 
     def notes(self) -> list[str]:
         """What the run record should say of the gateway: its record's notes, a kill."""

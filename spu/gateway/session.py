@@ -154,6 +154,9 @@ class GatewaySession:
         self.scripted_server: Any = None
         self.gateway: Any = None
         """The run's :class:`~spu.gateway.process.GatewayProcess`, once started."""
+        self.memory_killed = False
+        """Set at :meth:`close`: the gateway died unasked, killed at its service group's
+        memory limit (by what the agent sent it)."""
         self.endpoint: ModelEndpoint | None = None
         self.upstream: str | None = None
 
@@ -241,6 +244,7 @@ class GatewaySession:
         """Stop the gateway, then its scripted upstream (the record stays). Never raises."""
         if self.gateway is not None:
             self.gateway.stop()
+            self.memory_killed = self._died_of_memory()
         if self.scripted_server is not None:
             try:
                 self.scripted_server.stop()
@@ -250,6 +254,20 @@ class GatewaySession:
         if self._own_group is not None:
             self._own_group.cleanup()
             self._own_group = None
+
+    def _died_of_memory(self) -> bool:
+        """True when the gateway died unasked, killed by its service group's memory limit.
+
+        Read before the group is removed (the tools service's group ends after this).
+        """
+        group = self.group if self.group is not None else self._own_group
+        gateway = self.gateway
+        if gateway is None or gateway.died is None or group is None:
+            return False
+        try:
+            return bool(gateway.sigkilled and group.oom_killed(sigkilled=True))
+        except (OSError, ValueError):
+            return False
 
     def notes(self) -> list[str]:
         """What the run record should say of the gateway (its record's cap, a kill)."""

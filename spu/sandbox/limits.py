@@ -428,6 +428,15 @@ class ServiceGroup:
             resource.prlimit(pid, resource.RLIMIT_AS, (self.memory_bytes, self.memory_bytes))
             resource.prlimit(pid, resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds))
 
+    def oom_killed(self, sigkilled: bool = False) -> bool:
+        """True when the services' memory limit (their cgroup's) killed one of them.
+
+        ``sigkilled``: the service in question died of SIGKILL (the fallback of kernels
+        without an OOM-kill counter). Always False without a memory cgroup (``RLIMIT_AS``
+        fails an allocation instead of killing).
+        """
+        return self.mechanism == "cgroup" and self._enforcer.oom_killed(sigkilled=sigkilled)
+
     def cleanup(self) -> None:
         """Kill what is left in the services' cgroup and remove it."""
         self._enforcer.cleanup()

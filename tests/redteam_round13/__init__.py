@@ -1,0 +1,1 @@
+"""Red-team round thirteen: the gateway in its own process, the relay, the replays of issue 41."""
