@@ -455,6 +455,14 @@ def _cmdline(proc: Path) -> bytes:
         return b""
 
 
+def _environ(proc: Path) -> list[bytes]:
+    """The process's environment, one ``NAME=value`` each (empty where unreadable)."""
+    try:
+        return (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
 @check("sandbox", "red-team", isolating=True, root=True)
 def a_sigterm_deaf_daemon_does_not_outlive_its_run(target: SandboxTarget) -> None:
     """A SIGTERM-deaf daemon does not outlive its run.
@@ -468,8 +476,10 @@ def a_sigterm_deaf_daemon_does_not_outlive_its_run(target: SandboxTarget) -> Non
     size = late.stat().st_size
     time.sleep(1.5)
     expect(late.stat().st_size == size, "something still writes into the run folder")
+    # This run's processes only: other runs of the same agent may be running beside it.
+    seed = f"SPU_SEED={int(run.record.run_key[:8], 16)}".encode()
     left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
-            and b".agent/redteam.py" in _cmdline(p)]
+            and b".agent/redteam.py" in _cmdline(p) and seed in _environ(p)]
     expect(left == [], f"a process of the run survived it: {left}")
     mounts = Path("/proc/self/mountinfo").read_text()
     expect(str(run.run_dir) not in mounts, "the run's disk is still mounted")
