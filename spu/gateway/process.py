@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spu.config import ModelGatewayConfig, PriceConfig
+from spu.sandbox.process import die_with_parent
 
 if TYPE_CHECKING:
     from spu.gateway.server import ModelGateway
@@ -461,7 +462,7 @@ def _serve_gateway(spec: GatewaySpec, channel: socket.socket) -> int:
     """The gateway child: confine itself, serve, stop when asked; its exit code."""
     from spu.sandbox.limits import join_service_cgroups, set_service_rlimits
 
-    _die_with_parent()
+    die_with_parent()
     spec.folder.mkdir(parents=True, exist_ok=True)
     out = os.open(spec.folder / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(out, 1)
@@ -525,21 +526,6 @@ def _log_to_file(path: Path) -> None:
     logging.getLogger("spu.gateway").setLevel(logging.INFO)
 
 
-def _die_with_parent() -> None:
-    """Ask Linux for SIGTERM when the host ends; exit if it has ended already."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except OSError:
-        pass
-    if os.getppid() == 1:
-        os._exit(0)
-
-
 def serve_host(fd: int) -> None:
     """The host's loop on the socket ``fd``: warm once, then fork a gateway per request."""
     import gc
@@ -559,7 +545,7 @@ def _warm_up() -> None:
     parsing), and the CA bundle loads once (50 ms): done here once, a run's gateway is a
     fork that pays none of it. The host is single-threaded again when this returns.
     """
-    import ctypes  # noqa: F401 - _die_with_parent's
+    import ctypes  # noqa: F401 - die_with_parent's
     import http.client
     import tempfile
 

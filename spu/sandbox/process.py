@@ -471,3 +471,22 @@ def _call_on_start(proc: subprocess.Popen[Any],
 
 def _nowhere(_pid: int) -> None:
     """No placement: the child runs under this process's own limits."""
+
+
+def die_with_parent() -> None:
+    """Ask Linux for SIGTERM when this process's parent ends; exit if it has ended already.
+
+    For a host service's child (the egress proxy, a run's model gateway): it must not
+    outlive the process that started it.
+    """
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass
+    if os.getppid() == 1:  # the parent died before the request
+        os._exit(0)

@@ -68,7 +68,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from spu.sandbox.process import exited_unreaped
+from spu.sandbox.process import die_with_parent, exited_unreaped
 from spu.schema import TrajectoryStep
 from spu.tools.addresses import normal_address
 
@@ -418,21 +418,6 @@ class ProxyForker:
         return None if code is None else int(code)
 
 
-def _die_with_parent() -> None:
-    """Ask Linux for SIGTERM when the parent ends; exit if it has ended already."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except OSError:
-        pass
-    if os.getppid() == 1:  # the parent died before the request
-        os._exit(0)
-
-
 def _fork_proxy(argv: list[str], output: str, confinement: dict[str, Any] | None = None) -> int:
     """Fork a ``proxy.py`` with ``argv`` in a session of its own, writing to ``output``."""
     pid = os.fork()
@@ -445,7 +430,7 @@ def _fork_proxy(argv: list[str], output: str, confinement: dict[str, Any] | None
         os.dup2(fd, 2)
         os.close(fd)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        _die_with_parent()
+        die_with_parent()
         if confinement:
             from spu.sandbox.limits import confine_self
 
