@@ -163,19 +163,22 @@ def test_an_archive_cut_short_is_finished_not_deleted(spec) -> None:
     assert json.loads((run_dir / "attempts" / "1" / "run.json").read_text())["attempt"] == 1
 
 
-def test_an_agent_side_that_raises_is_recorded_as_infra_error(spec) -> None:
+def test_an_agent_side_that_raises_is_recorded_as_infra_error(spec, monkeypatch) -> None:
     """Invariant: a harness whose reading of the session raises what the runner does not
     expect (here a ValueError, as pydantic raises on a value it cannot take) leaves the
     run recorded: ``infra_error`` with the error, sealed, never a lost attempt."""
-    from spu.harness.base import register_harness
+    from spu.harness.base import _REGISTRY
     from spu.harness.baseline import BaselineHarness
 
-    @register_harness
     class BrokenReader(BaselineHarness):
         name = "test-broken-reader"
 
         def parse(self, ctx, evidence):
             raise ValueError("a session line no reader expected")
+
+    # registered for this test only: `spu list harnesses` in a later test of the same
+    # process lists the registry
+    monkeypatch.setitem(_REGISTRY._classes, BrokenReader.name, BrokenReader)
 
     rec = run_one(replace(spec, harness=HarnessConfig(name=BrokenReader.name)))
     run_dir = spec.output_root / "runs" / rec.run_key

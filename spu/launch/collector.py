@@ -7,7 +7,9 @@ jobs took 3.7 s instead of 1.6 s, and the interpreter's last collection at exit 
 1-1.5 s of CPU. The policy, set here once and by nothing else: what the entry point has
 imported is frozen (left out of every later collection), young collections are rare,
 and what is alive at exit is frozen before the interpreter's final collection. Library
-code never touches the collector.
+code never touches the collector; the one process with a policy of its own is the gateway
+host (:mod:`spu.gateway.process`), which only forks runs' gateways and freezes what it
+holds once warm, so that its forks share its pages.
 """
 
 from __future__ import annotations
