@@ -138,7 +138,9 @@ def test_multinode_sweep_places_runs_on_several_nodes_and_no_key_reaches_them(
 
     # Resume from tracking alone: without the run folders, nothing runs again.
     shutil.rmtree(out / "runs")
-    again = cluster_sweep(cluster, out, tasks, keys, write_agent(tmp_path))
+    # the same command (harness.env is part of each run's key)
+    again = cluster_sweep(cluster, out, tasks, keys, write_agent(tmp_path),
+                          "+harness.env.AGENT_SLEEP_S=3", "+harness.env.BILLED_INPUT_TOKENS=10")
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]  # type: ignore[attr-defined]
     assert "none to launch on Ray (4 skipped" in again.stdout  # type: ignore[attr-defined]
 
