@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,14 @@ def two_tasks(tmp_path: Path) -> Path:
 
 
 def dry_run(*overrides: str, cwd: Path = REPO) -> list[list[str]]:
-    """The rows of the dry run's table: task, config, harness (columns 2 to 4)."""
-    proc = run_module(["spu.main", *overrides, "dry_run=true"], cwd=cwd,
-                      env={"COLUMNS": "250"})
+    """The rows of the dry run's table: task, config, harness (columns 2 to 4).
+
+    Against an empty output root of its own: the checkout's ``outputs/`` (after ``make
+    demo``) holds these runs, and a finished run's row says so over more lines.
+    """
+    with tempfile.TemporaryDirectory(prefix="spu-dry-run-") as out:
+        proc = run_module(["spu.main", *overrides, f"output_root={out}", "dry_run=true"],
+                          cwd=cwd, env={"COLUMNS": "250"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [[cell.strip() for cell in line.split("│")[1:-1]]
             for line in proc.stdout.splitlines() if line.startswith("│")]

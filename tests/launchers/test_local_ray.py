@@ -110,6 +110,7 @@ def test_join_local_false_starts_a_ray_of_its_own_and_says_so(tmp_path: Path) ->
     assert init.address is None
 
 
+@pytest.mark.slow  # a real `ray start`, and the sweep's runs in bubblewrap
 def test_a_sweep_joins_the_users_ray_and_leaves_it_running(task_root: Path,
                                                           tmp_path: Path) -> None:
     """A ``ray start --head`` with token authentication and sandbox slots: a ``ray_local``
