@@ -103,7 +103,13 @@ def install() -> None:
 
 
 def exit_interrupted() -> NoReturn:
-    """After the first Ctrl-C has unwound: the line, and exit 130 (no traceback)."""
+    """After the first Ctrl-C has unwound: the line, and exit 130 (no traceback).
+
+    Nothing is left to stop once the line is written, so a second Ctrl-C from then on is
+    ignored: Python's finalization puts back the default SIGINT (which would end the
+    process by the signal, not with 130) for any handler but "ignore".
+    """
     sys.stderr.write(interrupted_line() + "\n")
     sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(INTERRUPTED_EXIT)

@@ -131,11 +131,13 @@ def test_ctrl_c_ends_a_sweep_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
-    """Invariant: a second Ctrl-C during the cleanup kills what is left and exits."""
+    """Invariant: a second Ctrl-C during the cleanup kills what is left and exits 130; one
+    that comes after the cleanup (it can take less than the 50 ms between the two) changes
+    nothing: still 130, never the default SIGINT's death (Python's finalization puts that
+    back)."""
     result, agent, marker = interrupted_sweep(tmp_path, signals=2)
     assert result.returncode == 130, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    assert result.stderr.rstrip().splitlines()[-1] == (
-        "interrupted: 1 run recorded, 1 cut off; run the same command to resume "
-        "(stopped at once)")
+    line = "interrupted: 1 run recorded, 1 cut off; run the same command to resume"
+    assert result.stderr.rstrip().splitlines()[-1] in (line + " (stopped at once)", line)
     assert_nothing_left(agent, marker)
