@@ -59,6 +59,7 @@ def command_agent(path: Path) -> list[str]:
     return ["harness=command", f"harness.entrypoint={path}"]
 
 
+@pytest.mark.slow  # ten seconds and more (the quick tier stays under 5 minutes)
 def test_a_second_agent_runs_and_scores_its_own(workdir: Path) -> None:
     """Two entrypoints are two configurations: the second is never ``skipped`` with the
     first one's score, and each is labelled by its entrypoint's name."""

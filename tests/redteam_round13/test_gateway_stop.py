@@ -12,6 +12,8 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from spu.config import ModelConfig
 from spu.gateway import read_requests
 from spu.gateway.session import GatewaySession
@@ -20,6 +22,7 @@ from spu.sandbox.base import RunLimits
 OPEN = 100
 
 
+@pytest.mark.slow  # ten seconds and more (the quick tier stays under 5 minutes)
 def test_a_gateway_with_bodies_trickling_in_stops_by_itself_and_records_them(
         tmp_path: Path) -> None:
     session = GatewaySession(ModelConfig(name="scripted", provider="scripted"), "anthropic",

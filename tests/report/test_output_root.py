@@ -33,6 +33,7 @@ def study(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow  # ten seconds and more (the quick tier stays under 5 minutes)
 def test_spu_report_of_an_output_root_builds_the_whole_report(study, tmp_path) -> None:
     out = tmp_path / "report"
     done = run_module(["spu", "report", str(study / "outputs"), "--out", str(out),

@@ -213,6 +213,7 @@ def test_table_3_shows_a_scripted_runs_small_usage() -> None:
     assert "A dash (-) marks no scored run, or no prompt token" in table.full_caption
 
 
+@pytest.mark.slow  # ten seconds and more (the quick tier stays under 5 minutes)
 def test_the_rule_that_made_each_table_and_figure_stands_beside_it(report, result) -> None:
     """Issue 43: report.html shows, under each figure and table drawn from spu stats, the
     rule of its files (manifest.json: rule, population, the paper's sentence, and whether

@@ -331,6 +331,7 @@ def test_stats_uses_the_most_recent_sweeps_experiment_and_says_so(tmp_path) -> N
            "spu-later; or --experiment all)" in unknown.stderr
 
 
+@pytest.mark.slow  # ten seconds and more (the quick tier stays under 5 minutes)
 def test_report_takes_the_experiment_and_warns_in_table_1(tmp_path) -> None:
     runs = _two_experiment_table(tmp_path / "runs.csv")
     done = run_module(["spu", "report", str(runs), "--out", str(tmp_path / "report"),
