@@ -28,11 +28,12 @@ from typing import Any
 
 import pytest
 
-from spu.sandbox import RunLimits, Sandbox, SandboxPaths, SandboxRequest, get_sandbox
+from spu.sandbox import RunLimits, Sandbox, SandboxRequest, get_sandbox
 from spu.sandbox.base import sandbox_names
 from spu.sandbox.docker import DEFAULT_IMAGE
 from spu.schema import ProcessEvidence
 from spu.selfcheck import AGENTS as CHECK_AGENTS
+from spu.selfcheck.targets import Opened
 from spu.tasks import load_task
 from spu.tasks.package import stage_public_files
 from tests.conftest import EXAMPLE_TASK, REPO
@@ -231,19 +232,6 @@ def require_backend(request: pytest.FixtureRequest, name: str) -> dict[str, obje
     if not ok:
         pytest.skip(f"sandbox={name} unavailable: {why}")
     return {"pids_limit": 512}
-
-
-@dataclass(frozen=True)
-class Opened:
-    """A prepared sandbox with the layout its agent sees."""
-
-    sandbox: Sandbox
-    paths: SandboxPaths
-    run_dir: Path
-
-    def output(self, name: str) -> Path:
-        """A file the agent left in its output folder, on the host."""
-        return self.sandbox.collect() / name
 
 
 @pytest.fixture
