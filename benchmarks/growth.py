@@ -10,7 +10,8 @@ folders, ``ledger.jsonl`` that many signed, chained lines, and an MLflow store (
 holding that many runs, each a copy of one real run's record (its tags, params and
 metrics) under its own run key. One real run (``model=random``, the example task, no
 sandbox) gives the record and the folder the steps work on. Then each step of a run's life
-that reads the root is timed at both sizes, the sizes taking turns, and the median printed:
+that reads the root is timed at both sizes, the sizes taking turns timing by timing, and the
+median printed:
 
 - ``ledger append``: a sealed run's ledger line (:func:`spu.seal.ledger.append_entry`);
 - ``ledger head``: the head hash a sweep prints (:func:`spu.seal.ledger.head_hash`);
@@ -170,15 +171,21 @@ def steps(root: Root) -> dict[str, Callable[[], object]]:
     }
 
 
-def median_ms(step: Callable[[], object], repeats: int) -> float:
-    """The median of ``repeats`` timings of ``step``, milliseconds (one warm-up left out)."""
-    step()
-    times = []
+def medians_ms(calls: list[Callable[[], object]], repeats: int) -> list[float]:
+    """The median of ``repeats`` timings of each call, milliseconds (one warm-up left out).
+
+    The calls take turns, one timing each per round, so that a drift of the machine
+    (another process, the page cache) weighs on every size alike.
+    """
+    for call in calls:
+        call()
+    times: list[list[float]] = [[] for _ in calls]
     for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+        for call, taken in zip(calls, times, strict=True):
+            start = time.perf_counter()
+            call()
+            taken.append(time.perf_counter() - start)
+    return [statistics.median(taken) * 1000 for taken in times]
 
 
 def main() -> int:
@@ -205,8 +212,7 @@ def main() -> int:
         for name in table:
             repeats = (args.sweep_repeats or args.repeats) if name.startswith(
                 "resume check, a sweep") else args.repeats
-            for root in roots:  # the sizes take turns, step by step
-                table[name].append(median_ms(steps(root)[name], repeats))
+            table[name] = medians_ms([steps(root)[name] for root in roots], repeats)
         load = os.getloadavg()[0]
         small, large = roots[0].size, roots[-1].size
         print(f"median of {args.repeats} (ms); load average {load:.1f} on "

@@ -288,8 +288,10 @@ def run_key_index(uri: str) -> int | None:
 
     MLflow's own index of tags starts with the tag's name, so a search for one run key
     read every run's ``run_key`` tag: 110 ms per key at 100,000 runs, 10 ms with this
-    index (and at any size). None for a store that is not a SQLite file (its server's
-    database is left as it is).
+    index (and at any size). The runs are counted by the highest row id, so deleted
+    runs still count: the number only chooses between one search per key and one of the
+    whole store. None for a store that is not a SQLite file (its server's database is
+    left as it is).
     """
     from spu.tracking.store import sqlite_path
 
@@ -303,7 +305,9 @@ def run_key_index(uri: str) -> int | None:
         if uri not in _INDEXED:
             con.execute("CREATE INDEX IF NOT EXISTS spu_tags_key_value ON tags (key, value)")
             con.commit()
-        runs = int(con.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        # The highest rowid: the runs ever written, an upper bound of those held, read
+        # in constant time (COUNT(*) walks the table: 6 ms at 100,000 runs).
+        runs = int(con.execute("SELECT MAX(rowid) FROM runs").fetchone()[0] or 0)
     except sqlite3.Error:  # not an MLflow store (yet): MLflow says what is wrong
         return None
     finally:
