@@ -170,6 +170,10 @@ class HostPortRelay:
             ended = True
         except OSError:
             pass  # a side that went away ends the connection; the services log their side
+        except asyncio.CancelledError:
+            # Cut by close(): the end asked for. Not raised on, as Python 3.11's start_server
+            # logs a cancelled handler as an error with its traceback.
+            pass
         finally:
             self._connections.discard(task)  # type: ignore[arg-type]
             for side in (writer, upstream):

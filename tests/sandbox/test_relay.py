@@ -171,3 +171,45 @@ def test_a_namespace_that_is_gone_is_one_clear_error() -> None:
     gone.wait()
     with pytest.raises(RelayError, match="could not be opened in its namespace"):
         sockets_in_namespace(f"/proc/{gone.pid}/ns/net", [40000])
+
+
+def test_closing_with_connections_open_cuts_them_without_an_error(
+        namespace: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A run that ends while its agent still holds kept-alive connections (a CLI's last
+    request answered, the run's end seen at once on the agent's exit): ``close`` cuts them
+    and logs nothing. Python 3.11's ``start_server`` logged each cancelled handler as an
+    "Exception in callback" with a traceback on the run's console."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=8)
+    accepted = threading.Semaphore(0)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        for _ in range(3):
+            held.append(server.accept()[0])
+            accepted.release()
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = server.getsockname()[1]
+    forward = HostPortRelay(sockets_in_namespace(f"/proc/{namespace}/ns/net", [port])).start()
+    agent = subprocess.Popen(
+        ["nsenter", "-t", str(namespace), "-n", sys.executable, "-c",
+         "import socket, sys\n"
+         f"conns = [socket.create_connection(('127.0.0.1', {port})) for _ in range(3)]\n"
+         "print('open', flush=True)\n"
+         "print([c.recv(1) for c in conns], flush=True)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None and agent.stdout.readline().strip() == "open"
+        for _ in range(3):  # each reached the service: the relay holds both sides
+            assert accepted.acquire(timeout=60)
+        with caplog.at_level("DEBUG", logger="asyncio"):
+            forward.close()
+        cut = agent.stdout.readline().strip()
+    finally:
+        agent.kill()
+        agent.wait()
+        server.close()
+        for conn in held:
+            conn.close()
+    assert cut == "[b'', b'', b'']"  # each connection ended for the agent
+    assert [r for r in caplog.records if r.levelno >= 30] == []
