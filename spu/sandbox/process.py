@@ -173,12 +173,15 @@ class ExitWatch:
             os.close(self._fd)
             self._fd = None
 
-    def wait(self, seconds: float) -> None:
-        """Return after ``seconds``, or at once when the process has exited."""
+    def wait(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less: True when the kernel says the process has exited.
+
+        False at the end of the time, and always without a pidfd (a plain sleep).
+        """
         if self._fd is None:
             time.sleep(seconds)
-        else:
-            self._poll.poll(max(0, round(seconds * 1000)))
+            return False
+        return bool(self._poll.poll(max(0, round(seconds * 1000))))
 
 
 def _signal_tree(pid: int, sig: int, spare_root: bool = False) -> None:

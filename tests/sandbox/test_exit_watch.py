@@ -34,11 +34,11 @@ def test_a_wait_ends_at_the_exit_or_at_its_time() -> None:
     try:
         with ExitWatch(proc.pid) as watch:
             assert watch.by_kernel
-            watch.wait(0.05)
-            assert proc.poll() is None  # still running: the wait ended at its time
+            assert watch.wait(0.05) is False  # still running: the wait ended at its time
+            assert proc.poll() is None
             assert proc.stdin is not None
             proc.stdin.close()  # the shell's read ends, and so does the shell
-            watch.wait(30)
+            assert watch.wait(30) is True  # ended by the exit, not by its time
             assert os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     finally:
         proc.kill()
